@@ -1,0 +1,128 @@
+"""Typed configuration of a run, its TOML form and the per-model presets.
+
+Every command-line option of ``graphscale train`` is a field here; a TOML file
+(``--config FILE``) has one table per section (``[data]``, ``[model]``,
+``[optim]``, ``[strategy]``) plus top-level run fields, and command-line flags
+override it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+@dataclass
+class DataConfig:
+    dataset: str = "cora"
+    """Dataset spec: ``cora``, ``planetoid:DIR[:NAME]``, ``npz:FILE``, ``ogb:DIR``, ``graphdir:DIR``, ``sbm:...``, ``rmat:...``."""
+
+
+@dataclass
+class ModelConfig:
+    name: str = "gcn"
+    hidden: int = 16
+    layers: int = 2
+    dropout: float = 0.5
+    heads: int = 8
+    """Attention heads of GAT's hidden layers."""
+    alpha: float = 0.1
+    """GCNII initial-residual weight."""
+    theta: float = 0.5
+    """GCNII identity-mapping strength (beta_l = log(theta / l + 1))."""
+
+
+@dataclass
+class OptimConfig:
+    lr: float = 0.01
+    weight_decay: float = 5e-4
+    epochs: int = 200
+
+
+@dataclass
+class StrategyConfig:
+    name: str = "single"
+    workers: int = 1
+    partitioner: str = "metis"
+    minibatch: bool = False
+    """``single`` only: sampled mini-batch training instead of full-graph."""
+    fanouts: list[int] = field(default_factory=lambda: [10, 10])
+    batch_size: int = 512
+
+
+@dataclass
+class RunConfig:
+    data: DataConfig = field(default_factory=DataConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    strategy: StrategyConfig = field(default_factory=StrategyConfig)
+    seed: int = 0
+    dtype: str = "float32"
+    device: str = "auto"
+    """``auto`` (CUDA when available, else CPU), ``cpu`` or ``cuda``."""
+    json: str | None = None
+    checkpoint: str | None = None
+    resume: bool = False
+    progress: bool = True
+
+
+#: Model-specific defaults (the published settings for Cora); applied before user overrides.
+PRESETS: dict[str, dict[str, dict]] = {
+    "gcn": {"model": {"hidden": 16, "dropout": 0.5}, "optim": {"lr": 0.01, "weight_decay": 5e-4}},
+    "sage": {"model": {"hidden": 16, "dropout": 0.5}, "optim": {"lr": 0.01, "weight_decay": 5e-4}},
+    "gat": {"model": {"hidden": 8, "heads": 8, "dropout": 0.6}, "optim": {"lr": 0.005, "weight_decay": 5e-4}},
+    "gcnii": {"model": {"hidden": 64, "layers": 16, "dropout": 0.6}, "optim": {"lr": 0.01, "weight_decay": 5e-4}},
+    "resgcn": {"model": {"hidden": 64, "layers": 8, "dropout": 0.5}, "optim": {"lr": 0.005, "weight_decay": 5e-4}},
+}
+
+SECTIONS = {"data": DataConfig, "model": ModelConfig, "optim": OptimConfig, "strategy": StrategyConfig}
+
+
+def _apply(target, values: dict, where: str) -> None:
+    names = {f.name: f for f in dataclasses.fields(target)}
+    for key, value in values.items():
+        if key not in names:
+            raise ValueError(f"{where}: unknown option {key!r}; expected one of {', '.join(sorted(names))}")
+        current = getattr(target, key)
+        if dataclasses.is_dataclass(current):
+            if not isinstance(value, dict):
+                raise ValueError(f"{where}: [{key}] must be a table")
+            _apply(current, value, f"{where} [{key}]")
+            continue
+        if current is not None and value is not None and not isinstance(value, type(current)):
+            if isinstance(current, float) and isinstance(value, int):
+                value = float(value)
+            else:
+                raise ValueError(f"{where}: option {key!r} expects {type(current).__name__}, got {value!r}")
+        setattr(target, key, value)
+
+
+def build_config(overrides: dict, config_file: str | Path | None = None) -> RunConfig:
+    """Defaults, then the model preset, then the TOML file, then ``overrides``.
+
+    Args:
+        overrides: nested dict shaped like the TOML (``{"model": {"name": "gat"}, "seed": 1}``);
+            only options the user actually gave.
+        config_file: optional TOML file.
+    """
+    file_values: dict = {}
+    if config_file is not None:
+        path = Path(config_file)
+        try:
+            file_values = tomllib.loads(path.read_text())
+        except FileNotFoundError:
+            raise ValueError(f"--config: file {path} does not exist") from None
+        except tomllib.TOMLDecodeError as err:
+            raise ValueError(f"--config: {path} is not valid TOML: {err}") from None
+    model_name = overrides.get("model", {}).get("name") or file_values.get("model", {}).get("name") or "gcn"
+    config = RunConfig()
+    _apply(config, PRESETS.get(model_name, {}), f"preset {model_name!r}")
+    _apply(config, file_values, str(config_file))
+    _apply(config, overrides, "command line")
+    return config
+
+
+def to_dict(config: RunConfig) -> dict:
+    return dataclasses.asdict(config)

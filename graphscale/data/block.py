@@ -1,0 +1,113 @@
+"""Blocks: the bipartite graph pieces every GNN layer runs on.
+
+A block has ``num_dst`` destination rows and ``num_src`` source rows, stored as
+CSR by destination (``indptr[num_dst+1]``, ``indices[nnz]`` are *local* source
+row numbers). The first ``num_dst`` source rows are the destinations themselves
+(DGL's convention), so ``x_src[:num_dst]`` is the destinations' own input.
+
+Every block carries the *global* ids of its source rows (``src_ids``) and their
+*global* in-degrees (``src_deg``, self-loops excluded). Global quantities are
+computed once on the whole graph and carried in, never recomputed per piece:
+GCN's normalisation uses them, and recomputed dropout masks are keyed by the
+global ids.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import torch
+
+from graphscale.data.graph import Graph
+
+
+@dataclass
+class Block:
+    """A bipartite ``dst x src`` CSR piece of a graph.
+
+    Attributes:
+        indptr: int64 ``[num_dst+1]``.
+        indices: int64 ``[nnz]``, local source rows in ``[0, num_src)``.
+        src_ids: int64 ``[num_src]`` global vertex ids; ``src_ids[:num_dst]`` are the destinations.
+        src_deg: int64 ``[num_src]`` global in-degree of every source row (no self-loops).
+        edge_weight: optional ``[nnz]`` weights (unused by the built-in layers).
+    """
+
+    indptr: torch.Tensor
+    indices: torch.Tensor
+    src_ids: torch.Tensor
+    src_deg: torch.Tensor
+    edge_weight: torch.Tensor | None = None
+
+    def __post_init__(self) -> None:
+        if self.src_ids.numel() < self.num_dst:
+            raise ValueError(f"Block has {self.num_dst} destinations but only {self.src_ids.numel()} source rows; "
+                             "destinations must be the first source rows")
+        if self.src_deg.numel() != self.src_ids.numel():
+            raise ValueError("Block.src_deg must have one entry per source row")
+
+    @property
+    def num_dst(self) -> int:
+        return self.indptr.numel() - 1
+
+    @property
+    def num_src(self) -> int:
+        return self.src_ids.numel()
+
+    @property
+    def num_edges(self) -> int:
+        return self.indices.numel()
+
+    @property
+    def dst_ids(self) -> torch.Tensor:
+        return self.src_ids[: self.num_dst]
+
+    @property
+    def halo_ids(self) -> torch.Tensor:
+        """Global ids of the source rows that are not destinations."""
+        return self.src_ids[self.num_dst:]
+
+    def dst_of_edges(self) -> torch.Tensor:
+        """Local destination row of every edge, shape ``[nnz]``."""
+        return torch.repeat_interleave(torch.arange(self.num_dst, device=self.indptr.device),
+                                       self.indptr[1:] - self.indptr[:-1])
+
+    def to(self, device) -> Block:
+        def move(t):
+            return None if t is None else t.to(device, non_blocking=True)
+        return replace(self, indptr=move(self.indptr), indices=move(self.indices), src_ids=move(self.src_ids),
+                       src_deg=move(self.src_deg), edge_weight=move(self.edge_weight))
+
+    # ------------------------------------------------------------ builders
+    @classmethod
+    def full(cls, graph: Graph) -> Block:
+        """The whole graph as one block (``dst = src = V``)."""
+        n = graph.num_nodes
+        return cls(graph.indptr, graph.indices, torch.arange(n), graph.in_degrees())
+
+    @classmethod
+    def from_nodes(cls, graph: Graph, nodes: torch.Tensor, degrees: torch.Tensor | None = None) -> Block:
+        """Destinations ``nodes`` with all their in-edges; sources = nodes, then the 1-hop halo.
+
+        The halo (in-neighbours that are not in ``nodes``) is ordered by ascending global id.
+
+        Args:
+            graph: the whole graph (its CSR rows are read for ``nodes`` only).
+            nodes: int64 global ids of the destinations, in the order the rows should have.
+            degrees: global in-degrees ``[N]``; defaults to ``graph.in_degrees()``.
+        """
+        nodes = torch.as_tensor(nodes, dtype=torch.int64)
+        degrees = graph.in_degrees() if degrees is None else degrees
+        starts, ends = graph.indptr[nodes], graph.indptr[nodes + 1]
+        counts = ends - starts
+        indptr = torch.zeros(nodes.numel() + 1, dtype=torch.int64)
+        torch.cumsum(counts, 0, out=indptr[1:])
+        offsets = torch.arange(int(indptr[-1])) - torch.repeat_interleave(indptr[:-1] - starts, counts)
+        global_src = graph.indices[offsets]
+        is_dst = torch.zeros(graph.num_nodes, dtype=torch.bool)
+        is_dst[nodes] = True
+        halo = torch.unique(global_src[~is_dst[global_src]])
+        src_ids = torch.cat([nodes, halo])
+        local = torch.full((graph.num_nodes,), -1, dtype=torch.int64)
+        local[src_ids] = torch.arange(src_ids.numel())
+        return cls(indptr, local[global_src], src_ids, degrees[src_ids])

@@ -1,0 +1,86 @@
+"""The Strategy interface: one training strategy owns its whole step.
+
+The trainer calls ``setup`` once, then ``train_epoch`` / ``evaluate`` per epoch,
+then ``teardown``, identically on every worker and for every strategy; it never
+branches on which strategy it runs. Shared pieces used by several strategies
+(optimiser construction, the globally normalised loss, accuracy counting) live
+here so each strategy module holds only what is specific to it.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+
+import torch
+import torch.nn.functional as F
+
+from graphscale.config import OptimConfig, RunConfig
+from graphscale.data.graph import Graph
+from graphscale.distributed.env import DistEnv
+from graphscale.metrics.stats import EpochStats
+
+SPLITS = ("train", "val", "test")
+
+
+class Strategy(ABC):
+    """A way of training a model on a graph across ``env.world_size`` workers."""
+
+    #: True when the strategy reproduces the ``single`` reference exactly.
+    exact: bool = True
+
+    def setup(self, graph: Graph, model: torch.nn.Module, env: DistEnv, config: RunConfig) -> None:
+        """Prepare partitions, buffers and the optimiser. Called once per worker."""
+        self.graph, self.model, self.env, self.config = graph, model, env, config
+        self.optimizer = make_optimizer(model, config.optim)
+
+    @abstractmethod
+    def train_epoch(self, epoch: int) -> EpochStats:
+        """Run one epoch of training and return what it did."""
+
+    @abstractmethod
+    def evaluate(self) -> dict[str, float]:
+        """Accuracy (and loss) on every split: keys ``{split}_acc`` and ``{split}_loss``; same on every worker."""
+
+    def teardown(self) -> None:
+        """Release buffers and process-level resources."""
+
+    def state_dict(self) -> dict:
+        return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+
+
+def make_optimizer(model: torch.nn.Module, optim: OptimConfig) -> torch.optim.Optimizer:
+    """Adam with the configured learning rate and weight decay."""
+    return torch.optim.Adam(model.parameters(), lr=optim.lr, weight_decay=optim.weight_decay)
+
+
+def masked_loss_sum(logits: torch.Tensor, labels: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Sum of cross-entropy over the masked rows (divide by the *global* count to normalise)."""
+    if not bool(mask.any()):
+        return logits.sum() * 0.0
+    return F.cross_entropy(logits[mask], labels[mask], reduction="sum")
+
+
+def split_counts(logits: torch.Tensor, labels: torch.Tensor, masks: dict[str, torch.Tensor]) -> torch.Tensor:
+    """Per split: (correct, count, loss sum), flattened to a float64 vector of length 3*len(SPLITS)."""
+    out = []
+    pred = logits.argmax(dim=-1)
+    for split in SPLITS:
+        mask = masks[split]
+        correct = (pred[mask] == labels[mask]).sum().item() if mask.any() else 0
+        loss = masked_loss_sum(logits.detach().double(), labels, mask).item()
+        out += [float(correct), float(mask.sum()), loss]
+    return torch.tensor(out, dtype=torch.float64)
+
+
+def counts_to_metrics(counts: torch.Tensor) -> dict[str, float]:
+    """Turn summed :func:`split_counts` vectors into ``{split}_acc`` / ``{split}_loss``."""
+    metrics = {}
+    for i, split in enumerate(SPLITS):
+        correct, count, loss = counts[3 * i: 3 * i + 3].tolist()
+        metrics[f"{split}_acc"] = correct / count if count else float("nan")
+        metrics[f"{split}_loss"] = loss / count if count else float("nan")
+    return metrics
