@@ -1,0 +1,59 @@
+"""Plain-text tables and optional plots for benchmark commands."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+def _cell(value) -> str:
+    if isinstance(value, float):
+        if value != value:
+            return "-"
+        if value == 0 or 1e-3 <= abs(value) < 1e6:
+            return f"{value:,.3f}" if abs(value) < 100 else f"{value:,.1f}"
+        return f"{value:.3e}"
+    if isinstance(value, int):
+        return f"{value:,}"
+    return str(value)
+
+
+def format_table(rows: list[dict], columns: list[str] | None = None, title: str | None = None) -> str:
+    """Render ``rows`` (dicts) as an aligned text table; numbers right-aligned."""
+    if not rows:
+        return (title + "\n" if title else "") + "(no rows)"
+    columns = columns or list(rows[0])
+    cells = [[_cell(row.get(c, "")) for c in columns] for row in rows]
+    widths = [max(len(c), *(len(r[i]) for r in cells)) for i, c in enumerate(columns)]
+    numeric = [all(isinstance(row.get(c), (int, float)) for row in rows) for c in columns]
+
+    def line(values):
+        return "  ".join(v.rjust(w) if num else v.ljust(w) for v, w, num in zip(values, widths, numeric))
+
+    out = [title] if title else []
+    out += [line(columns), "  ".join("-" * w for w in widths)]
+    out += [line(r) for r in cells]
+    return "\n".join(out)
+
+
+def save_bar_plot(path: str | Path, labels: list[str], series: dict[str, list[float]], ylabel: str, title: str) -> Path:
+    """Grouped bar chart written to ``path`` (PNG/PDF by extension), written atomically."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    path = Path(path)
+    fig, ax = plt.subplots(figsize=(max(4.0, 1.2 * len(labels) * max(1, len(series)) / 2), 3.2))
+    width = 0.8 / max(1, len(series))
+    for i, (name, values) in enumerate(series.items()):
+        ax.bar([x + i * width for x in range(len(labels))], values, width, label=name)
+    ax.set_xticks([x + width * (len(series) - 1) / 2 for x in range(len(labels))], labels)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    if len(series) > 1:
+        ax.legend()
+    fig.tight_layout()
+    tmp = path.with_name(path.name + ".tmp" + path.suffix)
+    fig.savefig(tmp)
+    plt.close(fig)
+    tmp.replace(path)
+    return path
