@@ -1,0 +1,136 @@
+"""One training run end to end: launch workers, train, merge their histories into a report.
+
+``run(config)`` is what ``graphscale train`` calls and the Python API's entry
+point::
+
+    from graphscale.config import build_config
+    from graphscale.run import run
+    report = run(build_config({"model": {"name": "gat"}, "strategy": {"name": "graph-parallel", "workers": 2}}))
+    print(report["final"]["test_acc"])
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import time
+from pathlib import Path
+
+import torch
+
+from graphscale import __version__
+from graphscale.config import RunConfig, to_dict
+from graphscale.distributed.env import DistEnv
+from graphscale.distributed.launch import launch
+from graphscale.registry import STRATEGIES
+
+DTYPES = {"float32": torch.float32, "float64": torch.float64}
+
+
+def resolve_device(name: str) -> str:
+    """``auto`` -> ``cuda`` when a GPU is visible, else ``cpu``; validates explicit choices."""
+    if name == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if name not in ("cpu", "cuda"):
+        raise ValueError(f"--device must be auto, cpu or cuda, got {name!r}")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise ValueError("--device cuda was requested but torch sees no CUDA device (see `graphscale info`)")
+    return name
+
+
+def validate(config: RunConfig) -> None:
+    """Fail early, in the parent, with errors that name the option."""
+    if config.dtype not in DTYPES:
+        raise ValueError(f"--dtype must be one of {', '.join(DTYPES)}, got {config.dtype!r}")
+    if config.strategy.workers < 1:
+        raise ValueError(f"--workers must be >= 1, got {config.strategy.workers}")
+    if config.optim.epochs < 1:
+        raise ValueError(f"--epochs must be >= 1, got {config.optim.epochs}")
+    if config.resume and not config.checkpoint:
+        raise ValueError("--resume needs --checkpoint PATH")
+    STRATEGIES.get(config.strategy.name)  # raises with the list of choices
+    from graphscale.registry import MODELS
+    MODELS.get(config.model.name)
+
+
+def train_worker(env: DistEnv, config: RunConfig) -> dict:
+    """Body of one worker: load data, build the model, set up the strategy, train."""
+    from graphscale.data.datasets import load_dataset
+    from graphscale.nn.models import build_model
+    from graphscale.trainer import Trainer
+
+    torch.manual_seed(config.seed)
+    graph = load_dataset(config.data.dataset)
+    if graph.x is None or graph.y is None or graph.train_mask is None:
+        raise ValueError(f"dataset {config.data.dataset!r} has no features, labels or split; it cannot be trained on")
+    dtype = DTYPES[config.dtype]
+    graph.x = graph.x.to(dtype)
+    model = build_model(config.model, graph.num_features, graph.num_classes, seed=config.seed, dtype=dtype)
+    model = model.to(env.device)
+    strategy = STRATEGIES.get(config.strategy.name)()
+    strategy.setup(graph, model, env, config)
+    try:
+        result = Trainer(strategy, env, config).fit()
+    finally:
+        strategy.teardown()
+    result["graph"] = graph.summary()
+    return result
+
+
+def merge_histories(results: list[dict]) -> list[dict]:
+    """Per epoch: the (global) loss and metrics, the slowest worker's time, bytes and memory per worker."""
+    epochs = []
+    for records in zip(*(r["history"] for r in results)):
+        first = records[0]
+        bytes_total: dict[str, int] = {}
+        for rec in records:
+            for cat, n in rec["bytes"].items():
+                bytes_total[cat] = bytes_total.get(cat, 0) + n
+        epochs.append({
+            "epoch": first["epoch"], "loss": first["loss"],
+            **{k: v for k, v in first.items() if k.endswith("_acc") or k.endswith("_loss")},
+            "seconds": max(rec["seconds"] for rec in records),
+            "bytes": bytes_total,
+            "bytes_per_worker": [rec["bytes"] for rec in records],
+            "peak_memory_per_worker": [rec["peak_memory"] for rec in records],
+        })
+    return epochs
+
+
+def environment() -> dict:
+    return {"graphscale": __version__, "torch": torch.__version__, "python": platform.python_version(),
+            "cuda": torch.cuda.is_available(), "host": platform.node()}
+
+
+def run(config: RunConfig) -> dict:
+    """Train once with ``config`` and return the report (also written to ``config.json`` if set)."""
+    validate(config)
+    device = resolve_device(config.device)
+    start = time.perf_counter()
+    results = launch(train_worker, config.strategy.workers, config, device=device)
+    results.sort(key=lambda r: r["rank"])
+    epochs = merge_histories(results)
+    best = results[0]["best"]
+    report = {
+        "config": to_dict(config), "environment": environment(), "graph": results[0]["graph"],
+        "epochs": epochs,
+        "final": {"best_epoch": best["epoch"], "val_acc": best["val_acc"], "test_acc": best["test_acc"],
+                  "mean_epoch_seconds": sum(e["seconds"] for e in epochs) / max(len(epochs), 1),
+                  "bytes_per_epoch": epochs[-1]["bytes"] if epochs else {},
+                  "peak_memory_per_worker": [max(e["peak_memory_per_worker"][r] for e in epochs)
+                                             for r in range(len(results))] if epochs else [],
+                  "wall_seconds": time.perf_counter() - start},
+    }
+    if config.json:
+        write_json(report, config.json)
+    return report
+
+
+def write_json(report: dict, path: str | os.PathLike) -> None:
+    """Write ``report`` atomically (temporary file, then rename)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(report, indent=1, default=str))
+    os.replace(tmp, path)

@@ -1,0 +1,83 @@
+"""The single-process reference strategy: the oracle every other strategy is tested against.
+
+Full-graph mode runs the model on one block holding the whole graph; the loss is
+the mean cross-entropy over the training vertices. Mini-batch mode
+(``config.strategy.minibatch``) samples blocks with the uniform neighbour
+sampler for batches of training vertices (one optimiser step per batch, loss
+normalised by the batch size). Evaluation is always exact full-graph inference.
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+
+from graphscale.data.block import Block
+from graphscale.data.sampler import MiniBatchLoader, NeighborSampler
+from graphscale.metrics.memory import MemoryTracker
+from graphscale.metrics.stats import EpochStats
+from graphscale.registry import STRATEGIES
+from graphscale.strategies.base import Strategy, counts_to_metrics, masked_loss_sum, split_counts
+
+
+@STRATEGIES.register("single")
+class SingleStrategy(Strategy):
+    """One process, full-graph or sampled mini-batch training."""
+
+    def setup(self, graph, model, env, config) -> None:
+        super().setup(graph, model, env, config)
+        if env.world_size != 1:
+            raise ValueError(f"strategy 'single' runs on one worker, got --workers {env.world_size}")
+        device = env.device
+        self.x = graph.x.to(device)
+        self.y = graph.y.to(device)
+        self.masks = {"train": graph.train_mask.to(device), "val": graph.val_mask.to(device),
+                      "test": graph.test_mask.to(device)}
+        self.block = Block.full(graph).to(device)
+        self.tracker = MemoryTracker(env)
+        strategy = config.strategy
+        if strategy.minibatch:
+            if len(strategy.fanouts) != model.num_layers:
+                raise ValueError(f"--fanouts gives {len(strategy.fanouts)} values but the model has "
+                                 f"{model.num_layers} layers; give one fanout per layer")
+            self.sampler = NeighborSampler(graph, strategy.fanouts, seed=config.seed)
+            train_ids = torch.nonzero(graph.train_mask).flatten()
+            self.loader = MiniBatchLoader(train_ids, strategy.batch_size, seed=config.seed)
+
+    def train_epoch(self, epoch: int) -> EpochStats:
+        self.model.train()
+        self.model.set_epoch(epoch)
+        start = time.perf_counter()
+        with self.tracker.epoch():
+            if self.config.strategy.minibatch:
+                loss = self._minibatch_epoch(epoch)
+            else:
+                loss = self._step(self.block, self.x, self.masks["train"], int(self.masks["train"].sum()))
+        return EpochStats(loss=loss, seconds=time.perf_counter() - start, peak_memory=self.tracker.peak)
+
+    def _step(self, blocks, x, target_mask, normaliser: int) -> float:
+        self.optimizer.zero_grad(set_to_none=True)
+        logits = self.model(blocks, x)
+        dst = (blocks[-1] if isinstance(blocks, list) else blocks).dst_ids
+        loss = masked_loss_sum(logits, self.y[dst], target_mask) / normaliser
+        loss.backward()
+        self.optimizer.step()
+        return float(loss)
+
+    def _minibatch_epoch(self, epoch: int) -> float:
+        batches = self.loader.batches(epoch)
+        total, count = 0.0, 0
+        for i, targets in enumerate(batches):
+            blocks = [b.to(self.env.device) for b in self.sampler.sample(targets, batch_key=epoch * len(batches) + i)]
+            x = self.x[blocks[0].src_ids]
+            every = torch.ones(targets.numel(), dtype=torch.bool, device=self.env.device)
+            total += self._step(blocks, x, every, targets.numel()) * targets.numel()
+            count += targets.numel()
+        return total / max(count, 1)
+
+    @torch.no_grad()
+    def evaluate(self) -> dict[str, float]:
+        self.model.eval()
+        logits = self.model(self.block, self.x)
+        return counts_to_metrics(split_counts(logits, self.y, self.masks))

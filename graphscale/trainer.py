@@ -1,0 +1,87 @@
+"""The trainer: epochs, evaluation, best-validation selection, checkpoint/resume, progress.
+
+It runs inside every worker and drives any :class:`~graphscale.strategies.base.Strategy`
+the same way; it never branches on which strategy it runs. Worker 0 shows the
+progress bar and writes checkpoints; every worker returns its own history, which
+:mod:`graphscale.run` merges into the report.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+from pathlib import Path
+
+import torch
+from tqdm.auto import tqdm
+
+from graphscale.config import RunConfig
+from graphscale.distributed.env import DistEnv
+from graphscale.strategies.base import Strategy
+
+
+class Trainer:
+    """Runs ``config.optim.epochs`` epochs of a set-up strategy.
+
+    Args:
+        strategy: a strategy whose ``setup`` has run.
+        env: this worker's DistEnv.
+        config: the run configuration (epochs, checkpoint path, resume flag, progress).
+    """
+
+    def __init__(self, strategy: Strategy, env: DistEnv, config: RunConfig) -> None:
+        self.strategy, self.env, self.config = strategy, env, config
+        self.history: list[dict] = []
+        self.best = {"epoch": -1, "val_acc": -1.0, "test_acc": float("nan"), "state": None}
+        self.start_epoch = 0
+
+    # --------------------------------------------------------------- checkpoint
+    def save_checkpoint(self, epoch: int) -> None:
+        """Write model, optimiser, best-so-far and history atomically (worker 0 only)."""
+        if self.config.checkpoint is None or not self.env.is_main:
+            return
+        path = Path(self.config.checkpoint)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(path.name + ".tmp")
+        torch.save({"epoch": epoch, "strategy": self.strategy.state_dict(), "best": self.best,
+                    "history": self.history, "config_model": self.config.model.name}, tmp)
+        os.replace(tmp, path)
+
+    def load_checkpoint(self) -> None:
+        """Restore the state saved by :meth:`save_checkpoint`; training continues at the next epoch."""
+        path = Path(self.config.checkpoint)
+        if not path.exists():
+            raise ValueError(f"--resume: checkpoint {path} does not exist")
+        state = torch.load(path, map_location=self.env.device, weights_only=False)
+        if state.get("config_model") != self.config.model.name:
+            raise ValueError(f"--resume: checkpoint {path} holds a {state.get('config_model')!r} model, "
+                             f"but this run uses {self.config.model.name!r}")
+        self.strategy.load_state_dict(state["strategy"])
+        self.best, self.history = state["best"], state["history"]
+        self.start_epoch = state["epoch"] + 1
+
+    # --------------------------------------------------------------------- fit
+    def fit(self) -> dict:
+        """Train, evaluating after every epoch; returns this worker's history and best result."""
+        if self.config.resume:
+            self.load_checkpoint()
+        epochs = range(self.start_epoch, self.config.optim.epochs)
+        show = self.config.progress and self.env.is_main
+        bar = tqdm(epochs, desc=f"{self.config.strategy.name}/{self.config.model.name}", disable=not show,
+                   unit="epoch", dynamic_ncols=True, leave=True)
+        for epoch in bar:
+            stats = self.strategy.train_epoch(epoch)
+            metrics = self.strategy.evaluate()
+            record = {"epoch": epoch, **stats.to_dict(), **metrics}
+            self.history.append(record)
+            if metrics["val_acc"] > self.best["val_acc"]:
+                self.best = {"epoch": epoch, "val_acc": metrics["val_acc"], "test_acc": metrics["test_acc"],
+                             "state": copy.deepcopy(self.strategy.model.state_dict())}
+            bar.set_postfix(loss=f"{stats.loss:.4f}", val=f"{metrics['val_acc']:.3f}",
+                            test=f"{metrics['test_acc']:.3f}")
+            self.save_checkpoint(epoch)
+        bar.close()
+        if self.best["state"] is not None:
+            self.strategy.model.load_state_dict(self.best["state"])
+        return {"rank": self.env.rank, "history": self.history,
+                "best": {k: v for k, v in self.best.items() if k != "state"}}
