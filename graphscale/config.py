@@ -116,7 +116,11 @@ def build_config(overrides: dict, config_file: str | Path | None = None) -> RunC
             raise ValueError(f"--config: file {path} does not exist") from None
         except tomllib.TOMLDecodeError as err:
             raise ValueError(f"--config: {path} is not valid TOML: {err}") from None
-    model_name = overrides.get("model", {}).get("name") or file_values.get("model", {}).get("name") or "gcn"
+    def model_name_in(values: dict):
+        section = values.get("model")
+        return section.get("name") if isinstance(section, dict) else None
+
+    model_name = model_name_in(overrides) or model_name_in(file_values) or "gcn"
     config = RunConfig()
     _apply(config, PRESETS.get(model_name, {}), f"preset {model_name!r}")
     _apply(config, file_values, str(config_file))

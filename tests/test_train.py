@@ -1,0 +1,67 @@
+"""End to end: the trainer and the `graphscale train` command on the bundled Cora dataset."""
+
+import json
+import statistics
+
+import pytest
+
+from graphscale.cli import main
+from graphscale.config import build_config
+from graphscale.run import run
+
+
+def cora(model="gcn", epochs=200, seed=0, **strategy):
+    return build_config({"model": {"name": model}, "optim": {"epochs": epochs}, "seed": seed,
+                         "strategy": strategy, "progress": False})
+
+
+def test_gcn_reaches_80_percent_on_cora_over_5_seeds():
+    accs = [run(cora("gcn", seed=s))["final"]["test_acc"] for s in range(5)]
+    assert statistics.mean(accs) >= 0.80, accs
+
+
+def test_minibatch_sage_learns_cora():
+    report = run(cora("sage", epochs=15, minibatch=True, fanouts=[10, 10], batch_size=32))
+    assert report["final"]["test_acc"] >= 0.70
+    losses = [e["loss"] for e in report["epochs"]]
+    assert losses[-1] < losses[0]
+
+
+def test_resume_continues_exactly(tmp_path):
+    ckpt = str(tmp_path / "ckpt.pt")
+    straight = run(cora("gcn", epochs=6))
+    first = cora("gcn", epochs=3)
+    first.checkpoint = ckpt
+    run(first)
+    second = cora("gcn", epochs=6)
+    second.checkpoint, second.resume = ckpt, True
+    resumed = run(second)
+    assert [e["loss"] for e in resumed["epochs"]] == [e["loss"] for e in straight["epochs"]]
+    for key in ("best_epoch", "val_acc", "test_acc"):
+        assert resumed["final"][key] == straight["final"][key]
+
+
+def test_cli_train_prints_table_and_writes_json(tmp_path, capsys):
+    out = tmp_path / "report.json"
+    assert main(["train", "--epochs", "5", "--no-progress", "--json", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "test acc" in printed and "cora" in printed
+    report = json.loads(out.read_text())
+    assert len(report["epochs"]) == 5
+    epoch = report["epochs"][0]
+    for key in ("loss", "train_acc", "val_acc", "test_acc", "seconds", "bytes", "peak_memory_per_worker"):
+        assert key in epoch
+    assert epoch["peak_memory_per_worker"][0] > 0
+    assert 0 <= report["final"]["test_acc"] <= 1 and report["final"]["best_epoch"] >= 0
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--dataset", "nosuch"], "nosuch"),
+    (["--model", "transformer"], "unknown model 'transformer'"),
+    (["--strategy", "magic"], "unknown strategy 'magic'"),
+    (["--resume"], "--resume needs --checkpoint"),
+    (["--workers", "0"], "--workers must be >= 1"),
+])
+def test_cli_bad_options_give_clear_errors(argv, message, capsys):
+    assert main(["train", "--epochs", "1", "--no-progress", *argv]) == 2
+    assert message in capsys.readouterr().err
