@@ -6,7 +6,8 @@ row numbers). The first ``num_dst`` source rows are the destinations themselves
 (DGL's convention), so ``x_src[:num_dst]`` is the destinations' own input.
 
 Every block carries the *global* ids of its source rows (``src_ids``) and their
-*global* in-degrees (``src_deg``, self-loops excluded). Global quantities are
+*global* in-degrees (``src_deg``: in-degree as stored in the graph; datasets are
+loaded without self-loops, and GCN adds its implicit self-loop on top). Global quantities are
 computed once on the whole graph and carried in, never recomputed per piece:
 GCN's normalisation uses them, and recomputed dropout masks are keyed by the
 global ids.
@@ -29,7 +30,7 @@ class Block:
         indptr: int64 ``[num_dst+1]``.
         indices: int64 ``[nnz]``, local source rows in ``[0, num_src)``.
         src_ids: int64 ``[num_src]`` global vertex ids; ``src_ids[:num_dst]`` are the destinations.
-        src_deg: int64 ``[num_src]`` global in-degree of every source row (no self-loops).
+        src_deg: int64 ``[num_src]`` global in-degree of every source row (as stored in the graph).
         edge_weight: optional ``[nnz]`` weights (unused by the built-in layers).
     """
 

@@ -41,6 +41,7 @@ same call gives the same block in any process.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Sequence
 
 import numba as nb
@@ -117,6 +118,18 @@ def _floyd_hashed(h, d, k, out, lo):
 
 
 @nb.njit(cache=True)
+def _sort_small(a, lo, hi):
+    """Insertion sort of ``a[lo:hi]`` in place (faster than a general sort for short rows)."""
+    for i in range(lo + 1, hi):
+        x = a[i]
+        j = i - 1
+        while j >= lo and a[j] > x:
+            a[j + 1] = a[j]
+            j -= 1
+        a[j + 1] = x
+
+
+@nb.njit(cache=True)
 def _sample_kernel(indptr, indices, nodes, fanout, base, row_ptr, out):
     for r in range(nodes.size):
         v = nodes[r]
@@ -131,9 +144,10 @@ def _sample_kernel(indptr, indices, nodes, fanout, base, row_ptr, out):
         h = _mix(base ^ np.uint64(v))
         if k <= 48:
             _floyd_small(h, d, k, out, lo)
+            _sort_small(out, lo, lo + k)
         else:
             _floyd_hashed(h, d, k, out, lo)
-        out[lo:lo + k].sort()
+            out[lo:lo + k].sort()
         for q in range(lo, lo + k):
             out[q] = indices[start + out[q]]
 
@@ -147,34 +161,47 @@ def _check_range(nodes, num_nodes):
 
 
 @nb.njit(cache=True)
-def _relabel_kernel(dst, global_src, num_nodes):
-    """Local ids: destinations first (given order), then new sources in first-appearance order.
+def _relabel_direct(dst, global_src, num_nodes, src_ids):
+    """``_relabel_kernel`` through a dense ``[num_nodes]`` map (small graphs)."""
+    pos = np.full(num_nodes, -1, dtype=np.int64)
+    n = 0
+    for i in range(dst.size):
+        v = dst[i]
+        if pos[v] != -1:
+            return 0, np.empty(0, dtype=np.int64), i
+        pos[v] = n
+        src_ids[n] = v
+        n += 1
+    local = np.empty(global_src.size, dtype=np.int64)
+    for e in range(global_src.size):
+        u = global_src[e]
+        if pos[u] == -1:
+            pos[u] = n
+            src_ids[n] = u
+            n += 1
+        local[e] = pos[u]
+    return n, local, -1
 
-    Returns ``(src_ids, local_src, dup)`` where ``dup`` is the position of the first
-    repeated destination, or -1.
-    """
-    n_dst = dst.size
-    bound = min(num_nodes, n_dst + global_src.size)
-    cap = 16
-    while cap < 2 * bound:
-        cap *= 2
+
+@nb.njit(cache=True)
+def _relabel_hashed(dst, global_src, cap, src_ids):
+    """``_relabel_kernel`` through an open-addressing table of ``cap`` (a power of two) slots."""
     bits = np.uint64(0)
-    while (1 << np.int64(bits)) < cap:
+    while (np.int64(1) << np.int64(bits)) < cap:
         bits += np.uint64(1)
     shift = np.uint64(64) - bits
     mask = cap - 1
     golden = np.uint64(0x9E3779B97F4A7C15)
     keys = np.full(cap, -1, dtype=np.int64)
     vals = np.empty(cap, dtype=np.int64)
-    src_ids = np.empty(bound, dtype=np.int64)
     n = 0
-    for i in range(n_dst):
+    for i in range(dst.size):
         v = dst[i]
         slot = np.int64((np.uint64(v) * golden) >> shift)
         while keys[slot] != -1 and keys[slot] != v:
             slot = (slot + 1) & mask
         if keys[slot] == v:
-            return src_ids[:0].copy(), np.empty(0, dtype=np.int64), i
+            return 0, np.empty(0, dtype=np.int64), i
         keys[slot] = v
         vals[slot] = n
         src_ids[n] = v
@@ -191,14 +218,36 @@ def _relabel_kernel(dst, global_src, num_nodes):
             src_ids[n] = u
             n += 1
         local[e] = vals[slot]
-    return src_ids[:n].copy(), local, -1
+    return n, local, -1
+
+
+@nb.njit(cache=True)
+def _relabel_kernel(dst, global_src, num_nodes):
+    """Local ids: destinations first (given order), then new sources in first-appearance order.
+
+    Uses a dense map when the graph is no larger than the hash table would be, else a
+    hash table sized by the batch (so memory stays O(batch) on huge graphs). Returns
+    ``(src_ids, local_src, dup)`` where ``dup`` is the position of the first repeated
+    destination, or -1.
+    """
+    bound = min(num_nodes, dst.size + global_src.size)
+    src_ids = np.empty(bound, dtype=np.int64)
+    cap = 16
+    while cap < 2 * bound:
+        cap *= 2
+    if num_nodes <= 2 * cap:
+        n, local, dup = _relabel_direct(dst, global_src, num_nodes, src_ids)
+    else:
+        n, local, dup = _relabel_hashed(dst, global_src, cap, src_ids)
+    return src_ids[:n].copy(), local, dup
 
 
 # ------------------------------------------------------------------ helpers
 def _u64(value: int, name: str) -> np.uint64:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise ValueError(f"{name} must be an integer, got {value!r}")
-    return np.uint64(int(value) & _MASK64)
+    try:
+        return np.uint64(operator.index(value) & _MASK64)
+    except TypeError:
+        raise ValueError(f"{name} must be an integer, got {value!r}") from None
 
 
 def _check_fanout(fanout, name: str = "fanout") -> int:
@@ -215,7 +264,11 @@ def _csr_arrays(graph_or_csr) -> tuple[np.ndarray, np.ndarray]:
     else:
         raise ValueError("graph_or_csr must be a Graph or an (indptr, indices) pair, "
                          f"got {type(graph_or_csr).__name__}")
-    return _as_int64(indptr, "indptr"), _as_int64(indices, "indices")
+    indptr, indices = _as_int64(indptr, "indptr"), _as_int64(indices, "indices")
+    if indptr.size < 1 or indptr[0] != 0 or indptr[-1] != indices.size:
+        raise ValueError(f"indptr must have length num_nodes + 1 >= 1, start at 0 and end at "
+                         f"len(indices) = {indices.size}")
+    return indptr, indices
 
 
 def _as_int64(array, name: str) -> np.ndarray:
@@ -256,12 +309,11 @@ def sample_neighbors(graph_or_csr, nodes, fanout: int, seed: int, batch_key: int
         of ``nodes[r]`` as global ids, in ascending CSR position.
 
     Raises:
-        ValueError: on a bad fanout, non-integer keys, or ids outside ``[0, num_nodes)``.
+        ValueError: on a bad fanout, non-integer keys, a malformed CSR pair, or ids outside
+            ``[0, num_nodes)``.
     """
     fanout = _check_fanout(fanout)
     indptr, indices = _csr_arrays(graph_or_csr)
-    if indptr.size < 1:
-        raise ValueError("indptr must have length num_nodes + 1 >= 1")
     nodes_np = _as_int64(nodes, "nodes")
     _check_nodes(nodes_np, indptr.size - 1, "nodes")
     base = np.uint64(_stream_base(_u64(seed, "seed"), _u64(batch_key, "batch_key"), _u64(layer, "layer")))
@@ -305,6 +357,10 @@ class NeighborSampler:
         degrees: global in-degrees ``[N]`` carried into ``Block.src_deg``;
             defaults to ``graph.in_degrees()``, computed once here.
 
+    Raises:
+        TypeError: if ``graph`` is not a :class:`Graph`.
+        ValueError: on empty fanouts, a fanout that is neither ``>= 1`` nor ``-1``, or a bad ``degrees`` shape.
+
     Example:
         >>> sampler = NeighborSampler(graph, [15, 10, 5], seed=0)
         >>> blocks = sampler.sample(targets, batch_key=0)   # blocks[-1].dst_ids == targets
@@ -313,7 +369,7 @@ class NeighborSampler:
     def __init__(self, graph: Graph, fanouts: Sequence[int], seed: int = 0,
                  degrees: torch.Tensor | None = None) -> None:
         if not isinstance(graph, Graph):
-            raise ValueError(f"graph must be a graphscale Graph, got {type(graph).__name__}")
+            raise TypeError(f"graph must be a graphscale Graph, got {type(graph).__name__}")
         if isinstance(fanouts, (str, bytes)) or not isinstance(fanouts, Sequence) or len(fanouts) == 0:
             raise ValueError(f"fanouts must be a non-empty list of ints (one per layer), got {fanouts!r}")
         self.fanouts = [_check_fanout(f, f"fanouts[{i}]") for i, f in enumerate(fanouts)]
@@ -325,6 +381,7 @@ class NeighborSampler:
         if degrees.shape != (graph.num_nodes,):
             raise ValueError(f"degrees must have shape ({graph.num_nodes},), got {tuple(degrees.shape)}")
         self.degrees = degrees
+        self._degrees = _as_int64(degrees, "degrees")
 
     @property
     def num_layers(self) -> int:
@@ -358,8 +415,8 @@ class NeighborSampler:
             src_ids, local, dup = _relabel_kernel(dst, global_src, num_nodes)
             if dup >= 0:
                 raise ValueError(f"targets must be distinct; id {int(dst[dup])} repeats at position {dup}")
-            src_t = torch.from_numpy(src_ids)
-            blocks.append(Block(torch.from_numpy(row_ptr), torch.from_numpy(local), src_t, self.degrees[src_t]))
+            src_deg = torch.from_numpy(np.take(self._degrees, src_ids))  # numpy's gather beats torch's here
+            blocks.append(Block(torch.from_numpy(row_ptr), torch.from_numpy(local), torch.from_numpy(src_ids), src_deg))
             dst = src_ids
         blocks.reverse()
         return blocks
@@ -372,7 +429,7 @@ class MiniBatchLoader:
     that builds the loader with the same arguments sees the same batches.
 
     Args:
-        train_ids: int64 global ids of the training vertices ``[T]``, or a bool mask ``[N]``.
+        train_ids: distinct int64 global ids of the training vertices ``[T]``, or a bool mask ``[N]``.
         batch_size: targets per mini-batch, ``>= 1``.
         seed: shuffling seed.
         shuffle: permute the ids every epoch; otherwise keep the given order.
@@ -390,7 +447,10 @@ class MiniBatchLoader:
         if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
             raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
         _u64(seed, "seed")
-        self.train_ids = ids.to(torch.int64).contiguous()
+        ids = ids.to(torch.int64).contiguous()
+        if ids.numel() and (int(ids.min()) < 0 or torch.unique(ids).numel() != ids.numel()):
+            raise ValueError("train_ids must be distinct non-negative vertex ids")
+        self.train_ids = ids
         self.batch_size = int(batch_size)
         self.seed = int(seed)
         self.shuffle = bool(shuffle)
