@@ -63,7 +63,7 @@ class SingleStrategy(Strategy):
         loss = masked_loss_sum(logits, self.y[dst], target_mask) / normaliser
         loss.backward()
         self.optimizer.step()
-        return float(loss)
+        return loss.item()
 
     def _minibatch_epoch(self, epoch: int) -> float:
         batches = self.loader.batches(epoch)

@@ -1,0 +1,732 @@
+"""On-disk graph formats: the graph directory and the binary edge stream.
+
+**Graph directory** (format ``graphscale-graph``, version 1)::
+
+    DIR/meta.json        {"format", "version", "name", "num_nodes", "num_edges", "num_features",
+                          "x_dtype", "num_classes", "arrays": [names of the .npy files present], "meta": {...}}
+    DIR/indptr.npy       int64 [N+1]   CSR by destination (see :mod:`graphscale.data.graph`)
+    DIR/indices.npy      int64 [E]     source of every in-edge
+    DIR/x.npy            float [N, F]  optional node features
+    DIR/y.npy            int64 [N]     optional labels (-1 = unlabelled)
+    DIR/{train,val,test}_mask.npy  bool [N]  optional split
+
+Arrays are plain ``.npy`` files, memory-mapped on load. A directory is written
+into a sibling temporary directory and renamed into place, so a reader never
+sees a half-written graph. :class:`GraphDirWriter` writes one in chunks
+(destination rows in order, node rows in order) without holding the edge list
+or the feature matrix in memory.
+
+**Edge stream**: a headerless file of ``(src, dst)`` pairs, little-endian
+``int32`` or ``int64``, one directed record per pair. A sidecar ``FILE.json``
+(``{"num_vertices", "num_edges", "dtype"}``) is written by the writers and read
+when present; without it the dtype comes from an argument or the extension
+(``.e32`` / ``.e64``) and the vertex count from a streaming pass (max id + 1).
+:class:`EdgeStream` reads it in fixed-size chunks with bounded memory, which is
+what the streaming partitioners build on.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import shutil
+import uuid
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+import torch
+
+from graphscale.data.graph import Graph
+
+if TYPE_CHECKING:
+    from typing_extensions import Self
+
+GRAPH_FORMAT = "graphscale-graph"
+GRAPH_FORMAT_VERSION = 1
+NODE_ARRAYS = ("x", "y", "train_mask", "val_mask", "test_mask")
+MASKS = ("train_mask", "val_mask", "test_mask")
+EDGE_DTYPES = {"int32": np.dtype("<i4"), "int64": np.dtype("<i8")}
+EDGE_EXTENSIONS = {".e32": "int32", ".e64": "int64"}
+FEATURE_DTYPES = ("float16", "float32", "float64")
+DEFAULT_CHUNK_EDGES = 1 << 22
+
+
+# ---------------------------------------------------------------- helpers
+def _temp_sibling(path: Path, tag: str) -> Path:
+    return path.with_name(f".{path.name}.{tag}-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+
+
+def is_graph_dir(path: str | Path) -> bool:
+    """Whether ``path`` is a directory holding a graphscale ``meta.json``."""
+    meta = Path(path) / "meta.json"
+    try:
+        return json.loads(meta.read_text()).get("format") == GRAPH_FORMAT
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def _check_target_dir(path: Path, overwrite: bool) -> None:
+    if not path.exists():
+        return
+    if not path.is_dir():
+        raise FileExistsError(f"{path} exists and is not a directory; refusing to write a graph directory there")
+    if not any(path.iterdir()):
+        return
+    if not is_graph_dir(path):
+        raise FileExistsError(f"{path} exists, is not empty and is not a graph directory (no graphscale meta.json); "
+                              "refusing to overwrite it")
+    if not overwrite:
+        raise FileExistsError(f"graph directory {path} already exists (pass overwrite=True to replace it)")
+
+
+def _commit_dir(tmp: Path, path: Path) -> None:
+    """Move the finished ``tmp`` directory to ``path``, replacing a previous graph directory."""
+    if path.exists():
+        old = _temp_sibling(path, "old")
+        os.rename(path, old)
+        os.rename(tmp, path)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.rename(tmp, path)
+
+
+def _npy_header(dtype: np.dtype, shape: tuple[int, ...]) -> bytes:
+    buf = io.BytesIO()
+    np.lib.format.write_array_header_1_0(buf, {"descr": np.lib.format.dtype_to_descr(dtype),
+                                               "fortran_order": False, "shape": shape})
+    return buf.getvalue()
+
+
+def _as_numpy(value) -> np.ndarray:
+    return value.detach().cpu().numpy() if isinstance(value, torch.Tensor) else np.asarray(value)
+
+
+def _int_array(value, what: str, where: str) -> np.ndarray:
+    """``value`` as a flat integer numpy array; anything else is an error naming ``what`` and ``where``."""
+    array = _as_numpy(value).reshape(-1)
+    if array.size and not np.issubdtype(array.dtype, np.integer):
+        raise ValueError(f"{where}: {what} must be integers, got dtype {array.dtype}")
+    return array
+
+
+def _json_meta(meta: dict) -> dict:
+    """The JSON-serialisable entries of ``Graph.meta`` (tensors and arrays are not stored)."""
+    out = {}
+    for key, value in meta.items():
+        if key == "num_classes":
+            continue
+        try:
+            json.dumps(value)
+        except (TypeError, ValueError):
+            continue
+        out[str(key)] = value
+    return out
+
+
+# ------------------------------------------------------- graph directory
+class GraphDirWriter:
+    """Write a graph directory in chunks, atomically.
+
+    Destination rows are appended in order with :meth:`append_rows`; node data
+    (``x``, ``y``, masks) is appended in order with :meth:`append_nodes`, each
+    array with its own cursor. Only the current chunk is held in memory: the
+    CSR indices go straight to ``indices.npy`` and node arrays are written into
+    ``np.lib.format.open_memmap`` files. :meth:`close` checks that every row was
+    written, writes ``meta.json`` and renames the temporary directory into
+    place; on an exception inside ``with`` the temporary directory is removed.
+
+    Args:
+        path: target directory; an existing graph directory is replaced, any other non-empty path is refused.
+        num_nodes: ``N``.
+        num_features: ``F``; ``0`` writes no ``x.npy``.
+        x_dtype: feature dtype, one of ``float16``, ``float32``, ``float64``.
+        labels: write ``y.npy``.
+        masks: write the three split masks.
+        num_classes: stored in ``meta.json`` (``None`` when unknown).
+        name: graph name.
+        meta: extra JSON-serialisable metadata (other entries are dropped).
+        overwrite: replace an existing graph directory at ``path``.
+    """
+
+    def __init__(self, path: str | Path, num_nodes: int, *, num_features: int = 0, x_dtype: str = "float32",
+                 labels: bool = True, masks: bool = True, num_classes: int | None = None, name: str = "graph",
+                 meta: dict | None = None, overwrite: bool = True) -> None:
+        self.path = Path(path)
+        if num_nodes < 0 or num_features < 0:
+            raise ValueError(f"GraphDirWriter({self.path}): num_nodes and num_features must be >= 0, "
+                             f"got {num_nodes} and {num_features}")
+        if x_dtype not in FEATURE_DTYPES:
+            raise ValueError(f"GraphDirWriter({self.path}): x_dtype must be one of {FEATURE_DTYPES}, got {x_dtype!r}")
+        _check_target_dir(self.path, overwrite)
+        self.num_nodes, self.num_features, self.x_dtype = num_nodes, num_features, x_dtype
+        self.num_classes, self.name, self.meta = num_classes, name, _json_meta(meta or {})
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._tmp = _temp_sibling(self.path, "tmp")
+        self._tmp.mkdir()
+        try:
+            self._indptr = np.lib.format.open_memmap(self._tmp / "indptr.npy", "w+", np.int64, (num_nodes + 1,))
+            self._indptr[0] = 0
+            self._indices = open(self._tmp / "indices.npy", "wb")  # noqa: SIM115 - closed by close()/abort()
+            self._indices.write(_npy_header(np.dtype("<i8"), (0,)))
+            shapes = {"x": ((num_nodes, num_features), x_dtype), "y": ((num_nodes,), "int64")}
+            shapes.update({m: ((num_nodes,), "bool") for m in MASKS})
+            wanted = (["x"] if num_features else []) + (["y"] if labels else []) + (list(MASKS) if masks else [])
+            self._nodes = {k: np.lib.format.open_memmap(self._tmp / f"{k}.npy", "w+", shapes[k][1], shapes[k][0])
+                           for k in wanted}
+        except BaseException:
+            self.abort()
+            raise
+        self._node_cursor = dict.fromkeys(self._nodes, 0)
+        self._rows = 0
+        self._edges = 0
+        self._closed = False
+
+    def append_rows(self, counts, indices) -> None:
+        """Append the in-edges of the next ``len(counts)`` destination rows.
+
+        Args:
+            counts: in-degree of each of the next rows, shape ``[k]``.
+            indices: their sources, row after row, shape ``[sum(counts)]``, ids in ``[0, N)``.
+        """
+        self._check_open()
+        where = f"GraphDirWriter({self.path})"
+        counts = _int_array(counts, "row counts", where).astype(np.int64, copy=False)
+        indices = _int_array(indices, "source ids", where)
+        k = counts.size
+        if self._rows + k > self.num_nodes:
+            raise ValueError(f"GraphDirWriter({self.path}): {self._rows + k} rows appended, "
+                             f"but the graph has {self.num_nodes}")
+        if k and counts.min() < 0:
+            raise ValueError(f"GraphDirWriter({self.path}): negative row count")
+        if int(counts.sum()) != indices.size:
+            raise ValueError(f"GraphDirWriter({self.path}): counts sum to {int(counts.sum())} "
+                             f"but {indices.size} indices were given")
+        if indices.size and (int(indices.min()) < 0 or int(indices.max()) >= self.num_nodes):
+            raise ValueError(f"GraphDirWriter({self.path}): source ids must lie in [0, {self.num_nodes}), got "
+                             f"[{int(indices.min())}, {int(indices.max())}]")
+        self._indptr[self._rows + 1: self._rows + 1 + k] = self._edges + np.cumsum(counts)
+        indices.astype("<i8", copy=False).tofile(self._indices)
+        self._rows += k
+        self._edges += indices.size
+
+    def append_nodes(self, **arrays) -> None:
+        """Append the next rows of node arrays (``x``, ``y``, ``train_mask``, ``val_mask``, ``test_mask``)."""
+        self._check_open()
+        for key, value in arrays.items():
+            if key not in self._nodes:
+                raise ValueError(f"GraphDirWriter({self.path}): unknown or disabled node array {key!r}; "
+                                 f"this writer accepts {sorted(self._nodes)}")
+            target = self._nodes[key]
+            value = _as_numpy(value)
+            start = self._node_cursor[key]
+            if value.shape[1:] != target.shape[1:] or start + len(value) > self.num_nodes:
+                raise ValueError(f"GraphDirWriter({self.path}): {key} rows {start}..{start + len(value)} of shape "
+                                 f"{value.shape[1:]} do not fit the array of shape {target.shape}")
+            target[start: start + len(value)] = value
+            self._node_cursor[key] = start + len(value)
+
+    def close(self) -> Path:
+        """Check completeness, write ``meta.json`` and move the directory into place; returns ``path``."""
+        self._check_open()
+        missing = [f"{k} ({c} of {self.num_nodes} rows)" for k, c in self._node_cursor.items() if c != self.num_nodes]
+        if self._rows != self.num_nodes:
+            missing.insert(0, f"CSR ({self._rows} of {self.num_nodes} rows)")
+        if missing:
+            self.abort()
+            raise ValueError(f"GraphDirWriter({self.path}): incomplete graph, missing {', '.join(missing)}")
+        try:
+            self._indices.seek(0)
+            self._indices.write(_npy_header(np.dtype("<i8"), (self._edges,)))
+            self._indices.close()
+            for array in [self._indptr, *self._nodes.values()]:
+                array.flush()
+            meta = {"format": GRAPH_FORMAT, "version": GRAPH_FORMAT_VERSION, "name": self.name,
+                    "num_nodes": self.num_nodes, "num_edges": self._edges, "num_features": self.num_features,
+                    "x_dtype": self.x_dtype if "x" in self._nodes else None, "num_classes": self.num_classes,
+                    "arrays": ["indptr", "indices", *self._nodes], "meta": self.meta}
+            (self._tmp / "meta.json").write_text(json.dumps(meta, indent=1))
+            self._release()
+            _commit_dir(self._tmp, self.path)
+        except BaseException:
+            self.abort()
+            raise
+        self._closed = True
+        return self.path
+
+    def abort(self) -> None:
+        """Discard everything written so far."""
+        self._release()
+        shutil.rmtree(self._tmp, ignore_errors=True)
+        self._closed = True
+
+    def _release(self) -> None:
+        if getattr(self, "_indices", None) is not None and not self._indices.closed:
+            self._indices.close()
+        self._indptr = None
+        self._nodes = {}
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ValueError(f"GraphDirWriter({self.path}) is already closed")
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if self._closed:
+            return
+        if exc_type is None:
+            self.close()
+        else:
+            self.abort()
+
+
+def save_graph_dir(graph: Graph, path: str | Path, *, overwrite: bool = True) -> Path:
+    """Write ``graph`` as a graph directory (atomically; see the module docstring).
+
+    Args:
+        graph: the graph; ``meta`` entries that are not JSON-serialisable are not stored.
+        path: target directory.
+        overwrite: replace an existing graph directory (a non-graph directory is always refused).
+
+    Returns:
+        ``path``.
+    """
+    x_dtype = "float32" if graph.x is None else str(graph.x.dtype).removeprefix("torch.")
+    present = [m for m in MASKS if getattr(graph, m) is not None]
+    if present and len(present) != len(MASKS):
+        raise ValueError(f"save_graph_dir({path}): the graph has only some split masks ({present}); "
+                         "give all three or none")
+    with GraphDirWriter(path, graph.num_nodes, num_features=graph.num_features, x_dtype=x_dtype,
+                        labels=graph.y is not None, masks=bool(present),
+                        num_classes=graph.num_classes if (graph.y is not None or "num_classes" in graph.meta) else None,
+                        name=graph.name, meta=graph.meta, overwrite=overwrite) as writer:
+        writer.append_rows(graph.in_degrees(), graph.indices)
+        writer.append_nodes(**{k: getattr(graph, k) for k in NODE_ARRAYS
+                               if getattr(graph, k) is not None and (k != "x" or graph.num_features)})
+    return Path(path)
+
+
+def _expected_arrays(meta: dict) -> dict[str, tuple[tuple[int, ...], str]]:
+    n, e = meta["num_nodes"], meta["num_edges"]
+    out = {"indptr": ((n + 1,), "int64"), "indices": ((e,), "int64"), "y": ((n,), "int64"),
+           "x": ((n, meta["num_features"]), meta.get("x_dtype") or "float32")}
+    out.update({m: ((n,), "bool") for m in MASKS})
+    return out
+
+
+def _read_meta(path: Path) -> dict:
+    meta_file = path / "meta.json"
+    if not path.is_dir():
+        raise FileNotFoundError(f"graph directory {path} does not exist; expected a directory with meta.json, "
+                                "indptr.npy, indices.npy and optionally x.npy, y.npy, *_mask.npy")
+    if not meta_file.is_file():
+        raise FileNotFoundError(f"{meta_file} is missing: {path} is not a graph directory")
+    try:
+        meta = json.loads(meta_file.read_text())
+    except ValueError as err:
+        raise ValueError(f"{meta_file} is not valid JSON: {err}") from None
+    if not isinstance(meta, dict) or meta.get("format") != GRAPH_FORMAT:
+        raise ValueError(f"{meta_file}: 'format' must be {GRAPH_FORMAT!r}")
+    if meta.get("version") != GRAPH_FORMAT_VERSION:
+        raise ValueError(f"{meta_file}: unsupported version {meta.get('version')!r}, "
+                         f"this graphscale reads version {GRAPH_FORMAT_VERSION}")
+    for key in ("num_nodes", "num_edges", "num_features", "arrays"):
+        if key not in meta:
+            raise ValueError(f"{meta_file}: required field {key!r} is missing")
+    unknown = set(meta["arrays"]) - {"indptr", "indices", *NODE_ARRAYS}
+    if unknown or not {"indptr", "indices"} <= set(meta["arrays"]):
+        raise ValueError(f"{meta_file}: 'arrays' must include indptr and indices and only name "
+                         f"{', '.join(NODE_ARRAYS)}; got {meta['arrays']}")
+    return meta
+
+
+def load_graph_dir(path: str | Path, *, mmap: bool = True, verify: bool = False) -> Graph:
+    """Load a graph directory, memory-mapping its arrays.
+
+    With ``mmap=True`` arrays are mapped copy-on-write (``mmap_mode='c'``): pages
+    are read on first touch, and an in-place update of a tensor changes only
+    this process's copy, never the file.
+
+    Args:
+        path: the directory.
+        mmap: memory-map the arrays instead of reading them into memory.
+        verify: also check the contents (``indptr`` non-decreasing, ids in range,
+            labels below ``num_classes``); this reads every array once.
+
+    Returns:
+        The :class:`Graph`; ``meta`` holds the stored metadata, ``num_classes`` and ``source``.
+    """
+    path = Path(path)
+    meta = _read_meta(path)
+    expected = _expected_arrays(meta)
+    arrays = {}
+    for key in meta["arrays"]:
+        file = path / f"{key}.npy"
+        if not file.is_file():
+            raise FileNotFoundError(f"{file} is missing but {path / 'meta.json'} lists {key!r}")
+        try:
+            array = np.load(file, mmap_mode="c" if mmap else None, allow_pickle=False)
+        except (ValueError, OSError) as err:
+            raise ValueError(f"{file} is not a readable .npy file: {err}") from None
+        shape, dtype = expected[key]
+        if array.shape != shape or array.dtype != np.dtype(dtype):
+            raise ValueError(f"{file} has shape {array.shape} and dtype {array.dtype}; meta.json expects "
+                             f"shape {shape} and dtype {dtype}")
+        arrays[key] = array
+    indptr = arrays["indptr"]
+    if indptr[0] != 0 or indptr[-1] != meta["num_edges"]:
+        raise ValueError(f"{path / 'indptr.npy'} must run from 0 to num_edges={meta['num_edges']}, "
+                         f"got {indptr[0]}..{indptr[-1]}")
+    if verify:
+        _verify_arrays(path, meta, arrays)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
+        tensors = {k: torch.from_numpy(v) for k, v in arrays.items()}
+    extra = dict(meta.get("meta") or {})
+    if meta.get("num_classes") is not None:
+        extra["num_classes"] = int(meta["num_classes"])
+    extra.setdefault("source", f"graphdir:{path}")
+    return Graph(tensors.pop("indptr"), tensors.pop("indices"), name=meta.get("name", path.name), meta=extra,
+                 **tensors)
+
+
+def _verify_arrays(path: Path, meta: dict, arrays: dict[str, np.ndarray]) -> None:
+    n = meta["num_nodes"]
+    if np.any(np.diff(arrays["indptr"]) < 0):
+        raise ValueError(f"{path / 'indptr.npy'} is not non-decreasing")
+    indices = arrays["indices"]
+    if indices.size and (indices.min() < 0 or indices.max() >= n):
+        raise ValueError(f"{path / 'indices.npy'} has ids outside [0, {n})")
+    y, classes = arrays.get("y"), meta.get("num_classes")
+    if y is not None and y.size and (y.min() < -1 or (classes is not None and y.max() >= classes)):
+        raise ValueError(f"{path / 'y.npy'} has labels outside [-1, {classes})")
+
+
+# ----------------------------------------------------------- edge stream
+def sidecar_path(path: str | Path) -> Path:
+    """The JSON sidecar of an edge stream file: ``FILE.json``."""
+    return Path(str(path) + ".json")
+
+
+def _check_edge_dtype(dtype: str, where: str) -> np.dtype:
+    if dtype not in EDGE_DTYPES:
+        raise ValueError(f"{where}: dtype must be one of {', '.join(EDGE_DTYPES)}, got {dtype!r}")
+    return EDGE_DTYPES[dtype]
+
+
+def _write_json_atomic(path: Path, payload: dict) -> None:
+    tmp = _temp_sibling(path, "tmp")
+    tmp.write_text(json.dumps(payload))
+    os.replace(tmp, path)
+
+
+class EdgeStreamWriter:
+    """Append ``(src, dst)`` chunks to an edge stream file; atomic on :meth:`close`.
+
+    Records go to a temporary sibling file that is renamed over ``path`` on
+    close, followed by the sidecar ``path.json``. Inside ``with``, an exception
+    discards the temporary file.
+
+    Args:
+        path: the stream file.
+        dtype: ``int32`` or ``int64``.
+        num_vertices: declared vertex count (ids are checked against it); default max id + 1.
+        overwrite: replace an existing file at ``path``.
+    """
+
+    def __init__(self, path: str | Path, dtype: str = "int32", num_vertices: int | None = None, *,
+                 overwrite: bool = True) -> None:
+        self.path = Path(path)
+        self.dtype = dtype
+        self._np_dtype = _check_edge_dtype(dtype, f"EdgeStreamWriter({self.path})")
+        limit = np.iinfo(self._np_dtype).max
+        if num_vertices is not None and not 0 <= num_vertices <= limit + 1:
+            raise ValueError(f"EdgeStreamWriter({self.path}): num_vertices={num_vertices} does not fit dtype {dtype}")
+        if self.path.exists() and not overwrite:
+            raise FileExistsError(f"edge stream {self.path} already exists (pass overwrite=True to replace it)")
+        if self.path.is_dir():
+            raise FileExistsError(f"{self.path} is a directory; an edge stream must be a file")
+        self.num_vertices = num_vertices
+        self.num_edges = 0
+        self._max_id = -1
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._tmp = _temp_sibling(self.path, "tmp")
+        self._file = open(self._tmp, "wb")  # noqa: SIM115 - closed by close()/abort()
+
+    def append(self, src, dst) -> None:
+        """Append records ``src[i] -> dst[i]``."""
+        if self._file is None:
+            raise ValueError(f"EdgeStreamWriter({self.path}) is already closed")
+        where = f"EdgeStreamWriter({self.path})"
+        src, dst = _int_array(src, "src", where), _int_array(dst, "dst", where)
+        if src.shape != dst.shape:
+            raise ValueError(f"{where}: src and dst differ in length ({src.size} vs {dst.size})")
+        if not src.size:
+            return
+        lo, hi = int(min(src.min(), dst.min())), int(max(src.max(), dst.max()))
+        bound = np.iinfo(self._np_dtype).max + 1 if self.num_vertices is None else self.num_vertices
+        if lo < 0 or hi >= bound:
+            raise ValueError(f"EdgeStreamWriter({self.path}): vertex ids must lie in [0, {bound}) "
+                             f"(dtype {self.dtype}, num_vertices {self.num_vertices}), got [{lo}, {hi}]")
+        pairs = np.empty((src.size, 2), dtype=self._np_dtype)
+        pairs[:, 0], pairs[:, 1] = src, dst
+        pairs.tofile(self._file)
+        self.num_edges += src.size
+        self._max_id = max(self._max_id, hi)
+
+    def close(self) -> EdgeStream:
+        """Finish the file and its sidecar; returns the :class:`EdgeStream` over it."""
+        if self._file is None:
+            raise ValueError(f"EdgeStreamWriter({self.path}) is already closed")
+        self._file.close()
+        self._file = None
+        nv = self._max_id + 1 if self.num_vertices is None else self.num_vertices
+        os.replace(self._tmp, self.path)
+        _write_json_atomic(sidecar_path(self.path), {"num_vertices": nv, "num_edges": self.num_edges,
+                                                     "dtype": self.dtype})
+        return EdgeStream(self.path)
+
+    def abort(self) -> None:
+        """Discard the records written so far."""
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+        self._tmp.unlink(missing_ok=True)
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if self._file is None:
+            return
+        if exc_type is None:
+            self.close()
+        else:
+            self.abort()
+
+
+def write_edge_stream(path: str | Path, src, dst, dtype: str = "int32", num_vertices: int | None = None,
+                      *, chunk_edges: int = DEFAULT_CHUNK_EDGES) -> EdgeStream:
+    """Write records ``src[i] -> dst[i]`` as an edge stream with its sidecar (atomically).
+
+    Args:
+        path: the stream file.
+        src, dst: integer arrays or tensors of equal length.
+        dtype: ``int32`` or ``int64``.
+        num_vertices: declared vertex count; default max id + 1.
+        chunk_edges: records converted per step (bounds the extra memory).
+    """
+    src, dst = _as_numpy(src).reshape(-1), _as_numpy(dst).reshape(-1)
+    with EdgeStreamWriter(path, dtype, num_vertices) as writer:
+        if src.shape != dst.shape:
+            raise ValueError(f"write_edge_stream({path}): src and dst differ in length ({src.size} vs {dst.size})")
+        for start in range(0, src.size, chunk_edges):
+            writer.append(src[start: start + chunk_edges], dst[start: start + chunk_edges])
+        return writer.close()
+
+
+class EdgeStream:
+    """Read-only view of an edge stream file, read in chunks.
+
+    Args:
+        path: the stream file.
+        dtype: ``int32`` / ``int64``; default from the sidecar, else the extension (``.e32``/``.e64``).
+        num_vertices: vertex count; default from the sidecar, else max id + 1 (one streaming pass, on first use).
+
+    Raises:
+        FileNotFoundError: the file does not exist.
+        ValueError: the dtype cannot be determined or disagrees with the sidecar, or the file size is not a
+            whole number of pairs.
+    """
+
+    def __init__(self, path: str | Path, dtype: str | None = None, num_vertices: int | None = None) -> None:
+        self.path = Path(path)
+        if not self.path.is_file():
+            raise FileNotFoundError(f"edge stream {self.path} does not exist (expected a binary file of "
+                                    "(src, dst) int32/int64 pairs, with an optional sidecar FILE.json)")
+        side = self._read_sidecar()
+        for key, given in (("dtype", dtype), ("num_vertices", num_vertices)):
+            if given is not None and key in side and side[key] != given:
+                raise ValueError(f"edge stream {self.path}: {key}={given!r} disagrees with "
+                                 f"{sidecar_path(self.path)} ({key}={side[key]!r})")
+        dtype = dtype or side.get("dtype") or EDGE_EXTENSIONS.get(self.path.suffix)
+        if dtype is None:
+            raise ValueError(f"edge stream {self.path}: cannot tell its dtype; pass dtype='int32' or 'int64', "
+                             f"name the file .e32/.e64, or provide {sidecar_path(self.path)}")
+        self.dtype = dtype
+        self.np_dtype = _check_edge_dtype(dtype, f"edge stream {self.path}")
+        pair = 2 * self.np_dtype.itemsize
+        size = self.path.stat().st_size
+        if size % pair:
+            raise ValueError(f"edge stream {self.path}: size {size} bytes is not a multiple of the {pair}-byte "
+                             f"(src, dst) pair of dtype {dtype}; the file is truncated or has another dtype")
+        self.num_edges = size // pair
+        if "num_edges" in side and side["num_edges"] != self.num_edges:
+            raise ValueError(f"edge stream {self.path} holds {self.num_edges} edges but "
+                             f"{sidecar_path(self.path)} says {side['num_edges']}")
+        declared = num_vertices if num_vertices is not None else side.get("num_vertices")
+        if declared is not None and (not isinstance(declared, int) or declared < 0):
+            raise ValueError(f"edge stream {self.path}: num_vertices must be a non-negative integer, got {declared!r}")
+        self._num_vertices = declared
+
+    def _read_sidecar(self) -> dict:
+        side_file = sidecar_path(self.path)
+        if not side_file.is_file():
+            return {}
+        try:
+            side = json.loads(side_file.read_text())
+        except ValueError as err:
+            raise ValueError(f"{side_file} is not valid JSON: {err}") from None
+        if not isinstance(side, dict) or not {"num_vertices", "num_edges", "dtype"} <= set(side):
+            raise ValueError(f"{side_file} must be an object with num_vertices, num_edges and dtype")
+        return side
+
+    @property
+    def num_vertices(self) -> int:
+        """Declared vertex count, or max id + 1 found by one streaming pass (cached)."""
+        if self._num_vertices is None:
+            top = -1
+            for src, dst in self.chunks():
+                if src.size:
+                    top = max(top, int(src.max()), int(dst.max()))
+            self._num_vertices = top + 1
+        return self._num_vertices
+
+    def chunks(self, chunk_edges: int = DEFAULT_CHUNK_EDGES, start: int = 0,
+               stop: int | None = None) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        """Yield ``(src, dst)`` arrays of at most ``chunk_edges`` records from edge ``start`` to ``stop``.
+
+        Arrays are contiguous, native-endian, of the stream's dtype. Every chunk
+        is checked: a negative id, or one ``>= num_vertices`` when the count is
+        known, raises a ValueError naming the file and the edge index.
+        """
+        if chunk_edges < 1:
+            raise ValueError(f"chunk_edges must be >= 1, got {chunk_edges}")
+        stop = self.num_edges if stop is None else min(stop, self.num_edges)
+        if not 0 <= start <= stop:
+            raise ValueError(f"edge stream {self.path}: bad edge range [{start}, {stop}) of {self.num_edges}")
+        native = self.np_dtype.newbyteorder("=")
+        with open(self.path, "rb") as f:
+            f.seek(start * 2 * self.np_dtype.itemsize)
+            for index, first in enumerate(range(start, stop, chunk_edges)):
+                n = min(chunk_edges, stop - first)
+                buf = np.fromfile(f, dtype=self.np_dtype, count=2 * n)
+                if buf.size != 2 * n:
+                    raise ValueError(f"edge stream {self.path} ended early at edge {first + buf.size // 2}")
+                pairs = buf.reshape(n, 2).astype(native, copy=False)
+                src, dst = np.ascontiguousarray(pairs[:, 0]), np.ascontiguousarray(pairs[:, 1])
+                self._check_chunk(src, dst, first, index)
+                yield src, dst
+
+    def _check_chunk(self, src: np.ndarray, dst: np.ndarray, first: int, index: int) -> None:
+        if not src.size:
+            return
+        bound = self._num_vertices
+        lo, hi = min(src.min(), dst.min()), max(src.max(), dst.max())
+        if lo >= 0 and (bound is None or hi < bound):
+            return
+        bad = (src < 0) | (dst < 0)
+        if bound is not None:
+            bad |= (src >= bound) | (dst >= bound)
+        i = int(np.argmax(bad))
+        raise ValueError(f"edge stream {self.path}: edge {first + i} (in chunk {index} starting at edge {first}) "
+                         f"is ({src[i]}, {dst[i]}); vertex ids must lie in "
+                         f"[0, {'max id + 1' if bound is None else bound})")
+
+    def degrees(self, which: str = "dst", chunk_edges: int = DEFAULT_CHUNK_EDGES) -> np.ndarray:
+        """Count records per vertex in one streaming pass.
+
+        Args:
+            which: ``dst`` (in-degree), ``src`` (out-degree) or ``both`` (their sum).
+            chunk_edges: records per chunk.
+
+        Returns:
+            int64 ``[num_vertices]``.
+        """
+        if which not in ("dst", "src", "both"):
+            raise ValueError(f"degrees: which must be 'dst', 'src' or 'both', got {which!r}")
+        n = self.num_vertices
+        deg = np.zeros(n, dtype=np.int64)
+        for src, dst in self.chunks(chunk_edges):
+            if which in ("dst", "both"):
+                deg += np.bincount(dst, minlength=n)
+            if which in ("src", "both"):
+                deg += np.bincount(src, minlength=n)
+        return deg
+
+    def __repr__(self) -> str:
+        nv = self._num_vertices if self._num_vertices is not None else "?"
+        return f"EdgeStream({str(self.path)!r}, dtype={self.dtype}, num_edges={self.num_edges}, num_vertices={nv})"
+
+
+def graph_to_edge_stream(graph: Graph, path: str | Path, dtype: str | None = None,
+                         *, chunk_edges: int = DEFAULT_CHUNK_EDGES) -> EdgeStream:
+    """Write every edge of ``graph`` as a record ``src -> dst``, in CSR (destination) order.
+
+    Args:
+        graph: the graph (may be memory-mapped; it is read in chunks of edges).
+        path: the stream file.
+        dtype: ``int32``/``int64``; default ``int32`` when ``N <= 2**31``, else ``int64``.
+        chunk_edges: records per chunk.
+    """
+    n = graph.num_nodes
+    dtype = dtype or ("int32" if n <= 2**31 else "int64")
+    indptr, indices = graph.indptr.numpy(), graph.indices.numpy()
+    with EdgeStreamWriter(path, dtype, n) as writer:
+        for first in range(0, graph.num_edges, chunk_edges):
+            last = min(first + chunk_edges, graph.num_edges)
+            dst = np.searchsorted(indptr, np.arange(first, last), side="right") - 1
+            writer.append(indices[first:last], dst)
+        return writer.close()
+
+
+def _sort_rows(indptr: np.ndarray, indices: np.ndarray) -> np.ndarray:
+    """Sort the sources within every CSR row (vectorised: one sort of ``row * N + src`` keys)."""
+    n = indptr.size - 1
+    rows = np.repeat(np.arange(n, dtype=np.int64), np.diff(indptr))
+    if n and n > (np.iinfo(np.int64).max // n):
+        return indices[np.lexsort((indices, rows))]
+    keys = np.sort(rows * n + indices)
+    return keys - rows * n
+
+
+def edge_stream_to_graph(stream: EdgeStream | str | Path, *, chunk_edges: int = DEFAULT_CHUNK_EDGES,
+                         name: str | None = None) -> Graph:
+    """Build a :class:`Graph` (topology only) from an edge stream, in two chunked passes.
+
+    Every record becomes one edge (duplicates and self-loops are kept; call
+    ``coalesce()`` / ``remove_self_loops()`` as needed); sources within a row are
+    sorted, so the layout equals :func:`graphscale.data.graph.csr_from_edges`.
+    Peak memory is the CSR plus one chunk.
+
+    Args:
+        stream: an :class:`EdgeStream` or the path of one.
+        chunk_edges: records per chunk.
+        name: graph name; default the file's stem.
+    """
+    if not isinstance(stream, EdgeStream):
+        stream = EdgeStream(stream)
+    n = stream.num_vertices
+    counts = stream.degrees("dst", chunk_edges)
+    indptr = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(counts, out=indptr[1:])
+    indices = np.empty(stream.num_edges, dtype=np.int64)
+    cursor = indptr[:-1].copy()
+    for src, dst in stream.chunks(chunk_edges):
+        if not dst.size:
+            continue
+        order = np.argsort(dst, kind="stable")
+        dst_sorted = dst[order]
+        first = np.flatnonzero(np.concatenate([[True], dst_sorted[1:] != dst_sorted[:-1]]))
+        group = np.diff(np.append(first, dst.size))
+        rank = np.arange(dst.size) - np.repeat(first, group)
+        indices[cursor[dst_sorted] + rank] = src[order]
+        cursor[dst_sorted[first]] += group
+    indices = _sort_rows(indptr, indices)
+    return Graph(torch.from_numpy(indptr), torch.from_numpy(indices), name=name or stream.path.stem,
+                 meta={"source": f"edgestream:{stream.path}"})
