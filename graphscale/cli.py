@@ -8,6 +8,7 @@ import statistics
 import sys
 
 from graphscale.bench.table import format_table
+from graphscale.distributed.launch import WorkerError
 
 #: ``graphscale bench NAME`` -> module with ``add_arguments(parser)`` and ``run(args)``.
 BENCHES = {
@@ -174,6 +175,9 @@ def main(argv: list[str] | None = None) -> int:
         message = err.args[0] if isinstance(err, KeyError) and err.args else err
         print(f"graphscale: error: {message}", file=sys.stderr)
         return 2
+    except WorkerError as err:
+        print(f"graphscale: error: {err}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

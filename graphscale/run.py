@@ -22,21 +22,10 @@ import torch
 from graphscale import __version__
 from graphscale.config import RunConfig, to_dict
 from graphscale.distributed.env import DistEnv
-from graphscale.distributed.launch import launch
+from graphscale.distributed.launch import launch, resolve_device
 from graphscale.registry import STRATEGIES
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
-
-
-def resolve_device(name: str) -> str:
-    """``auto`` -> ``cuda`` when a GPU is visible, else ``cpu``; validates explicit choices."""
-    if name == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    if name not in ("cpu", "cuda"):
-        raise ValueError(f"--device must be auto, cpu or cuda, got {name!r}")
-    if name == "cuda" and not torch.cuda.is_available():
-        raise ValueError("--device cuda was requested but torch sees no CUDA device (see `graphscale info`)")
-    return name
 
 
 def validate(config: RunConfig) -> None:
@@ -106,7 +95,7 @@ def environment() -> dict:
 def run(config: RunConfig) -> dict:
     """Train once with ``config`` and return the report (also written to ``config.json`` if set)."""
     validate(config)
-    device = resolve_device(config.device)
+    device = resolve_device(config.device, config.strategy.workers)
     start = time.perf_counter()
     results = launch(train_worker, config.strategy.workers, config, device=device)
     results.sort(key=lambda r: r["rank"])

@@ -25,15 +25,18 @@ carry ``timeout_s`` so a worker blocked on a dead peer fails too.
 
 from __future__ import annotations
 
+import atexit
 import os
 import pickle
 import shutil
+import sys
 import tempfile
 import time
 import traceback
+from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -82,7 +85,10 @@ def resolve_device(device: str | torch.device, world_size: int) -> str:
     Raises:
         ValueError: ``device`` is unknown, or ``cuda`` is asked for without enough GPUs.
     """
-    kind = torch.device(device).type if not isinstance(device, str) or device != "auto" else "auto"
+    if isinstance(device, torch.device):
+        kind = device.type
+    else:
+        kind = str(device).split(":")[0]
     gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
     if kind == "auto":
         return "cuda" if gpus >= world_size else "cpu"
@@ -205,11 +211,20 @@ def _worker(rank: int, world_size: int, fn: Callable, args: tuple, workdir: str,
         result = fn(env, *args)
         payload = pickle.dumps(("ok", result))
     except BaseException:  # noqa: BLE001 - every failure must reach the parent
-        payload = pickle.dumps(("error", traceback.format_exc()))
+        payload = pickle.dumps(("error", traceback.format_exc(), time.time()))
         _write_atomic(out, payload)
         os._exit(1)  # skip interpreter teardown: peers may be blocked on us and the parent is stopping them
     _write_atomic(out, payload)
-    dist.destroy_process_group()
+    try:
+        dist.destroy_process_group()
+    finally:
+        # Skip interpreter teardown: C++ static destructors of the communication libraries occasionally
+        # abort ("terminate called without an active exception") after all Python code has finished.
+        # Python-level exit handlers still run (multiprocessing releases its semaphores there).
+        atexit._run_exitfuncs()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
 
 
 def _write_atomic(path: Path, payload: bytes) -> None:
@@ -218,7 +233,7 @@ def _write_atomic(path: Path, payload: bytes) -> None:
     tmp.replace(path)
 
 
-def _read_outcome(path: Path) -> tuple[str, Any] | None:
+def _read_outcome(path: Path) -> tuple | None:
     if not path.exists():
         return None
     return pickle.loads(path.read_bytes())
@@ -238,6 +253,11 @@ def _stop(procs: list) -> None:
 
 
 def _spawn(fn: Callable, world_size: int, args: tuple, backend: str, kind: str, timeout_s: float) -> list[Any]:
+    try:
+        pickle.dumps(fn)
+    except Exception as err:  # noqa: BLE001 - pickling raises several types
+        raise ValueError(f"launch: fn={fn!r} cannot be sent to spawned workers ({err}); "
+                         "pass a module-level function") from None
     ctx = mp.get_context("spawn")
     workdir = tempfile.mkdtemp(prefix="graphscale-launch-")
     procs = []
@@ -247,9 +267,9 @@ def _spawn(fn: Callable, world_size: int, args: tuple, backend: str, kind: str, 
                             name=f"graphscale-worker-{rank}", daemon=False)
             p.start()
             procs.append(p)
-        outcomes: dict[int, tuple[str, Any]] = {}
+        outcomes: dict[int, tuple] = {}
         while len(outcomes) < world_size:
-            failed: list[WorkerError] = []
+            failed: list[tuple[float, WorkerError]] = []
             for rank, p in enumerate(procs):
                 if rank in outcomes or p.is_alive():
                     continue
@@ -258,13 +278,16 @@ def _spawn(fn: Callable, world_size: int, args: tuple, backend: str, kind: str, 
                 if outcome is not None and outcome[0] == "ok" and p.exitcode == 0:
                     outcomes[rank] = outcome
                 else:
-                    tb = outcome[1] if outcome is not None and outcome[0] == "error" else ""
-                    failed.append(WorkerError(rank, tb, p.exitcode))
+                    raised = outcome is not None and outcome[0] == "error"
+                    when = outcome[2] if raised else float("-inf")
+                    failed.append((when, WorkerError(rank, outcome[1] if raised else "", p.exitcode)))
             if failed:
                 _stop(procs)
-                # Prefer a worker that left a traceback (the cause) over one that just died.
-                failed.sort(key=lambda e: (not e.worker_traceback, e.rank))
-                raise failed[0]
+                # A worker that died without a traceback (crash, os._exit) is the cause: its peers' errors
+                # ("connection closed") follow from it. Otherwise the earliest traceback is the cause, since
+                # peers blocked on a failed worker fail after it. Ties go to the lowest rank.
+                failed.sort(key=lambda item: (item[0], item[1].rank))
+                raise failed[0][1]
             time.sleep(_POLL_S)
         return [outcomes[rank][1] for rank in range(world_size)]
     finally:

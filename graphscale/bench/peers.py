@@ -1,0 +1,300 @@
+"""``graphscale bench peers``: a 2-layer GCN training epoch, graphscale against PyG.
+
+Three systems train the same model (dropout -> GCN(in, hidden) -> ReLU ->
+dropout -> GCN(hidden, classes), cross-entropy on the training vertices,
+backward, Adam step) on the same graph, side by side in one run:
+
+* ``graphscale`` - :func:`graphscale.nn.models.build_model` (``gcn``) on the
+  full graph as one block (numba CSR kernels, transpose cached on the block,
+  keyed dropout);
+* ``pyg-edge_index`` - ``torch_geometric.nn.GCNConv(cached=True)`` on ``edge_index``
+  (gather / scatter message passing);
+* ``pyg-csr`` - the same ``GCNConv(cached=True)`` on the adjacency as a
+  ``torch.sparse_csr_tensor`` ``adj_t`` (PyG normalises it with ``gcn_norm`` once
+  and multiplies with ``torch.sparse.mm``; no torch-sparse needed).
+
+Both PyG variants use ``cached=True`` (PyG's setting for transductive
+full-graph training), so their normalisation runs once, in the warm-up epoch.
+
+Time: seconds per epoch, the median of ``--repeats`` epochs after
+``--warmup`` warm-up epochs (which absorb numba compilation or cache loading,
+PyG's normalisation and allocator warm-up).
+
+Peak memory: every system runs in a fresh process (``multiprocessing`` spawn)
+that imports its libraries and runs one epoch on a toy graph (so code, numba's
+compiled kernels and lazily imported modules are in the baseline), loads the
+graph from a shared-memory file, reads its resident set size
+(``VmRSS``), resets the kernel's peak-RSS counter (``/proc/self/clear_refs``
+``5``; where that is not allowed the process-lifetime peak is used) and then
+builds the system and trains; peak memory is ``ru_maxrss`` at the end minus
+that baseline. It therefore covers everything the system adds beyond the raw
+graph and features: format conversions, normalisation, caches, activations,
+autograd's saved tensors and temporaries.
+
+Example::
+
+    graphscale bench peers --dataset sbm:nodes=1000000,degree=10,features=128 --hidden 128 --repeats 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing as mp
+import os
+import resource
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+SYSTEMS = ("graphscale", "pyg-edge_index", "pyg-csr")
+TARGETS = {"pyg-edge_index": (3.5, 0.3), "pyg-csr": (1.5, None)}
+"""Targets of graphscale against each peer: (minimum speed-up, maximum memory ratio)."""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Register this benchmark's options on ``parser``."""
+    parser.add_argument("--dataset", default="sbm:nodes=1000000,degree=10,features=128",
+                        help="dataset spec (see `graphscale datasets`); default sbm:nodes=1000000,degree=10,features=128")
+    parser.add_argument("--hidden", type=int, default=128,
+                        help="hidden width of the 2-layer GCN (default 128)")
+    parser.add_argument("--dropout", type=float, default=0.5, help="dropout probability (default 0.5)")
+    parser.add_argument("--repeats", type=int, default=3, help="timed epochs per system; the median is reported")
+    parser.add_argument("--warmup", type=int, default=1, help="untimed warm-up epochs per system (default 1)")
+    parser.add_argument("--threads", type=int, default=0,
+                        help="torch (and kernel) threads in each system's process; 0 = torch's default")
+    parser.add_argument("--systems", default=",".join(SYSTEMS),
+                        help=f"comma-separated subset of {', '.join(SYSTEMS)} (default all)")
+    parser.add_argument("--plot", default=None, metavar="PATH",
+                        help="also write a bar plot (PNG/PDF) of time and peak memory relative to graphscale")
+
+
+# ----------------------------------------------------------------------------- memory probes
+def _rss_bytes() -> int:
+    """Current resident set size of this process (``VmRSS``; falls back to ``ru_maxrss``)."""
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return _peak_bytes()
+
+
+def _peak_bytes() -> int:
+    """Peak resident set size since start or the last reset (``ru_maxrss``, KiB on Linux)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def _reset_peak() -> bool:
+    """Reset the kernel's peak-RSS counter; ``False`` where that is not allowed."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        return True
+    except OSError:
+        return False
+
+
+# ----------------------------------------------------------------------------- systems
+def _graphscale_epoch(data: dict, hidden: int, dropout: float):
+    from graphscale.config import ModelConfig
+    from graphscale.data.block import Block
+    from graphscale.data.graph import Graph
+    from graphscale.nn.models import build_model
+
+    graph = Graph(data["indptr"], data["indices"])
+    block = Block.full(graph)
+    x, y, train = data["x"], data["y"], data["train"]
+    model = build_model(ModelConfig(name="gcn", hidden=hidden, layers=2, dropout=dropout), x.shape[1],
+                        data["classes"], seed=0)
+    opt = torch.optim.Adam(model.parameters(), lr=0.01)
+
+    def epoch(i: int) -> float:
+        model.train()
+        model.set_epoch(i)
+        opt.zero_grad(set_to_none=True)
+        loss = torch.nn.functional.cross_entropy(model(block, x)[train], y[train])
+        loss.backward()
+        opt.step()
+        return float(loss.detach())
+
+    return epoch
+
+
+def _pyg_epoch(data: dict, hidden: int, dropout: float, layout: str):
+    import torch.nn.functional as F
+    from torch_geometric.nn import GCNConv
+
+    x, y, train = data["x"], data["y"], data["train"]
+    indptr, indices = data["indptr"], data["indices"]
+    n = indptr.numel() - 1
+    if layout == "edge_index":
+        dst = torch.repeat_interleave(torch.arange(n), indptr[1:] - indptr[:-1])
+        adj = torch.stack([indices, dst])
+        del dst
+    else:  # adj_t: rows = destinations, columns = sources; exactly the graph's CSR
+        adj = torch.sparse_csr_tensor(indptr, indices, torch.ones(indices.numel()), (n, n))
+
+    class Net(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.conv1 = GCNConv(x.shape[1], hidden, cached=True)
+            self.conv2 = GCNConv(hidden, data["classes"], cached=True)
+
+        def forward(self, h):
+            h = F.dropout(h, dropout, self.training)
+            h = F.relu(self.conv1(h, adj))
+            h = F.dropout(h, dropout, self.training)
+            return self.conv2(h, adj)
+
+    torch.manual_seed(0)
+    model = Net()
+    opt = torch.optim.Adam(model.parameters(), lr=0.01)
+
+    def epoch(i: int) -> float:
+        model.train()
+        opt.zero_grad(set_to_none=True)
+        loss = F.cross_entropy(model(x)[train], y[train])
+        loss.backward()
+        opt.step()
+        return float(loss.detach())
+
+    return epoch
+
+
+def _toy_data(num_classes: int = 3) -> dict:
+    """A tiny graph in the layout :func:`_child` loads, to warm the libraries up before the baseline."""
+    from graphscale.testing.graphs import random_graph
+
+    g = random_graph(50, 4.0, num_features=8, num_classes=num_classes, seed=0)
+    return {"indptr": g.indptr, "indices": g.indices, "x": g.x, "y": g.y, "train": g.train_mask,
+            "classes": num_classes}
+
+
+def _make_epoch(system: str, data: dict, hidden: int, dropout: float):
+    if system == "graphscale":
+        return _graphscale_epoch(data, hidden, dropout)
+    return _pyg_epoch(data, hidden, dropout, system.split("-", 1)[1])
+
+
+def _child(system: str, path: str, hidden: int, dropout: float, warmup: int, repeats: int, threads: int) -> dict:
+    """Body of one measurement process (module level so that spawn can import it)."""
+    import warnings
+
+    warnings.filterwarnings("ignore", message=".*[Ss]parse.*")
+    if threads > 0:
+        torch.set_num_threads(threads)
+    # import the system's libraries and load its compiled kernels on a toy graph, so that the
+    # baseline below holds code and the peak measures data-dependent memory only
+    toy = _make_epoch(system, _toy_data(), 4, dropout)
+    toy(0)
+    del toy
+    data = torch.load(path)
+    baseline = _rss_bytes()
+    exact_reset = _reset_peak()
+    epoch = _make_epoch(system, data, hidden, dropout)
+    times, loss = [], float("nan")
+    for i in range(warmup + repeats):
+        start = time.perf_counter()
+        loss = epoch(i)
+        if i >= warmup:
+            times.append(time.perf_counter() - start)
+    return {"times": times, "peak": max(0, _peak_bytes() - baseline), "loss": loss, "exact_reset": exact_reset,
+            "threads": torch.get_num_threads()}
+
+
+def measure(graph, hidden: int = 128, dropout: float = 0.5, repeats: int = 3, warmup: int = 1,
+            systems: tuple[str, ...] = SYSTEMS, threads: int = 0) -> list[dict]:
+    """Time one GCN training epoch and its peak memory for each system, each in a fresh process.
+
+    Args:
+        graph: a :class:`graphscale.data.graph.Graph` with features, labels (and optionally a training mask).
+        hidden: hidden width.
+        dropout: dropout probability.
+        repeats: timed epochs (median reported).
+        warmup: untimed epochs first.
+        systems: which of :data:`SYSTEMS` to run; ``graphscale`` is the reference of the ratios.
+        threads: threads per process (0 = torch's default).
+
+    Returns:
+        One row per system: ``system``, ``s/epoch``, ``min s/epoch``, ``speedup of graphscale``,
+        ``peak MiB``, ``memory graphscale/system``, ``final loss``.
+    """
+    if repeats < 1 or warmup < 0:
+        raise ValueError(f"--repeats must be >= 1 and --warmup >= 0, got {repeats} and {warmup}")
+    unknown = [s for s in systems if s not in SYSTEMS]
+    if unknown or not systems:
+        raise ValueError(f"--systems: unknown {unknown or 'empty list'}; choose from {', '.join(SYSTEMS)}")
+    if graph.x is None or graph.y is None:
+        raise ValueError(f"dataset {graph.name!r} needs features and labels for the GCN benchmark")
+    train = graph.train_mask if graph.train_mask is not None else torch.ones(graph.num_nodes, dtype=torch.bool)
+    data = {"indptr": graph.indptr, "indices": graph.indices, "x": graph.x.float().contiguous(),
+            "y": graph.y.clamp_min(0), "train": train, "classes": max(graph.num_classes, 2)}
+    shm = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
+    results = {}
+    with tempfile.TemporaryDirectory(prefix="graphscale-peers-", dir=shm) as tmp:
+        path = str(Path(tmp) / "graph.pt")
+        torch.save(data, path)
+        del data
+        ctx = mp.get_context("spawn")
+        for system in systems:
+            with ctx.Pool(1) as pool:
+                results[system] = pool.apply(_child, (system, path, hidden, dropout, warmup, repeats, threads))
+    ref = results.get("graphscale")
+    rows = []
+    for system, res in results.items():
+        sec = statistics.median(res["times"])
+        row = {"system": system, "s/epoch": sec, "min s/epoch": min(res["times"]),
+               "peak MiB": res["peak"] / 2**20, "final loss": res["loss"]}
+        if ref is not None:
+            row["speedup of graphscale"] = sec / statistics.median(ref["times"])
+            row["memory graphscale/system"] = ref["peak"] / max(res["peak"], 1)
+        row["threads"] = res["threads"]
+        row["exact peak reset"] = "yes" if res["exact_reset"] else "no (lifetime peak)"
+        rows.append(row)
+    return rows
+
+
+def run(args: argparse.Namespace) -> list[dict]:
+    """Load ``args.dataset``, measure every system, print the table and the targets (and write the plot)."""
+    from graphscale.bench.table import format_table, save_bar_plot
+    from graphscale.data.datasets import load_dataset
+
+    if args.hidden < 1:
+        raise ValueError(f"--hidden must be >= 1, got {args.hidden}")
+    if not 0.0 <= args.dropout < 1.0:
+        raise ValueError(f"--dropout must lie in [0, 1), got {args.dropout}")
+    systems = tuple(s.strip() for s in args.systems.split(",") if s.strip())
+    graph = load_dataset(args.dataset)
+    rows = measure(graph, args.hidden, args.dropout, args.repeats, args.warmup, systems, args.threads)
+    title = (f"2-layer GCN epoch (forward + backward + Adam), hidden {args.hidden}, dropout {args.dropout}, on "
+             f"{graph.name} ({graph.num_nodes:,} nodes, {graph.num_edges:,} edges, {graph.num_features} features); "
+             f"median of {args.repeats} after {args.warmup} warm-up")
+    columns = ["system", "s/epoch", "min s/epoch", "speedup of graphscale", "peak MiB", "memory graphscale/system",
+               "final loss", "threads", "exact peak reset"]
+    print(format_table(rows, [c for c in columns if c in rows[0]], title=title))
+    by_name = {r["system"]: r for r in rows}
+    if "graphscale" in by_name:
+        for peer, (speed, memory) in TARGETS.items():
+            if peer not in by_name:
+                continue
+            r = by_name[peer]
+            line = (f"graphscale vs {peer}: {r['speedup of graphscale']:.2f}x faster (target >= {speed}x, "
+                    f"{'met' if r['speedup of graphscale'] >= speed else 'NOT met'}); "
+                    f"peak memory {r['memory graphscale/system']:.3f}x")
+            if memory is not None:
+                line += (f" (target <= {memory}x, "
+                         f"{'met' if r['memory graphscale/system'] <= memory else 'NOT met'})")
+            print(line)
+    if args.plot and "graphscale" in by_name:
+        labels = [r["system"] for r in rows]
+        path = save_bar_plot(args.plot, labels, {
+            "time per epoch (x graphscale)": [r["speedup of graphscale"] for r in rows],
+            "peak memory (x graphscale)": [1.0 / max(r["memory graphscale/system"], 1e-12) for r in rows],
+        }, "relative to graphscale", f"2-layer GCN epoch, hidden {args.hidden}: PyG / graphscale")
+        print(f"plot written to {path}")
+    return rows

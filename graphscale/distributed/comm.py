@@ -1,0 +1,186 @@
+"""Comm: every byte a strategy moves goes through here and lands in the Ledger.
+
+Recording follows the Ledger's convention: the *sender* records, ``peer`` is
+the receiving rank, sends to oneself are free. Summing a category over workers
+gives the bytes that crossed the wire. The byte model of each collective:
+
+* ``all_to_all_v`` / ``send``: the exact rows sent to each other rank.
+* ``all_reduce``: the ring algorithm (what NCCL and gloo's ring use for large
+  tensors). The tensor is cut into ``W`` chunks (chunk ``c`` holds
+  ``numel // W + (c < numel % W)`` elements); in each of the ``W-1``
+  reduce-scatter steps rank ``r`` sends chunk ``(r - s) mod W`` to rank
+  ``(r + 1) mod W``, and in each of the ``W-1`` all-gather steps chunk
+  ``(r + 1 - s) mod W``. Per worker that is about ``2 (W-1)/W * nbytes``;
+  summed over workers it is exactly ``2 (W-1) * nbytes``.
+* ``broadcast``: the root sends ``nbytes`` to each of the other ``W-1`` ranks
+  (flat tree), so the sum over workers is ``(W-1) * nbytes``.
+* ``all_gather_v``: every rank sends its rows to each of the other ``W-1`` ranks.
+* ``exchange_counts``: one int64 per other rank, under :data:`CONTROL`.
+
+``world_size == 1`` never touches ``torch.distributed`` and records nothing
+(there is no other rank to send to).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+
+from graphscale.distributed.env import DistEnv
+from graphscale.metrics.ledger import HOST
+
+#: Ledger category of small bookkeeping messages (counts, scalar losses, metric sums).
+CONTROL = "control"
+
+
+def nbytes(t: torch.Tensor) -> int:
+    """Bytes of ``t``'s elements (not of its whole storage)."""
+    return t.numel() * t.element_size()
+
+
+def ring_allreduce_bytes(numel: int, element_size: int, rank: int, world_size: int) -> int:
+    """Bytes rank ``rank`` sends in a ring all-reduce of ``numel`` elements (see the module docstring)."""
+    if world_size <= 1:
+        return 0
+    base, extra = divmod(numel, world_size)
+
+    def chunk(c: int) -> int:
+        return base + (1 if c < extra else 0)
+
+    sent = sum(chunk((rank - s) % world_size) + chunk((rank + 1 - s) % world_size) for s in range(world_size - 1))
+    return sent * element_size
+
+
+class Comm:
+    """The collectives a strategy uses, each recorded in ``env.ledger``.
+
+    Args:
+        env: this worker's DistEnv (its ``group`` is used; ``None`` = default group).
+    """
+
+    def __init__(self, env: DistEnv) -> None:
+        self.env = env
+        self.rank = env.rank
+        self.world_size = env.world_size
+        self.group = env.group
+
+    @property
+    def ledger(self):
+        return self.env.ledger
+
+    # -------------------------------------------------------------- records
+    def record(self, category: str, nbytes: int, peer: int = HOST) -> None:
+        """Record a modelled transfer (e.g. a host<->device copy on a CPU-only run); self-sends are dropped."""
+        if peer == self.rank:
+            return
+        self.ledger.add(category, nbytes, peer)
+
+    # ---------------------------------------------------------- collectives
+    def barrier(self) -> None:
+        """Wait for every rank."""
+        if self.world_size > 1:
+            dist.barrier(group=self.group)
+
+    def exchange_counts(self, send_counts: list[int]) -> list[int]:
+        """Tell every rank how many items I send it; learn how many each rank sends me.
+
+        Args:
+            send_counts: ``send_counts[p]`` = items for rank ``p`` (length ``world_size``).
+
+        Returns:
+            ``recv_counts[p]`` = items rank ``p`` sends me.
+        """
+        self._check_counts(send_counts, "send_counts")
+        if self.world_size == 1:
+            return [int(c) for c in send_counts]
+        send = torch.tensor(send_counts, dtype=torch.int64, device=self.env.device)
+        recv = torch.empty_like(send)
+        dist.all_to_all_single(recv, send, group=self.group)
+        for peer in range(self.world_size):
+            self.record(CONTROL, 8, peer)
+        return [int(c) for c in recv.tolist()]
+
+    def all_to_all_v(self, send: torch.Tensor, send_counts: list[int], recv_counts: list[int],
+                     category: str) -> torch.Tensor:
+        """Personalised exchange of rows: rows ``[sum(send_counts[:p]), +send_counts[p])`` go to rank ``p``.
+
+        Args:
+            send: ``[sum(send_counts), *rest]``, grouped by destination rank.
+            send_counts: rows for each rank (length ``world_size``).
+            recv_counts: rows from each rank (length ``world_size``; see :meth:`exchange_counts`).
+            category: Ledger category of the bytes sent to other ranks.
+
+        Returns:
+            ``[sum(recv_counts), *rest]``, grouped by source rank.
+        """
+        self._check_counts(send_counts, "send_counts")
+        self._check_counts(recv_counts, "recv_counts")
+        if send.dim() == 0 or send.shape[0] != sum(send_counts):
+            raise ValueError(f"all_to_all_v: send has {send.shape[0] if send.dim() else 0} rows, "
+                             f"send_counts sum to {sum(send_counts)}")
+        if self.world_size == 1:
+            if recv_counts[0] != send_counts[0]:
+                raise ValueError(f"all_to_all_v: single worker sends {send_counts[0]} rows but expects {recv_counts[0]}")
+            return send.clone()
+        send = send.contiguous()
+        out = send.new_empty((sum(recv_counts), *send.shape[1:]))
+        dist.all_to_all_single(out, send, output_split_sizes=list(recv_counts), input_split_sizes=list(send_counts),
+                               group=self.group)
+        row = send.element_size() * send.shape[1:].numel()
+        for peer, count in enumerate(send_counts):
+            self.record(category, count * row, peer)
+        return out
+
+    def all_gather_v(self, t: torch.Tensor, category: str) -> list[torch.Tensor]:
+        """Every rank's ``t`` (row counts may differ; trailing shape and dtype must agree), by rank."""
+        if self.world_size == 1:
+            return [t.clone()]
+        counts = self.exchange_counts([t.shape[0]] * self.world_size)
+        send = torch.cat([t] * self.world_size)
+        out = self.all_to_all_v(send, [t.shape[0]] * self.world_size, counts, category)
+        return list(torch.split(out, counts))
+
+    def all_reduce(self, t: torch.Tensor, category: str, op: dist.ReduceOp = dist.ReduceOp.SUM) -> torch.Tensor:
+        """Reduce ``t`` in place across ranks and return it; recorded with the ring model."""
+        if self.world_size == 1:
+            return t
+        dist.all_reduce(t, op=op, group=self.group)
+        self.record(category, ring_allreduce_bytes(t.numel(), t.element_size(), self.rank, self.world_size),
+                    (self.rank + 1) % self.world_size)
+        return t
+
+    def broadcast(self, t: torch.Tensor, src: int, category: str) -> torch.Tensor:
+        """Overwrite ``t`` with rank ``src``'s ``t`` in place and return it; the root records ``W-1`` copies."""
+        if not 0 <= src < self.world_size:
+            raise ValueError(f"broadcast: src={src} is not a rank of a {self.world_size}-worker group")
+        if self.world_size == 1:
+            return t
+        dist.broadcast(t, src=src, group=self.group)
+        if self.rank == src:
+            for peer in range(self.world_size):
+                self.record(category, nbytes(t), peer)
+        return t
+
+    def send(self, t: torch.Tensor, dst: int, category: str) -> dist.Work:
+        """Non-blocking send of ``t`` to ``dst`` (recorded here); ``.wait()`` the returned handle."""
+        self._check_peer(dst)
+        work = dist.isend(t.contiguous(), dst=dst, group=self.group)
+        self.record(category, nbytes(t), dst)
+        return work
+
+    def recv(self, t: torch.Tensor, src: int) -> dist.Work:
+        """Non-blocking receive into ``t`` from ``src`` (the sender records the bytes)."""
+        self._check_peer(src)
+        return dist.irecv(t, src=src, group=self.group)
+
+    # ------------------------------------------------------------- checking
+    def _check_counts(self, counts: list[int], name: str) -> None:
+        if len(counts) != self.world_size:
+            raise ValueError(f"{name} must have one entry per rank ({self.world_size}), got {len(counts)}")
+        if any(int(c) < 0 for c in counts):
+            raise ValueError(f"{name} must be non-negative, got {list(counts)}")
+
+    def _check_peer(self, peer: int) -> None:
+        if not 0 <= peer < self.world_size or peer == self.rank:
+            raise ValueError(f"peer {peer} must be another rank of the {self.world_size}-worker group "
+                             f"(this is rank {self.rank})")

@@ -1,0 +1,344 @@
+"""Dropout whose masks are pure functions of global ids, so recomputed rows get identical masks.
+
+The keep decision for feature ``col`` of the row of global vertex ``gid`` at
+dropout site ``site`` is a counter-based hash of
+``(seed, epoch, site, gid, col)``; for attention dropout it is a hash of
+``(seed, epoch, site, dst gid, src gid, head)``. A row computed on worker A of a
+partition, in chunk 3 of HongTu, or in the full graph therefore sees the same
+mask, whatever the row order or subset.
+
+Hash. ``lowbias32`` (Wellons) on 32-bit lanes held in int64:
+``x ^= x >> 16; x *= 0x7feb352d; x ^= x >> 15; x *= 0x846ca68b; x ^= x >> 16``
+(mod 2^32). Every 32x32-bit product is split into 16-bit halves so all
+intermediates stay below 2^49 in the torch version (no signed overflow on any
+device); the numba version multiplies directly (LLVM's wrapping int64 product
+has exact low 32 bits). Both give identical bits (tested). A key is
+folded in 32-bit words, ``h <- hash(h ^ word)``; the hash is a bijection, so
+distinct row ids give distinct row states. An element is kept iff its 32-bit
+hash is ``>= round(p * 2^32)`` (integer comparison: keep probability
+``1 - p`` up to 2^-32), and kept values are scaled by ``1 / (1 - p)``.
+
+The backward pass recomputes the node mask from the ids instead of saving it,
+so node dropout keeps no ``[N, F]`` tensor alive for autograd.
+"""
+
+from __future__ import annotations
+
+import numba as nb
+import numpy as np
+import torch
+from torch import Tensor
+
+from graphscale.nn.ops import Topology, _run_rows, _use_numba, topology
+
+_M32 = 0xFFFFFFFF
+_NODE_STREAM = 0x3C6EF372
+_EDGE_STREAM = 0xA54FF53A
+_COL_SALT = 0x68E31DA4
+_HEAD_SALT = 0x1B56C4E9
+
+
+# ----------------------------------------------------------------- the hash, three ways
+def _hash_int(x: int) -> int:
+    """lowbias32 on a Python int in ``[0, 2^32)``."""
+    x ^= x >> 16
+    x = (x * 0x7FEB352D) & _M32
+    x ^= x >> 15
+    x = (x * 0x846CA68B) & _M32
+    return x ^ (x >> 16)
+
+
+def _hash_t(x: Tensor) -> Tensor:
+    """lowbias32 on an int64 tensor of values in ``[0, 2^32)``, overflow-free."""
+    x = x ^ (x >> 16)
+    x = ((((x * 0x7FEB) & 0xFFFF) << 16) + x * 0x352D) & _M32
+    x = x ^ (x >> 15)
+    x = ((((x * 0x846C) & 0xFFFF) << 16) + x * 0xA68B) & _M32
+    return x ^ (x >> 16)
+
+
+@nb.njit(nogil=True, cache=True)
+def _hash_nb(x):  # pragma: no cover - compiled
+    # int64 products wrap modulo 2^64 in LLVM (no nsw flag), so the low 32 bits are exact.
+    x ^= x >> 16
+    x = (x * 0x7FEB352D) & 0xFFFFFFFF
+    x ^= x >> 15
+    x = (x * 0x846CA68B) & 0xFFFFFFFF
+    return x ^ (x >> 16)
+
+
+def _fold_int(h: int, value: int) -> int:
+    value &= (1 << 64) - 1
+    h = _hash_int(h ^ (value & _M32))
+    return _hash_int(h ^ (value >> 32))
+
+
+def _fold_t(h: Tensor | int, value: Tensor) -> Tensor:
+    """Fold non-negative int64 ``value`` (two 32-bit words) into state ``h``."""
+    h = _hash_t(h ^ (value & _M32))
+    return _hash_t(h ^ ((value >> 32) & _M32))
+
+
+@nb.njit(nogil=True, cache=True)
+def _fold_nb(h, value):  # pragma: no cover - compiled
+    h = _hash_nb(h ^ (value & 0xFFFFFFFF))
+    return _hash_nb(h ^ ((value >> 32) & 0xFFFFFFFF))
+
+
+def site_state(seed: int, epoch: int, site: int, stream: int = _NODE_STREAM) -> int:
+    """The 32-bit hash state of ``(stream, seed, epoch, site)``; every mask at that site starts from it."""
+    h = _hash_int(stream)
+    for value in (seed, epoch, site):
+        h = _fold_int(h, int(value))
+    return h
+
+
+def _threshold(p: float) -> int:
+    if not 0.0 <= p <= 1.0:
+        raise ValueError(f"dropout probability must lie in [0, 1], got {p}")
+    return min(round(p * 2.0**32), 1 << 32)
+
+
+def _check_ids(ids: Tensor, n: int, what: str) -> None:
+    if ids.dim() != 1 or ids.numel() != n:
+        raise ValueError(f"{what}: ids must be 1-D with one entry per row ({n}), got {tuple(ids.shape)}")
+    if ids.dtype != torch.int64:
+        raise ValueError(f"{what}: ids must be int64, got {ids.dtype}")
+
+
+# ----------------------------------------------------------------- node (row, col) masks
+def node_keep_mask(ids: Tensor, num_cols: int, p: float, seed: int, epoch: int, site: int) -> Tensor:
+    """Boolean keep mask of a row-keyed dropout (vectorised torch; any device).
+
+    Args:
+        ids: int64 global vertex ids of the rows, ``[N]`` (non-negative).
+        num_cols: feature columns ``F``.
+        p: drop probability.
+        seed, epoch, site: the rest of the key.
+
+    Returns:
+        bool ``[N, F]``: ``True`` where the element is kept.
+    """
+    _check_ids(ids, ids.numel(), "node_keep_mask")
+    h_site = site_state(seed, epoch, site, _NODE_STREAM)
+    h_row = _fold_t(h_site, ids)
+    h_col = _hash_t((torch.arange(num_cols, device=ids.device) ^ _COL_SALT) & _M32)
+    return _hash_t(h_row[:, None] ^ h_col[None, :]) >= _threshold(p)
+
+
+@nb.njit(nogil=True, cache=True)
+def _k_node_dropout(lo, hi, x, ids, h_col, h_site, thr, scale, out):  # pragma: no cover - compiled
+    f = x.shape[1]
+    row_scale = np.empty(f, x.dtype)
+    for i in range(lo, hi):
+        h_row = _fold_nb(h_site, ids[i])
+        for j in range(f):  # the hash inlined here vectorises; a call would not
+            v = h_row ^ h_col[j]
+            v ^= v >> 16
+            v = (v * 0x7FEB352D) & 0xFFFFFFFF
+            v ^= v >> 15
+            v = (v * 0x846CA68B) & 0xFFFFFFFF
+            v ^= v >> 16
+            row_scale[j] = scale if v >= thr else 0
+        for j in range(f):
+            out[i, j] = x[i, j] * row_scale[j]
+
+
+def _apply_node_mask(x: Tensor, ids: Tensor, p: float, h_site: int) -> Tensor:
+    """``x * keep / (1 - p)`` with the keep mask recomputed from ``ids``."""
+    n, f = x.shape
+    thr = _threshold(p)
+    scale = 1.0 / (1.0 - p)
+    h_col = _hash_t((torch.arange(f, device=x.device) ^ _COL_SALT) & _M32)
+    if _use_numba(x, ids):
+        out = torch.empty_like(x, memory_format=torch.contiguous_format)
+        indptr = np.arange(0, n + 1, dtype=np.int64) * max(f, 1)  # balance rows evenly
+        _run_rows(_k_node_dropout, indptr, n * f, x.detach().contiguous().numpy(), ids.contiguous().numpy(),
+                  h_col.numpy(), h_site, thr, scale, out.numpy())
+        return out
+    keep = _hash_t(_fold_t(h_site, ids)[:, None] ^ h_col[None, :]) >= thr
+    return x * keep.to(x.dtype) * scale
+
+
+class _NodeDropout(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, ids, p, h_site):
+        ctx.save_for_backward(ids)
+        ctx.p, ctx.h_site = p, h_site
+        return _apply_node_mask(x.detach(), ids, p, h_site)
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad):
+        (ids,) = ctx.saved_tensors
+        return _apply_node_mask(grad.contiguous(), ids, ctx.p, ctx.h_site), None, None, None
+
+
+def keyed_dropout(x: Tensor, ids: Tensor, p: float, seed: int, epoch: int, site: int,
+                  training: bool = True) -> Tensor:
+    r"""Row-keyed dropout: the mask of ``x[i, j]`` depends only on ``(seed, epoch, site, ids[i], j)``.
+
+    .. math::
+        y_{ij} = x_{ij} \cdot \mathbb{1}[\text{hash}(\text{seed}, \text{epoch}, \text{site}, \text{id}_i, j) \ge p\,2^{32}] / (1 - p)
+
+    Args:
+        x: features, one row per id.
+        ids: int64 global vertex ids of the rows (non-negative).
+        p: drop probability in ``[0, 1]``.
+        seed, epoch, site: the rest of the key (site tells dropout calls apart).
+        training: identity when ``False``.
+
+    Returns:
+        The dropped-out features (``x`` itself when inactive).
+
+    Shapes:
+        x ``[N, F]``, ids ``[N]`` -> ``[N, F]``.
+    """
+    _threshold(p)
+    if not training or p == 0.0:
+        return x
+    if x.dim() != 2:
+        raise ValueError(f"keyed_dropout: x must be 2-D [N, F], got {tuple(x.shape)}")
+    _check_ids(ids, x.shape[0], "keyed_dropout")
+    if p == 1.0:
+        return x * 0
+    return _NodeDropout.apply(x, ids.to(x.device), float(p), site_state(seed, epoch, site, _NODE_STREAM))
+
+
+# ----------------------------------------------------------------- edge (attention) masks
+def edge_keep_mask(dst_ids: Tensor, src_ids: Tensor, heads: int, p: float, seed: int, epoch: int,
+                   site: int) -> Tensor:
+    """Boolean keep mask of an edge-keyed dropout (vectorised torch; any device).
+
+    Args:
+        dst_ids, src_ids: int64 global ids of each edge's endpoints, ``[E]``.
+        heads: attention heads ``H``.
+        p: drop probability.
+        seed, epoch, site: the rest of the key.
+
+    Returns:
+        bool ``[E, H]``: ``True`` where the attention coefficient is kept.
+    """
+    _check_ids(dst_ids, dst_ids.numel(), "edge_keep_mask")
+    _check_ids(src_ids, dst_ids.numel(), "edge_keep_mask")
+    h_site = site_state(seed, epoch, site, _EDGE_STREAM)
+    h_edge = _fold_t(_fold_t(h_site, dst_ids), src_ids)
+    h_head = _hash_t((torch.arange(heads, device=dst_ids.device) ^ _HEAD_SALT) & _M32)
+    return _hash_t(h_edge[:, None] ^ h_head[None, :]) >= _threshold(p)
+
+
+@nb.njit(nogil=True, cache=True)
+def _k_edge_keep(lo, hi, indptr, indices, gids, h_head, h_site, thr, n_self, keep, keep_self):  # pragma: no cover
+    nh = h_head.shape[0]
+    for r in range(lo, hi):
+        h_dst = _fold_nb(h_site, gids[r])
+        for e in range(indptr[r], indptr[r + 1]):
+            h_e = _fold_nb(h_dst, gids[indices[e]])
+            for h in range(nh):
+                keep[e, h] = _hash_nb(h_e ^ h_head[h]) >= thr
+        if r < n_self:
+            h_e = _fold_nb(h_dst, gids[r])
+            for h in range(nh):
+                keep_self[r, h] = _hash_nb(h_e ^ h_head[h]) >= thr
+
+
+def block_edge_keep_mask(block, src_ids: Tensor, heads: int, p: float, seed: int, epoch: int, site: int,
+                         num_self: int = 0) -> tuple[Tensor, Tensor]:
+    """Edge-keyed keep masks for a block's in-edges and its first ``num_self`` self-loops.
+
+    Equal to :func:`edge_keep_mask` on ``(src_ids[dst_e], src_ids[src_e])`` (and
+    ``(v, v)`` for self-loops), computed without per-edge id tensors on CPU.
+
+    Args:
+        block: a :class:`~graphscale.data.block.Block` or :class:`~graphscale.nn.ops.Topology`.
+        src_ids: int64 global ids of the block's source rows ``[S]``.
+        heads: attention heads ``H``.
+        p, seed, epoch, site: the key.
+        num_self: number of destination rows with a self-loop entry.
+
+    Returns:
+        ``(keep [nnz, H], keep_self [num_self, H])`` bool.
+    """
+    topo: Topology = topology(block)
+    _check_ids(src_ids, topo.num_src, "block_edge_keep_mask")
+    thr = _threshold(p)
+    h_site = site_state(seed, epoch, site, _EDGE_STREAM)
+    h_head = _hash_t((torch.arange(heads, device=src_ids.device) ^ _HEAD_SALT) & _M32)
+    if _use_numba(topo.indptr, src_ids):
+        keep = torch.empty(topo.num_edges, heads, dtype=torch.bool)
+        keep_self = torch.empty(num_self, heads, dtype=torch.bool)
+        _run_rows(_k_edge_keep, topo.indptr.numpy(), 8 * (topo.num_edges + topo.num_dst) * heads,
+                  topo.indptr.numpy(), topo.indices.numpy(), src_ids.contiguous().numpy(), h_head.numpy(), h_site,
+                  thr, num_self, keep.numpy(), keep_self.numpy())
+        return keep, keep_self
+    dst_g = src_ids[topo.edge_dst()]
+    src_g = src_ids[topo.indices]
+    keep = _hash_t(_fold_t(_fold_t(h_site, dst_g), src_g)[:, None] ^ h_head[None, :]) >= thr
+    loops = src_ids[:num_self]
+    keep_self = _hash_t(_fold_t(_fold_t(h_site, loops), loops)[:, None] ^ h_head[None, :]) >= thr
+    return keep, keep_self
+
+
+# ----------------------------------------------------------------- modules
+class KeyedDropout(torch.nn.Module):
+    """Row-keyed dropout as a module; the model sets ``epoch`` through :meth:`set_epoch`.
+
+    Args:
+        p: drop probability.
+        site: dropout site number (distinct per dropout call in a model).
+        seed: dropout seed.
+    """
+
+    def __init__(self, p: float, site: int, seed: int = 0) -> None:
+        super().__init__()
+        _threshold(p)
+        self.p, self.site, self.seed, self.epoch = float(p), int(site), int(seed), 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = int(epoch)
+
+    def forward(self, x: Tensor, ids: Tensor) -> Tensor:
+        """Apply the mask of rows ``ids``. Shapes: x ``[N, F]``, ids ``[N]`` -> ``[N, F]``."""
+        return keyed_dropout(x, ids, self.p, self.seed, self.epoch, self.site, self.training)
+
+    def extra_repr(self) -> str:
+        return f"p={self.p}, site={self.site}"
+
+
+class EdgeDropout(torch.nn.Module):
+    """Edge-keyed (attention) dropout over a block's in-edges and self-loops.
+
+    Args:
+        p: drop probability.
+        site: dropout site number.
+        seed: dropout seed.
+    """
+
+    def __init__(self, p: float, site: int, seed: int = 0) -> None:
+        super().__init__()
+        _threshold(p)
+        self.p, self.site, self.seed, self.epoch = float(p), int(site), int(seed), 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = int(epoch)
+
+    def forward(self, block, alpha: Tensor, alpha_self: Tensor | None) -> tuple[Tensor, Tensor | None]:
+        """Drop attention coefficients keyed by ``(dst gid, src gid, head)``.
+
+        Shapes: alpha ``[nnz, H]``, alpha_self ``[k, H]`` -> same.
+        """
+        if not self.training or self.p == 0.0:
+            return alpha, alpha_self
+        if self.p == 1.0:
+            return alpha * 0, (None if alpha_self is None else alpha_self * 0)
+        k = 0 if alpha_self is None else alpha_self.shape[0]
+        keep, keep_self = block_edge_keep_mask(block, block.src_ids, alpha.shape[1], self.p, self.seed, self.epoch,
+                                               self.site, k)
+        scale = 1.0 / (1.0 - self.p)
+        alpha = alpha * (keep.to(alpha.dtype) * scale)
+        if alpha_self is not None:
+            alpha_self = alpha_self * (keep_self.to(alpha_self.dtype) * scale)
+        return alpha, alpha_self
+
+    def extra_repr(self) -> str:
+        return f"p={self.p}, site={self.site}"

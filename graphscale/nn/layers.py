@@ -1,0 +1,394 @@
+"""GNN layers on blocks, each split into a sparse ``aggregate`` and a dense ``update`` half.
+
+Every layer runs on a :class:`~graphscale.data.block.Block` (``num_dst``
+destination rows, the first ``num_dst`` of the ``num_src`` source rows) and
+offers three entry points:
+
+* ``aggregate(block, x_src) -> x_agg`` - the sparse half (parameter-free, or
+  edge-parametrised for attention); ``[num_dst, *]``;
+* ``update(x_agg, x_dst, ...) -> out`` - the dense half that holds the weights;
+* ``forward(block, x_src, ...)`` - the layer whole, which may pick the cheaper
+  order (``A (X W) = (A X) W``) but equals ``update(aggregate(...))`` up to float
+  rounding.
+
+``linear_aggregate`` tells strategies whether ``aggregate`` is a fixed linear
+map of ``x_src`` (GCN, SAGE, GCNII): then its backward needs only the topology
+and ``x_agg`` may be cached (HongTu's hybrid). It is ``False`` for GAT (the
+attention depends on ``x_src``) and ResGCN+ (its pre-activation LayerNorm runs
+before the aggregation).
+
+Degrees. GCN-style normalisation uses ``block.src_deg``: *global* in-degrees
+without self-loops, so a partition or chunk block normalises exactly like the
+whole graph. Graphs are assumed to have no explicit self-loops (the implicit
+self-loop is added by the layers, as PyG does with ``add_self_loops=True``).
+SAGE's mean uses the block's *local* row lengths (the sampled neighbours of a
+mini-batch block; all in-edges for full, partition and chunk blocks).
+
+Numerical equivalents (tested in float64): :class:`GCNLayer` = PyG
+``GCNConv``, :class:`SAGELayer` = ``SAGEConv(aggr='mean')``, :class:`GATLayer` =
+``GATConv`` (``add_self_loops=True``), :class:`GCNIILayer` = ``GCN2Conv``
+(``shared_weights=True``).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from graphscale.nn.dropout import EdgeDropout, KeyedDropout
+from graphscale.nn.ops import gcn_norm_scales, segment_softmax, spmm, spmm_heads, topology
+
+
+def _check_src(block, x_src: Tensor, in_dim: int, who: str) -> None:
+    if x_src.dim() != 2 or x_src.shape[0] != block.num_src or x_src.shape[1] != in_dim:
+        raise ValueError(f"{who}: x_src must be [num_src={block.num_src}, {in_dim}], got {tuple(x_src.shape)}")
+
+
+def _transform_first(block, x_src: Tensor, in_dim: int, out_dim: int, weight: Tensor) -> bool:
+    """Whether ``A (X W)`` is cheaper than ``(A X) W`` for this call (multiply-add estimate).
+
+    Counts the forward and, when autograd will run, the backward products: the
+    aggregation's backward is needed only when its input requires grad.
+    """
+    grad = torch.is_grad_enabled()
+    x_grad = grad and x_src.requires_grad
+    w_grad = grad and weight.requires_grad
+    dense_mult = 1 + int(w_grad) + int(x_grad)
+    nnz = block.num_edges + block.num_dst
+    agg_first = nnz * in_dim * (1 + int(x_grad)) + block.num_dst * in_dim * out_dim * dense_mult
+    tr_first = block.num_src * in_dim * out_dim * dense_mult + nnz * out_dim * (1 + int(x_grad or w_grad))
+    return tr_first < agg_first
+
+
+def gcn_aggregate(block, x_src: Tensor) -> Tensor:
+    r"""GCN propagation with an implicit self-loop and global degrees.
+
+    .. math::
+        (\hat A x)_v = \sum_{u \in N_{in}(v)} \frac{x_u}{\sqrt{(d_u+1)(d_v+1)}} + \frac{x_v}{d_v + 1}
+
+    Args:
+        block: the block; ``d = block.src_deg``.
+        x_src: source features.
+
+    Returns:
+        Aggregated destination features.
+
+    Shapes:
+        x_src ``[S, F]`` -> ``[D, F]``.
+    """
+    cs, rs, ss = gcn_norm_scales(block.src_deg.to(x_src.device), block.num_dst, x_src.dtype)
+    return spmm(block, x_src, col_scale=cs, row_scale=rs, self_scale=ss)
+
+
+def mean_aggregate(block, x_src: Tensor) -> Tensor:
+    r"""Mean over the block's in-edges of each destination (0 for rows without in-edges).
+
+    .. math::
+        m_v = \frac{1}{\max(|N(v)|, 1)} \sum_{u \in N(v)} x_u
+
+    Shapes:
+        x_src ``[S, F]`` -> ``[D, F]``.
+    """
+    counts = (block.indptr[1:] - block.indptr[:-1]).to(device=x_src.device, dtype=x_src.dtype)
+    return spmm(block, x_src, row_scale=1.0 / counts.clamp_min(1))
+
+
+class GCNLayer(nn.Module):
+    r"""Graph convolution (Kipf & Welling) on blocks; equal to PyG ``GCNConv``.
+
+    .. math::
+        \text{out}_v = W \Big( \sum_{u \in N_{in}(v)} \frac{x_u}{\sqrt{(d_u+1)(d_v+1)}}
+        + \frac{x_v}{d_v+1} \Big) + b
+
+    ``forward`` transforms first (``A (X W)``) when that is cheaper.
+
+    Args:
+        in_dim: input width.
+        out_dim: output width.
+        bias: add a learnable bias.
+
+    Shapes:
+        x_src ``[S, in_dim]`` -> ``[D, out_dim]``.
+    """
+
+    linear_aggregate = True
+
+    def __init__(self, in_dim: int, out_dim: int, bias: bool = True) -> None:
+        super().__init__()
+        self.in_dim, self.out_dim = in_dim, out_dim
+        self.lin = nn.Linear(in_dim, out_dim, bias=False)
+        self.bias = nn.Parameter(torch.empty(out_dim)) if bias else None
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        nn.init.xavier_uniform_(self.lin.weight)
+        if self.bias is not None:
+            nn.init.zeros_(self.bias)
+
+    def aggregate(self, block, x_src: Tensor) -> Tensor:
+        """``A_hat x_src``: ``[S, in_dim]`` -> ``[D, in_dim]``."""
+        _check_src(block, x_src, self.in_dim, "GCNLayer.aggregate")
+        return gcn_aggregate(block, x_src)
+
+    def update(self, x_agg: Tensor, x_dst: Tensor | None = None) -> Tensor:
+        """``W x_agg + b``: ``[D, in_dim]`` -> ``[D, out_dim]`` (``x_dst`` unused)."""
+        return F.linear(x_agg, self.lin.weight, self.bias)
+
+    def forward(self, block, x_src: Tensor) -> Tensor:
+        """The whole layer: ``[S, in_dim]`` -> ``[D, out_dim]``."""
+        _check_src(block, x_src, self.in_dim, "GCNLayer")
+        if _transform_first(block, x_src, self.in_dim, self.out_dim, self.lin.weight):
+            out = gcn_aggregate(block, self.lin(x_src))
+            return out if self.bias is None else out + self.bias
+        return self.update(gcn_aggregate(block, x_src))
+
+    def extra_repr(self) -> str:
+        return f"{self.in_dim}, {self.out_dim}"
+
+
+class SAGELayer(nn.Module):
+    r"""GraphSAGE with the mean aggregator on blocks; equal to PyG ``SAGEConv(aggr='mean')``.
+
+    .. math::
+        \text{out}_v = W_l \, \text{mean}_{u \in N(v)} x_u + b + W_r\, x_v
+
+    ``aggregate`` returns the mean; ``update`` applies both weights.
+
+    Args:
+        in_dim: input width.
+        out_dim: output width.
+        bias: learnable bias (on the neighbour branch, as PyG).
+
+    Shapes:
+        x_src ``[S, in_dim]`` -> ``[D, out_dim]``.
+    """
+
+    linear_aggregate = True
+
+    def __init__(self, in_dim: int, out_dim: int, bias: bool = True) -> None:
+        super().__init__()
+        self.in_dim, self.out_dim = in_dim, out_dim
+        self.lin_l = nn.Linear(in_dim, out_dim, bias=bias)
+        self.lin_r = nn.Linear(in_dim, out_dim, bias=False)
+
+    def aggregate(self, block, x_src: Tensor) -> Tensor:
+        """Neighbour mean: ``[S, in_dim]`` -> ``[D, in_dim]``."""
+        _check_src(block, x_src, self.in_dim, "SAGELayer.aggregate")
+        return mean_aggregate(block, x_src)
+
+    def update(self, x_agg: Tensor, x_dst: Tensor) -> Tensor:
+        """``W_l x_agg + b + W_r x_dst``: ``[D, in_dim]`` x2 -> ``[D, out_dim]``."""
+        return self.lin_l(x_agg) + self.lin_r(x_dst)
+
+    def forward(self, block, x_src: Tensor) -> Tensor:
+        """The whole layer: ``[S, in_dim]`` -> ``[D, out_dim]``."""
+        _check_src(block, x_src, self.in_dim, "SAGELayer")
+        x_dst = x_src[: block.num_dst]
+        if _transform_first(block, x_src, self.in_dim, self.out_dim, self.lin_l.weight):
+            out = mean_aggregate(block, F.linear(x_src, self.lin_l.weight))
+            if self.lin_l.bias is not None:
+                out = out + self.lin_l.bias
+            return out + self.lin_r(x_dst)
+        return self.update(mean_aggregate(block, x_src), x_dst)
+
+    def extra_repr(self) -> str:
+        return f"{self.in_dim}, {self.out_dim}"
+
+
+class GATLayer(nn.Module):
+    r"""Graph attention (Velickovic et al.) on blocks; equal to PyG ``GATConv`` (self-loops added).
+
+    .. math::
+        z = x W, \quad e_{uv,h} = \text{LeakyReLU}_{0.2}(a_{s,h} \cdot z_{u,h} + a_{d,h} \cdot z_{v,h}),
+
+        \alpha_{uv,h} = \text{softmax}_{u \in N(v) \cup \{v\}}(e_{uv,h}), \quad
+        \text{out}_{v} = \big\Vert_h \text{ or } \text{mean}_h \sum_{u} \text{drop}(\alpha_{uv,h}) z_{u,h} \; + b
+
+    ``aggregate`` is edge-parametrised: it projects, scores, normalises and
+    aggregates (per-head ``[E, H]`` scalars only; no ``[E, H, F]`` tensor);
+    ``update`` concatenates or averages the heads and adds the bias. Attention
+    dropout is keyed by ``(dst gid, src gid, head)`` (see :mod:`graphscale.nn.dropout`).
+
+    Args:
+        in_dim: input width.
+        out_dim: width per head.
+        heads: attention heads ``H``.
+        concat: concatenate heads (``[D, H * out_dim]``) or average them (``[D, out_dim]``).
+        negative_slope: LeakyReLU slope.
+        attn_dropout: dropout probability on the attention coefficients.
+        site: dropout site of the attention dropout.
+        seed: dropout seed.
+        bias: learnable bias.
+
+    Shapes:
+        x_src ``[S, in_dim]`` -> ``aggregate`` ``[D, H * out_dim]`` -> ``[D, H * out_dim]`` or ``[D, out_dim]``.
+    """
+
+    linear_aggregate = False
+
+    def __init__(self, in_dim: int, out_dim: int, heads: int = 1, concat: bool = True, negative_slope: float = 0.2,
+                 attn_dropout: float = 0.0, site: int = 0, seed: int = 0, bias: bool = True) -> None:
+        super().__init__()
+        if heads < 1:
+            raise ValueError(f"GATLayer: heads must be >= 1, got {heads}")
+        self.in_dim, self.out_dim, self.heads, self.concat = in_dim, out_dim, heads, concat
+        self.negative_slope = negative_slope
+        self.lin = nn.Linear(in_dim, heads * out_dim, bias=False)
+        self.att_src = nn.Parameter(torch.empty(1, heads, out_dim))
+        self.att_dst = nn.Parameter(torch.empty(1, heads, out_dim))
+        self.bias = nn.Parameter(torch.empty(heads * out_dim if concat else out_dim)) if bias else None
+        self.attn_dropout = EdgeDropout(attn_dropout, site=site, seed=seed)
+        self.reset_parameters()
+
+    @property
+    def agg_dim(self) -> int:
+        return self.heads * self.out_dim
+
+    @property
+    def output_dim(self) -> int:
+        return self.heads * self.out_dim if self.concat else self.out_dim
+
+    def reset_parameters(self) -> None:
+        nn.init.xavier_uniform_(self.lin.weight)
+        for att in (self.att_src, self.att_dst):  # PyG glorot on [1, H, F]: bound sqrt(6 / (H + F))
+            bound = math.sqrt(6.0 / (att.shape[-2] + att.shape[-1]))
+            nn.init.uniform_(att, -bound, bound)
+        if self.bias is not None:
+            nn.init.zeros_(self.bias)
+
+    def aggregate(self, block, x_src: Tensor) -> Tensor:
+        """Attention-weighted sum of projected sources: ``[S, in_dim]`` -> ``[D, H * out_dim]``."""
+        _check_src(block, x_src, self.in_dim, "GATLayer.aggregate")
+        topo = topology(block)
+        d, nh = block.num_dst, self.heads
+        z = self.lin(x_src).view(-1, nh, self.out_dim)
+        a_src = (z * self.att_src).sum(-1)
+        a_dst = (z[:d] * self.att_dst).sum(-1)
+        scores = a_src.index_select(0, topo.indices) + a_dst.index_select(0, topo.edge_dst())
+        scores = F.leaky_relu(scores, self.negative_slope)
+        self_scores = F.leaky_relu(a_src[:d] + a_dst, self.negative_slope)
+        alpha, alpha_self = segment_softmax(topo, scores, self_scores)
+        alpha, alpha_self = self.attn_dropout(block, alpha, alpha_self)
+        return spmm_heads(topo, z, alpha, alpha_self).reshape(d, nh * self.out_dim)
+
+    def update(self, x_agg: Tensor, x_dst: Tensor | None = None) -> Tensor:
+        """Concatenate or average heads, add bias: ``[D, H * out_dim]`` -> output (``x_dst`` unused)."""
+        out = x_agg if self.concat else x_agg.view(-1, self.heads, self.out_dim).mean(1)
+        return out if self.bias is None else out + self.bias
+
+    def forward(self, block, x_src: Tensor) -> Tensor:
+        """The whole layer: ``[S, in_dim]`` -> ``[D, H * out_dim]`` (concat) or ``[D, out_dim]``."""
+        return self.update(self.aggregate(block, x_src))
+
+    def extra_repr(self) -> str:
+        return f"{self.in_dim}, {self.out_dim}, heads={self.heads}, concat={self.concat}"
+
+
+class GCNIILayer(nn.Module):
+    r"""GCNII convolution (Chen et al. 2020) on blocks; equal to PyG ``GCN2Conv(shared_weights=True)``.
+
+    .. math::
+        \text{out} = \big((1-\alpha)\, \hat A h + \alpha\, h_0\big)\big((1-\beta) I + \beta W\big),
+        \qquad \beta = \log(\theta / \ell + 1)
+
+    Args:
+        channels: width (input = output).
+        alpha: initial-residual weight.
+        theta: identity-mapping strength.
+        layer: 1-based layer index ``l`` in ``beta``.
+
+    Shapes:
+        x_src ``[S, C]``, h0_dst ``[D, C]`` -> ``[D, C]``.
+    """
+
+    linear_aggregate = True
+
+    def __init__(self, channels: int, alpha: float, theta: float, layer: int) -> None:
+        super().__init__()
+        if layer < 1:
+            raise ValueError(f"GCNIILayer: layer index is 1-based, got {layer}")
+        self.channels, self.alpha, self.theta, self.layer = channels, float(alpha), float(theta), int(layer)
+        self.beta = math.log(theta / layer + 1.0)
+        self.weight = nn.Parameter(torch.empty(channels, channels))
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        nn.init.xavier_uniform_(self.weight)
+
+    def aggregate(self, block, x_src: Tensor) -> Tensor:
+        """``A_hat x_src``: ``[S, C]`` -> ``[D, C]``."""
+        _check_src(block, x_src, self.channels, "GCNIILayer.aggregate")
+        return gcn_aggregate(block, x_src)
+
+    def update(self, x_agg: Tensor, x_dst: Tensor | None, h0_dst: Tensor) -> Tensor:
+        """Initial residual and identity mapping: ``[D, C]`` x2 -> ``[D, C]`` (``x_dst`` unused)."""
+        if h0_dst is None or h0_dst.shape != x_agg.shape:
+            raise ValueError(f"GCNIILayer: h0_dst must be {tuple(x_agg.shape)} (the initial features of the "
+                             f"destination rows), got {None if h0_dst is None else tuple(h0_dst.shape)}")
+        z = (1.0 - self.alpha) * x_agg + self.alpha * h0_dst
+        return torch.addmm(z, z, self.weight, beta=1.0 - self.beta, alpha=self.beta)
+
+    def forward(self, block, x_src: Tensor, h0_dst: Tensor) -> Tensor:
+        """The whole layer: ``[S, C]``, ``[D, C]`` -> ``[D, C]``."""
+        return self.update(self.aggregate(block, x_src), None, h0_dst)
+
+    def extra_repr(self) -> str:
+        return f"{self.channels}, alpha={self.alpha}, theta={self.theta}, layer={self.layer}"
+
+
+class ResGCNPlusLayer(nn.Module):
+    r"""DeeperGCN "res+" block (pre-activation residual) with a GCN-normalised convolution.
+
+    .. math::
+        h_{l+1} = h_l + \text{GCN}\big(\text{drop}(\text{ReLU}(\text{LayerNorm}(h_l)))\big)
+
+    The convolution is :class:`GCNLayer` (symmetric normalisation with global
+    degrees) rather than GENConv's softmax aggregation: it keeps ``aggregate``
+    a plain sparse product. LayerNorm is row-wise, so any partition of the rows
+    computes exactly the same values; the dropout is keyed by the source rows'
+    global ids. ``aggregate`` includes the pre-activation (it carries the
+    LayerNorm parameters, hence ``linear_aggregate = False``); ``update`` adds
+    the residual: ``update(x_agg, x_dst) = x_dst + W x_agg + b``.
+
+    Args:
+        channels: width (input = output).
+        dropout: dropout probability after the activation.
+        site: dropout site.
+        seed: dropout seed.
+
+    Shapes:
+        x_src ``[S, C]`` -> ``[D, C]``.
+    """
+
+    linear_aggregate = False
+
+    def __init__(self, channels: int, dropout: float = 0.0, site: int = 0, seed: int = 0) -> None:
+        super().__init__()
+        self.channels = channels
+        self.norm = nn.LayerNorm(channels)
+        self.dropout = KeyedDropout(dropout, site=site, seed=seed)
+        self.conv = GCNLayer(channels, channels)
+
+    def pre(self, x: Tensor, ids: Tensor) -> Tensor:
+        """Row-wise pre-activation ``drop(relu(LayerNorm(x)))`` keyed by global ids ``ids``."""
+        return self.dropout(F.relu(self.norm(x)), ids)
+
+    def aggregate(self, block, x_src: Tensor) -> Tensor:
+        """``A_hat pre(x_src)``: ``[S, C]`` -> ``[D, C]``."""
+        _check_src(block, x_src, self.channels, "ResGCNPlusLayer.aggregate")
+        return self.conv.aggregate(block, self.pre(x_src, block.src_ids))
+
+    def update(self, x_agg: Tensor, x_dst: Tensor) -> Tensor:
+        """Residual plus convolution weights: ``[D, C]`` x2 -> ``[D, C]``."""
+        return x_dst + self.conv.update(x_agg)
+
+    def forward(self, block, x_src: Tensor) -> Tensor:
+        """The whole block: ``[S, C]`` -> ``[D, C]``."""
+        _check_src(block, x_src, self.channels, "ResGCNPlusLayer")
+        return x_src[: block.num_dst] + self.conv(block, self.pre(x_src, block.src_ids))
+
+    def extra_repr(self) -> str:
+        return f"{self.channels}"

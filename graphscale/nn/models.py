@@ -1,0 +1,326 @@
+"""GNN models: a list of block layers between row-wise input and output maps.
+
+A model is a plain ``nn.Module`` with no communication inside. Strategies run it
+whole (:meth:`GNN.forward`), one layer at a time (:meth:`GNN.step`), or by halves
+(:meth:`GNN.aggregate` then :meth:`GNN.update`), always on blocks::
+
+    h   = input_map(x, blocks[0].src_ids)                       # row-wise
+    h0  = h                                                     # GCNII's initial residual
+    h   = step(l, blocks[l], h, h0[:blocks[l].num_dst])          # l = 0 .. L-1
+    out = output_map(h, blocks[-1].dst_ids)                     # row-wise
+
+Dropout everywhere is keyed by global vertex ids (:mod:`graphscale.nn.dropout`):
+step ``l`` drops its source rows at site ``l``, ``input_map`` uses site ``L``
+and ``output_map`` site ``L + 1``; GAT's attention dropout uses the edge stream
+at site ``l``. A row recomputed in any partition, chunk or order therefore
+gets the same mask, and :meth:`GNN.set_epoch` changes all masks per epoch.
+
+Models (``cfg.layers`` = number of message-passing layers ``L``):
+
+* ``gcn`` / ``sage``: dropout -> conv, ReLU between layers; last layer outputs classes.
+* ``gat``: dropout -> GATConv (``heads`` heads of ``hidden``, concatenated, ELU) on
+  hidden layers, last layer one head averaged; attention dropout = ``dropout``
+  (Cora: 8 x 8, dropout 0.6).
+* ``gcnii``: ``input_map = ReLU(Linear(drop(x)))``; step: drop -> GCN2Conv -> ReLU
+  (after every layer, as in the GCNII paper); ``output_map = Linear(drop(h))``.
+* ``resgcn`` (DeeperGCN res+): ``input_map = ReLU(Linear(drop(x)))``; step:
+  ``h + GCN(drop(ReLU(LayerNorm(h))))``; ``output_map = Linear(drop(ReLU(LayerNorm(h))))``.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from graphscale.config import ModelConfig
+from graphscale.data.block import Block
+from graphscale.nn.dropout import KeyedDropout
+from graphscale.nn.layers import GATLayer, GCNIILayer, GCNLayer, ResGCNPlusLayer, SAGELayer
+from graphscale.registry import MODELS
+
+
+class GNN(nn.Module):
+    """Base class: ``L`` message-passing layers on blocks plus row-wise input / output maps.
+
+    Subclasses build ``layers`` and override :meth:`input_map`,
+    :meth:`output_map`, :meth:`pre` (row-wise transform of a step's sources,
+    dropout by default) and :meth:`post` (activation).
+
+    Args:
+        layers: the message-passing layers (see :mod:`graphscale.nn.layers`).
+        widths: input width of each layer, ``len(layers)`` entries.
+        dropout: dropout probability of the step dropouts.
+        seed: dropout seed.
+
+    Attributes:
+        num_layers: number of message-passing layers ``L``.
+        needs_h0: whether :meth:`step` needs the initial features of the destinations (GCNII).
+    """
+
+    needs_h0: bool = False
+
+    def __init__(self, layers: list[nn.Module], widths: list[int], dropout: float, seed: int) -> None:
+        super().__init__()
+        if not layers:
+            raise ValueError("a GNN needs at least one message-passing layer (model.layers >= 1)")
+        if len(widths) != len(layers):
+            raise ValueError("one input width per layer expected")
+        self.layers = nn.ModuleList(layers)
+        self.num_layers = len(layers)
+        self.dropout = float(dropout)
+        self.seed = int(seed)
+        self.epoch = 0
+        self._widths = [int(w) for w in widths]
+        self.drops = nn.ModuleList(KeyedDropout(dropout, site=l, seed=seed) for l in range(self.num_layers))
+
+    # ------------------------------------------------------------------ keys
+    def set_epoch(self, epoch: int) -> None:
+        """Key every dropout mask of the model by ``epoch``."""
+        self.epoch = int(epoch)
+        for module in self.modules():
+            if module is not self and hasattr(module, "set_epoch"):
+                module.set_epoch(epoch)
+
+    def layer_widths(self) -> list[int]:
+        """Width ``d_l`` of the tensor entering each step ``l`` (for communication volumes)."""
+        return list(self._widths)
+
+    # ------------------------------------------------------------ row-wise
+    def input_map(self, x: Tensor, ids: Tensor) -> Tensor:
+        """Row-wise map of the input features (identity here). Shapes: ``[N, in]`` -> ``[N, d_0]``."""
+        return x
+
+    def output_map(self, h: Tensor, ids: Tensor) -> Tensor:
+        """Row-wise map of the last layer's output (identity here). Shapes: ``[N, d_L]`` -> ``[N, classes]``."""
+        return h
+
+    def pre(self, l: int, h: Tensor, ids: Tensor) -> Tensor:
+        """Row-wise transform of step ``l``'s inputs before the layer: keyed dropout (site ``l``)."""
+        return self.drops[l](h, ids)
+
+    def post(self, l: int, out: Tensor) -> Tensor:
+        """Activation after layer ``l`` (ReLU except after the last layer)."""
+        return out if l == self.num_layers - 1 else F.relu(out)
+
+    # ------------------------------------------------------------ layers
+    def _check_step(self, l: int, h: Tensor, h0_dst: Tensor | None, check_h0: bool = True) -> None:
+        if not 0 <= l < self.num_layers:
+            raise ValueError(f"layer index {l} out of range for a {self.num_layers}-layer model")
+        if h.dim() != 2 or h.shape[1] != self._widths[l]:
+            raise ValueError(f"step {l}: input must be [rows, {self._widths[l]}], got {tuple(h.shape)}")
+        if check_h0 and self.needs_h0 and h0_dst is None:
+            raise ValueError(f"step {l}: {type(self).__name__} needs h0_dst (the input_map output of the "
+                             "destination rows)")
+
+    def step(self, l: int, block: Block, h_src: Tensor, h0_dst: Tensor | None = None) -> Tensor:
+        """Run layer ``l`` on ``block``: pre (dropout keyed by ``block.src_ids``), layer, activation.
+
+        Args:
+            l: layer index in ``[0, L)``.
+            block: the layer's block.
+            h_src: inputs of the block's source rows.
+            h0_dst: ``input_map`` output of the destination rows (GCNII only).
+
+        Returns:
+            The destinations' outputs.
+
+        Shapes:
+            h_src ``[S, d_l]``, h0_dst ``[D, d_0]`` -> ``[D, d_{l+1}]``.
+        """
+        self._check_step(l, h_src, h0_dst)
+        if h_src.shape[0] != block.num_src:
+            raise ValueError(f"step {l}: h_src has {h_src.shape[0]} rows, the block has {block.num_src} sources")
+        z = self.pre(l, h_src, block.src_ids)
+        layer = self.layers[l]
+        out = layer(block, z, h0_dst) if self.needs_h0 else layer(block, z)
+        return self.post(l, out)
+
+    def aggregate(self, l: int, block: Block, h_src: Tensor) -> Tensor:
+        """Sparse half of step ``l``: ``layers[l].aggregate(block, pre(l, h_src))``.
+
+        Together with :meth:`update` this equals :meth:`step`. When
+        ``layers[l].linear_aggregate`` is true the result may be cached and its
+        backward needs only the topology (the pre-transform is keyed dropout,
+        whose backward needs only ids).
+
+        Shapes:
+            h_src ``[S, d_l]`` -> ``[D, *]``.
+        """
+        self._check_step(l, h_src, None, check_h0=False)
+        return self.layers[l].aggregate(block, self.pre(l, h_src, block.src_ids))
+
+    def update(self, l: int, x_agg: Tensor, h_dst: Tensor, dst_ids: Tensor, h0_dst: Tensor | None = None) -> Tensor:
+        """Dense half of step ``l``: ``post(layers[l].update(x_agg, pre(l, h_dst), h0_dst))``.
+
+        Args:
+            l: layer index.
+            x_agg: output of :meth:`aggregate` for the destinations.
+            h_dst: the step's *raw* inputs of the destination rows (``h_src[:num_dst]``).
+            dst_ids: global ids of the destination rows (key of their dropout masks).
+            h0_dst: ``input_map`` output of the destinations (GCNII only).
+
+        Shapes:
+            x_agg ``[D, *]``, h_dst ``[D, d_l]`` -> ``[D, d_{l+1}]``.
+        """
+        self._check_step(l, h_dst, h0_dst)
+        z_dst = self.pre(l, h_dst, dst_ids)
+        layer = self.layers[l]
+        out = layer.update(x_agg, z_dst, h0_dst) if self.needs_h0 else layer.update(x_agg, z_dst)
+        return self.post(l, out)
+
+    def forward(self, blocks: list[Block] | Block, x: Tensor) -> Tensor:
+        """The whole model on a list of blocks (one per layer) or one block used by every layer.
+
+        Args:
+            blocks: ``L`` chained blocks (``blocks[l].dst_ids == blocks[l+1].src_ids``) or one full block.
+            x: input features of ``blocks[0]``'s source rows.
+
+        Returns:
+            Logits of ``blocks[-1]``'s destination rows.
+
+        Shapes:
+            x ``[S_0, in]`` -> ``[D_{L-1}, classes]``.
+        """
+        if isinstance(blocks, Block):
+            blocks = [blocks] * self.num_layers
+        if len(blocks) != self.num_layers:
+            raise ValueError(f"{type(self).__name__} has {self.num_layers} layers but got {len(blocks)} blocks")
+        if x.shape[0] != blocks[0].num_src:
+            raise ValueError(f"x has {x.shape[0]} rows but blocks[0] has {blocks[0].num_src} source rows")
+        for l in range(1, self.num_layers):
+            if blocks[l].num_src != blocks[l - 1].num_dst:
+                raise ValueError(f"blocks do not chain: blocks[{l}] has {blocks[l].num_src} sources but "
+                                 f"blocks[{l - 1}] has {blocks[l - 1].num_dst} destinations")
+        h = self.input_map(x, blocks[0].src_ids)
+        h0 = h if self.needs_h0 else None
+        for l, block in enumerate(blocks):
+            h = self.step(l, block, h, None if h0 is None else h0[: block.num_dst])
+        return self.output_map(h, blocks[-1].dst_ids)
+
+
+@MODELS.register("gcn")
+class GCN(GNN):
+    """GCN (Kipf & Welling): ``L`` GCN layers, dropout before each, ReLU between them."""
+
+    def __init__(self, cfg: ModelConfig, in_dim: int, num_classes: int, seed: int = 0) -> None:
+        dims = [in_dim] + [cfg.hidden] * (cfg.layers - 1) + [num_classes]
+        super().__init__([GCNLayer(dims[l], dims[l + 1]) for l in range(cfg.layers)], dims[:-1], cfg.dropout, seed)
+
+
+@MODELS.register("sage")
+class GraphSAGE(GNN):
+    """GraphSAGE (mean): ``L`` SAGE layers, dropout before each, ReLU between them."""
+
+    def __init__(self, cfg: ModelConfig, in_dim: int, num_classes: int, seed: int = 0) -> None:
+        dims = [in_dim] + [cfg.hidden] * (cfg.layers - 1) + [num_classes]
+        super().__init__([SAGELayer(dims[l], dims[l + 1]) for l in range(cfg.layers)], dims[:-1], cfg.dropout, seed)
+
+
+@MODELS.register("gat")
+class GAT(GNN):
+    """GAT: hidden layers of ``heads`` x ``hidden`` concatenated with ELU, last layer one head.
+
+    Input and attention dropout both use ``cfg.dropout`` (Cora: 8 x 8, 0.6).
+    """
+
+    def __init__(self, cfg: ModelConfig, in_dim: int, num_classes: int, seed: int = 0) -> None:
+        layers, widths, width = [], [], in_dim
+        for l in range(cfg.layers):
+            last = l == cfg.layers - 1
+            layer = GATLayer(width, num_classes if last else cfg.hidden, heads=1 if last else cfg.heads,
+                             concat=not last, attn_dropout=cfg.dropout, site=l, seed=seed)
+            layers.append(layer)
+            widths.append(width)
+            width = layer.output_dim
+        super().__init__(layers, widths, cfg.dropout, seed)
+
+    def post(self, l: int, out: Tensor) -> Tensor:
+        """ELU except after the last layer."""
+        return out if l == self.num_layers - 1 else F.elu(out)
+
+
+@MODELS.register("gcnii")
+class GCNII(GNN):
+    """GCNII (Chen et al. 2020): Linear+ReLU input map, ``L`` GCN2Conv layers, Linear output map."""
+
+    needs_h0 = True
+
+    def __init__(self, cfg: ModelConfig, in_dim: int, num_classes: int, seed: int = 0) -> None:
+        layers = [GCNIILayer(cfg.hidden, cfg.alpha, cfg.theta, layer=l + 1) for l in range(cfg.layers)]
+        super().__init__(layers, [cfg.hidden] * cfg.layers, cfg.dropout, seed)
+        self.lin_in = nn.Linear(in_dim, cfg.hidden)
+        self.lin_out = nn.Linear(cfg.hidden, num_classes)
+        self.drop_in = KeyedDropout(cfg.dropout, site=cfg.layers, seed=seed)
+        self.drop_out = KeyedDropout(cfg.dropout, site=cfg.layers + 1, seed=seed)
+
+    def input_map(self, x: Tensor, ids: Tensor) -> Tensor:
+        """``ReLU(Linear(drop(x)))``: ``[N, in]`` -> ``[N, hidden]``."""
+        return F.relu(self.lin_in(self.drop_in(x, ids)))
+
+    def output_map(self, h: Tensor, ids: Tensor) -> Tensor:
+        """``Linear(drop(h))``: ``[N, hidden]`` -> ``[N, classes]``."""
+        return self.lin_out(self.drop_out(h, ids))
+
+    def post(self, l: int, out: Tensor) -> Tensor:
+        """ReLU after every layer (the output map is a separate Linear)."""
+        return F.relu(out)
+
+
+@MODELS.register("resgcn")
+class ResGCN(GNN):
+    """ResGCN+ (DeeperGCN res+) with GCN-normalised convolutions and LayerNorm."""
+
+    def __init__(self, cfg: ModelConfig, in_dim: int, num_classes: int, seed: int = 0) -> None:
+        layers = [ResGCNPlusLayer(cfg.hidden, cfg.dropout, site=l, seed=seed) for l in range(cfg.layers)]
+        super().__init__(layers, [cfg.hidden] * cfg.layers, cfg.dropout, seed)
+        self.lin_in = nn.Linear(in_dim, cfg.hidden)
+        self.norm_out = nn.LayerNorm(cfg.hidden)
+        self.lin_out = nn.Linear(cfg.hidden, num_classes)
+        self.drop_in = KeyedDropout(cfg.dropout, site=cfg.layers, seed=seed)
+        self.drop_out = KeyedDropout(cfg.dropout, site=cfg.layers + 1, seed=seed)
+
+    def input_map(self, x: Tensor, ids: Tensor) -> Tensor:
+        """``ReLU(Linear(drop(x)))``: ``[N, in]`` -> ``[N, hidden]``."""
+        return F.relu(self.lin_in(self.drop_in(x, ids)))
+
+    def output_map(self, h: Tensor, ids: Tensor) -> Tensor:
+        """``Linear(drop(ReLU(LayerNorm(h))))``: ``[N, hidden]`` -> ``[N, classes]``."""
+        return self.lin_out(self.drop_out(F.relu(self.norm_out(h)), ids))
+
+    def pre(self, l: int, h: Tensor, ids: Tensor) -> Tensor:
+        """Identity: the res+ layer applies LayerNorm, ReLU and its keyed dropout (site ``l``) itself."""
+        return h
+
+    def post(self, l: int, out: Tensor) -> Tensor:
+        """Identity (pre-activation residual blocks)."""
+        return out
+
+
+def build_model(cfg: ModelConfig, in_dim: int, num_classes: int, seed: int = 0,
+                dtype: torch.dtype = torch.float32) -> GNN:
+    """Build the registered model ``cfg.name`` with deterministic parameters.
+
+    Parameters are drawn from the global torch RNG seeded with ``seed`` inside
+    ``torch.random.fork_rng`` (the caller's RNG state is untouched); the
+    dropout seed is ``seed`` as well.
+
+    Args:
+        cfg: model configuration (``name``, ``hidden``, ``layers``, ``dropout``, ``heads``, ``alpha``, ``theta``).
+        in_dim: input feature width.
+        num_classes: output width.
+        seed: parameter and dropout seed.
+        dtype: parameter dtype.
+
+    Returns:
+        The model, in training mode, with ``epoch = 0``.
+    """
+    if cfg.layers < 1:
+        raise ValueError(f"model.layers must be >= 1, got {cfg.layers}")
+    if not 0.0 <= cfg.dropout <= 1.0:
+        raise ValueError(f"model.dropout must lie in [0, 1], got {cfg.dropout}")
+    cls = MODELS.get(cfg.name)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = cls(cfg, in_dim, num_classes, seed=seed)
+    return model.to(dtype)

@@ -1,0 +1,204 @@
+"""Full-graph graph parallelism: one partition per worker, a halo exchange per layer.
+
+The NeutronStar / DistGNN-style baseline (GNNPipe's "graph parallelism").
+
+**Setup.** Rank 0 partitions the graph into ``W`` parts with
+``config.strategy.partitioner`` (seeded by ``config.seed``) and broadcasts the
+owner array (category ``"setup"``). Worker ``i`` owns the vertices ``P_i`` of
+part ``i`` (ascending original ids) and builds ``Block.from_nodes(graph, P_i)``:
+destinations ``P_i``, sources ``P_i`` followed by the halo ``B_i`` (in-neighbours
+of ``P_i`` owned elsewhere, ascending id), with *global* degrees. A
+:class:`~graphscale.distributed.functional.HaloExchange` plan is agreed with
+the owners (category ``"control"``).
+
+**Epoch.** ``h = input_map(x_i)``; for every layer ``l``:
+``h_src = halo.gather(h)`` then ``h = model.step(l, block, h_src, h0_dst)``;
+``logits = output_map(h)``. The loss is the sum of cross-entropy over the
+worker's training vertices divided by the *global* number of training vertices,
+so summing the workers' parameter gradients gives the single-process gradient
+exactly: the backward of each gather returns halo gradients to their owners,
+which sum them into their rows, and the parameter gradients are then summed
+with one all-reduce over a flat buffer (category ``"allreduce"``) before the
+identical optimiser step on every worker (parameters stay identical).
+
+**Closed forms** (bytes per training epoch, summed over workers; ``b`` = bytes
+per element, ``d_l = model.layer_widths()[l]`` = width of the rows entering
+step ``l``)::
+
+    halo      = sum_l  k_l * (sum_i |B_i|) * d_l * b,   k_l = 2 (forward + backward),
+                except k_0 = 1 when the input of step 0 does not require grad
+    allreduce = 2 * (W - 1) * P * b                      (ring model, P = parameter elements)
+    control   = 2 * (W - 1) * 8                          (the all-reduced float64 loss sum, ring model)
+
+For GCN, GraphSAGE and GAT ``input_map`` is the identity, so step 0 exchanges
+raw feature rows whose gradient autograd never asks for: the backward exchange
+of layer 0 is skipped (``k_0 = 1``). GCNII's ``input_map`` is a learned
+projection, so its layer-0 exchange runs in both directions. With ``rho =
+sum_i |B_i| / N`` and all ``d_l = H`` this is GNNPipe's ``V_g = 2 rho L N H b``
+(minus the skipped backward).
+
+GAT exchanges its layer *inputs* (width ``d_l``, the raw features at layer 0),
+not the projected rows ``W h`` (width ``heads * hidden``): the model's contract
+is ``step(l, block, h_src)``, and the projection is part of the step.
+Exchanging projected rows is cheaper when ``F > heads * hidden`` and needs the
+aggregate / update split of the layer; it is not done here.
+
+Evaluation runs the same forward pass without gradients (its halo bytes are
+recorded but are not part of an epoch's statistics) and all-reduces the
+per-split counts.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+
+import torch
+
+from graphscale.config import RunConfig
+from graphscale.data.block import Block
+from graphscale.data.graph import Graph
+from graphscale.distributed.comm import CONTROL, Comm
+from graphscale.distributed.env import DistEnv
+from graphscale.distributed.functional import HaloExchange
+from graphscale.metrics.memory import MemoryTracker
+from graphscale.metrics.stats import EpochStats
+from graphscale.partition.base import partition_sizes
+from graphscale.partition.book import PartitionBook
+from graphscale.registry import PARTITIONERS, STRATEGIES
+from graphscale.strategies.base import SPLITS, Strategy, counts_to_metrics, masked_loss_sum, split_counts
+
+HALO = "halo"
+ALLREDUCE = "allreduce"
+SETUP = "setup"
+
+
+def halo_bytes_per_epoch(halo_sizes: Sequence[int], widths: Sequence[int], element_size: int,
+                         first_backward: bool) -> int:
+    """The closed-form halo volume of one training epoch, summed over workers (module docstring).
+
+    Args:
+        halo_sizes: ``|B_i|`` for every part.
+        widths: ``d_l`` for every layer (``model.layer_widths()``).
+        element_size: bytes per element.
+        first_backward: whether the input of step 0 requires grad (then layer 0 exchanges gradients too).
+    """
+    rows = int(sum(int(s) for s in halo_sizes))
+    return sum((2 if (layer > 0 or first_backward) else 1) * rows * int(d) * element_size
+               for layer, d in enumerate(widths))
+
+
+def allreduce_bytes_per_epoch(num_params: int, world_size: int, element_size: int) -> int:
+    """The closed-form gradient all-reduce volume of one epoch, summed over workers (ring model)."""
+    return 2 * (world_size - 1) * num_params * element_size
+
+
+@STRATEGIES.register("graph-parallel")
+class GraphParallel(Strategy):
+    """Graph-parallel full-graph training (see the module docstring)."""
+
+    exact = True
+
+    def setup(self, graph: Graph, model: torch.nn.Module, env: DistEnv, config: RunConfig) -> None:
+        super().setup(graph, model, env, config)
+        if graph.x is None or graph.y is None or graph.train_mask is None:
+            raise ValueError("strategy 'graph-parallel' needs node features, labels and a training mask")
+        self.num_train = int(graph.train_mask.sum())
+        if self.num_train == 0:
+            raise ValueError("strategy 'graph-parallel': the graph has no training vertices")
+        self.comm = Comm(env)
+        device, rank = env.device, env.rank
+        self.owner = self._partition(graph, config)
+        self.book = PartitionBook.from_owner(self.owner, env.world_size)
+        sizes = partition_sizes(self.owner, env.world_size)
+        if bool((sizes == 0).any()):
+            raise ValueError(f"partitioner {config.strategy.partitioner!r} left part(s) "
+                             f"{torch.nonzero(sizes == 0).flatten().tolist()} empty for {env.world_size} workers; "
+                             "use fewer workers or --partitioner random")
+        inner = self.book.inner_original(rank)
+        self.block = Block.from_nodes(graph, inner, graph.in_degrees()).to(device)
+        self.halo = HaloExchange.build(self.comm, inner, self.block.halo_ids, self.owner[self.block.halo_ids], HALO)
+        dtype = next(model.parameters()).dtype
+        self.inner_ids = inner.to(device)
+        self.x = graph.x[inner].to(device=device, dtype=dtype)
+        self.y = graph.y[inner].to(device)
+        self.masks = {}
+        for split in SPLITS:
+            mask = getattr(graph, f"{split}_mask")
+            mask = torch.zeros(graph.num_nodes, dtype=torch.bool) if mask is None else mask
+            self.masks[split] = mask[inner].to(device)
+        self.params = [p for p in model.parameters() if p.requires_grad]
+        self.tracker = MemoryTracker(env)
+        self.tracker.track("partition", self.x, self.y, *self.masks.values(), self.inner_ids, self.block.indptr,
+                           self.block.indices, self.block.src_ids, self.block.src_deg, self.halo.send_index,
+                           self.halo.halo_index)
+        self.tracker.track_module("model", model)
+
+    def _partition(self, graph: Graph, config: RunConfig) -> torch.Tensor:
+        """Rank 0 partitions, everyone receives the owner array (one partitioner run, one answer)."""
+        device = self.env.device
+        if self.env.rank == 0:
+            partitioner = PARTITIONERS.get(config.strategy.partitioner)()
+            owner = partitioner.partition(graph, self.env.world_size, seed=config.seed).to(device)
+        else:
+            owner = torch.empty(graph.num_nodes, dtype=torch.int64, device=device)
+        return self.comm.broadcast(owner, 0, SETUP).cpu()
+
+    # ---------------------------------------------------------------- steps
+    def forward(self) -> torch.Tensor:
+        """This worker's logits, ``[|P_i|, C]`` in the order of :attr:`inner_ids` (a collective)."""
+        model = self.model
+        h = model.input_map(self.x, self.inner_ids)
+        h0 = h if model.needs_h0 else None
+        for layer in range(model.num_layers):
+            h_src = self.halo.gather(h)
+            h = model.step(layer, self.block, h_src, h0)
+        return model.output_map(h, self.inner_ids)
+
+    def _allreduce_grads(self) -> None:
+        """Sum every parameter gradient over workers with one all-reduce of a flat buffer.
+
+        Afterwards every ``p.grad`` is a view into that buffer (counted as resident while it lives).
+        """
+        grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in self.params]
+        flat = torch.cat([g.reshape(-1) for g in grads])
+        for p in self.params:
+            p.grad = None
+        self.tracker.track("gradients", flat)
+        self.comm.all_reduce(flat, ALLREDUCE)
+        offset = 0
+        for p in self.params:
+            n = p.numel()
+            p.grad = flat[offset: offset + n].view_as(p)
+            offset += n
+
+    def train_epoch(self, epoch: int) -> EpochStats:
+        self.model.train()
+        self.model.set_epoch(epoch)
+        start = time.perf_counter()
+        before = self.env.ledger.snapshot()
+        with self.tracker.epoch():
+            self.optimizer.zero_grad(set_to_none=True)
+            logits = self.forward()
+            loss_sum = masked_loss_sum(logits, self.y, self.masks["train"])
+            (loss_sum / self.num_train).backward()
+            self._allreduce_grads()
+            self.optimizer.step()
+            self.tracker.track("optimizer", *(t for state in self.optimizer.state.values()
+                                              for t in state.values() if torch.is_tensor(t)))
+            self.tracker.untrack("gradients")
+        total = self.comm.all_reduce(loss_sum.detach().reshape(1).double(), CONTROL)
+        return EpochStats(loss=float(total) / self.num_train, seconds=time.perf_counter() - start,
+                          bytes=self.env.ledger.since(before), peak_memory=self.tracker.peak,
+                          extra={"local_nodes": self.block.num_dst, "halo_nodes": self.halo.num_halo})
+
+    @torch.no_grad()
+    def evaluate(self) -> dict[str, float]:
+        self.model.eval()
+        logits = self.forward()
+        counts = split_counts(logits, self.y, self.masks).to(self.env.device)
+        return counts_to_metrics(self.comm.all_reduce(counts, CONTROL).cpu())
+
+    def teardown(self) -> None:
+        for name in ("partition", "model", "optimizer", "gradients"):
+            self.tracker.untrack(name)

@@ -1,0 +1,105 @@
+"""launch(): in-process, spawned and torchrun modes; failures end the run with the failing rank."""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from graphscale.distributed.launch import WorkerError, launch, resolve_device
+from graphscale.testing import run_distributed
+
+
+def _report(env, offset):
+    """Who am I, and does a collective work?"""
+    t = torch.tensor([float(env.rank + offset)])
+    if env.world_size > 1:
+        dist.all_reduce(t)
+    return {"rank": env.rank, "world_size": env.world_size, "backend": env.backend, "device": str(env.device),
+            "threads": torch.get_num_threads(), "sum": float(t), "ledger_empty": env.ledger.total() == 0,
+            "initialized": dist.is_initialized(), "tensor": torch.arange(3) * env.rank}
+
+
+def _raise_on_rank1(env):
+    if env.rank == 1:
+        raise ValueError("boom from the test")
+    dist.barrier()  # blocks until the parent stops this worker
+    return env.rank
+
+
+def _exit_on_rank0(env):
+    if env.rank == 0:
+        os._exit(3)
+    dist.barrier()
+    return env.rank
+
+
+def test_single_worker_runs_in_process():
+    out = launch(_report, 1, 10, device="cpu")
+    assert len(out) == 1
+    assert out[0]["rank"] == 0 and out[0]["world_size"] == 1 and out[0]["backend"] == "none"
+    assert out[0]["sum"] == 10.0 and not out[0]["initialized"]
+
+
+def test_two_workers_return_results_by_rank():
+    out = run_distributed(_report, 2, 1)
+    assert [r["rank"] for r in out] == [0, 1]
+    cpus = len(os.sched_getaffinity(0))
+    for r in out:
+        assert r["world_size"] == 2 and r["backend"] == "gloo" and r["device"] == "cpu"
+        assert r["sum"] == 3.0  # (0 + 1) + (1 + 1)
+        assert r["threads"] == max(1, cpus // 2)
+        assert r["ledger_empty"] and r["initialized"]
+    assert torch.equal(out[1]["tensor"], torch.tensor([0, 1, 2]))
+
+
+def test_raising_worker_ends_the_run_with_its_traceback():
+    start = time.monotonic()
+    with pytest.raises(WorkerError) as info:
+        run_distributed(_raise_on_rank1, 2, timeout_s=30)
+    assert info.value.rank == 1
+    assert "ValueError: boom from the test" in str(info.value)
+    assert "_raise_on_rank1" in info.value.worker_traceback
+    assert time.monotonic() - start < 25  # the parent stopped the blocked worker, it did not wait for the timeout
+
+
+def test_dead_worker_without_traceback_is_reported():
+    with pytest.raises(WorkerError) as info:
+        run_distributed(_exit_on_rank0, 2, timeout_s=30)
+    assert info.value.rank == 0 and info.value.exitcode == 3
+    assert "exit code 3" in str(info.value)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_torchrun_mode_joins_the_env_group(monkeypatch):
+    for name, value in {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1",
+                        "MASTER_PORT": str(_free_port())}.items():
+        monkeypatch.setenv(name, value)
+    out = launch(_report, 1, 5, device="cpu")
+    assert out[0]["initialized"] and out[0]["backend"] == "gloo" and out[0]["sum"] == 5.0
+    assert not dist.is_initialized()  # launch destroyed the group it created
+    with pytest.raises(ValueError, match="WORLD_SIZE=1"):
+        launch(_report, 2, 0, device="cpu")
+
+
+def test_bad_arguments_are_rejected():
+    with pytest.raises(ValueError, match="world_size"):
+        launch(_report, 0, 0)
+    with pytest.raises(ValueError, match="device"):
+        launch(_report, 2, 0, device="tpu")
+    with pytest.raises(ValueError, match="module-level function"):
+        launch(lambda env: env.rank, 2, device="cpu")
+    with pytest.raises(ValueError, match="nccl"):
+        launch(_report, 2, 0, device="cpu", backend="nccl")
+    if torch.cuda.device_count() < 64:
+        with pytest.raises(ValueError, match="one GPU per worker"):
+            resolve_device("cuda", 64)

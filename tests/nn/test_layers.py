@@ -1,0 +1,196 @@
+"""Block layers against torch_geometric (float64, 1e-10), halves == whole, partition rows == full rows."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from graphscale.data.block import Block
+from graphscale.nn.layers import GATLayer, GCNIILayer, GCNLayer, ResGCNPlusLayer, SAGELayer
+from graphscale.testing.graphs import random_graph
+
+pyg_nn = pytest.importorskip("torch_geometric.nn")
+
+F64 = torch.float64
+TOL = {"atol": 1e-10, "rtol": 1e-10}
+
+
+def _graph(seed: int = 0, num_features: int = 12, symmetric: bool = True):
+    return random_graph(70, 4.0, num_features=num_features, seed=seed, dtype=F64, isolated=4, symmetric=symmetric)
+
+
+def _compare(ours_fn, theirs_fn, x, ours_params, theirs_params):
+    """Forward equal and gradients equal w.r.t. x and matched parameters."""
+    xa = x.clone().requires_grad_()
+    xb = x.clone().requires_grad_()
+    out_a, out_b = ours_fn(xa), theirs_fn(xb)
+    torch.testing.assert_close(out_a, out_b, **TOL)
+    grad = torch.randn_like(out_a)
+    ga = torch.autograd.grad(out_a, [xa, *ours_params], grad)
+    gb = torch.autograd.grad(out_b, [xb, *theirs_params], grad)
+    for a, b in zip(ga, gb):
+        torch.testing.assert_close(a, b, **TOL)
+
+
+@pytest.mark.parametrize("dims", [(12, 5), (12, 30), (12, 12)])
+@pytest.mark.parametrize("symmetric", [True, False])
+def test_gcn_equals_pyg(dims, symmetric):
+    g = _graph(1, dims[0], symmetric)
+    ours = GCNLayer(*dims).double()
+    theirs = pyg_nn.GCNConv(*dims).double()
+    with torch.no_grad():
+        theirs.lin.weight.copy_(ours.lin.weight)
+        ours.bias.normal_()
+        theirs.bias.copy_(ours.bias)
+    b, ei = Block.full(g), g.edge_index()
+    _compare(lambda x: ours(b, x), lambda x: theirs(x, ei), g.x, [ours.lin.weight, ours.bias],
+             [theirs.lin.weight, theirs.bias])
+
+
+@pytest.mark.parametrize("dims", [(12, 5), (12, 30)])
+def test_sage_equals_pyg(dims):
+    g = _graph(2, dims[0], symmetric=False)
+    ours = SAGELayer(*dims).double()
+    theirs = pyg_nn.SAGEConv(*dims, aggr="mean").double()
+    with torch.no_grad():
+        theirs.lin_l.weight.copy_(ours.lin_l.weight)
+        theirs.lin_l.bias.copy_(ours.lin_l.bias)
+        theirs.lin_r.weight.copy_(ours.lin_r.weight)
+    b, ei = Block.full(g), g.edge_index()
+    params = lambda m: [m.lin_l.weight, m.lin_l.bias, m.lin_r.weight]
+    _compare(lambda x: ours(b, x), lambda x: theirs(x, ei), g.x, params(ours), params(theirs))
+
+
+@pytest.mark.parametrize("heads,concat", [(1, True), (4, True), (4, False), (1, False)])
+def test_gat_equals_pyg(heads, concat):
+    g = _graph(3, 12, symmetric=False)
+    ours = GATLayer(12, 6, heads=heads, concat=concat).double()
+    theirs = pyg_nn.GATConv(12, 6, heads=heads, concat=concat, dropout=0.0).double()
+    with torch.no_grad():
+        theirs.lin.weight.copy_(ours.lin.weight)
+        theirs.att_src.copy_(ours.att_src)
+        theirs.att_dst.copy_(ours.att_dst)
+        ours.bias.normal_()
+        theirs.bias.copy_(ours.bias)
+    b, ei = Block.full(g), g.edge_index()
+    params = lambda m: [m.lin.weight, m.att_src, m.att_dst, m.bias]
+    _compare(lambda x: ours(b, x), lambda x: theirs(x, ei), g.x, params(ours), params(theirs))
+
+
+@pytest.mark.parametrize("layer", [1, 3])
+def test_gcnii_equals_pyg(layer):
+    g = _graph(4, 10)
+    ours = GCNIILayer(10, alpha=0.2, theta=0.7, layer=layer).double()
+    theirs = pyg_nn.GCN2Conv(10, alpha=0.2, theta=0.7, layer=layer, shared_weights=True).double()
+    with torch.no_grad():
+        theirs.weight1.copy_(ours.weight)
+    h0 = torch.randn(g.num_nodes, 10, dtype=F64, requires_grad=True)
+    b, ei = Block.full(g), g.edge_index()
+    _compare(lambda x: ours(b, x, h0), lambda x: theirs(x, h0, ei), g.x, [ours.weight, h0], [theirs.weight1, h0])
+
+
+def _dense_gcn(g) -> torch.Tensor:
+    a = torch.zeros(g.num_nodes, g.num_nodes, dtype=F64)
+    a[g.dst_of_edges(), g.indices] = 1.0
+    a += torch.eye(g.num_nodes, dtype=F64)
+    c = (g.in_degrees().to(F64) + 1).rsqrt()
+    return c[:, None] * a * c[None, :]
+
+
+def test_resgcn_plus_equals_dense_reference():
+    g = _graph(5, 9)
+    layer = ResGCNPlusLayer(9, dropout=0.0).double()
+    with torch.no_grad():
+        layer.norm.weight.normal_()
+        layer.norm.bias.normal_()
+        layer.conv.bias.normal_()
+    a = _dense_gcn(g)
+    norm = torch.nn.functional.layer_norm
+
+    def reference(x):
+        z = torch.relu(norm(x, (9,), layer.norm.weight, layer.norm.bias))
+        return x + (a @ z) @ layer.conv.lin.weight.t() + layer.conv.bias
+
+    params = [layer.norm.weight, layer.norm.bias, layer.conv.lin.weight, layer.conv.bias]
+    _compare(lambda x: layer(Block.full(g), x), reference, g.x, params, params)
+
+
+# ----------------------------------------------------------------------------- halves and partitions
+def _layers(in_dim: int):
+    return {
+        "gcn_small": (GCNLayer(in_dim, 3), False),
+        "gcn_wide": (GCNLayer(in_dim, 40), False),
+        "sage_small": (SAGELayer(in_dim, 3), False),
+        "sage_wide": (SAGELayer(in_dim, 40), False),
+        "gat": (GATLayer(in_dim, 5, heads=3, attn_dropout=0.3, site=1, seed=7), False),
+        "gat_mean": (GATLayer(in_dim, 5, heads=2, concat=False), False),
+        "gcnii": (GCNIILayer(in_dim, 0.1, 0.5, layer=2), True),
+        "resgcn": (ResGCNPlusLayer(in_dim, dropout=0.4, site=3, seed=2), False),
+    }
+
+
+def _run(layer, needs_h0, block, x, h0):
+    return layer(block, x, h0[: block.num_dst]) if needs_h0 else layer(block, x)
+
+
+def _halves(layer, needs_h0, block, x, h0):
+    agg = layer.aggregate(block, x)
+    if needs_h0:
+        return layer.update(agg, x[: block.num_dst], h0[: block.num_dst])
+    return layer.update(agg, x[: block.num_dst])
+
+
+@pytest.mark.parametrize("name", list(_layers(8)))
+@pytest.mark.parametrize("x_grad", [False, True])
+def test_halves_equal_whole(name, x_grad):
+    g = _graph(6, 8)
+    layer, needs_h0 = _layers(8)[name]
+    layer = layer.double().train()
+    b = Block.full(g)
+    h0 = torch.randn(g.num_nodes, 8, dtype=F64)
+    xa, xb = g.x.clone().requires_grad_(x_grad), g.x.clone().requires_grad_(x_grad)
+    whole, halves = _run(layer, needs_h0, b, xa, h0), _halves(layer, needs_h0, b, xb, h0)
+    torch.testing.assert_close(whole, halves, **TOL)
+    grad = torch.randn_like(whole)
+    params = list(layer.parameters())
+    ga = torch.autograd.grad(whole, params + ([xa] if x_grad else []), grad)
+    gb = torch.autograd.grad(halves, params + ([xb] if x_grad else []), grad)
+    for a, b_ in zip(ga, gb):
+        torch.testing.assert_close(a, b_, **TOL)
+
+
+@pytest.mark.parametrize("name", list(_layers(8)))
+@pytest.mark.parametrize("train", [False, True])
+def test_partition_block_gives_full_rows(name, train):
+    g = _graph(7, 8)
+    layer, needs_h0 = _layers(8)[name]
+    layer = layer.double().train(train)
+    h0 = torch.randn(g.num_nodes, 8, dtype=F64)
+    full = _run(layer, needs_h0, Block.full(g), g.x, h0)
+    nodes = torch.randperm(g.num_nodes, generator=torch.Generator().manual_seed(0))[:25]
+    part = Block.from_nodes(g, nodes)
+    got = _run(layer, needs_h0, part, g.x[part.src_ids], h0[part.src_ids])
+    torch.testing.assert_close(got, full[nodes], **TOL)
+    # gradients w.r.t. the weights: sum of partition contributions == full-graph gradient
+    rest = torch.tensor(sorted(set(range(g.num_nodes)) - set(nodes.tolist())))
+    grad = torch.randn_like(full)
+    params = list(layer.parameters())
+    want = torch.autograd.grad(_run(layer, needs_h0, Block.full(g), g.x, h0), params, grad)
+    total = [torch.zeros_like(p) for p in params]
+    for piece in (nodes, rest):
+        blk = Block.from_nodes(g, piece)
+        out = _run(layer, needs_h0, blk, g.x[blk.src_ids], h0[blk.src_ids])
+        for t, gp in zip(total, torch.autograd.grad(out, params, grad[piece])):
+            t += gp
+    for a, b in zip(total, want):
+        torch.testing.assert_close(a, b, **TOL)
+
+
+def test_layer_input_errors():
+    g = _graph(8, 8)
+    with pytest.raises(ValueError, match="x_src must be"):
+        GCNLayer(8, 4)(Block.full(g), torch.randn(g.num_nodes, 7))
+    with pytest.raises(ValueError, match="h0_dst"):
+        GCNIILayer(8, 0.1, 0.5, 1)(Block.full(g), g.x.float(), None)
+    with pytest.raises(ValueError, match="1-based"):
+        GCNIILayer(8, 0.1, 0.5, 0)

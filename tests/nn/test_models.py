@@ -1,0 +1,179 @@
+"""The model contract: deterministic build, step-wise == whole, partitions reproduce full rows."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from graphscale.config import ModelConfig
+from graphscale.data.block import Block
+from graphscale.nn.models import GNN, build_model
+from graphscale.registry import MODELS
+from graphscale.testing.graphs import random_graph
+
+F64 = torch.float64
+TOL = {"atol": 1e-10, "rtol": 1e-10}
+NAMES = ["gcn", "sage", "gat", "gcnii", "resgcn"]
+
+
+def _cfg(name: str, layers: int = 2, dropout: float = 0.5) -> ModelConfig:
+    return ModelConfig(name=name, hidden=6, layers=layers, dropout=dropout, heads=3, alpha=0.1, theta=0.5)
+
+
+def _graph(seed: int = 0):
+    return random_graph(60, 4.0, num_features=7, num_classes=4, seed=seed, dtype=F64, isolated=3)
+
+
+def _chain(g, nodes: torch.Tensor, num_layers: int) -> list[Block]:
+    """Partition blocks for an L-layer model whose last block has destinations ``nodes``."""
+    blocks, dst = [], nodes
+    for _ in range(num_layers):
+        blocks.insert(0, Block.from_nodes(g, dst))
+        dst = blocks[0].src_ids
+    return blocks
+
+
+def test_registry_lists_all_models():
+    assert set(NAMES) <= set(MODELS.names())
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_build_is_deterministic(name):
+    a = build_model(_cfg(name), 7, 4, seed=3)
+    b = build_model(_cfg(name), 7, 4, seed=3)
+    c = build_model(_cfg(name), 7, 4, seed=4)
+    pa, pb, pc = a.state_dict(), b.state_dict(), c.state_dict()
+    assert all(torch.equal(pa[k], pb[k]) for k in pa)
+    assert any(not torch.equal(pa[k], pc[k]) for k in pa if pa[k].numel() > 1)
+    assert isinstance(a, GNN) and a.num_layers == 2
+    assert a.needs_h0 == (name == "gcnii")
+    # the caller's RNG is untouched
+    torch.manual_seed(0)
+    r1 = torch.rand(1)
+    torch.manual_seed(0)
+    build_model(_cfg(name), 7, 4, seed=3)
+    assert torch.equal(torch.rand(1), r1)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_layer_widths(name):
+    model = build_model(_cfg(name, layers=3), 7, 4)
+    widths = {"gcn": [7, 6, 6], "sage": [7, 6, 6], "gat": [7, 18, 18], "gcnii": [6, 6, 6], "resgcn": [6, 6, 6]}
+    assert model.layer_widths() == widths[name]
+
+
+@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("train", [False, True])
+def test_forward_equals_steps_and_halves(name, train):
+    g = _graph(1)
+    model = build_model(_cfg(name, layers=3), 7, 4, seed=1, dtype=F64).train(train)
+    model.set_epoch(2)
+    b = Block.full(g)
+    out = model(b, g.x)
+    ids = b.src_ids
+    h = model.input_map(g.x, ids)
+    h0 = h if model.needs_h0 else None
+    hs = h
+    for l in range(model.num_layers):
+        h = model.step(l, b, h, h0)
+        hs = model.update(l, model.aggregate(l, b, hs), hs[: b.num_dst], b.dst_ids, h0)
+        torch.testing.assert_close(h, hs, **TOL)
+    torch.testing.assert_close(model.output_map(h, ids), out, **TOL)
+    assert out.shape == (g.num_nodes, 4)
+
+
+@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("train", [False, True])
+def test_partition_blocks_reproduce_full_rows(name, train):
+    g = _graph(2)
+    model = build_model(_cfg(name), 7, 4, seed=2, dtype=F64).train(train)
+    model.set_epoch(5)
+    full = model(Block.full(g), g.x)
+    perm = torch.randperm(g.num_nodes, generator=torch.Generator().manual_seed(1))
+    grad = torch.randn_like(full)
+    params = [p for p in model.parameters()]
+    want = torch.autograd.grad(full, params, grad)
+    total = [torch.zeros_like(p) for p in params]
+    for nodes in (perm[:20], perm[20:45], perm[45:]):
+        blocks = _chain(g, nodes, model.num_layers)
+        out = model(blocks, g.x[blocks[0].src_ids])
+        torch.testing.assert_close(out, full[nodes], **TOL)
+        for t, gp in zip(total, torch.autograd.grad(out, params, grad[nodes], allow_unused=True)):
+            if gp is not None:
+                t += gp
+    for a, b in zip(total, want):
+        torch.testing.assert_close(a, b, **TOL)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_dropout_masks_follow_epoch_and_mode(name):
+    g = _graph(3)
+    model = build_model(_cfg(name), 7, 4, seed=0, dtype=F64)
+    b = Block.full(g)
+    model.set_epoch(1)
+    a1, a2 = model(b, g.x), model(b, g.x)
+    model.set_epoch(2)
+    a3 = model(b, g.x)
+    torch.testing.assert_close(a1, a2, atol=0, rtol=0)
+    assert not torch.allclose(a1, a3)
+    model.eval()
+    e1 = model(b, g.x)
+    model.set_epoch(7)
+    torch.testing.assert_close(model(b, g.x), e1, atol=0, rtol=0)
+
+
+@pytest.mark.parametrize("name", ["gcnii", "resgcn"])
+def test_deep_models_run_and_backprop(name):
+    g = random_graph(200, 5.0, num_features=16, num_classes=5, seed=4)
+    model = build_model(ModelConfig(name=name, hidden=32, layers=10, dropout=0.3), 16, 5, seed=0)
+    model.set_epoch(0)
+    out = model(Block.full(g), g.x)
+    loss = torch.nn.functional.cross_entropy(out[g.train_mask], g.y[g.train_mask])
+    loss.backward()
+    assert torch.isfinite(loss)
+    for p in model.parameters():
+        assert p.grad is not None and torch.isfinite(p.grad).all()
+    assert any(float(p.grad.abs().sum()) > 0 for p in model.layers[0].parameters())
+
+
+def test_model_errors():
+    g = _graph(4)
+    b = Block.full(g)
+    model = build_model(_cfg("gcn", layers=2), 7, 4, dtype=F64)
+    with pytest.raises(ValueError, match="3 blocks"):
+        model([b, b, b], g.x)
+    with pytest.raises(ValueError, match="rows"):
+        model(b, g.x[:10])
+    gcnii = build_model(_cfg("gcnii"), 7, 4, dtype=F64)
+    with pytest.raises(ValueError, match="needs h0_dst"):
+        gcnii.step(0, b, torch.randn(g.num_nodes, 6, dtype=F64))
+    with pytest.raises(KeyError, match="unknown model"):
+        build_model(_cfg("nope"), 7, 4)
+    with pytest.raises(ValueError, match="layers"):
+        build_model(_cfg("gcn", layers=0), 7, 4)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_torch_fallback_path_matches_numba_kernels(name, monkeypatch):
+    """The path non-CPU devices take (torch sparse / index ops) gives the same model, forward and backward."""
+    from graphscale.nn import dropout as gd
+    from graphscale.nn import ops
+
+    g = _graph(5)
+    model = build_model(_cfg(name), 7, 4, seed=1, dtype=F64)
+    model.set_epoch(3)
+    b = Block.full(g)
+    params = list(model.parameters())
+
+    def run():
+        out = model(Block(b.indptr, b.indices, b.src_ids, b.src_deg), g.x)  # fresh block: no shared cache
+        return out, torch.autograd.grad(out, params, torch.ones_like(out), allow_unused=True)
+
+    out_nb, grads_nb = run()
+    monkeypatch.setattr(ops, "_use_numba", lambda *tensors: False)
+    monkeypatch.setattr(gd, "_use_numba", lambda *tensors: False)
+    out_t, grads_t = run()
+    torch.testing.assert_close(out_t, out_nb, **TOL)
+    for a, c in zip(grads_t, grads_nb):
+        if a is not None or c is not None:
+            torch.testing.assert_close(a, c, **TOL)

@@ -1,0 +1,154 @@
+"""Graph parallelism reproduces the single-process reference, and its Ledger matches the closed form.
+
+One spawned run per world size checks every (model, dtype, partitioner) combination: loss, logits and
+every parameter gradient against ``model.forward(Block.full(graph), x)`` with dropout on, halo bytes and
+all-reduce bytes against their closed forms, identical parameters across workers after Adam steps.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from graphscale.config import ModelConfig, OptimConfig, RunConfig, StrategyConfig
+from graphscale.data.block import Block
+from graphscale.distributed.env import DistEnv
+from graphscale.nn.models import build_model
+from graphscale.registry import STRATEGIES
+from graphscale.strategies.base import counts_to_metrics, masked_loss_sum, split_counts
+from graphscale.strategies.graph_parallel import GraphParallel, allreduce_bytes_per_epoch, halo_bytes_per_epoch
+from graphscale.testing import assert_close_rel, random_graph, run_distributed
+
+DTYPES = {"float64": torch.float64, "float32": torch.float32}
+#: (model, dtype, partitioner): float64 for every model, float32 for fewer.
+COMBOS = [("gcn", "float64", "metis"), ("sage", "float64", "random"), ("gat", "float64", "metis"),
+          ("gcnii", "float64", "random"), ("gcn", "float32", "random"), ("gat", "float32", "random")]
+#: Models whose input map is learned: the input of step 0 requires grad, so layer 0 exchanges gradients too.
+LEARNED_INPUT_MAP = {"gcnii", "resgcn"}
+EXTRA_EPOCHS = 3
+
+
+def make_graph(dtype: torch.dtype):
+    return random_graph(40, avg_degree=4.0, num_features=6, num_classes=3, seed=0, dtype=dtype, isolated=2)
+
+
+def make_config(model: str, partitioner: str, workers: int) -> RunConfig:
+    layers = 3 if model == "gcn" else 2
+    return RunConfig(model=ModelConfig(name=model, hidden=4, layers=layers, dropout=0.5, heads=2),
+                     optim=OptimConfig(lr=0.01, weight_decay=5e-4),
+                     strategy=StrategyConfig(name="graph-parallel", workers=workers, partitioner=partitioner),
+                     seed=0)
+
+
+def _worker(env: DistEnv, combos: list[tuple[str, str, str]]) -> list[dict]:
+    out = []
+    for model_name, dtype_name, partitioner in combos:
+        dtype = DTYPES[dtype_name]
+        graph = make_graph(dtype)
+        config = make_config(model_name, partitioner, env.world_size)
+        model = build_model(config.model, graph.num_features, graph.num_classes, seed=0, dtype=dtype)
+        strategy = GraphParallel()
+        strategy.setup(graph, model, env, config)
+        metrics = strategy.evaluate()  # with the initial parameters, like the reference
+        model.train()
+        model.set_epoch(0)
+        logits = strategy.forward().detach()
+        stats = strategy.train_epoch(0)
+        grads = [p.grad.clone() for p in model.parameters()]
+        later = [strategy.train_epoch(e) for e in range(1, 1 + EXTRA_EPOCHS)]
+        out.append({"inner_ids": strategy.inner_ids.cpu(), "logits": logits, "loss": stats.loss, "grads": grads,
+                    "params": [p.detach().clone() for p in model.parameters()], "bytes": stats.bytes,
+                    "later_bytes": [s.bytes for s in later], "owner": strategy.owner,
+                    "peak": stats.peak_memory, "metrics": metrics})
+        strategy.teardown()
+    return out
+
+
+def reference(model_name: str, dtype_name: str) -> dict:
+    dtype = DTYPES[dtype_name]
+    graph = make_graph(dtype)
+    config = make_config(model_name, "metis", 1)
+    model = build_model(config.model, graph.num_features, graph.num_classes, seed=0, dtype=dtype)
+    model.train()
+    model.set_epoch(0)
+    logits = model.forward(Block.full(graph), graph.x)
+    loss = masked_loss_sum(logits, graph.y, graph.train_mask) / int(graph.train_mask.sum())
+    loss.backward()
+    model.eval()
+    with torch.no_grad():
+        eval_logits = model.forward(Block.full(graph), graph.x)
+    masks = {"train": graph.train_mask, "val": graph.val_mask, "test": graph.test_mask}
+    return {"graph": graph, "model": model, "logits": logits.detach(), "loss": loss.detach(),
+            "grads": [p.grad.clone() for p in model.parameters()],
+            "metrics": counts_to_metrics(split_counts(eval_logits, graph.y, masks))}
+
+
+def brute_force_halo_sizes(graph, owner: torch.Tensor, parts: int) -> list[int]:
+    halos = [set() for _ in range(parts)]
+    for v in range(graph.num_nodes):
+        for u in graph.indices[graph.indptr[v]:graph.indptr[v + 1]].tolist():
+            if owner[u] != owner[v]:
+                halos[int(owner[v])].add(u)
+    return [len(h) for h in halos]
+
+
+@pytest.mark.parametrize("world_size", [1, 2, 4])
+def test_graph_parallel_matches_single_process(world_size):
+    results = run_distributed(_worker, world_size, COMBOS)
+    for i, (model_name, dtype_name, _) in enumerate(COMBOS):
+        dtype = DTYPES[dtype_name]
+        ref = reference(model_name, dtype_name)
+        graph, model = ref["graph"], ref["model"]
+        runs = [worker_results[i] for worker_results in results]
+        tag = f"{model_name}/{dtype_name}/W={world_size}"
+
+        # logits: every vertex computed by exactly one worker
+        ids = torch.cat([r["inner_ids"] for r in runs])
+        assert torch.equal(torch.sort(ids).values, torch.arange(graph.num_nodes)), tag
+        logits = torch.empty_like(ref["logits"])
+        logits[ids] = torch.cat([r["logits"] for r in runs])
+        assert_close_rel(logits, ref["logits"], dtype, what=f"{tag} logits")
+
+        for rank, r in enumerate(runs):
+            assert_close_rel(torch.tensor(r["loss"], dtype=torch.float64), ref["loss"].double(), dtype, what=f"{tag} loss")
+            for (name, _), g, g_ref in zip(model.named_parameters(), r["grads"], ref["grads"]):
+                assert_close_rel(g, g_ref, dtype, what=f"{tag} rank {rank} grad {name}")
+            for p, p0 in zip(r["params"], runs[0]["params"]):
+                assert torch.equal(p, p0), f"{tag}: parameters diverged across workers"
+            for key, value in ref["metrics"].items():
+                rel = 1e-9 if dtype == torch.float64 else 1e-5
+                assert r["metrics"][key] == pytest.approx(value, rel=rel, nan_ok=True), f"{tag} {key}"
+            assert r["peak"] > 0
+
+        # Ledger against the closed forms (summed over workers)
+        elem = torch.empty(0, dtype=dtype).element_size()
+        sizes = brute_force_halo_sizes(graph, runs[0]["owner"], world_size)
+        widths = model.layer_widths()
+        learned = model_name in LEARNED_INPUT_MAP
+        expected_halo = sum((1 if layer == 0 and not learned else 2) * sum(sizes) * d * elem
+                            for layer, d in enumerate(widths))
+        assert expected_halo == halo_bytes_per_epoch(sizes, widths, elem, first_backward=learned)
+        num_params = sum(p.numel() for p in model.parameters())
+        for epoch_bytes in [r["bytes"] for r in runs], *([r["later_bytes"][e] for r in runs]
+                                                         for e in range(EXTRA_EPOCHS)):
+            assert sum(b.get("halo", 0) for b in epoch_bytes) == expected_halo, tag
+            assert sum(b.get("allreduce", 0) for b in epoch_bytes) == \
+                allreduce_bytes_per_epoch(num_params, world_size, elem) == 2 * (world_size - 1) * num_params * elem
+            assert sum(b.get("control", 0) for b in epoch_bytes) == 2 * (world_size - 1) * 8
+            assert set().union(*epoch_bytes) <= {"halo", "allreduce", "control"}
+        if world_size > 1:
+            assert expected_halo > 0
+
+
+def test_registered_and_rejects_bad_setups():
+    assert STRATEGIES.get("graph-parallel") is GraphParallel
+    graph = make_graph(torch.float64)
+    config = make_config("gcn", "metis", 1)
+    model = build_model(config.model, graph.num_features, graph.num_classes, seed=0, dtype=torch.float64)
+    graph.train_mask = torch.zeros(graph.num_nodes, dtype=torch.bool)
+    with pytest.raises(ValueError, match="no training vertices"):
+        GraphParallel().setup(graph, model, DistEnv.local(), config)
+    config.strategy.partitioner = "nope"
+    graph = make_graph(torch.float64)
+    with pytest.raises(KeyError, match="unknown partitioner 'nope'"):
+        GraphParallel().setup(graph, model, DistEnv.local(), config)
