@@ -18,7 +18,7 @@ BENCHES = {
 
 #: command-line flag -> (config section or None for top level, field)
 TRAIN_OPTIONS = {
-    "dataset": ("data", "dataset"), "model": ("model", "name"), "hidden": ("model", "hidden"),
+    "dataset": ("data", "dataset"), "feature_norm": ("data", "feature_norm"), "model": ("model", "name"), "hidden": ("model", "hidden"),
     "layers": ("model", "layers"), "dropout": ("model", "dropout"), "heads": ("model", "heads"),
     "alpha": ("model", "alpha"), "theta": ("model", "theta"),
     "lr": ("optim", "lr"), "weight_decay": ("optim", "weight_decay"), "epochs": ("optim", "epochs"),
@@ -41,6 +41,8 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
     """Every option defaults to None so that only what the user gave overrides the preset / TOML file."""
     p.add_argument("--config", help="TOML file with [data], [model], [optim], [strategy] tables")
     p.add_argument("--dataset", help="dataset spec (see `graphscale datasets`); default cora")
+    p.add_argument("--feature-norm", choices=["auto", "row", "none"],
+                   help="row-normalise features (auto: when they are non-negative, as GCN/GAT preprocess Cora)")
     p.add_argument("--model", help="gcn | sage | gat | gcnii | resgcn; default gcn")
     p.add_argument("--hidden", type=int, help="hidden width (per head for GAT)")
     p.add_argument("--layers", type=int, help="message-passing layers")

@@ -18,6 +18,8 @@ from pathlib import Path
 class DataConfig:
     dataset: str = "cora"
     """Dataset spec: ``cora``, ``planetoid:DIR[:NAME]``, ``npz:FILE``, ``ogb:DIR``, ``graphdir:DIR``, ``sbm:...``, ``rmat:...``."""
+    feature_norm: str = "auto"
+    """``row`` (L1 row normalisation), ``none``, or ``auto`` = ``row`` for non-negative features."""
 
 
 @dataclass
@@ -50,6 +52,18 @@ class StrategyConfig:
     """``single`` only: sampled mini-batch training instead of full-graph."""
     fanouts: list[int] = field(default_factory=lambda: [10, 10])
     batch_size: int = 512
+    cache: str = "none"
+    """``data-parallel`` feature cache: ``none`` (DGL-like), ``pagraph`` or ``quiver``."""
+    cache_fraction: float = 0.0
+    """``data-parallel`` / ``split-parallel``: feature rows each worker caches, as a fraction of all vertices."""
+    chunks: int = 1
+    """``offload``: chunks per partition (K); ignored when ``memory_budget`` is set."""
+    dedup: str = "reorg"
+    """``offload`` communication dedup: ``baseline``, ``inter``, ``intra`` or ``reorg`` (each adds to the previous)."""
+    recompute: str = "auto"
+    """``offload`` intermediate data per layer: ``auto`` (cost model), ``hybrid``, ``recompute`` or ``none``."""
+    memory_budget: str = ""
+    """``offload``: per-worker device-memory budget (e.g. ``256MiB``); picks the smallest K that fits."""
 
 
 @dataclass

@@ -36,6 +36,9 @@ def validate(config: RunConfig) -> None:
         raise ValueError(f"--workers must be >= 1, got {config.strategy.workers}")
     if config.optim.epochs < 1:
         raise ValueError(f"--epochs must be >= 1, got {config.optim.epochs}")
+    from graphscale.data.datasets import FEATURE_NORMS
+    if config.data.feature_norm not in FEATURE_NORMS:
+        raise ValueError(f"--feature-norm must be one of {', '.join(FEATURE_NORMS)}, got {config.data.feature_norm!r}")
     if config.resume and not config.checkpoint:
         raise ValueError("--resume needs --checkpoint PATH")
     STRATEGIES.get(config.strategy.name)  # raises with the list of choices
@@ -45,12 +48,12 @@ def validate(config: RunConfig) -> None:
 
 def train_worker(env: DistEnv, config: RunConfig) -> dict:
     """Body of one worker: load data, build the model, set up the strategy, train."""
-    from graphscale.data.datasets import load_dataset
+    from graphscale.data.datasets import load_dataset, normalize_features
     from graphscale.nn.models import build_model
     from graphscale.trainer import Trainer
 
     torch.manual_seed(config.seed)
-    graph = load_dataset(config.data.dataset)
+    graph = normalize_features(load_dataset(config.data.dataset), config.data.feature_norm)
     if graph.x is None or graph.y is None or graph.train_mask is None:
         raise ValueError(f"dataset {config.data.dataset!r} has no features, labels or split; it cannot be trained on")
     dtype = DTYPES[config.dtype]

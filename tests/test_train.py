@@ -15,9 +15,11 @@ def cora(model="gcn", epochs=200, seed=0, **strategy):
                          "strategy": strategy, "progress": False})
 
 
-def test_gcn_reaches_80_percent_on_cora_over_5_seeds():
-    accs = [run(cora("gcn", seed=s))["final"]["test_acc"] for s in range(5)]
-    assert statistics.mean(accs) >= 0.80, accs
+@pytest.mark.parametrize("model, bar", [("gcn", 0.80), ("gat", 0.81)])
+def test_cora_accuracy_over_5_seeds(model, bar):
+    """The issue's bars: GCN >= 80%, GAT >= 81% test accuracy on Cora, averaged over 5 seeds."""
+    accs = [run(cora(model, seed=s))["final"]["test_acc"] for s in range(5)]
+    assert statistics.mean(accs) >= bar, accs
 
 
 def test_minibatch_sage_learns_cora():

@@ -362,3 +362,20 @@ def test_pyg_missing_gives_install_hint(monkeypatch):
         to_pyg(random_graph(5))
     with pytest.raises(ImportError, match=r"pip install graphscale\[pyg\]"):
         from_pyg(object())
+
+
+def test_feature_normalisation_modes():
+    from graphscale.data.datasets import normalize_features
+    from graphscale.testing import random_graph
+
+    g = random_graph(20, seed=4)
+    raw = g.x.clone()
+    assert torch.equal(normalize_features(g, "auto").x, raw)  # signed features: untouched
+    assert g.meta["feature_norm"] == "none"
+    g.x = raw.abs()
+    g.x[3] = 0
+    normalize_features(g, "auto")
+    assert torch.allclose(g.x[torch.arange(20) != 3].sum(1), torch.ones(19)) and not g.x[3].any()
+    assert g.meta["feature_norm"] == "row"
+    with pytest.raises(ValueError, match="--feature-norm"):
+        normalize_features(g, "l2")
