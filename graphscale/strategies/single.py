@@ -36,6 +36,9 @@ class SingleStrategy(Strategy):
                       "test": graph.test_mask.to(device)}
         self.block = Block.full(graph).to(device)
         self.tracker = MemoryTracker(env)
+        self.tracker.track("graph", self.x, self.y, *self.masks.values(), self.block.indptr, self.block.indices,
+                           self.block.src_ids, self.block.src_deg)
+        self.tracker.track_module("model", model)
         strategy = config.strategy
         if strategy.minibatch:
             if len(strategy.fanouts) != model.num_layers:
@@ -63,6 +66,8 @@ class SingleStrategy(Strategy):
         loss = masked_loss_sum(logits, self.y[dst], target_mask) / normaliser
         loss.backward()
         self.optimizer.step()
+        self.tracker.track("optimizer", *(t for state in self.optimizer.state.values()
+                                          for t in state.values() if torch.is_tensor(t)))
         return loss.item()
 
     def _minibatch_epoch(self, epoch: int) -> float:
