@@ -9,11 +9,14 @@ import sys
 
 from graphscale.bench.table import format_table
 from graphscale.distributed.launch import WorkerError
+from graphscale.metrics.ledger import moved_bytes
 
 #: ``graphscale bench NAME`` -> module with ``add_arguments(parser)`` and ``run(args)``.
 BENCHES = {
     "peers": ("graphscale.bench.peers", "2-layer GCN epoch: graphscale against PyG (time and peak memory)"),
     "sampler": ("graphscale.bench.sampler", "neighbour-sampler throughput in sampled edges per second"),
+    "offload": ("graphscale.bench.offload",
+                "HongTu offload: replication factor, host traffic by dedup mode, memory vs K (Tables 3/8, Fig. 10)"),
 }
 
 #: command-line flag -> (config section or None for top level, field)
@@ -25,6 +28,8 @@ TRAIN_OPTIONS = {
     "strategy": ("strategy", "name"), "workers": ("strategy", "workers"),
     "partitioner": ("strategy", "partitioner"), "minibatch": ("strategy", "minibatch"),
     "fanouts": ("strategy", "fanouts"), "batch_size": ("strategy", "batch_size"),
+    "chunks": ("strategy", "chunks"), "dedup": ("strategy", "dedup"), "recompute": ("strategy", "recompute"),
+    "memory_budget": ("strategy", "memory_budget"),
     "seed": (None, "seed"), "dtype": (None, "dtype"), "device": (None, "device"), "json": (None, "json"),
     "checkpoint": (None, "checkpoint"), "resume": (None, "resume"), "progress": (None, "progress"),
 }
@@ -59,6 +64,12 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--minibatch", action="store_const", const=True, help="single: sampled mini-batch training")
     p.add_argument("--fanouts", type=_int_list, help="per-layer sampling fanouts, e.g. 10,10")
     p.add_argument("--batch-size", type=int)
+    p.add_argument("--chunks", type=int, help="offload: chunks per partition K (default 1)")
+    p.add_argument("--dedup", choices=["baseline", "inter", "intra", "reorg"],
+                   help="offload: host-device communication dedup, each adding to the previous (default reorg)")
+    p.add_argument("--recompute", choices=["auto", "hybrid", "recompute", "none"],
+                   help="offload: intermediate data per layer (default auto: the cost model decides)")
+    p.add_argument("--memory-budget", help="offload: per-worker device-memory budget, e.g. 256MiB; picks the smallest K")
     p.add_argument("--seed", type=int)
     p.add_argument("--repeat", type=int, default=1, help="train N times with seeds seed..seed+N-1 and report mean/std")
     p.add_argument("--dtype", choices=["float32", "float64"])
@@ -104,7 +115,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         final = report["final"]
         rows.append({"seed": config.seed, "best epoch": final["best_epoch"], "val acc": final["val_acc"],
                      "test acc": final["test_acc"], "s/epoch": final["mean_epoch_seconds"],
-                     "bytes/epoch": _fmt_bytes(sum(final["bytes_per_epoch"].values())),
+                     "bytes/epoch": _fmt_bytes(moved_bytes(final["bytes_per_epoch"])),
                      "peak mem/worker": _fmt_bytes(max(final["peak_memory_per_worker"] or [0]))})
     graph = reports[0]["graph"]
     title = (f"{base.model.name} on {graph['name']} ({graph['nodes']:,} nodes, {graph['edges']:,} edges), "

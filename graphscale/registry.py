@@ -11,7 +11,8 @@ import importlib
 from typing import Callable
 
 _BUILTIN_MODULES = {
-    "strategy": ["graphscale.strategies.single", "graphscale.strategies.graph_parallel"],
+    "strategy": ["graphscale.strategies.single", "graphscale.strategies.graph_parallel",
+                 "graphscale.strategies.offload"],
     "model": ["graphscale.nn.models"],
     "partitioner": ["graphscale.partition.random", "graphscale.partition.metis"],
 }

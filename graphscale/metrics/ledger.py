@@ -13,6 +13,15 @@ from collections import defaultdict
 
 HOST = -1
 
+#: Categories that record bytes read in place (e.g. HongTu's rows reused from the previous batch's
+#: device buffer), kept for cost models but not moved over any link.
+LOCAL_CATEGORIES = frozenset({"reuse"})
+
+
+def moved_bytes(by_category: dict[str, int]) -> int:
+    """Bytes that crossed a link: every category except :data:`LOCAL_CATEGORIES`."""
+    return sum(n for category, n in by_category.items() if category not in LOCAL_CATEGORIES)
+
 
 class Ledger:
     """Per-worker counters of bytes moved, keyed by ``(category, peer)``."""

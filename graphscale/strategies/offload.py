@@ -1,0 +1,562 @@
+r"""HongTu: full-graph training with the vertex data offloaded to host memory (``--strategy offload``).
+
+Every layer's representations ``H^0..H^L``, their gradients ``G^l`` and (for
+the recomputation-caching hybrid) the cached aggregates ``A^l`` live in host
+memory (:mod:`graphscale.strategies.offload_host`); the workers stream chunks
+of the graph through their devices. Training is exact full-graph, full-neighbour
+gradient descent: the same losses, representations and gradients as ``single``.
+
+**Partitioning and schedule** (:mod:`~graphscale.strategies.offload_plan`).
+Rank 0 cuts the graph into ``M`` partitions (one per worker) and each into
+``K = --chunks`` chunks (destination sets with all their in-edges), optionally
+reorganises the schedule (``--dedup reorg``,
+:mod:`~graphscale.strategies.offload_reorg`) or picks ``K`` from a device
+memory budget (``--memory-budget``), and broadcasts ``owner`` and ``batch``
+(category ``"setup"``). Batch ``j`` = chunk ``(i, j)`` on every worker ``i``.
+
+**Epoch** (the spec's Algorithm 1). Layer by layer, batch by batch, with a
+barrier between layers:
+
+* forward of layer ``l``, batch ``j``: load the chunk's source rows
+  ``H^l[N_{i,j}]`` (deduplicated, below), compute ``agg = aggregate`` and
+  ``out = update`` *without* autograd, write ``H^{l+1}[V_{i,j}]`` (and
+  ``A^l[V_{i,j}]`` for a hybrid layer) to the host. The last layer fuses the
+  loss: ``output_map`` and the cross-entropy of the chunk's training rows
+  (normalised by the *global* training count) are differentiated at once, and
+  ``G^L[V_{i,j}]`` goes to the host;
+* backward of layer ``l`` (``L-1 .. 0``), batch ``j``: load ``G^{l+1}[V_{i,j}]``;
+  then, per the layer's intermediate-data mode (``--recompute``):
+
+  - ``recompute`` (GAT and other edge-parametrised layers): reload
+    ``H^l[N_{i,j}]``, rerun the layer with autograd, backpropagate;
+  - ``hybrid`` (linear aggregates: GCN, SAGE, GCNII): load ``A^l[V_{i,j}]``
+    (own rows) and rerun only ``update``; the source gradients are the
+    aggregate's vector-Jacobian product, which needs only the topology and
+    the ids (it is evaluated at zero input): no neighbour traffic;
+  - ``none``: the forward kept every chunk's autograd graph on the device
+    (HongTu-IM-like, for comparison); backpropagate through it;
+  - ``auto`` (default) takes ``hybrid`` for a layer with a linear aggregate
+    when the cost model prices caching ``A^l`` below the extra neighbour-load
+    pass of recomputation, else ``recompute``
+    (:func:`~graphscale.strategies.offload_cost.layer_modes`);
+
+  parameter gradients accumulate; when ``l > 0`` (or the input map is
+  learned) the source-row gradients go to their owners (below);
+* all-reduce the parameter gradients (category ``"allreduce"``), Adam step.
+
+Dropout masks are keyed by global ids and the epoch, so recomputed chunks see
+the same masks. Host rows ``H^{l+1}[v]`` and ``G^l[v]`` are written only by
+``v``'s owner (except by the deliberately naive baseline, whose host-gradient
+writes are serialised rank by rank).
+
+**Deduplicated communication** (``--dedup``):
+
+* ``baseline``: every chunk reads its whole source set from the host
+  (``h2d_local`` / ``h2d_remote`` by owner) and adds its source gradients to
+  the host rows (``d2h_grad`` / ``d2h_grad_remote``);
+* ``inter``: worker ``i`` loads ``T_{i,j}`` from the host into its transition
+  buffer; peers read the rows they need from it (one ``all_to_all_v``,
+  category ``"p2p"``, recorded by the owner that sends); gradients of remote
+  source rows are pushed back to their owners (``"p2p_grad"``), who add them
+  into a gradient transition buffer and flush it to the host (``"d2h_grad"``);
+* ``intra``: rows shared with the previous batch stay in the buffer
+  (``"reuse"``: bytes *not* moved, recorded for the cost model), gradient rows
+  shared with the next batch keep accumulating on the device;
+* ``reorg``: ``intra`` on the cost-model-guided reorganised schedule.
+
+Other categories: ``d2h`` (``H^{l+1}``), ``d2h_cache`` / ``h2d_cache``
+(``A^l``), ``h2d_grad`` (``G^{l+1}`` rows of the destinations), ``h2d_dst``
+(own destination rows outside the neighbour path: GCNII's ``H^0``, the
+hybrid update's ``H^l`` rows when it reads them, raw rows of a learned input
+map), ``h2d_topo`` (chunk topology and plan indices, which stay on the host
+between uses), ``allreduce``, ``control``. The bytes of one training epoch
+equal :func:`~graphscale.strategies.offload_cost.epoch_bytes` exactly.
+
+**Departures from the paper's engine.** Peer reads and pushes are one
+``all_to_all_v`` per batch (gloo / NCCL) rather than GPUDirect kernels with
+the ``(i+s) mod M`` interleaving; remote rows are pulled in every batch (the
+§3.5 ``V_P``), i.e. the §3.7 reuse of remote rows already held from the
+previous batch is not implemented; the chunk's source matrix is a device-local
+gather of the merged buffer (the layers need the block layout, destinations
+first), which costs ``|N_{i,j}| d_l`` more device memory than kernels reading
+the buffer in place; host rows are not placed per NUMA node.
+
+**Devices.** On CPU workers host and device memory are the same RAM; the
+buffers, the schedule and the byte counts are the real ones. On CUDA the host
+arrays are pinned and host-to-device copies are non-blocking (see
+:mod:`~graphscale.strategies.offload_host`); that path has not been run here.
+Peak memory counts device-resident tensors only (buffers, the current chunk,
+parameters, optimiser state, autograd's saved tensors), never host arrays.
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+
+from graphscale.config import RunConfig
+from graphscale.data.block import Block
+from graphscale.data.graph import Graph
+from graphscale.distributed.comm import Comm
+from graphscale.distributed.env import DistEnv
+from graphscale.metrics.memory import MemoryTracker
+from graphscale.metrics.stats import EpochStats
+from graphscale.registry import PARTITIONERS, STRATEGIES
+from graphscale.strategies.base import SPLITS, Strategy, counts_to_metrics, masked_loss_sum, split_counts
+from graphscale.strategies.offload_cost import (
+    ALLREDUCE,
+    CONTROL,
+    D2H,
+    D2H_CACHE,
+    D2H_GRAD,
+    D2H_GRAD_REMOTE,
+    H2D_CACHE,
+    H2D_DST,
+    H2D_GRAD,
+    H2D_LOCAL,
+    H2D_REMOTE,
+    H2D_TOPO,
+    P2P,
+    P2P_GRAD,
+    REUSE,
+    Bandwidths,
+    check_recompute,
+    layer_modes,
+    layer_pass_rows,
+    modelled_seconds,
+    probe_dims,
+)
+from graphscale.strategies.offload_host import HostArrays
+from graphscale.strategies.offload_memory import choose_chunks, parse_bytes
+from graphscale.strategies.offload_plan import (
+    BatchPlan,
+    ChunkSets,
+    WorkerPlan,
+    build_worker_plan,
+    check_dedup,
+    two_level_partition,
+)
+from graphscale.strategies.offload_reorg import random_schedule, reorganize
+
+SETUP = "setup"
+
+
+def _nbytes(*tensors: torch.Tensor | None) -> int:
+    return sum(t.numel() * t.element_size() for t in tensors if t is not None)
+
+
+@STRATEGIES.register("offload")
+class OffloadStrategy(Strategy):
+    """HongTu-style offloaded full-graph training (see the module docstring).
+
+    Args:
+        order_seed: when given, the batch order and the pairing of chunks into
+            batches are additionally permuted at random with this seed (for
+            testing that results do not depend on the schedule).
+        bandwidths: link speeds of the cost model (``auto`` modes, reorganisation, modelled time).
+    """
+
+    exact = True
+
+    def __init__(self, order_seed: int | None = None, bandwidths: Bandwidths | None = None) -> None:
+        self.order_seed = order_seed
+        self.bandwidths = bandwidths or Bandwidths()
+        self.host: HostArrays | None = None
+
+    # ------------------------------------------------------------------ setup
+    def setup(self, graph: Graph, model: torch.nn.Module, env: DistEnv, config: RunConfig) -> None:
+        super().setup(graph, model, env, config)
+        if graph.x is None or graph.y is None or graph.train_mask is None:
+            raise ValueError("strategy 'offload' needs node features, labels and a training mask")
+        self.num_train = int(graph.train_mask.sum())
+        if self.num_train == 0:
+            raise ValueError("strategy 'offload': the graph has no training vertices")
+        sc = config.strategy
+        self.dedup = check_dedup(sc.dedup)
+        check_recompute(sc.recompute)
+        self.comm = Comm(env)
+        self.device = env.device
+        self.dtype = next(model.parameters()).dtype
+        self.elem = torch.empty(0, dtype=self.dtype).element_size()
+        self.dims = probe_dims(model, graph.num_features, self.dtype)
+        self.num_layers = model.num_layers
+        self.degrees = graph.in_degrees()
+        owner, batch, chunks = self._layout(graph, config)
+        self.num_chunks = chunks
+        self.sets = ChunkSets.build(graph, owner, batch, env.world_size, chunks)
+        self.plan: WorkerPlan = build_worker_plan(graph, self.sets, env.rank, self.dedup, self.degrees)
+        self.rows = layer_pass_rows(self.sets, self.dedup)
+        self.modes = layer_modes(sc.recompute, self.dims, self.rows, graph.num_nodes, self.elem, self.bandwidths)
+        self.owned = self.plan.owned
+        self.y = graph.y
+        self.masks = {}
+        for split in SPLITS:
+            mask = getattr(graph, f"{split}_mask")
+            self.masks[split] = torch.zeros(graph.num_nodes, dtype=torch.bool) if mask is None else mask
+        self._allocate_host(graph)
+        self.params = [p for p in model.parameters() if p.requires_grad]
+        self.tracker = MemoryTracker(env)
+        self.tracker.track_module("model", model)
+        self.retained: list[list[tuple]] = [[] for _ in range(self.num_layers)]
+
+    def _layout(self, graph: Graph, config: RunConfig) -> tuple[torch.Tensor, torch.Tensor, int]:
+        """Rank 0 partitions, picks ``K`` and the schedule; everyone receives ``(owner, batch, K)``."""
+        sc, n, world = config.strategy, graph.num_nodes, self.env.world_size
+        budget = parse_bytes(sc.memory_budget) if sc.memory_budget else None
+        if budget is None and sc.chunks < 1:
+            raise ValueError(f"--chunks must be >= 1, got {sc.chunks}")
+        header = torch.zeros(1, dtype=torch.int64, device=self.device)
+        layout = torch.empty(2, n, dtype=torch.int64, device=self.device)
+        if self.env.rank == 0:
+            owner = PARTITIONERS.get(sc.partitioner)().partition(graph, world, seed=config.seed)
+            if budget is not None:
+                chunks = choose_chunks(graph, self.model, owner, world, budget, config, self.dims, self.bandwidths)
+            else:
+                chunks = sc.chunks
+            owner, chunk = two_level_partition(graph, world, chunks, sc.partitioner, config.seed, owner=owner)
+            batch = chunk
+            if self.dedup == "reorg":
+                batch = reorganize(graph, owner, chunk, world, chunks, self.dims.widths[0], self.elem,
+                                   self.bandwidths)
+            if self.order_seed is not None:
+                batch = random_schedule(owner, batch, world, chunks, self.order_seed)
+            header[0] = chunks
+            layout[0], layout[1] = owner.to(self.device), batch.to(self.device)
+        self.comm.broadcast(header, 0, SETUP)
+        self.comm.broadcast(layout, 0, SETUP)
+        layout = layout.cpu()
+        return layout[0].clone(), layout[1].clone(), int(header[0])
+
+    def _allocate_host(self, graph: Graph) -> None:
+        """Host arrays ``H^0..H^L``, ``G^1..G^L`` (``G^0`` if the input map learns), ``A^l``, raw ``X``."""
+        n, dims = graph.num_nodes, self.dims
+        specs = {f"H{l}": (n, w) for l, w in enumerate(dims.widths)}
+        specs[f"H{self.num_layers}"] = (n, dims.out[-1])
+        for l in range(self.num_layers):
+            specs[f"G{l + 1}"] = (n, dims.out[l])
+            if self.modes[l] == "hybrid":
+                specs[f"A{l}"] = (n, dims.agg[l])
+        if dims.learned_input:
+            specs["G0"] = (n, dims.widths[0])
+            specs["X"] = (n, dims.in_dim)
+        self.host = HostArrays(self.comm, specs, self.dtype, self.device)
+        # the owner writes its own rows of the input (a host-side copy, no transfer)
+        first = "X" if dims.learned_input else "H0"
+        self.host[first][self.owned] = graph.x[self.owned].to(self.dtype)
+        self.comm.barrier()  # peers may read these rows as soon as setup returns
+
+    # ---------------------------------------------------------------- transfers
+    def _record(self, category: str, nbytes: int) -> None:
+        self.comm.record(category, nbytes)
+
+    def _gather(self, name: str, ids: torch.Tensor, category: str) -> torch.Tensor:
+        rows = self.host.gather(name, ids)
+        self._record(category, _nbytes(rows))
+        return rows
+
+    def _write(self, name: str, ids: torch.Tensor, rows: torch.Tensor, category: str) -> None:
+        self.host.write(name, ids, rows)
+        self._record(category, _nbytes(rows))
+
+    def _accumulate(self, name: str, ids: torch.Tensor, rows: torch.Tensor, category: str) -> None:
+        self.host.accumulate(name, ids, rows)
+        self._record(category, _nbytes(rows))
+
+    def _package(self, bp: BatchPlan, block: bool, slots: tuple[str, ...]) -> tuple[Block | None, dict]:
+        """Move the chunk's topology and the named plan indices to the device (``h2d_topo``)."""
+        moved = {}
+        nbytes = 0
+        dev_block = None
+        if block:
+            b = bp.block
+            dev_block = b if self.device.type == "cpu" else b.to(self.device)
+            nbytes += _nbytes(b.indptr, b.indices, b.src_ids, b.src_deg)
+        for name in slots:
+            t = getattr(bp, name)
+            moved[name] = t.to(self.device, non_blocking=True)
+            nbytes += _nbytes(t)
+        self._record(H2D_TOPO, nbytes)
+        return dev_block, moved
+
+    def _block_tensors(self, block: Block | None) -> tuple:
+        return () if block is None else (block.indptr, block.indices, block.src_ids, block.src_deg)
+
+    def _load_neighbours(self, layer: int, bp: BatchPlan, idx: dict, buffer: torch.Tensor | None) -> torch.Tensor:
+        """``H^l`` rows of the chunk's sources, in block order (the spec's DedupLoad, Algorithm 2)."""
+        name = f"H{layer}"
+        if self.dedup == "baseline":
+            ids = bp.block.src_ids
+            rows = self.host.gather(name, ids)
+            row_bytes = rows.shape[1] * self.elem
+            local = int(bp.src_local.sum())
+            self._record(H2D_LOCAL, local * row_bytes)
+            self._record(H2D_REMOTE, (ids.numel() - local) * row_bytes)
+            return rows
+        if bp.load_ids.numel():
+            buffer[idx["load_slots"]] = self._gather(name, bp.load_ids, H2D_LOCAL)
+        self._record(REUSE, bp.num_reused * buffer.shape[1] * self.elem)
+        if self.env.world_size > 1:
+            send = buffer.index_select(0, idx["send_slots"])
+            recv = self.comm.all_to_all_v(send, bp.send_counts, bp.recv_counts, P2P)
+            cap = self.plan.capacity
+            buffer[cap: cap + recv.shape[0]] = recv
+        return buffer.index_select(0, idx["src_index"])
+
+    def _push_gradients(self, layer: int, bp: BatchPlan, idx: dict, gbuffer: torch.Tensor | None,
+                        g_src: torch.Tensor) -> None:
+        """Source-row gradients to their owners, accumulated into ``G^l`` (the spec's Algorithm 3)."""
+        name = f"G{layer}"
+        if self.dedup == "baseline":
+            ids, local = bp.block.src_ids, bp.src_local
+            for rank in range(self.env.world_size):  # host writes of shared rows, serialised rank by rank
+                if rank == self.env.rank:
+                    self._accumulate(name, ids[local], g_src[local.to(g_src.device)], D2H_GRAD)
+                    self._accumulate(name, ids[~local], g_src[(~local).to(g_src.device)], D2H_GRAD_REMOTE)
+                self.comm.barrier()
+            return
+        gbuffer.index_add_(0, idx["src_index"], g_src)
+        if self.env.world_size > 1:
+            cap = self.plan.capacity
+            area = gbuffer[cap: cap + bp.num_recv]
+            recv = self.comm.all_to_all_v(area.contiguous(), bp.recv_counts, bp.send_counts, P2P_GRAD)
+            gbuffer.index_add_(0, idx["send_slots"], recv)
+            area.zero_()
+        if bp.flush_ids.numel():
+            slots = idx["flush_slots"]
+            self._accumulate(name, bp.flush_ids, gbuffer.index_select(0, slots), D2H_GRAD)
+            gbuffer.index_fill_(0, slots, 0)
+
+    def _buffer(self, layer: int, zero: bool) -> torch.Tensor | None:
+        if self.dedup == "baseline":
+            return None
+        shape = (self.plan.buffer_rows, self.dims.widths[layer])
+        make = torch.zeros if zero else torch.empty
+        return make(shape, dtype=self.dtype, device=self.device)
+
+    # ------------------------------------------------------------------ passes
+    def _input_pass(self, backward: bool) -> None:
+        """A learned input map: ``H^0 = input_map(X)`` chunk by chunk, or its backward from ``G^0``."""
+        for bp in self.plan.batches:
+            ids = bp.block.dst_ids
+            dev_ids = ids.to(self.device)
+            self._record(H2D_TOPO, _nbytes(ids))
+            x = self._gather("X", ids, H2D_DST)
+            if backward:
+                grad = self._gather("G0", ids, H2D_GRAD)
+                with torch.enable_grad():
+                    h0 = self.model.input_map(x, dev_ids)
+                self.tracker.track("chunk", x, grad, h0)
+                torch.autograd.backward(h0, grad)
+            else:
+                with torch.no_grad():
+                    h0 = self.model.input_map(x, dev_ids)
+                self.tracker.track("chunk", x, h0)
+                self._write("H0", ids, h0, D2H)
+            self.tracker.untrack("chunk")
+
+    def _h0(self, bp: BatchPlan, grad: bool) -> torch.Tensor | None:
+        if not self.dims.needs_h0:
+            return None
+        h0 = self._gather("H0", bp.block.dst_ids, H2D_DST)
+        return h0.requires_grad_(grad and self.dims.learned_input)
+
+    def _forward_layer(self, layer: int, train: bool, counts: list) -> None:
+        mode = self.modes[layer] if train else "eval"
+        need = self.dims.needs_src_grad(layer)
+        slots = () if self.dedup == "baseline" else ("src_index", "load_slots", "send_slots")
+        buffer = self._buffer(layer, zero=False)
+        self.tracker.track("buffers", buffer)
+        last = layer == self.num_layers - 1
+        for bp in self.plan.batches:
+            block, idx = self._package(bp, True, slots)
+            ids = block.dst_ids
+            xn = self._load_neighbours(layer, bp, idx, buffer)
+            h0 = self._h0(bp, grad=mode == "none")
+            d = bp.num_dst
+            if mode == "none":
+                xn.requires_grad_(need)
+                with torch.enable_grad():
+                    agg = self.model.aggregate(layer, block, xn)
+                    out = self.model.update(layer, agg, xn[:d], ids, h0)
+                self.retained[layer].append((out, xn, h0, block))
+                self._track_retained()
+            else:
+                with torch.no_grad():
+                    agg = self.model.aggregate(layer, block, xn)
+                    out = self.model.update(layer, agg, xn[:d], ids, h0)
+            self.tracker.track("chunk", *self._block_tensors(block), *idx.values(), xn, h0, agg, out)
+            if mode == "hybrid":
+                self._write(f"A{layer}", bp.block.dst_ids, agg, D2H_CACHE)
+            self._write(f"H{layer + 1}", bp.block.dst_ids, out, D2H)
+            if last:
+                self._head(bp, out, ids, train, counts)
+            self.tracker.untrack("chunk")
+        self.tracker.untrack("buffers")
+        self.comm.barrier()
+
+    def _head(self, bp: BatchPlan, out: torch.Tensor, ids: torch.Tensor, train: bool, counts: list) -> None:
+        """The fused output map and loss of a chunk (training) or its per-split counts (evaluation)."""
+        host_ids = bp.block.dst_ids
+        y = self.y[host_ids].to(self.device)
+        if not train:
+            masks = {split: mask[host_ids].to(self.device) for split, mask in self.masks.items()}
+            with torch.no_grad():
+                logits = self.model.output_map(out, ids)
+            counts.append(split_counts(logits, y, masks))
+            return
+        leaf = out.detach().requires_grad_(True)
+        with torch.enable_grad():
+            logits = self.model.output_map(leaf, ids)
+            loss_sum = masked_loss_sum(logits, y, self.masks["train"][host_ids].to(self.device))
+        (loss_sum / self.num_train).backward()
+        counts.append(float(loss_sum.detach()))
+        self._write(f"G{self.num_layers}", host_ids, leaf.grad, D2H_GRAD)
+
+    def _backward_layer(self, layer: int) -> None:
+        mode = self.modes[layer]
+        need = self.dims.needs_src_grad(layer)
+        dedup = self.dedup != "baseline"
+        data = self._buffer(layer, zero=False) if mode == "recompute" else None
+        grads = self._buffer(layer, zero=True) if need else None
+        self.tracker.track("buffers", data, grads)
+        push = ("src_index", "send_slots", "flush_slots") if need and dedup else ()
+        for j, bp in enumerate(self.plan.batches):
+            host_ids = bp.block.dst_ids
+            d = bp.num_dst
+            gout = self._gather(f"G{layer + 1}", host_ids, H2D_GRAD)
+            g_src = None
+            if mode == "none":
+                out, xn, h0, block = self.retained[layer][j]
+                _, idx = self._package(bp, False, push)
+                self.tracker.track("chunk", *idx.values(), gout)
+                torch.autograd.backward(out, gout)
+                g_src = xn.grad if need else None
+                self.retained[layer][j] = None
+            elif mode == "hybrid":
+                block, idx = self._package(bp, True, push)
+                ids = block.dst_ids
+                agg = self._gather(f"A{layer}", host_ids, H2D_CACHE).requires_grad_(True)
+                if self.dims.uses_dst[layer]:
+                    h_dst = self._gather(f"H{layer}", host_ids, H2D_DST).requires_grad_(need)
+                else:  # the update ignores it; a device-side placeholder of the right shape
+                    h_dst = torch.zeros(d, self.dims.widths[layer], dtype=self.dtype, device=self.device)
+                h0 = self._h0(bp, grad=True)
+                with torch.enable_grad():
+                    out = self.model.update(layer, agg, h_dst, ids, h0)
+                self.tracker.track("chunk", *self._block_tensors(block), *idx.values(), gout, agg, h_dst, h0, out)
+                torch.autograd.backward(out, gout)
+                if need:
+                    zero = torch.zeros(bp.block.num_src, self.dims.widths[layer], dtype=self.dtype,
+                                       device=self.device, requires_grad=True)
+                    with torch.enable_grad():
+                        (g_src,) = torch.autograd.grad(self.model.aggregate(layer, block, zero), zero, agg.grad)
+                    if self.dims.uses_dst[layer]:
+                        g_src[:d] += h_dst.grad
+            else:
+                slots = ("src_index", "load_slots", "send_slots") + (("flush_slots",) if need else ()) \
+                    if dedup else ()
+                block, idx = self._package(bp, True, slots)
+                ids = block.dst_ids
+                xn = self._load_neighbours(layer, bp, idx, data).requires_grad_(need)
+                h0 = self._h0(bp, grad=True)
+                with torch.enable_grad():
+                    agg = self.model.aggregate(layer, block, xn)
+                    out = self.model.update(layer, agg, xn[:d], ids, h0)
+                self.tracker.track("chunk", *self._block_tensors(block), *idx.values(), gout, xn, h0, agg, out)
+                torch.autograd.backward(out, gout)
+                g_src = xn.grad if need else None
+            if self.dims.needs_h0 and self.dims.learned_input:
+                self._accumulate("G0", host_ids, h0.grad, D2H_GRAD)
+            if need:
+                self.tracker.track("chunk_grad", g_src)
+                self._push_gradients(layer, bp, idx, grads, g_src)
+                self.tracker.untrack("chunk_grad")
+            self.tracker.untrack("chunk")
+        if mode == "none":
+            self.retained[layer] = []
+            self._track_retained()
+        self.tracker.untrack("buffers")
+        self.comm.barrier()
+
+    def _track_retained(self) -> None:
+        """Count the autograd graphs kept by ``--recompute none`` (outputs, inputs, topology) as resident."""
+        tensors = []
+        for chunks in self.retained:
+            for item in chunks:
+                if item is not None:
+                    out, xn, h0, block = item
+                    tensors += [out, xn, h0, *self._block_tensors(block)]
+        self.tracker.track("retained", *tensors)
+
+    # ------------------------------------------------------------------- epoch
+    def _allreduce_grads(self) -> None:
+        """Sum every parameter gradient over workers with one all-reduce of a flat buffer."""
+        grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in self.params]
+        flat = torch.cat([g.reshape(-1) for g in grads])
+        for p in self.params:
+            p.grad = None
+        self.tracker.track("gradients", flat)
+        self.comm.all_reduce(flat, ALLREDUCE)
+        offset = 0
+        for p in self.params:
+            p.grad = flat[offset: offset + p.numel()].view_as(p)
+            offset += p.numel()
+
+    def _zero_host_gradients(self) -> None:
+        for name in self.host.arrays:
+            if name.startswith("G"):
+                self.host.zero_rows(name, self.owned)
+
+    def train_epoch(self, epoch: int) -> EpochStats:
+        self.model.train()
+        self.model.set_epoch(epoch)
+        start = time.perf_counter()
+        before = self.env.ledger.snapshot()
+        losses: list = []
+        with self.tracker.epoch():
+            self.optimizer.zero_grad(set_to_none=True)
+            self._zero_host_gradients()
+            if self.dims.learned_input:
+                self._input_pass(backward=False)
+                self.comm.barrier()
+            for layer in range(self.num_layers):
+                self._forward_layer(layer, True, losses)
+            for layer in reversed(range(self.num_layers)):
+                self._backward_layer(layer)
+            if self.dims.learned_input:
+                self._input_pass(backward=True)
+            self._allreduce_grads()
+            self.optimizer.step()
+            self.tracker.track("optimizer", *(t for state in self.optimizer.state.values()
+                                              for t in state.values() if torch.is_tensor(t)))
+            self.tracker.untrack("gradients")
+        local = torch.tensor([sum(losses)], dtype=torch.float64, device=self.device)
+        total = self.comm.all_reduce(local, CONTROL)
+        volumes = self.env.ledger.since(before)
+        return EpochStats(loss=float(total) / self.num_train, seconds=time.perf_counter() - start, bytes=volumes,
+                          peak_memory=self.tracker.peak,
+                          extra={"chunks": self.num_chunks, "dedup": self.dedup, "modes": list(self.modes),
+                                 "alpha": self.sets.alpha(), "buffer_rows": self.plan.buffer_rows,
+                                 "modelled_transfer_seconds": modelled_seconds(volumes, self.bandwidths)})
+
+    @torch.no_grad()
+    def evaluate(self) -> dict[str, float]:
+        """Chunked full-graph inference (dropout off); overwrites the host ``H`` arrays."""
+        self.model.eval()
+        counts: list = []
+        if self.dims.learned_input:
+            self._input_pass(backward=False)
+            self.comm.barrier()
+        for layer in range(self.num_layers):
+            self._forward_layer(layer, False, counts)
+        total = torch.stack(counts).sum(0) if counts else torch.zeros(3 * len(SPLITS), dtype=torch.float64)
+        return counts_to_metrics(self.comm.all_reduce(total.to(self.device), CONTROL).cpu())
+
+    def teardown(self) -> None:
+        for name in ("model", "optimizer", "gradients", "buffers", "chunk", "chunk_grad", "retained"):
+            self.tracker.untrack(name)
+        self.retained = [[] for _ in range(self.num_layers)]
+        if self.host is not None:
+            self.host.close()
+            self.host = None

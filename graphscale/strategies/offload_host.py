@@ -1,0 +1,190 @@
+"""Host-resident vertex data shared by the workers of one machine (HongTu's CPU memory).
+
+HongTu keeps every layer's representations ``H^0..H^L``, gradients ``G^l`` and
+the hybrid's cached aggregates ``A^l`` in host memory that all GPUs of the
+machine can read (pinned, NUMA-local per owner), and streams rows to and from
+the devices. Worker processes here are spawned fresh (``launch`` uses the spawn
+context), so nothing allocated before the spawn is inherited. The arrays are
+therefore *shared-memory files*:
+
+1. rank 0 creates an empty directory (in ``/dev/shm`` when it is writable, else
+   the temporary directory) and broadcasts its path (category ``"setup"``);
+2. rank 0 creates one file per array, sized ``rows * width * element_size``
+   (``torch.from_file(shared=True)``: ``MAP_SHARED``, zero-filled), and every
+   other rank maps the same files after a barrier;
+3. after a second barrier rank 0 unlinks the files and the directory: the
+   mappings stay valid until the workers exit, and nothing is left behind if a
+   worker crashes.
+
+Every worker therefore reads and writes the very same host rows, as GPUs do
+through zero-copy access to pinned memory. The *ownership discipline* of the
+strategy (only the owner of ``v`` writes row ``v`` of ``H`` and ``G``) is what
+makes this race-free, as in HongTu; the array object does not enforce it.
+
+Host <-> device copies. On CPU workers host and device memory are the same RAM:
+:meth:`HostArrays.gather` returns a fresh tensor (the "device copy") and
+:meth:`HostArrays.write` / :meth:`HostArrays.accumulate` copy rows back. On
+CUDA the mapped arrays are page-locked with ``cudaHostRegister`` and gathers
+go through a pair of pinned staging buffers with ``non_blocking`` copies
+(each staging buffer is reused only after the event of its previous copy);
+device-to-host copies are synchronous. The CUDA path is written
+device-agnostically but has not been run (no GPU was available).
+
+The byte accounting is the caller's: the strategy records every copy in its
+Ledger with the category and owner it belongs to.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import torch
+
+from graphscale.distributed.comm import Comm
+
+_PATH_BYTES = 1024
+
+
+def _shm_dir() -> str | None:
+    """``/dev/shm`` when it is a writable directory, else ``None`` (the default temporary directory)."""
+    path = Path("/dev/shm")
+    return str(path) if path.is_dir() and os.access(path, os.W_OK) else None
+
+
+class _PinnedStaging:
+    """Two pinned host buffers used alternately for non-blocking host-to-device copies (CUDA only)."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+        self.buffers: list[torch.Tensor | None] = [None, None]
+        self.events: list[torch.cuda.Event | None] = [None, None]
+        self.turn = 0
+
+    def to_device(self, rows: torch.Tensor) -> torch.Tensor:
+        i = self.turn
+        self.turn ^= 1
+        if self.events[i] is not None:
+            self.events[i].synchronize()  # the previous copy out of this buffer has finished
+        need = rows.numel()
+        buf = self.buffers[i]
+        if buf is None or buf.numel() < need or buf.dtype != rows.dtype:
+            buf = torch.empty(max(need, 1), dtype=rows.dtype).pin_memory()
+            self.buffers[i] = buf
+        staged = buf[:need].view_as(rows)
+        staged.copy_(rows)
+        out = staged.to(self.device, non_blocking=True)
+        event = torch.cuda.Event()
+        event.record(torch.cuda.current_stream(self.device))
+        self.events[i] = event
+        return out
+
+
+class HostArrays:
+    """Named ``[rows, width]`` host arrays in shared memory, mapped by every worker.
+
+    A collective: every rank constructs it with the same ``specs``.
+
+    Args:
+        comm: the worker's Comm (its rank 0 creates the files).
+        specs: ``name -> (rows, width)``.
+        dtype: element type of every array.
+        device: the worker's compute device (CUDA: the arrays are page-locked).
+    """
+
+    def __init__(self, comm: Comm, specs: dict[str, tuple[int, int]], dtype: torch.dtype,
+                 device: torch.device) -> None:
+        self.device = torch.device(device)
+        self.dtype = dtype
+        self.arrays: dict[str, torch.Tensor] = {}
+        self._registered: list[torch.Tensor] = []
+        self._staging = _PinnedStaging(self.device) if self.device.type == "cuda" else None
+        path = self._agree_on_directory(comm)
+        elem = torch.empty(0, dtype=dtype).element_size()
+        try:
+            if comm.rank == 0:
+                for name, (rows, width) in specs.items():
+                    self._map(path, name, rows, width)
+            comm.barrier()
+            if comm.rank != 0:
+                for name, (rows, width) in specs.items():
+                    file = Path(path) / name
+                    expected = rows * width * elem
+                    if file.stat().st_size != expected:
+                        raise RuntimeError(f"host array {file} has {file.stat().st_size} bytes, expected {expected}")
+                    self._map(path, name, rows, width)
+            comm.barrier()
+        finally:
+            if comm.rank == 0:
+                shutil.rmtree(path, ignore_errors=True)  # mappings outlive the files
+        if self.device.type == "cuda":
+            cudart = torch.cuda.cudart()
+            for t in self.arrays.values():
+                if t.numel():
+                    err = cudart.cudaHostRegister(t.data_ptr(), t.numel() * t.element_size(), 0)
+                    if int(err) != 0:
+                        raise RuntimeError(f"cudaHostRegister of a host array failed with error {int(err)}")
+                    self._registered.append(t)
+
+    @staticmethod
+    def _agree_on_directory(comm: Comm) -> str:
+        buf = torch.zeros(_PATH_BYTES, dtype=torch.uint8, device=comm.env.device)
+        if comm.rank == 0:
+            path = tempfile.mkdtemp(prefix="graphscale-offload-", dir=_shm_dir())
+            raw = path.encode()
+            if len(raw) >= _PATH_BYTES:
+                raise RuntimeError(f"host-array directory path is too long: {path}")
+            buf[: len(raw)] = torch.tensor(list(raw), dtype=torch.uint8)
+        buf = comm.broadcast(buf, 0, "setup").cpu()
+        return bytes(buf[buf != 0].tolist()).decode()
+
+    def _map(self, path: str, name: str, rows: int, width: int) -> None:
+        if rows < 0 or width < 0:
+            raise ValueError(f"host array {name!r}: negative shape ({rows}, {width})")
+        size = rows * width
+        if size == 0:
+            self.arrays[name] = torch.zeros(rows, width, dtype=self.dtype)
+            return
+        flat = torch.from_file(str(Path(path) / name), shared=True, size=size, dtype=self.dtype)
+        self.arrays[name] = flat.view(rows, width)
+
+    def __getitem__(self, name: str) -> torch.Tensor:
+        return self.arrays[name]
+
+    def __contains__(self, name: str) -> bool:
+        return name in self.arrays
+
+    def nbytes(self) -> int:
+        """Bytes of host memory held by all arrays."""
+        return sum(t.numel() * t.element_size() for t in self.arrays.values())
+
+    # ------------------------------------------------------------------ transfers
+    def gather(self, name: str, ids: torch.Tensor) -> torch.Tensor:
+        """Host rows ``ids`` of array ``name`` copied to the device, ``[len(ids), width]``."""
+        rows = self.arrays[name].index_select(0, ids.cpu())
+        if self._staging is None:
+            return rows
+        return self._staging.to_device(rows)
+
+    def write(self, name: str, ids: torch.Tensor, rows: torch.Tensor) -> None:
+        """Overwrite host rows ``ids`` of ``name`` with device rows ``rows``."""
+        self.arrays[name].index_copy_(0, ids.cpu(), rows.detach().to("cpu", self.dtype))
+
+    def accumulate(self, name: str, ids: torch.Tensor, rows: torch.Tensor) -> None:
+        """Add device rows ``rows`` to host rows ``ids`` of ``name`` (ids must be distinct)."""
+        self.arrays[name].index_add_(0, ids.cpu(), rows.detach().to("cpu", self.dtype))
+
+    def zero_rows(self, name: str, ids: torch.Tensor) -> None:
+        """Set host rows ``ids`` of ``name`` to zero (a host-side operation, no transfer)."""
+        self.arrays[name].index_fill_(0, ids.cpu(), 0)
+
+    def close(self) -> None:
+        """Unregister pinned pages (CUDA) and drop the mappings."""
+        if self._registered:
+            cudart = torch.cuda.cudart()
+            for t in self._registered:
+                cudart.cudaHostUnregister(t.data_ptr())
+            self._registered.clear()
+        self.arrays.clear()
