@@ -15,6 +15,8 @@ from graphscale.metrics.ledger import moved_bytes
 BENCHES = {
     "peers": ("graphscale.bench.peers", "2-layer GCN epoch: graphscale against PyG (time and peak memory)"),
     "sampler": ("graphscale.bench.sampler", "neighbour-sampler throughput in sampled edges per second"),
+    "partition": ("graphscale.bench.partition",
+                  "partitioner replication factor, peak memory, pass throughput, time ratios"),
     "offload": ("graphscale.bench.offload",
                 "HongTu offload: replication factor, host traffic by dedup mode, memory vs K (Tables 3/8, Fig. 10)"),
 }
@@ -170,6 +172,10 @@ def build_parser() -> argparse.ArgumentParser:
     train.set_defaults(func=cmd_train)
     sub.add_parser("datasets", help="list dataset specs").set_defaults(func=cmd_datasets)
     sub.add_parser("info", help="versions, devices and backends").set_defaults(func=cmd_info)
+    part = sub.add_parser("partition", help="partition a dataset or an edge stream into a partition store",
+                          description="Partition a dataset (or a bare edge-stream file) into a partition store")
+    importlib.import_module("graphscale.partition.command").add_arguments(part)
+    part.set_defaults(func=lambda a: importlib.import_module("graphscale.partition.command").run(a) and 0)
     bench = sub.add_parser("bench", help="benchmarks that print tables (and can write plots)")
     bench_sub = bench.add_subparsers(dest="bench", required=True)
     for name, (module, text) in BENCHES.items():
@@ -184,7 +190,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return args.func(args) or 0
-    except (ValueError, KeyError, FileNotFoundError) as err:
+    except (ValueError, KeyError, FileNotFoundError, FileExistsError) as err:
         message = err.args[0] if isinstance(err, KeyError) and err.args else err
         print(f"graphscale: error: {message}", file=sys.stderr)
         return 2

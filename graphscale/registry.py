@@ -14,7 +14,8 @@ _BUILTIN_MODULES = {
     "strategy": ["graphscale.strategies.single", "graphscale.strategies.graph_parallel",
                  "graphscale.strategies.offload"],
     "model": ["graphscale.nn.models"],
-    "partitioner": ["graphscale.partition.random", "graphscale.partition.metis"],
+    "partitioner": ["graphscale.partition.random", "graphscale.partition.metis", "graphscale.partition.vertex_stream",
+                    "graphscale.partition.edge_stream", "graphscale.partition.spring"],
 }
 
 

@@ -54,7 +54,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from graphscale.data.formats import EdgeStreamWriter, GraphDirWriter
+from graphscale.data.edge_stream import EdgeStreamWriter
+from graphscale.data.formats import GraphDirWriter
 from graphscale.data.graph import Graph
 
 EDGE_BLOCK = 1 << 20

@@ -8,7 +8,8 @@ import torch
 import torch.nn.functional as F
 
 from graphscale.data import synthetic
-from graphscale.data.formats import EdgeStream, load_graph_dir
+from graphscale.data.edge_stream import EdgeStream
+from graphscale.data.formats import load_graph_dir
 from graphscale.data.graph import Graph
 from graphscale.data.synthetic import format_spec, generate, generate_to_dir, parse_spec, rmat, sbm
 

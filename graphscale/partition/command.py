@@ -1,0 +1,276 @@
+"""``graphscale partition``: partition a dataset or a bare edge stream into a partition store.
+
+Example::
+
+    graphscale partition --dataset cora --method spring --parts 4 --out runs/cora-spring-4
+    graphscale partition --dataset graph.e32 --method hdrf --parts 8 --out runs/g-hdrf-8
+    graphscale partition --dataset sbm:nodes=100000 --method spring:merge=code,beta=1.1 --parts 16 --out DIR
+
+``--method`` is a registered partitioner name, optionally followed by
+``:key=value,...`` constructor options (``spring:merge=code``,
+``2ps-l:remaining=hash``, ``hdrf:lam=1.1``, ``fennel:order=random``). Edge
+partitioners stream the records in chunks; vertex partitioners (``random``,
+``metis``, ``ldg``, ``fennel``) need the graph in memory (a bare stream is
+turned into a CSR first). The store format is in :mod:`graphscale.partition.store`;
+the summary's metrics are defined in :mod:`graphscale.partition.metrics`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib
+import inspect
+import json
+import os
+import time
+from pathlib import Path
+
+import numpy as np
+
+#: modules whose import registers the streaming partitioners (besides registry's built-ins)
+PARTITIONER_MODULES = ("graphscale.partition.vertex_stream", "graphscale.partition.edge_stream",
+                       "graphscale.partition.spring")
+
+
+def _parse_value(text: str):
+    low = text.lower()
+    if low in ("true", "false"):
+        return low == "true"
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
+
+
+def parse_method(text: str) -> tuple[str, dict]:
+    """``"NAME[:key=value,...]"`` -> ``(name, options)``; values become bool / int / float / str."""
+    name, _, rest = text.strip().partition(":")
+    options: dict = {}
+    for item in filter(None, (part.strip() for part in rest.split(","))):
+        key, eq, value = item.partition("=")
+        if not eq or not key.strip() or not value.strip():
+            raise ValueError(f"--method {text!r}: malformed option {item!r}; expected key=value")
+        options[key.strip()] = _parse_value(value.strip())
+    return name.strip().lower(), options
+
+
+def build_partitioner(text: str):
+    """A partitioner instance from a ``--method`` string (see :func:`parse_method`).
+
+    Raises:
+        KeyError: unknown name (the message lists the registered ones).
+        ValueError: an option the partitioner does not take (the message lists those it does) or a bad value.
+    """
+    from graphscale.registry import PARTITIONERS
+
+    for module in PARTITIONER_MODULES:
+        importlib.import_module(module)
+    name, options = parse_method(text)
+    cls = PARTITIONERS.get(name)
+    accepted = [p for p in inspect.signature(cls.__init__).parameters if p != "self"]
+    unknown = sorted(set(options) - set(accepted))
+    if unknown:
+        raise ValueError(f"--method {text!r}: {name} has no option {', '.join(unknown)}; "
+                         f"it accepts {', '.join(accepted) or 'no options'}")
+    return cls(**options), name, options
+
+
+def resolve_input(dataset: str, num_vertices: int | None = None, edge_dtype: str | None = None,
+                  edges: str | None = None):
+    """``(graph or None, edge source, label)`` for ``--dataset`` (an edge-stream file or a dataset spec).
+
+    With ``edges`` (an edge-stream file) the records come from that stream and the node data from the dataset,
+    whose vertex count the stream must have.
+    """
+    from graphscale.data.datasets import load_dataset
+    from graphscale.data.edge_stream import EdgeStream
+    from graphscale.partition.streaming import GraphEdges
+
+    if Path(dataset).is_file():
+        if edges is not None:
+            raise ValueError("--edges needs a dataset spec as --dataset (for the node data), not an edge-stream file")
+        stream = EdgeStream(dataset, dtype=edge_dtype, num_vertices=num_vertices)
+        return None, stream, f"edgestream:{dataset}"
+    if num_vertices is not None:
+        raise ValueError("--num-vertices applies to a bare edge-stream --dataset only")
+    graph = load_dataset(dataset)
+    label = graph.meta.get("source", dataset)
+    if edges is None:
+        return graph, GraphEdges(graph), label
+    stream = EdgeStream(edges, dtype=edge_dtype, num_vertices=graph.num_nodes)
+    return graph, stream, f"{label} with records from edgestream:{edges}"
+
+
+class ProgressBars:
+    """A tqdm bar per step, driven by the ``(step, done, total)`` callbacks of the partitioners and the store."""
+
+    def __init__(self, enabled: bool = True) -> None:
+        self.enabled, self._bar, self._name = enabled, None, None
+
+    def __call__(self, name: str, done: int, total: int) -> None:
+        if not self.enabled:
+            return
+        from tqdm import tqdm
+
+        if name != self._name:
+            self.close()
+            unit = "part" if name == "write partitions" else "rec"
+            self._bar = tqdm(total=total, desc=name, unit=unit, unit_scale=unit == "rec", leave=False,
+                             dynamic_ncols=True)
+            self._name = name
+        self._bar.update(done - self._bar.n)
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
+        self._bar, self._name = None, None
+
+
+def node_data_of(graph, no_features: bool = False, folder: str | Path | None = None) -> dict:
+    """The node arrays to copy into the store: ``.npy`` paths when the graph was read from the graph directory
+    ``folder`` (each chunk of rows is then read through a fresh memory map, so memory stays bounded), else the
+    graph's tensors."""
+    if graph is None:
+        return {}
+    out = {}
+    for key in ("x", "y", "train_mask", "val_mask", "test_mask"):
+        if getattr(graph, key) is None or (key == "x" and no_features):
+            continue
+        file = None if folder is None else Path(folder) / f"{key}.npy"
+        out[key] = file if file is not None and file.is_file() else getattr(graph, key)
+    return out
+
+
+def graph_dir_of(dataset: str) -> Path | None:
+    """The directory of a ``graphdir:DIR`` dataset spec, else ``None``."""
+    kind, sep, arg = dataset.strip().partition(":")
+    return Path(arg) if sep and kind.lower() == "graphdir" else None
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Register ``graphscale partition``'s options on ``parser``."""
+    parser.add_argument("--dataset", required=True,
+                        help="dataset spec (see `graphscale datasets`) or a bare edge-stream file")
+    parser.add_argument("--method", required=True,
+                        help="partitioner NAME[:key=value,...]: random, metis, ldg, fennel, hash, dbh, greedy, "
+                             "hdrf, 2ps-l, spring (e.g. spring:merge=code)")
+    parser.add_argument("--parts", type=int, required=True, help="number of partitions")
+    parser.add_argument("--out", required=True, help="partition store directory to write")
+    parser.add_argument("--seed", type=int, default=0, help="seed of randomised choices (default 0)")
+    parser.add_argument("--chunk-edges", type=int, default=1 << 22, help="records per streamed chunk (default 2^22)")
+    parser.add_argument("--edges", default=None,
+                        help="read the records from this edge-stream file (node data still from --dataset)")
+    parser.add_argument("--num-vertices", type=int, default=None,
+                        help="vertex count of a bare edge stream without sidecar (default max id + 1)")
+    parser.add_argument("--edge-dtype", choices=["int32", "int64"], default=None,
+                        help="dtype of a bare edge stream without sidecar or .e32/.e64 extension")
+    parser.add_argument("--home-only", action="store_true",
+                        help="edge partitioners: store only the home in-neighbourhoods, not the vertex-cut records")
+    parser.add_argument("--no-features", action="store_true", help="do not copy x into the store")
+    parser.add_argument("--feature-chunk-mb", type=int, default=64, help="bound on one feature copy step (MiB)")
+    parser.add_argument("--overwrite", action="store_true", help="replace an existing partition store")
+    parser.add_argument("--json", default=None, help="also write the summary as JSON to this file")
+    parser.add_argument("--no-progress", dest="progress", action="store_false", help="hide the progress bars")
+
+
+def partition_dataset(args: argparse.Namespace) -> dict:
+    """Partition ``args.dataset`` and write the store; returns the summary (see :func:`run`).
+
+    ``partition_seconds`` covers the partitioner alone (after the input is opened), ``store_seconds`` the store,
+    ``metrics.seconds`` everything including loading the dataset.
+    """
+    from graphscale.data.edge_stream import edge_stream_to_graph
+    from graphscale.partition.base import validate_num_parts
+    from graphscale.partition.metrics import peak_rss_bytes
+    from graphscale.partition.store import check_store_target, write_partition_store
+
+    start = time.perf_counter()
+    partitioner, name, options = build_partitioner(args.method)
+    if args.chunk_edges < 1 or args.feature_chunk_mb < 1:
+        raise ValueError(f"--chunk-edges and --feature-chunk-mb must be >= 1, got {args.chunk_edges} and "
+                         f"{args.feature_chunk_mb}")
+    graph, source, label = resolve_input(args.dataset, args.num_vertices, args.edge_dtype, args.edges)
+    n = source.num_vertices
+    validate_num_parts(args.parts, n)
+    out = Path(args.out)
+    try:
+        check_store_target(out, args.overwrite)
+    except FileExistsError as err:
+        raise ValueError(str(err)) from None
+    bars = ProgressBars(args.progress)
+    partition_start = time.perf_counter()
+    edge_part_file = out.with_name(f".{out.name}.edge-part-{os.getpid()}.npy")
+    info: dict = {}
+    try:
+        edge_part = None
+        if getattr(partitioner, "kind", "vertex") == "edge":
+            keep = not args.home_only and not partitioner.vertex_cut_is_home
+            result = partitioner.run(source, args.parts, chunk_edges=args.chunk_edges, seed=args.seed,
+                                     out=edge_part_file if keep else None, keep_edge_part=False, progress=bars)
+            owner, edge_part, info = result.owner, result.edge_part, result.info
+            info = {**info, "stream_replication_factor": result.replication_factor,
+                    "passes": [{"name": s.name, "edges": s.edges, "seconds": s.seconds,
+                                "edges_per_s": s.edges_per_s} for s in result.passes]}
+        else:
+            if graph is None:
+                graph = edge_stream_to_graph(source, chunk_edges=args.chunk_edges)
+            owner = partitioner.partition(graph, args.parts, seed=args.seed).numpy()
+        partition_seconds = time.perf_counter() - partition_start
+        node_data = node_data_of(graph, args.no_features, graph_dir_of(args.dataset))
+        summary = write_partition_store(
+            out, source, owner, args.parts, edge_part=edge_part, node_data=node_data, num_vertices=n,
+            method=name, params=options, num_classes=graph.num_classes if graph is not None and graph.y is not None
+            else None, source_name=label, chunk_edges=args.chunk_edges,
+            feature_chunk_bytes=args.feature_chunk_mb << 20, overwrite=args.overwrite, progress=bars,
+            extra_meta={"partitioner_info": info, "seed": args.seed})
+    finally:
+        bars.close()
+        with contextlib.suppress(FileNotFoundError):
+            edge_part_file.unlink()
+    metrics = summary.metrics
+    metrics.seconds = time.perf_counter() - start
+    metrics.peak_rss_bytes = peak_rss_bytes()
+    return {"method": args.method, "parts": args.parts, "dataset": label, "out": str(out),
+            "partition_seconds": partition_seconds, "store_seconds": summary.seconds,
+            "metrics": metrics.to_dict(), "info": info}
+
+
+def _fmt_bytes(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(n) < 1024 or unit == "GiB":
+            return f"{n:.1f} {unit}" if unit != "B" else f"{int(n)} B"
+        n /= 1024
+    return str(n)
+
+
+def run(args: argparse.Namespace) -> dict:
+    """Partition, write the store, print the summary (and write ``--json``); returns the summary."""
+    from graphscale.bench.table import format_table
+
+    summary = partition_dataset(args)
+    m = summary["metrics"]
+    row = {"method": summary["method"], "parts": summary["parts"], "RF": m["replication_factor"],
+           "edge cut %": 100.0 * m["edge_cut_fraction"], "vertex bal": m["vertex_balance"],
+           "edge bal": m["edge_balance"], "train bal": m["train_balance"],
+           "partition s": summary["partition_seconds"], "store s": summary["store_seconds"],
+           "total s": m["seconds"], "peak RSS": _fmt_bytes(m["peak_rss_bytes"])}
+    print(format_table([row], title=f"partitioned {summary['dataset']} "
+                                    f"({m['num_vertices']:,} vertices, {m['num_edges']:,} records) -> {summary['out']}"))
+    parts = [{"part": s, "inner": m["inner"][s], "halo": m["halo"][s], "records": m["records"][s],
+              **({"train": m["train"][s]} if m["train"] is not None else {})} for s in range(m["num_parts"])]
+    print(format_table(parts))
+    if args.json:
+        path = Path(args.json)
+        tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+        tmp.write_text(json.dumps(summary, indent=1, default=_json_default))
+        os.replace(tmp, path)
+    return summary
+
+
+def _json_default(value):
+    if isinstance(value, np.generic):
+        return value.item()
+    raise TypeError(f"not JSON-serialisable: {type(value).__name__}")

@@ -1,0 +1,507 @@
+"""The partition store: one directory per partitioned graph, one sub-directory per partition.
+
+Format ``graphscale-partitions``, version 1::
+
+    DIR/meta.json          {"format", "version", "method", "params", "num_parts", "num_nodes", "num_edges",
+                            "num_features", "x_dtype", "num_classes", "node_arrays", "vertex_cut_edges",
+                            "source", "metrics": {...}, "parts": [{"num_inner", "num_halo", "num_edges"}, ...]}
+    DIR/owner.npy          int16/int32 [N]  home partition of every original vertex
+    DIR/perm.npy           int64 [N]        the PartitionBook: global id i is original vertex perm[i]
+    DIR/boundaries.npy     int64 [p+1]      part s owns global ids [boundaries[s], boundaries[s+1])
+    DIR/part-00000/        one per partition:
+        meta.json          {"part", "num_parts", "num_inner", "num_halo", "num_local", "num_edges", "arrays"}
+        indptr.npy         int64 [L+1]  local CSR by destination over the L = num_inner + num_halo local vertices
+        indices.npy        int64 [nnz]  local source of every in-edge (rows sorted, no duplicates)
+        orig_ids.npy       int64 [L]    original id of every local vertex
+        global_ids.npy     int64 [L]    global (book) id of every local vertex
+        degree.npy         int64 [L]    global in-degree (records with that vertex as destination)
+        halo_owner.npy     int16/int32 [num_halo]  home partition of every halo vertex
+        x.npy y.npy train_mask.npy val_mask.npy test_mask.npy   node data, local rows (when present)
+
+Local ids ``[0, num_inner)`` are the partition's inner (home) vertices in
+global-id order (which is original-id order), so inner local ``i`` is global
+``boundaries[s] + i``; local ids ``[num_inner, L)`` are the halo vertices in
+global-id order. The local edge set holds every record ``u -> v`` with
+``owner[v] = s`` (so an inner vertex's row is exactly its global in-neighbour
+set), plus, for vertex-cut partitioners with ``vertex_cut_edges``, the records
+the vertex cut placed on ``s``; then every record whose source is a halo vertex
+is added reversed, so halo vertices see their edges too (SDT-GNN's
+``to_bidirected``; for a symmetric graph an inner row is unchanged by this).
+Masks are set only on inner vertices: halo replicas are never targets.
+
+Writing (:func:`write_partition_store`) streams the records once, in chunks,
+spilling each partition's records to a scratch file, then builds one partition
+at a time (memory: about 8 bytes per record of that partition plus 8 per stored
+edge, plus O(|V|) id maps) and copies node data in chunks of at most
+``feature_chunk_bytes`` (from arrays, or from ``.npy`` files through a memory
+map opened per chunk; output rows are appended with plain writes). Everything
+goes to a temporary sibling directory that is renamed into place at the end; an
+error leaves nothing behind. Reading (:func:`load_partition`) touches only the
+store's ``meta.json`` and that partition's directory.
+"""
+
+from __future__ import annotations
+
+import json
+import mmap
+import os
+import shutil
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+import numba
+import numpy as np
+import torch
+
+from graphscale.data.edge_stream import DEFAULT_CHUNK_EDGES
+from graphscale.data.graph import Graph
+from graphscale.partition.base import validate_num_parts
+from graphscale.partition.book import PartitionBook
+from graphscale.partition.metrics import MetricsAccumulator, PartitionMetrics, validate_assignment
+from graphscale.partition.streaming import ProgressFn, StreamRunner, as_edge_source, chunk_reader, npy_header
+
+STORE_FORMAT = "graphscale-partitions"
+STORE_VERSION = 1
+NODE_ARRAYS = ("x", "y", "train_mask", "val_mask", "test_mask")
+MASKS = ("train_mask", "val_mask", "test_mask")
+PART_ARRAYS = ("indptr", "indices", "orig_ids", "global_ids", "degree", "halo_owner")
+DEFAULT_FEATURE_CHUNK_BYTES = 64 << 20
+
+
+def part_dir(path: str | Path, part: int) -> Path:
+    """The directory of partition ``part`` inside a store."""
+    return Path(path) / f"part-{part:05d}"
+
+
+def is_partition_store(path: str | Path) -> bool:
+    """Whether ``path`` is a directory holding a partition store's ``meta.json``."""
+    try:
+        return json.loads((Path(path) / "meta.json").read_text()).get("format") == STORE_FORMAT
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def check_store_target(path: str | Path, overwrite: bool) -> None:
+    """Refuse to write a store over a file, a non-empty non-store directory, or (unless ``overwrite``) a store."""
+    path = Path(path)
+    if not path.exists():
+        return
+    if not path.is_dir():
+        raise FileExistsError(f"{path} exists and is not a directory; refusing to write a partition store there")
+    if not any(path.iterdir()):
+        return
+    if not is_partition_store(path):
+        raise FileExistsError(f"{path} exists, is not empty and is not a partition store (no {STORE_FORMAT} "
+                              "meta.json); refusing to overwrite it")
+    if not overwrite:
+        raise FileExistsError(f"partition store {path} already exists (pass --overwrite / overwrite=True to replace)")
+
+
+# ------------------------------------------------------------------ routing
+@numba.njit(nogil=True, cache=True)
+def _route(src, dst, owner, edge_part, use_edge_part, deg, target, out_src, out_dst):  # pragma: no cover - numba
+    """Copies of every record with their partitions; returns how many (one, or two for a vertex-cut copy)."""
+    k = 0
+    for i in range(src.size):
+        u, v = src[i], dst[i]
+        deg[v] += 1
+        s = owner[v]
+        target[k], out_src[k], out_dst[k] = s, u, v
+        k += 1
+        if use_edge_part and edge_part[i] != s:
+            target[k], out_src[k], out_dst[k] = edge_part[i], u, v
+            k += 1
+    return k
+
+
+def _spill(files: list, target: np.ndarray, pairs: np.ndarray) -> None:
+    order = np.argsort(target, kind="stable")
+    bounds = np.searchsorted(target[order], np.arange(len(files) + 1))
+    pairs = pairs[order]
+    for s in np.flatnonzero(np.diff(bounds)):
+        pairs[bounds[s]:bounds[s + 1]].tofile(files[s])
+
+
+def _as_array(value) -> np.ndarray:
+    return value.detach().cpu().numpy() if isinstance(value, torch.Tensor) else np.asarray(value)
+
+
+class _NodeArray:
+    """A node-data source: an array / tensor (sliced directly) or a ``.npy`` path (a short-lived memory map per
+    chunk, so pages read do not pile up in the resident set)."""
+
+    def __init__(self, name: str, value, n: int) -> None:
+        self.name = name
+        if isinstance(value, (str, Path)):
+            self.path, self.value = Path(value), None
+            try:
+                probe = np.load(self.path, mmap_mode="r")
+            except (OSError, ValueError) as err:
+                raise ValueError(f"node_data[{name!r}]: {self.path} is not a readable .npy file: {err}") from None
+            self.shape, self.dtype = probe.shape, probe.dtype
+            del probe
+        else:
+            self.path, self.value = None, value
+            self.shape, self.dtype = tuple(value.shape), np.dtype(_as_array(value[:0]).dtype)
+        if self.shape[:1] != (n,):
+            raise ValueError(f"node_data[{name!r}] must have {n} rows, got shape {self.shape}")
+
+    def take(self, rows: np.ndarray) -> np.ndarray:
+        if self.path is not None:
+            mapped = np.load(self.path, mmap_mode="r")
+            out = np.asarray(mapped[rows])
+            del mapped
+            return out
+        if isinstance(self.value, torch.Tensor):
+            return _as_array(self.value[torch.from_numpy(np.asarray(rows, np.int64))])
+        return np.asarray(self.value[rows])
+
+
+def _write_rows(source: _NodeArray, rows: np.ndarray, file: Path, chunk_bytes: int, dtype=None,
+                zero_from: int | None = None) -> None:
+    """Write ``source[rows]`` as a ``.npy`` file in chunks of about ``chunk_bytes`` (rows from ``zero_from`` on
+    are written as zeros)."""
+    dtype = np.dtype(dtype or source.dtype)
+    shape = (rows.size, *source.shape[1:])
+    row_bytes = max(1, int(np.prod(shape[1:], dtype=np.int64)) * dtype.itemsize)
+    # a row gathered through a memory map keeps its whole page resident until the map is closed
+    step = max(1, chunk_bytes // (max(row_bytes, mmap.PAGESIZE) if source.path is not None else row_bytes))
+    stop = rows.size if zero_from is None else zero_from
+    with open(file, "wb") as f:
+        f.write(npy_header(dtype, shape))
+        for first in range(0, rows.size, step):
+            last = min(first + step, rows.size)
+            block = np.zeros((last - first, *shape[1:]), dtype)
+            if first < stop:
+                block[:min(last, stop) - first] = source.take(rows[first:min(last, stop)])
+            f.write(np.ascontiguousarray(block).tobytes())
+
+
+# ------------------------------------------------------------------ writing
+@dataclass
+class StoreSummary:
+    """What :func:`write_partition_store` wrote: the path, the metrics, and the time it took."""
+
+    path: Path
+    metrics: PartitionMetrics
+    seconds: float
+
+
+@numba.njit(nogil=True, cache=True)
+def _mark_halo(pairs, owner, s, mark):  # pragma: no cover - numba
+    """Mark the endpoints outside partition ``s``; return how many records have such a source."""
+    reversed_ = 0
+    for i in range(pairs.shape[0]):
+        u, v = pairs[i, 0], pairs[i, 1]
+        if owner[u] != s:
+            mark[u] = 1
+            reversed_ += 1
+        if owner[v] != s:
+            mark[v] = 1
+    return reversed_
+
+
+@numba.njit(nogil=True, cache=True)
+def _local_keys(pairs, owner, s, lut, n_local, keys):  # pragma: no cover - numba
+    """``dst_local * L + src_local`` of every record, plus the reverse of every record whose source is halo."""
+    k = 0
+    for i in range(pairs.shape[0]):
+        u, v = pairs[i, 0], pairs[i, 1]
+        lu, lv = np.int64(lut[u]), np.int64(lut[v])
+        keys[k] = lv * n_local + lu
+        k += 1
+        if owner[u] != s:
+            keys[k] = lu * n_local + lv
+            k += 1
+    return k
+
+
+@numba.njit(nogil=True, cache=True)
+def _dedupe_csr(keys, n_local, indptr):  # pragma: no cover - numba
+    """Sorted keys -> CSR in place: ``keys[:m]`` become the distinct sources row by row; returns ``m``."""
+    m, prev = 0, -1
+    for i in range(keys.size):
+        key = keys[i]
+        if key == prev:
+            continue
+        prev = key
+        row = key // n_local
+        indptr[row + 1] += 1
+        keys[m] = key - row * n_local
+        m += 1
+    for r in range(n_local):
+        indptr[r + 1] += indptr[r]
+    return m
+
+
+def _build_part(s: int, spill: Path, id_dtype, owner: np.ndarray, book: PartitionBook, deg: np.ndarray,
+                scratch: tuple[np.ndarray, np.ndarray], node_data: dict, out: Path, feature_chunk_bytes: int) -> dict:
+    """Build partition ``s`` from its spilled records: about 8 bytes per record plus 8 per stored edge."""
+    mark, lut = scratch
+    pairs = np.fromfile(spill, dtype=id_dtype).reshape(-1, 2)
+    spill.unlink()
+    reversed_ = _mark_halo(pairs, owner, s, mark)
+    start, end = (int(b) for b in book.boundaries[s:s + 2])
+    inner = book.perm[start:end].numpy()
+    halo = np.flatnonzero(mark)
+    mark[halo] = 0
+    halo_global = book.inv_perm.numpy()[halo]
+    order = np.argsort(halo_global)
+    halo, halo_global = halo[order], halo_global[order]
+    del order
+    n_inner, n_local = inner.size, inner.size + halo.size
+    orig = np.concatenate([inner, halo])
+    lut[orig] = np.arange(n_local, dtype=lut.dtype)
+    keys = np.empty(pairs.shape[0] + reversed_, np.int64)
+    _local_keys(pairs, owner, s, lut, np.int64(max(n_local, 1)), keys)
+    lut[orig] = -1
+    del pairs
+    keys.sort()
+    indptr = np.zeros(n_local + 1, np.int64)
+    m = _dedupe_csr(keys, np.int64(max(n_local, 1)), indptr)
+    out.mkdir()
+    arrays = {"indptr": indptr, "indices": keys[:m], "orig_ids": orig,
+              "global_ids": np.concatenate([np.arange(start, end, dtype=np.int64), halo_global]),
+              "degree": deg[orig].astype(np.int64), "halo_owner": owner[halo]}
+    for name, array in arrays.items():
+        np.save(out / f"{name}.npy", array)
+    del keys, arrays
+    for name, source in node_data.items():
+        if name in MASKS:
+            _write_rows(source, orig, out / f"{name}.npy", feature_chunk_bytes, bool, zero_from=n_inner)
+        else:
+            _write_rows(source, orig, out / f"{name}.npy", feature_chunk_bytes)
+    meta = {"part": s, "num_parts": book.num_parts, "num_inner": n_inner, "num_halo": int(halo.size),
+            "num_local": n_local, "num_edges": int(m), "arrays": [*PART_ARRAYS, *node_data]}
+    (out / "meta.json").write_text(json.dumps(meta, indent=1))
+    return {k: meta[k] for k in ("num_inner", "num_halo", "num_edges")}
+
+
+def _node_data(node_data: dict | None, n: int) -> dict[str, _NodeArray]:
+    out = {}
+    for name, value in (node_data or {}).items():
+        if value is None:
+            continue
+        if name not in NODE_ARRAYS:
+            raise ValueError(f"node_data: unknown array {name!r}; accepted: {', '.join(NODE_ARRAYS)}")
+        out[name] = _NodeArray(name, value, n)
+    return out
+
+
+def write_partition_store(path: str | Path, stream, owner, num_parts: int, *, edge_part=None, node_data=None,
+                          num_vertices: int | None = None, method: str = "", params: dict | None = None,
+                          num_classes: int | None = None, source_name: str = "",
+                          chunk_edges: int = DEFAULT_CHUNK_EDGES,
+                          feature_chunk_bytes: int = DEFAULT_FEATURE_CHUNK_BYTES, overwrite: bool = False,
+                          progress: ProgressFn | None = None, extra_meta: dict | None = None) -> StoreSummary:
+    """Write a partition store (format in the module docstring), atomically.
+
+    Args:
+        path: target directory.
+        stream: the records (``EdgeStream``, ``Graph`` or stream path), read in chunks.
+        owner: home partition of every vertex (``[N]``).
+        num_parts: ``p``.
+        edge_part: vertex-cut partition of every record (``[E]``, may be a memory map); its records are
+            stored in that partition too.
+        node_data: optional ``x``, ``y``, ``train_mask``, ``val_mask``, ``test_mask``: ``[N, ...]`` arrays or
+            tensors, or paths of ``.npy`` files (read through a memory map opened per chunk).
+        num_vertices: vertex count (default the stream's).
+        method, params, num_classes, source_name, extra_meta: recorded in ``meta.json``.
+        chunk_edges: records per chunk of the routing pass.
+        feature_chunk_bytes: bound on one copy step of node data.
+        overwrite: replace an existing partition store.
+        progress: callback ``(step_name, done, total)``.
+
+    Returns:
+        The :class:`StoreSummary` (its metrics come from the routing pass).
+
+    Raises:
+        ValueError: bad sizes or ranges, a record outside ``[0, N)``; FileExistsError: a target that is not a
+            store (or an existing one without ``overwrite``). Nothing is left behind on any error.
+    """
+    start_time = time.perf_counter()
+    path = Path(path)
+    source = as_edge_source(stream)
+    n = source.num_vertices if num_vertices is None else int(num_vertices)
+    validate_num_parts(num_parts, n)
+    owner = validate_assignment(owner, n, num_parts, "owner")
+    if edge_part is not None:
+        edge_part = validate_assignment(edge_part, source.num_edges, num_parts, "edge_part", copy=False)
+    nodes = _node_data(node_data, n)
+    check_store_target(path, overwrite)
+    if feature_chunk_bytes < 1:
+        raise ValueError(f"feature_chunk_bytes must be >= 1, got {feature_chunk_bytes}")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+    tmp.mkdir()
+    try:
+        metrics, parts = _write(tmp, source, n, owner, num_parts, edge_part, nodes, chunk_edges,
+                                feature_chunk_bytes, progress)
+        book_meta = {"format": STORE_FORMAT, "version": STORE_VERSION, "method": method, "params": params or {},
+                     "num_parts": num_parts, "num_nodes": n, "num_edges": int(source.num_edges),
+                     "num_features": int(nodes["x"].shape[1]) if "x" in nodes and len(nodes["x"].shape) > 1 else 0,
+                     "x_dtype": str(nodes["x"].dtype) if "x" in nodes else None, "num_classes": num_classes,
+                     "node_arrays": list(nodes), "vertex_cut_edges": edge_part is not None,
+                     "source": source_name, "metrics": metrics.to_dict(), "parts": parts, **(extra_meta or {})}
+        (tmp / "meta.json").write_text(json.dumps(book_meta, indent=1))
+        if path.exists():
+            old = path.with_name(f".{path.name}.old-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+            os.rename(path, old)
+            os.rename(tmp, path)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.rename(tmp, path)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return StoreSummary(path, metrics, time.perf_counter() - start_time)
+
+
+def _write(tmp: Path, source, n: int, owner: np.ndarray, p: int, edge_part, nodes: dict, chunk_edges: int,
+           feature_chunk_bytes: int, progress: ProgressFn | None) -> tuple[PartitionMetrics, list[dict]]:
+    book = PartitionBook.from_owner(torch.from_numpy(owner.astype(np.int64)), p)
+    np.save(tmp / "owner.npy", owner)
+    np.save(tmp / "perm.npy", book.perm.numpy())
+    np.save(tmp / "boundaries.npy", book.boundaries.numpy())
+    spill_dir = tmp / ".spill"
+    spill_dir.mkdir()
+    train = nodes.get("train_mask")
+    acc = MetricsAccumulator(owner, p, None if train is None else train.take(np.arange(n)))
+    deg = np.zeros(n, np.int32 if source.num_edges < 2**31 else np.int64)
+    id_dtype = np.int32 if n <= 2**31 - 1 else np.int64
+    runner = StreamRunner(source, n, chunk_edges, progress)
+    files = [open(spill_dir / f"{s}.bin", "wb") for s in range(p)]  # noqa: SIM115 - closed below
+    try:
+        read = None if edge_part is None else chunk_reader(edge_part)
+        for first, src, dst in runner.chunks("route records"):
+            ep = None if read is None else read(first, src.size)
+            acc.update(src, dst, ep)
+            k = 2 * src.size if ep is not None else src.size
+            target = np.empty(k, owner.dtype)
+            pairs = np.empty((k, 2), id_dtype)
+            k = _route(src, dst, owner, owner[:0] if ep is None else ep, ep is not None, deg, target,
+                       pairs[:, 0], pairs[:, 1])
+            _spill(files, target[:k], pairs[:k])
+    finally:
+        for f in files:
+            f.close()
+    metrics = acc.result()
+    del acc
+    parts = []
+    scratch = (np.zeros(n, np.uint8), np.full(n, -1, id_dtype))
+    for s in range(p):
+        parts.append(_build_part(s, spill_dir / f"{s}.bin", id_dtype, owner, book, deg, scratch, nodes,
+                                 part_dir(tmp, s), feature_chunk_bytes))
+        if progress is not None:
+            progress("write partitions", s + 1, p)
+    spill_dir.rmdir()
+    return metrics, parts
+
+
+# ------------------------------------------------------------------ reading
+def read_store_meta(path: str | Path) -> dict:
+    """The store's ``meta.json``, checked for format and version."""
+    path = Path(path)
+    meta_file = path / "meta.json"
+    if not meta_file.is_file():
+        raise FileNotFoundError(f"{meta_file} is missing: {path} is not a partition store")
+    try:
+        meta = json.loads(meta_file.read_text())
+    except ValueError as err:
+        raise ValueError(f"{meta_file} is not valid JSON: {err}") from None
+    if not isinstance(meta, dict) or meta.get("format") != STORE_FORMAT:
+        raise ValueError(f"{meta_file}: 'format' must be {STORE_FORMAT!r}")
+    if meta.get("version") != STORE_VERSION:
+        raise ValueError(f"{meta_file}: unsupported version {meta.get('version')!r}, "
+                         f"this graphscale reads version {STORE_VERSION}")
+    return meta
+
+
+def load_book(path: str | Path) -> PartitionBook:
+    """The store's :class:`PartitionBook` (reads ``perm.npy`` and ``boundaries.npy``)."""
+    meta = read_store_meta(path)
+    perm = torch.from_numpy(np.load(Path(path) / "perm.npy"))
+    boundaries = torch.from_numpy(np.load(Path(path) / "boundaries.npy"))
+    if perm.shape != (meta["num_nodes"],) or boundaries.shape != (meta["num_parts"] + 1,):
+        raise ValueError(f"{path}: perm.npy / boundaries.npy do not match meta.json "
+                         f"({meta['num_nodes']} nodes, {meta['num_parts']} parts)")
+    inv_perm = torch.empty_like(perm)
+    inv_perm[perm] = torch.arange(perm.numel())
+    return PartitionBook(meta["num_parts"], perm, inv_perm, boundaries)
+
+
+@dataclass
+class LocalPartition:
+    """One partition as stored: a local graph (inner rows first) and its id maps.
+
+    Attributes:
+        part, num_parts: which partition of how many.
+        graph: local CSR over inner + halo vertices with local node data (masks only on inner vertices).
+        num_inner: inner (home) vertices; they are local ids ``[0, num_inner)``.
+        orig_ids, global_ids: original / global (book) id of every local vertex.
+        degree: global in-degree of every local vertex.
+        halo_owner: home partition of every halo vertex.
+    """
+
+    part: int
+    num_parts: int
+    graph: Graph
+    num_inner: int
+    orig_ids: torch.Tensor
+    global_ids: torch.Tensor
+    degree: torch.Tensor
+    halo_owner: torch.Tensor
+
+    @property
+    def num_halo(self) -> int:
+        return self.graph.num_nodes - self.num_inner
+
+    def global_to_local(self, global_ids) -> torch.Tensor:
+        """Global ids -> local ids; ``-1`` for ids not in this partition."""
+        global_ids = torch.as_tensor(global_ids, dtype=torch.int64)
+        out = torch.full_like(global_ids, -1)
+        if self.num_inner:
+            first = int(self.global_ids[0])
+            inner = (global_ids >= first) & (global_ids < first + self.num_inner)
+            out[inner] = global_ids[inner] - first
+        halo = self.global_ids[self.num_inner:]
+        if halo.numel():
+            pos = torch.searchsorted(halo, global_ids).clamp(max=halo.numel() - 1)
+            found = (halo[pos] == global_ids) & (out < 0)
+            out[found] = pos[found] + self.num_inner
+        return out
+
+
+def load_partition(path: str | Path, part: int, *, mmap: bool = True) -> LocalPartition:
+    """Read one partition of a store (only the store's ``meta.json`` and that partition's directory).
+
+    Args:
+        path: the store directory.
+        part: partition index.
+        mmap: memory-map the arrays (copy-on-write) instead of reading them.
+    """
+    meta = read_store_meta(path)
+    if not 0 <= part < meta["num_parts"]:
+        raise ValueError(f"{path}: part {part} is out of range [0, {meta['num_parts']})")
+    folder = part_dir(path, part)
+    part_meta_file = folder / "meta.json"
+    if not part_meta_file.is_file():
+        raise FileNotFoundError(f"{part_meta_file} is missing: partition {part} of {path} is incomplete")
+    part_meta = json.loads(part_meta_file.read_text())
+    arrays = {}
+    for name in part_meta["arrays"]:
+        file = folder / f"{name}.npy"
+        if not file.is_file():
+            raise FileNotFoundError(f"{file} is missing but {part_meta_file} lists {name!r}")
+        arrays[name] = torch.from_numpy(np.load(file, mmap_mode="c" if mmap else None))
+    n_inner = part_meta["num_inner"]
+    node = {k: arrays[k] for k in NODE_ARRAYS if k in arrays}
+    extra = {"source": f"partition {part} of {path}"}
+    if meta.get("num_classes") is not None:
+        extra["num_classes"] = int(meta["num_classes"])
+    graph = Graph(arrays["indptr"], arrays["indices"], name=f"{Path(path).name}/part-{part}", meta=extra, **node)
+    return LocalPartition(part, meta["num_parts"], graph, n_inner, arrays["orig_ids"], arrays["global_ids"],
+                          arrays["degree"], arrays["halo_owner"])
+

@@ -1,0 +1,47 @@
+"""P8: SPRING's peak RSS at fixed |V| stays flat as |E| doubles and quadruples (each run in its own process)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+
+from graphscale.data.edge_stream import EdgeStreamWriter
+
+CHILD = """
+import sys
+from graphscale.partition.metrics import peak_rss_bytes
+from graphscale.partition.spring import SpringPartitioner
+res = SpringPartitioner().run(sys.argv[1], 8, chunk_edges=1 << 16, keep_edge_part=False)
+assert res.owner.size == int(sys.argv[2])
+print(peak_rss_bytes())
+"""
+
+
+def write_random_stream(path, n: int, records: int, seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    with EdgeStreamWriter(path, "int32", n) as writer:
+        for first in range(0, records // 2, 1 << 18):
+            k = min(1 << 18, records // 2 - first)
+            u, v = rng.integers(0, n, k), rng.integers(0, n, k)
+            writer.append(np.concatenate([u, v]), np.concatenate([v, u]))
+
+
+def peak_rss(path, n: int) -> int:
+    out = subprocess.run([sys.executable, "-c", CHILD, str(path), str(n)], capture_output=True, text=True,
+                         check=True, timeout=300)
+    return int(out.stdout.strip().splitlines()[-1])
+
+
+def test_p8_peak_memory_is_flat_in_the_number_of_edges(tmp_path):
+    n = 100_000
+    peaks = []
+    for factor in (1, 2, 4):
+        path = tmp_path / f"g{factor}.e32"
+        write_random_stream(path, n, 1_000_000 * factor, seed=factor)
+        peaks.append(peak_rss(path, n))
+        path.unlink()
+    # keeping anything per record in memory, even one int16 partition id, would add >= 5.7 MiB for the 3M extra
+    assert peaks[2] - peaks[0] < 4 << 20, peaks
+    assert peaks[1] - peaks[0] < 4 << 20, peaks

@@ -1,0 +1,137 @@
+"""SPRING: the spec's P1, P4-P7 against a pure-Python Algorithm 1, chunk invariance, defaults and ties."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from stream_helpers import community_records, graph_of, reference_spring
+
+from graphscale.data.edge_stream import write_edge_stream
+from graphscale.partition.base import replication_factor
+from graphscale.partition.spring import SpringPartitioner, spring_clusters
+from graphscale.partition.streaming import GraphEdges, StreamRunner
+from graphscale.registry import PARTITIONERS
+
+
+@pytest.fixture(scope="module")
+def records():
+    return community_records(n=240, seed=3)
+
+
+@pytest.fixture(scope="module")
+def stream(records, tmp_path_factory):
+    src, dst, n = records
+    return write_edge_stream(tmp_path_factory.mktemp("spring") / "g.e32", src, dst, num_vertices=n)
+
+
+@pytest.mark.parametrize("merge", ["paper", "code", "none"])
+@pytest.mark.parametrize("p", [2, 5, 8])
+def test_p5_matches_reference_for_every_chunk_size(records, stream, merge, p):
+    src, dst, n = records
+    expected, members, initial = reference_spring(src, dst, n, p, merge=merge)
+    for chunk in (1, 7, 1000, 1 << 22):
+        res = SpringPartitioner(merge=merge).run(stream, p, chunk_edges=chunk)
+        assert res.owner.tolist() == expected, (merge, p, chunk)
+    clusters = spring_clusters(StreamRunner(stream, n, 13), p, merge=merge, keep_clusters=True)
+    # same merged clusters (as sets of vertices) and same initial clustering (up to renumbering)
+    ours = {frozenset(np.flatnonzero(clusters.cluster == c).tolist()) for c in np.unique(clusters.cluster)}
+    assert ours == {frozenset(ms) for ms in members.values()}
+    _, first = np.unique(np.asarray(initial), return_inverse=True)
+    assert np.array_equal(first, clusters.initial)
+    assert clusters.info["clusters_merged"] == len(members)
+    assert clusters.info["isolated"] == 4
+    if merge == "none":
+        assert clusters.info["merges"] == 0
+    else:
+        assert clusters.info["clusters_merged"] < clusters.info["clusters_initial"]
+
+
+def test_reference_merge_modes_differ_somewhere():
+    """The two merge modes are different algorithms: on some seed they give different partitions."""
+    outcomes = []
+    for seed in range(6):
+        src, dst, n = community_records(n=200, seed=seed, hubs=5)
+        outcomes.append(reference_spring(src, dst, n, 4, merge="paper")[0] !=
+                        reference_spring(src, dst, n, 4, merge="code")[0])
+    assert any(outcomes)
+
+
+@pytest.mark.parametrize("merge", ["paper", "code"])
+@pytest.mark.parametrize("p", [2, 4, 16])
+def test_p6_bounded_merges_and_p7_lpt(records, stream, merge, p):
+    n = records[2]
+    clusters = spring_clusters(StreamRunner(stream, n, 100), p, merge=merge, keep_clusters=True)
+    cap = 1.05 * n / p
+    sizes = np.bincount(clusters.cluster, minlength=clusters.cluster_sizes.size)
+    assert np.array_equal(sizes, clusters.cluster_sizes)
+    for root in np.flatnonzero(sizes):
+        inside = np.unique(clusters.initial[clusters.cluster == root])
+        if inside.size > 1:  # the cluster is the result of merges: every merge kept it under the cap
+            assert sizes[root] <= cap
+    owned = np.bincount(clusters.owner, minlength=p)
+    assert owned.sum() == n  # P1: every vertex in exactly one partition, isolated ones included
+    assert owned.max() <= n / p + sizes.max()  # P7
+
+
+def test_p1_p4_replication_matches_in_memory_csr(records, stream):
+    src, dst, n = records
+    g = graph_of(src, dst, n)
+    for p in (2, 4, 8):
+        res = SpringPartitioner().run(stream, p, chunk_edges=50)
+        owner = torch.from_numpy(res.owner.astype(np.int64))
+        # scipy CSR of each partition (home in-neighbourhoods), vertices = rows or columns touched + owned
+        adj = g.to_scipy().tocoo()
+        total = 0
+        for s in range(p):
+            keep = owner[adj.row].numpy() == s
+            vs = set(adj.row[keep].tolist()) | set(adj.col[keep].tolist()) | set(np.flatnonzero(res.owner == s))
+            total += len(vs)
+        assert res.replication_factor == pytest.approx(total / n, abs=1e-12)
+        assert res.replication_factor == pytest.approx(1 + replication_factor(g, owner, p), abs=1e-12)
+        assert res.vertex_cut_replication == res.replication_factor
+        assert int(res.records_per_part.sum()) == src.size
+        assert np.array_equal(res.edge_part, res.owner[dst])
+
+
+def test_defaults_and_info(records, stream):
+    src, _, n = records
+    res = SpringPartitioner().run(stream, 4)
+    assert res.info["tau_vol"] == pytest.approx(0.1 * src.size / 4)
+    assert res.info["merge_cap"] == pytest.approx(1.05 * n / 4)
+    assert [p.name for p in res.passes] == ["degrees", "clustering", "edges"]
+    assert all(p.edges == src.size for p in res.passes)
+    assert res.owner.dtype == np.int16
+
+
+def test_vertex_partitioner_api_and_determinism(records):
+    src, dst, n = records
+    g = graph_of(src, dst, n)
+    spring = PARTITIONERS.get("spring")()
+    owner = spring.partition(g, 4)
+    assert owner.dtype == torch.int64 and owner.shape == (n,)
+    again = SpringPartitioner().run(GraphEdges(g), 4, chunk_edges=3).owner
+    assert torch.equal(owner, torch.from_numpy(again.astype(np.int64)))
+    # the vertex API streams the CSR (destination order), an order the reference reproduces
+    expected, _, _ = reference_spring(g.indices.numpy(), g.dst_of_edges().numpy(), n, 4)
+    assert owner.tolist() == expected
+
+
+def test_ties_are_deterministic_on_a_symmetric_toy():
+    # a 4-cycle plus an isolated vertex: every degree ties, the rules pick one answer
+    src = np.array([0, 1, 1, 2, 2, 3, 3, 0])
+    dst = np.array([1, 0, 2, 1, 3, 2, 0, 3])
+    expected, members, _ = reference_spring(src, dst, 5, 2)
+    graph = graph_of(src, dst, 5)
+    for chunk in (1, 2, 8):
+        assert SpringPartitioner().run(GraphEdges(graph), 2, chunk_edges=chunk).owner.tolist() == \
+            reference_spring(graph.indices.numpy(), graph.dst_of_edges().numpy(), 5, 2)[0]
+    assert sorted(np.bincount(expected, minlength=2).tolist()) == [2, 3]
+    assert any(ms == [4] for ms in members.values())  # the isolated vertex is a singleton cluster
+
+
+def test_bad_options():
+    with pytest.raises(ValueError, match="merge must be one of paper, code, none"):
+        SpringPartitioner(merge="heap")
+    with pytest.raises(ValueError, match="beta and volume_cap must be > 0"):
+        SpringPartitioner(beta=0)
