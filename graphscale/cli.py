@@ -17,6 +17,8 @@ BENCHES = {
     "sampler": ("graphscale.bench.sampler", "neighbour-sampler throughput in sampled edges per second"),
     "partition": ("graphscale.bench.partition",
                   "partitioner replication factor, peak memory, pass throughput, time ratios"),
+    "minibatch": ("graphscale.bench.minibatch", ("mini-batch data vs split parallelism: feature bytes, redundant "
+                  "edges, split time and quality (GSplit Tables 1, 2, 4, 5)")),
     "offload": ("graphscale.bench.offload",
                 "HongTu offload: replication factor, host traffic by dedup mode, memory vs K (Tables 3/8, Fig. 10)"),
 }
@@ -32,6 +34,7 @@ TRAIN_OPTIONS = {
     "fanouts": ("strategy", "fanouts"), "batch_size": ("strategy", "batch_size"),
     "chunks": ("strategy", "chunks"), "dedup": ("strategy", "dedup"), "recompute": ("strategy", "recompute"),
     "memory_budget": ("strategy", "memory_budget"),
+    "cache": ("strategy", "cache"), "cache_fraction": ("strategy", "cache_fraction"),
     "seed": (None, "seed"), "dtype": (None, "dtype"), "device": (None, "device"), "json": (None, "json"),
     "checkpoint": (None, "checkpoint"), "resume": (None, "resume"), "progress": (None, "progress"),
 }
@@ -72,6 +75,10 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--recompute", choices=["auto", "hybrid", "recompute", "none"],
                    help="offload: intermediate data per layer (default auto: the cost model decides)")
     p.add_argument("--memory-budget", help="offload: per-worker device-memory budget, e.g. 256MiB; picks the smallest K")
+    p.add_argument("--cache", choices=["none", "pagraph", "quiver"],
+                   help="data-parallel feature cache: none (DGL-like), pagraph, quiver; default none")
+    p.add_argument("--cache-fraction", type=float,
+                   help="data-parallel / split-parallel: feature rows cached per worker, as a fraction of all vertices")
     p.add_argument("--seed", type=int)
     p.add_argument("--repeat", type=int, default=1, help="train N times with seeds seed..seed+N-1 and report mean/std")
     p.add_argument("--dtype", choices=["float32", "float64"])

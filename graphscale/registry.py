@@ -8,11 +8,12 @@ import time). Unknown names raise an error that lists the choices.
 from __future__ import annotations
 
 import importlib
-from typing import Callable
+from collections.abc import Callable
 
 _BUILTIN_MODULES = {
     "strategy": ["graphscale.strategies.single", "graphscale.strategies.graph_parallel",
-                 "graphscale.strategies.offload"],
+                 "graphscale.strategies.offload", "graphscale.strategies.data_parallel",
+                 "graphscale.strategies.split_parallel"],
     "model": ["graphscale.nn.models"],
     "partitioner": ["graphscale.partition.random", "graphscale.partition.metis", "graphscale.partition.vertex_stream",
                     "graphscale.partition.edge_stream", "graphscale.partition.spring"],

@@ -81,7 +81,7 @@ def merge_histories(results: list[dict]) -> list[dict]:
                 bytes_total[cat] = bytes_total.get(cat, 0) + n
         epochs.append({
             "epoch": first["epoch"], "loss": first["loss"],
-            **{k: v for k, v in first.items() if k.endswith("_acc") or k.endswith("_loss")},
+            **{k: v for k, v in first.items() if k.endswith(("_acc", "_loss"))},
             "seconds": max(rec["seconds"] for rec in records),
             "bytes": bytes_total,
             "bytes_per_worker": [rec["bytes"] for rec in records],

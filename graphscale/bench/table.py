@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 
 def _cell(value) -> str:
     if isinstance(value, float):
-        if value != value:
+        if math.isnan(value):
             return "-"
         if value == 0 or 1e-3 <= abs(value) < 1e6:
             return f"{value:,.3f}" if abs(value) < 100 else f"{value:,.1f}"

@@ -31,6 +31,8 @@ from graphscale.metrics.ledger import HOST
 
 #: Ledger category of small bookkeeping messages (counts, scalar losses, metric sums).
 CONTROL = "control"
+#: Ledger category of the gradient all-reduce.
+ALLREDUCE = "allreduce"
 
 
 def nbytes(t: torch.Tensor) -> int:

@@ -3,4 +3,4 @@
 from graphscale.metrics.ledger import Ledger
 from graphscale.metrics.stats import EpochStats
 
-__all__ = ["Ledger", "EpochStats"]
+__all__ = ["EpochStats", "Ledger"]

@@ -16,7 +16,9 @@ import torch.nn.functional as F
 
 from graphscale.config import OptimConfig, RunConfig
 from graphscale.data.graph import Graph
+from graphscale.distributed.comm import ALLREDUCE, Comm
 from graphscale.distributed.env import DistEnv
+from graphscale.metrics.memory import MemoryTracker
 from graphscale.metrics.stats import EpochStats
 
 SPLITS = ("train", "val", "test")
@@ -55,6 +57,32 @@ class Strategy(ABC):
 def make_optimizer(model: torch.nn.Module, optim: OptimConfig) -> torch.optim.Optimizer:
     """Adam with the configured learning rate and weight decay."""
     return torch.optim.Adam(model.parameters(), lr=optim.lr, weight_decay=optim.weight_decay)
+
+
+def allreduce_gradients(comm: Comm, params: list[torch.nn.Parameter], tracker: MemoryTracker | None = None) -> None:
+    """Sum every parameter gradient over workers with one all-reduce of a flat buffer (category ``allreduce``).
+
+    Missing gradients count as zeros, so every worker issues the same collective even when it
+    computed nothing; afterwards every ``p.grad`` is a view into the reduced buffer (tracked as
+    ``"gradients"`` while it lives).
+    """
+    grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
+    flat = torch.cat([g.reshape(-1) for g in grads]) if grads else torch.zeros(0)
+    for p in params:
+        p.grad = None
+    if tracker is not None:
+        tracker.track("gradients", flat)
+    comm.all_reduce(flat, ALLREDUCE)
+    offset = 0
+    for p in params:
+        n = p.numel()
+        p.grad = flat[offset: offset + n].view_as(p)
+        offset += n
+
+
+def optimizer_tensors(optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
+    """The optimiser's state tensors (for memory tracking)."""
+    return [t for state in optimizer.state.values() for t in state.values() if torch.is_tensor(t)]
 
 
 def masked_loss_sum(logits: torch.Tensor, labels: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

@@ -66,10 +66,17 @@ from graphscale.metrics.stats import EpochStats
 from graphscale.partition.base import partition_sizes
 from graphscale.partition.book import PartitionBook
 from graphscale.registry import PARTITIONERS, STRATEGIES
-from graphscale.strategies.base import SPLITS, Strategy, counts_to_metrics, masked_loss_sum, split_counts
+from graphscale.strategies.base import (
+    SPLITS,
+    Strategy,
+    allreduce_gradients,
+    counts_to_metrics,
+    masked_loss_sum,
+    optimizer_tensors,
+    split_counts,
+)
 
 HALO = "halo"
-ALLREDUCE = "allreduce"
 SETUP = "setup"
 
 
@@ -155,23 +162,6 @@ class GraphParallel(Strategy):
             h = model.step(layer, self.block, h_src, h0)
         return model.output_map(h, self.inner_ids)
 
-    def _allreduce_grads(self) -> None:
-        """Sum every parameter gradient over workers with one all-reduce of a flat buffer.
-
-        Afterwards every ``p.grad`` is a view into that buffer (counted as resident while it lives).
-        """
-        grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in self.params]
-        flat = torch.cat([g.reshape(-1) for g in grads])
-        for p in self.params:
-            p.grad = None
-        self.tracker.track("gradients", flat)
-        self.comm.all_reduce(flat, ALLREDUCE)
-        offset = 0
-        for p in self.params:
-            n = p.numel()
-            p.grad = flat[offset: offset + n].view_as(p)
-            offset += n
-
     def train_epoch(self, epoch: int) -> EpochStats:
         self.model.train()
         self.model.set_epoch(epoch)
@@ -182,10 +172,9 @@ class GraphParallel(Strategy):
             logits = self.forward()
             loss_sum = masked_loss_sum(logits, self.y, self.masks["train"])
             (loss_sum / self.num_train).backward()
-            self._allreduce_grads()
+            allreduce_gradients(self.comm, self.params, self.tracker)
             self.optimizer.step()
-            self.tracker.track("optimizer", *(t for state in self.optimizer.state.values()
-                                              for t in state.values() if torch.is_tensor(t)))
+            self.tracker.track("optimizer", *optimizer_tensors(self.optimizer))
             self.tracker.untrack("gradients")
         total = self.comm.all_reduce(loss_sum.detach().reshape(1).double(), CONTROL)
         return EpochStats(loss=float(total) / self.num_train, seconds=time.perf_counter() - start,

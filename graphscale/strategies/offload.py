@@ -103,9 +103,16 @@ from graphscale.distributed.env import DistEnv
 from graphscale.metrics.memory import MemoryTracker
 from graphscale.metrics.stats import EpochStats
 from graphscale.registry import PARTITIONERS, STRATEGIES
-from graphscale.strategies.base import SPLITS, Strategy, counts_to_metrics, masked_loss_sum, split_counts
+from graphscale.strategies.base import (
+    SPLITS,
+    Strategy,
+    allreduce_gradients,
+    counts_to_metrics,
+    masked_loss_sum,
+    optimizer_tensors,
+    split_counts,
+)
 from graphscale.strategies.offload_cost import (
-    ALLREDUCE,
     CONTROL,
     D2H,
     D2H_CACHE,
@@ -490,19 +497,6 @@ class OffloadStrategy(Strategy):
         self.tracker.track("retained", *tensors)
 
     # ------------------------------------------------------------------- epoch
-    def _allreduce_grads(self) -> None:
-        """Sum every parameter gradient over workers with one all-reduce of a flat buffer."""
-        grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in self.params]
-        flat = torch.cat([g.reshape(-1) for g in grads])
-        for p in self.params:
-            p.grad = None
-        self.tracker.track("gradients", flat)
-        self.comm.all_reduce(flat, ALLREDUCE)
-        offset = 0
-        for p in self.params:
-            p.grad = flat[offset: offset + p.numel()].view_as(p)
-            offset += p.numel()
-
     def _zero_host_gradients(self) -> None:
         for name in self.host.arrays:
             if name.startswith("G"):
@@ -526,10 +520,9 @@ class OffloadStrategy(Strategy):
                 self._backward_layer(layer)
             if self.dims.learned_input:
                 self._input_pass(backward=True)
-            self._allreduce_grads()
+            allreduce_gradients(self.comm, self.params, self.tracker)
             self.optimizer.step()
-            self.tracker.track("optimizer", *(t for state in self.optimizer.state.values()
-                                              for t in state.values() if torch.is_tensor(t)))
+            self.tracker.track("optimizer", *optimizer_tensors(self.optimizer))
             self.tracker.untrack("gradients")
         local = torch.tensor([sum(losses)], dtype=torch.float64, device=self.device)
         total = self.comm.all_reduce(local, CONTROL)

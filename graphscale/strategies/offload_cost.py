@@ -40,13 +40,13 @@ from dataclasses import dataclass
 import torch
 
 from graphscale.data.block import Block
+from graphscale.distributed.comm import ALLREDUCE, CONTROL
 from graphscale.strategies.offload_plan import ChunkSets, check_dedup
 
 #: Ledger categories of the offload strategy.
 H2D_LOCAL, H2D_REMOTE, P2P, REUSE = "h2d_local", "h2d_remote", "p2p", "reuse"
 P2P_GRAD, D2H, D2H_GRAD, D2H_GRAD_REMOTE = "p2p_grad", "d2h", "d2h_grad", "d2h_grad_remote"
 H2D_GRAD, H2D_CACHE, D2H_CACHE, H2D_DST, H2D_TOPO = "h2d_grad", "h2d_cache", "d2h_cache", "h2d_dst", "h2d_topo"
-ALLREDUCE, CONTROL = "allreduce", "control"
 #: Categories that cross the host link, the peer link, or stay in device memory (reuse).
 HOST_CATEGORIES = (H2D_LOCAL, H2D_REMOTE, D2H, D2H_GRAD, D2H_GRAD_REMOTE, H2D_GRAD, H2D_CACHE, D2H_CACHE, H2D_DST,
                    H2D_TOPO)

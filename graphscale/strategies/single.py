@@ -18,7 +18,7 @@ from graphscale.data.sampler import MiniBatchLoader, NeighborSampler
 from graphscale.metrics.memory import MemoryTracker
 from graphscale.metrics.stats import EpochStats
 from graphscale.registry import STRATEGIES
-from graphscale.strategies.base import Strategy, counts_to_metrics, masked_loss_sum, split_counts
+from graphscale.strategies.base import Strategy, counts_to_metrics, masked_loss_sum, optimizer_tensors, split_counts
 
 
 @STRATEGIES.register("single")
@@ -66,8 +66,7 @@ class SingleStrategy(Strategy):
         loss = masked_loss_sum(logits, self.y[dst], target_mask) / normaliser
         loss.backward()
         self.optimizer.step()
-        self.tracker.track("optimizer", *(t for state in self.optimizer.state.values()
-                                          for t in state.values() if torch.is_tensor(t)))
+        self.tracker.track("optimizer", *optimizer_tensors(self.optimizer))
         return loss.item()
 
     def _minibatch_epoch(self, epoch: int) -> float:

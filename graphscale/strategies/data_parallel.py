@@ -1,0 +1,249 @@
+"""Data-parallel mini-batch training (DGL / PaGraph / Quiver-like): one micro-batch per worker per step.
+
+**Schedule** (:class:`MicroBatchSchedule`, identical on every worker by
+construction). An epoch has ``K = ceil(|T| / B)`` iterations, ``B =
+config.strategy.batch_size``. In iteration ``k`` worker ``r`` trains on a
+micro-batch ``T_{k,r}`` of about ``B / W`` targets:
+
+* ``--cache none`` / ``quiver``: the ``k``-th global mini-batch of ``single``'s
+  loader (same seed, same shuffle) cut into ``W`` near-equal slices;
+* ``--cache pagraph``: PaGraph partitions the training vertices: worker ``r``
+  owns those of its part of ``config.strategy.partitioner`` (METIS by default),
+  reshuffles them every epoch and cuts them into the same ``K`` near-equal slices.
+
+Every worker runs exactly ``K`` iterations, also when its slice is empty (it
+then computes nothing but still takes part in every collective: peer reads,
+gradient all-reduce). Each micro-batch is sampled on its own, with batch key
+``(epoch * K + k) * W + r``: a vertex in two micro-batches gets two independent
+neighbourhood samples, as in DGL.
+
+**Step.** Worker ``r`` gathers its input rows ``V0_{k,r}`` (own cache, peer
+cache, host: :mod:`graphscale.data.feature_cache`), runs the model on its
+blocks, and backpropagates ``sum_{t in T_{k,r}} loss_t / B_k`` with
+``B_k = sum_r |T_{k,r}|``; the gradients are summed with one all-reduce and every
+worker applies the same Adam step. This is exactly one single-process step
+over the union of the ``W`` micro-batches with the loss normalised by ``B_k``
+(:func:`reference_step` is that step; the tests compare against it).
+
+**Closed forms** (bytes per epoch summed over workers; ``s`` bytes per
+element, ``d`` features, ``P`` parameter elements, ``C_r`` worker ``r``'s cache,
+``C = union_r C_r``)::
+
+    h2d        = sum_{k,r} |V0_{k,r} \\ D_r| * d * s     D_r = {} (none), C_r (pagraph), C (quiver)
+    p2p        = sum_{k,r} |V0_{k,r} ∩ (C \\ C_r)| * d * s                        (quiver; else 0)
+    allreduce  = K * 2 (W - 1) * P * s                                             (ring model)
+    control    = 2 (W - 1) * 8  (+ quiver: K * W (W - 1) * 8 + 8 * sum_{k,r} |V0_{k,r} ∩ (C \\ C_r)|)
+    h2d_struct = sum_{k,r} bytes of the micro-batch's blocks (indptr, indices, src_ids, src_deg)
+
+Edges computed per epoch: ``sum_{k,r} |E_{k,r}|`` (redundant across workers
+where micro-batches overlap). Evaluation is exact full-graph inference on every
+worker (as ``single``), without communication.
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+
+from graphscale.config import RunConfig
+from graphscale.data.block import Block
+from graphscale.data.feature_cache import POLICIES, FeatureCache
+from graphscale.data.graph import Graph
+from graphscale.data.sampler import MiniBatchLoader, NeighborSampler
+from graphscale.distributed.comm import CONTROL, Comm
+from graphscale.distributed.env import DistEnv
+from graphscale.metrics.memory import MemoryTracker
+from graphscale.metrics.stats import EpochStats
+from graphscale.registry import STRATEGIES
+from graphscale.strategies.base import Strategy, allreduce_gradients, masked_loss_sum, optimizer_tensors
+from graphscale.strategies.minibatch_common import (
+    P2P,
+    check_minibatch_config,
+    full_graph_masks,
+    full_graph_metrics,
+    load_host_rows,
+    partition_owner,
+    record_structure,
+)
+
+
+class MicroBatchSchedule:
+    """The micro-batches of every worker in every iteration (module docstring).
+
+    Args:
+        train_ids: int64 training vertex ids.
+        batch_size: the global mini-batch size ``B``.
+        world_size: workers ``W``.
+        seed: shuffling seed (the global loader uses it as ``single`` does).
+        owner: when given (PaGraph), the part of every vertex: worker ``r`` trains on the training
+            vertices of part ``r``.
+    """
+
+    def __init__(self, train_ids: torch.Tensor, batch_size: int, world_size: int, seed: int,
+                 owner: torch.Tensor | None = None) -> None:
+        self.world_size = int(world_size)
+        self.loader = MiniBatchLoader(train_ids, batch_size, seed=seed)
+        self.num_iterations = len(self.loader)
+        self.partitioned = owner is not None
+        if self.partitioned:
+            train = self.loader.train_ids
+            self.own = [train[owner[train] == r] for r in range(self.world_size)]
+            self.own_loaders = [MiniBatchLoader(ids, max(1, ids.numel()), seed=seed * self.world_size + r)
+                                for r, ids in enumerate(self.own)]
+
+    def iterations(self, epoch: int) -> list[list[torch.Tensor]]:
+        """``[K][W]`` target tensors: worker ``r``'s micro-batch of iteration ``k``."""
+        w, k = self.world_size, self.num_iterations
+        if not self.partitioned:
+            return [list(torch.tensor_split(batch, w)) for batch in self.loader.batches(epoch)]
+        per_worker = []
+        for loader in self.own_loaders:
+            order = loader.batches(epoch)
+            ids = order[0] if order else torch.zeros(0, dtype=torch.int64)
+            per_worker.append(list(torch.tensor_split(ids, k)))
+        return [[per_worker[r][i] for r in range(w)] for i in range(k)]
+
+    def batch_key(self, epoch: int, iteration: int, rank: int) -> int:
+        """Sampling key of worker ``rank``'s micro-batch: ``(epoch * K + k) * W + r``."""
+        return (int(epoch) * self.num_iterations + int(iteration)) * self.world_size + int(rank)
+
+
+def reference_step(model: torch.nn.Module, sampler: NeighborSampler, x: torch.Tensor, y: torch.Tensor,
+                   micro: list[torch.Tensor], keys: list[int]) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    """The single-process semantics of one data-parallel step: loss over the union of the micro-batches / B_k.
+
+    Runs ``backward`` (gradients accumulate into ``model``'s parameters) and returns the loss and
+    the logits of every micro-batch.
+    """
+    total = sum(t.numel() for t in micro)
+    loss = torch.zeros((), dtype=x.dtype)
+    logits_all = []
+    for targets, key in zip(micro, keys):
+        if targets.numel() == 0:
+            logits_all.append(torch.zeros(0))
+            continue
+        blocks = sampler.sample(targets, key)
+        logits = model(blocks, x[blocks[0].src_ids])
+        loss = loss + torch.nn.functional.cross_entropy(logits, y[targets], reduction="sum") / total
+        logits_all.append(logits.detach())
+    loss.backward()
+    return loss.detach(), logits_all
+
+
+@STRATEGIES.register("data-parallel")
+class DataParallel(Strategy):
+    """Data-parallel mini-batch training with ``none`` / ``pagraph`` / ``quiver`` feature caches."""
+
+    exact = True
+
+    def setup(self, graph: Graph, model: torch.nn.Module, env: DistEnv, config: RunConfig) -> None:
+        super().setup(graph, model, env, config)
+        check_minibatch_config(graph, model, config, "data-parallel")
+        policy = config.strategy.cache
+        if policy not in POLICIES:
+            raise ValueError(f"--cache must be one of {', '.join(POLICIES)} for strategy 'data-parallel', "
+                             f"got {policy!r}")
+        self.comm = Comm(env)
+        device, rank, world = env.device, env.rank, env.world_size
+        dtype = next(model.parameters()).dtype
+        self.x_host = graph.x.to(dtype)
+        self.y = graph.y
+        train_ids = torch.nonzero(graph.train_mask).flatten()
+        self.num_train = train_ids.numel()
+        owner = partition_owner(self.comm, graph, config) if policy == "pagraph" else None
+        self.owner = owner
+        self.schedule = MicroBatchSchedule(train_ids, config.strategy.batch_size, world, config.seed, owner)
+        self.sampler = NeighborSampler(graph, config.strategy.fanouts, seed=config.seed)
+        own_train = self.schedule.own[rank] if owner is not None else None
+        self.cache = FeatureCache.build(policy, graph, rank, world, config.strategy.cache_fraction,
+                                        own_train=own_train, hops=model.num_layers)
+        self.cache_x = load_host_rows(self.comm, self.x_host, self.cache.ids, device)  # filled once, at setup
+        self.block = Block.full(graph).to(device)
+        self.x_eval = self.x_host.to(device)
+        self.y_eval = graph.y.to(device)
+        self.masks = full_graph_masks(graph, device)
+        self.params = [p for p in model.parameters() if p.requires_grad]
+        self.tracker = MemoryTracker(env)
+        self.tracker.track("cache", self.cache_x, self.cache.holder, self.cache.slot)
+        self.tracker.track_module("model", model)
+
+    # ---------------------------------------------------------------- inputs
+    def load_inputs(self, ids: torch.Tensor) -> tuple[torch.Tensor, dict[str, int]]:
+        """Input rows of ``ids``: own cache, peer caches (Quiver; a collective), host. Returns rows and counts."""
+        device = self.env.device
+        parts = self.cache.classify(ids)
+        x = torch.empty(ids.numel(), self.x_host.shape[1], dtype=self.x_host.dtype, device=device)
+        x[parts["own_pos"].to(device)] = self.cache_x[parts["own_slot"].to(device)]
+        host_pos = parts["host_pos"]
+        x[host_pos.to(device)] = load_host_rows(self.comm, self.x_host, ids[host_pos], device)
+        if self.cache.policy == "quiver":
+            x[parts["peer_pos"].to(device)] = self._peer_rows(parts["peer_holder"], parts["peer_slot"])
+        return x, {"own": parts["own_pos"].numel(), "peer": parts["peer_pos"].numel(), "host": host_pos.numel()}
+
+    def _peer_rows(self, holder: torch.Tensor, slot: torch.Tensor) -> torch.Tensor:
+        """Read rows from the peers' caches: send slot requests (``control``), get rows back (``p2p``)."""
+        comm, device = self.comm, self.env.device
+        order = torch.argsort(holder, stable=True)
+        req_counts = torch.bincount(holder, minlength=comm.world_size).tolist()
+        wanted_counts = comm.exchange_counts(req_counts)
+        wanted = comm.all_to_all_v(slot[order].to(device), req_counts, wanted_counts, CONTROL)
+        rows = comm.all_to_all_v(self.cache_x.index_select(0, wanted), wanted_counts, req_counts, P2P)
+        out = torch.empty_like(rows)
+        out[order.to(device)] = rows
+        return out
+
+    # ---------------------------------------------------------------- training
+    def train_epoch(self, epoch: int) -> EpochStats:
+        model = self.model
+        model.train()
+        model.set_epoch(epoch)
+        start = time.perf_counter()
+        before = self.env.ledger.snapshot()
+        rank, device = self.env.rank, self.env.device
+        loss_sum = torch.zeros((), dtype=torch.float64)
+        totals = {"edges": 0, "input_rows": 0, "own": 0, "peer": 0, "host": 0, "targets": 0}
+        with self.tracker.epoch():
+            for k, micro in enumerate(self.schedule.iterations(epoch)):
+                batch_total = sum(t.numel() for t in micro)
+                targets = micro[rank]
+                self.optimizer.zero_grad(set_to_none=True)
+                if targets.numel():
+                    blocks = self.sampler.sample(targets, self.schedule.batch_key(epoch, k, rank))
+                    record_structure(self.comm, [t for b in blocks for t in (b.indptr, b.indices, b.src_ids,
+                                                                           b.src_deg)])
+                    ids = blocks[0].src_ids
+                else:
+                    blocks, ids = None, torch.zeros(0, dtype=torch.int64)
+                x, counts = self.load_inputs(ids)
+                if blocks is not None:
+                    blocks = [b.to(device) for b in blocks]
+                    logits = model(blocks, x)
+                    labels = self.y[targets].to(device)
+                    every = torch.ones(targets.numel(), dtype=torch.bool, device=device)
+                    loss = masked_loss_sum(logits, labels, every)
+                    (loss / batch_total).backward()
+                    loss_sum += loss.detach().double().cpu()
+                    totals["edges"] += sum(b.num_edges for b in blocks)
+                allreduce_gradients(self.comm, self.params, self.tracker)
+                self.optimizer.step()
+                self.tracker.track("optimizer", *optimizer_tensors(self.optimizer))
+                self.tracker.untrack("gradients")
+                totals["input_rows"] += ids.numel()
+                totals["targets"] += targets.numel()
+                for key in ("own", "peer", "host"):
+                    totals[key] += counts[key]
+        total = self.comm.all_reduce(loss_sum.reshape(1).to(device), CONTROL)
+        extra = {"iterations": self.schedule.num_iterations, "edges": totals["edges"],
+                 "input_rows": totals["input_rows"], "cache_hit_rows": totals["own"],
+                 "peer_rows": totals["peer"], "host_rows": totals["host"], "targets": totals["targets"],
+                 "cache_rows": self.cache.ids.numel()}
+        return EpochStats(loss=float(total) / self.num_train, seconds=time.perf_counter() - start,
+                          bytes=self.env.ledger.since(before), peak_memory=self.tracker.peak, extra=extra)
+
+    def evaluate(self) -> dict[str, float]:
+        return full_graph_metrics(self.model, self.block, self.x_eval, self.y_eval, self.masks)
+
+    def teardown(self) -> None:
+        for name in ("cache", "model", "optimizer", "gradients"):
+            self.tracker.untrack(name)

@@ -1,0 +1,96 @@
+"""Pieces shared by the multi-worker mini-batch strategies (``data-parallel``, ``split-parallel``).
+
+Ledger categories (bytes are recorded by the sender, see :mod:`graphscale.metrics.ledger`):
+
+* ``h2d``: feature rows copied from host memory to a worker's device (misses of its cache);
+* ``h2d_struct``: the integer arrays of the sampled (or split) mini-batch a worker receives;
+* ``p2p``: feature rows a worker serves from its cache to a peer (Quiver-like caches);
+* ``shuffle``: hidden rows exchanged by split-parallel training, forward and backward;
+* ``allreduce``: the gradient all-reduce (ring model);
+* ``control``: request ids, counts and the epoch's loss sum.
+
+On CPU, host and device memory are the same RAM: the copies are real tensor
+gathers and the bytes are those a GPU run would move.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from graphscale.config import RunConfig
+from graphscale.data.graph import Graph
+from graphscale.distributed.comm import Comm
+from graphscale.metrics.ledger import HOST
+from graphscale.registry import PARTITIONERS
+from graphscale.strategies.base import SPLITS, counts_to_metrics, split_counts
+
+H2D = "h2d"
+H2D_STRUCT = "h2d_struct"
+P2P = "p2p"
+SHUFFLE = "shuffle"
+SETUP = "setup"
+
+
+def check_minibatch_config(graph: Graph, model: torch.nn.Module, config: RunConfig, strategy: str) -> None:
+    """Validate what every mini-batch strategy needs, with errors that name the option."""
+    if graph.x is None or graph.y is None or graph.train_mask is None:
+        raise ValueError(f"strategy {strategy!r} needs node features, labels and a training mask")
+    if int(graph.train_mask.sum()) == 0:
+        raise ValueError(f"strategy {strategy!r}: the graph has no training vertices")
+    fanouts = config.strategy.fanouts
+    if len(fanouts) != model.num_layers:
+        raise ValueError(f"--fanouts gives {len(fanouts)} values but the model has {model.num_layers} layers; "
+                         "give one fanout per layer")
+    if config.strategy.batch_size < 1:
+        raise ValueError(f"--batch-size must be >= 1, got {config.strategy.batch_size}")
+    fraction = config.strategy.cache_fraction
+    if not 0.0 <= float(fraction) <= 1.0:
+        raise ValueError(f"--cache-fraction must lie in [0, 1], got {fraction!r}")
+
+
+def partition_owner(comm: Comm, graph: Graph, config: RunConfig) -> torch.Tensor:
+    """Rank 0 runs ``config.strategy.partitioner``, every rank receives the owner array (category ``setup``)."""
+    env = comm.env
+    if env.world_size == 1:
+        return torch.zeros(graph.num_nodes, dtype=torch.int64)
+    if env.rank == 0:
+        partitioner = PARTITIONERS.get(config.strategy.partitioner)()
+        owner = partitioner.partition(graph, env.world_size, seed=config.seed).to(env.device)
+    else:
+        owner = torch.empty(graph.num_nodes, dtype=torch.int64, device=env.device)
+    return comm.broadcast(owner, 0, SETUP).cpu()
+
+
+def load_host_rows(comm: Comm, x_host: torch.Tensor, ids: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """Copy host rows ``x_host[ids]`` to ``device``; the bytes are recorded under ``h2d``."""
+    rows = x_host.index_select(0, ids.cpu()).to(device)
+    comm.record(H2D, rows.numel() * rows.element_size(), HOST)
+    return rows
+
+
+def record_structure(comm: Comm, tensors: list[torch.Tensor | None]) -> int:
+    """Record the index arrays a worker receives for one mini-batch under ``h2d_struct``; returns the bytes."""
+    total = sum(t.numel() * t.element_size() for t in tensors if t is not None)
+    comm.record(H2D_STRUCT, total, HOST)
+    return total
+
+
+def full_graph_masks(graph: Graph, device: torch.device) -> dict[str, torch.Tensor]:
+    """The split masks on ``device`` (an absent mask is all false)."""
+    masks = {}
+    for split in SPLITS:
+        mask = getattr(graph, f"{split}_mask")
+        masks[split] = (torch.zeros(graph.num_nodes, dtype=torch.bool) if mask is None else mask).to(device)
+    return masks
+
+
+@torch.no_grad()
+def full_graph_metrics(model: torch.nn.Module, block, x: torch.Tensor, y: torch.Tensor,
+                       masks: dict[str, torch.Tensor]) -> dict[str, float]:
+    """Exact full-graph inference (as ``single`` evaluates): ``{split}_acc`` and ``{split}_loss``.
+
+    Every worker holds the same parameters, so every worker computes the same numbers without communication.
+    """
+    model.eval()
+    logits = model(block, x)
+    return counts_to_metrics(split_counts(logits, y, masks))

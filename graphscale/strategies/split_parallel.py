@@ -1,0 +1,324 @@
+"""Split-parallel mini-batch training (GSplit): one sample of all B targets, split by owner at every layer.
+
+**Offline** (``setup``). Rank 0 partitions the graph with
+``config.strategy.partitioner`` (METIS by default) and broadcasts the owner
+array (category ``setup``). :class:`~graphscale.data.split.SplitPlan` gives the
+parts contiguous, degree-sorted split ids; worker ``i`` caches the
+``min(cap, |part i|)`` highest-degree vertices of its part, ``cap =
+floor(cache_fraction * N)`` (the caches are disjoint).
+
+**Online** (per mini-batch). Every worker draws the *same* sample as
+``single`` (the same loader, seed and batch key; the sampler is rank-agnostic)
+and splits it for all workers with
+:func:`~graphscale.data.split.split_minibatch` (numba, O(1) per vertex and
+edge); it keeps its own :class:`~graphscale.data.split.LocalSplit`. (GSplit
+runs sampling and splitting in separate sampler processes and hands each
+trainer its split; here each worker repeats that deterministic work itself, a
+shared-seed schedule that needs no sampler-to-trainer channel.)
+Its input rows come from its cache (hits) or the host (its global misses: each
+row of ``V^(0)`` is loaded by exactly one worker, once).
+
+**Cooperative training.** Each layer performs one coalesced shuffle (a
+differentiable all-to-all, category ``shuffle``) forward and its mirror
+backward:
+
+* GraphSAGE (``preagg``): the source's owner sums its rows of every reference
+  vertex (after ``lin_l`` when ``d_in > d_out``: the linear map commutes with
+  the sum) and ships one partial sum per (reference vertex, sender); the owner
+  adds them to its local sums and divides by the full sampled in-degree.
+* GAT (``halo``, projected): a source's owner ships the projected rows
+  ``W drop(h_u)`` (``heads * hidden`` wide) once per (source, receiver); the
+  receiver runs the unmodified attention (scores, max-subtracted segment
+  softmax, edge-keyed dropout) on its augmented local block.
+* Other models (``halo``): the layer input rows are shipped and
+  ``model.step`` runs on the augmented local block.
+
+The loss of worker ``i`` is ``sum_{t in targets_i} loss_t / B`` (``B`` = targets
+of the mini-batch); gradients are summed with one all-reduce, so the step equals
+``single``'s step on the same mini-batch up to float reassociation. Every worker
+issues the same collectives in the same order (forward shuffles ``l = 0..L-1``,
+backward shuffles in reverse, then the all-reduce), also when it owns no
+targets or ships no rows: its (possibly empty) outputs stay on the autograd path.
+
+**Closed forms** (bytes per epoch summed over workers; ``s`` bytes per element,
+``d`` features, ``P`` parameter elements, ``K`` mini-batches, ``C`` the union of
+the caches, ``rows_{k,l}`` = ``sum_{i != j}`` of layer ``l``'s ref / halo lists)::
+
+    h2d       = sum_k |V0_k \\ C| * d * s                       (every missing row once)
+    shuffle   = sum_k sum_l rows_{k,l} * h_l * s * (1 + back_l)
+    allreduce = K * 2 (W - 1) * P * s                            (ring model)
+    control   = 2 (W - 1) * 8                                    (the epoch's loss sum)
+
+with ``h_l`` the shipped width (SAGE: ``d_out`` if ``d_in > d_out`` else ``d_in``;
+GAT: ``heads * hidden``; others: ``model.layer_widths()[l]``) and ``back_l = 1``
+when the shipped tensor depends on parameters (every layer ``l >= 1``; at
+``l = 0`` SAGE with the linear map first, GAT, and models with a learned input
+map). Edges computed: ``sum_k sum_l |E^(l)_k|``, each once (no redundancy).
+``h2d_struct`` counts each worker's split index arrays. Evaluation is exact
+full-graph inference on every worker, as ``single``.
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+import torch.nn.functional as F
+
+from graphscale.config import RunConfig
+from graphscale.data.block import Block
+from graphscale.data.graph import Graph
+from graphscale.data.sampler import MiniBatchLoader, NeighborSampler
+from graphscale.data.split import HALO, PREAGG, LocalLayer, LocalSplit, SplitPlan, SplitWorkspace, split_minibatch
+from graphscale.distributed.comm import CONTROL, Comm
+from graphscale.distributed.env import DistEnv
+from graphscale.distributed.functional import all_to_all_v
+from graphscale.metrics.memory import MemoryTracker
+from graphscale.metrics.stats import EpochStats
+from graphscale.nn.layers import GATLayer, SAGELayer
+from graphscale.nn.models import GNN
+from graphscale.nn.ops import Topology, segment_softmax, spmm, spmm_heads, topology
+from graphscale.registry import STRATEGIES
+from graphscale.strategies.base import Strategy, allreduce_gradients, masked_loss_sum, optimizer_tensors
+from graphscale.strategies.minibatch_common import (
+    SHUFFLE,
+    check_minibatch_config,
+    full_graph_masks,
+    full_graph_metrics,
+    load_host_rows,
+    partition_owner,
+    record_structure,
+)
+
+#: How a layer is split: GraphSAGE pre-aggregates, GAT ships projected rows, anything else ships its inputs.
+SAGE, GAT, GENERIC = "sage", "gat", "generic"
+
+
+def layer_kinds(model: torch.nn.Module) -> list[str]:
+    """``sage`` / ``gat`` / ``generic`` for every layer of ``model``."""
+    kinds = []
+    for layer in model.layers:
+        kinds.append(SAGE if type(layer) is SAGELayer else GAT if type(layer) is GATLayer else GENERIC)
+    return kinds
+
+
+def split_modes(kinds: list[str]) -> list[str]:
+    """The split mode of each layer kind: ``preagg`` for GraphSAGE, ``halo`` otherwise."""
+    return [PREAGG if k == SAGE else HALO for k in kinds]
+
+
+def shipped_widths(model: torch.nn.Module) -> list[int]:
+    """``h_l``: the width of the rows each layer ships (module docstring)."""
+    widths = model.layer_widths()
+    out = []
+    for l, (kind, layer) in enumerate(zip(layer_kinds(model), model.layers)):
+        if kind == SAGE:
+            out.append(min(layer.in_dim, layer.out_dim))
+        elif kind == GAT:
+            out.append(layer.agg_dim)
+        else:
+            out.append(int(widths[l]))
+    return out
+
+
+def shuffle_backward(model: torch.nn.Module) -> list[bool]:
+    """``back_l``: whether layer ``l``'s shipped rows depend on parameters (then the backward shuffle runs).
+
+    Every layer ``l >= 1`` ships rows computed from parameters. At ``l = 0``: SAGE ships ``lin_l(x)``
+    partial sums when ``d_in > d_out`` (raw feature sums otherwise), GAT ships projected rows, and the
+    other models ship ``input_map(x)``, which is learned exactly when the model overrides the identity map.
+    """
+    kinds = layer_kinds(model)
+    first = model.layers[0]
+    if kinds[0] == SAGE:
+        back0 = first.in_dim > first.out_dim
+    elif kinds[0] == GAT:
+        back0 = True
+    else:
+        back0 = type(model).input_map is not GNN.input_map
+    return [back0] + [True] * (len(kinds) - 1)
+
+
+def gat_aggregate_projected(layer: GATLayer, block: Block, z: torch.Tensor) -> torch.Tensor:
+    """``GATLayer.aggregate`` from already projected source rows ``z = lin(x_src)`` (``[S, H, F]``).
+
+    The same operations as :meth:`GATLayer.aggregate` after its projection: scores, LeakyReLU,
+    max-subtracted segment softmax with the self-loop, edge-keyed attention dropout, weighted sum.
+    """
+    topo = topology(block)
+    d, nh = block.num_dst, layer.heads
+    a_src = (z * layer.att_src).sum(-1)
+    a_dst = (z[:d] * layer.att_dst).sum(-1)
+    scores = a_src.index_select(0, topo.indices) + a_dst.index_select(0, topo.edge_dst())
+    scores = F.leaky_relu(scores, layer.negative_slope)
+    self_scores = F.leaky_relu(a_src[:d] + a_dst, layer.negative_slope)
+    alpha, alpha_self = segment_softmax(topo, scores, self_scores)
+    alpha, alpha_self = layer.attn_dropout(block, alpha, alpha_self)
+    return spmm_heads(topo, z, alpha, alpha_self).reshape(d, nh * layer.out_dim)
+
+
+@STRATEGIES.register("split-parallel")
+class SplitParallel(Strategy):
+    """GSplit split-parallel mini-batch training (see the module docstring)."""
+
+    exact = True
+
+    def setup(self, graph: Graph, model: torch.nn.Module, env: DistEnv, config: RunConfig) -> None:
+        super().setup(graph, model, env, config)
+        check_minibatch_config(graph, model, config, "split-parallel")
+        if config.strategy.cache != "none":
+            raise ValueError(f"--cache {config.strategy.cache!r} applies to data-parallel only; split-parallel "
+                             "always uses its own non-overlapping per-part caches (size them with --cache-fraction)")
+        self.comm = Comm(env)
+        device, rank = env.device, env.rank
+        dtype = next(model.parameters()).dtype
+        self.x_host = graph.x.to(dtype)
+        self.y = graph.y
+        self.in_degrees = graph.in_degrees()
+        self.owner = partition_owner(self.comm, graph, config)
+        self.plan = SplitPlan.build(self.owner, graph.out_degrees(), env.world_size, config.strategy.cache_fraction)
+        self.cache_x = load_host_rows(self.comm, self.x_host, self.plan.cached_ids(rank), device)  # once, at setup
+        self.kinds = layer_kinds(model)
+        self.modes = split_modes(self.kinds)
+        train_ids = torch.nonzero(graph.train_mask).flatten()
+        self.num_train = train_ids.numel()
+        self.loader = MiniBatchLoader(train_ids, config.strategy.batch_size, seed=config.seed)
+        self.sampler = NeighborSampler(graph, config.strategy.fanouts, seed=config.seed)
+        self.workspace = SplitWorkspace()
+        self.block = Block.full(graph).to(device)
+        self.x_eval = self.x_host.to(device)
+        self.y_eval = graph.y.to(device)
+        self.masks = full_graph_masks(graph, device)
+        self.params = [p for p in model.parameters() if p.requires_grad]
+        self.tracker = MemoryTracker(env)
+        self.tracker.track("cache", self.cache_x)
+        self.tracker.track_module("model", model)
+        self._tally = {"shuffle_fwd": [0] * len(self.kinds), "shuffle_bwd": [0] * len(self.kinds)}
+
+    # ---------------------------------------------------------------- one mini-batch
+    def split(self, targets: torch.Tensor, batch_key: int) -> LocalSplit:
+        """Sample the mini-batch of ``targets`` (as ``single`` does) and return this worker's split."""
+        blocks = self.sampler.sample(targets, batch_key)
+        return split_minibatch(blocks, self.plan, self.modes, self.workspace).local(self.env.rank)
+
+    def load_inputs(self, local: LocalSplit) -> torch.Tensor:
+        """This worker's input rows: cache hits from its cache, global misses from the host (``h2d``)."""
+        device = self.env.device
+        x = torch.empty(local.own_counts[0], self.x_host.shape[1], dtype=self.x_host.dtype, device=device)
+        x[local.hit_pos.to(device)] = self.cache_x[local.hit_slot.to(device)]
+        x[local.miss_pos.to(device)] = load_host_rows(self.comm, self.x_host, local.miss_ids, device)
+        return x
+
+    def forward(self, local: LocalSplit, x: torch.Tensor) -> torch.Tensor:
+        """Logits of this worker's targets (a collective: one shuffle per layer)."""
+        model = self.model
+        h = model.input_map(x, local.gids)
+        h0 = h if model.needs_h0 else None
+        for l, lay in enumerate(local.layers):
+            ids = local.ids(l)
+            if self.kinds[l] == SAGE:
+                h = self._sage_step(l, lay, h, ids)
+            elif self.kinds[l] == GAT:
+                h = self._gat_step(l, lay, h, ids)
+            else:
+                h = self._halo_step(l, lay, h, ids, None if h0 is None else h0[: lay.num_dst])
+        return model.output_map(h, local.ids(len(local.layers)))
+
+    def _shuffle(self, l: int, rows: torch.Tensor, lay: LocalLayer) -> torch.Tensor:
+        """The coalesced all-to-all of layer ``l`` (its backward returns the gradients to the senders)."""
+        row_bytes = rows.shape[1] * rows.element_size()
+        self._tally["shuffle_fwd"][l] += row_bytes * sum(c for j, c in enumerate(lay.send_counts) if j != self.env.rank)
+        if rows.requires_grad:
+            self._tally["shuffle_bwd"][l] += row_bytes * sum(c for j, c in enumerate(lay.recv_counts)
+                                                             if j != self.env.rank)
+        return all_to_all_v(rows, self.comm, lay.send_counts, lay.recv_counts, SHUFFLE)
+
+    def _sage_step(self, l: int, lay: LocalLayer, h: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+        model, sage = self.model, self.model.layers[l]
+        z = model.pre(l, h, ids)
+        lin_first = sage.in_dim > sage.out_dim
+        y = F.linear(z, sage.lin_l.weight) if lin_first else z
+        agg = spmm(Topology(lay.indptr, lay.indices, lay.num_src), y)
+        partial = spmm(Topology(lay.xptr, lay.xidx, lay.num_src), y)
+        received = self._shuffle(l, partial, lay)
+        agg = agg.index_add(0, lay.recv_pos, received)
+        mean = agg / lay.deg.clamp_min(1).to(agg.dtype)[:, None]
+        if lin_first:
+            out = mean if sage.lin_l.bias is None else mean + sage.lin_l.bias
+        else:
+            out = sage.lin_l(mean)
+        return model.post(l, out + sage.lin_r(z[: lay.num_dst]))
+
+    def _local_block(self, lay: LocalLayer, ids: torch.Tensor) -> Block:
+        src_ids = torch.cat([ids, lay.halo_ids])
+        return Block(lay.indptr, lay.indices, src_ids, self.in_degrees[src_ids.cpu()].to(src_ids.device))
+
+    def _gat_step(self, l: int, lay: LocalLayer, h: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+        model, gat = self.model, self.model.layers[l]
+        projected = gat.lin(model.pre(l, h, ids))
+        received = self._shuffle(l, projected.index_select(0, lay.send_index), lay)
+        z = torch.cat([projected, received]).view(-1, gat.heads, gat.out_dim)
+        agg = gat_aggregate_projected(gat, self._local_block(lay, ids), z)
+        return model.post(l, gat.update(agg))
+
+    def _halo_step(self, l: int, lay: LocalLayer, h: torch.Tensor, ids: torch.Tensor,
+                   h0_dst: torch.Tensor | None) -> torch.Tensor:
+        received = self._shuffle(l, h.index_select(0, lay.send_index), lay)
+        return self.model.step(l, self._local_block(lay, ids), torch.cat([h, received]), h0_dst)
+
+    def step(self, targets: torch.Tensor, batch_key: int) -> tuple[torch.Tensor, torch.Tensor, LocalSplit]:
+        """One training step on the mini-batch ``targets``: forward, backward, all-reduce, optimiser step.
+
+        Returns:
+            ``(loss_sum, logits, local)``: this worker's summed loss over its targets (detached), its
+            targets' logits (detached) and its split.
+        """
+        device = self.env.device
+        local = self.split(targets, batch_key)
+        record_structure(self.comm, local.tensors())
+        local = local.to(device)
+        x = self.load_inputs(local)
+        self.optimizer.zero_grad(set_to_none=True)
+        logits = self.forward(local, x)
+        labels = self.y[local.ids(len(local.layers)).cpu()].to(device)
+        every = torch.ones(labels.numel(), dtype=torch.bool, device=device)
+        loss = masked_loss_sum(logits, labels, every)
+        (loss / targets.numel() + 0.0 * logits.sum()).backward()
+        allreduce_gradients(self.comm, self.params, self.tracker)
+        self.optimizer.step()
+        return loss.detach(), logits.detach(), local
+
+    # ---------------------------------------------------------------- epochs
+    def train_epoch(self, epoch: int) -> EpochStats:
+        model = self.model
+        model.train()
+        model.set_epoch(epoch)
+        start = time.perf_counter()
+        before = self.env.ledger.snapshot()
+        self._tally = {"shuffle_fwd": [0] * len(self.kinds), "shuffle_bwd": [0] * len(self.kinds)}
+        loss_sum = torch.zeros((), dtype=torch.float64)
+        counts = {"targets": 0, "input_rows": 0, "cache_hit_rows": 0, "host_rows": 0, "edges": 0}
+        with self.tracker.epoch():
+            for i, targets in enumerate(self.loader.batches(epoch)):
+                loss, _, local = self.step(targets, self.loader.batch_key(epoch, i))
+                self.tracker.track("optimizer", *optimizer_tensors(self.optimizer))
+                self.tracker.untrack("gradients")
+                loss_sum += loss.double().cpu()
+                counts["targets"] += local.num_targets
+                counts["input_rows"] += local.own_counts[0]
+                counts["cache_hit_rows"] += local.hit_pos.numel()
+                counts["host_rows"] += local.miss_pos.numel()
+                counts["edges"] += sum(int(lay.indices.numel()) + (0 if lay.xidx is None else int(lay.xidx.numel()))
+                                       for lay in local.layers)
+        total = self.comm.all_reduce(loss_sum.reshape(1).to(self.env.device), CONTROL)
+        extra = {"iterations": len(self.loader), **counts, "cache_rows": self.plan.cache_size(self.env.rank),
+                 **{k: list(v) for k, v in self._tally.items()}}
+        return EpochStats(loss=float(total) / self.num_train, seconds=time.perf_counter() - start,
+                          bytes=self.env.ledger.since(before), peak_memory=self.tracker.peak, extra=extra)
+
+    def evaluate(self) -> dict[str, float]:
+        return full_graph_metrics(self.model, self.block, self.x_eval, self.y_eval, self.masks)
+
+    def teardown(self) -> None:
+        for name in ("cache", "model", "optimizer", "gradients"):
+            self.tracker.untrack(name)
