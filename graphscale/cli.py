@@ -7,7 +7,7 @@ import importlib
 import statistics
 import sys
 
-from graphscale.bench.table import format_table
+from graphscale.bench.table import format_bytes, format_table
 from graphscale.distributed.launch import WorkerError
 from graphscale.metrics.ledger import moved_bytes
 
@@ -99,14 +99,6 @@ def overrides_from_args(args: argparse.Namespace) -> dict:
     return out
 
 
-def _fmt_bytes(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if abs(n) < 1024 or unit == "GiB":
-            return f"{n:.1f} {unit}" if unit != "B" else f"{int(n)} B"
-        n /= 1024
-    return str(n)
-
-
 def cmd_train(args: argparse.Namespace) -> int:
     from graphscale.config import build_config
     from graphscale.run import run, write_json
@@ -124,8 +116,8 @@ def cmd_train(args: argparse.Namespace) -> int:
         final = report["final"]
         rows.append({"seed": config.seed, "best epoch": final["best_epoch"], "val acc": final["val_acc"],
                      "test acc": final["test_acc"], "s/epoch": final["mean_epoch_seconds"],
-                     "bytes/epoch": _fmt_bytes(moved_bytes(final["bytes_per_epoch"])),
-                     "peak mem/worker": _fmt_bytes(max(final["peak_memory_per_worker"] or [0]))})
+                     "bytes/epoch": format_bytes(moved_bytes(final["bytes_per_epoch"])),
+                     "peak mem/worker": format_bytes(max(final["peak_memory_per_worker"] or [0]))})
     graph = reports[0]["graph"]
     title = (f"{base.model.name} on {graph['name']} ({graph['nodes']:,} nodes, {graph['edges']:,} edges), "
              f"strategy {base.strategy.name}, {base.strategy.workers} worker(s), {base.optim.epochs} epochs")

@@ -18,6 +18,15 @@ def _cell(value) -> str:
     return str(value)
 
 
+def format_bytes(n: float) -> str:
+    """``1536`` -> ``"1.5 KiB"`` (binary units up to GiB)."""
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(n) < 1024 or unit == "GiB":
+            return f"{n:.1f} {unit}" if unit != "B" else f"{int(n)} B"
+        n /= 1024
+    return str(n)
+
+
 def format_table(rows: list[dict], columns: list[str] | None = None, title: str | None = None) -> str:
     """Render ``rows`` (dicts) as an aligned text table; numbers right-aligned."""
     if not rows:

@@ -238,17 +238,9 @@ def partition_dataset(args: argparse.Namespace) -> dict:
             "metrics": metrics.to_dict(), "info": info}
 
 
-def _fmt_bytes(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if abs(n) < 1024 or unit == "GiB":
-            return f"{n:.1f} {unit}" if unit != "B" else f"{int(n)} B"
-        n /= 1024
-    return str(n)
-
-
 def run(args: argparse.Namespace) -> dict:
     """Partition, write the store, print the summary (and write ``--json``); returns the summary."""
-    from graphscale.bench.table import format_table
+    from graphscale.bench.table import format_bytes, format_table
 
     summary = partition_dataset(args)
     m = summary["metrics"]
@@ -256,7 +248,7 @@ def run(args: argparse.Namespace) -> dict:
            "edge cut %": 100.0 * m["edge_cut_fraction"], "vertex bal": m["vertex_balance"],
            "edge bal": m["edge_balance"], "train bal": m["train_balance"],
            "partition s": summary["partition_seconds"], "store s": summary["store_seconds"],
-           "total s": m["seconds"], "peak RSS": _fmt_bytes(m["peak_rss_bytes"])}
+           "total s": m["seconds"], "peak RSS": format_bytes(m["peak_rss_bytes"])}
     print(format_table([row], title=f"partitioned {summary['dataset']} "
                                     f"({m['num_vertices']:,} vertices, {m['num_edges']:,} records) -> {summary['out']}"))
     parts = [{"part": s, "inner": m["inner"][s], "halo": m["halo"][s], "records": m["records"][s],
