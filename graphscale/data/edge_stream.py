@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
-from graphscale.data.formats import _as_numpy, _int_array, _temp_sibling
+from graphscale.data.formats import _as_numpy, _int_array, temp_sibling
 from graphscale.data.graph import Graph
 
 if TYPE_CHECKING:
@@ -43,7 +43,7 @@ def _check_edge_dtype(dtype: str, where: str) -> np.dtype:
 
 
 def _write_json_atomic(path: Path, payload: dict) -> None:
-    tmp = _temp_sibling(path, "tmp")
+    tmp = temp_sibling(path, "tmp")
     tmp.write_text(json.dumps(payload))
     os.replace(tmp, path)
 
@@ -78,7 +78,7 @@ class EdgeStreamWriter:
         self.num_edges = 0
         self._max_id = -1
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._tmp = _temp_sibling(self.path, "tmp")
+        self._tmp = temp_sibling(self.path, "tmp")
         self._file = open(self._tmp, "wb")  # noqa: SIM115 - closed by close()/abort()
 
     def append(self, src, dst) -> None:

@@ -44,7 +44,8 @@ FEATURE_DTYPES = ("float16", "float32", "float64")
 
 
 # ---------------------------------------------------------------- helpers
-def _temp_sibling(path: Path, tag: str) -> Path:
+def temp_sibling(path: Path, tag: str) -> Path:
+    """A unique hidden sibling of ``path`` (``.NAME.TAG-PID-RANDOM``) for atomic writes."""
     return path.with_name(f".{path.name}.{tag}-{os.getpid()}-{uuid.uuid4().hex[:8]}")
 
 
@@ -57,24 +58,33 @@ def is_graph_dir(path: str | Path) -> bool:
         return False
 
 
-def _check_target_dir(path: Path, overwrite: bool) -> None:
+def check_output_dir(path: Path, overwrite: bool, kind: str, is_kind, overwrite_hint: str = "overwrite=True") -> None:
+    """Refuse to write a ``kind`` directory over a file, a non-empty foreign directory, or (unless ``overwrite``) one.
+
+    Args:
+        path: the target directory.
+        overwrite: whether an existing ``kind`` directory may be replaced.
+        kind: what is written, for messages (e.g. ``"graph directory"``).
+        is_kind: predicate recognising an existing ``kind`` directory.
+        overwrite_hint: how the user allows overwriting, for messages.
+    """
     if not path.exists():
         return
     if not path.is_dir():
-        raise FileExistsError(f"{path} exists and is not a directory; refusing to write a graph directory there")
+        raise FileExistsError(f"{path} exists and is not a directory; refusing to write a {kind} there")
     if not any(path.iterdir()):
         return
-    if not is_graph_dir(path):
-        raise FileExistsError(f"{path} exists, is not empty and is not a graph directory (no graphscale meta.json); "
+    if not is_kind(path):
+        raise FileExistsError(f"{path} exists, is not empty and is not a {kind} (no graphscale meta.json); "
                               "refusing to overwrite it")
     if not overwrite:
-        raise FileExistsError(f"graph directory {path} already exists (pass overwrite=True to replace it)")
+        raise FileExistsError(f"{kind} {path} already exists (pass {overwrite_hint} to replace it)")
 
 
-def _commit_dir(tmp: Path, path: Path) -> None:
-    """Move the finished ``tmp`` directory to ``path``, replacing a previous graph directory."""
+def replace_dir(tmp: Path, path: Path) -> None:
+    """Move the finished ``tmp`` directory to ``path``, replacing what was there (write-then-rename)."""
     if path.exists():
-        old = _temp_sibling(path, "old")
+        old = temp_sibling(path, "old")
         os.rename(path, old)
         os.rename(tmp, path)
         shutil.rmtree(old, ignore_errors=True)
@@ -149,11 +159,11 @@ class GraphDirWriter:
                              f"got {num_nodes} and {num_features}")
         if x_dtype not in FEATURE_DTYPES:
             raise ValueError(f"GraphDirWriter({self.path}): x_dtype must be one of {FEATURE_DTYPES}, got {x_dtype!r}")
-        _check_target_dir(self.path, overwrite)
+        check_output_dir(self.path, overwrite, "graph directory", is_graph_dir)
         self.num_nodes, self.num_features, self.x_dtype = num_nodes, num_features, x_dtype
         self.num_classes, self.name, self.meta = num_classes, name, _json_meta(meta or {})
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._tmp = _temp_sibling(self.path, "tmp")
+        self._tmp = temp_sibling(self.path, "tmp")
         self._tmp.mkdir()
         try:
             self._indptr = np.lib.format.open_memmap(self._tmp / "indptr.npy", "w+", np.int64, (num_nodes + 1,))
@@ -238,7 +248,7 @@ class GraphDirWriter:
                     "arrays": ["indptr", "indices", *self._nodes], "meta": self.meta}
             (self._tmp / "meta.json").write_text(json.dumps(meta, indent=1))
             self._release()
-            _commit_dir(self._tmp, self.path)
+            replace_dir(self._tmp, self.path)
         except BaseException:
             self.abort()
             raise

@@ -123,8 +123,7 @@ class Graph:
         return torch.bincount(self.indices, minlength=self.num_nodes)
 
     def is_symmetric(self) -> bool:
-        sym = self.coalesce().symmetrize()
-        return sym.num_edges == self.coalesce().num_edges
+        return self.symmetrize().num_edges == self.coalesce().num_edges
 
     def has_self_loops(self) -> bool:
         return bool((self.indices == self.dst_of_edges()).any())

@@ -308,31 +308,25 @@ class HashPartitioner(VertexCutPartitioner):
     """Random hash of the (unordered) edge; see the module docstring."""
 
     name = "hash"
+    #: hash the endpoint of smaller full degree (DBH) instead of the unordered edge
+    by_degree = False
 
     def _assign(self, runner, num_parts, seed, sink, mask, master, load) -> dict:
-        deg = np.zeros(1, np.int32)
+        deg = stream_degrees(runner) if self.by_degree else np.zeros(1, np.int32)
         for first, src, dst in runner.chunks("assign"):
             part = sink.buffer(first, src.size)
-            _hash_chunk(src, dst, num_parts, seed, deg, False, part)
+            _hash_chunk(src, dst, num_parts, seed, deg, self.by_degree, part)
             _record_chunk(src, dst, part, master, mask, load)
             sink.commit(first, part)
         return {}
 
 
 @PARTITIONERS.register("dbh")
-class DBHPartitioner(VertexCutPartitioner):
+class DBHPartitioner(HashPartitioner):
     """Degree-based hashing: hash the endpoint of smaller full degree; see the module docstring."""
 
     name = "dbh"
-
-    def _assign(self, runner, num_parts, seed, sink, mask, master, load) -> dict:
-        deg = stream_degrees(runner)
-        for first, src, dst in runner.chunks("assign"):
-            part = sink.buffer(first, src.size)
-            _hash_chunk(src, dst, num_parts, seed, deg, True, part)
-            _record_chunk(src, dst, part, master, mask, load)
-            sink.commit(first, part)
-        return {}
+    by_degree = True
 
 
 @PARTITIONERS.register("greedy")

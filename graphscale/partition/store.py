@@ -44,10 +44,8 @@ from __future__ import annotations
 
 import json
 import mmap
-import os
 import shutil
 import time
-import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -56,6 +54,7 @@ import numpy as np
 import torch
 
 from graphscale.data.edge_stream import DEFAULT_CHUNK_EDGES
+from graphscale.data.formats import check_output_dir, replace_dir, temp_sibling
 from graphscale.data.graph import Graph
 from graphscale.partition.base import validate_num_parts
 from graphscale.partition.book import PartitionBook
@@ -85,18 +84,7 @@ def is_partition_store(path: str | Path) -> bool:
 
 def check_store_target(path: str | Path, overwrite: bool) -> None:
     """Refuse to write a store over a file, a non-empty non-store directory, or (unless ``overwrite``) a store."""
-    path = Path(path)
-    if not path.exists():
-        return
-    if not path.is_dir():
-        raise FileExistsError(f"{path} exists and is not a directory; refusing to write a partition store there")
-    if not any(path.iterdir()):
-        return
-    if not is_partition_store(path):
-        raise FileExistsError(f"{path} exists, is not empty and is not a partition store (no {STORE_FORMAT} "
-                              "meta.json); refusing to overwrite it")
-    if not overwrite:
-        raise FileExistsError(f"partition store {path} already exists (pass --overwrite / overwrite=True to replace)")
+    check_output_dir(Path(path), overwrite, "partition store", is_partition_store, "--overwrite / overwrite=True")
 
 
 # ------------------------------------------------------------------ routing
@@ -334,7 +322,7 @@ def write_partition_store(path: str | Path, stream, owner, num_parts: int, *, ed
     if feature_chunk_bytes < 1:
         raise ValueError(f"feature_chunk_bytes must be >= 1, got {feature_chunk_bytes}")
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+    tmp = temp_sibling(path, "tmp")
     tmp.mkdir()
     try:
         metrics, parts = _write(tmp, source, n, owner, num_parts, edge_part, nodes, chunk_edges,
@@ -346,13 +334,7 @@ def write_partition_store(path: str | Path, stream, owner, num_parts: int, *, ed
                      "node_arrays": list(nodes), "vertex_cut_edges": edge_part is not None,
                      "source": source_name, "metrics": metrics.to_dict(), "parts": parts, **(extra_meta or {})}
         (tmp / "meta.json").write_text(json.dumps(book_meta, indent=1))
-        if path.exists():
-            old = path.with_name(f".{path.name}.old-{os.getpid()}-{uuid.uuid4().hex[:8]}")
-            os.rename(path, old)
-            os.rename(tmp, path)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.rename(tmp, path)
+        replace_dir(tmp, path)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
