@@ -140,6 +140,12 @@ def cmd_datasets(args: argparse.Namespace) -> int:
 
 
 def cmd_info(args: argparse.Namespace) -> int:
+    if args.dataset:
+        from graphscale.data.datasets import describe_dataset
+        summary = describe_dataset(args.dataset)
+        print(format_table([{"item": k, "value": f"{v:,}" if isinstance(v, int) else str(v)}
+                            for k, v in summary.items()], title=f"dataset {args.dataset}"))
+        return 0
     import torch
     import torch.distributed as dist
 
@@ -170,7 +176,10 @@ def build_parser() -> argparse.ArgumentParser:
     add_train_arguments(train)
     train.set_defaults(func=cmd_train)
     sub.add_parser("datasets", help="list dataset specs").set_defaults(func=cmd_datasets)
-    sub.add_parser("info", help="versions, devices and backends").set_defaults(func=cmd_info)
+    info = sub.add_parser("info", help="versions, devices and backends; or a dataset's counts with --dataset",
+                          description="Versions, devices and backends; with --dataset, a dataset's counts instead")
+    info.add_argument("--dataset", help="load this dataset spec (see `graphscale datasets`) and print its counts")
+    info.set_defaults(func=cmd_info)
     part = sub.add_parser("partition", help="partition a dataset or an edge stream into a partition store",
                           description="Partition a dataset (or a bare edge-stream file) into a partition store")
     importlib.import_module("graphscale.partition.command").add_arguments(part)

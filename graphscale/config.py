@@ -18,7 +18,8 @@ import tomllib
 @dataclass
 class DataConfig:
     dataset: str = "cora"
-    """Dataset spec: ``cora``, ``planetoid:DIR[:NAME]``, ``npz:FILE``, ``ogb:DIR``, ``graphdir:DIR``, ``sbm:...``, ``rmat:...``."""
+    """Dataset spec: ``cora``, ``planetoid:DIR[:NAME]``, ``npz:FILE``, ``ogb:DIR``, ``musae:DIR``, ``graphdir:DIR``,
+    ``sbm:...``, ``rmat:...`` (``edgelist:FILE`` has no features and cannot be trained on)."""
     feature_norm: str = "auto"
     """``row`` (L1 row normalisation), ``none``, or ``auto`` = ``row`` for non-negative features."""
 

@@ -36,7 +36,10 @@ def validate(config: RunConfig) -> None:
         raise ValueError(f"--workers must be >= 1, got {config.strategy.workers}")
     if config.optim.epochs < 1:
         raise ValueError(f"--epochs must be >= 1, got {config.optim.epochs}")
-    from graphscale.data.datasets import FEATURE_NORMS
+    from graphscale.data.datasets import FEATURE_NORMS, untrainable_reason
+    reason = untrainable_reason(config.data.dataset)  # from the spec alone: fails before workers start
+    if reason:
+        raise ValueError(reason)
     if config.data.feature_norm not in FEATURE_NORMS:
         raise ValueError(f"--feature-norm must be one of {', '.join(FEATURE_NORMS)}, got {config.data.feature_norm!r}")
     if config.strategy.minibatch and config.strategy.name != "single":
@@ -51,14 +54,15 @@ def validate(config: RunConfig) -> None:
 
 def train_worker(env: DistEnv, config: RunConfig) -> dict:
     """Body of one worker: load data, build the model, set up the strategy, train."""
-    from graphscale.data.datasets import load_dataset, normalize_features
+    from graphscale.data.datasets import load_dataset, normalize_features, untrainable_reason
     from graphscale.nn.models import build_model
     from graphscale.trainer import Trainer
 
     torch.manual_seed(config.seed)
     graph = normalize_features(load_dataset(config.data.dataset), config.data.feature_norm)
-    if graph.x is None or graph.y is None or graph.train_mask is None:
-        raise ValueError(f"dataset {config.data.dataset!r} has no features, labels or split; it cannot be trained on")
+    reason = untrainable_reason(config.data.dataset, graph)
+    if reason:
+        raise ValueError(reason)
     dtype = DTYPES[config.dtype]
     graph.x = graph.x.to(dtype)
     model = build_model(config.model, graph.num_features, graph.num_classes, seed=config.seed, dtype=dtype)

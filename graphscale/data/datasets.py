@@ -1,5 +1,5 @@
-"""Datasets by spec string: bundled Cora, Planetoid / npz / OGB directory readers, graph directories,
-synthetic graphs, and the PyG ``Data`` adapter.
+"""Datasets by spec string: bundled Cora, Planetoid / npz / OGB directory readers, text edge lists,
+MUSAE datasets, graph directories, synthetic graphs, and the PyG ``Data`` adapter.
 
 :func:`load_dataset` accepts the forms in :data:`DATASET_HELP`. Every reader
 returns a :class:`Graph` that is symmetric, coalesced and free of self-loops
@@ -15,11 +15,14 @@ import builtins
 import codecs
 import collections
 import copyreg
+import csv
 import gzip
 import itertools
+import json
 import pickle
 from pathlib import Path
 
+import numba as nb
 import numpy as np
 import scipy.sparse as sp
 import torch
@@ -42,6 +45,14 @@ DATASET_HELP: list[tuple[str, str]] = [
     ("ogb:DIR[:SPLIT]", ("an OGB node-property dataset read offline: DIR/raw/{edge,node-feat,node-label,"
                          "num-node-list}.csv.gz and DIR/split/SPLIT/{train,valid,test}.csv.gz (SPLIT defaults "
                          "to the only one); DIR may also be a folder holding exactly one such dataset")),
+    ("edgelist:FILE[:LABELS]", ("a text edge list, one 'src dst' pair per line (SNAP style: blanks or commas, '#'/'%' "
+                                "comments, an optional header line, extra columns ignored), symmetrised; ids not "
+                                "exactly 0..max are relabelled 0..N-1 in increasing order (meta original_ids); no "
+                                "features; LABELS: 'node label' lines, unlabelled nodes -1, seeded 20/30/rest split")),
+    ("musae:DIR[:SEED]", ("a MUSAE dataset (e.g. Facebook page-page): DIR/NAME_edges.csv, NAME.json (node -> "
+                          "feature ids, dense binary features), NAME_target.csv (label column page_type, ml_target "
+                          "or target; classes in sorted order); no standard split: seeded (SEED default 0) 20 per "
+                          "class train, 30 per class val, rest test")),
     ("graphdir:DIR", "a graphscale graph directory (meta.json + .npy), memory-mapped, returned as stored"),
     ("sbm:key=value,...", ("degree-corrected SBM with power-law degrees and learnable labels; keys: "
                            + ", ".join(synthetic.PARAMS["sbm"]))),
@@ -71,6 +82,29 @@ def _index_mask(index: np.ndarray, n: int) -> np.ndarray:
     mask = np.zeros(n, dtype=bool)
     mask[index] = True
     return mask
+
+
+def per_class_split(labels: np.ndarray, seed: int = 0, train_per_class: int = NPZ_TRAIN_PER_CLASS,
+                    val_per_class: int = NPZ_VAL_PER_CLASS) -> dict[str, np.ndarray]:
+    """Seeded per-class split (as for gnn-benchmark data): within each class, in a random order drawn
+    from ``seed``, the first ``train_per_class`` nodes train, the next ``val_per_class`` validate and the
+    rest test (a small class fills train first, then val). Unlabelled nodes (``-1``) are in no mask.
+
+    Returns:
+        ``{"train_mask", "val_mask", "test_mask"}`` as bool arrays.
+    """
+    labels = np.asarray(labels, dtype=np.int64)
+    n = labels.shape[0]
+    rng = np.random.default_rng(seed)
+    order = np.lexsort((rng.random(n), labels))
+    sorted_labels = labels[order]
+    starts = np.searchsorted(sorted_labels, sorted_labels, side="left")
+    rank = np.empty(n, dtype=np.int64)
+    rank[order] = np.arange(n) - starts
+    labelled = labels >= 0
+    return {"train_mask": labelled & (rank < train_per_class),
+            "val_mask": labelled & (rank >= train_per_class) & (rank < train_per_class + val_per_class),
+            "test_mask": labelled & (rank >= train_per_class + val_per_class)}
 
 
 def _require(path: Path, what: str) -> Path:
@@ -247,16 +281,7 @@ def read_npz(file: str | Path, seed: int = 0) -> Graph:
     if labels.shape != (n,) or (attr is not None and attr.shape[0] != n):
         raise ValueError(f"{file}: labels {labels.shape} and features {None if attr is None else attr.shape} "
                          f"must have one row per node ({n}); multi-label files are not supported")
-    rng = np.random.default_rng(seed)
-    order = np.lexsort((rng.random(n), labels))
-    sorted_labels = labels[order]
-    starts = np.searchsorted(sorted_labels, sorted_labels, side="left")
-    rank = np.empty(n, dtype=np.int64)
-    rank[order] = np.arange(n) - starts
-    labelled = labels >= 0
-    masks = {"train_mask": labelled & (rank < NPZ_TRAIN_PER_CLASS),
-             "val_mask": labelled & (rank >= NPZ_TRAIN_PER_CLASS) & (rank < NPZ_TRAIN_PER_CLASS + NPZ_VAL_PER_CLASS),
-             "test_mask": labelled & (rank >= NPZ_TRAIN_PER_CLASS + NPZ_VAL_PER_CLASS)}
+    masks = per_class_split(labels, seed)
     return _build(adj.row, adj.col, n, x=attr, y=labels, masks=masks, name=file.stem,
                   num_classes=int(labels.max(initial=-1)) + 1, source=f"npz:{file.resolve()}:{seed}")
 
@@ -349,6 +374,321 @@ def read_ogb(folder: str | Path, split: str | None = None) -> Graph:
                   num_classes=int(y.max(initial=-1)) + 1, source=f"ogb:{root.resolve()}:{split}")
 
 
+# --------------------------------------------------------------- edgelist
+_PAIR_ERRORS = {1: "fewer than two {what} on the line", 2: "{what} must be integers",
+                3: "{what} must be non-negative", 4: "{what} must be below 2**63"}
+
+
+@nb.njit(nogil=True, cache=True, inline="always")
+def _k_int_field(buf, i):  # pragma: no cover - compiled
+    """Parse the integer token at ``buf[i]`` (``buf`` ends with a newline): returns (value, status, end);
+    status 0 ok, 2 not an integer, 3 negative, 4 too large. A token ends at a blank, a comma or a newline."""
+    negative = buf[i] == 45  # '-'
+    if negative:
+        i += 1
+    while buf[i] == 48 and 48 <= buf[i + 1] <= 57:  # leading zeros
+        i += 1
+    start, value = i, 0
+    d = np.int64(buf[i]) - 48
+    while 0 <= d <= 9:
+        value = value * 10 + d
+        i += 1
+        d = np.int64(buf[i]) - 48
+    c = buf[i]
+    if i == start or not (c == 32 or c == 9 or c == 10 or c == 44 or c == 13):
+        return 0, 2, i
+    if negative:
+        return 0, 3, i
+    if i - start > 19 or value < 0:  # 20+ digits, or 19 that wrapped past 2**63 - 1
+        return 0, 4, i
+    return value, 0, i
+
+
+@nb.njit(nogil=True, cache=True)
+def _k_int_pairs(buf, out):  # pragma: no cover - compiled
+    """Read the first two integers of every line of ``buf`` (bytes ending with a newline) into ``out``
+    [capacity, 2].
+
+    Blank lines and lines starting with ``#`` or ``%`` are skipped; fields are separated by runs of
+    blanks and/or commas; further fields are ignored; the first non-comment line is skipped as a
+    header when one of its first two fields is not an integer. Returns ``(count, status, line,
+    line_start, header_line)`` where ``status`` is 0 or the error code of line ``line`` (1-based)
+    that starts at byte ``line_start``; ``header_line`` is 0 when there was no header.
+    """
+    n = buf.shape[0]
+    i, line, count, header_line = 0, 0, 0, 0
+    seen_data = False
+    while i < n:
+        line += 1
+        start = i
+        c = buf[i]
+        while c == 32 or c == 9 or c == 13:
+            i += 1
+            c = buf[i]
+        if c == 10 or c == 35 or c == 37:  # blank line, '#' or '%' comment
+            while buf[i] != 10:
+                i += 1
+            i += 1
+            continue
+        value0, status, i = _k_int_field(buf, i)
+        value1 = 0
+        if status == 0:
+            c = buf[i]
+            while c == 32 or c == 9 or c == 44 or c == 13:
+                i += 1
+                c = buf[i]
+            if c == 10:
+                status = 1
+            else:
+                value1, status, i = _k_int_field(buf, i)
+        if status != 0:
+            if status == 2 and not seen_data:
+                header_line = line
+            else:
+                return count, status, line, start, header_line
+        else:
+            out[count, 0] = value0
+            out[count, 1] = value1
+            count += 1
+        seen_data = True
+        while buf[i] != 10:
+            i += 1
+        i += 1
+    return count, 0, line, 0, header_line
+
+
+def read_int_pairs(file: str | Path, what: str = "node ids") -> np.ndarray:
+    """Read the first two integers of every line of a text file into an ``[rows, 2]`` int64 array.
+
+    The format edge lists are shipped in (SNAP, KONECT, MUSAE, Network Repository): fields separated
+    by blanks and/or commas, lines starting with ``#`` or ``%`` are comments, a first non-comment
+    line that is not two integers is a header and skipped, columns after the first two (weights,
+    timestamps) are ignored. The file is read whole and parsed by a compiled single-pass scanner.
+
+    Raises:
+        ValueError: naming the file and line for a line with fewer than two fields, a non-integer
+            or negative value.
+    """
+    file = Path(file)
+    try:
+        data = file.read_bytes()
+    except IsADirectoryError:
+        raise ValueError(f"{file} is a directory; expected a text file of {what}") from None
+    data = data.removeprefix(codecs.BOM_UTF8)
+    if not data.endswith(b"\n"):
+        data += b"\n"  # the scanner relies on a final newline instead of bounds checks
+    buf = np.frombuffer(data, dtype=np.uint8)
+    out = np.empty((data.count(b"\n"), 2), dtype=np.int64)
+    count, status, line, start, _ = _k_int_pairs(buf, out)
+    if status:
+        end = data.find(b"\n", start)
+        text = data[start: end if end >= 0 else len(data)].decode("utf-8", "replace").rstrip("\r")
+        text = text if len(text) <= 80 else text[:77] + "..."
+        raise ValueError(f"{file}, line {line}: {_PAIR_ERRORS[status].format(what=what)}, got {text!r}")
+    return out[:count]
+
+
+def _relabel(src: np.ndarray, dst: np.ndarray) -> tuple[np.ndarray, np.ndarray, int, np.ndarray | None]:
+    """Map the ids used by ``src``/``dst`` to ``0..N-1`` in increasing order unless they already are exactly
+    ``0..max``. Returns ``(src, dst, N, original_ids or None)``."""
+    top = int(max(src.max(), dst.max()))
+    if top < 4 * (src.size + dst.size) + (1 << 20):  # a presence table beats sorting
+        present = np.zeros(top + 1, dtype=bool)
+        present[src] = True
+        present[dst] = True
+        if present.all():
+            return src, dst, top + 1, None
+        original = np.flatnonzero(present).astype(np.int64)
+        new_id = np.cumsum(present, dtype=np.int64) - 1
+        return new_id[src], new_id[dst], original.size, original
+    original, inverse = np.unique(np.concatenate([src, dst]), return_inverse=True)
+    return inverse[:src.size], inverse[src.size:], original.size, original
+
+
+def _class_ids(values: np.ndarray | list[str]) -> tuple[np.ndarray, list[str]]:
+    """Class index per entry (classes in sorted order; numeric strings sort as numbers) and the class names."""
+    names, inverse = np.unique(np.asarray(values), return_inverse=True)
+    if names.dtype.kind in "US" and all(_is_int(v) for v in names):
+        by_value = np.argsort([int(v) for v in names], kind="stable")
+        rank = np.empty_like(by_value)
+        rank[by_value] = np.arange(by_value.size)
+        names, inverse = names[by_value], rank[inverse]
+    return inverse.astype(np.int64).reshape(-1), [str(v) for v in names]
+
+
+def _is_int(text: str) -> bool:
+    try:
+        int(text)
+    except ValueError:
+        return False
+    return True
+
+
+def read_edgelist(file: str | Path, labels: str | Path | None = None, seed: int = 0) -> Graph:
+    """Read a plain-text edge list (SNAP style), optionally with a ``node label`` file.
+
+    Lines hold ``src dst`` (blank- or comma-separated); ``#`` / ``%`` comment lines, a header line
+    (``id_1,id_2``) and extra columns are skipped (see :func:`read_int_pairs`). Edges are treated as
+    undirected (directed input is symmetrised, duplicates and self-loops dropped). Node ids that are
+    not exactly ``0..max`` are relabelled to ``0..N-1`` in increasing order of the original id, N being
+    the number of distinct ids, and ``meta['original_ids']`` (int64 array, new id -> original id) is
+    set; ids that already are ``0..max`` are kept and ``original_ids`` is absent. There are no features.
+
+    With ``labels`` (lines ``node label``, same syntax), labels are mapped through the same relabelling,
+    label values are renumbered ``0..C-1`` in increasing order (``meta['class_names']`` holds the original
+    values as strings), nodes without a label get ``-1``, and the split is :func:`per_class_split` with
+    ``seed`` (20 per class train, 30 val, the rest test).
+
+    Raises:
+        ValueError: a malformed line (file and line named), no edges, a labels line naming a node that is
+            not in the edge list, or a node given two different labels.
+    """
+    file = _require(Path(file), "a text edge list (one 'src dst' pair per line)")
+    pairs = read_int_pairs(file, "node ids")
+    if pairs.shape[0] == 0:
+        raise ValueError(f"{file} holds no edges (expected lines 'src dst'; '#'/'%' lines are comments)")
+    src, dst, n, original = _relabel(pairs[:, 0], pairs[:, 1])
+    del pairs
+    y = masks = None
+    num_classes, class_names = 0, None
+    source = f"edgelist:{file.resolve()}"
+    if labels is not None:
+        labels = _require(Path(labels), "a text file of 'node label' lines")
+        table = read_int_pairs(labels, "node ids and labels")
+        nodes = table[:, 0]
+        if original is None:
+            absent = nodes >= n
+            new = nodes
+        else:
+            new = np.minimum(np.searchsorted(original, nodes), n - 1)
+            absent = original[new] != nodes
+        if absent.any():
+            first = int(np.flatnonzero(absent)[0])
+            raise ValueError(f"{labels} labels node {int(nodes[first])}, which is not in the edge list {file} "
+                             f"({int(absent.sum())} labelled node(s) are absent from it)")
+        classes, class_names = _class_ids(table[:, 1])
+        order = np.argsort(new, kind="stable")
+        same_node = new[order][1:] == new[order][:-1]
+        conflict = same_node & (classes[order][1:] != classes[order][:-1])
+        if conflict.any():
+            node = int(nodes[order][1:][conflict][0])
+            raise ValueError(f"{labels} gives node {node} two different labels")
+        y = np.full(n, -1, dtype=np.int64)
+        y[new] = classes
+        num_classes = len(class_names)
+        masks = per_class_split(y, seed)
+        source += f":{labels.resolve()}"
+    graph = _build(src, dst, n, y=y, masks=masks, name=file.stem, num_classes=num_classes, source=source)
+    if original is not None:
+        graph.meta["original_ids"] = original
+    if class_names is not None:
+        graph.meta["class_names"] = class_names
+    return graph
+
+
+# ------------------------------------------------------------------ musae
+MUSAE_LABEL_COLUMNS = ("page_type", "ml_target", "target")
+
+
+def _musae_prefix(folder: Path) -> str:
+    if not folder.is_dir():
+        raise FileNotFoundError(f"MUSAE directory {folder} does not exist; expected NAME_edges.csv, NAME.json "
+                                "and NAME_target.csv in it")
+    found = sorted(p.name[: -len("_edges.csv")] for p in folder.glob("*_edges.csv"))
+    if len(found) != 1:
+        raise ValueError(f"{folder} holds {len(found)} MUSAE edge files ({[f + '_edges.csv' for f in found]}); "
+                         "a musae:DIR needs exactly one NAME_edges.csv with NAME.json and NAME_target.csv")
+    return found[0]
+
+
+def _musae_targets(path: Path) -> tuple[np.ndarray, list[str], str]:
+    """``(node ids, label strings, label column)`` from a MUSAE ``*_target.csv``."""
+    with open(path, newline="", encoding="utf-8") as f:
+        reader = csv.reader(f)
+        header = next(reader, None)
+        if header is None:
+            raise ValueError(f"{path} is empty; expected a header with 'id' and one of {MUSAE_LABEL_COLUMNS}")
+        header = [h.strip() for h in header]
+        column = next((c for c in MUSAE_LABEL_COLUMNS if c in header), None)
+        if "id" not in header or column is None:
+            raise ValueError(f"{path}: header {header} needs an 'id' column and a label column, one of "
+                             f"{list(MUSAE_LABEL_COLUMNS)}")
+        id_col, label_col = header.index("id"), header.index(column)
+        ids, values = [], []
+        for row in reader:
+            if not row:
+                continue
+            if len(row) <= max(id_col, label_col):
+                raise ValueError(f"{path}, line {reader.line_num}: expected {len(header)} fields, got {len(row)}")
+            ids.append(row[id_col])
+            values.append(row[label_col].strip())
+    try:
+        node_ids = np.array(ids, dtype=np.int64)
+    except ValueError:
+        bad = next(i for i, v in enumerate(ids) if not _is_int(v))
+        raise ValueError(f"{path}: row {bad + 1}: node id {ids[bad]!r} is not an integer") from None
+    return node_ids, values, column
+
+
+def _musae_features(path: Path, n: int) -> np.ndarray:
+    try:
+        with open(path, encoding="utf-8") as f:
+            table = json.load(f)
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise ValueError(f"{path} is not valid JSON: {err}") from None
+    try:
+        if not isinstance(table, dict):
+            raise TypeError(f"the top level is a JSON {type(table).__name__}")
+        nodes = np.fromiter((int(k) for k in table), np.int64, len(table))
+        lengths = np.fromiter((len(v) for v in table.values()), np.int64, len(table))
+        feats = np.fromiter(itertools.chain.from_iterable(table.values()), np.int64, int(lengths.sum()))
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"{path}: expected an object mapping integer node ids to lists of integer feature ids "
+                         f"({err})") from None
+    if nodes.size and (nodes.min() < 0 or nodes.max() >= n):
+        raise ValueError(f"{path} has features for node {int(nodes.max() if nodes.max() >= n else nodes.min())}, "
+                         f"outside the {n} nodes of the target file")
+    if feats.size and feats.min() < 0:
+        raise ValueError(f"{path} has a negative feature id {int(feats.min())}")
+    x = np.zeros((n, int(feats.max(initial=-1)) + 1), dtype=np.float32)
+    x[np.repeat(nodes, lengths), feats] = 1.0
+    return x
+
+
+def read_musae(folder: str | Path, seed: int = 0) -> Graph:
+    """Read a MUSAE dataset (Rozemberczki et al.; e.g. the Facebook page-page network) with a seeded split.
+
+    ``folder`` holds ``NAME_edges.csv`` (``id_1,id_2`` header, undirected), ``NAME.json`` (node id ->
+    list of active feature ids) and ``NAME_target.csv`` (an ``id`` column and the label column
+    ``page_type``, ``ml_target`` or ``target``). Features are the dense binary bag of features
+    (float32 [N, max feature id + 1]); labels are the label values in sorted order (numbers sorted as
+    numbers; the names in ``meta['class_names']``). MUSAE sets come without a standard split, so the
+    split is :func:`per_class_split` with ``seed``: 20 nodes per class train, 30 val, the rest test.
+    """
+    folder = Path(folder)
+    prefix = _musae_prefix(folder)
+    edges_file = folder / f"{prefix}_edges.csv"
+    target_file = _require(folder / f"{prefix}_target.csv", f"the MUSAE labels ({prefix}_target.csv)")
+    features_file = _require(folder / f"{prefix}.json", f"the MUSAE features ({prefix}.json)")
+    node_ids, values, column = _musae_targets(target_file)
+    n = node_ids.size
+    if n == 0 or not np.array_equal(np.sort(node_ids), np.arange(n)):
+        raise ValueError(f"{target_file}: the 'id' column must list every node 0..N-1 exactly once "
+                         f"({n} rows, ids {int(node_ids.min(initial=0))}..{int(node_ids.max(initial=-1))})")
+    classes, class_names = _class_ids(values)
+    y = np.empty(n, dtype=np.int64)
+    y[node_ids] = classes
+    edges = read_int_pairs(edges_file, "node ids")
+    if edges.size and edges.max() >= n:
+        raise ValueError(f"{edges_file} names node {int(edges.max())} but {target_file} has only {n} nodes")
+    x = _musae_features(features_file, n)
+    graph = _build(edges[:, 0], edges[:, 1], n, x=x, y=y, masks=per_class_split(y, seed), name=prefix,
+                   num_classes=len(class_names), source=f"musae:{folder.resolve()}:{seed}")
+    graph.meta["class_names"] = class_names
+    graph.meta["label_column"] = column
+    return graph
+
+
 # ------------------------------------------------------------- dispatch
 def _split_option(arg: str, accept) -> tuple[str, str | None]:
     """``PATH[:OPTION]``: take the part after the last colon as OPTION when ``accept(path, option)``."""
@@ -374,7 +714,7 @@ def load_dataset(spec: str) -> Graph:
         return graph
     if kind in synthetic.PARAMS:
         return synthetic.generate(f"{kind}:{arg}")
-    readers = {"planetoid", "npz", "ogb", "graphdir"}
+    readers = {"planetoid", "npz", "ogb", "edgelist", "musae", "graphdir"}
     if kind not in readers:
         raise ValueError(f"unknown dataset spec {spec!r}; accepted forms: {_accepted_forms()}")
     if not arg:
@@ -388,13 +728,43 @@ def load_dataset(spec: str) -> Graph:
     if kind == "ogb":
         folder, split = _split_option(arg, lambda d, s: not Path(arg).exists() and Path(d).is_dir())
         return read_ogb(folder, split)
+    if kind == "edgelist":
+        file, labels = _split_option(arg, lambda f, lab: not Path(arg).exists() and Path(f).is_file())
+        return read_edgelist(file, labels)
+    if kind == "musae":
+        folder, seed = _split_option(arg, lambda d, s: s.isdigit() and not Path(arg).exists())
+        return read_musae(folder, int(seed or 0))
     return load_graph_dir(arg)
 
 
+def untrainable_reason(spec: str, graph: Graph | None = None) -> str | None:
+    """Why ``spec`` cannot be used for node classification, or ``None`` when it can.
+
+    Without ``graph`` only the spec is looked at (an ``edgelist:`` never has node features), so a
+    caller can fail before loading anything; with ``graph`` its features, labels and split are checked.
+    """
+    kind = spec.strip().partition(":")[0].lower()
+    if kind == "edgelist" or (graph is not None and graph.x is None):
+        hint = (" (a text edge list carries none; use it for `graphscale partition`, or train on a dataset with "
+                "features such as npz:, ogb:, musae: or cora)" if kind == "edgelist" else "")
+        return f"dataset {spec!r} has no node features, which training needs{hint}"
+    if graph is not None and graph.y is None:
+        return f"dataset {spec!r} has no node labels, which training needs"
+    if graph is not None and (graph.train_mask is None or not bool(graph.train_mask.any())):
+        return f"dataset {spec!r} has no training nodes (no train/val/test split); it cannot be trained on"
+    return None
+
+
 def describe_dataset(spec: str) -> dict:
-    """Load ``spec`` and return its :meth:`Graph.summary` plus ``source``."""
+    """Load ``spec`` and return its :meth:`Graph.summary` plus ``source`` (and ``class_names``,
+    ``relabelled`` = how many nodes got new ids, where the reader records them)."""
     graph = load_dataset(spec)
-    return {**graph.summary(), "source": graph.meta.get("source", spec)}
+    out = {**graph.summary(), "source": graph.meta.get("source", spec)}
+    if "class_names" in graph.meta:
+        out["class_names"] = ", ".join(graph.meta["class_names"])
+    if "original_ids" in graph.meta:
+        out["relabelled"] = int(np.count_nonzero(np.asarray(graph.meta["original_ids"]) != np.arange(graph.num_nodes)))
+    return out
 
 
 # ------------------------------------------------------------ PyG adapter

@@ -25,6 +25,15 @@ probability ``homophily`` it picks ``v ~ theta`` inside ``u``'s class, otherwise
 noise a node's own features identify its class poorly, and averaging over its
 mostly same-class neighbours (what a GCN does) identifies it well.
 
+With ``levels = L > 1`` the communities nest, as in real networks (hierarchical
+SBM): classes form groups of ``b = round(classes ** (1/L))`` consecutive
+classes, groups form groups of ``b`` groups, and so on. An edge that leaves its
+class stays inside its level-1 group with probability ``homophily`` (picking
+``v ~ theta`` in the whole group), else inside its level-2 group with
+probability ``homophily``, ..., and past level ``L - 1`` it goes anywhere
+outside the class, as in the flat model. ``levels = 1`` (default) is the flat
+model, edge for edge.
+
 **rmat** (R-MAT, Chakrabarti et al.). ``2**scale`` ids (``scale`` defaults to
 ``ceil(log2(nodes))``; ids ``>= nodes`` are redrawn), quadrant probabilities
 ``a, b, c, d`` per bit level, and by default a seeded random relabelling of
@@ -89,6 +98,7 @@ PARAMS: dict[str, dict[str, Param]] = {
         "nodes": Param(int, 10_000, "number of vertices"),
         "degree": Param(float, 10.0, "average degree before duplicates are removed"),
         "homophily": Param(float, 0.8, "fraction of edges inside a class"),
+        "levels": Param(int, 1, "nesting levels of communities (1 = flat: an edge leaving its class goes anywhere)"),
         "exponent": Param(float, 2.5, "power-law exponent of the degree distribution (> 2)"),
         "max_degree": Param(float, None, "cap on a vertex's expected degree (default sqrt(nodes * degree))"),
         **_COMMON,
@@ -166,6 +176,7 @@ def _validate(kind: str, p: dict) -> None:
     if kind == "sbm":
         _check(2 <= p["nodes"] <= MAX_NODES, kind, f"nodes must lie in [2, {MAX_NODES}], got {p['nodes']}")
         _check(0 <= p["homophily"] <= 1, kind, f"homophily must lie in [0, 1], got {p['homophily']}")
+        _check(p["levels"] >= 1, kind, f"levels must be >= 1, got {p['levels']}")
         _check(p["exponent"] > 2, kind, f"exponent must be > 2 (finite mean degree), got {p['exponent']}")
         _check(p["max_degree"] is None or p["max_degree"] >= 1, kind,
                f"max_degree must be >= 1, got {p['max_degree']}")
@@ -311,6 +322,7 @@ class _SBM(_Model):
         self._w_before = np.where(self._start > 0, self._cum[np.maximum(self._start - 1, 0)], 0.0)
         self._w_class = np.where(sizes > 0, self._cum[np.maximum(self._end - 1, 0)], 0.0) - self._w_before
         self._w_total = float(self._cum[-1])
+        self._branching = max(2, round(c ** (1.0 / params["levels"])))
 
     def _position(self, t: np.ndarray) -> np.ndarray:
         """``searchsorted(cum, t, 'right')``, computed on sorted queries (cache-friendly, ~4x faster)."""
@@ -329,10 +341,25 @@ class _SBM(_Model):
         u = self._pick(r_u * self._w_total, 0, self.num_nodes - 1)
         cls = self.labels[u]
         w_out = self._w_total - self._w_class[cls]
-        intra = (r_kind < self.params["homophily"]) | (w_out <= 0)
+        h = self.params["homophily"]
+        intra = (r_kind < h) | (w_out <= 0)
         v = np.empty_like(u)
         a = cls[intra]
         v[intra] = self._pick(self._w_before[a] + r_v[intra] * self._w_class[a], self._start[a], self._end[a] - 1)
+        if self.params["levels"] > 1:  # the level an outgoing edge stays in, from the same uniform r_kind
+            level = np.full(u.size, self.params["levels"])
+            out = ~intra
+            if h > 0:
+                rest = (r_kind[out] - h) / (1.0 - h)
+                level[out] = np.minimum(1 + np.floor(np.log1p(-rest) / np.log1p(-h)), self.params["levels"])
+            nested = out & (level < self.params["levels"])
+            span = self._branching ** level[nested]
+            first = cls[nested] // span * span
+            last = np.minimum(first + span, self.params["classes"]) - 1
+            w_lo = self._w_before[first]
+            w_group = self._w_before[last] + self._w_class[last] - w_lo
+            v[nested] = self._pick(w_lo + r_v[nested] * w_group, self._start[first], self._end[last] - 1)
+            intra = intra | nested
         a = cls[~intra]
         t = r_v[~intra] * w_out[~intra]
         t = np.where(t >= self._w_before[a], t + self._w_class[a], t)

@@ -56,6 +56,7 @@ def test_parse_spec_types_and_defaults():
     ("sbm:nodes", "malformed item 'nodes'; expected key=value"),
     ("sbm:nodes=1,nodes=2", "given twice"),
     ("sbm:seed=-1", "seed must be >= 0"),
+    ("sbm:levels=0", "levels must be >= 1"),
     ("er:nodes=5", r"unknown synthetic graph kind 'er'.*sbm, rmat"),
     ("rmat:a=0.5", "sum to 1"),
     ("rmat:nodes=100,scale=5", "exceeds 2\\*\\*scale"),
@@ -106,6 +107,25 @@ def test_sbm_homophily_and_classes_extremes():
     assert g.num_edges > 0 and bool((g.y == 0).all())
 
 
+def test_sbm_nested_communities():
+    flat = generate("sbm:nodes=4000,degree=10,classes=64,features=0,seed=2")
+    assert_same_graph(flat, generate("sbm:nodes=4000,degree=10,classes=64,levels=1,features=0,seed=2"))
+    nested = generate("sbm:nodes=4000,degree=10,classes=64,levels=3,features=0,seed=2")
+    assert_simple_symmetric(nested)
+    assert nested.name == "sbm:nodes=4000,levels=3,classes=64,features=0,seed=2"
+
+    def share(g, span):  # fraction of records whose endpoints share a group of `span` consecutive classes
+        return float((g.y[g.indices] // span == g.y[g.dst_of_edges()] // span).float().mean())
+
+    # branching round(64 ** (1/3)) = 4: an edge leaving its class stays in its 4-class group with p = 0.8,
+    # else in its 16-class group with p = 0.8, else goes anywhere; the flat model sends it anywhere at once
+    assert share(flat, 1) - 0.01 < share(nested, 1) < share(flat, 1) + 0.08  # group picks may land in the class
+    assert share(nested, 4) > share(nested, 1) + 0.12 and share(flat, 4) < share(flat, 1) + 0.02
+    assert share(nested, 16) > share(nested, 4) + 0.02
+    never = generate("sbm:nodes=2000,degree=8,classes=16,levels=2,homophily=0,features=0")
+    assert share(never, 1) == 0.0 and share(never, 4) < 0.35  # homophily 0: every edge goes anywhere outside its class
+
+
 def test_generation_is_seeded():
     a, b = generate("sbm:nodes=400,seed=7"), generate("sbm:nodes=400,seed=7")
     assert_same_graph(a, b)
@@ -138,6 +158,7 @@ def small_blocks(monkeypatch):
 
 
 @pytest.mark.parametrize("spec", ["sbm:nodes=300,degree=7,classes=3,features=5,seed=4",
+                                  "sbm:nodes=300,degree=7,classes=3,levels=2,features=5,seed=4",
                                   "rmat:nodes=300,degree=7,classes=3,features=5,seed=4"])
 def test_disk_generation_matches_memory(tmp_path, small_blocks, spec):
     expected = generate(spec)

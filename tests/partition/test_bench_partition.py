@@ -32,14 +32,17 @@ def test_quality_and_throughput_suites(tmp_path, capsys):
 
 
 def test_quality_tables_compare_against_spring():
-    rows = [{"dataset": "d", "p": 2, "method": "spring", "rf": 1.5, "vertex_balance": 1.0, "seconds": 1.0},
-            {"dataset": "d", "p": 2, "method": "hdrf", "rf": 2.0, "vertex_balance": 1.1, "seconds": 3.0},
-            {"dataset": "d", "p": 4, "method": "spring", "rf": 2.0, "vertex_balance": 1.0, "seconds": 1.0},
-            {"dataset": "d", "p": 4, "method": "hdrf", "rf": 2.5, "vertex_balance": 1.0, "seconds": 1.0}]
+    def row(p, method, rf, seconds, edge_balance=1.0):
+        return {"dataset": "d", "p": p, "method": method, "rf": rf, "vertex_balance": 1.0,
+                "edge_balance": edge_balance, "seconds": seconds}
+
+    rows = [row(2, "spring", 1.5, 1.0), row(2, "hdrf", 2.0, 3.0, 1.2), row(4, "spring", 2.0, 1.0),
+            row(4, "hdrf", 2.5, 1.0)]
     pivot, summary, goals = bench.quality_tables(rows)
     assert "hdrf" in pivot and "spring" in summary
     assert goals["HDRF"]["spring RF below it %"] == pytest.approx(100 * (1 - (0.75 + 0.8) / 2))
     assert goals["HDRF"]["spring lower in"] == "2/2" and goals["HDRF"]["time / spring"] == pytest.approx(2.0)
+    assert goals["HDRF"]["worst edge bal"] == 1.2 and goals["HDRF"]["lopsided"] == "0/2"
 
 
 def test_bad_suite():
