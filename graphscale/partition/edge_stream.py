@@ -55,6 +55,10 @@ Methods (tie rule everywhere: the smallest partition index wins):
 
 Only ``p`` of each vertex's bits are used, so any ``p`` works; the O(p) score
 loops of ``greedy`` and ``hdrf`` make them slower per record as ``p`` grows.
+Their assignment pass is memory-bound: for ``p <= 64`` it keeps each vertex's
+replica bits, partial degree and encoded home in one packed 16-byte row (one
+cache line per endpoint, unpacked into the bitmask and homes after the pass)
+and prefetches the rows of the record ``_AHEAD`` places ahead.
 """
 
 from __future__ import annotations
@@ -66,6 +70,10 @@ from pathlib import Path
 import numba
 import numpy as np
 import torch
+from llvmlite import ir
+from numba import types
+from numba.core import cgutils
+from numba.extending import intrinsic
 
 from graphscale.data.edge_stream import DEFAULT_CHUNK_EDGES
 from graphscale.data.graph import Graph
@@ -135,49 +143,130 @@ def _argmin(load):  # pragma: no cover - numba
     return best
 
 
+@intrinsic
+def _prefetch(typingctx, rows, x):
+    """Ask the CPU to fetch row ``x`` of the C-contiguous 2-D array ``rows`` into its caches (``llvm.prefetch``)."""
+    def codegen(context, builder, sig, args):  # pragma: no cover - runs when numba compiles
+        aryty, xty = sig.args
+        ary = context.make_array(aryty)(context, builder, args[0])
+        index = context.cast(builder, args[1], xty, types.intp)
+        ptr = cgutils.get_item_pointer(context, builder, aryty, ary, [index, context.get_constant(types.intp, 0)])
+        i8p, i32 = ir.IntType(8).as_pointer(), ir.IntType(32)
+        fn = builder.module.declare_intrinsic("llvm.prefetch", [i8p],
+                                              ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32]))
+        builder.call(fn, [builder.bitcast(ptr, i8p), i32(0), i32(3), i32(1)])  # a read, kept in all caches, data
+        return context.get_dummy_value()
+    return types.void(rows, x), codegen
+
+
+@numba.njit(nogil=True, cache=True)
+def _hdrf_gains(du, dv):  # pragma: no cover - numba
+    """HDRF's replica terms ``1 + (1 - theta)`` of both endpoints, ``theta_u = du / (du + dv)`` (partial degrees)."""
+    theta_u = du / (du + dv)
+    return 2.0 - theta_u, 2.0 - (1.0 - theta_u)
+
+
+@numba.njit(nogil=True, cache=True)
+def _best_in_word(w, wu, wv, gain_u, gain_v, load, maxload, amin, scale, best, best_score):  # pragma: no cover - numba
+    """Greedy / HDRF argmax over the partitions of mask word ``w``; returns the running ``(best, best_score)``.
+
+    ``wu``, ``wv``: the endpoints' replica bits in that word, worth ``gain_u``, ``gain_v``; the balance term is
+    ``(maxload - load_s) * scale``.
+    """
+    # only partitions holding u or v, plus the least-loaded one, can win: visit those, ascending
+    cand = wu | wv
+    if (amin >> 6) == w:
+        cand |= _U1 << np.uint64(amin & 63)
+    while cand:
+        low = cand & (~cand + _U1)
+        cand ^= low
+        s = w * 64 + np.int64(popcount64(low - _U1))
+        score = (maxload - load[s]) * scale
+        if wu & low:
+            score += gain_u
+        if wv & low:
+            score += gain_v
+        if score > best_score:
+            best, best_score = s, score
+    return best, best_score
+
+
+@numba.njit(nogil=True, cache=True)
+def _book_load(load, best, maxload, amin):  # pragma: no cover - numba
+    """Count a record on ``best``; returns the new ``(maxload, argmin_load)``."""
+    load[best] += 1
+    return max(maxload, load[best]), _argmin(load) if best == amin else amin
+
+
 @numba.njit(nogil=True, cache=True)
 def _greedy_chunk(src, dst, mask, load, state, master, partial, hdrf, lam, eps, out):  # pragma: no cover - numba
-    """Greedy / HDRF over a chunk. ``state = [maxload, argmin_load]`` persists across chunks."""
+    """Greedy / HDRF over a chunk, any ``p``. ``state = [maxload, argmin_load]`` persists across chunks."""
     for i in range(src.size):
         u, v = src[i], dst[i]
-        theta_u = 0.5
+        gain_u = gain_v = 1.0
         if hdrf:
             partial[u] += 1
             partial[v] += 1
-            theta_u = partial[u] / (partial[u] + partial[v])
-        theta_v = 1.0 - theta_u
+            gain_u, gain_v = _hdrf_gains(partial[u], partial[v])
         maxload, amin = state[0], state[1]
-        scale = lam / (eps + maxload - load[amin])  # the balance term is (maxload - load_s) * scale
+        scale = lam / (eps + maxload - load[amin])
         best, best_score = -1, -1.0
-        # only partitions holding u or v, plus the least-loaded one, can win: visit those, ascending
         for w in range(mask.shape[1]):
-            mu, mv = mask[u, w], mask[v, w]
-            cand = mu | mv
-            if (amin >> 6) == w:
-                cand |= _U1 << np.uint64(amin & 63)
-            while cand:
-                low = cand & (~cand + _U1)
-                cand ^= low
-                s = w * 64 + np.int64(popcount64(low - _U1))
-                score = (maxload - load[s]) * scale
-                if mu & low:
-                    score += (2.0 - theta_u) if hdrf else 1.0
-                if mv & low:
-                    score += (2.0 - theta_v) if hdrf else 1.0
-                if score > best_score:
-                    best, best_score = s, score
+            best, best_score = _best_in_word(w, mask[u, w], mask[v, w], gain_u, gain_v, load, maxload, amin, scale,
+                                             best, best_score)
         bit = _U1 << np.uint64(best & 63)
         mask[u, best >> 6] |= bit
         mask[v, best >> 6] |= bit
-        load[best] += 1
-        if load[best] > maxload:
-            state[0] = load[best]
-        if best == amin:
-            state[1] = _argmin(load)
+        state[0], state[1] = _book_load(load, best, maxload, amin)
         master[v] = best
         if master[u] < 0:
             master[u] = -best - 2
         out[i] = best
+
+
+# The packed state of p <= 64: row x of ``hot`` is [replica mask, partial degree | home code << 56], one cache
+# line per endpoint. Home code: 0 = none, s + 1 = source-only home s, s + 65 = destination home s.
+_DEGREE = np.uint64((1 << 56) - 1)
+_HOME_SHIFT = np.uint64(56)
+_DEST_HOME = np.uint64(65 << 56)
+#: records between prefetching a record's rows and placing it
+_AHEAD = 32
+
+
+@numba.njit(nogil=True, cache=True)
+def _greedy_packed_chunk(src, dst, hot, load, state, hdrf, lam, eps, out):  # pragma: no cover - numba
+    """:func:`_greedy_chunk` for ``p <= 64`` over the packed ``hot`` rows (see above), prefetched ahead."""
+    n = src.size
+    for i in range(n):
+        if i + _AHEAD < n:
+            _prefetch(hot, src[i + _AHEAD])
+            _prefetch(hot, dst[i + _AHEAD])
+        u, v = src[i], dst[i]
+        gain_u = gain_v = 1.0
+        if hdrf:
+            hot[u, 1] += _U1
+            hot[v, 1] += _U1
+            gain_u, gain_v = _hdrf_gains(np.int64(hot[u, 1] & _DEGREE), np.int64(hot[v, 1] & _DEGREE))
+        maxload, amin = state[0], state[1]
+        best = _best_in_word(0, hot[u, 0], hot[v, 0], gain_u, gain_v, load, maxload, amin,
+                             lam / (eps + maxload - load[amin]), -1, -1.0)[0]
+        bit = _U1 << np.uint64(best)
+        hot[u, 0] |= bit
+        hot[v, 0] |= bit
+        state[0], state[1] = _book_load(load, best, maxload, amin)
+        hot[v, 1] = (hot[v, 1] & _DEGREE) | (np.uint64(best + 65) << _HOME_SHIFT)
+        if hot[u, 1] < _DEST_HOME:
+            hot[u, 1] = (hot[u, 1] & _DEGREE) | (np.uint64(best + 1) << _HOME_SHIFT)
+        out[i] = best
+
+
+@numba.njit(nogil=True, cache=True)
+def _unpack_hot(hot, mask, master):  # pragma: no cover - numba
+    """Replica masks and encoded homes (as :func:`_greedy_chunk` keeps them) from the packed rows."""
+    for x in range(master.size):
+        mask[x, 0] = hot[x, 0]
+        code = np.int64(hot[x, 1] >> _HOME_SHIFT)
+        master[x] = code - 65 if code > 64 else -code - 1
 
 
 @numba.njit(nogil=True, cache=True)
@@ -347,11 +436,20 @@ class GreedyPartitioner(VertexCutPartitioner):
 
     def _assign(self, runner, num_parts, seed, sink, mask, master, load) -> dict:
         state = np.zeros(2, np.int64)
-        partial = np.zeros(runner.num_vertices if self._hdrf else 1, np.int64)
+        packed = num_parts <= 64
+        if packed:
+            hot = np.zeros((runner.num_vertices, 2), np.uint64)
+        else:
+            partial = np.zeros(runner.num_vertices if self._hdrf else 1, np.int64)
         for first, src, dst in runner.chunks("assign"):
             part = sink.buffer(first, src.size)
-            _greedy_chunk(src, dst, mask, load, state, master, partial, self._hdrf, self.lam, self.eps, part)
+            if packed:
+                _greedy_packed_chunk(src, dst, hot, load, state, self._hdrf, self.lam, self.eps, part)
+            else:
+                _greedy_chunk(src, dst, mask, load, state, master, partial, self._hdrf, self.lam, self.eps, part)
             sink.commit(first, part)
+        if packed:
+            _unpack_hot(hot, mask, master)
         return {}
 
 

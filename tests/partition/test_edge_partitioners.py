@@ -69,6 +69,31 @@ def test_greedy_and_hdrf_match_the_full_argmax(records, stream, hdrf, p):
         assert np.array_equal(res.owner[seen], np.asarray(homes)[seen])
 
 
+@pytest.mark.parametrize("hdrf", [False, True])
+@pytest.mark.parametrize("p", [63, 64, 65, 100])
+def test_packed_and_multiword_kernels_match_the_full_argmax(tmp_path, hdrf, p):
+    # p <= 64 runs on packed per-vertex rows, p > 64 on the multi-word masks. A directed stream with self-loops,
+    # source-only vertices (0..19) and vertices in no record (the last 10).
+    rng = np.random.default_rng(p)
+    n = 400
+    src, dst = rng.integers(0, n - 10, 1000), rng.integers(20, n - 10, 1000)
+    src[::25] = dst[::25]
+    stream = write_edge_stream(tmp_path / "d.e32", src, dst, num_vertices=n)
+    expected, homes = reference_greedy(src, dst, n, p, hdrf=hdrf)
+    assert max(expected) == p - 1  # the last mask bit is used
+    homes = np.asarray(homes)
+    cls = HDRFPartitioner if hdrf else GreedyPartitioner
+    for chunk in (7, 1 << 20):
+        res = cls().run(stream, p, chunk_edges=chunk)
+        assert res.edge_part.tolist() == expected
+        assert np.array_equal(res.owner[homes >= 0], homes[homes >= 0])
+        replicas = [{int(s)} for s in res.owner]
+        for u, v, s in zip(src.tolist(), dst.tolist(), expected):
+            replicas[u].add(s)
+            replicas[v].add(s)
+        assert res.vertex_cut_replication == sum(map(len, replicas)) / n
+
+
 @pytest.mark.parametrize("p", [3, 70])
 def test_hash_and_dbh_follow_their_formula(records, stream, p):
     src, dst, n = records
