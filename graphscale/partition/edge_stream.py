@@ -58,7 +58,7 @@ loops of ``greedy`` and ``hdrf`` make them slower per record as ``p`` grows.
 Their assignment pass is memory-bound: for ``p <= 64`` it keeps each vertex's
 replica bits, partial degree and encoded home in one packed 16-byte row (one
 cache line per endpoint, unpacked into the bitmask and homes after the pass)
-and prefetches the rows of the record ``_AHEAD`` places ahead.
+and prefetches the rows of the record ``AHEAD`` places ahead.
 """
 
 from __future__ import annotations
@@ -70,15 +70,12 @@ from pathlib import Path
 import numba
 import numpy as np
 import torch
-from llvmlite import ir
-from numba import types
-from numba.core import cgutils
-from numba.extending import intrinsic
 
 from graphscale.data.edge_stream import DEFAULT_CHUNK_EDGES
 from graphscale.data.graph import Graph
 from graphscale.partition.base import VertexPartitioner, validate_num_parts
 from graphscale.partition.streaming import (
+    AHEAD,
     EdgePartSink,
     GraphEdges,
     ProgressFn,
@@ -90,6 +87,7 @@ from graphscale.partition.streaming import (
     neighbourhood_chunk,
     part_dtype,
     popcount64,
+    prefetch,
     replica_mask,
     set_owner_bits,
     splitmix64,
@@ -141,22 +139,6 @@ def _argmin(load):  # pragma: no cover - numba
         if load[s] < load[best]:
             best = s
     return best
-
-
-@intrinsic
-def _prefetch(typingctx, rows, x):
-    """Ask the CPU to fetch row ``x`` of the C-contiguous 2-D array ``rows`` into its caches (``llvm.prefetch``)."""
-    def codegen(context, builder, sig, args):  # pragma: no cover - runs when numba compiles
-        aryty, xty = sig.args
-        ary = context.make_array(aryty)(context, builder, args[0])
-        index = context.cast(builder, args[1], xty, types.intp)
-        ptr = cgutils.get_item_pointer(context, builder, aryty, ary, [index, context.get_constant(types.intp, 0)])
-        i8p, i32 = ir.IntType(8).as_pointer(), ir.IntType(32)
-        fn = builder.module.declare_intrinsic("llvm.prefetch", [i8p],
-                                              ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32]))
-        builder.call(fn, [builder.bitcast(ptr, i8p), i32(0), i32(3), i32(1)])  # a read, kept in all caches, data
-        return context.get_dummy_value()
-    return types.void(rows, x), codegen
 
 
 @numba.njit(nogil=True, cache=True)
@@ -229,8 +211,6 @@ def _greedy_chunk(src, dst, mask, load, state, master, partial, hdrf, lam, eps, 
 _DEGREE = np.uint64((1 << 56) - 1)
 _HOME_SHIFT = np.uint64(56)
 _DEST_HOME = np.uint64(65 << 56)
-#: records between prefetching a record's rows and placing it
-_AHEAD = 32
 
 
 @numba.njit(nogil=True, cache=True)
@@ -238,9 +218,9 @@ def _greedy_packed_chunk(src, dst, hot, load, state, hdrf, lam, eps, out):  # pr
     """:func:`_greedy_chunk` for ``p <= 64`` over the packed ``hot`` rows (see above), prefetched ahead."""
     n = src.size
     for i in range(n):
-        if i + _AHEAD < n:
-            _prefetch(hot, src[i + _AHEAD])
-            _prefetch(hot, dst[i + _AHEAD])
+        if i + AHEAD < n:
+            prefetch(hot, src[i + AHEAD])
+            prefetch(hot, dst[i + AHEAD])
         u, v = src[i], dst[i]
         gain_u = gain_v = 1.0
         if hdrf:
@@ -473,7 +453,15 @@ class HDRFPartitioner(GreedyPartitioner):
 @numba.njit(nogil=True, cache=True)
 def _twops_cluster_chunk(src, dst, deg, c, vol, next_id, cap):  # pragma: no cover - numba
     k = next_id[0]
-    for i in range(src.size):
+    n = src.size
+    for i in range(n):
+        if i + AHEAD < n:
+            for x in (src[i + AHEAD], dst[i + AHEAD]):
+                prefetch(c, x)
+                prefetch(deg, x)
+        if i + AHEAD // 2 < n:
+            for x in (src[i + AHEAD // 2], dst[i + AHEAD // 2]):
+                prefetch(vol, c[x])
         u, v = src[i], dst[i]
         if c[u] == 0:
             c[u] = k
@@ -511,7 +499,13 @@ def _linear_choice(u, v, deg, load, cap, p, seed):  # pragma: no cover - numba
 def _twops_pre_chunk(src, dst, deg, c, cpart, load, cap, seed, mask, master, out):  # pragma: no cover - numba
     p = load.size
     left = 0
-    for i in range(src.size):
+    n = src.size
+    for i in range(n):
+        if i + AHEAD < n:
+            for x in (src[i + AHEAD], dst[i + AHEAD]):
+                prefetch(c, x)
+                prefetch(mask, x)
+                prefetch(master, x)
         u, v = src[i], dst[i]
         s = cpart[c[u]]
         if s != cpart[c[v]]:
@@ -534,7 +528,18 @@ def _twops_pre_chunk(src, dst, deg, c, cpart, load, cap, seed, mask, master, out
 def _twops_rest_chunk(src, dst, deg, c, vol, cpart, load, cap, seed, use_score, mask, master,
                       out):  # pragma: no cover - numba
     p = load.size
-    for i in range(src.size):
+    n = src.size
+    for i in range(n):
+        if i + AHEAD < n:
+            for x in (src[i + AHEAD], dst[i + AHEAD]):
+                prefetch(c, x)
+                prefetch(deg, x)
+                prefetch(mask, x)
+                prefetch(master, x)
+        if i + AHEAD // 2 < n:
+            for x in (src[i + AHEAD // 2], dst[i + AHEAD // 2]):
+                prefetch(cpart, c[x])
+                prefetch(vol, c[x])
         u, v = src[i], dst[i]
         pu, pv = cpart[c[u]], cpart[c[v]]
         if pu == pv:

@@ -45,6 +45,7 @@ import numpy as np
 
 from graphscale.partition.edge_stream import EdgePartitioner
 from graphscale.partition.streaming import (
+    AHEAD,
     EdgePartSink,
     StreamPartition,
     StreamRunner,
@@ -54,6 +55,7 @@ from graphscale.partition.streaming import (
     mask_total,
     neighbourhood_chunk,
     part_dtype,
+    prefetch,
     replica_mask,
     set_owner_bits,
     stream_degrees,
@@ -68,10 +70,37 @@ _PAPER, _CODE, _NONE = range(3)
 
 # ------------------------------------------------------------------ kernels
 @numba.njit(nogil=True, cache=True)
+def _prefetch_vertex(x, deg, c, richest):  # pragma: no cover - numba
+    prefetch(c, x)
+    prefetch(deg, x)
+    prefetch(richest, x)
+
+
+@numba.njit(nogil=True, cache=True)
+def _prefetch_indirect(x, deg, c, vol, richest):  # pragma: no cover - numba
+    """Prefetch ``vol[c[x]]`` and ``deg[richest[x]]`` (reads ``c[x]``, ``richest[x]``, prefetched earlier)."""
+    prefetch(vol, c[x])
+    r = richest[x]
+    if r >= 0:
+        prefetch(deg, r)
+
+
+@numba.njit(nogil=True, cache=True)
 def _cluster_chunk(src, dst, deg, c, vol, richest, next_id, cap):  # pragma: no cover - numba
-    """Algorithm 1 lines 2-17 over one chunk; ``next_id[0]`` carries ``k`` across chunks."""
+    """Algorithm 1 lines 2-17 over one chunk; ``next_id[0]`` carries ``k`` across chunks.
+
+    Memory-bound: the vertex state of the record ``AHEAD`` places ahead is prefetched, then, ``AHEAD // 2``
+    places ahead, the volumes and degrees it points to.
+    """
     k = next_id[0]
-    for i in range(src.size):
+    n = src.size
+    for i in range(n):
+        if i + AHEAD < n:
+            _prefetch_vertex(src[i + AHEAD], deg, c, richest)
+            _prefetch_vertex(dst[i + AHEAD], deg, c, richest)
+        if i + AHEAD // 2 < n:
+            _prefetch_indirect(src[i + AHEAD // 2], deg, c, vol, richest)
+            _prefetch_indirect(dst[i + AHEAD // 2], deg, c, vol, richest)
         u, v = src[i], dst[i]
         if c[u] == 0:
             c[u] = k

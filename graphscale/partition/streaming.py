@@ -28,6 +28,10 @@ from typing import Protocol
 
 import numba
 import numpy as np
+from llvmlite import ir
+from numba import types
+from numba.core import cgutils
+from numba.extending import intrinsic
 
 from graphscale.data.edge_stream import DEFAULT_CHUNK_EDGES, EdgeStream
 from graphscale.data.graph import Graph
@@ -40,6 +44,8 @@ _M1 = np.uint64(0x5555555555555555)
 _M2 = np.uint64(0x3333333333333333)
 _M4 = np.uint64(0x0F0F0F0F0F0F0F0F)
 _H01 = np.uint64(0x0101010101010101)
+#: records between prefetching what a record touches and processing it (see :func:`prefetch`)
+AHEAD = 32
 
 
 # ------------------------------------------------------------------ sources
@@ -199,6 +205,26 @@ class StreamRunner:
 
 
 # ------------------------------------------------------------------ kernels
+@intrinsic
+def prefetch(typingctx, ary, x):
+    """Ask the CPU to fetch ``ary[x]`` (1-D) or row ``x`` (2-D, C-contiguous) into its caches (``llvm.prefetch``).
+
+    A hint only: it never faults and has no effect on results.
+    """
+    def codegen(context, builder, sig, args):  # pragma: no cover - runs when numba compiles
+        aryty, xty = sig.args
+        arr = context.make_array(aryty)(context, builder, args[0])
+        index = [context.cast(builder, args[1], xty, types.intp)]
+        index += [context.get_constant(types.intp, 0)] * (aryty.ndim - 1)
+        ptr = cgutils.get_item_pointer(context, builder, aryty, arr, index)
+        i8p, i32 = ir.IntType(8).as_pointer(), ir.IntType(32)
+        fn = builder.module.declare_intrinsic("llvm.prefetch", [i8p],
+                                              ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32]))
+        builder.call(fn, [builder.bitcast(ptr, i8p), i32(0), i32(3), i32(1)])  # a read, kept in all caches, data
+        return context.get_dummy_value()
+    return types.void(ary, x), codegen
+
+
 @numba.njit(nogil=True, cache=True)
 def splitmix64(x):  # pragma: no cover - numba
     """SplitMix64 finaliser of a ``uint64`` (numba; wraps modulo 2**64)."""
@@ -243,7 +269,12 @@ def set_owner_bits(mask, owner):  # pragma: no cover - numba
 @numba.njit(nogil=True, cache=True)
 def neighbourhood_chunk(src, dst, owner, mask, records):  # pragma: no cover - numba
     """Home-neighbourhood pass: record ``u -> v`` goes to ``owner[v]``; ``u`` and ``v`` gain that replica."""
-    for i in range(src.size):
+    n = src.size
+    for i in range(n):
+        if i + AHEAD < n:
+            prefetch(owner, dst[i + AHEAD])
+            prefetch(mask, src[i + AHEAD])
+            prefetch(mask, dst[i + AHEAD])
         s = owner[dst[i]]
         bit = _U1 << np.uint64(s & 63)
         w = s >> 6
