@@ -58,7 +58,8 @@ loops of ``greedy`` and ``hdrf`` make them slower per record as ``p`` grows.
 Their assignment pass is memory-bound: for ``p <= 64`` it keeps each vertex's
 replica bits, partial degree and encoded home in one packed 16-byte row (one
 cache line per endpoint, unpacked into the bitmask and homes after the pass)
-and prefetches the rows of the record ``AHEAD`` places ahead.
+and prefetches the rows of the record ``AHEAD`` places ahead. The 2PS-L passes
+prefetch likewise (and, ``AHEAD // 2`` places ahead, the per-cluster entries).
 """
 
 from __future__ import annotations
@@ -506,6 +507,9 @@ def _twops_pre_chunk(src, dst, deg, c, cpart, load, cap, seed, mask, master, out
                 prefetch(c, x)
                 prefetch(mask, x)
                 prefetch(master, x)
+        if i + AHEAD // 2 < n:
+            for x in (src[i + AHEAD // 2], dst[i + AHEAD // 2]):
+                prefetch(cpart, c[x])
         u, v = src[i], dst[i]
         s = cpart[c[u]]
         if s != cpart[c[v]]:

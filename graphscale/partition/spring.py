@@ -70,22 +70,6 @@ _PAPER, _CODE, _NONE = range(3)
 
 # ------------------------------------------------------------------ kernels
 @numba.njit(nogil=True, cache=True)
-def _prefetch_vertex(x, deg, c, richest):  # pragma: no cover - numba
-    prefetch(c, x)
-    prefetch(deg, x)
-    prefetch(richest, x)
-
-
-@numba.njit(nogil=True, cache=True)
-def _prefetch_indirect(x, deg, c, vol, richest):  # pragma: no cover - numba
-    """Prefetch ``vol[c[x]]`` and ``deg[richest[x]]`` (reads ``c[x]``, ``richest[x]``, prefetched earlier)."""
-    prefetch(vol, c[x])
-    r = richest[x]
-    if r >= 0:
-        prefetch(deg, r)
-
-
-@numba.njit(nogil=True, cache=True)
 def _cluster_chunk(src, dst, deg, c, vol, richest, next_id, cap):  # pragma: no cover - numba
     """Algorithm 1 lines 2-17 over one chunk; ``next_id[0]`` carries ``k`` across chunks.
 
@@ -96,11 +80,15 @@ def _cluster_chunk(src, dst, deg, c, vol, richest, next_id, cap):  # pragma: no 
     n = src.size
     for i in range(n):
         if i + AHEAD < n:
-            _prefetch_vertex(src[i + AHEAD], deg, c, richest)
-            _prefetch_vertex(dst[i + AHEAD], deg, c, richest)
+            for x in (src[i + AHEAD], dst[i + AHEAD]):
+                prefetch(c, x)
+                prefetch(deg, x)
+                prefetch(richest, x)
         if i + AHEAD // 2 < n:
-            _prefetch_indirect(src[i + AHEAD // 2], deg, c, vol, richest)
-            _prefetch_indirect(dst[i + AHEAD // 2], deg, c, vol, richest)
+            for x in (src[i + AHEAD // 2], dst[i + AHEAD // 2]):
+                prefetch(vol, c[x])
+                if richest[x] >= 0:
+                    prefetch(deg, richest[x])
         u, v = src[i], dst[i]
         if c[u] == 0:
             c[u] = k

@@ -9,7 +9,9 @@
   ``readinto`` into buffers allocated once, so a pass holds one chunk;
 * shared numba kernels: degrees, the replica bitmask (``uint64 [N, ceil(p/64)]``;
   ``sum_s |V_s|`` is its popcount), the home-neighbourhood pass, a two-key
-  min-heap and greedy list scheduling (LPT);
+  min-heap and greedy list scheduling (LPT); :func:`prefetch`, the cache hint
+  with which the memory-bound per-record kernels fetch the vertex state of the
+  record ``AHEAD`` places ahead;
 * results: :class:`StreamPartition` and :class:`EdgePartSink` (where the
   per-record partition goes: memory, a ``.npy`` file written with positioned
   writes, or nowhere), :func:`chunk_reader` (reads a memory map with ``pread``

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 
+import numba
 import numpy as np
 import pytest
 import torch
@@ -19,7 +20,7 @@ from graphscale.partition.edge_stream import (
 )
 from graphscale.partition.metrics import stream_metrics
 from graphscale.partition.spring import SpringPartitioner
-from graphscale.partition.streaming import GraphEdges
+from graphscale.partition.streaming import GraphEdges, prefetch
 from graphscale.registry import PARTITIONERS
 
 METHODS = ["hash", "dbh", "greedy", "hdrf", "2ps-l", "2ps-l:hash", "spring", "spring:code"]
@@ -208,3 +209,17 @@ def test_records_per_part_counts_home_in_edges(records, stream):
     res = DBHPartitioner().run(stream, 3)
     assert res.records_per_part.tolist() == np.bincount(res.owner[dst], minlength=3).tolist()
     assert res.info["vertex_cut_records"] == np.bincount(res.edge_part, minlength=3).tolist()
+
+
+def test_prefetch_is_a_pure_hint_on_1d_and_2d_arrays():
+    @numba.njit
+    def touch(a, b, idx):
+        for x in idx:
+            prefetch(a, x)
+            prefetch(b, x)
+        return a.sum() + b.sum()
+
+    a, b = np.arange(10, dtype=np.int32), np.arange(30, dtype=np.uint64).reshape(10, 3)
+    for idx in (np.array([0, 9, 4], np.int32), np.array([3, 0], np.int64)):
+        assert touch(a, b, idx) == a.sum() + b.sum()
+    assert a.tolist() == list(range(10)) and b.ravel().tolist() == list(range(30))
