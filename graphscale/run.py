@@ -11,16 +11,15 @@ point::
 
 from __future__ import annotations
 
-import json
 import os
 import platform
 import time
-from pathlib import Path
 
 import torch
 
 from graphscale import __version__
 from graphscale.config import RunConfig, to_dict
+from graphscale.data.formats import write_json_atomic
 from graphscale.distributed.env import DistEnv
 from graphscale.distributed.launch import launch, resolve_device
 from graphscale.registry import STRATEGIES
@@ -128,8 +127,4 @@ def run(config: RunConfig) -> dict:
 
 def write_json(report: dict, path: str | os.PathLike) -> None:
     """Write ``report`` atomically (temporary file, then rename)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(report, indent=1, default=str))
-    os.replace(tmp, path)
+    write_json_atomic(path, report)

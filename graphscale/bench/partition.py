@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
 import resource
 import shutil
@@ -461,8 +460,7 @@ def run(args: argparse.Namespace) -> dict:
         if temporary:
             shutil.rmtree(workdir, ignore_errors=True)
     if args.json:
-        path = Path(args.json)
-        tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-        tmp.write_text(json.dumps(report, indent=1, default=float))
-        os.replace(tmp, path)
+        from graphscale.data.formats import write_json_atomic
+
+        write_json_atomic(args.json, report)
     return report

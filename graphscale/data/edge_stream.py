@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
-from graphscale.data.formats import _as_numpy, _int_array, temp_sibling
+from graphscale.data.formats import _as_numpy, _int_array, temp_sibling, write_json_atomic
 from graphscale.data.graph import Graph
 
 if TYPE_CHECKING:
@@ -40,12 +40,6 @@ def _check_edge_dtype(dtype: str, where: str) -> np.dtype:
     if dtype not in EDGE_DTYPES:
         raise ValueError(f"{where}: dtype must be one of {', '.join(EDGE_DTYPES)}, got {dtype!r}")
     return EDGE_DTYPES[dtype]
-
-
-def _write_json_atomic(path: Path, payload: dict) -> None:
-    tmp = temp_sibling(path, "tmp")
-    tmp.write_text(json.dumps(payload))
-    os.replace(tmp, path)
 
 
 class EdgeStreamWriter:
@@ -110,7 +104,7 @@ class EdgeStreamWriter:
         self._file = None
         nv = self._max_id + 1 if self.num_vertices is None else self.num_vertices
         os.replace(self._tmp, self.path)
-        _write_json_atomic(sidecar_path(self.path), {"num_vertices": nv, "num_edges": self.num_edges,
+        write_json_atomic(sidecar_path(self.path), {"num_vertices": nv, "num_edges": self.num_edges,
                                                      "dtype": self.dtype})
         return EdgeStream(self.path)
 

@@ -49,6 +49,28 @@ def temp_sibling(path: Path, tag: str) -> Path:
     return path.with_name(f".{path.name}.{tag}-{os.getpid()}-{uuid.uuid4().hex[:8]}")
 
 
+def _json_value(value):
+    return value.item() if isinstance(value, np.generic) else str(value)
+
+
+def write_json_atomic(path: str | Path, payload, *, indent: int | None = 1) -> Path:
+    """Write ``payload`` as JSON through a temporary sibling and a rename, so a reader never sees half a file.
+
+    Parent directories are created. NumPy scalars are written as numbers, anything else JSON cannot hold as
+    its ``str()``.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = temp_sibling(path, "tmp")
+    try:
+        tmp.write_text(json.dumps(payload, indent=indent, default=_json_value))
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return path
+
+
 def is_graph_dir(path: str | Path) -> bool:
     """Whether ``path`` is a directory holding a graphscale ``meta.json``."""
     meta = Path(path) / "meta.json"
@@ -317,22 +339,34 @@ def _expected_arrays(meta: dict) -> dict[str, tuple[tuple[int, ...], str]]:
     return out
 
 
+def read_versioned_meta(path: Path, fmt: str, version: int, what: str) -> dict:
+    """``path/meta.json`` of a ``what`` (e.g. "graph directory"), checked to declare ``format`` and ``version``.
+
+    Raises:
+        FileNotFoundError: no ``meta.json``.
+        ValueError: not JSON, another format, or an unsupported version.
+    """
+    meta_file = path / "meta.json"
+    if not meta_file.is_file():
+        raise FileNotFoundError(f"{meta_file} is missing: {path} is not a {what}")
+    try:
+        meta = json.loads(meta_file.read_text())
+    except ValueError as err:
+        raise ValueError(f"{meta_file} is not valid JSON: {err}") from None
+    if not isinstance(meta, dict) or meta.get("format") != fmt:
+        raise ValueError(f"{meta_file}: 'format' must be {fmt!r}")
+    if meta.get("version") != version:
+        raise ValueError(f"{meta_file}: unsupported version {meta.get('version')!r}, "
+                         f"this graphscale reads version {version}")
+    return meta
+
+
 def _read_meta(path: Path) -> dict:
     meta_file = path / "meta.json"
     if not path.is_dir():
         raise FileNotFoundError(f"graph directory {path} does not exist; expected a directory with meta.json, "
                                 "indptr.npy, indices.npy and optionally x.npy, y.npy, *_mask.npy")
-    if not meta_file.is_file():
-        raise FileNotFoundError(f"{meta_file} is missing: {path} is not a graph directory")
-    try:
-        meta = json.loads(meta_file.read_text())
-    except ValueError as err:
-        raise ValueError(f"{meta_file} is not valid JSON: {err}") from None
-    if not isinstance(meta, dict) or meta.get("format") != GRAPH_FORMAT:
-        raise ValueError(f"{meta_file}: 'format' must be {GRAPH_FORMAT!r}")
-    if meta.get("version") != GRAPH_FORMAT_VERSION:
-        raise ValueError(f"{meta_file}: unsupported version {meta.get('version')!r}, "
-                         f"this graphscale reads version {GRAPH_FORMAT_VERSION}")
+    meta = read_versioned_meta(path, GRAPH_FORMAT, GRAPH_FORMAT_VERSION, "graph directory")
     for key in ("num_nodes", "num_edges", "num_features", "arrays"):
         if key not in meta:
             raise ValueError(f"{meta_file}: required field {key!r} is missing")

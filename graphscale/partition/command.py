@@ -21,12 +21,11 @@ import argparse
 import contextlib
 import importlib
 import inspect
-import json
 import os
 import time
 from pathlib import Path
 
-import numpy as np
+from graphscale.data.formats import write_json_atomic
 
 #: modules whose import registers the streaming partitioners (besides registry's built-ins)
 PARTITIONER_MODULES = ("graphscale.partition.vertex_stream", "graphscale.partition.edge_stream",
@@ -255,14 +254,5 @@ def run(args: argparse.Namespace) -> dict:
               **({"train": m["train"][s]} if m["train"] is not None else {})} for s in range(m["num_parts"])]
     print(format_table(parts))
     if args.json:
-        path = Path(args.json)
-        tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-        tmp.write_text(json.dumps(summary, indent=1, default=_json_default))
-        os.replace(tmp, path)
+        write_json_atomic(args.json, summary)
     return summary
-
-
-def _json_default(value):
-    if isinstance(value, np.generic):
-        return value.item()
-    raise TypeError(f"not JSON-serialisable: {type(value).__name__}")

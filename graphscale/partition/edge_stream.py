@@ -86,6 +86,7 @@ from graphscale.partition.streaming import (
     lpt_assign,
     mask_total,
     neighbourhood_chunk,
+    open_cluster,
     part_dtype,
     popcount64,
     prefetch,
@@ -106,18 +107,24 @@ def _hash_part(seed, x, p):  # pragma: no cover - numba
 
 
 @numba.njit(nogil=True, cache=True)
+def _place(u, v, s, mask, master):  # pragma: no cover - numba
+    """Record ``u -> v`` goes to ``s``: both endpoints gain replica ``s``; ``s`` becomes ``v``'s home, and
+    ``u``'s source-only home (encoded ``-s - 2``) while ``u`` has none (see the module docstring)."""
+    bit = _U1 << np.uint64(s & 63)
+    mask[u, s >> 6] |= bit
+    mask[v, s >> 6] |= bit
+    master[v] = s
+    if master[u] < 0:
+        master[u] = -s - 2
+
+
+@numba.njit(nogil=True, cache=True)
 def _record_chunk(src, dst, part, master, mask, load):  # pragma: no cover - numba
     """Book a chunk of assigned records: replicas, loads, and the home partition (see the module docstring)."""
     for i in range(src.size):
         s = part[i]
-        u, v = src[i], dst[i]
-        bit = _U1 << np.uint64(s & 63)
-        mask[u, s >> 6] |= bit
-        mask[v, s >> 6] |= bit
+        _place(src[i], dst[i], s, mask, master)
         load[s] += 1
-        master[v] = s
-        if master[u] < 0:
-            master[u] = -s - 2
 
 
 @numba.njit(nogil=True, cache=True)
@@ -197,13 +204,8 @@ def _greedy_chunk(src, dst, mask, load, state, master, partial, hdrf, lam, eps, 
         for w in range(mask.shape[1]):
             best, best_score = _best_in_word(w, mask[u, w], mask[v, w], gain_u, gain_v, load, maxload, amin, scale,
                                              best, best_score)
-        bit = _U1 << np.uint64(best & 63)
-        mask[u, best >> 6] |= bit
-        mask[v, best >> 6] |= bit
+        _place(u, v, best, mask, master)
         state[0], state[1] = _book_load(load, best, maxload, amin)
-        master[v] = best
-        if master[u] < 0:
-            master[u] = -best - 2
         out[i] = best
 
 
@@ -464,14 +466,7 @@ def _twops_cluster_chunk(src, dst, deg, c, vol, next_id, cap):  # pragma: no cov
             for x in (src[i + AHEAD // 2], dst[i + AHEAD // 2]):
                 prefetch(vol, c[x])
         u, v = src[i], dst[i]
-        if c[u] == 0:
-            c[u] = k
-            vol[k] += deg[u]
-            k += 1
-        if c[v] == 0:
-            c[v] = k
-            vol[k] += deg[v]
-            k += 1
+        k = open_cluster(v, c, vol, deg, open_cluster(u, c, vol, deg, k))
         cu, cv = c[u], c[v]
         if cu == cv or vol[cu] > cap or vol[cv] > cap:
             continue
@@ -517,13 +512,8 @@ def _twops_pre_chunk(src, dst, deg, c, cpart, load, cap, seed, mask, master, out
             continue
         if load[s] >= cap:
             s = _linear_choice(u, v, deg, load, cap, p, seed)
-        bit = _U1 << np.uint64(s & 63)
-        mask[u, s >> 6] |= bit
-        mask[v, s >> 6] |= bit
+        _place(u, v, s, mask, master)
         load[s] += 1
-        master[v] = s
-        if master[u] < 0:
-            master[u] = -s - 2
         out[i] = s
     return left
 
@@ -569,13 +559,8 @@ def _twops_rest_chunk(src, dst, deg, c, vol, cpart, load, cap, seed, use_score, 
             s = best if best >= 0 else _argmin(load)
         else:
             s = _linear_choice(u, v, deg, load, cap, p, seed)
-        bit = _U1 << np.uint64(s & 63)
-        mask[u, s >> 6] |= bit
-        mask[v, s >> 6] |= bit
+        _place(u, v, s, mask, master)
         load[s] += 1
-        master[v] = s
-        if master[u] < 0:
-            master[u] = -s - 2
         out[i] = s
 
 

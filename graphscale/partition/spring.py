@@ -54,6 +54,7 @@ from graphscale.partition.streaming import (
     lpt_assign,
     mask_total,
     neighbourhood_chunk,
+    open_cluster,
     part_dtype,
     prefetch,
     replica_mask,
@@ -90,14 +91,7 @@ def _cluster_chunk(src, dst, deg, c, vol, richest, next_id, cap):  # pragma: no 
                 if richest[x] >= 0:
                     prefetch(deg, richest[x])
         u, v = src[i], dst[i]
-        if c[u] == 0:
-            c[u] = k
-            vol[k] += deg[u]
-            k += 1
-        if c[v] == 0:
-            c[v] = k
-            vol[k] += deg[v]
-            k += 1
+        k = open_cluster(v, c, vol, deg, open_cluster(u, c, vol, deg, k))
         cu, cv = c[u], c[v]
         if cu != cv and vol[cu] <= cap and vol[cv] <= cap:
             if vol[cu] <= vol[cv]:

@@ -54,7 +54,7 @@ import numpy as np
 import torch
 
 from graphscale.data.edge_stream import DEFAULT_CHUNK_EDGES
-from graphscale.data.formats import check_output_dir, replace_dir, temp_sibling
+from graphscale.data.formats import check_output_dir, read_versioned_meta, replace_dir, temp_sibling
 from graphscale.data.graph import Graph
 from graphscale.partition.base import validate_num_parts
 from graphscale.partition.book import PartitionBook
@@ -385,20 +385,7 @@ def _write(tmp: Path, source, n: int, owner: np.ndarray, p: int, edge_part, node
 # ------------------------------------------------------------------ reading
 def read_store_meta(path: str | Path) -> dict:
     """The store's ``meta.json``, checked for format and version."""
-    path = Path(path)
-    meta_file = path / "meta.json"
-    if not meta_file.is_file():
-        raise FileNotFoundError(f"{meta_file} is missing: {path} is not a partition store")
-    try:
-        meta = json.loads(meta_file.read_text())
-    except ValueError as err:
-        raise ValueError(f"{meta_file} is not valid JSON: {err}") from None
-    if not isinstance(meta, dict) or meta.get("format") != STORE_FORMAT:
-        raise ValueError(f"{meta_file}: 'format' must be {STORE_FORMAT!r}")
-    if meta.get("version") != STORE_VERSION:
-        raise ValueError(f"{meta_file}: unsupported version {meta.get('version')!r}, "
-                         f"this graphscale reads version {STORE_VERSION}")
-    return meta
+    return read_versioned_meta(Path(path), STORE_FORMAT, STORE_VERSION, "partition store")
 
 
 def load_book(path: str | Path) -> PartitionBook:

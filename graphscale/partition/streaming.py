@@ -269,6 +269,19 @@ def set_owner_bits(mask, owner):  # pragma: no cover - numba
 
 
 @numba.njit(nogil=True, cache=True)
+def open_cluster(x, c, vol, deg, k):  # pragma: no cover - numba
+    """Streaming clustering's first sight of ``x`` (``c[x] == 0``): the new cluster ``k = {x}``, volume ``deg[x]``.
+
+    Returns the next free cluster id. Shared by SPRING's and 2PS-L's clustering passes.
+    """
+    if c[x] != 0:
+        return k
+    c[x] = k
+    vol[k] += deg[x]
+    return k + 1
+
+
+@numba.njit(nogil=True, cache=True)
 def neighbourhood_chunk(src, dst, owner, mask, records):  # pragma: no cover - numba
     """Home-neighbourhood pass: record ``u -> v`` goes to ``owner[v]``; ``u`` and ``v`` gain that replica."""
     n = src.size

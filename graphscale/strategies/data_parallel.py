@@ -47,21 +47,17 @@ import time
 import torch
 
 from graphscale.config import RunConfig
-from graphscale.data.block import Block
 from graphscale.data.feature_cache import POLICIES, FeatureCache
 from graphscale.data.graph import Graph
 from graphscale.data.sampler import MiniBatchLoader, NeighborSampler
-from graphscale.distributed.comm import CONTROL, Comm
+from graphscale.distributed.comm import CONTROL
 from graphscale.distributed.env import DistEnv
-from graphscale.metrics.memory import MemoryTracker
 from graphscale.metrics.stats import EpochStats
 from graphscale.registry import STRATEGIES
-from graphscale.strategies.base import Strategy, allreduce_gradients, masked_loss_sum, optimizer_tensors
+from graphscale.strategies.base import allreduce_gradients, masked_loss_sum, optimizer_tensors
 from graphscale.strategies.minibatch_common import (
     P2P,
-    check_minibatch_config,
-    full_graph_masks,
-    full_graph_metrics,
+    MiniBatchStrategy,
     load_host_rows,
     partition_owner,
     record_structure,
@@ -132,41 +128,28 @@ def reference_step(model: torch.nn.Module, sampler: NeighborSampler, x: torch.Te
 
 
 @STRATEGIES.register("data-parallel")
-class DataParallel(Strategy):
+class DataParallel(MiniBatchStrategy):
     """Data-parallel mini-batch training with ``none`` / ``pagraph`` / ``quiver`` feature caches."""
 
+    name = "data-parallel"
     exact = True
+
+    def check_options(self, config: RunConfig) -> None:
+        if config.strategy.cache not in POLICIES:
+            raise ValueError(f"--cache must be one of {', '.join(POLICIES)} for strategy 'data-parallel', "
+                             f"got {config.strategy.cache!r}")
 
     def setup(self, graph: Graph, model: torch.nn.Module, env: DistEnv, config: RunConfig) -> None:
         super().setup(graph, model, env, config)
-        check_minibatch_config(graph, model, config, "data-parallel")
-        policy = config.strategy.cache
-        if policy not in POLICIES:
-            raise ValueError(f"--cache must be one of {', '.join(POLICIES)} for strategy 'data-parallel', "
-                             f"got {policy!r}")
-        self.comm = Comm(env)
-        device, rank, world = env.device, env.rank, env.world_size
-        dtype = next(model.parameters()).dtype
-        self.x_host = graph.x.to(dtype)
-        self.y = graph.y
-        train_ids = torch.nonzero(graph.train_mask).flatten()
-        self.num_train = train_ids.numel()
+        rank, world, policy = env.rank, env.world_size, config.strategy.cache
         owner = partition_owner(self.comm, graph, config) if policy == "pagraph" else None
         self.owner = owner
-        self.schedule = MicroBatchSchedule(train_ids, config.strategy.batch_size, world, config.seed, owner)
-        self.sampler = NeighborSampler(graph, config.strategy.fanouts, seed=config.seed)
+        self.schedule = MicroBatchSchedule(self.train_ids, config.strategy.batch_size, world, config.seed, owner)
         own_train = self.schedule.own[rank] if owner is not None else None
         self.cache = FeatureCache.build(policy, graph, rank, world, config.strategy.cache_fraction,
                                         own_train=own_train, hops=model.num_layers)
-        self.cache_x = load_host_rows(self.comm, self.x_host, self.cache.ids, device)  # filled once, at setup
-        self.block = Block.full(graph).to(device)
-        self.x_eval = self.x_host.to(device)
-        self.y_eval = graph.y.to(device)
-        self.masks = full_graph_masks(graph, device)
-        self.params = [p for p in model.parameters() if p.requires_grad]
-        self.tracker = MemoryTracker(env)
+        self.cache_x = load_host_rows(self.comm, self.x_host, self.cache.ids, env.device)  # filled once, at setup
         self.tracker.track("cache", self.cache_x, self.cache.holder, self.cache.slot)
-        self.tracker.track_module("model", model)
 
     # ---------------------------------------------------------------- inputs
     def load_inputs(self, ids: torch.Tensor) -> tuple[torch.Tensor, dict[str, int]]:
@@ -240,10 +223,3 @@ class DataParallel(Strategy):
                  "cache_rows": self.cache.ids.numel()}
         return EpochStats(loss=float(total) / self.num_train, seconds=time.perf_counter() - start,
                           bytes=self.env.ledger.since(before), peak_memory=self.tracker.peak, extra=extra)
-
-    def evaluate(self) -> dict[str, float]:
-        return full_graph_metrics(self.model, self.block, self.x_eval, self.y_eval, self.masks)
-
-    def teardown(self) -> None:
-        for name in ("cache", "model", "optimizer", "gradients"):
-            self.tracker.untrack(name)

@@ -18,11 +18,15 @@ from __future__ import annotations
 import torch
 
 from graphscale.config import RunConfig
+from graphscale.data.block import Block
 from graphscale.data.graph import Graph
+from graphscale.data.sampler import NeighborSampler
 from graphscale.distributed.comm import Comm
+from graphscale.distributed.env import DistEnv
 from graphscale.metrics.ledger import HOST
+from graphscale.metrics.memory import MemoryTracker
 from graphscale.registry import PARTITIONERS
-from graphscale.strategies.base import SPLITS, counts_to_metrics, split_counts
+from graphscale.strategies.base import SPLITS, Strategy, counts_to_metrics, split_counts
 
 H2D = "h2d"
 H2D_STRUCT = "h2d_struct"
@@ -94,3 +98,44 @@ def full_graph_metrics(model: torch.nn.Module, block, x: torch.Tensor, y: torch.
     model.eval()
     logits = model(block, x)
     return counts_to_metrics(split_counts(logits, y, masks))
+
+
+class MiniBatchStrategy(Strategy):
+    """Setup, evaluation and teardown shared by the multi-worker mini-batch strategies.
+
+    :meth:`setup` validates the options (:func:`check_minibatch_config`, then :meth:`check_options`) and
+    builds what both strategies hold: ``comm``, host features ``x_host``, labels ``y``, ``train_ids`` /
+    ``num_train``, the rank-agnostic ``sampler``, the full-graph evaluation block and masks, ``params``
+    and the memory ``tracker`` (with the model tracked). Subclasses add their caches, tracked as ``"cache"``.
+    """
+
+    #: registry name, used in error messages
+    name = ""
+
+    def check_options(self, config: RunConfig) -> None:
+        """Reject options this strategy does not support (before anything is built)."""
+
+    def setup(self, graph: Graph, model: torch.nn.Module, env: DistEnv, config: RunConfig) -> None:
+        super().setup(graph, model, env, config)
+        check_minibatch_config(graph, model, config, self.name)
+        self.check_options(config)
+        self.comm = Comm(env)
+        self.x_host = graph.x.to(next(model.parameters()).dtype)
+        self.y = graph.y
+        self.train_ids = torch.nonzero(graph.train_mask).flatten()
+        self.num_train = self.train_ids.numel()
+        self.sampler = NeighborSampler(graph, config.strategy.fanouts, seed=config.seed)
+        self.block = Block.full(graph).to(env.device)
+        self.x_eval = self.x_host.to(env.device)
+        self.y_eval = graph.y.to(env.device)
+        self.masks = full_graph_masks(graph, env.device)
+        self.params = [p for p in model.parameters() if p.requires_grad]
+        self.tracker = MemoryTracker(env)
+        self.tracker.track_module("model", model)
+
+    def evaluate(self) -> dict[str, float]:
+        return full_graph_metrics(self.model, self.block, self.x_eval, self.y_eval, self.masks)
+
+    def teardown(self) -> None:
+        for name in ("cache", "model", "optimizer", "gradients"):
+            self.tracker.untrack(name)

@@ -68,23 +68,20 @@ import torch.nn.functional as F
 from graphscale.config import RunConfig
 from graphscale.data.block import Block
 from graphscale.data.graph import Graph
-from graphscale.data.sampler import MiniBatchLoader, NeighborSampler
+from graphscale.data.sampler import MiniBatchLoader
 from graphscale.data.split import HALO, PREAGG, LocalLayer, LocalSplit, SplitPlan, SplitWorkspace, split_minibatch
-from graphscale.distributed.comm import CONTROL, Comm
+from graphscale.distributed.comm import CONTROL
 from graphscale.distributed.env import DistEnv
 from graphscale.distributed.functional import all_to_all_v
-from graphscale.metrics.memory import MemoryTracker
 from graphscale.metrics.stats import EpochStats
 from graphscale.nn.layers import GATLayer, SAGELayer
 from graphscale.nn.models import GNN
 from graphscale.nn.ops import Topology, segment_softmax, spmm, spmm_heads, topology
 from graphscale.registry import STRATEGIES
-from graphscale.strategies.base import Strategy, allreduce_gradients, masked_loss_sum, optimizer_tensors
+from graphscale.strategies.base import allreduce_gradients, masked_loss_sum, optimizer_tensors
 from graphscale.strategies.minibatch_common import (
     SHUFFLE,
-    check_minibatch_config,
-    full_graph_masks,
-    full_graph_metrics,
+    MiniBatchStrategy,
     load_host_rows,
     partition_owner,
     record_structure,
@@ -158,41 +155,28 @@ def gat_aggregate_projected(layer: GATLayer, block: Block, z: torch.Tensor) -> t
 
 
 @STRATEGIES.register("split-parallel")
-class SplitParallel(Strategy):
+class SplitParallel(MiniBatchStrategy):
     """GSplit split-parallel mini-batch training (see the module docstring)."""
 
+    name = "split-parallel"
     exact = True
 
-    def setup(self, graph: Graph, model: torch.nn.Module, env: DistEnv, config: RunConfig) -> None:
-        super().setup(graph, model, env, config)
-        check_minibatch_config(graph, model, config, "split-parallel")
+    def check_options(self, config: RunConfig) -> None:
         if config.strategy.cache != "none":
             raise ValueError(f"--cache {config.strategy.cache!r} applies to data-parallel only; split-parallel "
                              "always uses its own non-overlapping per-part caches (size them with --cache-fraction)")
-        self.comm = Comm(env)
-        device, rank = env.device, env.rank
-        dtype = next(model.parameters()).dtype
-        self.x_host = graph.x.to(dtype)
-        self.y = graph.y
+
+    def setup(self, graph: Graph, model: torch.nn.Module, env: DistEnv, config: RunConfig) -> None:
+        super().setup(graph, model, env, config)
         self.in_degrees = graph.in_degrees()
         self.owner = partition_owner(self.comm, graph, config)
         self.plan = SplitPlan.build(self.owner, graph.out_degrees(), env.world_size, config.strategy.cache_fraction)
-        self.cache_x = load_host_rows(self.comm, self.x_host, self.plan.cached_ids(rank), device)  # once, at setup
+        self.cache_x = load_host_rows(self.comm, self.x_host, self.plan.cached_ids(env.rank), env.device)  # at setup
         self.kinds = layer_kinds(model)
         self.modes = split_modes(self.kinds)
-        train_ids = torch.nonzero(graph.train_mask).flatten()
-        self.num_train = train_ids.numel()
-        self.loader = MiniBatchLoader(train_ids, config.strategy.batch_size, seed=config.seed)
-        self.sampler = NeighborSampler(graph, config.strategy.fanouts, seed=config.seed)
+        self.loader = MiniBatchLoader(self.train_ids, config.strategy.batch_size, seed=config.seed)
         self.workspace = SplitWorkspace()
-        self.block = Block.full(graph).to(device)
-        self.x_eval = self.x_host.to(device)
-        self.y_eval = graph.y.to(device)
-        self.masks = full_graph_masks(graph, device)
-        self.params = [p for p in model.parameters() if p.requires_grad]
-        self.tracker = MemoryTracker(env)
         self.tracker.track("cache", self.cache_x)
-        self.tracker.track_module("model", model)
         self._tally = {"shuffle_fwd": [0] * len(self.kinds), "shuffle_bwd": [0] * len(self.kinds)}
 
     # ---------------------------------------------------------------- one mini-batch
@@ -315,10 +299,3 @@ class SplitParallel(Strategy):
                  **{k: list(v) for k, v in self._tally.items()}}
         return EpochStats(loss=float(total) / self.num_train, seconds=time.perf_counter() - start,
                           bytes=self.env.ledger.since(before), peak_memory=self.tracker.peak, extra=extra)
-
-    def evaluate(self) -> dict[str, float]:
-        return full_graph_metrics(self.model, self.block, self.x_eval, self.y_eval, self.masks)
-
-    def teardown(self) -> None:
-        for name in ("cache", "model", "optimizer", "gradients"):
-            self.tracker.untrack(name)
