@@ -8,7 +8,7 @@ Prints four tables:
    workers and ``M*K`` chunks: the baseline's ``α_{MK}``, the reduction by
    inter-worker dedup, by intra-worker reuse and by the reorganisation, each
    also in percent of the baseline. These are the closed forms of
-   :mod:`graphscale.strategies.offload_cost`, which the test suite asserts
+   :mod:`graphscale.strategies.offload.cost`, which the test suite asserts
    equal to the strategy's measured Ledger byte for byte.
 3. **Modelled transfer time of one layer pass** ``C = V_H/B_H + V_P/B_P +
    V_R/B_R`` with A100-class links (labelled *modelled*; no GPU is involved).
@@ -109,9 +109,9 @@ def replication_table(graphs: list, parts: list[int]) -> list[dict]:
 
 def traffic_rows(graph, workers: int, total: int, width: int) -> tuple[dict, dict]:
     """One Table 8 row and one modelled-time row for ``workers`` x ``total // workers`` chunks."""
-    from graphscale.strategies.offload_cost import Bandwidths, layer_pass_rows, pass_cost
-    from graphscale.strategies.offload_plan import ChunkSets, two_level_partition
-    from graphscale.strategies.offload_reorg import reorganize
+    from graphscale.strategies.offload.cost import Bandwidths, layer_pass_rows, pass_cost
+    from graphscale.strategies.offload.plan import ChunkSets, two_level_partition
+    from graphscale.strategies.offload.reorg import reorganize
 
     k = total // workers
     owner, chunk = two_level_partition(graph, workers, k, "metis", seed=0)
@@ -150,7 +150,7 @@ def _measure_worker(env, spec: str, model_name: str, chunks: list[int]) -> list[
     from graphscale.nn.models import build_model
     from graphscale.strategies.graph_parallel import GraphParallel
     from graphscale.strategies.offload import OffloadStrategy
-    from graphscale.strategies.offload_cost import epoch_bytes
+    from graphscale.strategies.offload.cost import epoch_bytes
 
     graph = load_dataset(spec)
     out = []

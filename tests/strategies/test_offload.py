@@ -4,7 +4,7 @@ One run per world size (M = 1 in-process, M = 2 and M = 4 spawned) checks every 
 the per-epoch loss, every host representation ``H^l`` and every parameter gradient against
 ``model.step`` on ``Block.full(graph)`` with dropout on, identical parameters across workers after
 the Adam step, evaluation metrics, and every Ledger category of the epoch (summed over workers)
-against :func:`~graphscale.strategies.offload_cost.epoch_bytes`.
+against :func:`~graphscale.strategies.offload.cost.epoch_bytes`.
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ from graphscale.distributed.env import DistEnv
 from graphscale.nn.models import build_model
 from graphscale.strategies.base import counts_to_metrics, masked_loss_sum, split_counts
 from graphscale.strategies.offload import OffloadStrategy
-from graphscale.strategies.offload_cost import epoch_bytes, layer_pass_rows, probe_dims
-from graphscale.strategies.offload_memory import parse_bytes
-from graphscale.strategies.offload_plan import ChunkSets
+from graphscale.strategies.offload.cost import epoch_bytes, layer_pass_rows, probe_dims
+from graphscale.strategies.offload.memory import parse_bytes
+from graphscale.strategies.offload.plan import ChunkSets
 from graphscale.testing import assert_close_rel, random_graph, run_distributed
 
 DTYPES = {"float64": torch.float64, "float32": torch.float32}

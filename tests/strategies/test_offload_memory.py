@@ -11,8 +11,8 @@ from graphscale.distributed.env import DistEnv
 from graphscale.nn.models import build_model
 from graphscale.strategies.graph_parallel import GraphParallel
 from graphscale.strategies.offload import OffloadStrategy
-from graphscale.strategies.offload_memory import choose_chunks, estimate_peak
-from graphscale.strategies.offload_plan import two_level_partition
+from graphscale.strategies.offload.memory import choose_chunks, estimate_peak
+from graphscale.strategies.offload.plan import two_level_partition
 from graphscale.testing import random_graph
 
 

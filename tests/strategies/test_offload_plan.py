@@ -10,15 +10,15 @@ import pytest
 import torch
 
 from graphscale.data.graph import Graph
-from graphscale.strategies.offload_cost import Bandwidths, layer_pass_rows, pass_cost
-from graphscale.strategies.offload_plan import (
+from graphscale.strategies.offload.cost import Bandwidths, layer_pass_rows, pass_cost
+from graphscale.strategies.offload.plan import (
     ChunkSets,
     build_worker_plan,
     check_dedup,
     neighbour_sets,
     two_level_partition,
 )
-from graphscale.strategies.offload_reorg import phase1, phase2, random_schedule, reorganize, schedule_batches
+from graphscale.strategies.offload.reorg import phase1, phase2, random_schedule, reorganize, schedule_batches
 from graphscale.testing import random_graph
 
 M, K = 3, 4

@@ -15,7 +15,7 @@ import torch
 
 from graphscale.config import ModelConfig, OptimConfig, RunConfig, StrategyConfig
 from graphscale.data.sampler import MiniBatchLoader, NeighborSampler
-from graphscale.data.split import HALO, PREAGG, SplitPlan, split_minibatch
+from graphscale.strategies.split_parallel.split import HALO, PREAGG, SplitPlan, split_minibatch
 from graphscale.distributed.env import DistEnv
 from graphscale.nn.models import build_model
 from graphscale.partition.metis import MetisPartitioner

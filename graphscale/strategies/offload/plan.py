@@ -28,7 +28,7 @@ redundant part (the paper's reading of Table 8).
 whose destination ``v`` is; batch ``j`` is chunk ``(i, j)`` of every
 partition ``i``, run concurrently, one per worker. The schedule is a choice of
 which level-2 chunk of each partition goes into which batch and in which
-order the batches run (identity, or :mod:`graphscale.strategies.offload_reorg`).
+order the batches run (identity, or :mod:`graphscale.strategies.offload.reorg`).
 
 **Transition sets** (spec §2): :math:`T_j = \bigcup_i N_{i,j}`,
 :math:`T_{i,j} = T_j \cap V_i` (worker ``i`` loads them from the host),

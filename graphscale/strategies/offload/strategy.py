@@ -2,15 +2,15 @@ r"""HongTu: full-graph training with the vertex data offloaded to host memory (`
 
 Every layer's representations ``H^0..H^L``, their gradients ``G^l`` and (for
 the recomputation-caching hybrid) the cached aggregates ``A^l`` live in host
-memory (:mod:`graphscale.strategies.offload_host`); the workers stream chunks
+memory (:mod:`graphscale.strategies.offload.host`); the workers stream chunks
 of the graph through their devices. Training is exact full-graph, full-neighbour
 gradient descent: the same losses, representations and gradients as ``single``.
 
-**Partitioning and schedule** (:mod:`~graphscale.strategies.offload_plan`).
+**Partitioning and schedule** (:mod:`~graphscale.strategies.offload.plan`).
 Rank 0 cuts the graph into ``M`` partitions (one per worker) and each into
 ``K = --chunks`` chunks (destination sets with all their in-edges), optionally
 reorganises the schedule (``--dedup reorg``,
-:mod:`~graphscale.strategies.offload_reorg`) or picks ``K`` from a device
+:mod:`~graphscale.strategies.offload.reorg`) or picks ``K`` from a device
 memory budget (``--memory-budget``), and broadcasts ``owner`` and ``batch``
 (category ``"setup"``). Batch ``j`` = chunk ``(i, j)`` on every worker ``i``.
 
@@ -38,7 +38,7 @@ barrier between layers:
   - ``auto`` (default) takes ``hybrid`` for a layer with a linear aggregate
     when the cost model prices caching ``A^l`` below the extra neighbour-load
     pass of recomputation, else ``recompute``
-    (:func:`~graphscale.strategies.offload_cost.layer_modes`);
+    (:func:`~graphscale.strategies.offload.cost.layer_modes`);
 
   parameter gradients accumulate; when ``l > 0`` (or the input map is
   learned) the source-row gradients go to their owners (below);
@@ -70,7 +70,7 @@ Other categories: ``d2h`` (``H^{l+1}``), ``d2h_cache`` / ``h2d_cache``
 hybrid update's ``H^l`` rows when it reads them, raw rows of a learned input
 map), ``h2d_topo`` (chunk topology and plan indices, which stay on the host
 between uses), ``allreduce``, ``control``. The bytes of one training epoch
-equal :func:`~graphscale.strategies.offload_cost.epoch_bytes` exactly.
+equal :func:`~graphscale.strategies.offload.cost.epoch_bytes` exactly.
 
 **Departures from the paper's engine.** Peer reads and pushes are one
 ``all_to_all_v`` per batch (gloo / NCCL) rather than GPUDirect kernels with
@@ -84,7 +84,7 @@ the buffer in place; host rows are not placed per NUMA node.
 **Devices.** On CPU workers host and device memory are the same RAM; the
 buffers, the schedule and the byte counts are the real ones. On CUDA the host
 arrays are pinned and host-to-device copies are non-blocking (see
-:mod:`~graphscale.strategies.offload_host`); that path has not been run here.
+:mod:`~graphscale.strategies.offload.host`); that path has not been run here.
 Peak memory counts device-resident tensors only (buffers, the current chunk,
 parameters, optimiser state, autograd's saved tensors), never host arrays.
 """
@@ -112,7 +112,7 @@ from graphscale.strategies.base import (
     optimizer_tensors,
     split_counts,
 )
-from graphscale.strategies.offload_cost import (
+from graphscale.strategies.offload.cost import (
     CONTROL,
     D2H,
     D2H_CACHE,
@@ -134,9 +134,9 @@ from graphscale.strategies.offload_cost import (
     modelled_seconds,
     probe_dims,
 )
-from graphscale.strategies.offload_host import HostArrays
-from graphscale.strategies.offload_memory import choose_chunks, parse_bytes
-from graphscale.strategies.offload_plan import (
+from graphscale.strategies.offload.host import HostArrays
+from graphscale.strategies.offload.memory import choose_chunks, parse_bytes
+from graphscale.strategies.offload.plan import (
     BatchPlan,
     ChunkSets,
     WorkerPlan,
@@ -144,7 +144,7 @@ from graphscale.strategies.offload_plan import (
     check_dedup,
     two_level_partition,
 )
-from graphscale.strategies.offload_reorg import random_schedule, reorganize
+from graphscale.strategies.offload.reorg import random_schedule, reorganize
 
 SETUP = "setup"
 

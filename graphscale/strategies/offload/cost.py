@@ -1,7 +1,7 @@
 r"""HongTu's communication volumes in closed form, and the cost model built on them.
 
 Everything here is set algebra over the scheduled chunk sets
-(:class:`~graphscale.strategies.offload_plan.ChunkSets`), written
+(:class:`~graphscale.strategies.offload.plan.ChunkSets`), written
 independently of the slot plans the strategy executes, so that the strategy's
 measured Ledger can be asserted against it.
 
@@ -41,7 +41,7 @@ import torch
 
 from graphscale.data.block import Block
 from graphscale.distributed.comm import ALLREDUCE, CONTROL
-from graphscale.strategies.offload_plan import ChunkSets, check_dedup
+from graphscale.strategies.offload.plan import ChunkSets, check_dedup
 
 #: Ledger categories of the offload strategy.
 H2D_LOCAL, H2D_REMOTE, P2P, REUSE = "h2d_local", "h2d_remote", "p2p", "reuse"

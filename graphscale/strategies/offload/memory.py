@@ -36,9 +36,9 @@ from graphscale.config import RunConfig
 from graphscale.data.block import Block
 from graphscale.data.graph import Graph
 from graphscale.metrics.memory import MemoryTracker
-from graphscale.strategies.offload_cost import Bandwidths, ModelDims, layer_modes, layer_pass_rows
-from graphscale.strategies.offload_plan import ChunkSets, build_worker_plan, two_level_partition
-from graphscale.strategies.offload_reorg import reorganize
+from graphscale.strategies.offload.cost import Bandwidths, ModelDims, layer_modes, layer_pass_rows
+from graphscale.strategies.offload.plan import ChunkSets, build_worker_plan, two_level_partition
+from graphscale.strategies.offload.reorg import reorganize
 
 #: Probe block shapes (destinations, sources, edges) for the working-set fits.
 PROBES = ((6, 10, 20), (12, 14, 24), (6, 24, 30), (6, 10, 60), (16, 40, 90), (30, 60, 200))

@@ -2,7 +2,7 @@
 
 **Offline** (``setup``). Rank 0 partitions the graph with
 ``config.strategy.partitioner`` (METIS by default) and broadcasts the owner
-array (category ``setup``). :class:`~graphscale.data.split.SplitPlan` gives the
+array (category ``setup``). :class:`~graphscale.strategies.split_parallel.split.SplitPlan` gives the
 parts contiguous, degree-sorted split ids; worker ``i`` caches the
 ``min(cap, |part i|)`` highest-degree vertices of its part, ``cap =
 floor(cache_fraction * N)`` (the caches are disjoint).
@@ -10,8 +10,8 @@ floor(cache_fraction * N)`` (the caches are disjoint).
 **Online** (per mini-batch). Every worker draws the *same* sample as
 ``single`` (the same loader, seed and batch key; the sampler is rank-agnostic)
 and splits it for all workers with
-:func:`~graphscale.data.split.split_minibatch` (numba, O(1) per vertex and
-edge); it keeps its own :class:`~graphscale.data.split.LocalSplit`. (GSplit
+:func:`~graphscale.strategies.split_parallel.split.split_minibatch` (numba, O(1) per vertex and
+edge); it keeps its own :class:`~graphscale.strategies.split_parallel.split.LocalSplit`. (GSplit
 runs sampling and splitting in separate sampler processes and hands each
 trainer its split; here each worker repeats that deterministic work itself, a
 shared-seed schedule that needs no sampler-to-trainer channel.)
@@ -69,7 +69,7 @@ from graphscale.config import RunConfig
 from graphscale.data.block import Block
 from graphscale.data.graph import Graph
 from graphscale.data.sampler import MiniBatchLoader
-from graphscale.data.split import HALO, PREAGG, LocalLayer, LocalSplit, SplitPlan, SplitWorkspace, split_minibatch
+from graphscale.strategies.split_parallel.split import HALO, PREAGG, LocalLayer, LocalSplit, SplitPlan, SplitWorkspace, split_minibatch
 from graphscale.distributed.comm import CONTROL
 from graphscale.distributed.env import DistEnv
 from graphscale.distributed.functional import all_to_all_v

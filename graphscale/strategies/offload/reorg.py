@@ -32,8 +32,8 @@ import scipy.sparse as sp
 import torch
 
 from graphscale.data.graph import Graph
-from graphscale.strategies.offload_cost import Bandwidths, layer_pass_rows, pass_cost
-from graphscale.strategies.offload_plan import ChunkSets, neighbour_sets
+from graphscale.strategies.offload.cost import Bandwidths, layer_pass_rows, pass_cost
+from graphscale.strategies.offload.plan import ChunkSets, neighbour_sets
 
 
 def phase1(nbr: list[list[np.ndarray]], num_nodes: int) -> tuple[np.ndarray, np.ndarray]:

@@ -1,0 +1,12 @@
+"""GSplit (``--strategy split-parallel``): the offline split plan and online split kernels (:mod:`.split`), and
+the strategy (:mod:`.strategy`)."""
+
+from graphscale.strategies.split_parallel.strategy import (
+    SplitParallel,
+    layer_kinds,
+    shipped_widths,
+    shuffle_backward,
+    split_modes,
+)
+
+__all__ = ["SplitParallel", "layer_kinds", "shipped_widths", "shuffle_backward", "split_modes"]
