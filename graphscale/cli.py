@@ -21,6 +21,8 @@ BENCHES = {
                   "edges, split time and quality (GSplit Tables 1, 2, 4, 5)")),
     "offload": ("graphscale.bench.offload",
                 "HongTu offload: replication factor, host traffic by dedup mode, memory vs K (Tables 3/8, Fig. 10)"),
+    "memory": ("graphscale.bench.memory", ("OS-measured memory per worker (anonymous / file-backed / RSS peak) "
+               "next to the tracked design figure, single against the distributed strategies")),
 }
 
 #: command-line flag -> (config section or None for top level, field)
@@ -30,7 +32,8 @@ TRAIN_OPTIONS = {
     "alpha": ("model", "alpha"), "theta": ("model", "theta"),
     "lr": ("optim", "lr"), "weight_decay": ("optim", "weight_decay"), "epochs": ("optim", "epochs"),
     "strategy": ("strategy", "name"), "workers": ("strategy", "workers"),
-    "partitioner": ("strategy", "partitioner"), "minibatch": ("strategy", "minibatch"),
+    "partitioner": ("strategy", "partitioner"), "balance": ("strategy", "balance"),
+    "partitions": ("strategy", "partitions"), "cache_dir": (None, "cache_dir"), "minibatch": ("strategy", "minibatch"),
     "fanouts": ("strategy", "fanouts"), "batch_size": ("strategy", "batch_size"),
     "chunks": ("strategy", "chunks"), "dedup": ("strategy", "dedup"), "recompute": ("strategy", "recompute"),
     "memory_budget": ("strategy", "memory_budget"),
@@ -50,7 +53,8 @@ def _int_list(text: str) -> list[int]:
 def add_train_arguments(p: argparse.ArgumentParser) -> None:
     """Every option defaults to None so that only what the user gave overrides the preset / TOML file."""
     p.add_argument("--config", help="TOML file with [data], [model], [optim], [strategy] tables")
-    p.add_argument("--dataset", help="dataset spec (see `graphscale datasets`); default cora")
+    p.add_argument("--dataset", help="dataset spec (see `graphscale datasets`); default cora, or the dataset of "
+                                     "--partitions")
     p.add_argument("--feature-norm", choices=["auto", "row", "none"],
                    help="row-normalise features (auto: when they are non-negative, as GCN/GAT preprocess Cora)")
     p.add_argument("--model", help="gcn | sage | gat | gcnii | resgcn; default gcn")
@@ -66,6 +70,15 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--strategy", help="training strategy (single, graph-parallel, ...); default single")
     p.add_argument("--workers", type=int, help="worker processes (gloo on CPU, NCCL on GPUs)")
     p.add_argument("--partitioner", help="vertex partitioner for partitioned strategies: metis | random")
+    p.add_argument("--balance", choices=["vertices", "edges", "edges+train"],
+                   help="metis: what the parts balance: vertex counts, in-edges (computation), or in-edges and "
+                        "training vertices as a second constraint (default edges+train)")
+    p.add_argument("--partitions", metavar="DIR",
+                   help="graph-parallel: train from this partition store (written by `graphscale partition`; its "
+                        "part count must equal --workers); default: partition into the cache directory")
+    p.add_argument("--cache-dir", metavar="DIR",
+                   help="where runs keep the partition stores and graph directories they write, reused by later "
+                        "runs (default $GRAPHSCALE_CACHE_DIR or ~/.cache/graphscale)")
     p.add_argument("--minibatch", action="store_const", const=True, help="single: sampled mini-batch training")
     p.add_argument("--fanouts", type=_int_list, help="per-layer sampling fanouts, e.g. 10,10")
     p.add_argument("--batch-size", type=int)
@@ -114,10 +127,15 @@ def cmd_train(args: argparse.Namespace) -> int:
         report = run(config)
         reports.append(report)
         final = report["final"]
+        os_mem = max((m for m in final.get("os_memory_per_worker") or [] if m), default=None,
+                     key=lambda m: m["peak_rss"])  # the OS figures of the worker with the largest resident set
         rows.append({"seed": config.seed, "best epoch": final["best_epoch"], "val acc": final["val_acc"],
                      "test acc": final["test_acc"], "s/epoch": final["mean_epoch_seconds"],
                      "bytes/epoch": format_bytes(moved_bytes(final["bytes_per_epoch"])),
-                     "peak mem/worker": format_bytes(max(final["peak_memory_per_worker"] or [0]))})
+                     "peak mem/worker": format_bytes(max(final["peak_memory_per_worker"] or [0])),
+                     "RSS peak/worker": format_bytes(os_mem["peak_rss"]) if os_mem else "-",
+                     "anon/file": (f"{format_bytes(os_mem['peak_anon'])} / {format_bytes(os_mem['peak_file'])}"
+                                   if os_mem and os_mem.get("peak_anon") is not None else "-")})
     graph = reports[0]["graph"]
     title = (f"{base.model.name} on {graph['name']} ({graph['nodes']:,} nodes, {graph['edges']:,} edges), "
              f"strategy {base.strategy.name}, {base.strategy.workers} worker(s), {base.optim.epochs} epochs")

@@ -17,8 +17,8 @@ import tomllib
 
 @dataclass
 class DataConfig:
-    dataset: str = "cora"
-    """Dataset spec: ``cora``, ``planetoid:DIR[:NAME]``, ``npz:FILE``, ``ogb:DIR``, ``musae:DIR``, ``graphdir:DIR``,
+    dataset: str = ""
+    """Dataset spec (empty: the dataset of ``--partitions``' store, else ``cora``): ``cora``, ``planetoid:DIR[:NAME]``, ``npz:FILE``, ``ogb:DIR``, ``musae:DIR``, ``graphdir:DIR``,
     ``sbm:...``, ``rmat:...`` (``edgelist:FILE`` has no features and cannot be trained on)."""
     feature_norm: str = "auto"
     """``row`` (L1 row normalisation), ``none``, or ``auto`` = ``row`` for non-negative features."""
@@ -50,6 +50,10 @@ class StrategyConfig:
     name: str = "single"
     workers: int = 1
     partitioner: str = "metis"
+    balance: str = ""
+    """What a ``metis`` partition balances: ``vertices``, ``edges`` or ``edges+train`` (the default when empty)."""
+    partitions: str = ""
+    """Train from this partition store (``graphscale partition``); empty: partition into the cache directory."""
     minibatch: bool = False
     """``single`` only: sampled mini-batch training instead of full-graph."""
     fanouts: list[int] = field(default_factory=lambda: [10, 10])
@@ -78,6 +82,8 @@ class RunConfig:
     dtype: str = "float32"
     device: str = "auto"
     """``auto`` (CUDA when available, else CPU), ``cpu`` or ``cuda``."""
+    cache_dir: str = ""
+    """Where runs keep the partition stores and graph directories they write (empty: the user cache directory)."""
     json: str | None = None
     checkpoint: str | None = None
     resume: bool = False

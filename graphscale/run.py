@@ -20,8 +20,11 @@ import torch
 from graphscale import __version__
 from graphscale.config import RunConfig, to_dict
 from graphscale.data.formats import write_json_atomic
+from graphscale.data.handle import MEMORY, DataHandle
 from graphscale.distributed.env import DistEnv
 from graphscale.distributed.launch import launch, resolve_device
+from graphscale.metrics.memory import max_os_memory
+from graphscale.prepare import prepare_data
 from graphscale.registry import STRATEGIES
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
@@ -36,7 +39,7 @@ def validate(config: RunConfig) -> None:
     if config.optim.epochs < 1:
         raise ValueError(f"--epochs must be >= 1, got {config.optim.epochs}")
     from graphscale.data.datasets import FEATURE_NORMS, untrainable_reason
-    reason = untrainable_reason(config.data.dataset)  # from the spec alone: fails before workers start
+    reason = config.data.dataset and untrainable_reason(config.data.dataset)  # from the spec alone
     if reason:
         raise ValueError(reason)
     if config.data.feature_norm not in FEATURE_NORMS:
@@ -46,38 +49,42 @@ def validate(config: RunConfig) -> None:
                          "batching (use data-parallel or split-parallel for distributed mini-batch training)")
     if config.resume and not config.checkpoint:
         raise ValueError("--resume needs --checkpoint PATH")
-    STRATEGIES.get(config.strategy.name)  # raises with the list of choices
+    strategy = STRATEGIES.get(config.strategy.name)  # raises with the list of choices
+    if strategy.data_view == MEMORY and config.strategy.workers != 1:
+        raise ValueError(f"strategy {config.strategy.name!r} runs on one worker, got --workers "
+                         f"{config.strategy.workers}")
+    if config.strategy.balance not in ("", "vertices", "edges", "edges+train"):
+        raise ValueError(f"--balance must be one of vertices, edges, edges+train, got {config.strategy.balance!r}")
     from graphscale.registry import MODELS
     MODELS.get(config.model.name)
 
 
-def train_worker(env: DistEnv, config: RunConfig) -> dict:
-    """Body of one worker: load data, build the model, set up the strategy, train."""
-    from graphscale.data.datasets import load_dataset, normalize_features, untrainable_reason
+def train_worker(env: DistEnv, config: RunConfig, data: DataHandle) -> dict:
+    """Body of one worker: build the model, set up the strategy on its view of the data, train."""
     from graphscale.nn.models import build_model
     from graphscale.trainer import Trainer
 
     torch.manual_seed(config.seed)
-    graph = normalize_features(load_dataset(config.data.dataset), config.data.feature_norm)
-    reason = untrainable_reason(config.data.dataset, graph)
-    if reason:
-        raise ValueError(reason)
     dtype = DTYPES[config.dtype]
-    graph.x = graph.x.to(dtype)
-    model = build_model(config.model, graph.num_features, graph.num_classes, seed=config.seed, dtype=dtype)
+    model = build_model(config.model, data.num_features, data.num_classes, seed=config.seed, dtype=dtype)
     model = model.to(env.device)
     strategy = STRATEGIES.get(config.strategy.name)()
-    strategy.setup(graph, model, env, config)
+    strategy.setup(data, model, env, config)
     try:
         result = Trainer(strategy, env, config).fit()
     finally:
         strategy.teardown()
-    result["graph"] = graph.summary()
+    result["graph"] = dict(data.summary)
     return result
 
 
 def merge_histories(results: list[dict]) -> list[dict]:
-    """Per epoch: the (global) loss and metrics, the slowest worker's time, bytes and memory per worker."""
+    """Per epoch: the (global) loss and metrics, the slowest worker's time, bytes and memory per worker.
+
+    Memory per worker is the strategy's tracked peak (``peak_memory_per_worker``) and what the OS measured
+    (``os_memory_per_worker``: peak RSS, sampled anonymous / file-backed peaks, baseline; ``None`` where a
+    record has none, e.g. epochs restored from an older checkpoint).
+    """
     epochs = []
     for records in zip(*(r["history"] for r in results)):
         first = records[0]
@@ -92,6 +99,7 @@ def merge_histories(results: list[dict]) -> list[dict]:
             "bytes": bytes_total,
             "bytes_per_worker": [rec["bytes"] for rec in records],
             "peak_memory_per_worker": [rec["peak_memory"] for rec in records],
+            "os_memory_per_worker": [rec.get("os_memory") for rec in records],
         })
     return epochs
 
@@ -106,7 +114,8 @@ def run(config: RunConfig) -> dict:
     validate(config)
     device = resolve_device(config.device, config.strategy.workers)
     start = time.perf_counter()
-    results = launch(train_worker, config.strategy.workers, config, device=device)
+    data = prepare_data(config)  # before any worker starts: no worker waits while another partitions
+    results = launch(train_worker, config.strategy.workers, config, data, device=device)
     results.sort(key=lambda r: r["rank"])
     epochs = merge_histories(results)
     best = results[0]["best"]
@@ -118,6 +127,8 @@ def run(config: RunConfig) -> dict:
                   "bytes_per_epoch": epochs[-1]["bytes"] if epochs else {},
                   "peak_memory_per_worker": [max(e["peak_memory_per_worker"][r] for e in epochs)
                                              for r in range(len(results))] if epochs else [],
+                  "os_memory_per_worker": [max_os_memory([e["os_memory_per_worker"][r] for e in epochs])
+                                           for r in range(len(results))] if epochs else [],
                   "wall_seconds": time.perf_counter() - start},
     }
     if config.json:

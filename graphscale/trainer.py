@@ -3,7 +3,9 @@
 It runs inside every worker and drives any :class:`~graphscale.strategies.base.Strategy`
 the same way; it never branches on which strategy it runs. Worker 0 shows the
 progress bar and writes checkpoints; every worker returns its own history, which
-:mod:`graphscale.run` merges into the report.
+:mod:`graphscale.run` merges into the report. Every epoch record carries, next to the
+strategy's tracked ``peak_memory``, the OS-measured ``os_memory`` of the epoch and its
+evaluation (:class:`~graphscale.metrics.memory.EpochMemory`), so every strategy gets it.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from tqdm.auto import tqdm
 
 from graphscale.config import RunConfig
 from graphscale.distributed.env import DistEnv
+from graphscale.metrics.memory import EpochMemory, OSMemory
 from graphscale.strategies.base import Strategy
 
 
@@ -27,10 +30,15 @@ class Trainer:
         strategy: a strategy whose ``setup`` has run.
         env: this worker's DistEnv.
         config: the run configuration (epochs, checkpoint path, resume flag, progress).
+        memory_baseline: this worker's :func:`~graphscale.metrics.memory.os_memory` read at worker start,
+            before the data was loaded; without it the OS baseline is read here (after setup, data included)
+            and the records say ``baseline_at: "trainer start"``.
     """
 
-    def __init__(self, strategy: Strategy, env: DistEnv, config: RunConfig) -> None:
+    def __init__(self, strategy: Strategy, env: DistEnv, config: RunConfig,
+                 memory_baseline: OSMemory | None = None) -> None:
         self.strategy, self.env, self.config = strategy, env, config
+        self.os_memory = EpochMemory(memory_baseline)
         self.history: list[dict] = []
         self.best = {"epoch": -1, "val_acc": -1.0, "test_acc": float("nan"), "state": None}
         self.start_epoch = 0
@@ -70,8 +78,11 @@ class Trainer:
         bar = tqdm(epochs, desc=f"{self.config.strategy.name}/{self.config.model.name}", disable=not show,
                    unit="epoch", dynamic_ncols=True, leave=True)
         for epoch in bar:
-            stats = self.strategy.train_epoch(epoch)
-            metrics = self.strategy.evaluate()
+            with self.os_memory.measure() as os_memory:
+                stats = self.strategy.train_epoch(epoch)
+                self.os_memory.end_training()
+                metrics = self.strategy.evaluate()
+            stats.os_memory = os_memory
             record = {"epoch": epoch, **stats.to_dict(), **metrics}
             self.history.append(record)
             if metrics["val_acc"] > self.best["val_acc"]:

@@ -822,6 +822,12 @@ def from_pyg(data, name: str | None = None) -> Graph:
 FEATURE_NORMS = ("auto", "row", "none")
 
 
+def row_normalize(x: torch.Tensor) -> torch.Tensor:
+    """Every row divided by its L1 norm (rows of zeros stay zero); row-local, so a worker can apply it to its
+    own rows and get the rows of the whole normalised matrix."""
+    return x / x.abs().sum(dim=1, keepdim=True).clamp(min=torch.finfo(x.dtype).tiny)
+
+
 def normalize_features(graph: Graph, mode: str = "auto") -> Graph:
     """Row-normalise node features in place, the standard preprocessing of GCN/GAT on Planetoid data.
 
@@ -836,7 +842,7 @@ def normalize_features(graph: Graph, mode: str = "auto") -> Graph:
         raise ValueError(f"--feature-norm must be one of {', '.join(FEATURE_NORMS)}, got {mode!r}")
     applied = "none"
     if graph.x is not None and (mode == "row" or (mode == "auto" and bool((graph.x >= 0).all()))):
-        graph.x = graph.x / graph.x.abs().sum(dim=1, keepdim=True).clamp(min=torch.finfo(graph.x.dtype).tiny)
+        graph.x = row_normalize(graph.x)
         applied = "row"
     graph.meta["feature_norm"] = applied
     return graph

@@ -18,16 +18,43 @@ maximum of the total is :attr:`MemoryTracker.modelled_peak` (the CPU
 :attr:`~MemoryTracker.peak`). Temporaries that autograd does not keep are not
 counted. :func:`rss_bytes` / :func:`peak_rss_bytes` give the process's
 resident set for a cross-check.
+
+What the operating system confirms (Linux; :func:`os_memory`,
+:class:`OSMemorySampler`, :class:`EpochMemory`): the process's resident set
+split into
+
+* **anonymous** memory (``RssAnon``: heap, ``malloc`` / tensor storage, stacks,
+  private copies), which is where a worker's data lives unless it is mapped
+  from a file, and
+* **file-backed** memory (``RssFile + RssShmem``: mapped files such as
+  memory-mapped ``.npy`` arrays and shared libraries, plus shared memory, which
+  the kernel keeps as tmpfs files; the shared part is also reported on its own
+  as ``shmem``). A page shared by several workers counts in each worker's RSS.
+
+``anon + file == VmRSS``. The kernel keeps only the peak of the total
+(``VmHWM``); :class:`EpochMemory` resets it at the start of every epoch
+(``/proc/self/clear_refs`` ``5``; where that is refused the figure is the
+process-lifetime peak and ``peak_rss_since`` says ``"process start"``). The
+peaks of the anonymous and file-backed parts are *sampled*: a daemon thread
+reads ``/proc/self/status`` every few milliseconds (about 7 us a read) and
+keeps the maxima, so a spike shorter than the interval (or one during which
+the GIL is held for longer) can be missed; ``peak_rss_sampled`` next to the
+exact ``peak_rss`` shows how close the sampling came (it can also exceed it
+by the kernel's per-CPU RSS-counter slack, well under a MiB). On other systems only
+the ``getrusage`` peak is known and the split is ``None``.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import resource
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import asdict, dataclass
 
 import torch
 
@@ -45,6 +72,302 @@ def peak_rss_bytes() -> int:
     """Peak resident set size of this process in bytes (``getrusage``; KiB on Linux, bytes on macOS)."""
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return peak if sys.platform == "darwin" else peak * 1024
+
+
+# ----------------------------------------------------------------------------- what the OS confirms
+_STATUS = "/proc/self/status"
+_STATUS_FIELDS = re.compile(rb"^(VmHWM|VmRSS|RssAnon|RssFile|RssShmem):\s+(\d+) kB", re.MULTILINE)
+_KIB_LINE = re.compile(r"^(\w+):\s+(\d+) kB$", re.MULTILINE)
+
+
+def _parse_status(text: bytes) -> dict[str, int]:
+    """The memory fields of ``/proc/self/status`` in bytes."""
+    return {k.decode(): int(v) * 1024 for k, v in _STATUS_FIELDS.findall(text)}
+
+
+@dataclass
+class OSMemory:
+    """One reading of this process's memory from the OS, in bytes.
+
+    Attributes:
+        rss: resident set now (``VmRSS``; on non-Linux the ``getrusage`` peak).
+        peak_rss: peak resident set (``VmHWM``) since process start or the last
+            :func:`reset_peak_rss`; on non-Linux ``getrusage``'s process-lifetime peak.
+        anon: anonymous resident memory (``RssAnon``); ``None`` where unknown.
+        file: file-backed resident memory including shared memory (``RssFile + RssShmem``); ``None`` where unknown.
+        shmem: the shared-memory part of ``file`` (``RssShmem``); ``None`` where unknown.
+        smaps: ``/proc/self/smaps_rollup`` in bytes (``Rss``, ``Pss``, ``Anonymous``, ``Private_Dirty``, ...)
+            when asked for and available, else ``None``.
+    """
+
+    rss: int
+    peak_rss: int
+    anon: int | None = None
+    file: int | None = None
+    shmem: int | None = None
+    smaps: dict[str, int] | None = None
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def smaps_rollup() -> dict[str, int] | None:
+    """``/proc/self/smaps_rollup`` as ``{field: bytes}`` (``None`` where the kernel has no such file)."""
+    try:
+        with open("/proc/self/smaps_rollup") as f:
+            text = f.read()
+    except OSError:
+        return None
+    return {k: int(v) * 1024 for k, v in _KIB_LINE.findall(text)}
+
+
+def os_memory(smaps: bool = False) -> OSMemory:
+    """This process's memory as the OS reports it (``/proc/self/status``; ``getrusage`` elsewhere).
+
+    Args:
+        smaps: also read ``/proc/self/smaps_rollup`` (walks every mapping: ~0.3 ms, so not for sampling).
+    """
+    try:
+        with open(_STATUS, "rb") as f:
+            fields = _parse_status(f.read())
+    except OSError:  # pragma: no cover - non-Linux
+        fields = {}
+    if "VmRSS" not in fields:  # pragma: no cover - non-Linux
+        peak = peak_rss_bytes()
+        return OSMemory(rss=peak, peak_rss=peak)
+    anon = fields.get("RssAnon")
+    shmem = fields.get("RssShmem")
+    file = fields["RssFile"] + (shmem or 0) if "RssFile" in fields else None
+    return OSMemory(rss=fields["VmRSS"], peak_rss=fields.get("VmHWM", fields["VmRSS"]), anon=anon, file=file,
+                    shmem=shmem, smaps=smaps_rollup() if smaps else None)
+
+
+def reset_peak_rss() -> bool:
+    """Reset the kernel's peak resident set (``VmHWM``) to the current RSS; ``False`` where that is refused.
+
+    Writes ``5`` to ``/proc/self/clear_refs`` (Linux >= 4.0). It does not touch ``getrusage``'s
+    ``ru_maxrss`` in every kernel, so read the reset peak from ``VmHWM`` (:func:`os_memory`).
+    """
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        return True
+    except OSError:
+        return False
+
+
+@dataclass
+class SampledPeaks:
+    """Maxima of ``/proc/self/status`` fields over a sampled interval, in bytes (``None`` where unknown).
+
+    Attributes:
+        rss: highest ``VmRSS`` seen (a lower bound of the true peak; compare ``VmHWM``).
+        anon: highest ``RssAnon`` seen.
+        file: highest ``RssFile + RssShmem`` seen.
+        shmem: highest ``RssShmem`` seen.
+        samples: readings taken (at least two: at start and at stop).
+        seconds: length of the interval.
+    """
+
+    rss: int | None = None
+    anon: int | None = None
+    file: int | None = None
+    shmem: int | None = None
+    samples: int = 0
+    seconds: float = 0.0
+
+
+class OSMemorySampler:
+    """Samples this process's anonymous / file-backed resident memory in a background thread.
+
+    The kernel records only the peak of the total resident set; the peaks of its parts are
+    found by reading ``/proc/self/status`` every ``interval`` seconds between :meth:`start` and
+    :meth:`stop` (and once at each end). Spikes shorter than the interval may be missed, so
+    the peaks are lower bounds. :meth:`lap` closes a sub-interval (e.g. the training half of an
+    epoch) without stopping. On systems without ``/proc`` the sampler records nothing and
+    every peak is ``None``.
+
+    Usage::
+
+        sampler = OSMemorySampler()
+        with sampler:
+            work()
+        print(sampler.peaks.anon)
+
+    Args:
+        interval: seconds between readings (default 5 ms).
+    """
+
+    def __init__(self, interval: float = 0.005) -> None:
+        if interval <= 0:
+            raise ValueError(f"OSMemorySampler: interval must be > 0, got {interval}")
+        self.interval = interval
+        self.peaks = SampledPeaks()
+        self._lap = SampledPeaks()
+        self._lock = threading.Lock()
+        self._fd: int | None = None
+        self._thread: threading.Thread | None = None
+        self._stop = threading.Event()
+        self._start_time = self._lap_time = 0.0
+
+    @staticmethod
+    def _update(p: SampledPeaks, values: dict[str, int | None]) -> None:
+        p.samples += 1
+        for name, value in values.items():
+            if value is not None:
+                old = getattr(p, name)
+                setattr(p, name, value if old is None else max(old, value))
+
+    def _sample(self) -> None:
+        try:
+            fields = _parse_status(os.pread(self._fd, 8192, 0))
+        except OSError:  # pragma: no cover - /proc vanished
+            return
+        values = {"rss": fields.get("VmRSS"), "anon": fields.get("RssAnon"), "shmem": fields.get("RssShmem"),
+                  "file": fields["RssFile"] + fields.get("RssShmem", 0) if "RssFile" in fields else None}
+        with self._lock:
+            self._update(self.peaks, values)
+            self._update(self._lap, values)
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval):
+            self._sample()
+
+    def start(self) -> None:
+        """Start a new interval (its peaks start from the current reading)."""
+        if self._thread is not None:
+            raise RuntimeError("OSMemorySampler.start: already running")
+        self.peaks, self._lap = SampledPeaks(), SampledPeaks()
+        self._start_time = self._lap_time = time.perf_counter()
+        try:
+            self._fd = os.open(_STATUS, os.O_RDONLY)
+        except OSError:  # pragma: no cover - non-Linux
+            self._fd = None
+            return
+        self._sample()
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._loop, name="graphscale-os-memory", daemon=True)
+        self._thread.start()
+
+    def lap(self) -> SampledPeaks:
+        """Close the current sub-interval with a reading now: its maxima since :meth:`start` or the last lap.
+
+        The next sub-interval starts from this reading; :attr:`peaks` keeps covering the whole interval.
+        """
+        if self._fd is not None:
+            self._sample()
+        with self._lock:
+            lap, self._lap = self._lap, SampledPeaks()
+        now = time.perf_counter()
+        lap.seconds, self._lap_time = now - self._lap_time, now
+        if self._fd is not None:
+            self._sample()  # the new sub-interval starts from the current reading
+        return lap
+
+    def stop(self) -> SampledPeaks:
+        """End the interval with one last reading; returns (and keeps in :attr:`peaks`) its maxima."""
+        if self._thread is not None:
+            self._stop.set()
+            self._thread.join()
+            self._thread = None
+        if self._fd is not None:
+            self._sample()
+            os.close(self._fd)
+            self._fd = None
+        self.peaks.seconds = time.perf_counter() - self._start_time
+        return self.peaks
+
+    def __enter__(self) -> OSMemorySampler:
+        self.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+class EpochMemory:
+    """Per-epoch OS memory of one worker: what the trainer records as ``os_memory`` for every strategy.
+
+    Usage::
+
+        memory = EpochMemory(baseline=os_memory())   # read at worker start, before data is loaded
+        with memory.measure() as record:
+            strategy.train_epoch(epoch)
+            memory.end_training()
+            strategy.evaluate()
+        history[-1]["os_memory"] = record
+
+    The record (bytes; ``None`` where the OS does not say):
+
+    * ``peak_rss``: the kernel's peak resident set (``VmHWM``) over the block, exact;
+      ``peak_rss_since`` is ``"epoch"`` when the peak could be reset at the block's start,
+      else ``"process start"`` (the process-lifetime peak);
+    * ``peak_anon``, ``peak_file``, ``peak_shmem``, ``peak_rss_sampled``: *sampled* maxima of
+      ``RssAnon``, ``RssFile + RssShmem`` (file-backed including shared memory), ``RssShmem``
+      and ``VmRSS`` (see :class:`OSMemorySampler`); ``samples`` readings were taken;
+    * ``train_peak_anon``, ``train_peak_file``: the same sampled maxima up to :meth:`end_training`
+      (the training step alone, which is what the tracked ``peak_memory`` covers); ``None`` if it
+      was not called;
+    * ``baseline_anon``, ``baseline_rss``: the process's anonymous and total resident set at
+      ``baseline_at``: ``"worker start"`` when a baseline reading was passed in (the interpreter
+      and the torch runtime, before any data), else ``"trainer start"`` (read when this object
+      was made, after the strategy's setup: data included). ``peak_anon - baseline_anon`` is
+      then what the worker added on top of that.
+
+    Args:
+        baseline: an :func:`os_memory` reading taken at worker start, before data is loaded.
+        interval: sampling interval in seconds.
+    """
+
+    def __init__(self, baseline: OSMemory | None = None, interval: float = 0.005) -> None:
+        self.baseline_at = "worker start" if baseline is not None else "trainer start"
+        self.baseline = baseline if baseline is not None else os_memory()
+        self.sampler = OSMemorySampler(interval)
+        self._train: SampledPeaks | None = None
+
+    def end_training(self) -> None:
+        """Mark the end of the training step inside :meth:`measure` (evaluation follows)."""
+        self._train = self.sampler.lap()
+
+    @contextmanager
+    def measure(self) -> Iterator[dict]:
+        """Reset the kernel's peak, sample during the block; the yielded dict is filled in on exit."""
+        record: dict = {}
+        self._train = None
+        reset = reset_peak_rss()
+        self.sampler.start()
+        try:
+            yield record
+        finally:
+            peaks = self.sampler.stop()
+            now = os_memory()
+            train = self._train or SampledPeaks()
+            record.update({
+                "peak_rss": now.peak_rss, "peak_rss_since": "epoch" if reset else "process start",
+                "peak_anon": peaks.anon, "peak_file": peaks.file, "peak_shmem": peaks.shmem,
+                "peak_rss_sampled": peaks.rss, "samples": peaks.samples,
+                "train_peak_anon": train.anon, "train_peak_file": train.file,
+                "baseline_anon": self.baseline.anon, "baseline_rss": self.baseline.rss,
+                "baseline_at": self.baseline_at,
+            })
+
+
+def max_os_memory(records: list[dict | None]) -> dict | None:
+    """Field-wise maximum of one worker's per-epoch ``os_memory`` records (what a report's ``final`` shows).
+
+    Numbers take their maximum over the records that have one (``None`` only where none has); labels
+    (``peak_rss_since``, ``baseline_at``) are kept from the first record. Records that are ``None`` (epochs
+    without a measurement) are skipped; ``None`` if all are.
+    """
+    out: dict = {}
+    for rec in records:
+        for key, value in (rec or {}).items():
+            old = out.get(key)
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                out[key] = value if old is None else max(old, value)
+            elif key not in out:
+                out[key] = value
+    return out or None
 
 
 def _storage_key(t: torch.Tensor) -> tuple[str, int, int]:

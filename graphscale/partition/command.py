@@ -184,6 +184,7 @@ def partition_dataset(args: argparse.Namespace) -> dict:
     from graphscale.data.edge_stream import edge_stream_to_graph
     from graphscale.partition.base import validate_num_parts
     from graphscale.partition.metrics import peak_rss_bytes
+    from graphscale.prepare import canonical_spec
     from graphscale.partition.store import check_store_target, write_partition_store
 
     start = time.perf_counter()
@@ -224,7 +225,8 @@ def partition_dataset(args: argparse.Namespace) -> dict:
             method=name, params=options, num_classes=graph.num_classes if graph is not None and graph.y is not None
             else None, source_name=label, chunk_edges=args.chunk_edges,
             feature_chunk_bytes=args.feature_chunk_mb << 20, overwrite=args.overwrite, progress=bars,
-            extra_meta={"partitioner_info": info, "seed": args.seed})
+            extra_meta={"partitioner_info": info, "seed": args.seed, "dataset": canonical_spec(args.dataset),
+                        "name": graph.name if graph is not None else Path(args.dataset).name})
     finally:
         bars.close()
         with contextlib.suppress(FileNotFoundError):

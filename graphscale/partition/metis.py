@@ -1,13 +1,23 @@
-"""METIS k-way vertex partitioning through pymetis."""
+"""METIS vertex partitioning through pymetis, balancing vertices, aggregation work or work and training vertices."""
 
 from __future__ import annotations
+
+import ctypes
+import warnings
 
 import numpy as np
 import torch
 
 from graphscale.data.graph import Graph
-from graphscale.partition.base import VertexPartitioner
+from graphscale.partition.base import VertexPartitioner, validate_num_parts, validate_owner
 from graphscale.registry import PARTITIONERS
+
+#: What a METIS partition balances (``--balance``); :data:`DEFAULT_BALANCE` is the training default.
+BALANCE_CHOICES = ("vertices", "edges", "edges+train")
+DEFAULT_BALANCE = "edges+train"
+
+_METIS_OK = 1
+_METIS_NOPTIONS = 40  # METIS 5's options array length
 
 
 def _import_pymetis():
@@ -19,37 +29,174 @@ def _import_pymetis():
     return pymetis
 
 
+def check_balance(balance: str) -> str:
+    """Validate the ``balance`` option and return it.
+
+    Raises:
+        ValueError: ``balance`` is not one of :data:`BALANCE_CHOICES`.
+    """
+    if balance not in BALANCE_CHOICES:
+        raise ValueError(f"balance must be one of {', '.join(BALANCE_CHOICES)}, got {balance!r}")
+    return balance
+
+
+def work_weights(graph: Graph) -> np.ndarray:
+    """Aggregation work of every vertex: its in-edges plus its own row (``in-degree + 1``), int64 ``[N]``.
+
+    Summed over a set of destinations this is what a layer's sparse kernels cost there (they run over row
+    ranges balanced by the same ``edges + rows``); the ``+1`` also makes isolated vertices count.
+    """
+    return graph.in_degrees().numpy().astype(np.int64) + 1
+
+
+def vertex_weights(graph: Graph, balance: str) -> np.ndarray | None:
+    """METIS vertex weights for a ``balance`` mode.
+
+    * ``vertices``: ``None`` (unit weights: equal vertex counts);
+    * ``edges``: :func:`work_weights`, ``[N]``;
+    * ``edges+train``: two constraints, ``[N, 2]``: the work and a training-vertex indicator (DistDGL's
+      multi-constraint balancing), so parts get both equal work and equal shares of the training set. Without a
+      training mask, or with an empty one, it is ``edges``.
+
+    Raises:
+        ValueError: unknown ``balance``.
+    """
+    check_balance(balance)
+    if balance == "vertices":
+        return None
+    work = work_weights(graph)
+    if balance == "edges" or graph.train_mask is None or not bool(graph.train_mask.any()):
+        return work
+    return np.stack([work, graph.train_mask.numpy().astype(np.int64)], axis=1)
+
+
+def _metis_library(pymetis) -> ctypes.CDLL | None:
+    """METIS's C API as exported by pymetis's extension module (``None`` when this build hides it)."""
+    if not (hasattr(pymetis, "zero_copy_dtype") and hasattr(pymetis, "OptionKey")):  # idx_t width, option indices
+        return None
+    try:
+        from pymetis import _internal
+
+        lib = ctypes.CDLL(_internal.__file__)
+    except (ImportError, OSError):
+        return None
+    names = ("METIS_SetDefaultOptions", "METIS_PartGraphKway", "METIS_PartGraphRecursive")
+    return lib if all(hasattr(lib, name) for name in names) else None
+
+
+def _part_graph_multi(pymetis, lib: ctypes.CDLL, xadj: np.ndarray, adjncy: np.ndarray, num_parts: int,
+                      weights: np.ndarray, seed: int, ufactor: int | None) -> np.ndarray:
+    """``METIS_PartGraph*`` with ``ncon = weights.shape[1]`` constraints (pymetis always passes ``ncon = 1``).
+
+    Same choices as ``pymetis.part_graph``: recursive bisection up to 8 parts, k-way above, METIS's default
+    options plus ``seed`` (and ``ufactor``).
+    """
+    idx = pymetis.zero_copy_dtype()
+    n, ncon = weights.shape
+
+    def ptr(a: np.ndarray):
+        return a.ctypes.data_as(ctypes.c_void_p)
+
+    options = np.zeros(_METIS_NOPTIONS, dtype=idx)
+    lib.METIS_SetDefaultOptions(ptr(options))
+    options[int(pymetis.OptionKey.SEED)] = seed
+    options[int(pymetis.OptionKey.NUMBERING)] = 0
+    if ufactor is not None:
+        options[int(pymetis.OptionKey.UFACTOR)] = ufactor
+    xadj, adjncy = np.ascontiguousarray(xadj, dtype=idx), np.ascontiguousarray(adjncy, dtype=idx)
+    vwgt = np.ascontiguousarray(weights, dtype=idx)
+    nvtxs, ncon_a, nparts = (np.array([v], dtype=idx) for v in (n, ncon, num_parts))
+    edgecut, part = np.zeros(1, dtype=idx), np.zeros(n, dtype=idx)
+    run = lib.METIS_PartGraphRecursive if num_parts <= 8 else lib.METIS_PartGraphKway
+    status = run(ptr(nvtxs), ptr(ncon_a), ptr(xadj), ptr(adjncy), ptr(vwgt), None, None, ptr(nparts), None, None,
+                 ptr(options), ptr(edgecut), ptr(part))
+    if status != _METIS_OK:
+        raise RuntimeError(f"METIS failed with status {status} on {n} vertices, {num_parts} parts, {ncon} constraints")
+    return part
+
+
 @PARTITIONERS.register("metis")
 class MetisPartitioner(VertexPartitioner):
-    """Minimise the edge cut of balanced parts with METIS (``METIS_PartGraphKway``).
+    """Minimise the edge cut of balanced parts with METIS.
 
     METIS needs an undirected graph without self-loops, so it sees the
-    symmetrised, self-loop-free adjacency; the owner array applies to the graph
-    as given. The METIS seed is ``seed``, which makes the result deterministic
-    for a given pymetis build. METIS may leave a part empty on tiny or
-    disconnected graphs; callers that need every part non-empty must check
-    :func:`~graphscale.partition.base.partition_sizes`.
+    symmetrised, self-loop-free adjacency; the owner array and the vertex
+    weights (:func:`vertex_weights`: in-degrees of the graph as given) apply to
+    the graph as given. The METIS seed is ``seed``, which makes the result
+    deterministic for a given pymetis build. METIS may leave a part empty on
+    tiny or disconnected graphs; callers that need every part non-empty must
+    check :func:`~graphscale.partition.base.partition_sizes`.
+
+    pymetis passes a single balance constraint to METIS, so ``edges+train``
+    calls METIS's C API from pymetis's extension module; a pymetis build that
+    does not export it falls back to ``edges`` with a warning.
 
     Args:
-        ufactor: allowed imbalance in thousandths (METIS default 30 = 3%); ``None`` keeps METIS's default.
+        balance: what the parts balance, one of :data:`BALANCE_CHOICES`: ``vertices`` (equal vertex counts),
+            ``edges`` (equal aggregation work, :func:`work_weights`) or ``edges+train`` (equal work and equal
+            training vertices; ``edges`` without a training mask). Default :data:`DEFAULT_BALANCE`.
+        ufactor: allowed imbalance per constraint in thousandths (METIS's default: 30 = 3% for k-way, 1 for the
+            recursive bisection pymetis uses up to 8 parts); ``None`` keeps METIS's default.
+
+    Raises:
+        ValueError: unknown ``balance``.
     """
 
     name = "metis"
 
-    def __init__(self, ufactor: int | None = None) -> None:
+    def __init__(self, balance: str = DEFAULT_BALANCE, ufactor: int | None = None) -> None:
+        self.balance = check_balance(balance)
         self.ufactor = ufactor
 
     def _partition(self, graph: Graph, num_parts: int, seed: int) -> torch.Tensor:
+        return self._metis(graph, num_parts, seed, vertex_weights(graph, self.balance))
+
+    def partition_weighted(self, graph: Graph, num_parts: int, weights, seed: int = 0) -> torch.Tensor:
+        """Owner of every vertex, balancing the given vertex weights instead of ``balance``'s.
+
+        Args:
+            graph: the graph.
+            num_parts: number of parts, ``1 <= num_parts <= graph.num_nodes``.
+            weights: non-negative integer weights, ``[N]`` (one constraint) or ``[N, ncon]``.
+            seed: METIS seed.
+
+        Raises:
+            ValueError: ``num_parts`` out of range, or ``weights`` of the wrong shape or sign.
+        """
+        validate_num_parts(num_parts, graph.num_nodes)
+        weights = np.asarray(weights)
+        if weights.shape[:1] != (graph.num_nodes,) or weights.ndim not in (1, 2) or \
+                not np.issubdtype(weights.dtype, np.integer) or (weights.size and int(weights.min()) < 0):
+            raise ValueError(f"weights must be non-negative integers of shape ({graph.num_nodes},) or "
+                             f"({graph.num_nodes}, ncon), got {weights.dtype} {weights.shape}")
+        if num_parts == 1:
+            return torch.zeros(graph.num_nodes, dtype=torch.int64)
+        return validate_owner(self._metis(graph, num_parts, seed, weights), graph.num_nodes, num_parts)
+
+    def _metis(self, graph: Graph, num_parts: int, seed: int, weights: np.ndarray | None) -> torch.Tensor:
         pymetis = _import_pymetis()
         g = graph.remove_self_loops().symmetrize()
+        xadj = g.indptr.numpy().astype(np.int32 if g.num_edges < 2**31 else np.int64)
+        adjncy = g.indices.numpy().astype(xadj.dtype)
+        if weights is not None and weights.ndim == 2 and weights.shape[1] == 1:
+            weights = weights[:, 0]
+        if weights is not None and weights.ndim == 2:
+            lib = _metis_library(pymetis)
+            if lib is not None:
+                parts = _part_graph_multi(pymetis, lib, xadj, adjncy, num_parts, weights, int(seed), self.ufactor)
+                return torch.as_tensor(parts, dtype=torch.int64)
+            warnings.warn(f"this pymetis build does not export METIS's C API, so METIS balances only the first of "
+                          f"{weights.shape[1]} constraints (balance='edges+train' becomes 'edges')", RuntimeWarning,
+                          stacklevel=3)
+            weights = weights[:, 0]
         options = pymetis.Options(seed=int(seed))
         if self.ufactor is not None:
             options.ufactor = int(self.ufactor)
-        xadj = g.indptr.numpy().astype(np.int32 if g.num_edges < 2**31 else np.int64)
-        adjncy = g.indices.numpy().astype(xadj.dtype)
+        idx = pymetis.zero_copy_dtype() if hasattr(pymetis, "zero_copy_dtype") else np.int64
+        extra = {} if weights is None else {"vweights": np.ascontiguousarray(weights, dtype=idx)}
         if hasattr(pymetis, "CSRAdjacency"):  # pymetis >= 2025.2
-            result = pymetis.part_graph(num_parts, pymetis.CSRAdjacency(xadj, adjncy), options=options)
+            result = pymetis.part_graph(num_parts, pymetis.CSRAdjacency(xadj, adjncy), options=options, **extra)
         else:  # pragma: no cover - older pymetis
-            result = pymetis.part_graph(num_parts, xadj=xadj, adjncy=adjncy, options=options)
+            result = pymetis.part_graph(num_parts, xadj=xadj, adjncy=adjncy, options=options, **extra)
         parts = result[1] if isinstance(result, tuple) else result.vertex_part
         return torch.as_tensor(np.asarray(parts), dtype=torch.int64)

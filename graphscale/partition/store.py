@@ -401,6 +401,69 @@ def load_book(path: str | Path) -> PartitionBook:
     return PartitionBook(meta["num_parts"], perm, inv_perm, boundaries)
 
 
+def _check_npy(file: Path, shape: tuple, dtype=None) -> None:
+    """``file`` is a readable ``.npy`` of ``shape`` (and ``dtype``), judged from its header and size alone."""
+    if not file.is_file():
+        raise FileNotFoundError(f"{file} is missing")
+    try:
+        array = np.load(file, mmap_mode="r", allow_pickle=False)
+    except (ValueError, OSError, EOFError) as err:
+        raise ValueError(f"{file} is not a readable .npy file (truncated or corrupted?): {err}") from None
+    if tuple(array.shape) != tuple(shape) or (dtype is not None and array.dtype != np.dtype(dtype)):
+        raise ValueError(f"{file} has shape {tuple(array.shape)} and dtype {array.dtype}; the store's meta.json "
+                         f"expects shape {tuple(shape)}" + (f" and dtype {np.dtype(dtype)}" if dtype else ""))
+
+
+def check_partition_store(path: str | Path) -> dict:
+    """Validate a whole store from its metadata and array headers (no array data is read); returns its meta.
+
+    Checks the format and version, the book files, and for every partition its ``meta.json`` and the shape
+    and dtype of every array it lists (a truncated file fails the memory-map size check).
+
+    Raises:
+        FileNotFoundError: a missing store, ``meta.json`` or array file.
+        ValueError: another format or version, an array of the wrong shape, dtype or size, inconsistent counts.
+    """
+    path = Path(path)
+    if not path.is_dir():
+        raise FileNotFoundError(f"partition store {path} does not exist (write one with `graphscale partition`)")
+    meta = read_store_meta(path)
+    try:
+        n, p = int(meta["num_nodes"]), int(meta["num_parts"])
+        num_features, parts = int(meta.get("num_features") or 0), meta["parts"]
+    except (KeyError, TypeError, ValueError) as err:
+        raise ValueError(f"{path / 'meta.json'}: missing or malformed field {err}") from None
+    if len(parts) != p:
+        raise ValueError(f"{path / 'meta.json'}: lists {len(parts)} parts but num_parts is {p}")
+    _check_npy(path / "owner.npy", (n,))
+    _check_npy(path / "perm.npy", (n,), np.int64)
+    _check_npy(path / "boundaries.npy", (p + 1,), np.int64)
+    for s in range(p):
+        folder = part_dir(path, s)
+        part_meta_file = folder / "meta.json"
+        if not part_meta_file.is_file():
+            raise FileNotFoundError(f"{part_meta_file} is missing: partition {s} of {path} is incomplete")
+        try:
+            pm = json.loads(part_meta_file.read_text())
+            n_local, n_halo, n_edges = int(pm["num_local"]), int(pm["num_halo"]), int(pm["num_edges"])
+            listed = list(pm["arrays"])
+        except (ValueError, KeyError, TypeError) as err:
+            raise ValueError(f"{part_meta_file} is not a valid partition meta.json: {err}") from None
+        missing = [name for name in PART_ARRAYS if name not in listed]
+        if missing:
+            raise ValueError(f"{part_meta_file} does not list the arrays {missing}")
+        shapes = {"indptr": ((n_local + 1,), np.int64), "indices": ((n_edges,), np.int64),
+                  "orig_ids": ((n_local,), np.int64), "global_ids": ((n_local,), np.int64),
+                  "degree": ((n_local,), np.int64), "halo_owner": ((n_halo,), None),
+                  "x": ((n_local, num_features), meta.get("x_dtype")), "y": ((n_local,), None)}
+        shapes.update({m: ((n_local,), np.bool_) for m in MASKS})
+        for name in listed:
+            if name not in shapes:
+                raise ValueError(f"{part_meta_file} lists an unknown array {name!r}")
+            _check_npy(folder / f"{name}.npy", *shapes[name])
+    return meta
+
+
 @dataclass
 class LocalPartition:
     """One partition as stored: a local graph (inner rows first) and its id maps.

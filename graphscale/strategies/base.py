@@ -16,6 +16,7 @@ import torch.nn.functional as F
 
 from graphscale.config import OptimConfig, RunConfig
 from graphscale.data.graph import Graph
+from graphscale.data.handle import HOST_SHARED, DataHandle
 from graphscale.distributed.comm import ALLREDUCE, Comm
 from graphscale.distributed.env import DistEnv
 from graphscale.metrics.memory import MemoryTracker
@@ -29,11 +30,33 @@ class Strategy(ABC):
 
     #: True when the strategy reproduces the ``single`` reference exactly.
     exact: bool = True
+    #: The view of the data its workers get (:mod:`graphscale.data.handle`): ``memory``, ``host-shared``
+    #: (one graph directory per host, memory-mapped by every worker) or ``partition-local`` (worker ``r``
+    #: opens ``part-r`` of a partition store).
+    data_view: str = HOST_SHARED
 
-    def setup(self, graph: Graph, model: torch.nn.Module, env: DistEnv, config: RunConfig) -> None:
-        """Prepare partitions, buffers and the optimiser. Called once per worker."""
-        self.graph, self.model, self.env, self.config = graph, model, env, config
+    @classmethod
+    def needs_vertex_partition(cls, config: RunConfig) -> bool:
+        """Whether a host-shared run needs the parent to partition the vertices (``--partitioner``)."""
+        return False
+
+    def setup(self, data: DataHandle | Graph, model: torch.nn.Module, env: DistEnv, config: RunConfig) -> None:
+        """Prepare partitions, buffers and the optimiser. Called once per worker.
+
+        Args:
+            data: the worker's data handle (a bare :class:`Graph` is taken as an in-memory handle).
+            model: the model, on ``env.device``.
+            env: this worker's DistEnv.
+            config: the run configuration.
+        """
+        self.data = DataHandle.of(data)
+        self.model, self.env, self.config = model, env, config
         self.optimizer = make_optimizer(model, config.optim)
+
+    def vertex_owner(self, graph: Graph) -> torch.Tensor:
+        """The run's vertex partition into ``world_size`` parts (prepared by the parent where it can be)."""
+        sc = self.config.strategy
+        return self.data.vertex_owner(graph, self.env.world_size, sc.partitioner, self.config.seed, sc.balance)
 
     @abstractmethod
     def train_epoch(self, epoch: int) -> EpochStats:

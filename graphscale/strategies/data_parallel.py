@@ -49,6 +49,7 @@ import torch
 from graphscale.config import RunConfig
 from graphscale.data.feature_cache import POLICIES, FeatureCache
 from graphscale.data.graph import Graph
+from graphscale.data.handle import DataHandle
 from graphscale.data.sampler import MiniBatchLoader, NeighborSampler
 from graphscale.distributed.comm import CONTROL
 from graphscale.distributed.env import DistEnv
@@ -59,7 +60,6 @@ from graphscale.strategies.minibatch_common import (
     P2P,
     MiniBatchStrategy,
     load_host_rows,
-    partition_owner,
     record_structure,
 )
 
@@ -139,10 +139,15 @@ class DataParallel(MiniBatchStrategy):
             raise ValueError(f"--cache must be one of {', '.join(POLICIES)} for strategy 'data-parallel', "
                              f"got {config.strategy.cache!r}")
 
-    def setup(self, graph: Graph, model: torch.nn.Module, env: DistEnv, config: RunConfig) -> None:
-        super().setup(graph, model, env, config)
+    @classmethod
+    def needs_vertex_partition(cls, config: RunConfig) -> bool:
+        return config.strategy.cache == "pagraph"
+
+    def setup(self, data: DataHandle | Graph, model: torch.nn.Module, env: DistEnv, config: RunConfig) -> None:
+        super().setup(data, model, env, config)
+        graph = self.graph
         rank, world, policy = env.rank, env.world_size, config.strategy.cache
-        owner = partition_owner(self.comm, graph, config) if policy == "pagraph" else None
+        owner = self.vertex_owner(graph) if policy == "pagraph" else None
         self.owner = owner
         self.schedule = MicroBatchSchedule(self.train_ids, config.strategy.batch_size, world, config.seed, owner)
         own_train = self.schedule.own[rank] if owner is not None else None

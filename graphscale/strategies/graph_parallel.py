@@ -2,14 +2,19 @@
 
 The NeutronStar / DistGNN-style baseline (GNNPipe's "graph parallelism").
 
-**Setup.** Rank 0 partitions the graph into ``W`` parts with
-``config.strategy.partitioner`` (seeded by ``config.seed``) and broadcasts the
-owner array (category ``"setup"``). Worker ``i`` owns the vertices ``P_i`` of
-part ``i`` (ascending original ids) and builds ``Block.from_nodes(graph, P_i)``:
-destinations ``P_i``, sources ``P_i`` followed by the halo ``B_i`` (in-neighbours
-of ``P_i`` owned elsewhere, ascending id), with *global* degrees. A
-:class:`~graphscale.distributed.functional.HaloExchange` plan is agreed with
-the owners (category ``"control"``).
+**Setup.** Worker ``i`` memory-maps ``part-i`` of a partition store (the
+partition-local view of :mod:`graphscale.data.handle`, written by ``graphscale
+partition`` or by the run before the workers start) and nothing else: it never
+sees the global graph. It owns the store's inner vertices ``P_i`` (ascending
+original ids); its block is the inner rows of the part's local CSR: destinations
+``P_i``, sources ``P_i`` followed by the halo ``B_i`` (in-neighbours of ``P_i``
+owned elsewhere, in the store's global-id order), with the stored *global*
+in-degrees and original ids (the dropout keys). Only the inner rows of the
+features, labels and masks are read (row-normalised here when the run asks for
+it, since a store holds raw features). The
+:class:`~graphscale.distributed.functional.HaloExchange` plan comes from the
+store's ``halo_owner`` and ids, agreed with the owners (category ``"control"``);
+the global training count is one all-reduce (category ``"setup"``).
 
 **Epoch.** ``h = input_map(x_i)``; for every layer ``l``:
 ``h_src = halo.gather(h)`` then ``h = model.step(l, block, h_src, h0_dst)``;
@@ -57,15 +62,14 @@ import torch
 
 from graphscale.config import RunConfig
 from graphscale.data.block import Block
-from graphscale.data.graph import Graph
+from graphscale.data.datasets import row_normalize
+from graphscale.data.handle import PARTITION_LOCAL, DataHandle
 from graphscale.distributed.comm import CONTROL, Comm
 from graphscale.distributed.env import DistEnv
 from graphscale.distributed.functional import HaloExchange
 from graphscale.metrics.memory import MemoryTracker
 from graphscale.metrics.stats import EpochStats
-from graphscale.partition.base import partition_sizes
-from graphscale.partition.book import PartitionBook
-from graphscale.registry import PARTITIONERS, STRATEGIES
+from graphscale.registry import STRATEGIES
 from graphscale.strategies.base import (
     SPLITS,
     Strategy,
@@ -100,56 +104,78 @@ def allreduce_bytes_per_epoch(num_params: int, world_size: int, element_size: in
     return 2 * (world_size - 1) * num_params * element_size
 
 
+def inner_block(part) -> tuple[Block, torch.Tensor]:
+    """The block of a stored partition's inner rows, and the local ids of the halo rows it reads.
+
+    Destinations are the inner vertices; sources are the inner vertices, then the halo vertices that
+    an inner row references (all of them for a vertex partition; a vertex-cut store may hold more), in
+    local-id order. ``src_ids`` are original ids (dropout keys, input maps), ``src_deg`` global in-degrees.
+    The CSR arrays are views of the memory-mapped store unless halo rows need renumbering.
+
+    Args:
+        part: a :class:`~graphscale.partition.store.LocalPartition`.
+    """
+    n_inner = part.num_inner
+    indptr = part.graph.indptr[: n_inner + 1]
+    indices = part.graph.indices[: int(indptr[-1])]
+    halo_local = torch.unique(indices[indices >= n_inner])
+    if halo_local.numel() != part.num_halo:
+        lut = torch.full((part.graph.num_nodes,), -1, dtype=torch.int64)
+        lut[:n_inner] = torch.arange(n_inner)
+        lut[halo_local] = torch.arange(n_inner, n_inner + halo_local.numel())
+        indices = lut[indices]
+    rows = torch.cat([torch.arange(n_inner), halo_local])
+    return Block(indptr, indices, part.orig_ids[rows], part.degree[rows]), halo_local
+
+
 @STRATEGIES.register("graph-parallel")
 class GraphParallel(Strategy):
     """Graph-parallel full-graph training (see the module docstring)."""
 
     exact = True
 
-    def setup(self, graph: Graph, model: torch.nn.Module, env: DistEnv, config: RunConfig) -> None:
-        super().setup(graph, model, env, config)
-        if graph.x is None or graph.y is None or graph.train_mask is None:
-            raise ValueError("strategy 'graph-parallel' needs node features, labels and a training mask")
-        self.num_train = int(graph.train_mask.sum())
-        if self.num_train == 0:
-            raise ValueError("strategy 'graph-parallel': the graph has no training vertices")
+    data_view = PARTITION_LOCAL
+
+    def setup(self, data: DataHandle, model: torch.nn.Module, env: DistEnv, config: RunConfig) -> None:
+        super().setup(data, model, env, config)
         self.comm = Comm(env)
         device, rank = env.device, env.rank
-        self.owner = self._partition(graph, config)
-        self.book = PartitionBook.from_owner(self.owner, env.world_size)
-        sizes = partition_sizes(self.owner, env.world_size)
-        if bool((sizes == 0).any()):
-            raise ValueError(f"partitioner {config.strategy.partitioner!r} left part(s) "
-                             f"{torch.nonzero(sizes == 0).flatten().tolist()} empty for {env.world_size} workers; "
-                             "use fewer workers or --partitioner random")
-        inner = self.book.inner_original(rank)
-        self.block = Block.from_nodes(graph, inner, graph.in_degrees()).to(device)
-        self.halo = HaloExchange.build(self.comm, inner, self.block.halo_ids, self.owner[self.block.halo_ids], HALO)
+        part = self.data.open_partition(rank)
+        if part.num_parts != env.world_size:
+            raise ValueError(f"partition store {self.data.path} has {part.num_parts} parts but there are "
+                             f"{env.world_size} workers")
+        local = part.graph
+        if local.x is None or local.y is None or local.train_mask is None:
+            raise ValueError(f"strategy 'graph-parallel' needs node features, labels and a training mask; "
+                             f"partition {rank} of {self.data.path} lacks some")
+        n_inner = part.num_inner
+        if n_inner == 0:
+            raise ValueError(f"partition {rank} of {self.data.path} owns no vertices; use fewer workers")
+        block, halo_local = inner_block(part)
+        self.halo = HaloExchange.build(self.comm, block.dst_ids, block.halo_ids,
+                                       part.halo_owner[halo_local - n_inner].to(torch.int64), HALO)
+        self.block = block.to(device)
+        self.inner_ids = self.block.dst_ids
         dtype = next(model.parameters()).dtype
-        self.inner_ids = inner.to(device)
-        self.x = graph.x[inner].to(device=device, dtype=dtype)
-        self.y = graph.y[inner].to(device)
+        x = local.x[:n_inner]
+        if self.data.feature_norm == "row":
+            x = row_normalize(x)
+        self.x = x.to(device=device, dtype=dtype)
+        self.y = local.y[:n_inner].to(device)
         self.masks = {}
         for split in SPLITS:
-            mask = getattr(graph, f"{split}_mask")
-            mask = torch.zeros(graph.num_nodes, dtype=torch.bool) if mask is None else mask
-            self.masks[split] = mask[inner].to(device)
+            mask = getattr(local, f"{split}_mask")
+            self.masks[split] = (torch.zeros(n_inner, dtype=torch.bool) if mask is None else mask[:n_inner]).to(device)
+        count = torch.tensor([float(self.masks["train"].sum())], dtype=torch.float64, device=device)
+        self.num_train = int(self.comm.all_reduce(count, SETUP).item())
+        if self.num_train == 0:
+            raise ValueError("strategy 'graph-parallel': the graph has no training vertices")
         self.params = [p for p in model.parameters() if p.requires_grad]
         self.tracker = MemoryTracker(env)
-        self.tracker.track("partition", self.x, self.y, *self.masks.values(), self.inner_ids, self.block.indptr,
+        self.tracker.track("partition", self.x, self.y, *self.masks.values(), self.block.indptr,
                            self.block.indices, self.block.src_ids, self.block.src_deg, self.halo.send_index,
                            self.halo.halo_index)
         self.tracker.track_module("model", model)
-
-    def _partition(self, graph: Graph, config: RunConfig) -> torch.Tensor:
-        """Rank 0 partitions, everyone receives the owner array (one partitioner run, one answer)."""
-        device = self.env.device
-        if self.env.rank == 0:
-            partitioner = PARTITIONERS.get(config.strategy.partitioner)()
-            owner = partitioner.partition(graph, self.env.world_size, seed=config.seed).to(device)
-        else:
-            owner = torch.empty(graph.num_nodes, dtype=torch.int64, device=device)
-        return self.comm.broadcast(owner, 0, SETUP).cpu()
 
     # ---------------------------------------------------------------- steps
     def forward(self) -> torch.Tensor:

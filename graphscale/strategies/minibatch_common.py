@@ -7,7 +7,9 @@ Ledger categories (bytes are recorded by the sender, see :mod:`graphscale.metric
 * ``p2p``: feature rows a worker serves from its cache to a peer (Quiver-like caches);
 * ``shuffle``: hidden rows exchanged by split-parallel training, forward and backward;
 * ``allreduce``: the gradient all-reduce (ring model);
-* ``control``: request ids, counts and the epoch's loss sum.
+* ``control``: request ids, counts and the epoch's loss sum (and evaluation's plan ids and split counts);
+* ``eval_halo``: hidden rows exchanged by the distributed evaluation (:mod:`graphscale.strategies.evaluation`;
+  outside every epoch's statistics).
 
 On CPU, host and device memory are the same RAM: the copies are real tensor
 gathers and the bytes are those a GPU run would move.
@@ -18,15 +20,15 @@ from __future__ import annotations
 import torch
 
 from graphscale.config import RunConfig
-from graphscale.data.block import Block
 from graphscale.data.graph import Graph
+from graphscale.data.handle import DataHandle
 from graphscale.data.sampler import NeighborSampler
 from graphscale.distributed.comm import Comm
 from graphscale.distributed.env import DistEnv
 from graphscale.metrics.ledger import HOST
 from graphscale.metrics.memory import MemoryTracker
-from graphscale.registry import PARTITIONERS
-from graphscale.strategies.base import SPLITS, Strategy, counts_to_metrics, split_counts
+from graphscale.strategies.base import Strategy
+from graphscale.strategies.evaluation import DEFAULT_BATCH_ROWS, LayerwiseEvaluator
 
 H2D = "h2d"
 H2D_STRUCT = "h2d_struct"
@@ -52,19 +54,6 @@ def check_minibatch_config(graph: Graph, model: torch.nn.Module, config: RunConf
         raise ValueError(f"--cache-fraction must lie in [0, 1], got {fraction!r}")
 
 
-def partition_owner(comm: Comm, graph: Graph, config: RunConfig) -> torch.Tensor:
-    """Rank 0 runs ``config.strategy.partitioner``, every rank receives the owner array (category ``setup``)."""
-    env = comm.env
-    if env.world_size == 1:
-        return torch.zeros(graph.num_nodes, dtype=torch.int64)
-    if env.rank == 0:
-        partitioner = PARTITIONERS.get(config.strategy.partitioner)()
-        owner = partitioner.partition(graph, env.world_size, seed=config.seed).to(env.device)
-    else:
-        owner = torch.empty(graph.num_nodes, dtype=torch.int64, device=env.device)
-    return comm.broadcast(owner, 0, SETUP).cpu()
-
-
 def load_host_rows(comm: Comm, x_host: torch.Tensor, ids: torch.Tensor, device: torch.device) -> torch.Tensor:
     """Copy host rows ``x_host[ids]`` to ``device``; the bytes are recorded under ``h2d``."""
     rows = x_host.index_select(0, ids.cpu()).to(device)
@@ -79,44 +68,32 @@ def record_structure(comm: Comm, tensors: list[torch.Tensor | None]) -> int:
     return total
 
 
-def full_graph_masks(graph: Graph, device: torch.device) -> dict[str, torch.Tensor]:
-    """The split masks on ``device`` (an absent mask is all false)."""
-    masks = {}
-    for split in SPLITS:
-        mask = getattr(graph, f"{split}_mask")
-        masks[split] = (torch.zeros(graph.num_nodes, dtype=torch.bool) if mask is None else mask).to(device)
-    return masks
-
-
-@torch.no_grad()
-def full_graph_metrics(model: torch.nn.Module, block, x: torch.Tensor, y: torch.Tensor,
-                       masks: dict[str, torch.Tensor]) -> dict[str, float]:
-    """Exact full-graph inference (as ``single`` evaluates): ``{split}_acc`` and ``{split}_loss``.
-
-    Every worker holds the same parameters, so every worker computes the same numbers without communication.
-    """
-    model.eval()
-    logits = model(block, x)
-    return counts_to_metrics(split_counts(logits, y, masks))
-
-
 class MiniBatchStrategy(Strategy):
     """Setup, evaluation and teardown shared by the multi-worker mini-batch strategies.
 
     :meth:`setup` validates the options (:func:`check_minibatch_config`, then :meth:`check_options`) and
     builds what both strategies hold: ``comm``, host features ``x_host``, labels ``y``, ``train_ids`` /
-    ``num_train``, the rank-agnostic ``sampler``, the full-graph evaluation block and masks, ``params``
-    and the memory ``tracker`` (with the model tracked). Subclasses add their caches, tracked as ``"cache"``.
+    ``num_train``, the rank-agnostic ``sampler``, ``params`` and the memory ``tracker`` (with the model
+    tracked). Subclasses add their caches, tracked as ``"cache"``.
+
+    :meth:`evaluate` is distributed layer-wise inference over the vertices each worker owns
+    (:class:`~graphscale.strategies.evaluation.LayerwiseEvaluator`): the worker's part of ``self.owner``
+    when the subclass has a vertex partition (split-parallel; data-parallel with ``--cache pagraph``), else
+    a contiguous range. The evaluator is built at the first :meth:`evaluate` (a collective, like every
+    evaluation), after the subclass's setup has set ``owner``.
     """
 
     #: registry name, used in error messages
     name = ""
+    #: destination rows per evaluation batch
+    eval_batch_rows = DEFAULT_BATCH_ROWS
 
     def check_options(self, config: RunConfig) -> None:
         """Reject options this strategy does not support (before anything is built)."""
 
-    def setup(self, graph: Graph, model: torch.nn.Module, env: DistEnv, config: RunConfig) -> None:
-        super().setup(graph, model, env, config)
+    def setup(self, data: DataHandle | Graph, model: torch.nn.Module, env: DistEnv, config: RunConfig) -> None:
+        super().setup(data, model, env, config)
+        graph = self.graph = self.data.open_graph()
         check_minibatch_config(graph, model, config, self.name)
         self.check_options(config)
         self.comm = Comm(env)
@@ -125,16 +102,16 @@ class MiniBatchStrategy(Strategy):
         self.train_ids = torch.nonzero(graph.train_mask).flatten()
         self.num_train = self.train_ids.numel()
         self.sampler = NeighborSampler(graph, config.strategy.fanouts, seed=config.seed)
-        self.block = Block.full(graph).to(env.device)
-        self.x_eval = self.x_host.to(env.device)
-        self.y_eval = graph.y.to(env.device)
-        self.masks = full_graph_masks(graph, env.device)
+        self.evaluator: LayerwiseEvaluator | None = None  # built at the first evaluate(), once owner is known
         self.params = [p for p in model.parameters() if p.requires_grad]
         self.tracker = MemoryTracker(env)
         self.tracker.track_module("model", model)
 
     def evaluate(self) -> dict[str, float]:
-        return full_graph_metrics(self.model, self.block, self.x_eval, self.y_eval, self.masks)
+        if self.evaluator is None:
+            self.evaluator = LayerwiseEvaluator(self.comm, self.graph, self.model, getattr(self, "owner", None),
+                                                batch_rows=self.eval_batch_rows)
+        return self.evaluator.evaluate()
 
     def teardown(self) -> None:
         for name in ("cache", "model", "optimizer", "gradients"):

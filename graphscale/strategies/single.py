@@ -14,6 +14,7 @@ import time
 import torch
 
 from graphscale.data.block import Block
+from graphscale.data.handle import MEMORY
 from graphscale.data.sampler import MiniBatchLoader, NeighborSampler
 from graphscale.metrics.memory import MemoryTracker
 from graphscale.metrics.stats import EpochStats
@@ -25,8 +26,11 @@ from graphscale.strategies.base import Strategy, counts_to_metrics, masked_loss_
 class SingleStrategy(Strategy):
     """One process, full-graph or sampled mini-batch training."""
 
-    def setup(self, graph, model, env, config) -> None:
-        super().setup(graph, model, env, config)
+    data_view = MEMORY
+
+    def setup(self, data, model, env, config) -> None:
+        super().setup(data, model, env, config)
+        graph = self.data.open_graph()
         if env.world_size != 1:
             raise ValueError(f"strategy 'single' runs on one worker, got --workers {env.world_size}")
         device = env.device

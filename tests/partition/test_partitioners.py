@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
 from graphscale.data.block import Block
 from graphscale.data.graph import Graph
+from graphscale.data.synthetic import generate
 from graphscale.partition.base import edge_cut, halo_sizes, partition_sizes, replication_factor
 from graphscale.partition.book import PartitionBook
-from graphscale.partition.metis import MetisPartitioner
+from graphscale.partition.metis import BALANCE_CHOICES, DEFAULT_BALANCE, MetisPartitioner, vertex_weights
+from graphscale.partition.metrics import balance
 from graphscale.partition.random import RandomPartitioner
 from graphscale.registry import PARTITIONERS
 from graphscale.testing import random_graph
@@ -78,6 +81,82 @@ def test_metis_accepts_directed_graphs_with_self_loops():
     g = Graph.from_edges(src, dst, 6)
     owner = MetisPartitioner().partition(g, 2, seed=0)
     assert edge_cut(g, owner) == 0 and partition_sizes(owner, 2).tolist() == [3, 3]
+
+
+@pytest.fixture(scope="module")
+def rmat():
+    """The issue's skewed graph: 20k-vertex R-MAT (max in-degree ~2.7k), 10% training vertices."""
+    return generate("rmat:nodes=20000,features=0,seed=0")
+
+
+def per_part(graph: Graph, owner: torch.Tensor, p: int) -> tuple[float, float]:
+    """``(edge balance, training-vertex balance)``: max / mean in-edges and training vertices per part."""
+    owner = owner.numpy()
+    edges = np.bincount(owner, weights=graph.in_degrees().numpy(), minlength=p)
+    return balance(edges), balance(np.bincount(owner[graph.train_mask.numpy()], minlength=p))
+
+
+@pytest.mark.parametrize("p", [2, 4, 16])
+def test_metis_balances_edges_and_training_vertices(rmat, p):
+    assert per_part(rmat, MetisPartitioner("vertices").partition(rmat, 4, seed=0), 4)[0] > 3.0  # the issue's 3.15x
+    edges_only = MetisPartitioner("edges").partition(rmat, p, seed=0)
+    assert per_part(rmat, edges_only, p)[0] <= 1.10
+    edge_bal, train_bal = per_part(rmat, MetisPartitioner("edges+train").partition(rmat, p, seed=0), p)
+    assert edge_bal <= 1.10 and train_bal <= 1.10
+    assert train_bal < per_part(rmat, edges_only, p)[1]  # the second constraint is what balances training vertices
+
+
+def test_metis_balance_option(rmat):
+    assert BALANCE_CHOICES == ("vertices", "edges", "edges+train") and DEFAULT_BALANCE == "edges+train"
+    assert MetisPartitioner().balance == DEFAULT_BALANCE
+    with pytest.raises(ValueError, match=r"balance must be one of vertices, edges, edges\+train, got 'edge'"):
+        MetisPartitioner(balance="edge")
+    g = random_graph(40, avg_degree=3.0, seed=2, isolated=2)
+    assert vertex_weights(g, "vertices") is None
+    assert vertex_weights(g, "edges").tolist() == (g.in_degrees() + 1).tolist()  # isolated vertices weigh 1
+    g.train_mask = torch.arange(40) % 3 == 0
+    assert vertex_weights(g, "edges+train").tolist() == [[d + 1, int(v % 3 == 0)] for v, d in
+                                                         enumerate(g.in_degrees().tolist())]
+    for mask in (None, torch.zeros(40, dtype=torch.bool)):  # no training vertices: edges+train is edges
+        g.train_mask = mask
+        assert vertex_weights(g, "edges+train").tolist() == vertex_weights(g, "edges").tolist()
+        assert torch.equal(MetisPartitioner("edges+train").partition(g, 3, seed=1),
+                           MetisPartitioner("edges").partition(g, 3, seed=1))
+
+
+@pytest.mark.parametrize("p,ufactor", [(4, None), (16, None), (3, 100)])
+def test_metis_vertices_is_the_unweighted_call(rmat, p, ufactor):
+    """``balance="vertices"`` is the partitioner as it was: pymetis without weights, bit for bit."""
+    import pymetis
+
+    g = rmat.remove_self_loops().symmetrize()
+    options = pymetis.Options(seed=3)
+    if ufactor is not None:
+        options.ufactor = ufactor
+    xadj = g.indptr.numpy().astype(np.int32)
+    expected = pymetis.part_graph(p, pymetis.CSRAdjacency(xadj, g.indices.numpy().astype(np.int32)),
+                                  options=options).vertex_part
+    owner = MetisPartitioner("vertices", ufactor=ufactor).partition(rmat, p, seed=3)
+    assert owner.tolist() == list(np.asarray(expected))
+
+
+def test_metis_edges_train_without_the_c_api_falls_back_to_edges(rmat, monkeypatch):
+    import graphscale.partition.metis as metis
+
+    monkeypatch.setattr(metis, "_metis_library", lambda pymetis: None)
+    with pytest.warns(RuntimeWarning, match="becomes 'edges'"):
+        owner = MetisPartitioner("edges+train").partition(rmat, 4, seed=0)
+    assert torch.equal(owner, MetisPartitioner("edges").partition(rmat, 4, seed=0))
+
+
+def test_metis_partition_weighted(rmat):
+    weights = rmat.in_degrees().numpy() + 1
+    assert torch.equal(MetisPartitioner("vertices").partition_weighted(rmat, 4, weights, seed=0),
+                       MetisPartitioner("edges").partition(rmat, 4, seed=0))
+    assert torch.equal(MetisPartitioner().partition_weighted(rmat, 1, weights), torch.zeros(20000, dtype=torch.int64))
+    for bad in (weights[:-1], weights.astype(np.float64), -weights):
+        with pytest.raises(ValueError, match="weights must be non-negative integers"):
+            MetisPartitioner().partition_weighted(rmat, 4, bad)
 
 
 @pytest.mark.parametrize("partitioner", [RandomPartitioner(), MetisPartitioner()])

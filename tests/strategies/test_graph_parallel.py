@@ -7,6 +7,7 @@ all-reduce bytes against their closed forms, identical parameters across workers
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
@@ -14,6 +15,8 @@ from graphscale.config import ModelConfig, OptimConfig, RunConfig, StrategyConfi
 from graphscale.data.block import Block
 from graphscale.distributed.env import DistEnv
 from graphscale.nn.models import build_model
+from graphscale.partition.store import load_partition
+from graphscale.prepare import store_handle, write_training_store
 from graphscale.registry import STRATEGIES
 from graphscale.strategies.base import counts_to_metrics, masked_loss_sum, split_counts
 from graphscale.strategies.graph_parallel import GraphParallel, allreduce_bytes_per_epoch, halo_bytes_per_epoch
@@ -40,15 +43,26 @@ def make_config(model: str, partitioner: str, workers: int) -> RunConfig:
                      seed=0)
 
 
-def _worker(env: DistEnv, combos: list[tuple[str, str, str]]) -> list[dict]:
+def write_stores(root, world_size: int) -> list[str]:
+    """One partition store per combo (the parent writes them before the workers start, as a run does)."""
+    paths = []
+    for model_name, dtype_name, partitioner in COMBOS:
+        path = root / f"{dtype_name}-{partitioner}-{world_size}"
+        if not path.exists():
+            write_training_store(make_graph(DTYPES[dtype_name]), path, world_size, partitioner, seed=0)
+        paths.append(str(path))
+    return paths
+
+
+def _worker(env: DistEnv, combos: list[tuple[str, str, str]], stores: list[str]) -> list[dict]:
     out = []
-    for model_name, dtype_name, partitioner in combos:
+    for (model_name, dtype_name, partitioner), store in zip(combos, stores):
         dtype = DTYPES[dtype_name]
-        graph = make_graph(dtype)
+        handle = store_handle(store, "none", dtype_name)
         config = make_config(model_name, partitioner, env.world_size)
-        model = build_model(config.model, graph.num_features, graph.num_classes, seed=0, dtype=dtype)
+        model = build_model(config.model, handle.num_features, handle.num_classes, seed=0, dtype=dtype)
         strategy = GraphParallel()
-        strategy.setup(graph, model, env, config)
+        strategy.setup(handle, model, env, config)
         metrics = strategy.evaluate()  # with the initial parameters, like the reference
         model.train()
         model.set_epoch(0)
@@ -56,9 +70,14 @@ def _worker(env: DistEnv, combos: list[tuple[str, str, str]]) -> list[dict]:
         stats = strategy.train_epoch(0)
         grads = [p.grad.clone() for p in model.parameters()]
         later = [strategy.train_epoch(e) for e in range(1, 1 + EXTRA_EPOCHS)]
+        b = strategy.block  # every row-indexed array the worker holds (the block's indices are per edge)
+        held = [t for t in vars(strategy).values() if torch.is_tensor(t)] + list(strategy.masks.values())
+        held += [b.indptr, b.src_ids, b.src_deg]
         out.append({"inner_ids": strategy.inner_ids.cpu(), "logits": logits, "loss": stats.loss, "grads": grads,
                     "params": [p.detach().clone() for p in model.parameters()], "bytes": stats.bytes,
-                    "later_bytes": [s.bytes for s in later], "owner": strategy.owner,
+                    "later_bytes": [s.bytes for s in later], "opened": handle.opened,
+                    "max_rows": max(t.shape[0] for t in held if t.dim()),
+                    "block_edges": b.num_edges,
                     "peak": stats.peak_memory, "metrics": metrics})
         strategy.teardown()
     return out
@@ -93,8 +112,9 @@ def brute_force_halo_sizes(graph, owner: torch.Tensor, parts: int) -> list[int]:
 
 
 @pytest.mark.parametrize("world_size", [1, 2, 4])
-def test_graph_parallel_matches_single_process(world_size):
-    results = run_distributed(_worker, world_size, COMBOS)
+def test_graph_parallel_matches_single_process(world_size, tmp_path):
+    stores = write_stores(tmp_path, world_size)
+    results = run_distributed(_worker, world_size, COMBOS, stores)
     for i, (model_name, dtype_name, _) in enumerate(COMBOS):
         dtype = DTYPES[dtype_name]
         ref = reference(model_name, dtype_name)
@@ -122,7 +142,8 @@ def test_graph_parallel_matches_single_process(world_size):
 
         # Ledger against the closed forms (summed over workers)
         elem = torch.empty(0, dtype=dtype).element_size()
-        sizes = brute_force_halo_sizes(graph, runs[0]["owner"], world_size)
+        owner = torch.from_numpy(np.load(f"{stores[i]}/owner.npy").astype(np.int64))
+        sizes = brute_force_halo_sizes(graph, owner, world_size)
         widths = model.layer_widths()
         learned = model_name in LEARNED_INPUT_MAP
         expected_halo = sum((1 if layer == 0 and not learned else 2) * sum(sizes) * d * elem
@@ -138,17 +159,29 @@ def test_graph_parallel_matches_single_process(world_size):
             assert set().union(*epoch_bytes) <= {"halo", "allreduce", "control"}
         if world_size > 1:
             assert expected_halo > 0
+        # The data path: worker r opened arrays of part r only, and holds no more rows than that part has.
+        for rank, r in enumerate(runs):
+            part = load_partition(stores[i], rank)
+            local_rows = part.graph.num_nodes
+            assert r["opened"] and all(f.startswith(f"{stores[i]}/part-{rank:05d}/") for f, _ in r["opened"]), tag
+            assert all(rows <= (part.graph.num_edges if f.endswith("/indices.npy") else local_rows + 1)
+                       for f, rows in r["opened"]), tag
+            assert r["max_rows"] <= local_rows + 1 and r["block_edges"] <= part.graph.num_edges, tag
+            if world_size > 1:
+                assert local_rows < graph.num_nodes
 
 
-def test_registered_and_rejects_bad_setups():
+def test_registered_and_rejects_bad_setups(tmp_path):
     assert STRATEGIES.get("graph-parallel") is GraphParallel
+    assert GraphParallel.data_view == "partition-local"
     graph = make_graph(torch.float64)
+    graph.train_mask = torch.zeros(graph.num_nodes, dtype=torch.bool)
+    write_training_store(graph, tmp_path / "none", 1, "metis")
+    with pytest.raises(ValueError, match="no training vertices"):
+        store_handle(tmp_path / "none")
+    with pytest.raises(KeyError, match="unknown partitioner 'nope'"):
+        write_training_store(make_graph(torch.float64), tmp_path / "nope", 2, "nope")
     config = make_config("gcn", "metis", 1)
     model = build_model(config.model, graph.num_features, graph.num_classes, seed=0, dtype=torch.float64)
-    graph.train_mask = torch.zeros(graph.num_nodes, dtype=torch.bool)
-    with pytest.raises(ValueError, match="no training vertices"):
-        GraphParallel().setup(graph, model, DistEnv.local(), config)
-    config.strategy.partitioner = "nope"
-    graph = make_graph(torch.float64)
-    with pytest.raises(KeyError, match="unknown partitioner 'nope'"):
-        GraphParallel().setup(graph, model, DistEnv.local(), config)
+    with pytest.raises(ValueError, match="has no partitions"):
+        GraphParallel().setup(make_graph(torch.float64), model, DistEnv.local(), config)

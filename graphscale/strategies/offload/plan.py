@@ -4,9 +4,13 @@ r"""HongTu's two-level partitioning, chunk sets and the per-worker transfer plan
 partitions, one per worker, with the configured vertex partitioner (METIS by
 default); partition ``i`` owns ``V_i``. Level 2 splits every partition into
 ``K`` chunks by running the same partitioner on the partition's induced
-subgraph, so a chunk is a local, vertex-balanced piece of its partition (the
-paper's chunks inherit METIS locality: its Table 8 replication factors equal
-those of a METIS partition into ``M*K`` parts). A chunk ``(i, s)`` holds its
+subgraph, so a chunk is a local piece of its partition (the paper's chunks
+inherit METIS locality: its Table 8 replication factors equal those of a METIS
+partition into ``M*K`` parts). METIS chunks are computation-balanced, as the
+spec's ranges are: their vertices weigh their aggregation work in the whole
+graph, ``|E_{i,s}| + |V_{i,s}|`` summed
+(:func:`~graphscale.partition.metis.work_weights`); other partitioners cut
+chunks with their own balance. A chunk ``(i, s)`` holds its
 destination set ``V_{i,s}`` and *all* in-edges of those destinations, so a
 softmax over the full in-neighbourhood (GAT) is computed inside one chunk.
 
@@ -66,6 +70,7 @@ import torch
 
 from graphscale.data.block import Block
 from graphscale.data.graph import Graph
+from graphscale.partition.metis import work_weights
 from graphscale.registry import PARTITIONERS
 
 #: Deduplication modes, each including the previous one's mechanisms.
@@ -83,6 +88,9 @@ def check_dedup(dedup: str) -> str:
 def two_level_partition(graph: Graph, num_parts: int, num_chunks: int, partitioner: str = "metis",
                         seed: int = 0, owner: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Level 1: ``M`` partitions; level 2: ``K`` chunks of each partition's induced subgraph.
+
+    A partitioner with ``partition_weighted`` (METIS) balances the chunks' in-edges in the whole graph plus their
+    rows (the module docstring); the others run as they are on the induced subgraph.
 
     Args:
         graph: the whole graph.
@@ -105,6 +113,8 @@ def two_level_partition(graph: Graph, num_parts: int, num_chunks: int, partition
         owner = part.partition(graph, num_parts, seed=seed)
     owner = torch.as_tensor(owner, dtype=torch.int64)
     chunk = torch.zeros(graph.num_nodes, dtype=torch.int64)
+    weighted = hasattr(part, "partition_weighted")
+    work = work_weights(graph) if weighted and num_chunks > 1 else None
     sizes = torch.bincount(owner, minlength=num_parts)
     for i in range(num_parts):
         n_i = int(sizes[i])
@@ -116,7 +126,9 @@ def two_level_partition(graph: Graph, num_parts: int, num_chunks: int, partition
         if num_chunks == 1:
             continue
         nodes = torch.nonzero(owner == i).flatten()
-        chunk[nodes] = part.partition(graph.subgraph(nodes), num_chunks, seed=seed)
+        sub = graph.subgraph(nodes)
+        chunk[nodes] = part.partition_weighted(sub, num_chunks, work[nodes.numpy()], seed=seed) if weighted \
+            else part.partition(sub, num_chunks, seed=seed)
     return owner, chunk
 
 

@@ -7,7 +7,9 @@ of the graph through their devices. Training is exact full-graph, full-neighbour
 gradient descent: the same losses, representations and gradients as ``single``.
 
 **Partitioning and schedule** (:mod:`~graphscale.strategies.offload.plan`).
-Rank 0 cuts the graph into ``M`` partitions (one per worker) and each into
+The parent partitions the graph into ``M`` parts (one per worker) before the
+workers start (:mod:`graphscale.prepare`; every worker memory-maps the
+host-shared graph); rank 0 cuts each part into
 ``K = --chunks`` chunks (destination sets with all their in-edges), optionally
 reorganises the schedule (``--dedup reorg``,
 :mod:`~graphscale.strategies.offload.reorg`) or picks ``K`` from a device
@@ -98,11 +100,12 @@ import torch
 from graphscale.config import RunConfig
 from graphscale.data.block import Block
 from graphscale.data.graph import Graph
+from graphscale.data.handle import DataHandle
 from graphscale.distributed.comm import Comm
 from graphscale.distributed.env import DistEnv
 from graphscale.metrics.memory import MemoryTracker
 from graphscale.metrics.stats import EpochStats
-from graphscale.registry import PARTITIONERS, STRATEGIES
+from graphscale.registry import STRATEGIES
 from graphscale.strategies.base import (
     SPLITS,
     Strategy,
@@ -172,8 +175,13 @@ class OffloadStrategy(Strategy):
         self.host: HostArrays | None = None
 
     # ------------------------------------------------------------------ setup
-    def setup(self, graph: Graph, model: torch.nn.Module, env: DistEnv, config: RunConfig) -> None:
-        super().setup(graph, model, env, config)
+    @classmethod
+    def needs_vertex_partition(cls, config: RunConfig) -> bool:
+        return True
+
+    def setup(self, data: DataHandle | Graph, model: torch.nn.Module, env: DistEnv, config: RunConfig) -> None:
+        super().setup(data, model, env, config)
+        graph = self.data.open_graph()
         if graph.x is None or graph.y is None or graph.train_mask is None:
             raise ValueError("strategy 'offload' needs node features, labels and a training mask")
         self.num_train = int(graph.train_mask.sum())
@@ -216,7 +224,7 @@ class OffloadStrategy(Strategy):
         header = torch.zeros(1, dtype=torch.int64, device=self.device)
         layout = torch.empty(2, n, dtype=torch.int64, device=self.device)
         if self.env.rank == 0:
-            owner = PARTITIONERS.get(sc.partitioner)().partition(graph, world, seed=config.seed)
+            owner = self.vertex_owner(graph)
             if budget is not None:
                 chunks = choose_chunks(graph, self.model, owner, world, budget, config, self.dims, self.bandwidths)
             else:

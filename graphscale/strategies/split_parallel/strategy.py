@@ -1,8 +1,9 @@
 """Split-parallel mini-batch training (GSplit): one sample of all B targets, split by owner at every layer.
 
-**Offline** (``setup``). Rank 0 partitions the graph with
-``config.strategy.partitioner`` (METIS by default) and broadcasts the owner
-array (category ``setup``). :class:`~graphscale.strategies.split_parallel.split.SplitPlan` gives the
+**Offline.** The parent partitions the graph with
+``config.strategy.partitioner`` (METIS by default) before the workers start
+(:mod:`graphscale.prepare`); every worker memory-maps the host-shared graph
+and the owner array. :class:`~graphscale.strategies.split_parallel.split.SplitPlan` gives the
 parts contiguous, degree-sorted split ids; worker ``i`` caches the
 ``min(cap, |part i|)`` highest-degree vertices of its part, ``cap =
 floor(cache_fraction * N)`` (the caches are disjoint).
@@ -68,6 +69,7 @@ import torch.nn.functional as F
 from graphscale.config import RunConfig
 from graphscale.data.block import Block
 from graphscale.data.graph import Graph
+from graphscale.data.handle import DataHandle
 from graphscale.data.sampler import MiniBatchLoader
 from graphscale.strategies.split_parallel.split import HALO, PREAGG, LocalLayer, LocalSplit, SplitPlan, SplitWorkspace, split_minibatch
 from graphscale.distributed.comm import CONTROL
@@ -83,7 +85,6 @@ from graphscale.strategies.minibatch_common import (
     SHUFFLE,
     MiniBatchStrategy,
     load_host_rows,
-    partition_owner,
     record_structure,
 )
 
@@ -166,10 +167,15 @@ class SplitParallel(MiniBatchStrategy):
             raise ValueError(f"--cache {config.strategy.cache!r} applies to data-parallel only; split-parallel "
                              "always uses its own non-overlapping per-part caches (size them with --cache-fraction)")
 
-    def setup(self, graph: Graph, model: torch.nn.Module, env: DistEnv, config: RunConfig) -> None:
-        super().setup(graph, model, env, config)
+    @classmethod
+    def needs_vertex_partition(cls, config: RunConfig) -> bool:
+        return True
+
+    def setup(self, data: DataHandle | Graph, model: torch.nn.Module, env: DistEnv, config: RunConfig) -> None:
+        super().setup(data, model, env, config)
+        graph = self.graph
         self.in_degrees = graph.in_degrees()
-        self.owner = partition_owner(self.comm, graph, config)
+        self.owner = self.vertex_owner(graph)
         self.plan = SplitPlan.build(self.owner, graph.out_degrees(), env.world_size, config.strategy.cache_fraction)
         self.cache_x = load_host_rows(self.comm, self.x_host, self.plan.cached_ids(env.rank), env.device)  # at setup
         self.kinds = layer_kinds(model)

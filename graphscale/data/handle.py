@@ -1,0 +1,161 @@
+"""Data handles: what a strategy's ``setup`` receives instead of the global graph.
+
+A handle says which *view* of the data a worker gets (see "Where data lives" in
+``docs/architecture.md``):
+
+* ``memory``: an in-memory :class:`~graphscale.data.graph.Graph` (``single``, and
+  tests or Python callers that hand a strategy a graph object);
+* ``host-shared``: a graph directory (:mod:`graphscale.data.formats`) written once
+  before the workers start; every worker on the host memory-maps the same files,
+  so the page cache holds one copy of the graph per host;
+* ``partition-local``: a partition store (:mod:`graphscale.partition.store`);
+  worker ``r`` memory-maps only ``part-r`` (and the O(|V|) book if it asks).
+
+A host-shared handle may also carry the run's vertex partition (``owner_path``,
+an ``.npy`` of the part of every vertex), computed by the parent before the
+workers start; :meth:`DataHandle.vertex_owner` returns it, or, for a handle
+built from an in-memory graph, runs the partitioner on this worker (the
+partitioners are deterministic for a seed, so every worker gets the same array
+without communication).
+
+Handles are small and picklable (paths and a summary, or the in-memory graph);
+:attr:`DataHandle.opened` logs every array a worker opened through the handle
+with its row count, so tests can check that a worker read only its own part.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from graphscale.data.graph import Graph
+
+MEMORY = "memory"
+HOST_SHARED = "host-shared"
+PARTITION_LOCAL = "partition-local"
+VIEWS = (MEMORY, HOST_SHARED, PARTITION_LOCAL)
+
+
+@dataclass
+class DataHandle:
+    """Where a worker finds its data.
+
+    Attributes:
+        view: ``memory``, ``host-shared`` or ``partition-local``.
+        summary: the whole graph's counts (``Graph.summary()`` keys: name, nodes, edges, features, classes,
+            train, val, test), known without opening the data.
+        graph: the graph (``memory`` view).
+        path: the graph directory (``host-shared``) or partition store (``partition-local``).
+        owner_path: ``host-shared``: ``.npy`` file with the part of every vertex (``owner_parts`` parts).
+        owner_parts: number of parts of ``owner_path``.
+        feature_norm: ``partition-local``: ``row`` when a worker must row-normalise its feature rows (the store
+            holds raw features), else ``none``; graph directories and in-memory graphs are already normalised.
+        dtype: feature dtype the model runs in (``float32`` / ``float64``).
+    """
+
+    view: str
+    summary: dict
+    graph: Graph | None = None
+    path: str | None = None
+    owner_path: str | None = None
+    owner_parts: int = 0
+    feature_norm: str = "none"
+    dtype: str = "float32"
+    opened: list[tuple[str, int]] = field(default_factory=list, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.view not in VIEWS:
+            raise ValueError(f"DataHandle.view must be one of {', '.join(VIEWS)}, got {self.view!r}")
+
+    # ------------------------------------------------------------ builders
+    @classmethod
+    def in_memory(cls, graph: Graph) -> DataHandle:
+        """A handle on an in-memory graph (features used as they are)."""
+        dtype = "float32" if graph.x is None else str(graph.x.dtype).removeprefix("torch.")
+        return cls(MEMORY, graph.summary(), graph=graph, dtype=dtype)
+
+    @classmethod
+    def of(cls, data: DataHandle | Graph) -> DataHandle:
+        """``data`` itself when it is a handle, else an in-memory handle on the graph."""
+        if isinstance(data, DataHandle):
+            return data
+        if isinstance(data, Graph):
+            return cls.in_memory(data)
+        raise TypeError(f"a strategy's setup expects a DataHandle or a Graph, got {type(data).__name__}")
+
+    # ---------------------------------------------------------- properties
+    @property
+    def num_nodes(self) -> int:
+        return int(self.summary["nodes"])
+
+    @property
+    def num_features(self) -> int:
+        return int(self.summary["features"])
+
+    @property
+    def num_classes(self) -> int:
+        return int(self.summary["classes"])
+
+    @property
+    def num_train(self) -> int:
+        return int(self.summary["train"])
+
+    # ------------------------------------------------------------- opening
+    def open_graph(self) -> Graph:
+        """The whole graph: the in-memory one, or the host-shared graph directory memory-mapped.
+
+        Raises:
+            ValueError: a partition-local handle (its workers never see the whole graph).
+        """
+        if self.view == MEMORY:
+            return self.graph
+        if self.view != HOST_SHARED:
+            raise ValueError(f"a {self.view} data handle has no whole graph to open; open a partition instead")
+        from graphscale.data.formats import load_graph_dir
+
+        graph = load_graph_dir(self.path)
+        for name in ("indptr", "indices", "x", "y", "train_mask", "val_mask", "test_mask"):
+            value = getattr(graph, name)
+            if value is not None:
+                self.opened.append((str(Path(self.path) / f"{name}.npy"), int(value.shape[0])))
+        return graph
+
+    def open_partition(self, part: int):
+        """Partition ``part`` of the store, memory-mapped (a :class:`~graphscale.partition.store.LocalPartition`).
+
+        Only the store's ``meta.json`` and ``part``'s directory are read.
+        """
+        if self.view != PARTITION_LOCAL:
+            raise ValueError(f"a {self.view} data handle has no partitions; this strategy needs a partition store "
+                             "(graphscale train --partitions DIR, or let the run write one)")
+        from graphscale.partition.store import load_partition, part_dir
+
+        local = load_partition(self.path, part)
+        folder = part_dir(self.path, part)
+        for name in ("indptr", "indices", "x", "y", "train_mask", "val_mask", "test_mask"):
+            value = getattr(local.graph, name)
+            if value is not None:
+                self.opened.append((str(folder / f"{name}.npy"), int(value.shape[0])))
+        for name in ("orig_ids", "global_ids", "degree", "halo_owner"):
+            self.opened.append((str(folder / f"{name}.npy"), int(getattr(local, name).shape[0])))
+        return local
+
+    def vertex_owner(self, graph: Graph, num_parts: int, partitioner: str, seed: int,
+                     balance: str = "") -> torch.Tensor:
+        """The part of every vertex of ``graph`` (int64 ``[N]``).
+
+        The parent's partition when the handle carries one for ``num_parts`` parts; otherwise the partitioner
+        runs here (deterministic for ``seed``, so every worker computes the same array).
+        """
+        if num_parts == 1:
+            return torch.zeros(graph.num_nodes, dtype=torch.int64)
+        if self.owner_path is not None and self.owner_parts == num_parts:
+            owner = np.load(self.owner_path, mmap_mode="r")
+            self.opened.append((str(self.owner_path), int(owner.shape[0])))
+            return torch.from_numpy(np.asarray(owner, dtype=np.int64))
+        from graphscale.prepare import build_vertex_partitioner
+
+        return build_vertex_partitioner(partitioner, balance).partition(graph, num_parts, seed=seed)

@@ -1,0 +1,359 @@
+"""Preparing a run's data in the parent process, before any worker starts.
+
+:func:`prepare_data` turns a run configuration into the
+:class:`~graphscale.data.handle.DataHandle` every worker receives, writing what
+the strategy's view needs exactly once:
+
+* ``memory`` (``single``): the dataset is loaded, its features normalised and
+  cast to the run's dtype, in this process (the worker runs in it too);
+* ``partition-local`` (``graph-parallel``): the store given by ``--partitions``
+  is validated (format, every part's arrays, its part count against
+  ``--workers``, its dataset against ``--dataset``); without ``--partitions``
+  the run partitions the dataset with ``--partitioner`` / ``--balance`` and
+  writes a store into the cache directory, or reuses the one a previous run
+  wrote. Stores hold raw features: workers row-normalise their own rows when
+  ``--feature-norm`` asks for it (``auto`` is decided here, by scanning the
+  stored inner rows once);
+* ``host-shared`` (``offload``, ``data-parallel``, ``split-parallel``): the
+  normalised, cast graph is written once as a graph directory in the cache
+  directory, which every worker memory-maps; a strategy that needs a vertex
+  partition (``Strategy.needs_vertex_partition``) gets it computed here and
+  saved next to it.
+
+Cache entries live under ``--cache-dir`` (default ``$GRAPHSCALE_CACHE_DIR``,
+else ``$XDG_CACHE_HOME/graphscale``, else ``~/.cache/graphscale``), one
+directory per key (dataset spec and the size and modification time of its files,
+the format version, and what was derived from it: normalisation and dtype, or
+partitioner, balance, parts and seed). Writers take a per-key file lock, write to
+a temporary sibling and rename, so concurrent runs (torchrun ranks on one host)
+write an entry once and a crashed run leaves nothing half-written.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from graphscale.config import RunConfig
+from graphscale.data.graph import Graph
+from graphscale.data.handle import HOST_SHARED, MEMORY, PARTITION_LOCAL, DataHandle
+
+#: bumped when what the cache holds for a key changes meaning
+CACHE_VERSION = 1
+DEFAULT_DATASET = "cora"
+#: feature rows scanned at a time when deciding ``--feature-norm auto`` for a store
+_SCAN_ROWS = 1 << 16
+
+
+# ------------------------------------------------------------ cache directory
+def default_cache_dir() -> Path:
+    """``$GRAPHSCALE_CACHE_DIR``, else ``$XDG_CACHE_HOME/graphscale``, else ``~/.cache/graphscale``."""
+    if os.environ.get("GRAPHSCALE_CACHE_DIR"):
+        return Path(os.environ["GRAPHSCALE_CACHE_DIR"])
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "graphscale"
+
+
+def resolve_cache_dir(config: RunConfig) -> Path:
+    """The run's cache directory, created and checked writable.
+
+    Raises:
+        ValueError: it cannot be created or written (names the directory and ``--cache-dir``).
+    """
+    path = Path(config.cache_dir) if config.cache_dir else default_cache_dir()
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        probe = path / f".probe-{os.getpid()}"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as err:
+        raise ValueError(f"--cache-dir {path} is not a writable directory ({err.strerror or err}); "
+                         "pass --cache-dir DIR (or set GRAPHSCALE_CACHE_DIR) to a writable place") from None
+    return path
+
+
+@contextlib.contextmanager
+def _locked(cache: Path, key: str) -> Iterator[None]:
+    """An exclusive lock on one cache key (released when the block ends or the process dies)."""
+    locks = cache / "locks"
+    locks.mkdir(exist_ok=True)
+    with open(locks / f"{key}.lock", "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+# ------------------------------------------------------------ dataset identity
+def canonical_spec(spec: str) -> str:
+    """``spec`` with paths made absolute (so ``npz:g.npz`` and ``npz:/abs/g.npz`` name one dataset)."""
+    spec = spec.strip()
+    kind, sep, arg = spec.partition(":")
+    if not sep or "=" in arg.split(":")[0]:
+        return spec
+    parts = arg.split(":")
+    parts = [str(Path(p).resolve()) if p and Path(p).exists() else p for p in parts]
+    return f"{kind}:{':'.join(parts)}"
+
+
+def _fingerprint(spec: str) -> list:
+    """Size and modification time of every file a path-based spec names (so edited files miss the cache)."""
+    out = []
+    _, sep, arg = spec.partition(":")
+    for part in arg.split(":") if sep else []:
+        path = Path(part)
+        if not part or not path.exists():
+            continue
+        files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())
+        for f in files:
+            stat = f.stat()
+            out.append([str(f), stat.st_size, stat.st_mtime_ns])
+    return out
+
+
+def _key(fields: dict) -> tuple[str, str]:
+    """``(hash, directory name)`` of a cache entry described by ``fields``."""
+    text = json.dumps({"cache_version": CACHE_VERSION, **fields}, sort_keys=True)
+    digest = hashlib.sha256(text.encode()).hexdigest()[:20]
+    slug = re.sub(r"[^A-Za-z0-9_.=,-]+", "_", Path(fields["dataset"]).name if "/" in fields["dataset"]
+                  else fields["dataset"])[:48]
+    return digest, f"{slug}-{digest}"
+
+
+# ------------------------------------------------------------ partitioners
+def build_vertex_partitioner(text: str, balance: str = ""):
+    """A vertex partitioner from ``--partitioner`` (``NAME[:key=value,...]``) and ``--balance``.
+
+    Raises:
+        ValueError: ``--balance`` given for a partitioner that does not balance by weights.
+        KeyError: unknown partitioner name (the message lists them).
+    """
+    import inspect
+
+    from graphscale.partition.command import build_partitioner, parse_method
+
+    name, options = parse_method(text)
+    cls_options = dict(options)
+    if balance:
+        from graphscale.registry import PARTITIONERS
+
+        accepted = inspect.signature(PARTITIONERS.get(name).__init__).parameters
+        if "balance" not in accepted:
+            raise ValueError(f"--balance applies to the metis partitioner, not {name!r}")
+        cls_options["balance"] = balance
+    text = name + (":" + ",".join(f"{k}={v}" for k, v in cls_options.items()) if cls_options else "")
+    return build_partitioner(text)[0]
+
+
+# ------------------------------------------------------------ loading
+def load_training_graph(spec: str, feature_norm: str, dtype: str) -> Graph:
+    """The dataset as training uses it: loaded, checked trainable, features normalised and cast."""
+    from graphscale.data.datasets import load_dataset, normalize_features, untrainable_reason
+
+    graph = normalize_features(load_dataset(spec), feature_norm)
+    reason = untrainable_reason(spec, graph)
+    if reason:
+        raise ValueError(reason)
+    graph.x = graph.x.to(getattr(torch, dtype))
+    return graph
+
+
+def _summary_of_store(path: Path, meta: dict) -> dict:
+    """Whole-graph counts of a store: nodes, edges, features, classes and split sizes (summed inner masks)."""
+    from graphscale.partition.store import part_dir
+
+    counts = {"train": 0, "val": 0, "test": 0}
+    for s, part in enumerate(meta["parts"]):
+        for split in counts:
+            file = part_dir(path, s) / f"{split}_mask.npy"
+            if file.is_file():
+                counts[split] += int(np.load(file, mmap_mode="r")[: part["num_inner"]].sum())
+    return {"name": meta.get("name") or path.name, "nodes": int(meta["num_nodes"]), "edges": int(meta["num_edges"]),
+            "features": int(meta.get("num_features") or 0), "classes": int(meta.get("num_classes") or 0), **counts}
+
+
+def _store_is_nonnegative(path: Path, meta: dict) -> bool:
+    """Whether every stored inner feature row is non-negative (``--feature-norm auto``), scanned in chunks."""
+    from graphscale.partition.store import part_dir
+
+    for s, part in enumerate(meta["parts"]):
+        x = np.load(part_dir(path, s) / "x.npy", mmap_mode="r")
+        for start in range(0, part["num_inner"], _SCAN_ROWS):
+            if (x[start: min(start + _SCAN_ROWS, part["num_inner"])] < 0).any():
+                return False
+    return True
+
+
+# ------------------------------------------------------------ the views
+def write_training_store(graph: Graph, path: str | Path, parts: int, partitioner: str = "metis", seed: int = 0,
+                         balance: str = "", dataset: str = "", extra: dict | None = None) -> dict:
+    """Partition ``graph`` into ``parts`` with ``partitioner`` / ``balance`` and write a store (every part non-empty).
+
+    Returns:
+        the store's checked ``meta.json``.
+
+    Raises:
+        ValueError: the partitioner left a part empty (names the parts and the fix).
+    """
+    from graphscale.partition.command import node_data_of
+    from graphscale.partition.store import check_partition_store, write_partition_store
+    from graphscale.partition.streaming import GraphEdges
+
+    owner = build_vertex_partitioner(partitioner, balance).partition(graph, parts, seed=seed)
+    sizes = torch.bincount(owner, minlength=parts)
+    if bool((sizes == 0).any()):
+        raise ValueError(f"partitioner {partitioner!r} left part(s) {torch.nonzero(sizes == 0).flatten().tolist()} "
+                         f"empty for {parts} workers; use fewer workers or --partitioner random")
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    write_partition_store(path, GraphEdges(graph), owner.numpy(), parts, node_data=node_data_of(graph),
+                          method=partitioner, params={"balance": balance} if balance else {},
+                          num_classes=graph.num_classes if graph.y is not None else None,
+                          source_name=graph.meta.get("source", dataset or graph.name), overwrite=True,
+                          extra_meta={"dataset": dataset, "name": graph.name, "seed": seed, **(extra or {})})
+    return check_partition_store(path)
+
+
+def store_handle(path: str | Path, feature_norm: str = "none", dtype: str = "float32",
+                 meta: dict | None = None) -> DataHandle:
+    """The partition-local handle of a store, checked to hold what training needs.
+
+    Args:
+        path: the store.
+        feature_norm: ``row``, ``none`` or ``auto`` (decided by scanning the stored inner feature rows).
+        dtype: the run's feature dtype.
+        meta: the store's meta when already checked (else :func:`check_partition_store` runs).
+    """
+    from graphscale.partition.store import check_partition_store
+
+    path = Path(path)
+    meta = check_partition_store(path) if meta is None else meta
+    summary = _summary_of_store(path, meta)
+    where = f"partition store {path}"
+    if summary["features"] == 0 or "x" not in meta.get("node_arrays", []):
+        raise ValueError(f"{where} has no node features, which training needs (partition without --no-features)")
+    if "y" not in meta.get("node_arrays", []) or summary["classes"] == 0:
+        raise ValueError(f"{where} has no node labels, which training needs")
+    if summary["train"] == 0:
+        raise ValueError(f"{where} has no training vertices in any part")
+    if feature_norm == "auto":
+        feature_norm = "row" if _store_is_nonnegative(path, meta) else "none"
+    return DataHandle(PARTITION_LOCAL, summary, path=str(path), feature_norm=feature_norm, dtype=dtype)
+
+
+def _partition_local(config: RunConfig, cache: Path | None) -> DataHandle:
+    from graphscale.partition.store import check_partition_store
+
+    sc, workers = config.strategy, config.strategy.workers
+    if sc.partitions:
+        path = Path(sc.partitions)
+        meta = check_partition_store(path)
+        stored = meta.get("dataset")
+        if config.data.dataset and stored and canonical_spec(config.data.dataset) != stored:
+            raise ValueError(f"--partitions {path} holds a partition of dataset {stored!r}, but --dataset is "
+                             f"{config.data.dataset!r}; drop --dataset or pass the store's dataset")
+        config.data.dataset = config.data.dataset or stored or str(path)
+    else:
+        path, meta = _cached_store(config, cache)
+    if int(meta["num_parts"]) != workers:
+        raise ValueError(f"partition store {path} has {meta['num_parts']} parts but --workers is {workers}; "
+                         f"strategy {sc.name!r} trains one part per worker (use --workers {meta['num_parts']} "
+                         "or partition again with --parts)")
+    return store_handle(path, config.data.feature_norm, config.dtype, meta)
+
+
+def _cached_store(config: RunConfig, cache: Path) -> tuple[Path, dict]:
+    """The cache's store for the run's dataset, partitioner, balance, parts and seed; written when missing."""
+    from graphscale.data.datasets import load_dataset, untrainable_reason
+    from graphscale.partition.store import check_partition_store
+
+    sc = config.strategy
+    spec = canonical_spec(config.data.dataset)
+    fields = {"kind": "store", "dataset": spec, "files": _fingerprint(spec), "partitioner": sc.partitioner,
+              "balance": sc.balance, "parts": sc.workers, "seed": config.seed}
+    digest, name = _key(fields)
+    path = cache / "stores" / name
+    with _locked(cache, digest):
+        with contextlib.suppress(FileNotFoundError, ValueError):
+            return path, check_partition_store(path)
+        build_vertex_partitioner(sc.partitioner, sc.balance)  # a bad name fails before the dataset loads
+        graph = load_dataset(spec)
+        reason = untrainable_reason(spec, graph)
+        if reason:
+            raise ValueError(reason)
+        meta = write_training_store(graph, path, sc.workers, sc.partitioner, config.seed, sc.balance, spec,
+                                    extra={"cache_key": fields})
+        return path, meta
+
+
+def _host_shared(config: RunConfig, cache: Path, needs_partition: bool) -> DataHandle:
+    from graphscale.data.formats import is_graph_dir, load_graph_dir, save_graph_dir
+
+    spec = canonical_spec(config.data.dataset)
+    fields = {"kind": "graph", "dataset": spec, "files": _fingerprint(spec),
+              "feature_norm": config.data.feature_norm, "dtype": config.dtype}
+    digest, name = _key(fields)
+    path = cache / "graphs" / name
+    graph = None
+    with _locked(cache, digest):
+        if not is_graph_dir(path):
+            graph = load_training_graph(spec, config.data.feature_norm, config.dtype)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            save_graph_dir(graph, path, overwrite=True)
+    if graph is None:
+        graph = load_graph_dir(path)
+    summary = {**graph.summary(), "name": graph.name}
+    handle = DataHandle(HOST_SHARED, summary, path=str(path), dtype=config.dtype)
+    if needs_partition and config.strategy.workers > 1:
+        sc = config.strategy
+        owner_fields = {**fields, "kind": "owner", "partitioner": sc.partitioner, "balance": sc.balance,
+                        "parts": sc.workers, "seed": config.seed}
+        owner_digest, owner_name = _key(owner_fields)
+        owner_path = cache / "owners" / f"{owner_name}.npy"
+        with _locked(cache, owner_digest):
+            if not owner_path.is_file():
+                owner = build_vertex_partitioner(sc.partitioner, sc.balance).partition(graph, sc.workers,
+                                                                                      seed=config.seed)
+                owner_path.parent.mkdir(parents=True, exist_ok=True)
+                tmp = owner_path.with_name(f".{owner_path.name}.tmp-{os.getpid()}.npy")
+                np.save(tmp, owner.numpy().astype(np.int64))
+                os.replace(tmp, owner_path)
+        handle.owner_path, handle.owner_parts = str(owner_path), sc.workers
+    return handle
+
+
+def prepare_data(config: RunConfig) -> DataHandle:
+    """Write (or find) what the run's strategy reads and return the handle its workers get (module docstring).
+
+    Resolves an empty ``config.data.dataset`` in place (the store's dataset, else ``cora``).
+
+    Raises:
+        ValueError: a bad store, a store that does not fit ``--workers`` or ``--dataset``, an untrainable
+            dataset, an unwritable cache directory, ``--partitions`` with a strategy that does not read one.
+    """
+    from graphscale.registry import STRATEGIES
+
+    cls = STRATEGIES.get(config.strategy.name)
+    view = cls.data_view
+    if config.strategy.partitions and view != PARTITION_LOCAL:
+        raise ValueError(f"--partitions applies to partition-local strategies (graph-parallel); strategy "
+                         f"{config.strategy.name!r} reads the whole graph ({view} view)")
+    if view == PARTITION_LOCAL and config.strategy.partitions:
+        return _partition_local(config, None)
+    config.data.dataset = config.data.dataset or DEFAULT_DATASET
+    if view == MEMORY:
+        return DataHandle.in_memory(load_training_graph(config.data.dataset, config.data.feature_norm,
+                                                        config.dtype))
+    cache = resolve_cache_dir(config)
+    if view == PARTITION_LOCAL:
+        return _partition_local(config, cache)
+    return _host_shared(config, cache, cls.needs_vertex_partition(config))

@@ -1,0 +1,219 @@
+"""Distributed evaluation: every worker evaluates the vertices it owns, layer by layer, in bounded batches.
+
+Used by the mini-batch strategies (``data-parallel``, ``split-parallel``; see
+:class:`~graphscale.strategies.minibatch_common.MiniBatchStrategy`) in place of exact full-graph
+inference on every worker. It computes exactly what ``single`` computes (``model(Block.full(graph), x)``
+followed by :func:`~graphscale.strategies.base.split_counts`), but no worker ever holds the whole graph.
+
+**Ownership.** Worker ``r`` owns a set ``O_r`` of vertices (ascending ids); the sets cover ``[0, N)``
+once. By default ``O_r`` is the ``r``-th of ``W`` near-equal contiguous ranges (as
+``torch.tensor_split(torch.arange(N), W)``); given a vertex partition ``owner[N]`` (split-parallel's, or
+data-parallel's with ``--cache pagraph``) it is the worker's part, which usually has far fewer halo rows.
+
+**Setup** (a collective; every rank constructs its evaluator together). The worker's block is
+``dst = O_r``, ``src = O_r ∪ B_r`` with ``B_r`` the in-neighbours of ``O_r`` owned elsewhere, ascending
+(the same block as :meth:`Block.from_nodes`, built without any ``O(N)`` array: only the CSR rows of
+``O_r`` and the ``indptr`` entries of ``B_r`` are read, so a memory-mapped graph stays mostly on disk).
+It stays in host memory. A :class:`~graphscale.distributed.functional.HaloExchange` plan for ``B_r``
+is agreed with the owners (its id exchange under ``control``). Labels and split masks of ``O_r`` go to
+the device; the features are read (rows of ``O_r`` only) at every evaluation.
+
+**Evaluation** (DGL's layer-wise ``inference``, distributed)::
+
+    h  = input_map(x[O_r], O_r);  h0 = h                          # GCNII's initial residual
+    for l in 0 .. L-1:
+        h_src = halo.gather(h)                                     # [|O_r| + |B_r|, d_l]
+        for each batch [a, b) of at most batch_rows owned rows:    # one bounded block at a time
+            h_next[a:b] = step(l, batch_block, h_src[rows], h0[a:b])
+        h = h_next                                                 # [|O_r|, d_{l+1}]
+    counts = split_counts(output_map(h, O_r), y[O_r], masks[O_r]); all_reduce(counts)  (control)
+
+A batch block has the batch's destination rows first, then their other in-neighbours (any local source
+row), with *global* ids (``src_ids``: dropout keys, GCNII / ResGCN input maps) and *global* in-degrees
+(``src_deg``: GCN normalisation). Every destination keeps its full in-neighbourhood in CSR order, so the
+sparse part of every row is bit for bit the full-graph row; dense row-wise maps agree to float rounding,
+and the all-reduced float64 loss sums to float reassociation. On the device a worker holds one layer's
+``|O_r| + |B_r|`` input rows, its ``|O_r|`` output rows (and ``h0``) and one batch: never the whole graph.
+
+Every worker issues the same collectives in the same order (plan, one gather per layer, the count
+all-reduce), also when it owns no vertices (it then runs empty batches).
+
+**Ledger.** The halo rows sent per layer are recorded under ``eval_halo`` (:data:`EVAL_HALO`, forward
+only: no gradients), the plan's id exchange and the summed counts (``3 * len(SPLITS)`` float64, ring
+model) under ``control``. Strategies snapshot the Ledger around ``train_epoch`` only, so evaluation bytes
+are recorded but never part of an epoch's statistics. Summed over workers, one evaluation sends
+``eval_halo = sum_l (sum_r |B_r|) * d_l * b`` bytes (``d_l = model.layer_widths()[l]``).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from graphscale.data.block import Block
+from graphscale.data.graph import Graph
+from graphscale.distributed.comm import CONTROL, Comm
+from graphscale.distributed.functional import HaloExchange
+from graphscale.strategies.base import SPLITS, counts_to_metrics, split_counts
+
+#: Ledger category of the halo rows exchanged during evaluation.
+EVAL_HALO = "eval_halo"
+#: Default bound on the destination rows of one evaluation batch.
+DEFAULT_BATCH_ROWS = 65536
+
+
+def contiguous_bounds(num_nodes: int, world_size: int) -> torch.Tensor:
+    """``[W+1]`` range starts: worker ``r`` owns ``[bounds[r], bounds[r+1])``, as ``torch.tensor_split``."""
+    if world_size < 1:
+        raise ValueError(f"world_size must be >= 1, got {world_size}")
+    base, extra = divmod(int(num_nodes), int(world_size))
+    ranks = torch.arange(world_size + 1)
+    return ranks * base + torch.clamp(ranks, max=extra)
+
+
+def owned_block(graph: Graph, nodes: torch.Tensor) -> Block:
+    """``Block.from_nodes(graph, nodes)`` for *ascending* ``nodes``, without ``O(N)`` arrays.
+
+    Reads the CSR rows of ``nodes`` and the ``indptr`` entries of their halo only; ids are mapped to
+    local rows by binary search in the (sorted) destination and halo lists.
+    """
+    nodes = torch.as_tensor(nodes, dtype=torch.int64)
+    if nodes.numel() > 1 and not bool((nodes[1:] > nodes[:-1]).all()):
+        raise ValueError("owned_block: nodes must be strictly ascending")
+    starts, ends = graph.indptr[nodes], graph.indptr[nodes + 1]
+    counts = ends - starts
+    indptr = torch.zeros(nodes.numel() + 1, dtype=torch.int64)
+    torch.cumsum(counts, 0, out=indptr[1:])
+    offsets = torch.arange(int(indptr[-1])) - torch.repeat_interleave(indptr[:-1] - starts, counts)
+    global_src = graph.indices[offsets]
+    pos = torch.searchsorted(nodes, global_src).clamp_(max=max(nodes.numel() - 1, 0))
+    inner = nodes[pos] == global_src if nodes.numel() else torch.zeros(0, dtype=torch.bool)
+    halo = torch.unique(global_src[~inner])
+    local = torch.where(inner, pos, nodes.numel() + torch.searchsorted(halo, global_src))
+    src_ids = torch.cat([nodes, halo])
+    src_deg = graph.indptr[src_ids + 1] - graph.indptr[src_ids]
+    return Block(indptr, local, src_ids, src_deg)
+
+
+def batch_block(block: Block, start: int, stop: int) -> tuple[Block, torch.Tensor]:
+    """The sub-block of ``block``'s destination rows ``[start, stop)`` and their in-neighbours.
+
+    Destinations come first (DGL's convention), then the other source rows the batch reads, ascending
+    by local row. Edges keep their CSR order. Allocations are O(the batch's rows and edges), never O(N).
+
+    Returns:
+        ``(sub_block, rows)``: ``rows`` are the local source rows of ``block`` behind the sub-block's
+        source rows (``h_sub = h_src[rows]``).
+    """
+    lo, hi = int(block.indptr[start]), int(block.indptr[stop])
+    src = block.indices[lo:hi]
+    inside = (src >= start) & (src < stop)
+    others = torch.unique(src[~inside])
+    rows = torch.cat([torch.arange(start, stop, dtype=torch.int64), others])
+    indices = torch.where(inside, src - start, (stop - start) + torch.searchsorted(others, src))
+    sub = Block(block.indptr[start: stop + 1] - lo, indices, block.src_ids[rows], block.src_deg[rows])
+    return sub, rows
+
+
+class LayerwiseEvaluator:
+    """Distributed layer-wise evaluation of a model over the vertices this worker owns (module docstring).
+
+    Constructing it is a collective (the halo plan); so is :meth:`evaluate`.
+
+    Args:
+        comm: the worker's Comm.
+        graph: the whole graph (only the rows of owned vertices and the ``indptr`` of their halo are read).
+        model: the model (a :class:`~graphscale.nn.models.GNN`); its parameters' dtype is the features' dtype.
+        owner: optional int64 ``[N]`` vertex partition (part ``r`` is worker ``r``'s); default: contiguous ranges.
+        batch_rows: at most this many destination rows per batch block.
+        category: Ledger category of the halo exchange.
+
+    Attributes:
+        owned: int64 ascending global ids of the vertices this worker evaluates.
+        block: the worker's host block (``dst = owned``, ``src = owned ∪ halo``).
+        halo: the :class:`HaloExchange` plan.
+        max_batch_dst: the most destination rows any batch block held in the last evaluation.
+    """
+
+    def __init__(self, comm: Comm, graph: Graph, model: torch.nn.Module, owner: torch.Tensor | None = None,
+                 batch_rows: int = DEFAULT_BATCH_ROWS, category: str = EVAL_HALO) -> None:
+        if int(batch_rows) < 1:
+            raise ValueError(f"batch_rows must be >= 1, got {batch_rows}")
+        if graph.x is None or graph.y is None:
+            raise ValueError("distributed evaluation needs node features and labels")
+        self.comm, self.graph, self.model = comm, graph, model
+        self.batch_rows = int(batch_rows)
+        self.device = comm.env.device
+        rank, world, n = comm.rank, comm.world_size, graph.num_nodes
+        if owner is None:
+            bounds = contiguous_bounds(n, world)
+            self.owned = torch.arange(int(bounds[rank]), int(bounds[rank + 1]), dtype=torch.int64)
+            self.block = owned_block(graph, self.owned)
+            halo_owner = torch.searchsorted(bounds[1:], self.block.halo_ids, right=True)
+        else:
+            owner = torch.as_tensor(owner, dtype=torch.int64).cpu()
+            if owner.shape != (n,):
+                raise ValueError(f"owner must have one entry per vertex ({n}), got shape {tuple(owner.shape)}")
+            if n and (int(owner.min()) < 0 or int(owner.max()) >= world):
+                raise ValueError(f"owner values must lie in [0, {world}) for {world} workers")
+            self.owned = torch.nonzero(owner == rank).flatten()
+            self.block = owned_block(graph, self.owned)
+            halo_owner = owner[self.block.halo_ids]
+        self.halo = HaloExchange.build(comm, self.owned, self.block.halo_ids, halo_owner, category)
+        self.owned_dev = self.owned.to(self.device)
+        self.y = graph.y[self.owned].to(self.device)
+        self.masks = {}
+        for split in SPLITS:
+            mask = getattr(graph, f"{split}_mask")
+            self.masks[split] = (torch.zeros(self.owned.numel(), dtype=torch.bool) if mask is None
+                                 else mask[self.owned]).to(self.device)
+        self.max_batch_dst = 0
+
+    @property
+    def num_owned(self) -> int:
+        return self.owned.numel()
+
+    def batches(self) -> list[tuple[int, int]]:
+        """``[a, b)`` ranges of owned rows, at most ``batch_rows`` each (one empty batch when nothing is owned)."""
+        n = self.num_owned
+        if n == 0:
+            return [(0, 0)]
+        return [(a, min(a + self.batch_rows, n)) for a in range(0, n, self.batch_rows)]
+
+    def _features(self) -> torch.Tensor:
+        """``x`` rows of the owned vertices, in the model's dtype, on the device."""
+        dtype = next(self.model.parameters()).dtype
+        x = self.graph.x
+        if self.num_owned and int(self.owned[-1]) - int(self.owned[0]) + 1 == self.num_owned:
+            rows = x[int(self.owned[0]): int(self.owned[-1]) + 1]  # a contiguous range: a view
+        else:
+            rows = x[self.owned]
+        return rows.to(device=self.device, dtype=dtype)
+
+    @torch.no_grad()
+    def logits(self) -> torch.Tensor:
+        """Logits of the owned vertices, ``[num_owned, C]`` in :attr:`owned` order (a collective)."""
+        model = self.model
+        model.eval()
+        h = model.input_map(self._features(), self.owned_dev)
+        h0 = h if model.needs_h0 else None
+        self.max_batch_dst = 0
+        for l in range(model.num_layers):
+            h_src = self.halo.gather(h)
+            out = None
+            for a, b in self.batches():
+                sub, rows = batch_block(self.block, a, b)
+                self.max_batch_dst = max(self.max_batch_dst, sub.num_dst)
+                y = model.step(l, sub.to(self.device), h_src.index_select(0, rows.to(self.device)),
+                               None if h0 is None else h0[a:b])
+                if out is None:
+                    out = y.new_empty((self.num_owned, *y.shape[1:]))
+                out[a:b] = y
+            del h_src
+            h = out
+        return model.output_map(h, self.owned_dev)
+
+    @torch.no_grad()
+    def evaluate(self) -> dict[str, float]:
+        """``{split}_acc`` / ``{split}_loss`` over the whole graph, the same on every worker (a collective)."""
+        counts = split_counts(self.logits(), self.y, self.masks).to(self.device)
+        return counts_to_metrics(self.comm.all_reduce(counts, CONTROL).cpu())

@@ -1,0 +1,55 @@
+"""``graphscale bench memory``: the real command on a tiny graph, and a failing strategy's row."""
+
+from __future__ import annotations
+
+import json
+
+from graphscale.bench import memory
+from graphscale.cli import main
+
+MiB = 2**20
+
+
+def test_bench_memory_tabulates_each_strategy_per_worker(tmp_path, capsys, monkeypatch):
+    real = memory.train_once
+
+    def train_once(dataset, strategy, *args, **kwargs):  # one strategy fails; the bench must go on
+        return {"error": "exit 1: RuntimeError: boom"} if strategy == "broken" else real(dataset, strategy, *args,
+                                                                                          **kwargs)
+
+    monkeypatch.setattr(memory, "train_once", train_once)
+    out = tmp_path / "memory.json"
+    argv = ["bench", "memory", "--datasets", "sbm:nodes=2000,degree=5,features=8", "--workers", "2", "--epochs", "1",
+            "--strategies", "single,broken,graph-parallel", "--json", str(out)]
+    assert main(argv) == 0
+    printed = capsys.readouterr().out
+    for word in ("single", "graph-parallel", "broken", "RuntimeError: boom", "tracked", "anon", "file", "RSS peak",
+                 "single anon", "anon/single", "tracked/single"):
+        assert word in printed, word
+    rows = json.loads(out.read_text())["rows"]
+    by: dict[str, list[dict]] = {}
+    for r in rows:
+        by.setdefault(r["strategy"], []).append(r)
+    assert [r["worker"] for r in by["single"]] == [0]
+    assert [r["worker"] for r in by["graph-parallel"]] == [0, 1]
+    assert by["broken"][0]["error"] == "exit 1: RuntimeError: boom"
+    single = by["single"][0]
+    assert single["anon_per_single"] == 1.0 and single["tracked_per_single"] == 1.0
+    for r in by["single"] + by["graph-parallel"]:
+        assert r["tracked"] > 0 and r["rss_peak"] > 0
+        if r["anon"] is not None:  # Linux: the sampled parts add up to about the kernel's peak
+            assert r["anon"] <= r["rss_peak"] + 4 * MiB
+            assert r["anon"] + r["file"] >= 0.9 * r["rss_peak"]
+            assert r["single_anon"] == single["anon"]
+
+
+def test_a_failing_run_reports_its_error():
+    result = memory.train_once("sbm:nodes=200,degree=4,features=4", "no-such-strategy", 1, 1)
+    assert "unknown strategy 'no-such-strategy'" in result["error"]
+    (row,) = memory.worker_rows("d", "no-such-strategy", result)
+    assert memory.display_rows([row])[0]["tracked"] == result["error"]
+
+
+def test_split_specs_keeps_commas_inside_a_spec():
+    assert memory.split_specs("cora,sbm:nodes=10,degree=2, rmat:nodes=8") == ["cora", "sbm:nodes=10,degree=2",
+                                                                              "rmat:nodes=8"]

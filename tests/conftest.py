@@ -1,0 +1,15 @@
+"""Test-suite wide settings."""
+
+from __future__ import annotations
+
+import pytest
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _private_cache_dir(tmp_path_factory):
+    """Runs write their partition stores and graph directories into a cache directory: keep the suite's apart
+    from the user's (``~/.cache/graphscale``)."""
+    mp = pytest.MonkeyPatch()
+    mp.setenv("GRAPHSCALE_CACHE_DIR", str(tmp_path_factory.mktemp("graphscale-cache")))
+    yield
+    mp.undo()
