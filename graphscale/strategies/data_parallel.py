@@ -36,8 +36,9 @@ element, ``d`` features, ``P`` parameter elements, ``C_r`` worker ``r``'s cache,
     h2d_struct = sum_{k,r} bytes of the micro-batch's blocks (indptr, indices, src_ids, src_deg)
 
 Edges computed per epoch: ``sum_{k,r} |E_{k,r}|`` (redundant across workers
-where micro-batches overlap). Evaluation is exact full-graph inference on every
-worker (as ``single``), without communication.
+where micro-batches overlap). Evaluation is distributed layer-wise inference
+over each worker's vertices (:mod:`graphscale.strategies.evaluation`), equal to
+``single``'s full-graph inference.
 """
 
 from __future__ import annotations

@@ -55,8 +55,10 @@ GAT: ``heads * hidden``; others: ``model.layer_widths()[l]``) and ``back_l = 1``
 when the shipped tensor depends on parameters (every layer ``l >= 1``; at
 ``l = 0`` SAGE with the linear map first, GAT, and models with a learned input
 map). Edges computed: ``sum_k sum_l |E^(l)_k|``, each once (no redundancy).
-``h2d_struct`` counts each worker's split index arrays. Evaluation is exact
-full-graph inference on every worker, as ``single``.
+``h2d_struct`` counts each worker's split index arrays. Evaluation is
+distributed layer-wise inference over each worker's part
+(:mod:`graphscale.strategies.evaluation`), equal to ``single``'s full-graph
+inference.
 """
 
 from __future__ import annotations

@@ -1,0 +1,142 @@
+"""The run's data preparation: cache entries written once in the parent, stores checked before any worker starts.
+
+Bad input (a store whose parts do not match ``--workers``, a truncated or corrupted part, a missing array, a
+wrong format version, a store of another dataset, an unwritable cache directory) is a clear error naming the
+file or option, raised by :func:`graphscale.prepare.prepare_data` in the parent, and nothing half-written is
+left behind.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+
+import numpy as np
+import pytest
+
+from graphscale.cli import main
+from graphscale.config import build_config
+from graphscale.data.handle import HOST_SHARED, MEMORY, PARTITION_LOCAL
+from graphscale.prepare import canonical_spec, prepare_data, write_training_store
+from graphscale.run import run
+from graphscale.testing import random_graph
+
+SPEC = "sbm:nodes=300,degree=6,classes=3,features=8,seed=1"
+
+
+def config_for(strategy: str, workers: int, tmp_path, **strategy_options):
+    return build_config({"data": {"dataset": SPEC}, "strategy": {"name": strategy, "workers": workers,
+                                                                 **strategy_options},
+                         "optim": {"epochs": 2}, "progress": False, "cache_dir": str(tmp_path / "cache")})
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    """A 2-part METIS store of SPEC, as `graphscale partition` writes it."""
+    out = tmp_path_factory.mktemp("stores") / "sbm-2"
+    assert main(["partition", "--dataset", SPEC, "--method", "metis", "--parts", "2", "--out", str(out),
+                 "--no-progress"]) == 0
+    return out
+
+
+def test_views_and_cache_reuse(tmp_path):
+    assert prepare_data(config_for("single", 1, tmp_path)).view == MEMORY
+    config = config_for("graph-parallel", 2, tmp_path)
+    handle = prepare_data(config)
+    assert handle.view == PARTITION_LOCAL and handle.summary["nodes"] == 300 and handle.num_train > 0
+    stores = list((tmp_path / "cache" / "stores").iterdir())
+    assert len(stores) == 1
+    mtime = (stores[0] / "meta.json").stat().st_mtime_ns
+    assert prepare_data(config_for("graph-parallel", 2, tmp_path)).path == handle.path  # reused, not rewritten
+    assert (stores[0] / "meta.json").stat().st_mtime_ns == mtime
+    assert prepare_data(config_for("graph-parallel", 2, tmp_path, balance="vertices")).path != handle.path
+    shared = prepare_data(config_for("split-parallel", 2, tmp_path))
+    assert shared.view == HOST_SHARED and shared.owner_parts == 2 and os.path.isfile(shared.owner_path)
+    assert prepare_data(config_for("data-parallel", 2, tmp_path)).owner_path is None  # no partition needed
+    leftovers = [p for p in (tmp_path / "cache").rglob("*") if p.name.startswith(".")]
+    assert leftovers == []
+
+
+def test_train_from_a_store_equals_training_from_the_cache(store, tmp_path):
+    config = config_for("graph-parallel", 2, tmp_path, partitions=str(store))
+    config.data.dataset = ""  # the store's dataset
+    from_store = run(config)
+    assert config.data.dataset == canonical_spec(SPEC)
+    from_cache = run(config_for("graph-parallel", 2, tmp_path, balance="vertices"))
+    single = run(config_for("single", 1, tmp_path))
+    assert from_store["config"]["strategy"]["partitions"] == str(store)
+    for report in (from_store, from_cache):
+        for mine, ref in zip(report["epochs"], single["epochs"]):
+            assert mine["loss"] == pytest.approx(ref["loss"], rel=1e-5)
+            assert mine["test_acc"] == ref["test_acc"]
+
+
+def _broken_copy(store, tmp_path, name):
+    target = tmp_path / name
+    shutil.copytree(store, target)
+    return target
+
+
+@pytest.mark.parametrize("damage, message", [
+    ("parts", "has 2 parts but --workers is 3"),
+    ("dataset", "holds a partition of dataset"),
+    ("truncate", "x.npy is not a readable .npy file"),
+    ("missing", "indices.npy is missing"),
+    ("length", "degree.npy has shape"),
+    ("version", "unsupported version"),
+    ("part_meta", "part-00001/meta.json is missing"),
+    ("no_store", "does not exist"),
+])
+def test_bad_stores_fail_in_the_parent_naming_the_file(store, tmp_path, damage, message):
+    path = _broken_copy(store, tmp_path, damage)
+    part = path / "part-00001"
+    workers, dataset = 2, ""
+    if damage == "parts":
+        workers = 3
+    elif damage == "dataset":
+        dataset = "cora"
+    elif damage == "truncate":
+        data = (part / "x.npy").read_bytes()
+        (part / "x.npy").write_bytes(data[: len(data) // 2])
+    elif damage == "missing":
+        (part / "indices.npy").unlink()
+    elif damage == "length":
+        np.save(part / "degree.npy", np.zeros(3, np.int64))
+    elif damage == "version":
+        meta = json.loads((path / "meta.json").read_text())
+        (path / "meta.json").write_text(json.dumps({**meta, "version": 99}))
+    elif damage == "part_meta":
+        (part / "meta.json").unlink()
+    elif damage == "no_store":
+        shutil.rmtree(path)
+    config = config_for("graph-parallel", workers, tmp_path, partitions=str(path))
+    config.data.dataset = dataset
+    with pytest.raises((ValueError, FileNotFoundError), match=message):
+        run(config)
+
+
+def test_cli_errors_are_one_line_before_workers_start(store, tmp_path, capsys):
+    code = main(["train", "--strategy", "graph-parallel", "--workers", "4", "--partitions", str(store),
+                 "--no-progress"])
+    assert code == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "--workers is 4" in err
+    code = main(["train", "--strategy", "offload", "--workers", "2", "--partitions", str(store), "--no-progress"])
+    assert code == 2 and "--partitions applies to partition-local strategies" in capsys.readouterr().err
+
+
+def test_unwritable_cache_dir_is_a_clear_error(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    config = config_for("graph-parallel", 2, tmp_path)
+    config.cache_dir = str(blocker / "cache")
+    with pytest.raises(ValueError, match="--cache-dir .* is not a writable directory"):
+        prepare_data(config)
+
+
+def test_failed_store_write_leaves_nothing(tmp_path):
+    graph = random_graph(10, avg_degree=2.0, num_features=3, num_classes=2, seed=0)
+    with pytest.raises(ValueError):
+        write_training_store(graph, tmp_path / "store", 12, "random")
+    assert list(tmp_path.iterdir()) == []
