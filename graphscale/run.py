@@ -23,7 +23,7 @@ from graphscale.data.formats import write_json_atomic
 from graphscale.data.handle import MEMORY, DataHandle
 from graphscale.distributed.env import DistEnv
 from graphscale.distributed.launch import launch, resolve_device
-from graphscale.metrics.memory import max_os_memory
+from graphscale.metrics.memory import max_os_memory, os_memory
 from graphscale.prepare import prepare_data
 from graphscale.registry import STRATEGIES
 
@@ -59,10 +59,17 @@ def validate(config: RunConfig) -> None:
     MODELS.get(config.model.name)
 
 
-def train_worker(env: DistEnv, config: RunConfig, data: DataHandle) -> dict:
-    """Body of one worker: build the model, set up the strategy on its view of the data, train."""
+def train_worker(env: DistEnv, config: RunConfig, data: DataHandle, parent_baseline: tuple | None = None) -> dict:
+    """Body of one worker: build the model, set up the strategy on its view of the data, train.
+
+    ``parent_baseline`` is ``(pid, OSMemory)`` read by :func:`run` before it prepared the data; a worker running
+    in that process (world size 1) uses it as its memory baseline, a spawned worker reads its own first.
+    """
     from graphscale.nn.models import build_model
     from graphscale.trainer import Trainer
+
+    in_parent = parent_baseline is not None and parent_baseline[0] == os.getpid()
+    baseline = parent_baseline[1] if in_parent else os_memory()
 
     torch.manual_seed(config.seed)
     dtype = DTYPES[config.dtype]
@@ -71,7 +78,7 @@ def train_worker(env: DistEnv, config: RunConfig, data: DataHandle) -> dict:
     strategy = STRATEGIES.get(config.strategy.name)()
     strategy.setup(data, model, env, config)
     try:
-        result = Trainer(strategy, env, config).fit()
+        result = Trainer(strategy, env, config, memory_baseline=baseline).fit()
     finally:
         strategy.teardown()
     result["graph"] = dict(data.summary)
@@ -114,8 +121,9 @@ def run(config: RunConfig) -> dict:
     validate(config)
     device = resolve_device(config.device, config.strategy.workers)
     start = time.perf_counter()
+    baseline = (os.getpid(), os_memory())  # the in-process worker's memory before its data is loaded
     data = prepare_data(config)  # before any worker starts: no worker waits while another partitions
-    results = launch(train_worker, config.strategy.workers, config, data, device=device)
+    results = launch(train_worker, config.strategy.workers, config, data, baseline, device=device)
     results.sort(key=lambda r: r["rank"])
     epochs = merge_histories(results)
     best = results[0]["best"]

@@ -8,7 +8,8 @@ Per worker the table shows, from the report's ``final.os_memory_per_worker``
 (:class:`graphscale.metrics.memory.EpochMemory`, maximum over the epochs):
 
 * ``anon``: peak anonymous resident memory (heap, tensors), *sampled* every
-  few milliseconds;
+  few milliseconds over the epochs' training and evaluation; ``train anon``
+  over the training steps alone (what ``tracked`` covers);
 * ``file``: peak file-backed resident memory (mapped files and shared memory;
   a page shared by several workers counts in each), sampled;
 * ``RSS peak``: the kernel's exact peak resident set (``VmHWM``, reset every
@@ -122,7 +123,8 @@ def worker_rows(dataset: str, strategy: str, report: dict) -> list[dict]:
     for rank, (t, m) in enumerate(zip(tracked, osm)):
         m = m or {}
         anon, base = m.get("peak_anon"), m.get("baseline_anon")
-        rows.append({"dataset": dataset, "strategy": strategy, "worker": rank, "tracked": t, "anon": anon,
+        rows.append({"dataset": dataset, "strategy": strategy, "worker": rank, "tracked": t,
+                     "train_anon": m.get("train_peak_anon"), "anon": anon,
                      "baseline_anon": base, "baseline_at": m.get("baseline_at"),
                      "anon_above_baseline": anon - base if anon is not None and base is not None
                      and m.get("baseline_at") == "worker start" else None,
@@ -179,7 +181,8 @@ def display_rows(rows: list[dict]) -> list[dict]:
             out.append({"strategy": r["strategy"], "worker": "-", "tracked": r["error"]})
             continue
         row = {"strategy": r["strategy"], "worker": str(r["worker"]), "tracked": _fmt(r["tracked"]),
-               "anon": _fmt(r["anon"]), "file": _fmt(r["file"]), "RSS peak": _fmt(r["rss_peak"])}
+               "train anon": _fmt(r["train_anon"]), "anon": _fmt(r["anon"]), "file": _fmt(r["file"]),
+               "RSS peak": _fmt(r["rss_peak"])}
         row["base anon"] = _fmt(r["baseline_anon"])
         if any(x.get("anon_above_baseline") is not None for x in rows):
             row["anon +base"] = _fmt(r["anon_above_baseline"])
@@ -203,8 +206,8 @@ def run(args: argparse.Namespace) -> list[dict]:
     strategies = [s.strip() for s in args.strategies.split(",") if s.strip()]
     rows, reports = measure(datasets, strategies, args.workers, args.epochs, args.model, args.hidden, args.device,
                             shlex.split(args.train_args), args.timeout)
-    columns = ["strategy", "worker", "tracked", "anon", "file", "RSS peak", "base anon", "anon +base", "single anon",
-               "anon/single", "tracked/single", "s/epoch"]
+    columns = ["strategy", "worker", "tracked", "train anon", "anon", "file", "RSS peak", "base anon", "anon +base",
+               "single anon", "anon/single", "tracked/single", "s/epoch"]
     for dataset in datasets:
         mine = [r for r in rows if r["dataset"] == dataset]
         shown = display_rows(mine)
@@ -215,8 +218,9 @@ def run(args: argparse.Namespace) -> list[dict]:
         base_at = sorted({r["baseline_at"] for r in mine if r.get("baseline_at")})
         print(format_table(shown, present, title=(
             f"memory per worker on {dataset} ({what}): {args.model}, {args.epochs} epochs, {args.workers} workers\n"
-            "tracked: the strategy's design figure; anon / file: sampled peaks of anonymous / file-backed (incl. "
-            "shared) resident memory; RSS peak: VmHWM; base anon: anonymous memory at "
+            "tracked: the strategy's design figure (training step); anon / file: sampled peaks of anonymous / "
+            "file-backed (incl. shared) resident memory over training and evaluation, train anon: over training "
+            "alone; RSS peak: VmHWM; base anon: anonymous memory at "
             f"{' / '.join(base_at) or '-'}")))
         for strategy in strategies:
             ws = [r for r in mine if r["strategy"] == strategy and not r.get("error")]

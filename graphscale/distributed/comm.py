@@ -103,7 +103,7 @@ class Comm:
         return [int(c) for c in recv.tolist()]
 
     def all_to_all_v(self, send: torch.Tensor, send_counts: list[int], recv_counts: list[int],
-                     category: str) -> torch.Tensor:
+                     category: str, out: torch.Tensor | None = None) -> torch.Tensor:
         """Personalised exchange of rows: rows ``[sum(send_counts[:p]), +send_counts[p])`` go to rank ``p``.
 
         Args:
@@ -111,21 +111,26 @@ class Comm:
             send_counts: rows for each rank (length ``world_size``).
             recv_counts: rows from each rank (length ``world_size``; see :meth:`exchange_counts`).
             category: Ledger category of the bytes sent to other ranks.
+            out: optional contiguous ``[sum(recv_counts), *rest]`` tensor to receive into (saves a copy when
+                the caller wants the rows inside a larger buffer).
 
         Returns:
-            ``[sum(recv_counts), *rest]``, grouped by source rank.
+            ``[sum(recv_counts), *rest]``, grouped by source rank (``out`` when given).
         """
         self._check_counts(send_counts, "send_counts")
         self._check_counts(recv_counts, "recv_counts")
         if send.dim() == 0 or send.shape[0] != sum(send_counts):
             raise ValueError(f"all_to_all_v: send has {send.shape[0] if send.dim() else 0} rows, "
                              f"send_counts sum to {sum(send_counts)}")
+        shape = (sum(recv_counts), *send.shape[1:])
+        if out is not None and (tuple(out.shape) != shape or not out.is_contiguous()):
+            raise ValueError(f"all_to_all_v: out must be a contiguous {shape} tensor, got {tuple(out.shape)}")
         if self.world_size == 1:
             if recv_counts[0] != send_counts[0]:
                 raise ValueError(f"all_to_all_v: single worker sends {send_counts[0]} rows but expects {recv_counts[0]}")
-            return send.clone()
+            return send.clone() if out is None else out.copy_(send)
         send = send.contiguous()
-        out = send.new_empty((sum(recv_counts), *send.shape[1:]))
+        out = send.new_empty(shape) if out is None else out
         dist.all_to_all_single(out, send, output_split_sizes=list(recv_counts), input_split_sizes=list(send_counts),
                                group=self.group)
         row = send.element_size() * send.shape[1:].numel()

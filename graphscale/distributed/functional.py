@@ -55,6 +55,40 @@ def all_to_all_v(x: torch.Tensor, comm: Comm, send_counts: list[int], recv_count
     return _AllToAllV.apply(x, comm, list(send_counts), list(recv_counts), category, bwd)
 
 
+class _HaloGather(torch.autograd.Function):
+    """Forward: ``[x_local; halo rows]`` received straight into one buffer; backward: halo gradients home."""
+
+    @staticmethod
+    def forward(ctx, x_local: torch.Tensor, plan: HaloExchange) -> torch.Tensor:
+        ctx.plan = plan
+        n = plan.num_local
+        out = x_local.new_empty((n + plan.num_halo, *x_local.shape[1:]))
+        out[:n] = x_local
+        send = x_local.index_select(0, plan.send_index)
+        if plan.tracker is not None:  # the exchange's buffers, while they coexist
+            plan.tracker.track("halo exchange", x_local, send, out)
+        if plan.halo_index is None:
+            plan.comm.all_to_all_v(send, plan.send_counts, plan.recv_counts, plan.category, out=out[n:])
+        else:
+            recv = plan.comm.all_to_all_v(send, plan.send_counts, plan.recv_counts, plan.category)
+            torch.index_select(recv, 0, plan.halo_index, out=out[n:])
+        if plan.tracker is not None:
+            plan.tracker.untrack("halo exchange")
+        return out
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        plan = ctx.plan
+        n = plan.num_local
+        grad = grad.contiguous()
+        halo_grad = grad[n:]
+        if plan.halo_index is not None:  # back to received order
+            halo_grad = torch.empty_like(halo_grad).index_copy_(0, plan.halo_index, halo_grad)
+        back = plan.comm.all_to_all_v(halo_grad, plan.recv_counts, plan.send_counts, plan.category)
+        returned = torch.zeros_like(grad[:n]).index_add_(0, plan.send_index, back)
+        return grad[:n] + returned, None
+
+
 @dataclass
 class HaloExchange:
     """A precomputed halo-exchange plan for one worker's block.
@@ -84,6 +118,9 @@ class HaloExchange:
     halo_index: torch.Tensor | None
     num_local: int
     category: str = "halo"
+    tracker: object | None = None
+    """Optional :class:`~graphscale.metrics.memory.MemoryTracker` that counts each gather's buffers (its
+    input rows, the send buffer and the ``[local + halo]`` output) while the exchange runs."""
 
     @property
     def num_halo(self) -> int:
@@ -144,15 +181,13 @@ class HaloExchange:
             x_local: ``[num_local, d]`` this worker's rows.
 
         Returns:
-            ``[num_local + num_halo, d]``. Differentiable: the backward exchange
-            runs only when ``x_local`` requires grad.
+            ``[num_local + num_halo, d]``, the halo rows received straight into the output (no separate
+            receive buffer or concatenation). Differentiable: the backward exchange runs only when
+            ``x_local`` requires grad.
         """
         if x_local.shape[0] != self.num_local:
             raise ValueError(f"HaloExchange.gather: expected {self.num_local} local rows, got {x_local.shape[0]}")
-        send = x_local.index_select(0, self.send_index)
-        recv = all_to_all_v(send, self.comm, self.send_counts, self.recv_counts, self.category)
-        halo = recv if self.halo_index is None else recv.index_select(0, self.halo_index)
-        return torch.cat([x_local, halo])
+        return _HaloGather.apply(x_local, self)
 
     def volume(self, width: int, element_size: int) -> int:
         """Bytes this worker sends in one forward :meth:`gather` of rows ``width`` wide."""

@@ -113,7 +113,8 @@ class GNN(nn.Module):
             raise ValueError(f"step {l}: {type(self).__name__} needs h0_dst (the input_map output of the "
                              "destination rows)")
 
-    def step(self, l: int, block: Block, h_src: Tensor, h0_dst: Tensor | None = None) -> Tensor:
+    def step(self, l: int, block: Block, h_src: Tensor, h0_dst: Tensor | None = None, *,
+             pre_applied: bool = False) -> Tensor:
         """Run layer ``l`` on ``block``: pre (dropout keyed by ``block.src_ids``), layer, activation.
 
         Args:
@@ -121,6 +122,9 @@ class GNN(nn.Module):
             block: the layer's block.
             h_src: inputs of the block's source rows.
             h0_dst: ``input_map`` output of the destination rows (GCNII only).
+            pre_applied: ``h_src`` already is ``pre(l, ., src_ids)`` of the inputs. ``pre`` is row-wise and keyed
+                by global ids, so a strategy may apply it to the rows it owns before exchanging them (one
+                transformed copy of its own rows instead of one of every source row).
 
         Returns:
             The destinations' outputs.
@@ -131,7 +135,7 @@ class GNN(nn.Module):
         self._check_step(l, h_src, h0_dst)
         if h_src.shape[0] != block.num_src:
             raise ValueError(f"step {l}: h_src has {h_src.shape[0]} rows, the block has {block.num_src} sources")
-        z = self.pre(l, h_src, block.src_ids)
+        z = h_src if pre_applied else self.pre(l, h_src, block.src_ids)
         layer = self.layers[l]
         out = layer(block, z, h0_dst) if self.needs_h0 else layer(block, z)
         return self.post(l, out)

@@ -22,7 +22,8 @@ the device; the features are read (rows of ``O_r`` only) at every evaluation.
 
     h  = input_map(x[O_r], O_r);  h0 = h                          # GCNII's initial residual
     for l in 0 .. L-1:
-        h_src = halo.gather(h)                                     # [|O_r| + |B_r|, d_l]
+        h_src = halo.gather(h)    # [|O_r| + |B_r|, d_l]; at l = 0 with an identity input map each
+                                  # batch reads its raw source rows from the host-shared x instead
         for each batch [a, b) of at most batch_rows owned rows:    # one bounded block at a time
             h_next[a:b] = step(l, batch_block, h_src[rows], h0[a:b])
         h = h_next                                                 # [|O_r|, d_{l+1}]
@@ -42,7 +43,8 @@ all-reduce), also when it owns no vertices (it then runs empty batches).
 only: no gradients), the plan's id exchange and the summed counts (``3 * len(SPLITS)`` float64, ring
 model) under ``control``. Strategies snapshot the Ledger around ``train_epoch`` only, so evaluation bytes
 are recorded but never part of an epoch's statistics. Summed over workers, one evaluation sends
-``eval_halo = sum_l (sum_r |B_r|) * d_l * b`` bytes (``d_l = model.layer_widths()[l]``).
+``eval_halo = sum_{l >= l0} (sum_r |B_r|) * d_l * b`` bytes (``d_l = model.layer_widths()[l]``;
+``l0 = 1`` when the input map is the identity, since layer 0 then reads raw rows, else ``0``).
 """
 
 from __future__ import annotations
@@ -167,6 +169,11 @@ class LayerwiseEvaluator:
             self.masks[split] = (torch.zeros(self.owned.numel(), dtype=torch.bool) if mask is None
                                  else mask[self.owned]).to(self.device)
         self.max_batch_dst = 0
+        # With an identity input map, layer 0 reads raw rows: each batch takes its source rows straight from
+        # the host-shared features instead of exchanging them (no [owned + halo, F] buffer, no bytes moved).
+        from graphscale.nn.models import GNN
+
+        self.raw_first_layer = type(model).input_map is GNN.input_map and not model.needs_h0
 
     @property
     def num_owned(self) -> int:
@@ -189,22 +196,29 @@ class LayerwiseEvaluator:
             rows = x[self.owned]
         return rows.to(device=self.device, dtype=dtype)
 
+    def _source_rows(self, ids: torch.Tensor) -> torch.Tensor:
+        """Raw feature rows of any vertices (global ids), read from the (host-shared) graph, on the device."""
+        dtype = next(self.model.parameters()).dtype
+        return self.graph.x[ids].to(device=self.device, dtype=dtype)
+
     @torch.no_grad()
     def logits(self) -> torch.Tensor:
         """Logits of the owned vertices, ``[num_owned, C]`` in :attr:`owned` order (a collective)."""
         model = self.model
         model.eval()
-        h = model.input_map(self._features(), self.owned_dev)
+        h = None if self.raw_first_layer else model.input_map(self._features(), self.owned_dev)
         h0 = h if model.needs_h0 else None
         self.max_batch_dst = 0
         for l in range(model.num_layers):
-            h_src = self.halo.gather(h)
+            direct = l == 0 and self.raw_first_layer
+            h_src = None if direct else self.halo.gather(h)
             out = None
             for a, b in self.batches():
                 sub, rows = batch_block(self.block, a, b)
                 self.max_batch_dst = max(self.max_batch_dst, sub.num_dst)
-                y = model.step(l, sub.to(self.device), h_src.index_select(0, rows.to(self.device)),
-                               None if h0 is None else h0[a:b])
+                x_src = (self._source_rows(sub.src_ids) if direct
+                         else h_src.index_select(0, rows.to(self.device)))
+                y = model.step(l, sub.to(self.device), x_src, None if h0 is None else h0[a:b])
                 if out is None:
                     out = y.new_empty((self.num_owned, *y.shape[1:]))
                 out[a:b] = y

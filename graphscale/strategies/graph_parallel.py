@@ -17,7 +17,9 @@ store's ``halo_owner`` and ids, agreed with the owners (category ``"control"``);
 the global training count is one all-reduce (category ``"setup"``).
 
 **Epoch.** ``h = input_map(x_i)``; for every layer ``l``:
-``h_src = halo.gather(h)`` then ``h = model.step(l, block, h_src, h0_dst)``;
+``h_src = halo.gather(model.pre(l, h))`` then ``h = model.step(l, block, h_src, h0_dst, pre_applied=True)``
+(the row-wise, id-keyed ``pre`` (dropout) runs on the worker's own rows before the exchange, so the worker
+holds one dropped copy of its inner rows rather than of all its source rows; the rows are the same);
 ``logits = output_map(h)``. The loss is the sum of cross-entropy over the
 worker's training vertices divided by the *global* number of training vertices,
 so summing the workers' parameter gradients gives the single-process gradient
@@ -69,6 +71,7 @@ from graphscale.distributed.env import DistEnv
 from graphscale.distributed.functional import HaloExchange
 from graphscale.metrics.memory import MemoryTracker
 from graphscale.metrics.stats import EpochStats
+from graphscale.nn.ops import topology
 from graphscale.registry import STRATEGIES
 from graphscale.strategies.base import (
     SPLITS,
@@ -172,9 +175,11 @@ class GraphParallel(Strategy):
             raise ValueError("strategy 'graph-parallel': the graph has no training vertices")
         self.params = [p for p in model.parameters() if p.requires_grad]
         self.tracker = MemoryTracker(env)
+        self.halo.tracker = self.tracker
+        transpose = topology(self.block).transpose()  # the backward's CSC, built once and kept with the block
         self.tracker.track("partition", self.x, self.y, *self.masks.values(), self.block.indptr,
                            self.block.indices, self.block.src_ids, self.block.src_deg, self.halo.send_index,
-                           self.halo.halo_index)
+                           self.halo.halo_index, *transpose)
         self.tracker.track_module("model", model)
 
     # ---------------------------------------------------------------- steps
@@ -184,8 +189,9 @@ class GraphParallel(Strategy):
         h = model.input_map(self.x, self.inner_ids)
         h0 = h if model.needs_h0 else None
         for layer in range(model.num_layers):
-            h_src = self.halo.gather(h)
-            h = model.step(layer, self.block, h_src, h0)
+            # pre (keyed dropout) is row-wise: apply it to the owned rows, then exchange (same rows, less memory)
+            h_src = self.halo.gather(model.pre(layer, h, self.inner_ids))
+            h = model.step(layer, self.block, h_src, h0, pre_applied=True)
         return model.output_map(h, self.inner_ids)
 
     def train_epoch(self, epoch: int) -> EpochStats:

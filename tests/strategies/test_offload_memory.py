@@ -9,6 +9,7 @@ import torch
 from graphscale.config import ModelConfig, RunConfig, StrategyConfig
 from graphscale.distributed.env import DistEnv
 from graphscale.nn.models import build_model
+from graphscale.prepare import store_handle, write_training_store
 from graphscale.strategies.graph_parallel import GraphParallel
 from graphscale.strategies.offload import OffloadStrategy
 from graphscale.strategies.offload.memory import choose_chunks, estimate_peak
@@ -75,10 +76,12 @@ def test_model_tracks_measured_peak_and_budget_picks_k(model_name, recompute):
         choose_chunks(graph, model, owner, 1, 1000, config, strategy.dims)
 
 
-def test_chunking_beats_graph_parallel_memory_at_identical_loss():
+def test_chunking_beats_graph_parallel_memory_at_identical_loss(tmp_path):
     graph, config, model = make("gcn", "auto")
+    write_training_store(graph, tmp_path / "store", 1)
     gp = GraphParallel()
-    gp.setup(graph, model, DistEnv.local(), config)
+    gp.setup(store_handle(tmp_path / "store", dtype=str(graph.x.dtype).removeprefix("torch.")), model,
+             DistEnv.local(), config)
     gp.train_epoch(0)
     gp_stats = gp.train_epoch(1)
     gp.teardown()
