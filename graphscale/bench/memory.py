@@ -46,7 +46,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from graphscale.bench.table import format_bytes, format_table
+from graphscale.bench.table import format_bytes, format_table, split_specs
 
 STRATEGIES = ("single", "graph-parallel", "offload", "data-parallel", "split-parallel")
 DEFAULT_DATASET = "sbm:nodes=200000,degree=10,features=128"
@@ -73,20 +73,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="also write a bar plot (PNG/PDF) of anonymous, file-backed and tracked MiB per worker")
 
 
-def split_specs(text: str) -> list[str]:
-    """Split a comma list of dataset specs whose own parameters also use commas (``key=value`` continues a spec)."""
-    specs: list[str] = []
-    for part in text.split(","):
-        part = part.strip()
-        if not part:
-            continue
-        if specs and "=" in part and ":" not in part:
-            specs[-1] += "," + part
-        else:
-            specs.append(part)
-    return specs
-
-
 def train_once(dataset: str, strategy: str, workers: int, epochs: int, model: str = "gcn", hidden: int | None = None,
                device: str | None = None, extra: list[str] | None = None, timeout: float = 900) -> dict:
     """One ``graphscale train`` run in a subprocess; its JSON report, or ``{"error": message}``."""
@@ -101,7 +87,7 @@ def train_once(dataset: str, strategy: str, workers: int, epochs: int, model: st
             argv += ["--device", device]
         argv += list(extra or [])
         try:
-            proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout,
+            proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False,
                                   env={**os.environ, "PYTHONUNBUFFERED": "1"})
         except subprocess.TimeoutExpired:
             return {"error": f"timed out after {timeout:g} s"}

@@ -122,10 +122,10 @@ def measure(graph, workers: int, fanouts: list[int], batch_size: int, fractions:
 
     from graphscale.data.feature_cache import FeatureCache
     from graphscale.data.sampler import MiniBatchLoader, NeighborSampler
-    from graphscale.strategies.split_parallel.split import HALO, SplitPlan, SplitWorkspace, input_loads, split_minibatch
     from graphscale.registry import PARTITIONERS
     from graphscale.strategies.data_parallel import MicroBatchSchedule
     from graphscale.strategies.split_parallel import layer_kinds, shipped_widths, shuffle_backward, split_modes
+    from graphscale.strategies.split_parallel.split import HALO, SplitPlan, SplitWorkspace, input_loads, split_minibatch
 
     if workers < 1:
         raise ValueError(f"--workers must be >= 1, got {workers}")

@@ -30,7 +30,7 @@ from __future__ import annotations
 import argparse
 import time
 
-from graphscale.bench.table import format_table
+from graphscale.bench.table import format_table, split_specs
 
 GRAPHS = {
     "it-like": "sbm:nodes={n},degree=20,homophily=0.97,classes=256,features=0,seed=0",
@@ -67,20 +67,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="K of the measured memory sweep (default 1,2,4,8,16,32)")
     parser.add_argument("--model", default="gcn", help="model of the measured runs (default gcn)")
     parser.add_argument("--skip-measured", action="store_true", help="print only the closed-form tables")
-
-
-def _split_specs(text: str) -> list[str]:
-    """Split a comma list of dataset specs whose own parameters also use commas."""
-    specs: list[str] = []
-    for part in text.split(","):
-        part = part.strip()
-        if not part:
-            continue
-        if specs and "=" in part and ":" not in part:
-            specs[-1] += "," + part
-        else:
-            specs.append(part)
-    return specs
 
 
 def _load(name: str, nodes: int):
@@ -235,7 +221,7 @@ def run(args: argparse.Namespace) -> int:
     for total in args.total_chunks:
         if total % args.workers:
             raise ValueError(f"--total-chunks {total} is not a multiple of --workers {args.workers}")
-    graphs = [_load(name, args.nodes) for name in _split_specs(args.graphs)]
+    graphs = [_load(name, args.nodes) for name in split_specs(args.graphs)]
     print(format_table(replication_table(graphs, args.parts),
                        title="Replication factor alpha_N vs number of subgraphs N (METIS; Table 3 analogue)"))
     traffic, modelled = [], []
@@ -253,7 +239,7 @@ def run(args: argparse.Namespace) -> int:
     if args.skip_measured:
         return 0
     memory, measured = [], []
-    for spec in _split_specs(args.train_graphs):
+    for spec in split_specs(args.train_graphs):
         m, t = measured_tables(spec, args.train_workers, args.model, args.mem_chunks)
         memory += m
         measured += t

@@ -49,6 +49,8 @@ from pathlib import Path
 
 import torch
 
+from graphscale.metrics.memory import reset_peak_rss
+
 SYSTEMS = ("graphscale", "pyg-edge_index", "pyg-csr")
 TARGETS = {"pyg-edge_index": (3.5, 0.3), "pyg-csr": (1.5, None)}
 """Targets of graphscale against each peer: (minimum speed-up, maximum memory ratio)."""
@@ -87,16 +89,6 @@ def _rss_bytes() -> int:
 def _peak_bytes() -> int:
     """Peak resident set size since start or the last reset (``ru_maxrss``, KiB on Linux)."""
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-
-
-def _reset_peak() -> bool:
-    """Reset the kernel's peak-RSS counter; ``False`` where that is not allowed."""
-    try:
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")
-        return True
-    except OSError:
-        return False
 
 
 # ----------------------------------------------------------------------------- systems
@@ -195,7 +187,7 @@ def _child(system: str, path: str, hidden: int, dropout: float, warmup: int, rep
     del toy
     data = torch.load(path)
     baseline = _rss_bytes()
-    exact_reset = _reset_peak()
+    exact_reset = reset_peak_rss()
     epoch = _make_epoch(system, data, hidden, dropout)
     times, loss = [], float("nan")
     for i in range(warmup + repeats):

@@ -67,3 +67,17 @@ def save_bar_plot(path: str | Path, labels: list[str], series: dict[str, list[fl
     plt.close(fig)
     tmp.replace(path)
     return path
+
+
+def split_specs(text: str) -> list[str]:
+    """Split a comma list of dataset specs whose own parameters also use commas (``key=value`` continues a spec)."""
+    specs: list[str] = []
+    for part in text.split(","):
+        part = part.strip()
+        if not part:
+            continue
+        if specs and "=" in part and ":" not in part:
+            specs[-1] += "," + part
+        else:
+            specs.append(part)
+    return specs

@@ -22,6 +22,19 @@ import torch
 from graphscale.data.graph import Graph
 
 
+def csr_rows(graph: Graph, nodes: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The CSR rows of ``nodes`` (in that order): ``(indptr [len(nodes)+1], sources [nnz])``, sources as graph ids.
+
+    Only those rows of ``graph.indptr`` / ``graph.indices`` are read (a memory-mapped graph stays on disk).
+    """
+    starts, ends = graph.indptr[nodes], graph.indptr[nodes + 1]
+    counts = ends - starts
+    indptr = torch.zeros(nodes.numel() + 1, dtype=torch.int64)
+    torch.cumsum(counts, 0, out=indptr[1:])
+    offsets = torch.arange(int(indptr[-1])) - torch.repeat_interleave(indptr[:-1] - starts, counts)
+    return indptr, graph.indices[offsets]
+
+
 @dataclass
 class Block:
     """A bipartite ``dst x src`` CSR piece of a graph.
@@ -99,12 +112,7 @@ class Block:
         """
         nodes = torch.as_tensor(nodes, dtype=torch.int64)
         degrees = graph.in_degrees() if degrees is None else degrees
-        starts, ends = graph.indptr[nodes], graph.indptr[nodes + 1]
-        counts = ends - starts
-        indptr = torch.zeros(nodes.numel() + 1, dtype=torch.int64)
-        torch.cumsum(counts, 0, out=indptr[1:])
-        offsets = torch.arange(int(indptr[-1])) - torch.repeat_interleave(indptr[:-1] - starts, counts)
-        global_src = graph.indices[offsets]
+        indptr, global_src = csr_rows(graph, nodes)
         is_dst = torch.zeros(graph.num_nodes, dtype=torch.bool)
         is_dst[nodes] = True
         halo = torch.unique(global_src[~is_dst[global_src]])

@@ -55,8 +55,12 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING
 
 import torch
+
+if TYPE_CHECKING:
+    from typing_extensions import Self
 
 
 def rss_bytes() -> int:
@@ -277,7 +281,7 @@ class OSMemorySampler:
         self.peaks.seconds = time.perf_counter() - self._start_time
         return self.peaks
 
-    def __enter__(self) -> OSMemorySampler:
+    def __enter__(self) -> Self:
         self.start()
         return self
 

@@ -51,7 +51,7 @@ from __future__ import annotations
 
 import torch
 
-from graphscale.data.block import Block
+from graphscale.data.block import Block, csr_rows
 from graphscale.data.graph import Graph
 from graphscale.distributed.comm import CONTROL, Comm
 from graphscale.distributed.functional import HaloExchange
@@ -81,12 +81,7 @@ def owned_block(graph: Graph, nodes: torch.Tensor) -> Block:
     nodes = torch.as_tensor(nodes, dtype=torch.int64)
     if nodes.numel() > 1 and not bool((nodes[1:] > nodes[:-1]).all()):
         raise ValueError("owned_block: nodes must be strictly ascending")
-    starts, ends = graph.indptr[nodes], graph.indptr[nodes + 1]
-    counts = ends - starts
-    indptr = torch.zeros(nodes.numel() + 1, dtype=torch.int64)
-    torch.cumsum(counts, 0, out=indptr[1:])
-    offsets = torch.arange(int(indptr[-1])) - torch.repeat_interleave(indptr[:-1] - starts, counts)
-    global_src = graph.indices[offsets]
+    indptr, global_src = csr_rows(graph, nodes)
     pos = torch.searchsorted(nodes, global_src).clamp_(max=max(nodes.numel() - 1, 0))
     inner = nodes[pos] == global_src if nodes.numel() else torch.zeros(0, dtype=torch.bool)
     halo = torch.unique(global_src[~inner])

@@ -141,7 +141,7 @@ def test_metis_vertices_is_the_unweighted_call(rmat, p, ufactor):
 
 
 def test_metis_edges_train_without_the_c_api_falls_back_to_edges(rmat, monkeypatch):
-    import graphscale.partition.metis as metis
+    from graphscale.partition import metis
 
     monkeypatch.setattr(metis, "_metis_library", lambda pymetis: None)
     with pytest.warns(RuntimeWarning, match="becomes 'edges'"):

@@ -15,7 +15,6 @@ import torch
 
 from graphscale.config import ModelConfig, OptimConfig, RunConfig, StrategyConfig
 from graphscale.data.sampler import MiniBatchLoader, NeighborSampler
-from graphscale.strategies.split_parallel.split import HALO, PREAGG, SplitPlan, split_minibatch
 from graphscale.distributed.env import DistEnv
 from graphscale.nn.models import build_model
 from graphscale.partition.metis import MetisPartitioner
@@ -30,6 +29,7 @@ from graphscale.strategies.split_parallel import (
     shuffle_backward,
     split_modes,
 )
+from graphscale.strategies.split_parallel.split import HALO, PREAGG, SplitPlan, split_minibatch
 from graphscale.testing import assert_close_rel, random_graph, run_distributed
 
 DTYPES = {"float64": torch.float64, "float32": torch.float32}

@@ -73,7 +73,6 @@ from graphscale.data.block import Block
 from graphscale.data.graph import Graph
 from graphscale.data.handle import DataHandle
 from graphscale.data.sampler import MiniBatchLoader
-from graphscale.strategies.split_parallel.split import HALO, PREAGG, LocalLayer, LocalSplit, SplitPlan, SplitWorkspace, split_minibatch
 from graphscale.distributed.comm import CONTROL
 from graphscale.distributed.env import DistEnv
 from graphscale.distributed.functional import all_to_all_v
@@ -88,6 +87,15 @@ from graphscale.strategies.minibatch_common import (
     MiniBatchStrategy,
     load_host_rows,
     record_structure,
+)
+from graphscale.strategies.split_parallel.split import (
+    HALO,
+    PREAGG,
+    LocalLayer,
+    LocalSplit,
+    SplitPlan,
+    SplitWorkspace,
+    split_minibatch,
 )
 
 #: How a layer is split: GraphSAGE pre-aggregates, GAT ships projected rows, anything else ships its inputs.
