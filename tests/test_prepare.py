@@ -53,7 +53,7 @@ def test_views_and_cache_reuse(tmp_path):
     assert prepare_data(config_for("graph-parallel", 2, tmp_path, balance="vertices")).path != handle.path
     shared = prepare_data(config_for("split-parallel", 2, tmp_path))
     assert shared.view == HOST_SHARED and shared.owner_parts == 2 and os.path.isfile(shared.owner_path)
-    assert prepare_data(config_for("data-parallel", 2, tmp_path)).owner_path is None  # no partition needed
+    assert prepare_data(config_for("data-parallel", 2, tmp_path)).owner_path == shared.owner_path  # evaluation
     leftovers = [p for p in (tmp_path / "cache").rglob("*") if p.name.startswith(".")]
     assert leftovers == []
 

@@ -153,7 +153,7 @@ class DataHandle:
         if num_parts == 1:
             return torch.zeros(graph.num_nodes, dtype=torch.int64)
         if self.owner_path is not None and self.owner_parts == num_parts:
-            owner = np.load(self.owner_path, mmap_mode="r")
+            owner = np.load(self.owner_path, mmap_mode="c")
             self.opened.append((str(self.owner_path), int(owner.shape[0])))
             return torch.from_numpy(np.asarray(owner, dtype=np.int64))
         from graphscale.prepare import build_vertex_partitioner

@@ -142,7 +142,7 @@ class DataParallel(MiniBatchStrategy):
 
     @classmethod
     def needs_vertex_partition(cls, config: RunConfig) -> bool:
-        return config.strategy.cache == "pagraph"
+        return True  # PaGraph's training split, and every policy's evaluation ownership
 
     def setup(self, data: DataHandle | Graph, model: torch.nn.Module, env: DistEnv, config: RunConfig) -> None:
         super().setup(data, model, env, config)

@@ -10,13 +10,12 @@ once. By default ``O_r`` is the ``r``-th of ``W`` near-equal contiguous ranges (
 ``torch.tensor_split(torch.arange(N), W)``); given a vertex partition ``owner[N]`` (split-parallel's, or
 data-parallel's with ``--cache pagraph``) it is the worker's part, which usually has far fewer halo rows.
 
-**Setup** (a collective; every rank constructs its evaluator together). The worker's block is
-``dst = O_r``, ``src = O_r ∪ B_r`` with ``B_r`` the in-neighbours of ``O_r`` owned elsewhere, ascending
-(the same block as :meth:`Block.from_nodes`, built without any ``O(N)`` array: only the CSR rows of
-``O_r`` and the ``indptr`` entries of ``B_r`` are read, so a memory-mapped graph stays mostly on disk).
-It stays in host memory. A :class:`~graphscale.distributed.functional.HaloExchange` plan for ``B_r``
-is agreed with the owners (its id exchange under ``control``). Labels and split masks of ``O_r`` go to
-the device; the features are read (rows of ``O_r`` only) at every evaluation.
+**Setup** (a collective; every rank constructs its evaluator together). The worker finds its halo
+``B_r`` (the in-neighbours of ``O_r`` owned elsewhere, ascending) by reading the CSR rows of ``O_r`` one
+batch at a time, and agrees a :class:`~graphscale.distributed.functional.HaloExchange` plan for it with
+the owners (its id exchange under ``control``). It keeps no block: each evaluation batch reads its rows
+from the (host-shared, memory-mapped) graph again, so a worker holds ``O_r``, ``B_r``, the plan and the
+labels and split masks of ``O_r``, never a copy of its part of the topology.
 
 **Evaluation** (DGL's layer-wise ``inference``, distributed)::
 
@@ -60,7 +59,7 @@ from graphscale.strategies.base import SPLITS, counts_to_metrics, split_counts
 #: Ledger category of the halo rows exchanged during evaluation.
 EVAL_HALO = "eval_halo"
 #: Default bound on the destination rows of one evaluation batch.
-DEFAULT_BATCH_ROWS = 65536
+DEFAULT_BATCH_ROWS = 8192
 
 
 def contiguous_bounds(num_nodes: int, world_size: int) -> torch.Tensor:
@@ -72,43 +71,56 @@ def contiguous_bounds(num_nodes: int, world_size: int) -> torch.Tensor:
     return ranks * base + torch.clamp(ranks, max=extra)
 
 
-def owned_block(graph: Graph, nodes: torch.Tensor) -> Block:
-    """``Block.from_nodes(graph, nodes)`` for *ascending* ``nodes``, without ``O(N)`` arrays.
+def halo_of(graph: Graph, owned: torch.Tensor, batch_rows: int = DEFAULT_BATCH_ROWS) -> torch.Tensor:
+    """Ascending global ids of the in-neighbours of ``owned`` (ascending) that are not owned.
 
-    Reads the CSR rows of ``nodes`` and the ``indptr`` entries of their halo only; ids are mapped to
-    local rows by binary search in the (sorted) destination and halo lists.
+    The CSR rows of ``owned`` are read ``batch_rows`` at a time, so memory is the halo plus one batch.
     """
-    nodes = torch.as_tensor(nodes, dtype=torch.int64)
-    if nodes.numel() > 1 and not bool((nodes[1:] > nodes[:-1]).all()):
-        raise ValueError("owned_block: nodes must be strictly ascending")
-    indptr, global_src = csr_rows(graph, nodes)
-    pos = torch.searchsorted(nodes, global_src).clamp_(max=max(nodes.numel() - 1, 0))
-    inner = nodes[pos] == global_src if nodes.numel() else torch.zeros(0, dtype=torch.bool)
-    halo = torch.unique(global_src[~inner])
-    local = torch.where(inner, pos, nodes.numel() + torch.searchsorted(halo, global_src))
-    src_ids = torch.cat([nodes, halo])
-    src_deg = graph.indptr[src_ids + 1] - graph.indptr[src_ids]
-    return Block(indptr, local, src_ids, src_deg)
+    parts = [torch.zeros(0, dtype=torch.int64)]
+    for start in range(0, owned.numel(), batch_rows):
+        _, src = csr_rows(graph, owned[start: start + batch_rows])
+        parts.append(torch.unique(src[source_rows(owned, None, src) < 0]))
+    return torch.unique(torch.cat(parts))
 
 
-def batch_block(block: Block, start: int, stop: int) -> tuple[Block, torch.Tensor]:
-    """The sub-block of ``block``'s destination rows ``[start, stop)`` and their in-neighbours.
+def source_rows(owned: torch.Tensor, halo: torch.Tensor | None, ids: torch.Tensor) -> torch.Tensor:
+    """Rows of global ``ids`` in the layout ``[owned; halo]`` (both ascending); ``-1`` for a non-owned id when
+    ``halo`` is ``None``."""
+    if owned.numel():
+        pos = torch.searchsorted(owned, ids).clamp_(max=owned.numel() - 1)
+        mine = owned[pos] == ids
+    else:
+        pos, mine = torch.zeros_like(ids), torch.zeros(ids.shape, dtype=torch.bool)
+    other = torch.full_like(ids, -1) if halo is None else owned.numel() + torch.searchsorted(halo, ids)
+    return torch.where(mine, pos, other)
 
-    Destinations come first (DGL's convention), then the other source rows the batch reads, ascending
-    by local row. Edges keep their CSR order. Allocations are O(the batch's rows and edges), never O(N).
+
+def batch_block(graph: Graph, owned: torch.Tensor, halo: torch.Tensor, start: int,
+                stop: int) -> tuple[Block, torch.Tensor]:
+    """The block of owned rows ``[start, stop)`` with their in-neighbours, read from the graph's CSR.
+
+    Destinations come first (DGL's convention), then the other source rows the batch reads, ascending by
+    row of ``[owned; halo]``. Edges keep the graph's CSR order, so every destination's sum is the full-graph
+    row bit for bit. Sources carry global ids and global in-degrees. Allocations are O(the batch's rows and
+    edges), never O(N).
 
     Returns:
-        ``(sub_block, rows)``: ``rows`` are the local source rows of ``block`` behind the sub-block's
-        source rows (``h_sub = h_src[rows]``).
+        ``(sub_block, rows)``: ``rows`` are the rows of ``[owned; halo]`` behind the sub-block's source rows
+        (``h_sub = h_src[rows]``).
     """
-    lo, hi = int(block.indptr[start]), int(block.indptr[stop])
-    src = block.indices[lo:hi]
-    inside = (src >= start) & (src < stop)
-    others = torch.unique(src[~inside])
+    dst = owned[start:stop]
+    indptr, src = csr_rows(graph, dst)
+    src_rows = source_rows(owned, halo, src)
+    inside = (src_rows >= start) & (src_rows < stop)
+    others = torch.unique(src_rows[~inside])
     rows = torch.cat([torch.arange(start, stop, dtype=torch.int64), others])
-    indices = torch.where(inside, src - start, (stop - start) + torch.searchsorted(others, src))
-    sub = Block(block.indptr[start: stop + 1] - lo, indices, block.src_ids[rows], block.src_deg[rows])
-    return sub, rows
+    indices = torch.where(inside, src_rows - start, (stop - start) + torch.searchsorted(others, src_rows))
+    ids = torch.empty_like(others)
+    mine = others < owned.numel()
+    ids[mine] = owned[others[mine]]
+    ids[~mine] = halo[others[~mine] - owned.numel()]
+    ids = torch.cat([dst, ids])
+    return Block(indptr, indices, ids, graph.indptr[ids + 1] - graph.indptr[ids]), rows
 
 
 class LayerwiseEvaluator:
@@ -126,7 +138,7 @@ class LayerwiseEvaluator:
 
     Attributes:
         owned: int64 ascending global ids of the vertices this worker evaluates.
-        block: the worker's host block (``dst = owned``, ``src = owned ∪ halo``).
+        halo_ids: int64 ascending global ids of the in-neighbours of ``owned`` owned elsewhere.
         halo: the :class:`HaloExchange` plan.
         max_batch_dst: the most destination rows any batch block held in the last evaluation.
     """
@@ -144,8 +156,8 @@ class LayerwiseEvaluator:
         if owner is None:
             bounds = contiguous_bounds(n, world)
             self.owned = torch.arange(int(bounds[rank]), int(bounds[rank + 1]), dtype=torch.int64)
-            self.block = owned_block(graph, self.owned)
-            halo_owner = torch.searchsorted(bounds[1:], self.block.halo_ids, right=True)
+            self.halo_ids = halo_of(graph, self.owned, self.batch_rows)
+            halo_owner = torch.searchsorted(bounds[1:], self.halo_ids, right=True)
         else:
             owner = torch.as_tensor(owner, dtype=torch.int64).cpu()
             if owner.shape != (n,):
@@ -153,9 +165,9 @@ class LayerwiseEvaluator:
             if n and (int(owner.min()) < 0 or int(owner.max()) >= world):
                 raise ValueError(f"owner values must lie in [0, {world}) for {world} workers")
             self.owned = torch.nonzero(owner == rank).flatten()
-            self.block = owned_block(graph, self.owned)
-            halo_owner = owner[self.block.halo_ids]
-        self.halo = HaloExchange.build(comm, self.owned, self.block.halo_ids, halo_owner, category)
+            self.halo_ids = halo_of(graph, self.owned, self.batch_rows)
+            halo_owner = owner[self.halo_ids]
+        self.halo = HaloExchange.build(comm, self.owned, self.halo_ids, halo_owner, category)
         self.owned_dev = self.owned.to(self.device)
         self.y = graph.y[self.owned].to(self.device)
         self.masks = {}
@@ -209,7 +221,7 @@ class LayerwiseEvaluator:
             h_src = None if direct else self.halo.gather(h)
             out = None
             for a, b in self.batches():
-                sub, rows = batch_block(self.block, a, b)
+                sub, rows = batch_block(self.graph, self.owned, self.halo_ids, a, b)
                 self.max_batch_dst = max(self.max_batch_dst, sub.num_dst)
                 x_src = (self._source_rows(sub.src_ids) if direct
                          else h_src.index_select(0, rows.to(self.device)))

@@ -77,9 +77,9 @@ class MiniBatchStrategy(Strategy):
     tracked). Subclasses add their caches, tracked as ``"cache"``.
 
     :meth:`evaluate` is distributed layer-wise inference over the vertices each worker owns
-    (:class:`~graphscale.strategies.evaluation.LayerwiseEvaluator`): the worker's part of ``self.owner``
-    when the subclass has a vertex partition (split-parallel; data-parallel with ``--cache pagraph``), else
-    a contiguous range. The evaluator is built at the first :meth:`evaluate` (a collective, like every
+    (:class:`~graphscale.strategies.evaluation.LayerwiseEvaluator`): the worker's part of the run's vertex
+    partition (``self.owner`` where the subclass trains with one, else :meth:`Strategy.vertex_owner`,
+    prepared by the parent), which keeps the halo rows of every layer few. The evaluator is built at the first :meth:`evaluate` (a collective, like every
     evaluation), after the subclass's setup has set ``owner``.
     """
 
@@ -108,8 +108,10 @@ class MiniBatchStrategy(Strategy):
         self.tracker.track_module("model", model)
 
     def evaluate(self) -> dict[str, float]:
-        if self.evaluator is None:
-            self.evaluator = LayerwiseEvaluator(self.comm, self.graph, self.model, getattr(self, "owner", None),
+        if self.evaluator is None:  # each worker evaluates its part of the run's vertex partition (few halo rows)
+            owner = getattr(self, "owner", None)
+            owner = self.vertex_owner(self.graph) if owner is None else owner
+            self.evaluator = LayerwiseEvaluator(self.comm, self.graph, self.model, owner,
                                                 batch_rows=self.eval_batch_rows)
         return self.evaluator.evaluate()
 

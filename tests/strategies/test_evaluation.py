@@ -25,7 +25,7 @@ from graphscale.strategies.evaluation import (
     LayerwiseEvaluator,
     batch_block,
     contiguous_bounds,
-    owned_block,
+    halo_of,
 )
 from graphscale.testing import assert_close_rel, random_graph, run_distributed
 
@@ -97,8 +97,8 @@ def _worker(env: DistEnv, combos: list[tuple[str, str, str, str]]) -> list[dict]
         metrics = evaluator.evaluate()
         spent = env.ledger.since(before)
         out.append({"metrics": metrics, "bytes": spent, "owned": evaluator.owned, "logits": evaluator.logits(),
-                    "block_dst": evaluator.block.num_dst, "max_batch_dst": evaluator.max_batch_dst,
-                    "halo_ids": evaluator.block.halo_ids})
+                    "block_dst": evaluator.num_owned, "max_batch_dst": evaluator.max_batch_dst,
+                    "halo_ids": evaluator.halo_ids})
     return out
 
 
@@ -160,30 +160,26 @@ def test_single_worker_matches_full_graph(batch_rows):
     assert comm.ledger.by_category() == {}  # one worker moves nothing
 
 
-def test_blocks_reproduce_the_full_graph_rows():
+def test_batch_blocks_reproduce_the_full_graph_rows():
     graph = make_graph("small", torch.float64)
     full = Block.full(graph)
-    for nodes in (torch.arange(graph.num_nodes), torch.arange(5, 17), torch.tensor([0, 3, 9, 38, 39]),
-                  torch.zeros(0, dtype=torch.int64)):
-        ours, theirs = owned_block(graph, nodes), Block.from_nodes(graph, nodes)
-        for field in ("indptr", "indices", "src_ids", "src_deg"):
-            assert torch.equal(getattr(ours, field), getattr(theirs, field)), field
-    with pytest.raises(ValueError, match="ascending"):
-        owned_block(graph, torch.tensor([3, 1]))
-
-    # batch blocks: global ids and degrees carried, and the sparse half bit for bit the full-graph rows
     nodes = torch.tensor([1, 2, 4, 8, 9, 10, 11, 20, 21, 30, 33, 39])
-    block = owned_block(graph, nodes)
+    reference = Block.from_nodes(graph, nodes)
+    halo = halo_of(graph, nodes, batch_rows=5)
+    assert torch.equal(halo, reference.halo_ids)
+    assert halo_of(graph, torch.zeros(0, dtype=torch.int64)).numel() == 0
+    # batch blocks: global ids and degrees carried, and the sparse half bit for bit the full-graph rows
     for model_name in ("gcn", "sage", "gcnii"):
         model = make_model(model_name, graph, torch.float64).eval()
         with torch.no_grad():
             h = model.input_map(graph.x, torch.arange(graph.num_nodes))
             agg_full = model.aggregate(0, full, h)
+            layout = torch.cat([nodes, halo])
             for a in range(0, nodes.numel(), 5):
                 b = min(a + 5, nodes.numel())
-                sub, rows = batch_block(block, a, b)
+                sub, rows = batch_block(graph, nodes, halo, a, b)
                 assert torch.equal(sub.dst_ids, nodes[a:b])
-                assert torch.equal(sub.src_ids, block.src_ids[rows])
+                assert torch.equal(sub.src_ids, layout[rows])
                 assert torch.equal(sub.src_deg, graph.in_degrees()[sub.src_ids])
                 assert torch.equal(model.aggregate(0, sub, h[sub.src_ids]), agg_full[nodes[a:b]]), model_name
 
