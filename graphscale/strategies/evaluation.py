@@ -60,6 +60,8 @@ from graphscale.strategies.base import SPLITS, counts_to_metrics, split_counts
 EVAL_HALO = "eval_halo"
 #: Default bound on the destination rows of one evaluation batch.
 DEFAULT_BATCH_ROWS = 8192
+#: Default bound on the source rows of one evaluation batch, in bytes (destinations + in-edges x row width).
+DEFAULT_BATCH_BYTES = 32 << 20
 
 
 def contiguous_bounds(num_nodes: int, world_size: int) -> torch.Tensor:
@@ -134,6 +136,8 @@ class LayerwiseEvaluator:
         model: the model (a :class:`~graphscale.nn.models.GNN`); its parameters' dtype is the features' dtype.
         owner: optional int64 ``[N]`` vertex partition (part ``r`` is worker ``r``'s); default: contiguous ranges.
         batch_rows: at most this many destination rows per batch block.
+        batch_bytes: at most this many bytes of source rows per batch block (counted as destinations plus
+            in-edges times the layer's input width; a row with more in-edges is a batch of its own).
         category: Ledger category of the halo exchange.
 
     Attributes:
@@ -144,7 +148,8 @@ class LayerwiseEvaluator:
     """
 
     def __init__(self, comm: Comm, graph: Graph, model: torch.nn.Module, owner: torch.Tensor | None = None,
-                 batch_rows: int = DEFAULT_BATCH_ROWS, category: str = EVAL_HALO) -> None:
+                 batch_rows: int = DEFAULT_BATCH_ROWS, category: str = EVAL_HALO,
+                 batch_bytes: int = DEFAULT_BATCH_BYTES) -> None:
         if int(batch_rows) < 1:
             raise ValueError(f"batch_rows must be >= 1, got {batch_rows}")
         if graph.x is None or graph.y is None:
@@ -176,6 +181,9 @@ class LayerwiseEvaluator:
             self.masks[split] = (torch.zeros(self.owned.numel(), dtype=torch.bool) if mask is None
                                  else mask[self.owned]).to(self.device)
         self.max_batch_dst = 0
+        self.batch_bytes = int(batch_bytes)
+        degrees = graph.indptr[self.owned + 1] - graph.indptr[self.owned]
+        self._cost = torch.cumsum(degrees + 1, 0)  # source rows a batch may read, cumulated over owned rows
         # With an identity input map, layer 0 reads raw rows: each batch takes its source rows straight from
         # the host-shared features instead of exchanging them (no [owned + halo, F] buffer, no bytes moved).
         from graphscale.nn.models import GNN
@@ -186,12 +194,24 @@ class LayerwiseEvaluator:
     def num_owned(self) -> int:
         return self.owned.numel()
 
-    def batches(self) -> list[tuple[int, int]]:
-        """``[a, b)`` ranges of owned rows, at most ``batch_rows`` each (one empty batch when nothing is owned)."""
+    def batches(self, width: int = 0) -> list[tuple[int, int]]:
+        """``[a, b)`` ranges of owned rows (one empty batch when nothing is owned): at most ``batch_rows`` rows,
+        and, for source rows ``width`` wide, at most ``batch_bytes`` of them (bounded by the batch's
+        destinations plus in-edges), so wide raw features do not make a batch read most of the graph."""
         n = self.num_owned
         if n == 0:
             return [(0, 0)]
-        return [(a, min(a + self.batch_rows, n)) for a in range(0, n, self.batch_rows)]
+        elem = next(self.model.parameters()).element_size()
+        cap = max(1, self.batch_bytes // max(1, width * elem)) if width else None
+        out, a = [], 0
+        while a < n:
+            b = min(a + self.batch_rows, n)
+            if cap is not None:  # the largest b whose rows + in-edges fit the cap (at least one row)
+                base = int(self._cost[a - 1]) if a else 0
+                b = max(a + 1, min(b, int(torch.searchsorted(self._cost, base + cap, right=True))))
+            out.append((a, b))
+            a = b
+        return out
 
     def _features(self) -> torch.Tensor:
         """``x`` rows of the owned vertices, in the model's dtype, on the device."""
@@ -220,7 +240,7 @@ class LayerwiseEvaluator:
             direct = l == 0 and self.raw_first_layer
             h_src = None if direct else self.halo.gather(h)
             out = None
-            for a, b in self.batches():
+            for a, b in self.batches(model.layer_widths()[l]):
                 sub, rows = batch_block(self.graph, self.owned, self.halo_ids, a, b)
                 self.max_batch_dst = max(self.max_batch_dst, sub.num_dst)
                 x_src = (self._source_rows(sub.src_ids) if direct

@@ -184,7 +184,7 @@ class SplitParallel(MiniBatchStrategy):
     def setup(self, data: DataHandle | Graph, model: torch.nn.Module, env: DistEnv, config: RunConfig) -> None:
         super().setup(data, model, env, config)
         graph = self.graph
-        self.in_degrees = graph.in_degrees()
+        self.in_degrees = self.sampler.degrees  # the in-degrees, computed once
         self.owner = self.vertex_owner(graph)
         self.plan = SplitPlan.build(self.owner, graph.out_degrees(), env.world_size, config.strategy.cache_fraction)
         self.cache_x = load_host_rows(self.comm, self.x_host, self.plan.cached_ids(env.rank), env.device)  # at setup

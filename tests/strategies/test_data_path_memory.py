@@ -1,0 +1,59 @@
+"""Memory that the OS confirms: the data path holds what the design says, per worker.
+
+Each test runs real `graphscale train` runs (``graphscale.run.run``) and reads the workers' OS-measured
+peaks from the report (anonymous resident memory, sampled by the trainer; ``baseline_anon`` is each
+worker's anonymous memory at worker start, before it touched any data). The design figure is the
+strategy's tracked peak (``peak_memory``: the tensors it keeps plus autograd's saved tensors, counting
+every buffer of its inner + halo rows). No test compares the tracker with itself.
+
+Margins (measured on a 2-core machine; 2M-vertex figures are in the issue's closing note):
+
+* graph-parallel, per worker: ``anon <= 1.2 * (baseline + tracked)`` (measured 0.94-0.98 at this size,
+  0.76-0.92 at 2M vertices) and ``anon - baseline >= 0.5 * tracked`` (the design is not a fiction); the
+  largest worker's anonymous peak is at most 0.8x ``single``'s on the same graph (0.65x measured here,
+  0.47x at 2M vertices with 4 workers);
+* host-shared (data-parallel), the node data live once in the page cache: the workers' anonymous memory
+  above their baselines, summed over both workers, stays below one copy of the node data (a copy per
+  worker would be two; ``single``, which loads the graph, holds more than one). Each worker's fixed
+  runtime (numba's compiled kernels, gloo, autograd) is about 110 MB above its baseline here.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from graphscale.config import build_config
+from graphscale.run import run
+
+pytestmark = pytest.mark.slow
+
+
+def _run(dataset: str, strategy: str, workers: int, **strategy_options) -> dict:
+    return run(build_config({"data": {"dataset": dataset}, "optim": {"epochs": 2}, "progress": False,
+                             "strategy": {"name": strategy, "workers": workers, **strategy_options}}))
+
+
+def _per_worker(report: dict) -> list[tuple[int, int, int]]:
+    """``(peak anon, baseline anon, tracked peak)`` per worker, maxima over the epochs."""
+    final = report["final"]
+    return [(m["peak_anon"], m["baseline_anon"], t)
+            for m, t in zip(final["os_memory_per_worker"], final["peak_memory_per_worker"])]
+
+
+def test_graph_parallel_workers_hold_their_part_as_designed():
+    dataset = "sbm:nodes=300000,degree=10,features=128,seed=0"
+    single_anon = _per_worker(_run(dataset, "single", 1))[0][0]
+    workers = _per_worker(_run(dataset, "graph-parallel", 2))
+    for anon, base, tracked in workers:
+        assert anon <= 1.2 * (base + tracked), (anon, base, tracked)
+        assert anon - base >= 0.5 * tracked, (anon, base, tracked)
+    assert max(anon for anon, _, _ in workers) <= 0.8 * single_anon, (workers, single_anon)
+
+
+def test_host_shared_workers_share_one_copy_of_the_node_data():
+    dataset = "sbm:nodes=40000,degree=8,features=4096,seed=0"  # node data (655 MB) dominate the runtime
+    node_bytes = 40000 * 4096 * 4
+    single = _per_worker(_run(dataset, "single", 1))[0]
+    assert single[0] - single[1] > node_bytes
+    workers = _per_worker(_run(dataset, "data-parallel", 2, batch_size=64, fanouts=[5, 5]))
+    assert sum(anon - base for anon, base, _ in workers) < node_bytes, workers
