@@ -216,7 +216,7 @@ class OffloadStrategy(Strategy):
         self.retained: list[list[tuple]] = [[] for _ in range(self.num_layers)]
 
     def _layout(self, graph: Graph, config: RunConfig) -> tuple[torch.Tensor, torch.Tensor, int]:
-        """Rank 0 partitions, picks ``K`` and the schedule; everyone receives ``(owner, batch, K)``."""
+        """Rank 0 cuts the parent's partition into chunks, picks ``K`` and the schedule; everyone receives them."""
         sc, n, world = config.strategy, graph.num_nodes, self.env.world_size
         budget = parse_bytes(sc.memory_budget) if sc.memory_budget else None
         if budget is None and sc.chunks < 1:
