@@ -61,7 +61,7 @@ EVAL_HALO = "eval_halo"
 #: Default bound on the destination rows of one evaluation batch.
 DEFAULT_BATCH_ROWS = 8192
 #: Default bound on the source rows of one evaluation batch, in bytes (destinations + in-edges x row width).
-DEFAULT_BATCH_BYTES = 32 << 20
+DEFAULT_BATCH_BYTES = 16 << 20
 
 
 def contiguous_bounds(num_nodes: int, world_size: int) -> torch.Tensor:
