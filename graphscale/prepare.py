@@ -37,6 +37,7 @@ import hashlib
 import json
 import os
 import re
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -295,9 +296,10 @@ def _cached_store(config: RunConfig, cache: Path) -> tuple[Path, dict]:
         return path, meta
 
 
-def _host_shared(config: RunConfig, cache: Path, needs_partition: bool) -> DataHandle:
-    from graphscale.data.formats import is_graph_dir, load_graph_dir, save_graph_dir
+def _host_shared(config: RunConfig, cache: Path, strategy) -> DataHandle:
+    from graphscale.data.formats import is_graph_dir, load_graph_dir, replace_dir, save_graph_dir, temp_sibling
 
+    needs_partition = strategy.needs_vertex_partition(config)
     spec = canonical_spec(config.data.dataset)
     fields = {"kind": "graph", "dataset": spec, "files": _fingerprint(spec),
               "feature_norm": config.data.feature_norm, "dtype": config.dtype}
@@ -313,6 +315,7 @@ def _host_shared(config: RunConfig, cache: Path, needs_partition: bool) -> DataH
         graph = load_graph_dir(path)
     summary = {**graph.summary(), "name": graph.name}
     handle = DataHandle(HOST_SHARED, summary, path=str(path), dtype=config.dtype)
+    owner, owner_fields = None, fields
     if needs_partition and config.strategy.workers > 1:
         sc = config.strategy
         owner_fields = {**fields, "kind": "owner", "partitioner": sc.partitioner, "balance": sc.balance,
@@ -328,6 +331,27 @@ def _host_shared(config: RunConfig, cache: Path, needs_partition: bool) -> DataH
                 np.save(tmp, owner.numpy().astype(np.int64))
                 os.replace(tmp, owner_path)
         handle.owner_path, handle.owner_parts = str(owner_path), sc.workers
+    shared_key = strategy.shared_data_key(config)
+    if shared_key is not None and config.strategy.workers > 1:
+        shared_fields = {**owner_fields, "kind": f"shared:{config.strategy.name}", **shared_key}
+        digest, name = _key(shared_fields)
+        folder = cache / "shared" / name
+        with _locked(cache, digest):
+            if not (folder / ".complete").is_file():
+                if owner is None:
+                    owner = handle.vertex_owner(graph, config.strategy.workers, config.strategy.partitioner,
+                                                config.seed, config.strategy.balance)
+                folder.parent.mkdir(parents=True, exist_ok=True)
+                tmp = temp_sibling(folder, "tmp")
+                tmp.mkdir()
+                try:
+                    strategy.prepare_shared(graph, owner, config, tmp)
+                    (tmp / ".complete").write_text(json.dumps(shared_fields))
+                    replace_dir(tmp, folder)
+                except BaseException:
+                    shutil.rmtree(tmp, ignore_errors=True)
+                    raise
+        handle.extras["shared"] = str(folder)
     return handle
 
 
@@ -356,4 +380,4 @@ def prepare_data(config: RunConfig) -> DataHandle:
     cache = resolve_cache_dir(config)
     if view == PARTITION_LOCAL:
         return _partition_local(config, cache)
-    return _host_shared(config, cache, cls.needs_vertex_partition(config))
+    return _host_shared(config, cache, cls)

@@ -14,6 +14,7 @@ import shutil
 
 import numpy as np
 import pytest
+import torch
 
 from graphscale.cli import main
 from graphscale.config import build_config
@@ -140,3 +141,28 @@ def test_failed_store_write_leaves_nothing(tmp_path):
     with pytest.raises(ValueError):
         write_training_store(graph, tmp_path / "store", 12, "random")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_offload_layout_is_planned_once_in_the_parent(tmp_path):
+    from graphscale.nn.models import build_model
+    from graphscale.strategies.offload.cost import Bandwidths, probe_dims
+    from graphscale.strategies.offload.plan import ChunkSets
+    from graphscale.strategies.offload.strategy import plan_layout
+
+    config = config_for("offload", 2, tmp_path, chunks=2)
+    handle = prepare_data(config)
+    stored = ChunkSets.load(handle.extras["shared"])
+    graph = handle.open_graph()
+    model = build_model(config.model, graph.num_features, graph.num_classes, seed=0)
+    owner, batch, chunks = plan_layout(graph, handle.vertex_owner(graph, 2, "metis", 0), 2, config, model,
+                                       probe_dims(model, graph.num_features, torch.float32), Bandwidths())
+    fresh = ChunkSets.build(graph, owner, batch, 2, chunks)
+    assert stored.num_chunks == 2 and torch.equal(stored.owner, fresh.owner) and torch.equal(stored.batch, fresh.batch)
+    for kind in ("dst", "nbr", "trans"):
+        for row_a, row_b in zip(getattr(stored, kind), getattr(fresh, kind)):
+            assert all(torch.equal(a, b) for a, b in zip(row_a, row_b)), kind
+    offload = run(config_for("offload", 2, tmp_path, chunks=2))  # workers map the parent's layout
+    single = run(config_for("single", 1, tmp_path))
+    for mine, ref in zip(offload["epochs"], single["epochs"]):
+        assert mine["loss"] == pytest.approx(ref["loss"], rel=1e-5)
+        assert mine["test_acc"] == ref["test_acc"]

@@ -54,6 +54,7 @@ class DataHandle:
         feature_norm: ``partition-local``: ``row`` when a worker must row-normalise its feature rows (the store
             holds raw features), else ``none``; graph directories and in-memory graphs are already normalised.
         dtype: feature dtype the model runs in (``float32`` / ``float64``).
+        extras: strategy-specific prepared data (``shared``: the folder of ``Strategy.prepare_shared``).
     """
 
     view: str
@@ -64,6 +65,7 @@ class DataHandle:
     owner_parts: int = 0
     feature_norm: str = "none"
     dtype: str = "float32"
+    extras: dict = field(default_factory=dict)
     opened: list[tuple[str, int]] = field(default_factory=list, compare=False, repr=False)
 
     def __post_init__(self) -> None:

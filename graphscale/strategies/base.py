@@ -10,6 +10,7 @@ here so each strategy module holds only what is specific to it.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -39,6 +40,18 @@ class Strategy(ABC):
     def needs_vertex_partition(cls, config: RunConfig) -> bool:
         """Whether a host-shared run needs the parent to partition the vertices (``--partitioner``)."""
         return False
+
+    @classmethod
+    def shared_data_key(cls, config: RunConfig) -> dict | None:
+        """What a host-shared run's :meth:`prepare_shared` output depends on (its cache key), or ``None`` when
+        the strategy prepares nothing."""
+        return None
+
+    @classmethod
+    def prepare_shared(cls, graph: Graph, owner: torch.Tensor, config: RunConfig, folder: Path) -> None:
+        """Write strategy-specific data every worker of a host-shared run maps, into the new ``folder``
+        (in the parent, before any worker starts; ``owner`` is the run's vertex partition). Workers find the
+        folder as ``data.extras["shared"]``."""
 
     def setup(self, data: DataHandle | Graph, model: torch.nn.Module, env: DistEnv, config: RunConfig) -> None:
         """Prepare partitions, buffers and the optimiser. Called once per worker.

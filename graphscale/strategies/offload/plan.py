@@ -64,6 +64,7 @@ the same ones, so no requests are exchanged at run time.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -130,6 +131,10 @@ def two_level_partition(graph: Graph, num_parts: int, num_chunks: int, partition
         chunk[nodes] = part.partition_weighted(sub, num_chunks, work[nodes.numpy()], seed=seed) if weighted \
             else part.partition(sub, num_chunks, seed=seed)
     return owner, chunk
+
+
+#: the three kinds of per-chunk vertex sets of :class:`ChunkSets`
+_SET_KINDS = ("dst", "nbr", "trans")
 
 
 # ----------------------------------------------------------------------------- chunk sets
@@ -207,6 +212,38 @@ class ChunkSets:
     @property
     def num_nodes(self) -> int:
         return self.owner.numel()
+
+    def save(self, folder: Path) -> None:
+        """Write the sets as ``.npy`` files into the (new, empty) ``folder``: ``owner``, ``batch``,
+        ``num_edges`` and, per kind of set, the concatenation of every ``[i][j]`` set plus ``[M*K+1]`` offsets."""
+        np.save(folder / "owner.npy", self.owner.numpy())
+        np.save(folder / "batch.npy", self.batch.numpy())
+        np.save(folder / "num_edges.npy", self.num_edges.numpy())
+        for kind in _SET_KINDS:
+            flat = [s for row in getattr(self, kind) for s in row]
+            offsets = np.zeros(len(flat) + 1, np.int64)
+            np.cumsum([s.numel() for s in flat], out=offsets[1:])
+            np.save(folder / f"{kind}.npy", torch.cat(flat).numpy() if flat else np.zeros(0, np.int64))
+            np.save(folder / f"{kind}_offsets.npy", offsets)
+
+    @classmethod
+    def load(cls, folder: Path) -> ChunkSets:
+        """The sets :meth:`save` wrote, memory-mapped: every set is a view of one shared file."""
+        folder = Path(folder)
+
+        def read(name: str) -> torch.Tensor:
+            return torch.from_numpy(np.load(folder / f"{name}.npy", mmap_mode="c"))
+
+        num_edges = read("num_edges")
+        m, k = (int(v) for v in num_edges.shape)
+        sets = {}
+        for kind in _SET_KINDS:
+            flat, offsets = read(kind), read(f"{kind}_offsets").tolist()
+            if len(offsets) != m * k + 1:
+                raise ValueError(f"{folder / (kind + '_offsets.npy')}: expected {m * k + 1} offsets")
+            views = [flat[offsets[g]: offsets[g + 1]] for g in range(m * k)]
+            sets[kind] = [views[i * k:(i + 1) * k] for i in range(m)]
+        return cls(m, k, read("owner"), read("batch"), sets["dst"], sets["nbr"], sets["trans"], num_edges)
 
     def alpha(self) -> float:
         """Replication factor ``sum_{i,j} |N_{i,j}| / |V|``."""

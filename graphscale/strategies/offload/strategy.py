@@ -93,7 +93,9 @@ parameters, optimiser state, autograd's saved tensors), never host arrays.
 
 from __future__ import annotations
 
+import dataclasses
 import time
+from pathlib import Path
 
 import torch
 
@@ -105,6 +107,7 @@ from graphscale.distributed.comm import Comm
 from graphscale.distributed.env import DistEnv
 from graphscale.metrics.memory import MemoryTracker
 from graphscale.metrics.stats import EpochStats
+from graphscale.nn.models import build_model
 from graphscale.registry import STRATEGIES
 from graphscale.strategies.base import (
     SPLITS,
@@ -156,6 +159,25 @@ def _nbytes(*tensors: torch.Tensor | None) -> int:
     return sum(t.numel() * t.element_size() for t in tensors if t is not None)
 
 
+def plan_layout(graph: Graph, owner: torch.Tensor, world: int, config: RunConfig, model: torch.nn.Module,
+                dims, bandwidths: Bandwidths, order_seed: int | None = None) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """``(owner, batch, K)``: ``K`` (``--chunks``, or the smallest that fits ``--memory-budget``), the chunks of
+    every part (:func:`two_level_partition`) and the batch schedule (reorganised for ``--dedup reorg``)."""
+    sc = config.strategy
+    budget = parse_bytes(sc.memory_budget) if sc.memory_budget else None
+    if budget is None and sc.chunks < 1:
+        raise ValueError(f"--chunks must be >= 1, got {sc.chunks}")
+    elem = next(model.parameters()).element_size()
+    chunks = sc.chunks if budget is None else choose_chunks(graph, model, owner, world, budget, config, dims,
+                                                             bandwidths)
+    owner, batch = two_level_partition(graph, world, chunks, sc.partitioner, config.seed, owner=owner)
+    if check_dedup(sc.dedup) == "reorg":
+        batch = reorganize(graph, owner, batch, world, chunks, dims.widths[0], elem, bandwidths)
+    if order_seed is not None:
+        batch = random_schedule(owner, batch, world, chunks, order_seed)
+    return owner, batch, chunks
+
+
 @STRATEGIES.register("offload")
 class OffloadStrategy(Strategy):
     """HongTu-style offloaded full-graph training (see the module docstring).
@@ -179,6 +201,22 @@ class OffloadStrategy(Strategy):
     def needs_vertex_partition(cls, config: RunConfig) -> bool:
         return True
 
+    @classmethod
+    def shared_data_key(cls, config: RunConfig) -> dict | None:
+        return {"chunks": config.strategy.chunks, "memory_budget": config.strategy.memory_budget,
+                "dedup": config.strategy.dedup, "model": dataclasses.asdict(config.model), "dtype": config.dtype}
+
+    @classmethod
+    def prepare_shared(cls, graph: Graph, owner: torch.Tensor, config: RunConfig, folder: Path) -> None:
+        """The parent plans the layout (:func:`plan_layout`) and writes the chunk sets into ``folder``, which
+        every worker memory-maps: no worker waits while rank 0 chunks, and the sets exist once per host."""
+        dtype = getattr(torch, config.dtype)
+        model = build_model(config.model, graph.num_features, graph.num_classes, seed=config.seed, dtype=dtype)
+        dims = probe_dims(model, graph.num_features, dtype)
+        world = config.strategy.workers
+        owner, batch, chunks = plan_layout(graph, owner, world, config, model, dims, Bandwidths())
+        ChunkSets.build(graph, owner, batch, world, chunks).save(folder)
+
     def setup(self, data: DataHandle | Graph, model: torch.nn.Module, env: DistEnv, config: RunConfig) -> None:
         super().setup(data, model, env, config)
         graph = self.data.open_graph()
@@ -197,9 +235,15 @@ class OffloadStrategy(Strategy):
         self.dims = probe_dims(model, graph.num_features, self.dtype)
         self.num_layers = model.num_layers
         self.degrees = graph.in_degrees()
-        owner, batch, chunks = self._layout(graph, config)
-        self.num_chunks = chunks
-        self.sets = ChunkSets.build(graph, owner, batch, env.world_size, chunks)
+        shared = self.data.extras.get("shared")
+        if shared is not None and self.order_seed is None:  # the parent planned the layout: map its sets
+            self.sets = ChunkSets.load(shared)
+            if self.sets.num_parts != env.world_size:
+                raise ValueError(f"{shared}: an offload layout for {self.sets.num_parts} workers, not {env.world_size}")
+        else:
+            owner, batch, chunks = self._layout(graph, config)
+            self.sets = ChunkSets.build(graph, owner, batch, env.world_size, chunks)
+        self.num_chunks = self.sets.num_chunks
         self.plan: WorkerPlan = build_worker_plan(graph, self.sets, env.rank, self.dedup, self.degrees)
         self.rows = layer_pass_rows(self.sets, self.dedup)
         self.modes = layer_modes(sc.recompute, self.dims, self.rows, graph.num_nodes, self.elem, self.bandwidths)
@@ -216,26 +260,15 @@ class OffloadStrategy(Strategy):
         self.retained: list[list[tuple]] = [[] for _ in range(self.num_layers)]
 
     def _layout(self, graph: Graph, config: RunConfig) -> tuple[torch.Tensor, torch.Tensor, int]:
-        """Rank 0 cuts the parent's partition into chunks, picks ``K`` and the schedule; everyone receives them."""
-        sc, n, world = config.strategy, graph.num_nodes, self.env.world_size
-        budget = parse_bytes(sc.memory_budget) if sc.memory_budget else None
-        if budget is None and sc.chunks < 1:
-            raise ValueError(f"--chunks must be >= 1, got {sc.chunks}")
+        """Rank 0 plans the layout (:func:`plan_layout`); everyone receives ``(owner, batch, K)``.
+
+        Runs only for a handle without the parent's layout (an in-memory graph, or ``order_seed``)."""
+        n = graph.num_nodes
         header = torch.zeros(1, dtype=torch.int64, device=self.device)
         layout = torch.empty(2, n, dtype=torch.int64, device=self.device)
         if self.env.rank == 0:
-            owner = self.vertex_owner(graph)
-            if budget is not None:
-                chunks = choose_chunks(graph, self.model, owner, world, budget, config, self.dims, self.bandwidths)
-            else:
-                chunks = sc.chunks
-            owner, chunk = two_level_partition(graph, world, chunks, sc.partitioner, config.seed, owner=owner)
-            batch = chunk
-            if self.dedup == "reorg":
-                batch = reorganize(graph, owner, chunk, world, chunks, self.dims.widths[0], self.elem,
-                                   self.bandwidths)
-            if self.order_seed is not None:
-                batch = random_schedule(owner, batch, world, chunks, self.order_seed)
+            owner, batch, chunks = plan_layout(graph, self.vertex_owner(graph), self.env.world_size, config,
+                                               self.model, self.dims, self.bandwidths, self.order_seed)
             header[0] = chunks
             layout[0], layout[1] = owner.to(self.device), batch.to(self.device)
         self.comm.broadcast(header, 0, SETUP)
