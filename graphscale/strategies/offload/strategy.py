@@ -7,14 +7,16 @@ of the graph through their devices. Training is exact full-graph, full-neighbour
 gradient descent: the same losses, representations and gradients as ``single``.
 
 **Partitioning and schedule** (:mod:`~graphscale.strategies.offload.plan`).
-The parent partitions the graph into ``M`` parts (one per worker) before the
-workers start (:mod:`graphscale.prepare`; every worker memory-maps the
-host-shared graph); rank 0 cuts each part into
+Before the workers start, the parent (:mod:`graphscale.prepare`, through
+:meth:`OffloadStrategy.prepare_shared`) partitions the graph into ``M`` parts (one
+per worker), cuts each part into
 ``K = --chunks`` chunks (destination sets with all their in-edges), optionally
 reorganises the schedule (``--dedup reorg``,
 :mod:`~graphscale.strategies.offload.reorg`) or picks ``K`` from a device
-memory budget (``--memory-budget``), and broadcasts ``owner`` and ``batch``
-(category ``"setup"``). Batch ``j`` = chunk ``(i, j)`` on every worker ``i``.
+memory budget (``--memory-budget``) (:func:`plan_layout`), and writes the chunk
+sets into the cache directory, which every worker memory-maps (one copy per
+host). Given an in-memory graph instead (tests, the Python API), rank 0 plans
+the layout and broadcasts ``owner`` and ``batch`` (category ``"setup"``). Batch ``j`` = chunk ``(i, j)`` on every worker ``i``.
 
 **Epoch** (the spec's Algorithm 1). Layer by layer, batch by batch, with a
 barrier between layers:
