@@ -113,6 +113,14 @@ class Block:
         nodes = torch.as_tensor(nodes, dtype=torch.int64)
         degrees = graph.in_degrees() if degrees is None else degrees
         indptr, global_src = csr_rows(graph, nodes)
+        if nodes.numel() > 1 and bool((nodes[1:] > nodes[:-1]).all()):
+            # ascending destinations: map ids by binary search, no [N] arrays (a memory-mapped graph stays put)
+            pos = torch.searchsorted(nodes, global_src).clamp_(max=nodes.numel() - 1)
+            inner = nodes[pos] == global_src
+            halo = torch.unique(global_src[~inner])
+            local = torch.where(inner, pos, nodes.numel() + torch.searchsorted(halo, global_src))
+            src_ids = torch.cat([nodes, halo])
+            return cls(indptr, local, src_ids, degrees[src_ids])
         is_dst = torch.zeros(graph.num_nodes, dtype=torch.bool)
         is_dst[nodes] = True
         halo = torch.unique(global_src[~is_dst[global_src]])
