@@ -73,6 +73,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="also write a bar plot (PNG/PDF) of anonymous, file-backed and tracked MiB per worker")
 
 
+def node_data_bytes(graph: dict, dtype: str = "float32") -> int:
+    """Bytes of one copy of the node data of a report's ``graph`` summary: features, int64 labels, three masks."""
+    elem = 8 if dtype == "float64" else 4
+    return int(graph["nodes"]) * (int(graph["features"]) * elem + 8 + 3)
+
+
 def train_once(dataset: str, strategy: str, workers: int, epochs: int, model: str = "gcn", hidden: int | None = None,
                device: str | None = None, extra: list[str] | None = None, timeout: float = 900) -> dict:
     """One ``graphscale train`` run in a subprocess; its JSON report, or ``{"error": message}``."""
@@ -208,13 +214,26 @@ def run(args: argparse.Namespace) -> list[dict]:
             "file-backed (incl. shared) resident memory over training and evaluation, train anon: over training "
             "alone; RSS peak: VmHWM; base anon: anonymous memory at "
             f"{' / '.join(base_at) or '-'}")))
+        dtype = next((rep["config"]["dtype"] for key, rep in reports.items()
+                      if key.startswith(dataset + "/") and "config" in rep), "float32")
+        node_bytes = node_data_bytes(graph, dtype) if graph else 0
         for strategy in strategies:
-            ws = [r for r in mine if r["strategy"] == strategy and not r.get("error")]
-            if strategy == "single" or not ws or ws[0].get("anon_per_single") is None:
+            ws = [r for r in mine if r["strategy"] == strategy and not r.get("error") and r["anon"] is not None]
+            if strategy == "single" or not ws:
                 continue
-            top = max(ws, key=lambda r: r["anon"] or 0)
-            print(f"{strategy}: largest worker holds {top['anon_per_single']:.2f}x single's anonymous peak "
-                  f"(design: {top['tracked_per_single']:.2f}x single's tracked bytes)")
+            top = max(ws, key=lambda r: r["anon"])
+            parts = []
+            if top.get("anon_per_single") is not None:
+                parts.append(f"largest worker holds {top['anon_per_single']:.2f}x single's anonymous peak "
+                             f"(design: {top['tracked_per_single']:.2f}x single's tracked bytes)")
+            if top.get("baseline_anon") is not None:
+                design = top["baseline_anon"] + top["tracked"]
+                parts.append(f"its anonymous peak is {top['anon'] / design:.2f}x its design (base anon + tracked)")
+                above = sum(r["anon"] - r["baseline_anon"] for r in ws if r.get("baseline_anon") is not None)
+                if node_bytes:
+                    parts.append(f"workers' anon above base, summed: {format_bytes(above)} = "
+                                 f"{above / node_bytes:.2f}x one copy of the node data ({format_bytes(node_bytes)})")
+            print(f"{strategy}: " + "; ".join(parts))
         print()
     if args.json:
         write_json_atomic(args.json, {"datasets": datasets, "strategies": strategies, "workers": args.workers,
