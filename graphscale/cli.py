@@ -70,7 +70,9 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--strategy", help="training strategy (single, graph-parallel, ...); default single")
     p.add_argument("--workers", type=int, help="worker processes (gloo on CPU, NCCL on GPUs)")
     p.add_argument("--partitioner", help="vertex partitioner for partitioned strategies: metis | random")
-    p.add_argument("--balance", choices=["vertices", "edges", "edges+train"],
+    from graphscale.partition.metis import BALANCE_CHOICES
+
+    p.add_argument("--balance", choices=BALANCE_CHOICES,
                    help="metis: what the parts balance: vertex counts, in-edges (computation), or in-edges and "
                         "training vertices as a second constraint (default edges+train)")
     p.add_argument("--partitions", metavar="DIR",

@@ -18,8 +18,9 @@ import tomllib
 @dataclass
 class DataConfig:
     dataset: str = ""
-    """Dataset spec (empty: the dataset of ``--partitions``' store, else ``cora``): ``cora``, ``planetoid:DIR[:NAME]``, ``npz:FILE``, ``ogb:DIR``, ``musae:DIR``, ``graphdir:DIR``,
-    ``sbm:...``, ``rmat:...`` (``edgelist:FILE`` has no features and cannot be trained on)."""
+    """Dataset spec (empty: the dataset of ``--partitions``' store, else ``cora``): ``cora``,
+    ``planetoid:DIR[:NAME]``, ``npz:FILE``, ``ogb:DIR``, ``musae:DIR``, ``graphdir:DIR``, ``sbm:...``, ``rmat:...``
+    (``edgelist:FILE`` has no features and cannot be trained on)."""
     feature_norm: str = "auto"
     """``row`` (L1 row normalisation), ``none``, or ``auto`` = ``row`` for non-negative features."""
 

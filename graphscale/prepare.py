@@ -136,24 +136,12 @@ def build_vertex_partitioner(text: str, balance: str = ""):
     """A vertex partitioner from ``--partitioner`` (``NAME[:key=value,...]``) and ``--balance``.
 
     Raises:
-        ValueError: ``--balance`` given for a partitioner that does not balance by weights.
+        ValueError: ``--balance`` given for a partitioner that does not balance by weights, or a bad option.
         KeyError: unknown partitioner name (the message lists them).
     """
-    import inspect
+    from graphscale.partition.command import build_partitioner
 
-    from graphscale.partition.command import build_partitioner, parse_method
-
-    name, options = parse_method(text)
-    cls_options = dict(options)
-    if balance:
-        from graphscale.registry import PARTITIONERS
-
-        accepted = inspect.signature(PARTITIONERS.get(name).__init__).parameters
-        if "balance" not in accepted:
-            raise ValueError(f"--balance applies to the metis partitioner, not {name!r}")
-        cls_options["balance"] = balance
-    text = name + (":" + ",".join(f"{k}={v}" for k, v in cls_options.items()) if cls_options else "")
-    return build_partitioner(text)[0]
+    return build_partitioner(text, "--partitioner", **({"balance": balance} if balance else {}))[0]
 
 
 # ------------------------------------------------------------ loading

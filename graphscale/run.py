@@ -53,8 +53,9 @@ def validate(config: RunConfig) -> None:
     if strategy.data_view == MEMORY and config.strategy.workers != 1:
         raise ValueError(f"strategy {config.strategy.name!r} runs on one worker, got --workers "
                          f"{config.strategy.workers}")
-    if config.strategy.balance not in ("", "vertices", "edges", "edges+train"):
-        raise ValueError(f"--balance must be one of vertices, edges, edges+train, got {config.strategy.balance!r}")
+    from graphscale.partition.metis import BALANCE_CHOICES
+    if config.strategy.balance and config.strategy.balance not in BALANCE_CHOICES:
+        raise ValueError(f"--balance must be one of {', '.join(BALANCE_CHOICES)}, got {config.strategy.balance!r}")
     from graphscale.registry import MODELS
     MODELS.get(config.model.name)
 

@@ -127,6 +127,15 @@ def test_cli_errors_are_one_line_before_workers_start(store, tmp_path, capsys):
     assert code == 2 and "--partitions applies to partition-local strategies" in capsys.readouterr().err
 
 
+def test_balance_needs_a_partitioner_that_balances():
+    from graphscale.prepare import build_vertex_partitioner
+
+    assert build_vertex_partitioner("metis", "edges").balance == "edges"
+    assert build_vertex_partitioner("metis:ufactor=10").ufactor == 10
+    with pytest.raises(ValueError, match="--partitioner 'random': random has no option balance"):
+        build_vertex_partitioner("random", "edges")
+
+
 def test_unwritable_cache_dir_is_a_clear_error(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("not a directory")

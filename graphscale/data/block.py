@@ -108,23 +108,25 @@ class Block:
         Args:
             graph: the whole graph (its CSR rows are read for ``nodes`` only).
             nodes: int64 global ids of the destinations, in the order the rows should have.
-            degrees: global in-degrees ``[N]``; defaults to ``graph.in_degrees()``.
+            degrees: global in-degrees ``[N]``; by default the sources' rows of ``graph.indptr`` give them.
+
+        Ascending ``nodes`` (the common case) are mapped by binary search, so no ``[N]`` array is allocated
+        and a memory-mapped graph is read only where the block is.
         """
         nodes = torch.as_tensor(nodes, dtype=torch.int64)
-        degrees = graph.in_degrees() if degrees is None else degrees
         indptr, global_src = csr_rows(graph, nodes)
-        if nodes.numel() > 1 and bool((nodes[1:] > nodes[:-1]).all()):
-            # ascending destinations: map ids by binary search, no [N] arrays (a memory-mapped graph stays put)
-            pos = torch.searchsorted(nodes, global_src).clamp_(max=nodes.numel() - 1)
-            inner = nodes[pos] == global_src
+        if bool((nodes[1:] > nodes[:-1]).all()):
+            pos = torch.searchsorted(nodes, global_src).clamp_(max=max(nodes.numel() - 1, 0))
+            inner = nodes[pos] == global_src if nodes.numel() else torch.zeros(0, dtype=torch.bool)
             halo = torch.unique(global_src[~inner])
             local = torch.where(inner, pos, nodes.numel() + torch.searchsorted(halo, global_src))
-            src_ids = torch.cat([nodes, halo])
-            return cls(indptr, local, src_ids, degrees[src_ids])
-        is_dst = torch.zeros(graph.num_nodes, dtype=torch.bool)
-        is_dst[nodes] = True
-        halo = torch.unique(global_src[~is_dst[global_src]])
+        else:
+            is_dst = torch.zeros(graph.num_nodes, dtype=torch.bool)
+            is_dst[nodes] = True
+            halo = torch.unique(global_src[~is_dst[global_src]])
+            lut = torch.full((graph.num_nodes,), -1, dtype=torch.int64)
+            lut[torch.cat([nodes, halo])] = torch.arange(nodes.numel() + halo.numel())
+            local = lut[global_src]
         src_ids = torch.cat([nodes, halo])
-        local = torch.full((graph.num_nodes,), -1, dtype=torch.int64)
-        local[src_ids] = torch.arange(src_ids.numel())
-        return cls(indptr, local[global_src], src_ids, degrees[src_ids])
+        src_deg = graph.indptr[src_ids + 1] - graph.indptr[src_ids] if degrees is None else degrees[src_ids]
+        return cls(indptr, local, src_ids, src_deg)

@@ -37,6 +37,8 @@ MEMORY = "memory"
 HOST_SHARED = "host-shared"
 PARTITION_LOCAL = "partition-local"
 VIEWS = (MEMORY, HOST_SHARED, PARTITION_LOCAL)
+#: the arrays of a graph directory / a partition's local graph, as logged in :attr:`DataHandle.opened`
+GRAPH_ARRAYS = ("indptr", "indices", "x", "y", "train_mask", "val_mask", "test_mask")
 
 
 @dataclass
@@ -119,10 +121,7 @@ class DataHandle:
         from graphscale.data.formats import load_graph_dir
 
         graph = load_graph_dir(self.path)
-        for name in ("indptr", "indices", "x", "y", "train_mask", "val_mask", "test_mask"):
-            value = getattr(graph, name)
-            if value is not None:
-                self.opened.append((str(Path(self.path) / f"{name}.npy"), int(value.shape[0])))
+        self._log(Path(self.path), graph, GRAPH_ARRAYS)
         return graph
 
     def open_partition(self, part: int):
@@ -137,13 +136,16 @@ class DataHandle:
 
         local = load_partition(self.path, part)
         folder = part_dir(self.path, part)
-        for name in ("indptr", "indices", "x", "y", "train_mask", "val_mask", "test_mask"):
-            value = getattr(local.graph, name)
+        self._log(folder, local.graph, GRAPH_ARRAYS)
+        self._log(folder, local, ("orig_ids", "global_ids", "degree", "halo_owner"))
+        return local
+
+    def _log(self, folder: Path, owner_object, names: tuple[str, ...]) -> None:
+        """Record the ``.npy`` files behind ``owner_object``'s arrays ``names`` (the present ones) with their rows."""
+        for name in names:
+            value = getattr(owner_object, name)
             if value is not None:
                 self.opened.append((str(folder / f"{name}.npy"), int(value.shape[0])))
-        for name in ("orig_ids", "global_ids", "degree", "halo_owner"):
-            self.opened.append((str(folder / f"{name}.npy"), int(getattr(local, name).shape[0])))
-        return local
 
     def vertex_owner(self, graph: Graph, num_parts: int, partitioner: str, seed: int,
                      balance: str = "") -> torch.Tensor:

@@ -16,10 +16,14 @@ the backward exchanges on all ranks, in the same (reverse layer) order.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 
 from graphscale.distributed.comm import Comm
+
+if TYPE_CHECKING:
+    from graphscale.metrics.memory import MemoryTracker
 
 
 class _AllToAllV(torch.autograd.Function):
@@ -118,7 +122,7 @@ class HaloExchange:
     halo_index: torch.Tensor | None
     num_local: int
     category: str = "halo"
-    tracker: object | None = None
+    tracker: MemoryTracker | None = None
     """Optional :class:`~graphscale.metrics.memory.MemoryTracker` that counts each gather's buffers (its
     input rows, the send buffer and the ``[local + halo]`` output) while the exchange runs."""
 

@@ -56,8 +56,13 @@ def parse_method(text: str) -> tuple[str, dict]:
     return name.strip().lower(), options
 
 
-def build_partitioner(text: str):
+def build_partitioner(text: str, option: str = "--method", **extra):
     """A partitioner instance from a ``--method`` string (see :func:`parse_method`).
+
+    Args:
+        text: ``NAME[:key=value,...]``.
+        option: the command-line option ``text`` came from (for messages).
+        **extra: more constructor options (e.g. ``balance`` from ``--balance``), checked like the others.
 
     Raises:
         KeyError: unknown name (the message lists the registered ones).
@@ -68,11 +73,12 @@ def build_partitioner(text: str):
     for module in PARTITIONER_MODULES:
         importlib.import_module(module)
     name, options = parse_method(text)
+    options.update(extra)
     cls = PARTITIONERS.get(name)
     accepted = [p for p in inspect.signature(cls.__init__).parameters if p != "self"]
     unknown = sorted(set(options) - set(accepted))
     if unknown:
-        raise ValueError(f"--method {text!r}: {name} has no option {', '.join(unknown)}; "
+        raise ValueError(f"{option} {text!r}: {name} has no option {', '.join(unknown)}; "
                          f"it accepts {', '.join(accepted) or 'no options'}")
     return cls(**options), name, options
 

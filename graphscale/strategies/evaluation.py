@@ -99,30 +99,14 @@ def source_rows(owned: torch.Tensor, halo: torch.Tensor | None, ids: torch.Tenso
 
 def batch_block(graph: Graph, owned: torch.Tensor, halo: torch.Tensor, start: int,
                 stop: int) -> tuple[Block, torch.Tensor]:
-    """The block of owned rows ``[start, stop)`` with their in-neighbours, read from the graph's CSR.
+    """The block of owned rows ``[start, stop)`` with their in-neighbours (:meth:`Block.from_nodes`), and the
+    rows of ``[owned; halo]`` behind its source rows (``h_sub = h_src[rows]``).
 
-    Destinations come first (DGL's convention), then the other source rows the batch reads, ascending by
-    row of ``[owned; halo]``. Edges keep the graph's CSR order, so every destination's sum is the full-graph
-    row bit for bit. Sources carry global ids and global in-degrees. Allocations are O(the batch's rows and
-    edges), never O(N).
-
-    Returns:
-        ``(sub_block, rows)``: ``rows`` are the rows of ``[owned; halo]`` behind the sub-block's source rows
-        (``h_sub = h_src[rows]``).
+    Edges keep the graph's CSR order, so every destination's sum is the full-graph row bit for bit; sources
+    carry global ids and global in-degrees. Allocations are O(the batch's rows and edges), never O(N).
     """
-    dst = owned[start:stop]
-    indptr, src = csr_rows(graph, dst)
-    src_rows = source_rows(owned, halo, src)
-    inside = (src_rows >= start) & (src_rows < stop)
-    others = torch.unique(src_rows[~inside])
-    rows = torch.cat([torch.arange(start, stop, dtype=torch.int64), others])
-    indices = torch.where(inside, src_rows - start, (stop - start) + torch.searchsorted(others, src_rows))
-    ids = torch.empty_like(others)
-    mine = others < owned.numel()
-    ids[mine] = owned[others[mine]]
-    ids[~mine] = halo[others[~mine] - owned.numel()]
-    ids = torch.cat([dst, ids])
-    return Block(indptr, indices, ids, graph.indptr[ids + 1] - graph.indptr[ids]), rows
+    block = Block.from_nodes(graph, owned[start:stop])
+    return block, source_rows(owned, halo, block.src_ids)
 
 
 class LayerwiseEvaluator:
@@ -213,27 +197,23 @@ class LayerwiseEvaluator:
             a = b
         return out
 
-    def _features(self) -> torch.Tensor:
-        """``x`` rows of the owned vertices, in the model's dtype, on the device."""
+    def _feature_rows(self, ids: torch.Tensor) -> torch.Tensor:
+        """Raw feature rows of vertices ``ids`` (ascending global ids) from the (host-shared) graph, in the
+        model's dtype, on the device (a contiguous range is read as a view)."""
         dtype = next(self.model.parameters()).dtype
         x = self.graph.x
-        if self.num_owned and int(self.owned[-1]) - int(self.owned[0]) + 1 == self.num_owned:
-            rows = x[int(self.owned[0]): int(self.owned[-1]) + 1]  # a contiguous range: a view
+        if ids.numel() and int(ids[-1]) - int(ids[0]) + 1 == ids.numel():
+            rows = x[int(ids[0]): int(ids[-1]) + 1]
         else:
-            rows = x[self.owned]
+            rows = x[ids]
         return rows.to(device=self.device, dtype=dtype)
-
-    def _source_rows(self, ids: torch.Tensor) -> torch.Tensor:
-        """Raw feature rows of any vertices (global ids), read from the (host-shared) graph, on the device."""
-        dtype = next(self.model.parameters()).dtype
-        return self.graph.x[ids].to(device=self.device, dtype=dtype)
 
     @torch.no_grad()
     def logits(self) -> torch.Tensor:
         """Logits of the owned vertices, ``[num_owned, C]`` in :attr:`owned` order (a collective)."""
         model = self.model
         model.eval()
-        h = None if self.raw_first_layer else model.input_map(self._features(), self.owned_dev)
+        h = None if self.raw_first_layer else model.input_map(self._feature_rows(self.owned), self.owned_dev)
         h0 = h if model.needs_h0 else None
         self.max_batch_dst = 0
         for l in range(model.num_layers):
@@ -243,7 +223,7 @@ class LayerwiseEvaluator:
             for a, b in self.batches(model.layer_widths()[l]):
                 sub, rows = batch_block(self.graph, self.owned, self.halo_ids, a, b)
                 self.max_batch_dst = max(self.max_batch_dst, sub.num_dst)
-                x_src = (self._source_rows(sub.src_ids) if direct
+                x_src = (self._feature_rows(sub.src_ids) if direct
                          else h_src.index_select(0, rows.to(self.device)))
                 y = model.step(l, sub.to(self.device), x_src, None if h0 is None else h0[a:b])
                 if out is None:

@@ -79,8 +79,8 @@ class MiniBatchStrategy(Strategy):
     :meth:`evaluate` is distributed layer-wise inference over the vertices each worker owns
     (:class:`~graphscale.strategies.evaluation.LayerwiseEvaluator`): the worker's part of the run's vertex
     partition (``self.owner`` where the subclass trains with one, else :meth:`Strategy.vertex_owner`,
-    prepared by the parent), which keeps the halo rows of every layer few. The evaluator is built at the first :meth:`evaluate` (a collective, like every
-    evaluation), after the subclass's setup has set ``owner``.
+    prepared by the parent), which keeps the halo rows of every layer few. The evaluator is built at the
+    first :meth:`evaluate` (a collective, like every evaluation), after the subclass's setup has set ``owner``.
     """
 
     #: registry name, used in error messages

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 from graphscale.bench import memory
+from graphscale.bench.table import split_specs
 from graphscale.cli import main
 
 MiB = 2**20
@@ -24,7 +25,8 @@ def test_bench_memory_tabulates_each_strategy_per_worker(tmp_path, capsys, monke
     assert main(argv) == 0
     printed = capsys.readouterr().out
     for word in ("single", "graph-parallel", "broken", "RuntimeError: boom", "tracked", "anon", "file", "RSS peak",
-                 "single anon", "anon/single", "tracked/single"):
+                 "single anon", "anon/single", "tracked/single", "x its design (base anon + tracked)",
+                 "one copy of the node data"):
         assert word in printed, word
     rows = json.loads(out.read_text())["rows"]
     by: dict[str, list[dict]] = {}
@@ -51,5 +53,6 @@ def test_a_failing_run_reports_its_error():
 
 
 def test_split_specs_keeps_commas_inside_a_spec():
-    assert memory.split_specs("cora,sbm:nodes=10,degree=2, rmat:nodes=8") == ["cora", "sbm:nodes=10,degree=2",
-                                                                              "rmat:nodes=8"]
+    assert split_specs("cora,sbm:nodes=10,degree=2, rmat:nodes=8") == ["cora", "sbm:nodes=10,degree=2", "rmat:nodes=8"]
+    assert split_specs("cora,sbm:nodes=20,degree=4,seed=1,it-like") == ["cora", "sbm:nodes=20,degree=4,seed=1",
+                                                                        "it-like"]

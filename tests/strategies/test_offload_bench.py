@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 
 from graphscale.bench import offload as bench
-from graphscale.bench.table import split_specs
 
 
 def test_bench_offload_prints_the_tables(capsys):
@@ -18,8 +17,6 @@ def test_bench_offload_prints_the_tables(capsys):
     for title in ("Table 3 analogue", "Table 8 analogue", "MODELLED transfer time"):
         assert title in out
     assert "it-like" in out and "cora" in out
-    assert split_specs("cora,sbm:nodes=20,degree=4,seed=1,it-like") == ["cora", "sbm:nodes=20,degree=4,seed=1",
-                                                                              "it-like"]
 
 
 def test_traffic_rows_reduce_host_traffic():

@@ -133,11 +133,11 @@ def two_level_partition(graph: Graph, num_parts: int, num_chunks: int, partition
     return owner, chunk
 
 
+# ----------------------------------------------------------------------------- chunk sets
 #: the three kinds of per-chunk vertex sets of :class:`ChunkSets`
 _SET_KINDS = ("dst", "nbr", "trans")
 
 
-# ----------------------------------------------------------------------------- chunk sets
 def neighbour_sets(graph: Graph, group: torch.Tensor, num_groups: int) -> list[torch.Tensor]:
     """``N_g = V_g ∪ in-neighbours(V_g)`` for every group of destinations, ascending ids (vectorised).
 
