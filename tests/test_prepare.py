@@ -21,6 +21,7 @@ from graphscale.config import build_config
 from graphscale.data.handle import HOST_SHARED, MEMORY, PARTITION_LOCAL
 from graphscale.prepare import canonical_spec, prepare_data, write_training_store
 from graphscale.run import run
+from graphscale.strategies.split_parallel.split import SplitPlan
 from graphscale.testing import random_graph
 
 SPEC = "sbm:nodes=300,degree=6,classes=3,features=8,seed=1"
@@ -52,10 +53,18 @@ def test_views_and_cache_reuse(tmp_path):
     assert prepare_data(config_for("graph-parallel", 2, tmp_path)).path == handle.path  # reused, not rewritten
     assert (stores[0] / "meta.json").stat().st_mtime_ns == mtime
     assert prepare_data(config_for("graph-parallel", 2, tmp_path, balance="vertices")).path != handle.path
-    shared = prepare_data(config_for("split-parallel", 2, tmp_path))
+    shared = prepare_data(config_for("split-parallel", 2, tmp_path, cache_fraction=0.1))
     assert shared.view == HOST_SHARED and shared.owner_parts == 2 and os.path.isfile(shared.owner_path)
     assert prepare_data(config_for("data-parallel", 2, tmp_path)).owner_path == shared.owner_path  # evaluation
-    leftovers = [p for p in (tmp_path / "cache").rglob("*") if p.name.startswith(".")]
+    # split-parallel's plan is built once by the parent and memory-mapped by the workers
+    plan = SplitPlan.load(shared.extras["shared"])
+    graph = shared.open_graph()
+    built = SplitPlan.build(torch.from_numpy(np.load(shared.owner_path)), graph.out_degrees(), 2,
+                            0.1)
+    assert plan.num_parts == 2 and plan.cap == built.cap and plan.cap > 0
+    for name in ("perm", "split_id", "poff", "part_code"):
+        assert isinstance(getattr(plan, name), np.memmap) and np.array_equal(getattr(plan, name), getattr(built, name))
+    leftovers = [p for p in (tmp_path / "cache").rglob("*") if p.name.startswith(".") and p.name != ".complete"]
     assert leftovers == []
 
 

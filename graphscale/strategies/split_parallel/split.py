@@ -61,7 +61,9 @@ shipped at layer ``l``):
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numba as nb
 import numpy as np
@@ -366,6 +368,22 @@ class SplitPlan:
         perm, split_id, poff = _split_ids_kernel(owner_np, degree_np, int(num_parts))
         cap = int(np.floor(float(cache_fraction) * owner_np.size + 1e-9))
         return cls(int(num_parts), perm, split_id, poff, cap, _part_code_kernel(split_id, poff, np.int64(cap)))
+
+    _ARRAYS = ("perm", "split_id", "poff", "part_code")
+
+    def save(self, folder: Path) -> None:
+        """Write the plan as ``.npy`` files (and ``split_plan.json``: ``num_parts``, ``cap``) into ``folder``."""
+        for name in self._ARRAYS:
+            np.save(folder / f"{name}.npy", getattr(self, name))
+        (folder / "split_plan.json").write_text(json.dumps({"num_parts": self.num_parts, "cap": self.cap}))
+
+    @classmethod
+    def load(cls, folder: Path) -> SplitPlan:
+        """The plan :meth:`save` wrote, memory-mapped read-only: the ``[N]`` arrays exist once per host."""
+        folder = Path(folder)
+        meta = json.loads((folder / "split_plan.json").read_text())
+        arrays = {name: np.load(folder / f"{name}.npy", mmap_mode="r") for name in cls._ARRAYS}
+        return cls(int(meta["num_parts"]), cap=int(meta["cap"]), **arrays)
 
     @property
     def num_nodes(self) -> int:

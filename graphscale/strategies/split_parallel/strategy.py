@@ -4,7 +4,8 @@
 ``config.strategy.partitioner`` (METIS by default) before the workers start
 (:mod:`graphscale.prepare`); every worker memory-maps the host-shared graph
 and the owner array. :class:`~graphscale.strategies.split_parallel.split.SplitPlan` gives the
-parts contiguous, degree-sorted split ids; worker ``i`` caches the
+parts contiguous, degree-sorted split ids (built once by the parent, :meth:`SplitParallel.prepare_shared`, and
+memory-mapped by every worker); worker ``i`` caches the
 ``min(cap, |part i|)`` highest-degree vertices of its part, ``cap =
 floor(cache_fraction * N)`` (the caches are disjoint).
 
@@ -64,6 +65,7 @@ inference.
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -181,12 +183,27 @@ class SplitParallel(MiniBatchStrategy):
     def needs_vertex_partition(cls, config: RunConfig) -> bool:
         return True
 
+    @classmethod
+    def shared_data_key(cls, config: RunConfig) -> dict | None:
+        return {"cache_fraction": config.strategy.cache_fraction}
+
+    @classmethod
+    def prepare_shared(cls, graph: Graph, owner: torch.Tensor, config: RunConfig, folder: Path) -> None:
+        """The parent builds the :class:`SplitPlan` once; every worker memory-maps it (one copy per host)."""
+        SplitPlan.build(owner, graph.out_degrees(), config.strategy.workers,
+                        config.strategy.cache_fraction).save(folder)
+
     def setup(self, data: DataHandle | Graph, model: torch.nn.Module, env: DistEnv, config: RunConfig) -> None:
         super().setup(data, model, env, config)
         graph = self.graph
         self.in_degrees = self.sampler.degrees  # the in-degrees, computed once
         self.owner = self.vertex_owner(graph)
-        self.plan = SplitPlan.build(self.owner, graph.out_degrees(), env.world_size, config.strategy.cache_fraction)
+        shared = self.data.extras.get("shared")
+        if shared is not None:
+            self.plan = SplitPlan.load(shared)
+        else:
+            self.plan = SplitPlan.build(self.owner, graph.out_degrees(), env.world_size,
+                                        config.strategy.cache_fraction)
         self.cache_x = load_host_rows(self.comm, self.x_host, self.plan.cached_ids(env.rank), env.device)  # at setup
         self.kinds = layer_kinds(model)
         self.modes = split_modes(self.kinds)
