@@ -37,6 +37,8 @@ TRAIN_OPTIONS = {
     "fanouts": ("strategy", "fanouts"), "batch_size": ("strategy", "batch_size"),
     "chunks": ("strategy", "chunks"), "dedup": ("strategy", "dedup"), "recompute": ("strategy", "recompute"),
     "memory_budget": ("strategy", "memory_budget"),
+    "parts": ("strategy", "parts"), "average_every": ("strategy", "average_every"),
+    "average_optimizer": ("strategy", "average_optimizer"), "state_dir": ("strategy", "state_dir"),
     "cache": ("strategy", "cache"), "cache_fraction": ("strategy", "cache_fraction"),
     "seed": (None, "seed"), "dtype": (None, "dtype"), "device": (None, "device"), "json": (None, "json"),
     "checkpoint": (None, "checkpoint"), "resume": (None, "resume"), "progress": (None, "progress"),
@@ -90,6 +92,14 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--recompute", choices=["auto", "hybrid", "recompute", "none"],
                    help="offload: intermediate data per layer (default auto: the cost model decides)")
     p.add_argument("--memory-budget", help="offload: per-worker device-memory budget, e.g. 256MiB; picks the smallest K")
+    p.add_argument("--parts", type=int, help="model-averaging: partitions of the store the run writes (default: "
+                                             "one per worker; more than --workers trains them in turn)")
+    p.add_argument("--average-every", type=int, help="model-averaging: average the models every N epochs (default 1)")
+    p.add_argument("--average-optimizer", action="store_true", default=None,
+                   help="model-averaging: also average Adam's moments (default: kept per partition, as SDT-GNN)")
+    p.add_argument("--state-dir", metavar="DIR", help="model-averaging: per-partition states when a worker trains "
+                                                      "several partitions or the run keeps checkpoints (default: "
+                                                      "under the cache directory)")
     p.add_argument("--cache", choices=["none", "pagraph", "quiver"],
                    help="data-parallel feature cache: none (DGL-like), pagraph, quiver; default none")
     p.add_argument("--cache-fraction", type=float,

@@ -71,6 +71,15 @@ class StrategyConfig:
     """``offload`` intermediate data per layer: ``auto`` (cost model), ``hybrid``, ``recompute`` or ``none``."""
     memory_budget: str = ""
     """``offload``: per-worker device-memory budget (e.g. ``256MiB``); picks the smallest K that fits."""
+    parts: int = 0
+    """``model-averaging``: partitions of the store the run writes (0: one per worker); ``p`` may exceed ``--workers``."""
+    average_every: int = 1
+    """``model-averaging``: average the partitions' models every this many epochs."""
+    average_optimizer: bool = False
+    """``model-averaging``: also average the optimiser's moments (SDT-GNN keeps them local)."""
+    state_dir: str = ""
+    """``model-averaging``: where per-partition states live when a worker trains several partitions or the run
+    keeps checkpoints (default: under the cache directory)."""
 
 
 @dataclass

@@ -162,13 +162,17 @@ def _summary_of_store(path: Path, meta: dict) -> dict:
     from graphscale.partition.store import part_dir
 
     counts = {"train": 0, "val": 0, "test": 0}
+    part_train = []
     for s, part in enumerate(meta["parts"]):
         for split in counts:
             file = part_dir(path, s) / f"{split}_mask.npy"
-            if file.is_file():
-                counts[split] += int(np.load(file, mmap_mode="r")[: part["num_inner"]].sum())
+            found = int(np.load(file, mmap_mode="r")[: part["num_inner"]].sum()) if file.is_file() else 0
+            counts[split] += found
+            if split == "train":
+                part_train.append(found)
     return {"name": meta.get("name") or path.name, "nodes": int(meta["num_nodes"]), "edges": int(meta["num_edges"]),
-            "features": int(meta.get("num_features") or 0), "classes": int(meta.get("num_classes") or 0), **counts}
+            "features": int(meta.get("num_features") or 0), "classes": int(meta.get("num_classes") or 0), **counts,
+            "parts": len(meta["parts"]), "part_train": part_train}
 
 
 def _store_is_nonnegative(path: Path, meta: dict) -> bool:
@@ -239,10 +243,10 @@ def store_handle(path: str | Path, feature_norm: str = "none", dtype: str = "flo
     return DataHandle(PARTITION_LOCAL, summary, path=str(path), feature_norm=feature_norm, dtype=dtype)
 
 
-def _partition_local(config: RunConfig, cache: Path | None) -> DataHandle:
+def _partition_local(config: RunConfig, cache: Path | None, strategy) -> DataHandle:
     from graphscale.partition.store import check_partition_store
 
-    sc, workers = config.strategy, config.strategy.workers
+    sc = config.strategy
     if sc.partitions:
         path = Path(sc.partitions)
         meta = check_partition_store(path)
@@ -252,15 +256,13 @@ def _partition_local(config: RunConfig, cache: Path | None) -> DataHandle:
                              f"{config.data.dataset!r}; drop --dataset or pass the store's dataset")
         config.data.dataset = config.data.dataset or stored or str(path)
     else:
-        path, meta = _cached_store(config, cache)
-    if int(meta["num_parts"]) != workers:
-        raise ValueError(f"partition store {path} has {meta['num_parts']} parts but --workers is {workers}; "
-                         f"strategy {sc.name!r} trains one part per worker (use --workers {meta['num_parts']} "
-                         "or partition again with --parts)")
-    return store_handle(path, config.data.feature_norm, config.dtype, meta)
+        path, meta = _cached_store(config, cache, strategy.store_parts(config))
+    handle = store_handle(path, config.data.feature_norm, config.dtype, meta)
+    strategy.prepare_partitions(config, handle)
+    return handle
 
 
-def _cached_store(config: RunConfig, cache: Path) -> tuple[Path, dict]:
+def _cached_store(config: RunConfig, cache: Path, parts: int) -> tuple[Path, dict]:
     """The cache's store for the run's dataset, partitioner, balance, parts and seed; written when missing."""
     from graphscale.data.datasets import load_dataset, untrainable_reason
     from graphscale.partition.store import check_partition_store
@@ -268,7 +270,7 @@ def _cached_store(config: RunConfig, cache: Path) -> tuple[Path, dict]:
     sc = config.strategy
     spec = canonical_spec(config.data.dataset)
     fields = {"kind": "store", "dataset": spec, "files": _fingerprint(spec), "partitioner": sc.partitioner,
-              "balance": sc.balance, "parts": sc.workers, "seed": config.seed}
+              "balance": sc.balance, "parts": parts, "seed": config.seed}
     digest, name = _key(fields)
     path = cache / "stores" / name
     with _locked(cache, digest):
@@ -279,7 +281,7 @@ def _cached_store(config: RunConfig, cache: Path) -> tuple[Path, dict]:
         reason = untrainable_reason(spec, graph)
         if reason:
             raise ValueError(reason)
-        meta = write_training_store(graph, path, sc.workers, sc.partitioner, config.seed, sc.balance, spec,
+        meta = write_training_store(graph, path, parts, sc.partitioner, config.seed, sc.balance, spec,
                                     extra={"cache_key": fields})
         return path, meta
 
@@ -360,12 +362,12 @@ def prepare_data(config: RunConfig) -> DataHandle:
         raise ValueError(f"--partitions applies to partition-local strategies (graph-parallel); strategy "
                          f"{config.strategy.name!r} reads the whole graph ({view} view)")
     if view == PARTITION_LOCAL and config.strategy.partitions:
-        return _partition_local(config, None)
+        return _partition_local(config, None, cls)
     config.data.dataset = config.data.dataset or DEFAULT_DATASET
     if view == MEMORY:
         return DataHandle.in_memory(load_training_graph(config.data.dataset, config.data.feature_norm,
                                                         config.dtype))
     cache = resolve_cache_dir(config)
     if view == PARTITION_LOCAL:
-        return _partition_local(config, cache)
+        return _partition_local(config, cache, cls)
     return _host_shared(config, cache, cls)

@@ -44,9 +44,10 @@ def validate(config: RunConfig) -> None:
         raise ValueError(reason)
     if config.data.feature_norm not in FEATURE_NORMS:
         raise ValueError(f"--feature-norm must be one of {', '.join(FEATURE_NORMS)}, got {config.data.feature_norm!r}")
-    if config.strategy.minibatch and config.strategy.name != "single":
-        raise ValueError(f"--minibatch applies to strategy 'single' only; {config.strategy.name!r} decides its own "
-                         "batching (use data-parallel or split-parallel for distributed mini-batch training)")
+    if config.strategy.minibatch and config.strategy.name not in ("single", "model-averaging"):
+        raise ValueError(f"--minibatch applies to strategies 'single' and 'model-averaging' only; "
+                         f"{config.strategy.name!r} decides its own batching (use data-parallel or split-parallel "
+                         "for distributed mini-batch training)")
     if config.resume and not config.checkpoint:
         raise ValueError("--resume needs --checkpoint PATH")
     strategy = STRATEGIES.get(config.strategy.name)  # raises with the list of choices

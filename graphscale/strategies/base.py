@@ -53,6 +53,21 @@ class Strategy(ABC):
         (in the parent, before any worker starts; ``owner`` is the run's vertex partition). Workers find the
         folder as ``data.extras["shared"]``."""
 
+    @classmethod
+    def store_parts(cls, config: RunConfig) -> int:
+        """Partitions of the store a partition-local run writes into the cache (one per worker by default)."""
+        return config.strategy.workers
+
+    @classmethod
+    def prepare_partitions(cls, config: RunConfig, handle: DataHandle) -> None:
+        """Check (in the parent) that a partition-local run's store fits the run, and add to ``handle.extras``
+        what the workers need. By default a store must have one part per worker."""
+        parts, workers = int(handle.summary["parts"]), config.strategy.workers
+        if parts != workers:
+            raise ValueError(f"partition store {handle.path} has {parts} parts but --workers is {workers}; "
+                             f"strategy {config.strategy.name!r} trains one part per worker (use --workers {parts} "
+                             "or partition again with --parts)")
+
     def setup(self, data: DataHandle | Graph, model: torch.nn.Module, env: DistEnv, config: RunConfig) -> None:
         """Prepare partitions, buffers and the optimiser. Called once per worker.
 

@@ -1,0 +1,69 @@
+"""Weighted model averaging (SDT-GNN §2.6): ``w = sum_i alpha_i w_i`` in one flat all-reduce.
+
+``alpha_i = n_train_i / sum_j n_train_j`` with ``n_train_i`` the training vertices partition ``i`` owns,
+so the alphas sum to 1 and a partition without training vertices contributes nothing. What is averaged
+is every *floating* tensor of the model's ``state_dict`` (parameters and floating buffers; integer buffers
+such as counters are left alone) and, optionally, the floating tensors of the optimiser state (Adam's
+moments; SDT-GNN keeps them local, the default). A worker holding several partitions first sums its own
+``alpha_j w_j``, then one all-reduce of a single flat buffer (Ledger category ``allreduce``, ring model)
+adds the workers' sums; every worker ends with bit-identical weights.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from graphscale.distributed.comm import ALLREDUCE, Comm
+
+
+def float_tensors(model: torch.nn.Module) -> list[torch.Tensor]:
+    """The floating tensors of ``model.state_dict()`` in a fixed order (what averaging touches)."""
+    return [t for t in model.state_dict().values() if torch.is_floating_point(t)]
+
+
+def optimizer_float_tensors(optimizer: torch.optim.Optimizer, params: list[torch.nn.Parameter]) -> list[torch.Tensor]:
+    """The floating per-parameter state tensors of ``optimizer`` (e.g. Adam's ``exp_avg``, ``exp_avg_sq``), in
+    parameter order then key order; empty for a parameter without state yet."""
+    out = []
+    for p in params:
+        state = optimizer.state.get(p, {})
+        out.extend(state[k] for k in sorted(state) if torch.is_tensor(state[k]) and torch.is_floating_point(state[k])
+                   and state[k].shape == p.shape)
+    return out
+
+
+def flatten(tensors: list[torch.Tensor], dtype: torch.dtype) -> torch.Tensor:
+    """One contiguous copy of ``tensors`` (``dtype``); empty for no tensors."""
+    if not tensors:
+        return torch.zeros(0, dtype=dtype)
+    return torch.cat([t.detach().reshape(-1).to(dtype) for t in tensors])
+
+
+def unflatten_into(flat: torch.Tensor, tensors: list[torch.Tensor]) -> None:
+    """Copy ``flat`` back into ``tensors`` (in place, each in its own dtype)."""
+    if flat.numel() != sum(t.numel() for t in tensors):
+        raise ValueError(f"averaged buffer has {flat.numel()} elements, the state {sum(t.numel() for t in tensors)}")
+    offset = 0
+    with torch.no_grad():
+        for t in tensors:
+            n = t.numel()
+            t.copy_(flat[offset: offset + n].view_as(t))
+            offset += n
+
+
+def alphas(train_counts: list[int] | torch.Tensor) -> torch.Tensor:
+    """float64 ``alpha_i = n_i / sum n`` of every partition.
+
+    Raises:
+        ValueError: no partition holds a training vertex.
+    """
+    counts = torch.as_tensor(train_counts, dtype=torch.float64)
+    total = float(counts.sum())
+    if total <= 0:
+        raise ValueError("model averaging: no partition holds a training vertex")
+    return counts / total
+
+
+def all_reduce_average(comm: Comm, local_sum: torch.Tensor) -> torch.Tensor:
+    """Sum the workers' ``sum_{j in mine} alpha_j w_j`` buffers (one all-reduce) and return ``w``."""
+    return comm.all_reduce(local_sum, ALLREDUCE)

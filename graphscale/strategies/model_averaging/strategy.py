@@ -1,0 +1,315 @@
+"""SDT-GNN model averaging (``--strategy model-averaging``): local training per partition, weighted averaging.
+
+Spec: ``shared/specs/sdtgnn.md`` §2.5-2.8. The run reads a partition store (``--partitions DIR``, e.g. written
+by ``graphscale partition --method spring``, or one the run writes into the cache with ``--partitioner`` and
+``--parts``) with ``p`` parts on ``q`` workers, ``p >= q``; partition ``j`` belongs to worker ``j mod q``.
+
+**An epoch.** Every worker trains each of its partitions for one epoch, one partition at a time and with no
+inter-worker traffic: the model starts from the partition's own weights (the averaged model right after an
+averaging round), the partition's own optimiser state is restored, and the loss is the mean over the
+partition's training vertices (its home vertices: masks are set on inner vertices only). Full-neighbour
+training (the default) runs the model on the partition's whole local graph (home vertices with their full
+in-neighbourhoods, halo vertices with their edges to home vertices); ``--minibatch`` samples mini-batches of
+``--batch-size`` home training vertices with ``--fanouts`` inside the partition (SDT-GNN's GraphSAGE setting
+is ``--fanouts 25,10 --batch-size 512``). Sources carry original ids (dropout keys) and global in-degrees
+(GCN normalisation), so a home vertex's first-layer row equals the full graph's; deeper layers see halo rows
+computed from the truncated neighbourhood, the receptive-field approximation of SDT-GNN (§3 reason 2).
+Every random choice depends on the partition and the epoch, never on the worker, so the averaged model does
+not depend on ``q`` (T3).
+
+**Averaging** every ``--average-every`` epochs (:mod:`.averaging`): ``w = sum_j alpha_j w_j`` with
+``alpha_j`` the partition's share of the training vertices, in one flat all-reduce (Ledger ``allreduce``:
+``2 (q - 1) P s`` bytes per round, ring model; ``P`` the floating state elements, doubled-plus when
+``--average-optimizer`` adds Adam's two moments). The epoch's loss sum is all-reduced under ``control``
+(``2 (q - 1) 8`` bytes). Nothing else moves: halo rows are local copies.
+
+**More partitions than workers** (``p > q``): a worker holds one partition's data, model and optimiser state
+at a time; the others' states are on disk (:mod:`.state`), written atomically after every epoch. States are
+also written to disk when the run keeps checkpoints, so a resumed run restores every partition exactly.
+
+**Evaluation**: each worker runs the averaged model on its partitions' local graphs and counts its home
+vertices' predictions; the counts are all-reduced. It sees the same truncated receptive field as training
+(exact for 1-layer models, and for ``L`` layers with an ``L``-hop halo).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from graphscale.config import RunConfig
+from graphscale.data.block import Block
+from graphscale.data.datasets import row_normalize
+from graphscale.data.handle import PARTITION_LOCAL, DataHandle
+from graphscale.data.sampler import MiniBatchLoader, NeighborSampler
+from graphscale.distributed.comm import CONTROL, Comm
+from graphscale.distributed.env import DistEnv
+from graphscale.metrics.memory import MemoryTracker
+from graphscale.metrics.stats import EpochStats
+from graphscale.registry import STRATEGIES
+from graphscale.strategies.base import (
+    SPLITS,
+    Strategy,
+    counts_to_metrics,
+    make_optimizer,
+    masked_loss_sum,
+    optimizer_tensors,
+    split_counts,
+)
+from graphscale.strategies.model_averaging.averaging import (
+    all_reduce_average,
+    alphas,
+    flatten,
+    float_tensors,
+    optimizer_float_tensors,
+    unflatten_into,
+)
+from graphscale.strategies.model_averaging.state import PartitionStates
+
+
+@dataclass
+class LocalData:
+    """One partition, ready to train on: its whole local graph as a block, node rows, home-vertex masks."""
+
+    part: int
+    block: Block
+    x: torch.Tensor
+    y: torch.Tensor
+    masks: dict[str, torch.Tensor]
+    num_inner: int
+    num_train: int
+    orig_ids: torch.Tensor
+    graph: object  # the LocalPartition's graph (the sampler's CSR)
+    degree: torch.Tensor
+
+    def tensors(self) -> list[torch.Tensor]:
+        b = self.block
+        return [self.x, self.y, *self.masks.values(), b.indptr, b.indices, b.src_ids, b.src_deg]
+
+
+def partitions_of(rank: int, num_parts: int, world_size: int) -> list[int]:
+    """The partitions worker ``rank`` trains: ``j`` with ``j mod q == rank``."""
+    return list(range(rank, num_parts, world_size))
+
+
+def averaged_after(epoch: int, every: int) -> bool:
+    """Whether the models are averaged at the end of ``epoch``."""
+    return (epoch + 1) % every == 0
+
+
+@STRATEGIES.register("model-averaging")
+class ModelAveraging(Strategy):
+    """SDT-GNN distributed training by weighted model averaging (see the module docstring)."""
+
+    exact = False
+    data_view = PARTITION_LOCAL
+
+    # ------------------------------------------------------------ parent side
+    @classmethod
+    def store_parts(cls, config: RunConfig) -> int:
+        return config.strategy.parts or config.strategy.workers
+
+    @classmethod
+    def prepare_partitions(cls, config: RunConfig, handle: DataHandle) -> None:
+        sc = config.strategy
+        parts, workers = int(handle.summary["parts"]), sc.workers
+        if sc.average_every < 1:
+            raise ValueError(f"--average-every must be >= 1, got {sc.average_every}")
+        if parts < workers:
+            raise ValueError(f"partition store {handle.path} has {parts} parts for --workers {workers}: model "
+                             f"averaging trains every part on one worker, so use --workers {parts} or fewer, or "
+                             "partition again with more parts")
+        if sum(handle.summary["part_train"]) == 0:
+            raise ValueError(f"partition store {handle.path} has no training vertices in any part")
+        if parts > workers or config.checkpoint:
+            folder = sc.state_dir
+            if not folder:
+                from graphscale.prepare import resolve_cache_dir
+
+                key = hashlib.sha1(json.dumps(cls.identity(config, handle), sort_keys=True).encode()).hexdigest()
+                folder = str(resolve_cache_dir(config) / "averaging" / key[:20])
+            handle.extras["state_dir"] = folder
+
+    @staticmethod
+    def identity(config: RunConfig, handle: DataHandle) -> dict:
+        """What a state directory's states depend on (:class:`PartitionStates` refuses another run's)."""
+        sc = config.strategy
+        return {"store": str(Path(handle.path).resolve()), "parts": int(handle.summary["parts"]),
+                "model": dataclasses.asdict(config.model), "optim": {k: v for k, v in dataclasses.asdict(config.optim).items() if k != "epochs"},
+                "seed": config.seed, "dtype": config.dtype, "minibatch": sc.minibatch,
+                "fanouts": list(sc.fanouts) if sc.minibatch else None,
+                "batch_size": sc.batch_size if sc.minibatch else None, "average_every": sc.average_every,
+                "average_optimizer": sc.average_optimizer}
+
+    # ----------------------------------------------------------------- setup
+    def setup(self, data: DataHandle, model: torch.nn.Module, env: DistEnv, config: RunConfig) -> None:
+        super().setup(data, model, env, config)
+        handle = self.data
+        if handle.view != PARTITION_LOCAL:
+            raise ValueError("strategy 'model-averaging' trains from a partition store (partition-local data)")
+        self.comm = Comm(env)
+        self.num_parts = int(handle.summary["parts"])
+        self.parts = partitions_of(env.rank, self.num_parts, env.world_size)
+        if not self.parts:
+            raise ValueError(f"worker {env.rank} has no partition: {self.num_parts} parts for {env.world_size} "
+                             "workers")
+        self.part_train = [int(c) for c in handle.summary["part_train"]]
+        self.alpha = alphas(self.part_train)
+        self.dtype = next(model.parameters()).dtype
+        self.params = [p for p in model.parameters() if p.requires_grad]
+        self.float_state = float_tensors(model)
+        self.global_flat = flatten(self.float_state, self.dtype)  # identical on every worker (same seed)
+        self.global_opt: torch.Tensor | None = None
+        folder = handle.extras.get("state_dir")
+        self.states = PartitionStates(folder, self.identity(config, handle), writer=env.is_main)
+        self.comm.barrier()  # run.json exists before any worker writes a state
+        self.last_epoch = -1  # the epoch whose partition states are stored
+        self.tracker = MemoryTracker(env)
+        self.tracker.track_module("model", model)
+        # one partition per worker: keep it; otherwise one at a time
+        self.resident = self._open(self.parts[0]) if len(self.parts) == 1 else None
+        if self.resident is not None:
+            self.tracker.track("partition", *self.resident.tensors())
+
+    def _open(self, part: int) -> LocalData:
+        """Partition ``part``'s local graph as one block over all local vertices, its rows and masks."""
+        local = self.data.open_partition(part)
+        g = local.graph
+        if g.x is None or g.y is None or g.train_mask is None:
+            raise ValueError(f"partition {part} of {self.data.path} lacks node features, labels or a training mask")
+        device, n_inner = self.env.device, local.num_inner
+        block = Block(g.indptr, g.indices, local.orig_ids, local.degree).to(device)
+        x = row_normalize(g.x) if self.data.feature_norm == "row" else g.x
+        masks = {}
+        inner = torch.zeros(g.num_nodes, dtype=torch.bool)
+        inner[:n_inner] = True
+        for split in SPLITS:
+            mask = getattr(g, f"{split}_mask")
+            masks[split] = ((mask & inner) if mask is not None else torch.zeros_like(inner)).to(device)
+        return LocalData(part, block, x.to(device=device, dtype=self.dtype), g.y.to(device), masks, n_inner,
+                         int(masks["train"].sum()), local.orig_ids, g, local.degree)
+
+    def _data(self, part: int) -> LocalData:
+        if self.resident is not None and self.resident.part == part:
+            return self.resident
+        return self._open(part)
+
+    # ------------------------------------------------------------- training
+    def _restore(self, part: int) -> None:
+        """Load partition ``part``'s weights and optimiser state into the model and optimiser."""
+        state = self.states.load(part, self.last_epoch)
+        every = self.config.strategy.average_every
+        averaged = self.last_epoch < 0 or averaged_after(self.last_epoch, every)
+        unflatten_into(self.global_flat if averaged or state is None else state["weights"], self.float_state)
+        self.optimizer = make_optimizer(self.model, self.config.optim)
+        if state is not None:
+            self.optimizer.load_state_dict(state["optimizer"])
+            if averaged and self.global_opt is not None:
+                unflatten_into(self.global_opt, optimizer_float_tensors(self.optimizer, self.params))
+
+    def _train_partition(self, data: LocalData, epoch: int) -> float:
+        """One epoch on one partition; returns the summed training loss over its training vertices."""
+        model, opt = self.model, self.optimizer
+        if not self.config.strategy.minibatch:
+            opt.zero_grad(set_to_none=True)
+            logits = model(data.block, data.x)
+            loss_sum = masked_loss_sum(logits, data.y, data.masks["train"])
+            (loss_sum / data.num_train).backward()
+            opt.step()
+            return float(loss_sum.detach())
+        sc = self.config.strategy
+        sampler = NeighborSampler(data.graph, sc.fanouts, seed=self.config.seed + data.part, degrees=data.degree)
+        loader = MiniBatchLoader(torch.nonzero(data.masks["train"].cpu()).flatten(), sc.batch_size,
+                                 seed=self.config.seed + data.part)
+        total = 0.0
+        batches = loader.batches(epoch)
+        for i, targets in enumerate(batches):
+            blocks = sampler.sample(targets, batch_key=epoch * len(batches) + i)
+            x = data.x[blocks[0].src_ids.to(data.x.device)]
+            blocks = [dataclasses.replace(b, src_ids=data.orig_ids[b.src_ids]).to(self.env.device) for b in blocks]
+            opt.zero_grad(set_to_none=True)
+            logits = model(blocks, x)
+            every = torch.ones(targets.numel(), dtype=torch.bool, device=logits.device)
+            loss_sum = masked_loss_sum(logits, data.y[targets.to(data.y.device)], every)
+            (loss_sum / targets.numel()).backward()
+            opt.step()
+            total += float(loss_sum.detach())
+        return total
+
+    def train_epoch(self, epoch: int) -> EpochStats:
+        self.model.train()
+        self.model.set_epoch(epoch)
+        sc = self.config.strategy
+        start = time.perf_counter()
+        before = self.env.ledger.snapshot()
+        loss_sum = 0.0
+        weights = torch.zeros_like(self.global_flat)
+        moments = None
+        with self.tracker.epoch():
+            for part in self.parts:
+                if self.part_train[part] == 0:
+                    continue  # alpha = 0: it contributes nothing
+                data = self._data(part)
+                if data is not self.resident:
+                    self.tracker.track("partition", *data.tensors())
+                self._restore(part)
+                loss_sum += self._train_partition(data, epoch)
+                self.tracker.track("optimizer", *optimizer_tensors(self.optimizer))
+                local = flatten(self.float_state, self.dtype)
+                weights += float(self.alpha[part]) * local
+                if sc.average_optimizer:
+                    m = flatten(optimizer_float_tensors(self.optimizer, self.params), self.dtype)
+                    moments = float(self.alpha[part]) * m if moments is None else moments + float(self.alpha[part]) * m
+                self.states.save(part, epoch, {"weights": local, "optimizer": self.optimizer.state_dict()})
+                if data is not self.resident:
+                    self.tracker.untrack("partition")
+                del data
+            if averaged_after(epoch, sc.average_every):
+                if sc.average_optimizer:
+                    size = sum(p.numel() for p in self.params) * 2  # Adam: exp_avg and exp_avg_sq
+                    moments = torch.zeros(size, dtype=self.dtype) if moments is None else moments
+                    buffer = all_reduce_average(self.comm, torch.cat([weights, moments]))
+                    self.global_flat, self.global_opt = buffer[: weights.numel()], buffer[weights.numel():]
+                else:
+                    self.global_flat = all_reduce_average(self.comm, weights)
+            self.last_epoch = epoch
+            unflatten_into(self.global_flat, self.float_state)  # evaluation and checkpoints see the global model
+        total = self.comm.all_reduce(torch.tensor([loss_sum], dtype=torch.float64), CONTROL)
+        return EpochStats(loss=float(total) / sum(self.part_train), seconds=time.perf_counter() - start,
+                          bytes=self.env.ledger.since(before), peak_memory=self.tracker.peak,
+                          extra={"partitions": len(self.parts), "averaged": averaged_after(epoch, sc.average_every)})
+
+    # ------------------------------------------------------------ evaluation
+    @torch.no_grad()
+    def evaluate(self) -> dict[str, float]:
+        self.model.eval()
+        counts = None
+        for part in self.parts:
+            data = self._data(part)
+            logits = self.model(data.block, data.x)
+            c = split_counts(logits, data.y, data.masks)
+            counts = c if counts is None else counts + c
+        return counts_to_metrics(self.comm.all_reduce(counts.to(self.env.device), CONTROL).cpu())
+
+    # ------------------------------------------------------------ checkpoints
+    def state_dict(self) -> dict:
+        return {"model": self.model.state_dict(), "global": self.global_flat, "global_opt": self.global_opt,
+                "last_epoch": self.last_epoch}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.model.load_state_dict(state["model"])
+        self.global_flat, self.global_opt = state["global"], state["global_opt"]
+        self.last_epoch = int(state["last_epoch"])
+        if self.states.folder is None and self.last_epoch >= 0:
+            raise ValueError("model averaging resumes from partition states on disk; run with --checkpoint "
+                             "(which keeps them) from the start")
+
+    def teardown(self) -> None:
+        for name in ("partition", "model", "optimizer"):
+            self.tracker.untrack(name)

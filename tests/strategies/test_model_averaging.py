@@ -1,0 +1,123 @@
+"""SDT-GNN model averaging (spec §3, T1-T5) and its bad-input errors.
+
+* T5: the alphas sum to 1; a partition without training vertices contributes nothing.
+* T2: with one partition, training equals ``single`` step for step (float64).
+* T1: after an epoch the model equals ``sum_j alpha_j w_j`` computed offline, partition by partition.
+* T3: with more partitions than workers the run is the same for q = 1 and q = 2 (per-partition seeds).
+* A run resumed from its checkpoint (with the partition states on disk) continues identically.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from graphscale.config import build_config
+from graphscale.data.block import Block
+from graphscale.distributed.env import DistEnv
+from graphscale.nn.models import build_model
+from graphscale.partition.store import load_partition
+from graphscale.prepare import prepare_data
+from graphscale.run import run
+from graphscale.strategies.base import make_optimizer, masked_loss_sum
+from graphscale.strategies.model_averaging import ModelAveraging, partitions_of
+from graphscale.strategies.model_averaging.averaging import alphas, flatten, float_tensors
+
+SPEC = "sbm:nodes=240,degree=6,classes=3,features=8,seed=2"
+
+
+def config_for(tmp_path, strategy="model-averaging", workers=1, parts=0, epochs=3, **extra):
+    top = {k: extra.pop(k) for k in ("checkpoint", "resume") if k in extra}
+    return build_config({"data": {"dataset": SPEC}, "model": {"name": "gcn", "hidden": 8},
+                         "strategy": {"name": strategy, "workers": workers, "parts": parts, **extra},
+                         "optim": {"epochs": epochs}, "dtype": "float64", "progress": False,
+                         "cache_dir": str(tmp_path / "cache"), **top})
+
+
+def losses(report):
+    return [e["loss"] for e in report["epochs"]]
+
+
+def test_alphas_sum_to_one_and_empty_partitions_weigh_nothing():
+    a = alphas([3, 0, 1])
+    assert float(a.sum()) == pytest.approx(1.0, abs=1e-15) and float(a[1]) == 0.0 and float(a[0]) == 0.75
+    with pytest.raises(ValueError, match="no partition holds a training vertex"):
+        alphas([0, 0])
+    assert partitions_of(1, 5, 2) == [1, 3] and partitions_of(0, 2, 2) == [0]
+
+
+def test_one_partition_equals_single(tmp_path):
+    single = run(config_for(tmp_path, strategy="single"))
+    averaged = run(config_for(tmp_path, parts=1))
+    for mine, ref in zip(losses(averaged), losses(single)):
+        assert mine == pytest.approx(ref, rel=1e-10)
+    assert [e["val_acc"] for e in averaged["epochs"]] == [e["val_acc"] for e in single["epochs"]]
+
+
+def test_averaged_model_equals_the_offline_weighted_average(tmp_path):
+    config = config_for(tmp_path, parts=3)
+    handle = prepare_data(config)
+    graph_meta = handle.summary
+    dtype = torch.float64
+    model = build_model(config.model, graph_meta["features"], graph_meta["classes"], seed=0, dtype=dtype)
+    strategy = ModelAveraging()
+    strategy.setup(handle, model, DistEnv.local(), config)
+    strategy.train_epoch(0)
+    got = flatten(float_tensors(model), dtype)
+    # offline: each partition takes one Adam step from the initial model on its own loss; weighted average
+    total, counts = None, []
+    for part in range(3):
+        local = load_partition(handle.path, part)
+        g = local.graph
+        ref = build_model(config.model, graph_meta["features"], graph_meta["classes"], seed=0, dtype=dtype)
+        ref.train()
+        ref.set_epoch(0)
+        opt = make_optimizer(ref, config.optim)
+        block = Block(g.indptr, g.indices, local.orig_ids, local.degree)
+        mask = g.train_mask.clone()
+        mask[local.num_inner:] = False
+        counts.append(int(mask.sum()))
+        loss = masked_loss_sum(ref(block, g.x.to(dtype)), g.y, mask) / max(counts[-1], 1)
+        loss.backward()
+        opt.step()
+        w = flatten(float_tensors(ref), dtype) * counts[-1]
+        total = w if total is None else total + w
+    assert min(counts) > 0
+    expected = total / sum(counts)
+    torch.testing.assert_close(got, expected, rtol=1e-10, atol=1e-12)
+
+
+def test_more_partitions_than_workers_is_independent_of_the_worker_count(tmp_path):
+    one = run(config_for(tmp_path, parts=4, workers=1, state_dir=str(tmp_path / "s1")))
+    two = run(config_for(tmp_path, parts=4, workers=2, state_dir=str(tmp_path / "s2")))
+    for a, b in zip(losses(one), losses(two)):
+        assert a == pytest.approx(b, rel=1e-10)
+    assert [e["test_acc"] for e in one["epochs"]] == [e["test_acc"] for e in two["epochs"]]
+    assert sorted(p.name for p in (tmp_path / "s1").iterdir()) == sorted(["run.json"] + [
+        f"part-{j:05d}.e{e}.pt" for j in range(4) for e in (0, 1)])
+    # one model per averaging round, nothing else
+    params = sum(t.numel() for t in float_tensors(build_model(config_for(tmp_path).model, 8, 3, dtype=torch.float64)))
+    assert two["epochs"][0]["bytes"]["allreduce"] == 2 * (2 - 1) * params * 8
+
+
+def test_resume_continues_identically(tmp_path):
+    straight = run(config_for(tmp_path, parts=2, epochs=4, average_every=2, checkpoint=str(tmp_path / "a.pt")))
+    run(config_for(tmp_path, parts=2, epochs=2, average_every=2, checkpoint=str(tmp_path / "b.pt"),
+                   state_dir=str(tmp_path / "sb")))
+    resumed = run(config_for(tmp_path, parts=2, epochs=4, average_every=2, checkpoint=str(tmp_path / "b.pt"),
+                             state_dir=str(tmp_path / "sb"), resume=True))
+    assert losses(resumed) == pytest.approx(losses(straight), rel=1e-12)  # history: 2 restored + 2 trained
+
+
+def test_bad_input_is_named(tmp_path):
+    with pytest.raises(ValueError, match="--average-every must be >= 1"):
+        prepare_data(config_for(tmp_path, average_every=0))
+    with pytest.raises(ValueError, match="has 2 parts for --workers 3"):
+        prepare_data(config_for(tmp_path, parts=2, workers=3))
+    run(config_for(tmp_path, parts=2, epochs=1, state_dir=str(tmp_path / "st")))
+    before = sorted((tmp_path / "st").iterdir())
+    other = config_for(tmp_path, parts=2, epochs=1, state_dir=str(tmp_path / "st"))
+    other.optim.lr = 0.5
+    with pytest.raises(Exception, match="holds the partition states of another run .differing: optim"):
+        run(other)
+    assert sorted((tmp_path / "st").iterdir()) == before
