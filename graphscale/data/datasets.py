@@ -320,13 +320,18 @@ def _npz_csr(data, pattern: str, file: Path) -> sp.csr_matrix:
         raise ValueError(f"{file}: inconsistent sparse arrays {pattern.format('*')}: {err}") from None
 
 
-def _label_matrix(matrix, n: int, where: str, column: int | None = None) -> tuple[np.ndarray, int, list[str] | None]:
+_CHOOSE_COLUMN = "; choose one column of class ids with column=K"
+
+
+def _label_matrix(matrix, n: int, where: str, column: int | None = None,
+                  choose: str = _CHOOSE_COLUMN) -> tuple[np.ndarray, int, list[str] | None]:
     """Node labels from a label matrix (dense or sparse): ``(y, num_classes, class_names or None)``.
 
     One column (or one row of ``n``, or column ``column`` of a wider matrix) holds class ids: integral values,
     renumbered ``0..C-1`` in increasing order (the values in ``class_names``), NaN = unlabelled. A wider 0/1
     matrix with at most one 1 per row is one-hot (a row of zeros = unlabelled, -1); one with several 1s in some
-    row is multi-label and returned as a uint8 ``[n, C]`` matrix.
+    row is multi-label and returned as a uint8 ``[n, C]`` matrix. ``choose`` ends the error for a wider matrix
+    that is none of these.
     """
     m = matrix.tocsr() if sp.issparse(matrix) else np.asarray(matrix)
     if m.ndim == 1:
@@ -359,8 +364,8 @@ def _label_matrix(matrix, n: int, where: str, column: int | None = None) -> tupl
     else:
         binary, per_row = bool(np.isin(m, (0, 1)).all()), np.count_nonzero(m, axis=1)
     if not binary:
-        raise ValueError(f"{where} is an [{n}, {m.shape[1]}] matrix that is neither one-hot nor 0/1 multi-label; "
-                         "choose one column of class ids with column=K")
+        raise ValueError(f"{where} is an [{n}, {m.shape[1]}] matrix that is neither one-hot nor 0/1 multi-label"
+                         f"{choose}")
     if per_row.max(initial=0) <= 1:
         y = np.full(n, -1, dtype=np.int64)
         if sp.issparse(m):
@@ -399,12 +404,14 @@ def _npz_contents(data, file: Path) -> tuple[sp.csr_matrix, np.ndarray | None, n
     else:
         labels = _npz_csr(data, "labels.{}", file)
     if not sp.issparse(labels) and labels.ndim == 1:
-        if labels.shape != (n,) or labels.dtype.kind not in "biu":
+        integral = labels.dtype.kind in "biu" or (labels.dtype.kind == "f" and
+                                                  np.array_equal(labels, np.round(labels)))
+        if labels.shape != (n,) or not integral:
             raise ValueError(f"{file}: labels must be {n} integer class ids (one per node), got {labels.dtype} "
                              f"{labels.shape}")
         labels = labels.astype(np.int64)
         return adj, attr, labels, int(labels.max(initial=-1)) + 1
-    labels, num_classes, _ = _label_matrix(labels, n, f"{file}: labels")
+    labels, num_classes, _ = _label_matrix(labels, n, f"{file}: labels", choose="")
     return adj, attr, labels, num_classes
 
 
@@ -713,7 +720,8 @@ def read_edgelist(file: str | Path, labels: str | Path | None = None, seed: int 
 
     Raises:
         ValueError: a malformed line (file and line named), no edges, a labels line naming a node that is
-            not in the edge list, or a node given two different labels.
+            not in the edge list, a node given two different labels, or a file that is a METIS graph (a header
+            ``n m`` and ``n`` adjacency lines, see :func:`_is_metis`; read those with ``metis:``) or binary.
     """
     file = _require(Path(file), "a text edge list (one 'src dst' pair per line)")
     data = _text_bytes(file, "node ids")

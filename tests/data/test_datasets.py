@@ -6,13 +6,13 @@ import collections
 import datetime
 import gzip
 import pickle
-import scipy.io
 import shutil
 import sys
 import types
 
 import numpy as np
 import pytest
+import scipy.io
 import scipy.sparse as sp
 import torch
 
@@ -319,6 +319,18 @@ def test_mat_multilabel(tmp_path):
     assert summary["classes"] == 5 and summary["labels"] == f"multi-label: {labelled} labelled nodes, {labels} labels"
 
 
+def test_multilabel_graph_partitions_without_its_labels(tmp_path):
+    from graphscale.cli import main
+    from graphscale.partition.store import check_partition_store
+
+    network, group = blogcatalog_like()
+    scipy.io.savemat(tmp_path / "blogcatalog.mat", {"network": network, "group": group})
+    assert main(["partition", "--dataset", f"mat:{tmp_path / 'blogcatalog.mat'}", "--method", "metis", "--parts", "2",
+                 "--out", str(tmp_path / "store"), "--no-progress"]) == 0
+    meta = check_partition_store(tmp_path / "store")
+    assert meta["num_nodes"] == 40 and "y" not in meta["node_arrays"] and not meta["num_classes"]
+
+
 def test_mat_single_label_forms(tmp_path):
     network, _ = blogcatalog_like()
     rng = np.random.default_rng(1)
@@ -373,8 +385,8 @@ def test_mat_errors(tmp_path):
     g = load_dataset(f"mat:{tmp_path / 'nolabels.mat'}")
     assert g.y is None and g.num_classes == 0 and g.num_edges == undirected_count(network)
     write_npz(tmp_path / "graph.npz")
-    one_line_error(ValueError, f"mat:{tmp_path / 'graph.npz'}", r"graph\.npz is a zip archive \(a \.npz\?\), not a MATLAB "
-                                                               r"\.mat file; read it with npz:")
+    one_line_error(ValueError, f"mat:{tmp_path / 'graph.npz'}",
+                   r"graph\.npz is a zip archive \(a \.npz\?\), not a MATLAB \.mat file; read it with npz:")
     (tmp_path / "v73.mat").write_bytes(b"MATLAB 7.3 MAT-file, Platform: GLNXA64" + bytes(600))
     one_line_error(ValueError, f"mat:{tmp_path / 'v73.mat'}", r"is a MATLAB v7\.3 \(HDF5\) \.mat file.*'-v7'")
     (tmp_path / "text.mat").write_text("0 1\n1 2\n")
