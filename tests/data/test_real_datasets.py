@@ -377,11 +377,13 @@ def test_musae_errors(tmp_path):
 
 
 def test_musae_without_features(tmp_path):
-    write_musae(tmp_path / "fb")
+    src, dst, _, _ = write_musae(tmp_path / "fb")
     (tmp_path / "fb" / "facebook.json").unlink()
     g = load_dataset(f"musae:{tmp_path / 'fb'}")
     assert_normalised(g)
-    assert (g.num_nodes, g.num_features, g.num_classes, g.x) == (60, 0, 4, None)
+    keep = src != dst
+    edges = {(min(s, d), max(s, d)) for s, d in zip(src[keep].tolist(), dst[keep].tolist())}
+    assert (g.num_nodes, g.num_edges, g.num_features, g.num_classes, g.x) == (60, 2 * len(edges), 0, 4, None)
     assert int(g.train_mask.sum()) == 60
     reason = untrainable_reason(f"musae:{tmp_path / 'fb'}", g)
     assert "has no node features" in reason and "NAME_features.json" in reason
@@ -413,7 +415,8 @@ def test_musae_twitch_layout(tmp_path):
     assert g.meta["label_column"] == "mature" and g.meta["class_names"] == ["False", "True"]
     assert torch.equal(g.y, torch.from_numpy(mature.astype(np.int64)))  # rows by new_id, not by Twitch id
     keep = src != dst
-    assert undirected(g) == {(min(s, d), max(s, d)) for s, d in zip(src[keep].tolist(), dst[keep].tolist())}
+    edges = {(min(s, d), max(s, d)) for s, d in zip(src[keep].tolist(), dst[keep].tolist())}
+    assert undirected(g) == edges and g.num_edges == 2 * len(edges)
     assert g.x[7].nonzero().flatten().tolist() == [2, 6]
     by_partner = load_dataset(f"musae:{tmp_path / 'twitch' / 'DE'}:label=partner,seed=3")
     assert by_partner.meta["label_column"] == "partner"
