@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -143,6 +144,24 @@ def test_balance_needs_a_partitioner_that_balances():
     assert build_vertex_partitioner("metis:ufactor=10").ufactor == 10
     with pytest.raises(ValueError, match="--partitioner 'random': random has no option balance"):
         build_vertex_partitioner("random", "edges")
+
+
+def test_canonical_spec_of_reader_options(tmp_path, monkeypatch):
+    from graphscale.prepare import _fingerprint
+
+    (tmp_path / "g.mat").write_bytes(b"MATLAB")
+    (tmp_path / "fb").mkdir()
+    (tmp_path / "fb" / "fb_edges.csv").write_text("0,1\n")
+    monkeypatch.chdir(tmp_path)
+    mat = f"mat:{tmp_path.resolve() / 'g.mat'}:adj=network,labels=group"
+    assert canonical_spec("mat:g.mat:labels=group,adj=network") == canonical_spec(f"{mat}") == mat
+    assert canonical_spec("mat:g.mat: labels=group , adj=network") == mat
+    folder = tmp_path.resolve() / "fb"
+    assert canonical_spec("musae:fb:seed=2,label=page_type") == f"musae:{folder}:label=page_type,seed=2"
+    assert canonical_spec("musae:fb:3") == f"musae:{folder}:3"
+    assert canonical_spec(SPEC) == SPEC  # synthetic options keep their order
+    assert [Path(f[0]).name for f in _fingerprint(canonical_spec("mat:g.mat:labels=group,adj=network"))] == ["g.mat"]
+    assert [Path(f[0]).name for f in _fingerprint(canonical_spec("musae:fb:label=x"))] == ["fb_edges.csv"]
 
 
 def test_unwritable_cache_dir_is_a_clear_error(tmp_path):

@@ -1,10 +1,12 @@
 """Datasets by spec string: bundled Cora, Planetoid / npz / OGB directory readers, text edge lists,
-MUSAE datasets, graph directories, synthetic graphs, and the PyG ``Data`` adapter.
+METIS graph files, MATLAB ``.mat`` graphs, MUSAE datasets, graph directories, synthetic graphs, and the
+PyG ``Data`` adapter.
 
 :func:`load_dataset` accepts the forms in :data:`DATASET_HELP`. Every reader
 returns a :class:`Graph` that is symmetric, coalesced and free of self-loops
 (sources are treated as undirected, as GNN training on them usually does),
-with float32 ``x``, int64 ``y`` (``-1`` = unlabelled), bool masks,
+with float32 ``x``, int64 ``y`` (``-1`` = unlabelled; a uint8 ``[N, C]`` 0/1
+matrix for multi-label data, see :attr:`Graph.multilabel`), bool masks,
 ``meta['num_classes']`` and ``meta['source']`` (where it came from). Nothing
 is downloaded: every reader works on files already on disk.
 """
@@ -20,6 +22,9 @@ import gzip
 import itertools
 import json
 import pickle
+import struct
+import zipfile
+import zlib
 from pathlib import Path
 
 import numba as nb
@@ -40,8 +45,10 @@ DATASET_HELP: list[tuple[str, str]] = [
     ("planetoid:DIR[:NAME]", ("Planetoid raw files DIR/ind.NAME.{x,y,tx,ty,allx,ally,graph,test.index} (NAME "
                               "defaults to the only one in DIR); standard split: train = the labelled ind.NAME.y "
                               "nodes, val = the next 500, test = ind.NAME.test.index")),
-    ("npz:FILE[:SEED]", ("gnn-benchmark .npz (adj_data/adj_indices/adj_indptr/adj_shape, attr_* or attr_matrix, "
-                         "labels); seeded split (SEED default 0): 20 per class train, 30 per class val, rest test")),
+    ("npz:FILE[:SEED]", ("gnn-benchmark / PPNP .npz: CSR adjacency adj_{data,indices,indptr,shape} or "
+                         "adj_matrix.{data,indices,indptr,shape}, features attr_* / attr_matrix.* (sparse) or a "
+                         "dense attr_matrix (optional), labels; seeded split (SEED default 0): 20 per class train, "
+                         "30 per class val, rest test")),
     ("ogb:DIR[:SPLIT]", ("an OGB node-property dataset read offline: DIR/raw/{edge,node-feat,node-label,"
                          "num-node-list}.csv.gz and DIR/split/SPLIT/{train,valid,test}.csv.gz (SPLIT defaults "
                          "to the only one); DIR may also be a folder holding exactly one such dataset")),
@@ -49,10 +56,20 @@ DATASET_HELP: list[tuple[str, str]] = [
                                 "comments, an optional header line, extra columns ignored), symmetrised; ids not "
                                 "exactly 0..max are relabelled 0..N-1 in increasing order (meta original_ids); no "
                                 "features; LABELS: 'node label' lines, unlabelled nodes -1, seeded 20/30/rest split")),
-    ("musae:DIR[:SEED]", ("a MUSAE dataset (e.g. Facebook page-page): DIR/NAME_edges.csv, NAME.json (node -> "
-                          "feature ids, dense binary features), NAME_target.csv (label column page_type, ml_target "
-                          "or target; classes in sorted order); no standard split: seeded (SEED default 0) 20 per "
-                          "class train, 30 per class val, rest test")),
+    ("metis:FILE", ("a METIS graph file: header 'n m [fmt [ncon]]', '%' comments, then one line per vertex "
+                    "listing its 1-based neighbours (after vertex sizes/weights, with edge weights as fmt says; "
+                    "weights dropped); m counts each undirected edge once; no features or labels")),
+    ("mat:FILE[:OPTIONS]", ("a MATLAB .mat graph (e.g. BlogCatalog, Flickr, Facebook100) read with scipy.io.loadmat; "
+                            "OPTIONS adj=NAME,labels=NAME,features=NAME,column=K,seed=SEED; defaults: the square "
+                            "matrix as adjacency (network, A, ...) and the one other N-row matrix as labels (group, "
+                            "local_info, ...): class ids, one-hot or multi-label 0/1 (column=K takes column K as "
+                            "class ids); features only from features=NAME; seeded 20/30/rest split (single-label)")),
+    ("musae:DIR[:SEED|:OPTIONS]", ("a MUSAE dataset (e.g. Facebook page-page, Twitch): DIR/NAME_edges.csv, "
+                                   "NAME_target.csv (id column new_id or id; label column detected, or OPTIONS "
+                                   "label=COLUMN,seed=SEED; classes in sorted order), NAME.json or "
+                                   "NAME_features.json (node -> feature ids, dense binary features; optional); no "
+                                   "standard split: seeded (SEED default 0) 20 per class train, 30 per class val, "
+                                   "rest test")),
     ("graphdir:DIR", "a graphscale graph directory (meta.json + .npy), memory-mapped, returned as stored"),
     ("sbm:key=value,...", ("degree-corrected SBM with power-law degrees and learnable labels; keys: "
                            + ", ".join(synthetic.PARAMS["sbm"]))),
@@ -71,9 +88,11 @@ def _build(src, dst, num_nodes: int, *, x=None, y=None, masks: dict | None = Non
     src, dst = torch.as_tensor(np.asarray(src), dtype=torch.int64), torch.as_tensor(np.asarray(dst), dtype=torch.int64)
     keep = src != dst
     masks = {k: torch.as_tensor(np.asarray(v), dtype=torch.bool) for k, v in (masks or {}).items()}
+    if y is not None:  # class ids [N] as int64, a multi-label 0/1 matrix [N, C] as uint8
+        y = np.asarray(y)
+        y = torch.as_tensor(y, dtype=torch.uint8 if y.ndim == 2 else torch.int64)
     graph = Graph.from_edges(src[keep], dst[keep], num_nodes, name=name,
-                             x=None if x is None else torch.as_tensor(np.asarray(x), dtype=torch.float32),
-                             y=None if y is None else torch.as_tensor(np.asarray(y), dtype=torch.int64),
+                             x=None if x is None else torch.as_tensor(np.asarray(x), dtype=torch.float32), y=y,
                              meta={"num_classes": int(num_classes), "source": source}, **masks)
     return graph.symmetrize()
 
@@ -111,6 +130,40 @@ def _require(path: Path, what: str) -> Path:
     if not path.exists():
         raise FileNotFoundError(f"{path} does not exist; expected {what}")
     return path
+
+
+# What a file is, from its first bytes: (magic, kind, description).
+_MAGIC = ((b"MATLAB 7.3", "mat73", "a MATLAB v7.3 (HDF5) .mat file"), (b"MATLAB", "mat", "a MATLAB .mat file"),
+          (b"PK\x03\x04", "zip", "a zip archive (a .npz?)"), (b"PK\x05\x06", "zip", "a zip archive (a .npz?)"),
+          (b"\x93NUMPY", "npy", "a single .npy array"), (b"\x89HDF\r\n\x1a\n", "hdf5", "an HDF5 file"),
+          (b"\x1f\x8b", "gzip", "gzip-compressed"))
+_SPEC_OF_KIND = {"mat": "mat", "zip": "npz"}
+
+
+def _binary_kind(head: bytes) -> tuple[str, str]:
+    """``(kind, description)`` of a file whose first bytes are ``head``; ``("", "")`` when none matches."""
+    return next(((kind, text) for magic, kind, text in _MAGIC if head.startswith(magic)), ("", ""))
+
+
+def _head(file: Path, what: str) -> bytes:
+    try:
+        with open(file, "rb") as f:
+            return f.read(128)
+    except IsADirectoryError:
+        raise ValueError(f"{file} is a directory; expected {what}") from None
+
+
+def _wrong_kind(file: Path, kind: str, text: str, expected: str) -> ValueError:
+    """The error for ``file`` (of ``kind``, described by ``text``) given where ``expected`` was wanted."""
+    if kind == "gzip":
+        hint = "; decompress it first (gunzip)"
+    elif kind in _SPEC_OF_KIND:
+        hint = f"; read it with {_SPEC_OF_KIND[kind]}:{file}"
+    elif kind == "mat73":
+        hint = "; mat: reads .mat files up to v7 (scipy.io.loadmat), so re-save it in MATLAB with save(FILE, '-v7')"
+    else:
+        hint = ""
+    return ValueError(f"{file} is {text}, not {expected}{hint}")
 
 
 # -------------------------------------------------------------- planetoid
@@ -242,48 +295,156 @@ def cora_dir() -> Path:
 
 
 # -------------------------------------------------------------------- npz
-def read_npz(file: str | Path, seed: int = 0) -> Graph:
-    """Read a gnn-benchmark (Shchur et al.) ``.npz`` graph with a seeded per-class split.
+CSR_PARTS = ("data", "indices", "indptr", "shape")
+# The two spellings of the gnn-benchmark layout: (adjacency key pattern, sparse feature key pattern).
+NPZ_LAYOUTS = (("adj_{}", "attr_{}"), ("adj_matrix.{}", "attr_matrix.{}"))
+_NPZ_READ_ERRORS = (zipfile.BadZipFile, zlib.error, EOFError, OSError, ValueError)
 
-    Keys: ``adj_data, adj_indices, adj_indptr, adj_shape`` (CSR adjacency), features as
-    ``attr_data, attr_indices, attr_indptr, attr_shape`` or a dense ``attr_matrix``
-    (optional), and ``labels``. Split: within each class, in a random order drawn from
-    ``seed``, the first 20 nodes train, the next 30 validate and the rest test
-    (a class with fewer nodes fills train first, then val).
+
+def _npz_array(data, key: str, file: Path) -> np.ndarray:
+    try:
+        return data[key]
+    except _NPZ_READ_ERRORS as err:
+        raise ValueError(f"{file}: cannot read array {key!r} (a truncated or corrupt .npz?): {err}") from None
+
+
+def _npz_csr(data, pattern: str, file: Path) -> sp.csr_matrix:
+    """The CSR matrix stored as ``pattern.format(part)`` for the four CSR parts."""
+    arrays = [_npz_array(data, pattern.format(part), file) for part in CSR_PARTS]
+    shape = tuple(int(s) for s in np.asarray(arrays[3]).reshape(-1))
+    if len(shape) != 2:
+        raise ValueError(f"{file}: {pattern.format('shape')} must hold two numbers, got {shape}")
+    try:
+        return sp.csr_matrix(tuple(arrays[:3]), shape=shape)
+    except (ValueError, TypeError) as err:
+        raise ValueError(f"{file}: inconsistent sparse arrays {pattern.format('*')}: {err}") from None
+
+
+_CHOOSE_COLUMN = "; choose one column of class ids with column=K"
+
+
+def _label_matrix(matrix, n: int, where: str, column: int | None = None,
+                  choose: str = _CHOOSE_COLUMN) -> tuple[np.ndarray, int, list[str] | None]:
+    """Node labels from a label matrix (dense or sparse): ``(y, num_classes, class_names or None)``.
+
+    One column (or one row of ``n``, or column ``column`` of a wider matrix) holds class ids: integral values,
+    renumbered ``0..C-1`` in increasing order (the values in ``class_names``), NaN = unlabelled. A wider 0/1
+    matrix with at most one 1 per row is one-hot (a row of zeros = unlabelled, -1); one with several 1s in some
+    row is multi-label and returned as a uint8 ``[n, C]`` matrix. ``choose`` ends the error for a wider matrix
+    that is none of these.
+    """
+    m = matrix.tocsr() if sp.issparse(matrix) else np.asarray(matrix)
+    if m.ndim == 1:
+        m = m.reshape(-1, 1)
+    if m.ndim != 2:
+        raise ValueError(f"{where} has shape {m.shape}; expected a vector or matrix with one row per node ({n})")
+    if m.shape[0] == 1 and m.shape[1] == n != 1:
+        m = m.T.tocsr() if sp.issparse(m) else m.T
+    if m.shape[0] != n:
+        raise ValueError(f"{where} has shape {m.shape}; expected one row per node ({n})")
+    if m.dtype.kind not in "biuf":
+        raise ValueError(f"{where} holds {m.dtype} values; expected numbers (class ids or a 0/1 matrix)")
+    if column is not None:
+        if not 0 <= column < m.shape[1]:
+            raise ValueError(f"{where} has {m.shape[1]} columns; column={column} is not one of 0..{m.shape[1] - 1}")
+        m = m[:, [column]]
+    if m.shape[1] == 1:
+        values = (m.toarray() if sp.issparse(m) else m)[:, 0].astype(np.float64)
+        labelled = ~np.isnan(values)
+        if not np.array_equal(values[labelled], np.round(values[labelled])):
+            raise ValueError(f"{where}: class ids must be integers (or NaN for unlabelled)")
+        y = np.full(n, -1, dtype=np.int64)
+        classes, names = _class_ids(values[labelled].astype(np.int64))
+        y[labelled] = classes
+        return y, len(names), names
+    if sp.issparse(m):
+        m = m.copy()
+        m.eliminate_zeros()
+        binary, per_row = bool((m.data == 1).all()), np.diff(m.indptr)
+    else:
+        binary, per_row = bool(np.isin(m, (0, 1)).all()), np.count_nonzero(m, axis=1)
+    if not binary:
+        raise ValueError(f"{where} is an [{n}, {m.shape[1]}] matrix that is neither one-hot nor 0/1 multi-label"
+                         f"{choose}")
+    if per_row.max(initial=0) <= 1:
+        y = np.full(n, -1, dtype=np.int64)
+        if sp.issparse(m):
+            y[np.repeat(np.arange(n), per_row)] = m.indices
+        else:
+            y[per_row == 1] = np.argmax(m[per_row == 1], axis=1)
+        return y, int(m.shape[1]), None
+    return (m.astype(np.uint8).toarray() if sp.issparse(m) else m.astype(np.uint8)), int(m.shape[1]), None
+
+
+def _npz_contents(data, file: Path) -> tuple[sp.csr_matrix, np.ndarray | None, np.ndarray, int]:
+    """``(adjacency, features or None, labels, num_classes)`` of an open gnn-benchmark ``.npz``."""
+    keys = set(data.files)
+    adj_key, attr_key = next(((a, f) for a, f in reversed(NPZ_LAYOUTS) if any(a.format(p) in keys for p in CSR_PARTS)),
+                             NPZ_LAYOUTS[0])
+    needed = [adj_key.format(p) for p in CSR_PARTS]
+    sparse_labels = [f"labels.{p}" for p in CSR_PARTS]
+    missing = [k for k in needed if k not in keys] + ([] if "labels" in keys or set(sparse_labels) <= keys
+                                                       else ["labels"])
+    if missing:
+        raise ValueError(f"{file} lacks {missing}; a gnn-benchmark .npz holds a CSR adjacency adj_{{data,indices,"
+                         f"indptr,shape}} or adj_matrix.{{data,indices,indptr,shape}}, optional features and "
+                         f"labels (found {sorted(keys)})")
+    adj = _npz_csr(data, adj_key, file)
+    if adj.shape[0] != adj.shape[1]:
+        raise ValueError(f"{file}: {adj_key.format('shape')} must be square, got {adj.shape}")
+    n = adj.shape[0]
+    if attr_key.format("data") in keys:
+        attr = _npz_csr(data, attr_key, file).toarray()
+    else:
+        attr = _npz_array(data, "attr_matrix", file) if "attr_matrix" in keys else None
+    if attr is not None and (attr.ndim != 2 or attr.shape[0] != n):
+        raise ValueError(f"{file}: features {attr.shape} must have one row per node ({n})")
+    if "labels" in keys:
+        labels = _npz_array(data, "labels", file)
+    else:
+        labels = _npz_csr(data, "labels.{}", file)
+    if not sp.issparse(labels) and labels.ndim == 1:
+        integral = labels.dtype.kind in "biu" or (labels.dtype.kind == "f" and
+                                                  np.array_equal(labels, np.round(labels)))
+        if labels.shape != (n,) or not integral:
+            raise ValueError(f"{file}: labels must be {n} integer class ids (one per node), got {labels.dtype} "
+                             f"{labels.shape}")
+        labels = labels.astype(np.int64)
+        return adj, attr, labels, int(labels.max(initial=-1)) + 1
+    labels, num_classes, _ = _label_matrix(labels, n, f"{file}: labels", choose="")
+    return adj, attr, labels, num_classes
+
+
+def read_npz(file: str | Path, seed: int = 0) -> Graph:
+    """Read a gnn-benchmark (Shchur et al.) / PPNP ``.npz`` graph with a seeded per-class split.
+
+    Two spellings of one layout, told apart by the keys: ``adj_data, adj_indices, adj_indptr, adj_shape``
+    (gnn-benchmark) or ``adj_matrix.data, adj_matrix.indices, adj_matrix.indptr, adj_matrix.shape``
+    (PPNP, PPRGo, ...) for the CSR adjacency; features (optional) as ``attr_{data,indices,indptr,shape}``
+    resp. ``attr_matrix.{data,...}`` or a dense ``attr_matrix``; ``labels`` as class ids, or a one-hot /
+    multi-label matrix (dense ``labels`` or sparse ``labels.{data,indices,indptr,shape}``). Other keys
+    (``idx_to_node``, ``class_names``, ...) are ignored. Split: within each class, in a random order drawn
+    from ``seed``, the first 20 nodes train, the next 30 validate and the rest test (a class with fewer nodes
+    fills train first, then val); multi-label graphs get no split.
     """
     file = Path(file)
     _require(file, "a gnn-benchmark .npz file")
+    kind, text = _binary_kind(_head(file, "a gnn-benchmark .npz file"))
+    if kind != "zip":
+        if kind:
+            raise _wrong_kind(file, kind, text, "a .npz archive")
+        raise ValueError(f"{file} is not a readable .npz file: it does not start with a zip header (a .npz is a "
+                         "zip archive of .npy arrays)")
     try:
         data = np.load(file, allow_pickle=False)
-    except (ValueError, OSError) as err:
-        raise ValueError(f"{file} is not a readable .npz file: {err}") from None
+    except _NPZ_READ_ERRORS as err:
+        raise ValueError(f"{file} is not a readable .npz file (truncated or corrupt?): {err}") from None
     with data:
-        keys = set(data.files)
-        needed = {"adj_data", "adj_indices", "adj_indptr", "adj_shape", "labels"}
-        if not needed <= keys:
-            raise ValueError(f"{file} lacks {sorted(needed - keys)}; a gnn-benchmark .npz needs "
-                             f"{sorted(needed)} and attr_data/attr_indices/attr_indptr/attr_shape or attr_matrix "
-                             f"(found {sorted(keys)})")
-        shape = tuple(int(s) for s in data["adj_shape"])
-        if len(shape) != 2 or shape[0] != shape[1]:
-            raise ValueError(f"{file}: adj_shape must be square, got {shape}")
-        try:
-            adj = sp.csr_matrix((data["adj_data"], data["adj_indices"], data["adj_indptr"]), shape=shape).tocoo()
-            if "attr_data" in keys:
-                attr = sp.csr_matrix((data["attr_data"], data["attr_indices"], data["attr_indptr"]),
-                                     shape=tuple(data["attr_shape"])).toarray()
-            else:
-                attr = data["attr_matrix"] if "attr_matrix" in keys else None
-        except ValueError as err:
-            raise ValueError(f"{file}: inconsistent sparse arrays: {err}") from None
-        labels = np.asarray(data["labels"]).astype(np.int64)
-    n = shape[0]
-    if labels.shape != (n,) or (attr is not None and attr.shape[0] != n):
-        raise ValueError(f"{file}: labels {labels.shape} and features {None if attr is None else attr.shape} "
-                         f"must have one row per node ({n}); multi-label files are not supported")
-    masks = per_class_split(labels, seed)
-    return _build(adj.row, adj.col, n, x=attr, y=labels, masks=masks, name=file.stem,
-                  num_classes=int(labels.max(initial=-1)) + 1, source=f"npz:{file.resolve()}:{seed}")
+        adj, attr, labels, num_classes = _npz_contents(data, file)
+    adj = adj.tocoo()
+    masks = None if labels.ndim == 2 else per_class_split(labels, seed)
+    return _build(adj.row, adj.col, adj.shape[0], x=attr, y=labels, masks=masks, name=file.stem,
+                  num_classes=num_classes, source=f"npz:{file.resolve()}:{seed}")
 
 
 # -------------------------------------------------------------------- ogb
@@ -470,21 +631,39 @@ def read_int_pairs(file: str | Path, what: str = "node ids") -> np.ndarray:
             or negative value.
     """
     file = Path(file)
+    return _int_pairs(_text_bytes(file, what), file, what)
+
+
+def _text_bytes(file: Path, what: str) -> bytes:
+    """The bytes of a text file, without a UTF-8 BOM and ending with a newline (the scanners rely on a final
+    newline instead of bounds checks); a directory or a known binary format (a ``.mat``, ``.npz``, gzip, ...)
+    is refused with an error naming it."""
     try:
         data = file.read_bytes()
     except IsADirectoryError:
         raise ValueError(f"{file} is a directory; expected a text file of {what}") from None
+    kind, text = _binary_kind(data[:128])
+    if kind:
+        raise _wrong_kind(file, kind, text, f"a text file of {what}")
     data = data.removeprefix(codecs.BOM_UTF8)
-    if not data.endswith(b"\n"):
-        data += b"\n"  # the scanner relies on a final newline instead of bounds checks
+    return data if data.endswith(b"\n") else data + b"\n"
+
+
+def _line_text(data: bytes, start: int) -> str:
+    """The line of ``data`` that starts at byte ``start``, shortened for an error message."""
+    end = data.find(b"\n", start)
+    text = data[start: end if end >= 0 else len(data)].decode("utf-8", "replace").rstrip("\r")
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _int_pairs(data: bytes, file: Path, what: str) -> np.ndarray:
+    """:func:`read_int_pairs` on the bytes of ``file`` (as :func:`_text_bytes` returns them)."""
     buf = np.frombuffer(data, dtype=np.uint8)
     out = np.empty((data.count(b"\n"), 2), dtype=np.int64)
     count, status, line, start, _ = _k_int_pairs(buf, out)
     if status:
-        end = data.find(b"\n", start)
-        text = data[start: end if end >= 0 else len(data)].decode("utf-8", "replace").rstrip("\r")
-        text = text if len(text) <= 80 else text[:77] + "..."
-        raise ValueError(f"{file}, line {line}: {_PAIR_ERRORS[status].format(what=what)}, got {text!r}")
+        raise ValueError(f"{file}, line {line}: {_PAIR_ERRORS[status].format(what=what)}, got "
+                         f"{_line_text(data, start)!r}")
     return out[:count]
 
 
@@ -541,10 +720,16 @@ def read_edgelist(file: str | Path, labels: str | Path | None = None, seed: int 
 
     Raises:
         ValueError: a malformed line (file and line named), no edges, a labels line naming a node that is
-            not in the edge list, or a node given two different labels.
+            not in the edge list, a node given two different labels, or a file that is a METIS graph (a header
+            ``n m`` and ``n`` adjacency lines, see :func:`_is_metis`; read those with ``metis:``) or binary.
     """
     file = _require(Path(file), "a text edge list (one 'src dst' pair per line)")
-    pairs = read_int_pairs(file, "node ids")
+    data = _text_bytes(file, "node ids")
+    if _is_metis(data):
+        raise ValueError(f"{file} is a METIS graph file (a header 'n m', then one line of neighbours per vertex), "
+                         f"not an edge list; read it with metis:{file}")
+    pairs = _int_pairs(data, file, "node ids")
+    del data
     if pairs.shape[0] == 0:
         raise ValueError(f"{file} holds no edges (expected lines 'src dst'; '#'/'%' lines are comments)")
     src, dst, n, original = _relabel(pairs[:, 0], pairs[:, 1])
@@ -586,34 +771,251 @@ def read_edgelist(file: str | Path, labels: str | Path | None = None, seed: int 
     return graph
 
 
+# ------------------------------------------------------------------ metis
+_METIS_ERRORS = {2: "expected integers", 3: "values must be non-negative", 4: "values must be below 2**63",
+                 5: "the line ends before the vertex's {front} size/weight field(s) that fmt {fmt} puts first",
+                 6: "more vertex lines than the {n} the header announces",
+                 7: "a neighbour outside 1..{n} (METIS ids are 1-based)",
+                 8: "more adjacency entries than the header's 2*m = {entries}",
+                 9: "a neighbour without its edge weight (fmt {fmt} puts a weight after every neighbour)"}
+
+
+@nb.njit(nogil=True, cache=True)
+def _k_blank(buf, i):  # pragma: no cover - compiled
+    """The first byte at or after ``i`` that is not a blank (space, tab, carriage return)."""
+    c = buf[i]
+    while c == 32 or c == 9 or c == 13:
+        i += 1
+        c = buf[i]
+    return i
+
+
+@nb.njit(nogil=True, cache=True)
+def _k_count_lines(buf, i):  # pragma: no cover - compiled
+    """``(lines, non-blank lines)`` of ``buf`` from byte ``i`` on, lines starting with '%' or '#' not counted."""
+    lines, nonblank, n = 0, 0, buf.shape[0]
+    while i < n:
+        i = _k_blank(buf, i)
+        c = buf[i]
+        if c != 37 and c != 35:
+            lines += 1
+            nonblank += c != 10
+        while buf[i] != 10:
+            i += 1
+        i += 1
+    return lines, nonblank
+
+
+@nb.njit(nogil=True, cache=True)
+def _k_metis(buf, i, line, n, front, edge_weights, indptr, indices):  # pragma: no cover - compiled
+    """Read the vertex lines of a METIS graph from byte ``i`` (after the header, which is line ``line``):
+    ``front`` leading integers (vertex size and weights) are skipped, then 1-based neighbours, each followed
+    by an edge weight when ``edge_weights``; neighbour ``j`` of vertex ``v`` becomes ``indices[...] = j - 1``
+    and ``indptr[v + 1]`` ends the row. '%' lines are comments; a blank line is a vertex without neighbours;
+    after ``n`` vertex lines only blank lines may follow. Returns ``(status, line, line_start, vertices,
+    entries)``: status 0 or a code of ``_METIS_ERRORS`` for line ``line`` that starts at ``line_start``.
+    """
+    size, cap = buf.shape[0], indices.shape[0]
+    v, e = 0, 0
+    while i < size:
+        line += 1
+        start = i
+        i = _k_blank(buf, i)
+        if buf[i] == 37 or buf[i] == 35:  # a comment
+            while buf[i] != 10:
+                i += 1
+            i += 1
+            continue
+        if v == n:
+            if buf[i] != 10:
+                return 6, line, start, v, e
+            i += 1
+            continue
+        for _ in range(front):
+            if buf[i] == 10:
+                return 5, line, start, v, e
+            _, status, i = _k_int_field(buf, i)
+            if status != 0:
+                return status, line, start, v, e
+            i = _k_blank(buf, i)
+        while buf[i] != 10:
+            value, status, i = _k_int_field(buf, i)
+            if status != 0:
+                return status, line, start, v, e
+            if value < 1 or value > n:
+                return 7, line, start, v, e
+            if e == cap:
+                return 8, line, start, v, e
+            indices[e] = value - 1
+            e += 1
+            i = _k_blank(buf, i)
+            if edge_weights:
+                if buf[i] == 10:
+                    return 9, line, start, v, e
+                _, status, i = _k_int_field(buf, i)
+                if status != 0:
+                    return status, line, start, v, e
+                i = _k_blank(buf, i)
+        v += 1
+        indptr[v] = e
+        i += 1
+    return 0, line, 0, v, e
+
+
+def _metis_header(data: bytes, file: Path | None) -> tuple[int, int, str, int, int, int]:
+    """``(n, m, fmt as 3 digits, ncon, header line number, byte after the header line)`` of a METIS file; the
+    header is the first line that is neither blank nor a '%' comment. ``file=None``: a malformed header raises
+    a bare ValueError (for :func:`_is_metis`)."""
+    pos, line = 0, 0
+    while pos < len(data):
+        end = data.find(b"\n", pos)
+        line += 1
+        text = data[pos:end].strip()
+        if text and not text.startswith((b"%", b"#")):
+            break
+        pos = end + 1
+    else:
+        if file is None:
+            raise ValueError
+        raise ValueError(f"{file} holds no METIS header; expected a first line 'n m [fmt [ncon]]' (vertices, "
+                         "edges, weight format, weights per vertex)")
+    fields = text.split()
+    valid = 2 <= len(fields) <= 4 and all(f.isdigit() for f in fields) and (
+        len(fields) < 3 or (len(fields[2]) <= 3 and set(fields[2]) <= set(b"01")))
+    if not valid:
+        if file is None:
+            raise ValueError
+        raise ValueError(f"{file}, line {line}: expected a METIS header 'n m [fmt [ncon]]' (integers; fmt of up to "
+                         f"three 0/1 digits), got {_line_text(data, pos)!r}")
+    fmt = (fields[2].decode() if len(fields) >= 3 else "0").zfill(3)
+    ncon = int(fields[3]) if len(fields) == 4 else 1
+    return int(fields[0]), int(fields[1]), fmt, ncon, line, end + 1
+
+
+def _metis_adjacency(data: bytes, file: Path | None) -> tuple[np.ndarray, np.ndarray]:
+    """``(indptr [n+1], indices [2m], 0-based)`` of a METIS file; ``file=None``: any problem raises a bare
+    ValueError (for :func:`_is_metis`), else an error naming the file, the line and what was expected."""
+    n, m, fmt, ncon, line, pos = _metis_header(data, file)
+    front = int(fmt[0]) + (ncon if fmt[1] == "1" else 0)
+    hint = "" if file is None else f"; is it an edge list? (read those with edgelist:{file})"
+    if 2 * m > len(data):  # every entry takes at least a digit and a separator
+        if file is None:
+            raise ValueError
+        raise ValueError(f"{file}: the METIS header says {m:,} edges, more than its {len(data):,} bytes can "
+                         f"list{hint}")
+    buf = np.frombuffer(data, dtype=np.uint8)
+    indptr, indices = np.zeros(n + 1, dtype=np.int64), np.empty(2 * m, dtype=np.int64)
+    status, line, start, vertices, entries = _k_metis(buf, pos, line, n, front, fmt[2] == "1", indptr, indices)
+    if file is None and (status or vertices != n or entries != 2 * m):
+        raise ValueError
+    if status:
+        what = _METIS_ERRORS[status].format(n=n, entries=2 * m, front=front, fmt=fmt)
+        raise ValueError(f"{file}, line {line}: {what}, got {_line_text(data, start)!r}"
+                         f"{hint if status in (6, 7, 8) else ''}")
+    if vertices != n:
+        raise ValueError(f"{file}: the METIS header says {n:,} vertices but only {vertices:,} vertex lines follow"
+                         f"{hint}")
+    if entries != 2 * m:
+        raise ValueError(f"{file}: the METIS header says {m:,} edges, so 2*m = {2 * m:,} adjacency entries (every "
+                         f"undirected edge listed by both ends), but the vertex lines hold {entries:,}{hint}")
+    return indptr, indices
+
+
+def _is_metis(data: bytes) -> bool:
+    """Whether the text ``data`` is a METIS graph: a header ``n m [fmt [ncon]]`` and exactly ``n`` vertex lines
+    after it whose entries parse as 1-based neighbours, ``2*m`` of them, and either vary in number from line to
+    line (an edge list has two ids on every line) or list every edge from both ends. Cheap for edge lists:
+    only a file whose line count after the first line matches the first number is parsed."""
+    try:
+        n, _, _, _, _, pos = _metis_header(data, None)
+    except ValueError:
+        return False
+    lines, nonblank = _k_count_lines(np.frombuffer(data, dtype=np.uint8), pos)
+    if not nonblank <= n <= lines:
+        return False
+    try:
+        indptr, indices = _metis_adjacency(data, None)
+    except ValueError:
+        return False
+    degrees = np.diff(indptr)
+    if degrees.size and degrees.min() != degrees.max():
+        return True
+    dst = np.repeat(np.arange(n, dtype=np.int64), degrees)
+    return np.array_equal(np.sort(dst * n + indices), np.sort(indices * n + dst))
+
+
+def read_metis(file: str | Path) -> Graph:
+    """Read a METIS graph file (the input format of METIS / KaHIP / Chaco).
+
+    The first line that is not a '%' comment is the header ``n m [fmt [ncon]]``: ``n`` vertices, ``m``
+    undirected edges (each counted once), ``fmt`` up to three 0/1 digits ``[sizes][weights][edge weights]``
+    (leading zeros may be left out: ``1`` = edge weights, ``11`` = vertex and edge weights, ``100`` = vertex
+    sizes) and ``ncon`` weights per vertex (default 1). Then one line per vertex ``1..n``: its size and
+    weights when ``fmt`` says so, then its neighbours (1-based), each followed by the edge's weight when
+    ``fmt`` says so; a blank line is a vertex without neighbours. Sizes and weights are checked to be
+    integers and dropped. The vertex lines must hold ``2*m`` neighbour entries (every edge from both ends);
+    the graph is symmetrised, duplicates and self-loops dropped. There are no features or labels.
+
+    Raises:
+        ValueError: a malformed header or line (file and line named), a neighbour outside ``1..n``, fewer or
+            more vertex lines than ``n``, or an entry count other than ``2*m``.
+    """
+    file = _require(Path(file), "a METIS graph file (a header 'n m [fmt [ncon]]', then one line per vertex)")
+    data = _text_bytes(file, "a METIS graph")
+    indptr, indices = _metis_adjacency(data, file)
+    del data
+    n = indptr.size - 1
+    dst = np.repeat(np.arange(n, dtype=np.int64), np.diff(indptr))
+    return _build(indices, dst, n, name=file.stem, num_classes=0, source=f"metis:{file.resolve()}")
+
+
 # ------------------------------------------------------------------ musae
-MUSAE_LABEL_COLUMNS = ("page_type", "ml_target", "target")
+# The label columns of the MUSAE sets (Facebook, GitHub, Wikipedia / Deezer / LastFM, Twitch), and the node
+# id columns: Twitch's target files hold the original Twitch id as 'id' and the graph's id as 'new_id'.
+MUSAE_LABEL_COLUMNS = ("page_type", "ml_target", "target", "mature")
+MUSAE_ID_COLUMNS = ("new_id", "id")
 
 
 def _musae_prefix(folder: Path) -> str:
     if not folder.is_dir():
-        raise FileNotFoundError(f"MUSAE directory {folder} does not exist; expected NAME_edges.csv, NAME.json "
-                                "and NAME_target.csv in it")
+        raise FileNotFoundError(f"MUSAE directory {folder} does not exist; expected NAME_edges.csv, NAME_target.csv "
+                                "and optionally NAME.json or NAME_features.json in it")
     found = sorted(p.name[: -len("_edges.csv")] for p in folder.glob("*_edges.csv"))
     if len(found) != 1:
         raise ValueError(f"{folder} holds {len(found)} MUSAE edge files ({[f + '_edges.csv' for f in found]}); "
-                         "a musae:DIR needs exactly one NAME_edges.csv with NAME.json and NAME_target.csv")
+                         "a musae:DIR needs exactly one NAME_edges.csv with NAME_target.csv")
     return found[0]
 
 
-def _musae_targets(path: Path) -> tuple[np.ndarray, list[str], str]:
-    """``(node ids, label strings, label column)`` from a MUSAE ``*_target.csv``."""
+def _musae_columns(path: Path, header: list[str], label: str | None, folder: Path) -> tuple[str, str]:
+    """``(id column, label column)`` of a MUSAE target file: ``new_id`` over ``id``; the label ``label``, else
+    the one known label column (:data:`MUSAE_LABEL_COLUMNS`), else the one column that is not an id."""
+    ids = [c for c in MUSAE_ID_COLUMNS if c in header]
+    if not ids:
+        raise ValueError(f"{path}: header {header} has no node id column ('new_id' or 'id')")
+    if label is not None:
+        if label not in header or label == ids[0]:
+            raise ValueError(f"{path} has no label column {label!r}; its columns are {header}")
+        return ids[0], label
+    known = [c for c in header if c in MUSAE_LABEL_COLUMNS]
+    others = [c for c in header if c not in MUSAE_ID_COLUMNS and not c.endswith("_id")]
+    if len(known) == 1 or (not known and len(others) == 1):
+        return ids[0], (known or others)[0]
+    raise ValueError(f"{path}: cannot tell which of the columns {header} is the label (none or several of "
+                     f"{list(MUSAE_LABEL_COLUMNS)}); name it as musae:{folder}:label=COLUMN")
+
+
+def _musae_targets(path: Path, label: str | None, folder: Path) -> tuple[np.ndarray, list[str], str, str]:
+    """``(node ids, label strings, label column, id column)`` from a MUSAE ``*_target.csv``."""
     with open(path, newline="", encoding="utf-8") as f:
         reader = csv.reader(f)
         header = next(reader, None)
         if header is None:
-            raise ValueError(f"{path} is empty; expected a header with 'id' and one of {MUSAE_LABEL_COLUMNS}")
+            raise ValueError(f"{path} is empty; expected a header with an id column ('new_id' or 'id') and a "
+                             "label column")
         header = [h.strip() for h in header]
-        column = next((c for c in MUSAE_LABEL_COLUMNS if c in header), None)
-        if "id" not in header or column is None:
-            raise ValueError(f"{path}: header {header} needs an 'id' column and a label column, one of "
-                             f"{list(MUSAE_LABEL_COLUMNS)}")
-        id_col, label_col = header.index("id"), header.index(column)
+        id_name, column = _musae_columns(path, header, label, folder)
+        id_col, label_col = header.index(id_name), header.index(column)
         ids, values = [], []
         for row in reader:
             if not row:
@@ -626,8 +1028,9 @@ def _musae_targets(path: Path) -> tuple[np.ndarray, list[str], str]:
         node_ids = np.array(ids, dtype=np.int64)
     except ValueError:
         bad = next(i for i, v in enumerate(ids) if not _is_int(v))
-        raise ValueError(f"{path}: row {bad + 1}: node id {ids[bad]!r} is not an integer") from None
-    return node_ids, values, column
+        raise ValueError(f"{path}: row {bad + 1}: node id {ids[bad]!r} (column {id_name!r}) is not an integer") \
+            from None
+    return node_ids, values, column, id_name
 
 
 def _musae_features(path: Path, n: int) -> np.ndarray:
@@ -655,25 +1058,31 @@ def _musae_features(path: Path, n: int) -> np.ndarray:
     return x
 
 
-def read_musae(folder: str | Path, seed: int = 0) -> Graph:
-    """Read a MUSAE dataset (Rozemberczki et al.; e.g. the Facebook page-page network) with a seeded split.
+def read_musae(folder: str | Path, seed: int = 0, label: str | None = None) -> Graph:
+    """Read a MUSAE dataset (Rozemberczki et al.; e.g. the Facebook page-page network, Twitch) with a seeded split.
 
-    ``folder`` holds ``NAME_edges.csv`` (``id_1,id_2`` header, undirected), ``NAME.json`` (node id ->
-    list of active feature ids) and ``NAME_target.csv`` (an ``id`` column and the label column
-    ``page_type``, ``ml_target`` or ``target``). Features are the dense binary bag of features
-    (float32 [N, max feature id + 1]); labels are the label values in sorted order (numbers sorted as
-    numbers; the names in ``meta['class_names']``). MUSAE sets come without a standard split, so the
-    split is :func:`per_class_split` with ``seed``: 20 nodes per class train, 30 val, the rest test.
+    ``folder`` holds ``NAME_edges.csv`` (header such as ``id_1,id_2`` or ``from,to``, undirected),
+    ``NAME_target.csv`` and optionally the features, ``NAME.json`` (MUSAE repository) or
+    ``NAME_features.json`` (SNAP): node id -> list of active feature ids. Node ids are the target file's
+    ``new_id`` column when it has one (Twitch: ``id`` is then the original Twitch id), else its ``id``
+    column. The label column is ``label`` when given, else the one of ``page_type``, ``ml_target``,
+    ``target``, ``mature`` present, else the one column that is not an id (``id``, ``new_id``, ``*_id``);
+    when that does not decide it the error lists the columns. Features are the dense binary bag of
+    features (float32 [N, max feature id + 1]); without a features file there are none. Labels are the
+    label values in sorted order (numbers sorted as numbers; the names in ``meta['class_names']``). MUSAE
+    sets come without a standard split, so the split is :func:`per_class_split` with ``seed``: 20 nodes
+    per class train, 30 val, the rest test.
     """
     folder = Path(folder)
     prefix = _musae_prefix(folder)
     edges_file = folder / f"{prefix}_edges.csv"
     target_file = _require(folder / f"{prefix}_target.csv", f"the MUSAE labels ({prefix}_target.csv)")
-    features_file = _require(folder / f"{prefix}.json", f"the MUSAE features ({prefix}.json)")
-    node_ids, values, column = _musae_targets(target_file)
+    features_file = next((f for f in (folder / f"{prefix}.json", folder / f"{prefix}_features.json") if f.exists()),
+                         None)
+    node_ids, values, column, id_column = _musae_targets(target_file, label, folder)
     n = node_ids.size
     if n == 0 or not np.array_equal(np.sort(node_ids), np.arange(n)):
-        raise ValueError(f"{target_file}: the 'id' column must list every node 0..N-1 exactly once "
+        raise ValueError(f"{target_file}: the {id_column!r} column must list every node 0..N-1 exactly once "
                          f"({n} rows, ids {int(node_ids.min(initial=0))}..{int(node_ids.max(initial=-1))})")
     classes, class_names = _class_ids(values)
     y = np.empty(n, dtype=np.int64)
@@ -681,11 +1090,129 @@ def read_musae(folder: str | Path, seed: int = 0) -> Graph:
     edges = read_int_pairs(edges_file, "node ids")
     if edges.size and edges.max() >= n:
         raise ValueError(f"{edges_file} names node {int(edges.max())} but {target_file} has only {n} nodes")
-    x = _musae_features(features_file, n)
+    x = None if features_file is None else _musae_features(features_file, n)
+    options = f"{seed}" if label is None else f"label={label},seed={seed}"
     graph = _build(edges[:, 0], edges[:, 1], n, x=x, y=y, masks=per_class_split(y, seed), name=prefix,
-                   num_classes=len(class_names), source=f"musae:{folder.resolve()}:{seed}")
+                   num_classes=len(class_names), source=f"musae:{folder.resolve()}:{options}")
     graph.meta["class_names"] = class_names
     graph.meta["label_column"] = column
+    return graph
+
+
+# -------------------------------------------------------------------- mat
+# Variable names the common .mat graphs use: BlogCatalog / Flickr / PPI / POS (network, group), Facebook100
+# (A, local_info), and other spellings seen in the wild.
+MAT_ADJACENCY_NAMES = ("network", "A", "adj", "adjacency", "net", "G", "W")
+MAT_LABEL_NAMES = ("group", "labels", "label", "Label", "gnd", "y", "Y", "class", "local_info")
+_MAT_READ_ERRORS = (ValueError, TypeError, OSError, EOFError, NotImplementedError, IndexError, KeyError,
+                    zlib.error, struct.error)
+
+
+def _mat_variables(file: Path) -> dict:
+    """The variables of a MATLAB ``.mat`` file (v4 to v7) by name; other file kinds are refused by name."""
+    import scipy.io
+    from scipy.io.matlab import MatReadError
+
+    kind, text = _binary_kind(_head(file, "a MATLAB .mat file"))
+    if kind and kind != "mat":
+        raise _wrong_kind(file, kind, text, "a MATLAB .mat file")
+    try:
+        raw = scipy.io.loadmat(file)
+    except (*_MAT_READ_ERRORS, MatReadError) as err:
+        raise ValueError(f"{file} is not a readable MATLAB .mat file (v4 to v7): {err}") from None
+    return {k: v for k, v in raw.items() if not k.startswith("__")}
+
+
+def _is_matrix(value) -> bool:
+    return sp.issparse(value) or (isinstance(value, np.ndarray) and value.ndim == 2 and value.dtype.kind in "biuf")
+
+
+def _mat_listing(variables: dict) -> str:
+    def describe(value) -> str:
+        if sp.issparse(value):
+            return f"sparse {value.shape[0]}x{value.shape[1]}"
+        if isinstance(value, np.ndarray):
+            return f"{value.dtype} {'x'.join(map(str, value.shape))}"
+        return type(value).__name__
+    return ", ".join(f"{k} ({describe(v)})" for k, v in variables.items()) or "no variables"
+
+
+def _mat_pick(file: Path, variables: dict, role: str, option: str, name: str | None, known: tuple[str, ...],
+              fits, exclude: tuple) -> str | None:
+    """The variable holding ``role``: ``name`` when given, else the one known name among the variables that
+    ``fits``, else the one variable that fits; ``None`` when none fits and ``role`` is the labels."""
+    if name is not None:
+        if name not in variables:
+            raise ValueError(f"{file} has no variable {name!r} (for {option}=); it holds {_mat_listing(variables)}")
+        if not _is_matrix(variables[name]) or not fits(variables[name]):
+            raise ValueError(f"{file}: variable {name!r} ({_mat_listing({name: variables[name]})}) cannot be the "
+                             f"{role}")
+        return name
+    fitting = [k for k, v in variables.items() if k not in exclude and _is_matrix(v) and fits(v)]
+    named = [k for k in known if k in fitting]
+    if len(named) == 1 or len(fitting) == 1:
+        return (named or fitting)[0]
+    if not fitting and option == "labels":
+        return None
+    raise ValueError(f"{file}: cannot tell which variable is the {role}, {len(fitting)} fit; it holds "
+                     f"{_mat_listing(variables)}; choose with mat:{file}:adj=NAME,labels=NAME")
+
+
+def read_mat(file: str | Path, adj: str | None = None, labels: str | None = None, features: str | None = None,
+             column: int | None = None, seed: int = 0) -> Graph:
+    """Read a graph from a MATLAB ``.mat`` file (v4 to v7, through ``scipy.io.loadmat``).
+
+    The adjacency is the variable ``adj``, else the square matrix (sparse or dense; non-zeros are edges)
+    named like ``network`` (BlogCatalog, Flickr) or ``A`` (Facebook100), else the only square matrix. The
+    labels are the variable ``labels``, else the N-row matrix (or 1 x N vector) other than the adjacency
+    named like ``group`` or ``local_info``, else the only one; a file without one has no labels. Labels (see
+    :func:`_label_matrix`) are one column of integral class ids (renumbered ``0..C-1`` in increasing order,
+    the values in ``meta['class_names']``), a one-hot matrix (a row of zeros = unlabelled) or, when some row
+    has several 1s, a multi-label 0/1 matrix kept as uint8 ``[N, C]`` (``Graph.multilabel``). ``column``
+    takes column K (0-based) of the label matrix as class ids (Facebook100's ``local_info`` holds several
+    attributes). Features come only from the variable ``features`` (float32, dense). Split: single-label
+    graphs get :func:`per_class_split` with ``seed`` (20 per class train, 30 val, the rest test);
+    multi-label graphs get none.
+
+    Raises:
+        ValueError: not a readable .mat (another kind of file is named as such), a variable that is absent or
+            does not fit, or no unambiguous adjacency / labels (the message lists the variables).
+    """
+    file = _require(Path(file), "a MATLAB .mat file")
+    variables = _mat_variables(file)
+    adj_name = _mat_pick(file, variables, "adjacency (a square matrix)", "adj", adj, MAT_ADJACENCY_NAMES,
+                         lambda v: v.shape[0] == v.shape[1] > 1, ())
+    matrix = variables[adj_name]
+    n = matrix.shape[0]
+    label_name = _mat_pick(file, variables, f"labels (a matrix with {n} rows)", "labels", labels, MAT_LABEL_NAMES,
+                           lambda v: v.shape[0] == n or v.shape == (1, n), (adj_name, features))
+    x = None
+    if features is not None:
+        _mat_pick(file, variables, f"features (a matrix with {n} rows)", "features", features, (),
+                  lambda v: v.shape[0] == n, ())
+        x = variables[features]
+        x = (x.toarray() if sp.issparse(x) else x).astype(np.float32)
+    if sp.issparse(matrix):
+        coo = matrix.tocoo()
+        src, dst = coo.row, coo.col
+    else:
+        src, dst = np.nonzero(matrix)
+    y = masks = class_names = None
+    num_classes = 0
+    if label_name is not None:
+        y, num_classes, class_names = _label_matrix(variables[label_name], n, f"{file}: labels {label_name!r}",
+                                                    column)
+        masks = None if y.ndim == 2 else per_class_split(y, seed)
+    elif column is not None:
+        raise ValueError(f"{file}: column={column} given but no labels variable found; it holds "
+                         f"{_mat_listing(variables)}")
+    options = ",".join(f"{k}={v}" for k, v in (("adj", adj_name), ("labels", label_name), ("features", features),
+                                               ("column", column), ("seed", seed)) if v is not None)
+    graph = _build(src, dst, n, x=x, y=y, masks=masks, name=file.stem, num_classes=num_classes,
+                   source=f"mat:{file.resolve()}:{options}")
+    graph.meta["variables"] = {"adj": adj_name, "labels": label_name, "features": features}
+    if class_names is not None:
+        graph.meta["class_names"] = class_names
     return graph
 
 
@@ -696,6 +1223,35 @@ def _split_option(arg: str, accept) -> tuple[str, str | None]:
     if sep and head and accept(head, tail):
         return head, tail
     return arg, None
+
+
+# The options of the readers that take ``KIND:PATH:key=value,...`` (a bare number is the seed).
+READER_OPTIONS = {"musae": {"label": str, "seed": int},
+                  "mat": {"adj": str, "labels": str, "features": str, "column": int, "seed": int}}
+
+
+def _split_options(arg: str) -> tuple[str, str | None]:
+    """``PATH[:OPTIONS]`` where OPTIONS is a bare seed or ``key=value,...`` (unless ``arg`` names a file)."""
+    return _split_option(arg, lambda path, option: (option.isdigit() or "=" in option) and not Path(arg).exists())
+
+
+def _reader_options(spec: str, kind: str, text: str | None) -> dict:
+    """``key=value,...`` (or a bare seed) of a ``kind:PATH:OPTIONS`` spec, values converted."""
+    if not text:
+        return {}
+    allowed = READER_OPTIONS[kind]
+    if text.isdigit():
+        return {"seed": int(text)}
+    out = {}
+    for item in text.split(","):
+        key, eq, value = (t.strip() for t in item.partition("="))
+        if not eq or key not in allowed or not value:
+            raise ValueError(f"dataset spec {spec!r}: bad option {item!r}; {kind}: takes "
+                             f"{','.join(f'{k}=...' for k in allowed)} (or a bare seed)")
+        if allowed[key] is int and not value.isdigit():
+            raise ValueError(f"dataset spec {spec!r}: option {key} must be a non-negative integer, got {value!r}")
+        out[key] = allowed[key](value)
+    return out
 
 
 def load_dataset(spec: str) -> Graph:
@@ -714,7 +1270,7 @@ def load_dataset(spec: str) -> Graph:
         return graph
     if kind in synthetic.PARAMS:
         return synthetic.generate(f"{kind}:{arg}")
-    readers = {"planetoid", "npz", "ogb", "edgelist", "musae", "graphdir"}
+    readers = {"planetoid", "npz", "ogb", "edgelist", "metis", "mat", "musae", "graphdir"}
     if kind not in readers:
         raise ValueError(f"unknown dataset spec {spec!r}; accepted forms: {_accepted_forms()}")
     if not arg:
@@ -731,22 +1287,39 @@ def load_dataset(spec: str) -> Graph:
     if kind == "edgelist":
         file, labels = _split_option(arg, lambda f, lab: not Path(arg).exists() and Path(f).is_file())
         return read_edgelist(file, labels)
+    if kind == "metis":
+        return read_metis(arg)
+    if kind == "mat":
+        file, options = _split_options(arg)
+        return read_mat(file, **_reader_options(spec, kind, options))
     if kind == "musae":
-        folder, seed = _split_option(arg, lambda d, s: s.isdigit() and not Path(arg).exists())
-        return read_musae(folder, int(seed or 0))
+        folder, options = _split_options(arg)
+        return read_musae(folder, **_reader_options(spec, kind, options))
     return load_graph_dir(arg)
 
 
 def untrainable_reason(spec: str, graph: Graph | None = None) -> str | None:
     """Why ``spec`` cannot be used for node classification, or ``None`` when it can.
 
-    Without ``graph`` only the spec is looked at (an ``edgelist:`` never has node features), so a
-    caller can fail before loading anything; with ``graph`` its features, labels and split are checked.
+    Without ``graph`` only the spec is looked at (an ``edgelist:`` or ``metis:`` never has node features,
+    a ``mat:`` only with ``features=NAME``), so a caller can fail before loading anything; with ``graph``
+    its features, labels (multi-label ones cannot be trained on yet) and split are checked.
     """
-    kind = spec.strip().partition(":")[0].lower()
-    if kind == "edgelist" or (graph is not None and graph.x is None):
-        hint = (" (a text edge list carries none; use it for `graphscale partition`, or train on a dataset with "
-                "features such as npz:, ogb:, musae: or cora)" if kind == "edgelist" else "")
+    kind, _, arg = spec.strip().partition(":")
+    kind = kind.lower()
+    featureless = {"edgelist": "a text edge list carries none", "metis": "a METIS graph file carries none",
+                   "mat": "a .mat graph's features come only from a variable named as mat:FILE:features=NAME"}
+    if graph is not None and graph.multilabel:
+        return (f"dataset {spec!r} has multi-label node labels ({graph.num_classes} classes, a node may have "
+                "several); training on multi-label data (sigmoid/BCE loss, micro-F1) is not supported yet")
+    if ((kind in ("edgelist", "metis") or (kind == "mat" and "features=" not in arg))
+            or (graph is not None and graph.x is None)):
+        hint = ""
+        if kind in featureless:
+            hint = (f" ({featureless[kind]}; use it for `graphscale partition`, or train on a dataset with features "
+                    "such as npz:, ogb:, musae: or cora)")
+        elif kind == "musae":
+            hint = " (its directory has no NAME.json or NAME_features.json)"
         return f"dataset {spec!r} has no node features, which training needs{hint}"
     if graph is not None and graph.y is None:
         return f"dataset {spec!r} has no node labels, which training needs"
@@ -756,10 +1329,12 @@ def untrainable_reason(spec: str, graph: Graph | None = None) -> str | None:
 
 
 def describe_dataset(spec: str) -> dict:
-    """Load ``spec`` and return its :meth:`Graph.summary` plus ``source`` (and ``class_names``,
-    ``relabelled`` = how many nodes got new ids, where the reader records them)."""
+    """Load ``spec`` and return its :meth:`Graph.summary` plus ``source`` (and ``labels`` for multi-label
+    graphs, ``class_names``, ``relabelled`` = how many nodes got new ids, where the reader records them)."""
     graph = load_dataset(spec)
     out = {**graph.summary(), "source": graph.meta.get("source", spec)}
+    if graph.multilabel:
+        out["labels"] = f"multi-label: {int(graph.y.any(dim=1).sum())} labelled nodes, {int(graph.y.sum())} labels"
     if "class_names" in graph.meta:
         out["class_names"] = ", ".join(graph.meta["class_names"])
     if "original_ids" in graph.meta:

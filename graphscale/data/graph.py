@@ -52,7 +52,8 @@ class Graph:
         indptr: int64 ``[N+1]`` row pointers (rows are destinations).
         indices: int64 ``[E]`` source vertex of each in-edge.
         x: node features ``[N, F]`` or ``None``.
-        y: int64 labels ``[N]`` (``-1`` = unlabelled) or ``None``.
+        y: int64 labels ``[N]`` (``-1`` = unlabelled), a uint8 0/1 multi-label matrix ``[N, C]``
+            (see :attr:`multilabel`), or ``None``.
         train_mask, val_mask, test_mask: bool ``[N]`` or ``None``.
         name: a human-readable name used in reports.
     """
@@ -80,6 +81,9 @@ class Graph:
             value = getattr(self, name)
             if value is not None and value.shape[0] != n:
                 raise ValueError(f"Graph.{name} has {value.shape[0]} rows, expected num_nodes={n}")
+        if self.y is not None and self.y.dim() not in (1, 2):
+            raise ValueError(f"Graph.y must be [N] class ids or an [N, C] multi-label matrix, got shape "
+                             f"{tuple(self.y.shape)}")
 
     # ----------------------------------------------------------------- basics
     @classmethod
@@ -101,9 +105,17 @@ class Graph:
         return 0 if self.x is None else int(self.x.shape[1])
 
     @property
+    def multilabel(self) -> bool:
+        """Whether ``y`` is an ``[N, C]`` 0/1 matrix (a node may have several classes, or none) rather
+        than one class id per node."""
+        return self.y is not None and self.y.dim() == 2
+
+    @property
     def num_classes(self) -> int:
         if "num_classes" in self.meta:
             return int(self.meta["num_classes"])
+        if self.multilabel:
+            return int(self.y.shape[1])
         return 0 if self.y is None or self.y.numel() == 0 else int(self.y.max()) + 1
 
     def dst_of_edges(self) -> torch.Tensor:

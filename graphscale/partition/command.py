@@ -137,12 +137,13 @@ class ProgressBars:
 def node_data_of(graph, no_features: bool = False, folder: str | Path | None = None) -> dict:
     """The node arrays to copy into the store: ``.npy`` paths when the graph was read from the graph directory
     ``folder`` (each chunk of rows is then read through a fresh memory map, so memory stays bounded), else the
-    graph's tensors."""
+    graph's tensors. Multi-label labels (``[N, C]``) are left out: a store holds one class id per node, and
+    multi-label training is not supported yet."""
     if graph is None:
         return {}
     out = {}
     for key in ("x", "y", "train_mask", "val_mask", "test_mask"):
-        if getattr(graph, key) is None or (key == "x" and no_features):
+        if getattr(graph, key) is None or (key == "x" and no_features) or (key == "y" and graph.multilabel):
             continue
         file = None if folder is None else Path(folder) / f"{key}.npy"
         out[key] = file if file is not None and file.is_file() else getattr(graph, key)
@@ -228,8 +229,8 @@ def partition_dataset(args: argparse.Namespace) -> dict:
         node_data = node_data_of(graph, args.no_features, graph_dir_of(args.dataset))
         summary = write_partition_store(
             out, source, owner, args.parts, edge_part=edge_part, node_data=node_data, num_vertices=n,
-            method=name, params=options, num_classes=graph.num_classes if graph is not None and graph.y is not None
-            else None, source_name=label, chunk_edges=args.chunk_edges,
+            method=name, params=options, num_classes=graph.num_classes if "y" in node_data else None,
+            source_name=label, chunk_edges=args.chunk_edges,
             feature_chunk_bytes=args.feature_chunk_mb << 20, overwrite=args.overwrite, progress=bars,
             extra_meta={"partitioner_info": info, "seed": args.seed, "dataset": canonical_spec(args.dataset),
                         "name": graph.name if graph is not None else Path(args.dataset).name})

@@ -1,4 +1,4 @@
-"""Dataset specs: bundled Cora (vs PyG), Planetoid / npz / OGB fixtures, graph dirs, PyG adapter."""
+"""Dataset specs: bundled Cora (vs PyG), Planetoid / npz / OGB / .mat fixtures, graph dirs, PyG adapter."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import types
 
 import numpy as np
 import pytest
+import scipy.io
 import scipy.sparse as sp
 import torch
 
@@ -24,6 +25,7 @@ from graphscale.data.datasets import (
     load_dataset,
     read_planetoid,
     to_pyg,
+    untrainable_reason,
 )
 from graphscale.data.formats import save_graph_dir
 from graphscale.data.graph import Graph
@@ -33,13 +35,18 @@ DATA = ("x", "y", "train_mask", "val_mask", "test_mask")
 
 
 def assert_normalised(g: Graph) -> None:
-    """The contract of every reader: symmetric, coalesced, no self-loops, standard dtypes."""
+    """The contract of every reader: symmetric, coalesced, no self-loops, standard dtypes (multi-label
+    graphs: a uint8 0/1 label matrix and no split)."""
     assert not g.has_self_loops()
     canonical = g.coalesce().symmetrize()
     assert torch.equal(canonical.indptr, g.indptr) and torch.equal(canonical.indices, g.indices)
     assert g.x is None or g.x.dtype == torch.float32
-    assert g.y.dtype == torch.int64
-    assert all(getattr(g, m).dtype == torch.bool for m in ("train_mask", "val_mask", "test_mask"))
+    if g.multilabel:
+        assert g.y.dtype == torch.uint8 and int(g.y.max()) <= 1
+        assert all(getattr(g, m) is None for m in ("train_mask", "val_mask", "test_mask"))
+    else:
+        assert g.y.dtype == torch.int64
+        assert all(getattr(g, m).dtype == torch.bool for m in ("train_mask", "val_mask", "test_mask"))
     assert "num_classes" in g.meta and "source" in g.meta
 
 
@@ -155,20 +162,33 @@ def test_planetoid_bad_files(tmp_path):
 
 
 # --------------------------------------------------------------------- npz
-def write_npz(path, *, dense_attr=False, seed=0):
+def csr_arrays(prefix: str, matrix) -> dict:
+    """A CSR matrix as the four arrays PREFIXdata, PREFIXindices, PREFIXindptr, PREFIXshape."""
+    matrix = sp.csr_matrix(matrix)
+    return {f"{prefix}data": matrix.data, f"{prefix}indices": matrix.indices, f"{prefix}indptr": matrix.indptr,
+            f"{prefix}shape": np.array(matrix.shape)}
+
+
+def write_npz(path, *, dense_attr=False, dotted=False, seed=0, labels=None):
+    """The gnn-benchmark layout (adj_data, ..., attr_data, ..., labels) or, with ``dotted``, the PPNP spelling
+    (adj_matrix.data, ..., attr_matrix.data, ..., labels, plus the idx_to_node / class_names extras)."""
     rng = np.random.default_rng(seed)
     n = 130
-    labels = np.r_[np.zeros(40), np.ones(40), np.full(40, 2), np.full(10, 3)].astype(np.int64)[rng.permutation(n)]
+    if labels is None:
+        labels = np.r_[np.zeros(40), np.ones(40), np.full(40, 2), np.full(10, 3)].astype(np.int64)[rng.permutation(n)]
     src, dst = rng.integers(0, n, 500), rng.integers(0, n, 500)
     src[0] = dst[0] = 5
     adj = sp.csr_matrix((np.ones(500), (src, dst)), shape=(n, n))
     attr = sp.random(n, 6, density=0.3, format="csr", random_state=seed, dtype=np.float64)
-    arrays = {"adj_data": adj.data, "adj_indices": adj.indices, "adj_indptr": adj.indptr, "adj_shape": adj.shape,
-              "labels": labels}
+    adj_prefix, attr_prefix = ("adj_matrix.", "attr_matrix.") if dotted else ("adj_", "attr_")
+    arrays = {**csr_arrays(adj_prefix, adj), **(labels if isinstance(labels, dict) else {"labels": labels})}
     if dense_attr:
         arrays["attr_matrix"] = attr.toarray()
     else:
-        arrays.update(attr_data=attr.data, attr_indices=attr.indices, attr_indptr=attr.indptr, attr_shape=attr.shape)
+        arrays.update(csr_arrays(attr_prefix, attr))
+    if dotted:
+        arrays["idx_to_node"] = np.array({i: f"paper{i}" for i in range(n)}, dtype=object)  # pickled: not read
+        arrays["class_names"] = np.array(["a", "b", "c", "d"])
     np.savez(path, **arrays)
     return src, dst, attr.toarray(), labels
 
@@ -197,15 +217,193 @@ def test_npz_reader(tmp_path):
     assert torch.equal(dense.x, g.x) and torch.equal(dense.indices, g.indices)
 
 
+@pytest.mark.parametrize("dense_attr", [False, True])
+def test_npz_dotted_spelling(tmp_path, dense_attr):
+    write_npz(tmp_path / "plain.npz", dense_attr=dense_attr)
+    write_npz(tmp_path / "cora_ml.npz", dense_attr=dense_attr, dotted=True)
+    plain, dotted = load_dataset(f"npz:{tmp_path / 'plain.npz'}"), load_dataset(f"npz:{tmp_path / 'cora_ml.npz'}")
+    assert_normalised(dotted)
+    assert (dotted.num_nodes, dotted.num_edges, dotted.num_features, dotted.num_classes) == \
+        (plain.num_nodes, plain.num_edges, 6, 4) == (130, plain.num_edges, 6, 4)
+    for key in ("indptr", "indices", *DATA):
+        assert torch.equal(getattr(dotted, key), getattr(plain, key)), key
+    assert dotted.name == "cora_ml"
+
+
+def test_npz_label_matrices(tmp_path):
+    rng = np.random.default_rng(3)
+    classes = rng.integers(0, 3, 130)
+    onehot = np.eye(3)[classes]
+    onehot[7] = 0  # unlabelled
+    write_npz(tmp_path / "onehot.npz", dotted=True, labels=onehot)
+    g = load_dataset(f"npz:{tmp_path / 'onehot.npz'}")
+    assert (g.num_nodes, g.num_features, g.num_classes, g.multilabel) == (130, 6, 3, False)
+    assert g.y[7] == -1 and torch.equal(g.y[g.y >= 0], torch.from_numpy(np.delete(classes, 7)))
+    multi = (rng.random((130, 5)) < 0.3).astype(np.float32)
+    multi[0] = [1, 1, 0, 0, 1]
+    write_npz(tmp_path / "multi.npz", dotted=True, labels=csr_arrays("labels.", multi))
+    g = load_dataset(f"npz:{tmp_path / 'multi.npz'}")
+    assert_normalised(g)
+    assert (g.num_nodes, g.num_features, g.num_classes, g.multilabel) == (130, 6, 5, True)
+    assert g.y.dtype == torch.uint8 and torch.equal(g.y, torch.from_numpy(multi.astype(np.uint8)))
+    assert g.train_mask is None and "multi-label" in describe_dataset(f"npz:{tmp_path / 'multi.npz'}")["labels"]
+    assert "not supported yet" in untrainable_reason(f"npz:{tmp_path / 'multi.npz'}", g)
+
+
+def one_line_error(error, spec, match):
+    """Load ``spec`` and check it fails with ``error``: one line that names the file and matches ``match``."""
+    with pytest.raises(error, match=match) as info:
+        load_dataset(spec)
+    file = spec.split(":")[1]
+    assert "\n" not in str(info.value) and file in str(info.value), str(info.value)
+    return str(info.value)
+
+
 def test_npz_errors(tmp_path):
     with pytest.raises(FileNotFoundError, match="missing.npz does not exist"):
         load_dataset(f"npz:{tmp_path / 'missing.npz'}")
     np.savez(tmp_path / "partial.npz", adj_data=np.ones(1), labels=np.zeros(2))
     with pytest.raises(ValueError, match=r"partial\.npz lacks \['adj_indices', 'adj_indptr', 'adj_shape'\]"):
         load_dataset(f"npz:{tmp_path / 'partial.npz'}")
+    np.savez(tmp_path / "dotted.npz", **{"adj_matrix.data": np.ones(1), "labels": np.zeros(2)})
+    one_line_error(ValueError, f"npz:{tmp_path / 'dotted.npz'}",
+                   r"lacks \['adj_matrix\.indices', 'adj_matrix\.indptr', 'adj_matrix\.shape'\]")
     (tmp_path / "junk.npz").write_bytes(b"not a zip")
-    with pytest.raises(ValueError, match=r"junk\.npz is not a readable \.npz file"):
-        load_dataset(f"npz:{tmp_path / 'junk.npz'}")
+    one_line_error(ValueError, f"npz:{tmp_path / 'junk.npz'}", r"junk\.npz is not a readable \.npz file")
+    write_npz(tmp_path / "good.npz")
+    data = (tmp_path / "good.npz").read_bytes()
+    (tmp_path / "half.npz").write_bytes(data[: len(data) // 2])
+    one_line_error(ValueError, f"npz:{tmp_path / 'half.npz'}", r"half\.npz is not a readable \.npz file \(truncated")
+    scipy.io.savemat(tmp_path / "graph.mat", {"network": sp.eye(3, format="csc")})
+    message = one_line_error(ValueError, f"npz:{tmp_path / 'graph.mat'}",
+                             r"graph\.mat is a MATLAB \.mat file, not a \.npz archive; read it with mat:")
+    assert "pickle" not in message
+    np.save(tmp_path / "one.npy", np.ones(3))
+    one_line_error(ValueError, f"npz:{tmp_path / 'one.npy'}", r"one\.npy is a single \.npy array, not a \.npz")
+
+
+# --------------------------------------------------------------------- mat
+def blogcatalog_like(n=40, classes=5, seed=0):
+    """A symmetric sparse ``network`` and a sparse multi-label ``group`` (as BlogCatalog.mat / Flickr.mat)."""
+    rng = np.random.default_rng(seed)
+    src, dst = rng.integers(0, n, 120), rng.integers(0, n, 120)
+    network = sp.csc_matrix((np.ones(240), (np.r_[src, dst], np.r_[dst, src])), shape=(n, n))
+    network.data[:] = 1
+    group = (rng.random((n, classes)) < 0.3).astype(np.float64)
+    group[0] = 0  # a node without a label
+    group[1, :2] = 1  # one with two
+    return network, sp.csc_matrix(group)
+
+
+def undirected_count(matrix) -> int:
+    """Directed records of the symmetrised, loop-free, deduplicated graph of ``matrix``."""
+    m = sp.coo_matrix(matrix)
+    keep = m.row != m.col
+    return len(set(zip(m.row[keep].tolist(), m.col[keep].tolist())) | set(zip(m.col[keep].tolist(),
+                                                                               m.row[keep].tolist())))
+
+
+def test_mat_multilabel(tmp_path):
+    network, group = blogcatalog_like()
+    scipy.io.savemat(tmp_path / "blogcatalog.mat", {"network": network, "group": group})
+    g = load_dataset(f"mat:{tmp_path / 'blogcatalog.mat'}")
+    assert_normalised(g)
+    assert (g.num_nodes, g.num_edges, g.num_features, g.num_classes) == (40, undirected_count(network), 0, 5)
+    assert g.multilabel and torch.equal(g.y, torch.from_numpy(group.toarray()).to(torch.uint8))
+    assert g.meta["variables"] == {"adj": "network", "labels": "group", "features": None}
+    reason = untrainable_reason(f"mat:{tmp_path / 'blogcatalog.mat'}", g)
+    assert "multi-label" in reason and "not supported yet" in reason
+    assert "features=NAME" in untrainable_reason(f"mat:{tmp_path / 'blogcatalog.mat'}")  # from the spec alone
+    summary = describe_dataset(f"mat:{tmp_path / 'blogcatalog.mat'}")
+    labelled, labels = int((group.sum(axis=1) > 0).sum()), int(group.sum())
+    assert summary["classes"] == 5 and summary["labels"] == f"multi-label: {labelled} labelled nodes, {labels} labels"
+
+
+def test_multilabel_graph_partitions_without_its_labels(tmp_path):
+    from graphscale.cli import main
+    from graphscale.partition.store import check_partition_store
+
+    network, group = blogcatalog_like()
+    scipy.io.savemat(tmp_path / "blogcatalog.mat", {"network": network, "group": group})
+    assert main(["partition", "--dataset", f"mat:{tmp_path / 'blogcatalog.mat'}", "--method", "metis", "--parts", "2",
+                 "--out", str(tmp_path / "store"), "--no-progress"]) == 0
+    meta = check_partition_store(tmp_path / "store")
+    assert meta["num_nodes"] == 40 and "y" not in meta["node_arrays"] and not meta["num_classes"]
+
+
+def test_mat_single_label_forms(tmp_path):
+    network, _ = blogcatalog_like()
+    rng = np.random.default_rng(1)
+    classes = rng.integers(0, 3, 40)
+    feats = rng.random((40, 7))
+    onehot = np.eye(3)[classes]
+    scipy.io.savemat(tmp_path / "onehot.mat", {"A": network.toarray(), "gnd": onehot, "feats": feats})
+    g = load_dataset(f"mat:{tmp_path / 'onehot.mat'}:features=feats,seed=2")
+    assert_normalised(g)
+    assert (g.num_nodes, g.num_edges, g.num_features, g.num_classes) == (40, undirected_count(network), 7, 3)
+    assert torch.equal(g.y, torch.from_numpy(classes)) and not g.multilabel
+    np.testing.assert_allclose(g.x.numpy(), feats.astype(np.float32))
+    assert int(g.train_mask.sum()) == 40 and untrainable_reason(f"mat:{tmp_path / 'onehot.mat'}:features=feats", g) \
+        is None
+    assert g.meta["source"].endswith("onehot.mat:adj=A,labels=gnd,features=feats,seed=2")
+    scipy.io.savemat(tmp_path / "vector.mat", {"network": network, "label": (classes + 1)[None, :].astype(float)})
+    g = load_dataset(f"mat:{tmp_path / 'vector.mat'}")  # MATLAB's 1 x N row of 1-based class ids
+    assert (g.num_nodes, g.num_features, g.num_classes) == (40, 0, 3) and g.meta["class_names"] == ["1", "2", "3"]
+    assert torch.equal(g.y, torch.from_numpy(classes))
+
+
+def test_mat_facebook100_local_info(tmp_path):
+    network, _ = blogcatalog_like(n=30)
+    rng = np.random.default_rng(2)
+    local_info = np.c_[rng.integers(1, 3, 30), rng.integers(0, 3, 30), 2005 + rng.integers(0, 4, 30)].astype(float)
+    scipy.io.savemat(tmp_path / "Caltech36.mat", {"A": network, "local_info": local_info})
+    spec = f"mat:{tmp_path / 'Caltech36.mat'}"
+    one_line_error(ValueError, spec, r"labels 'local_info' is an \[30, 3\] matrix that is neither one-hot nor 0/1 "
+                                     r"multi-label; choose one column of class ids with column=K")
+    g = load_dataset(f"{spec}:column=2")
+    assert (g.num_nodes, g.num_edges, g.num_features, g.num_classes) == (30, undirected_count(network), 0, 4)
+    assert g.meta["class_names"] == ["2005", "2006", "2007", "2008"]
+    assert torch.equal(g.y, torch.from_numpy(local_info[:, 2].astype(np.int64) - 2005))
+    one_line_error(ValueError, f"{spec}:column=3", r"has 3 columns; column=3 is not one of 0\.\.2")
+
+
+def test_mat_errors(tmp_path):
+    network, group = blogcatalog_like()
+    scipy.io.savemat(tmp_path / "two.mat", {"homo": network, "net_rur": network, "label": group[:, 0].T.toarray()})
+    message = one_line_error(ValueError, f"mat:{tmp_path / 'two.mat'}",
+                             r"cannot tell which variable is the adjacency \(a square matrix\), 2 fit; it holds "
+                             r"homo \(sparse 40x40\), net_rur \(sparse 40x40\), label \(float64 1x40\)")
+    assert "adj=NAME,labels=NAME" in message
+    g = load_dataset(f"mat:{tmp_path / 'two.mat'}:adj=homo")
+    assert g.meta["variables"]["labels"] == "label" and g.num_classes == 2
+    assert load_dataset(f"mat:{tmp_path / 'two.mat'}:adj=homo,labels=net_rur").multilabel
+    one_line_error(ValueError, f"mat:{tmp_path / 'two.mat'}:adj=nope", r"has no variable 'nope' \(for adj=\)")
+    one_line_error(ValueError, f"mat:{tmp_path / 'two.mat'}:adj=label", r"variable 'label' .* cannot be the adjacency")
+    with pytest.raises(ValueError, match=r"bad option 'adjacency=homo'; mat: takes adj=\.\.\.,labels="):
+        load_dataset(f"mat:{tmp_path / 'two.mat'}:adjacency=homo")
+    scipy.io.savemat(tmp_path / "nolabels.mat", {"network": network})
+    g = load_dataset(f"mat:{tmp_path / 'nolabels.mat'}")
+    assert g.y is None and g.num_classes == 0 and g.num_edges == undirected_count(network)
+    write_npz(tmp_path / "graph.npz")
+    one_line_error(ValueError, f"mat:{tmp_path / 'graph.npz'}",
+                   r"graph\.npz is a zip archive \(a \.npz\?\), not a MATLAB \.mat file; read it with npz:")
+    (tmp_path / "v73.mat").write_bytes(b"MATLAB 7.3 MAT-file, Platform: GLNXA64" + bytes(600))
+    one_line_error(ValueError, f"mat:{tmp_path / 'v73.mat'}", r"is a MATLAB v7\.3 \(HDF5\) \.mat file.*'-v7'")
+    (tmp_path / "text.mat").write_text("0 1\n1 2\n")
+    one_line_error(ValueError, f"mat:{tmp_path / 'text.mat'}", r"text\.mat is not a readable MATLAB \.mat file")
+    data = (tmp_path / "nolabels.mat").read_bytes()
+    (tmp_path / "half.mat").write_bytes(data[: len(data) // 2])
+    one_line_error(ValueError, f"mat:{tmp_path / 'half.mat'}", r"half\.mat is not a readable MATLAB \.mat file")
+    with pytest.raises(FileNotFoundError, match=r"nope\.mat does not exist"):
+        load_dataset(f"mat:{tmp_path / 'nope.mat'}")
+
+
+def test_multilabel_graph():
+    g = Graph.from_edges(torch.tensor([0]), torch.tensor([1]), 2, y=torch.tensor([[1, 0, 1], [0, 0, 0]]))
+    assert g.multilabel and g.num_classes == 3
+    assert not random_graph(5).multilabel
+    with pytest.raises(ValueError, match=r"Graph\.y must be \[N\] class ids or an \[N, C\] multi-label matrix"):
+        Graph.from_edges(torch.tensor([0]), torch.tensor([1]), 2, y=torch.zeros(2, 1, 1))
 
 
 # --------------------------------------------------------------------- ogb
@@ -328,7 +526,7 @@ def test_bad_specs(spec, error, message):
 
 def test_dataset_help_forms_are_all_accepted():
     kinds = {pattern.partition(":")[0] for pattern, _ in DATASET_HELP}
-    assert kinds == {"cora", "planetoid", "npz", "ogb", "edgelist", "musae", "graphdir", "sbm", "rmat"}
+    assert kinds == {"cora", "planetoid", "npz", "ogb", "edgelist", "metis", "mat", "musae", "graphdir", "sbm", "rmat"}
     for kind in kinds - {"cora", "sbm", "rmat"}:
         with pytest.raises(FileNotFoundError):  # a known form: fails on the path, not the spec
             load_dataset(f"{kind}:/no/such/path")

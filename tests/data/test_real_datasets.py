@@ -1,5 +1,5 @@
-"""Text edge lists (``edgelist:``) and MUSAE sets (``musae:``): fixtures written in tmp_path, and the real
-files of /work/shared/data where that directory exists (it does not on CI machines)."""
+"""Text edge lists (``edgelist:``), METIS graph files (``metis:``) and MUSAE sets (``musae:``): fixtures written
+in tmp_path, and the real files of /work/shared/data where that directory exists (it does not on CI machines)."""
 
 from __future__ import annotations
 
@@ -12,10 +12,12 @@ import torch
 
 from graphscale.cli import main
 from graphscale.data.datasets import (
+    describe_dataset,
     load_dataset,
     per_class_split,
     read_edgelist,
     read_int_pairs,
+    read_metis,
     read_musae,
     untrainable_reason,
 )
@@ -167,6 +169,31 @@ def test_edgelist_label_errors(tmp_path, labels, message):
         read_edgelist(edges, write(tmp_path / "l.txt", labels))
 
 
+def test_edgelist_refuses_other_kinds(tmp_path):
+    metis = write(tmp_path / "g.graph", "% a METIS file\n4 2\n2 3\n1\n1\n\n")
+    with pytest.raises(ValueError, match=r"g\.graph is a METIS graph file .*, not an edge list; read it with "
+                                         r"metis:.*g\.graph$") as info:
+        load_dataset(f"edgelist:{metis}")
+    assert "\n" not in str(info.value)
+    cycle = write(tmp_path / "cycle.graph", "3 3\n2 3\n1 3\n1 2\n")  # two ids per line, but each edge from both ends
+    with pytest.raises(ValueError, match="is a METIS graph file"):
+        read_edgelist(cycle)
+    (tmp_path / "g.txt.gz").write_bytes(b"\x1f\x8b\x08\x00rest")
+    with pytest.raises(ValueError, match=r"g\.txt\.gz is gzip-compressed, not a text file of node ids; decompress"):
+        read_edgelist(tmp_path / "g.txt.gz")
+
+
+@pytest.mark.parametrize("text, nodes", [
+    ("3 3\n1 2\n2 3\n3 1\n", 3),          # 'n m' header then m = n edges: not symmetric, so not METIS
+    ("2 1\n1 2\n2 1\n", 2),                # first line counts the rest, ids in range, but 2 entries != 2*m
+    ("3 2\n0 1\n1 2\n2 0\n", 4),          # id 0: not 1-based
+    ("2 3 1.5\n3 2 2.5\n", 2),              # weighted edge list with two lines
+    ("1 2\n", 2),
+])
+def test_edgelist_is_not_mistaken_for_metis(tmp_path, text, nodes):
+    assert read_edgelist(write(tmp_path / "e.txt", text)).num_nodes == nodes
+
+
 def test_edgelist_missing_files(tmp_path):
     with pytest.raises(FileNotFoundError, match="nope.txt does not exist"):
         load_dataset(f"edgelist:{tmp_path / 'nope.txt'}")
@@ -175,6 +202,80 @@ def test_edgelist_missing_files(tmp_path):
     edges = write(tmp_path / "g.txt", "0 1\n")
     with pytest.raises(FileNotFoundError, match="nolabels.txt does not exist"):
         load_dataset(f"edgelist:{edges}:{tmp_path / 'nolabels.txt'}")
+
+
+# ------------------------------------------------------------------- metis
+# 5 vertices: a triangle 1-2-3, the edge 3-4, vertex 5 alone (a blank line); the same graph in the fmt variants.
+METIS_PLAIN = "% the METIS manual's layout\n5 4\n2 3\n1 3\n1 2 4\n3\n\n"
+METIS_WEIGHTED = {
+    "1": "5 4 1\n2 7 3 1\n1 7 3 2\n1 1 2 2 4 9\n3 9\n\n",                           # edge weights
+    "011 2": "% two weights per vertex\n5 4 011 2\n4 1 2 7 3 1\n1 0 1 7 3 2\n2 2 1 1 2 2 4 9\n1 1 3 9\n5 5\n",
+    "100": "5 4 100\n1 2 3\n1 1 3\n3 1 2 4\n1 3\n1\n",                                # vertex sizes
+    "010": "5   4   010\n\t3\t2 3\n1 1 3   \n1 1 2 4\r\n% a comment inside\n1 3\n0\n\n\n",  # blanks, CRLF
+}
+METIS_EDGES = {(0, 1), (0, 2), (1, 2), (2, 3)}
+
+
+@pytest.mark.parametrize("fmt", [None, *METIS_WEIGHTED])
+def test_metis_reader(tmp_path, fmt):
+    file = write(tmp_path / "g.graph", METIS_PLAIN if fmt is None else METIS_WEIGHTED[fmt])
+    g = load_dataset(f"metis:{file}")
+    assert_normalised(g)
+    assert (g.name, g.num_nodes, g.num_edges, g.num_features, g.num_classes) == ("g", 5, 8, 0, 0)
+    assert undirected(g) == METIS_EDGES and g.x is None and g.y is None
+    assert g.meta["source"] == f"metis:{file.resolve()}"
+    reason = untrainable_reason(f"metis:{file}")  # from the spec alone
+    assert "has no node features" in reason and "METIS" in reason
+
+
+def test_metis_matches_a_random_graph(tmp_path):
+    rng = np.random.default_rng(5)
+    n = 3000
+    src, dst = rng.integers(0, n, 20000), rng.integers(0, n, 20000)
+    keep = src != dst
+    edges = {(min(a, b), max(a, b)) for a, b in zip(src[keep].tolist(), dst[keep].tolist())}
+    neighbours = [[] for _ in range(n)]
+    for a, b in edges:
+        neighbours[a].append(b + 1)
+        neighbours[b].append(a + 1)
+    text = f"{n} {len(edges)}\n" + "".join(" ".join(map(str, row)) + "\n" for row in neighbours)
+    g = read_metis(write(tmp_path / "big.graph", text))
+    assert (g.num_nodes, g.num_edges) == (n, 2 * len(edges)) and undirected(g) == edges
+
+
+@pytest.mark.parametrize("text, message", [
+    ("5 5\n2 3\n1 3\n1 2 4\n3\n\n", (r"the METIS header says 5 edges, so 2\*m = 10 adjacency entries .* but the "
+                                    r"vertex lines hold 8; is it an edge list\?")),
+    ("5 4\n2 3\n1 3\n1 2 6\n3\n\n", r"line 4: a neighbour outside 1\.\.5 \(METIS ids are 1-based\), got '1 2 6'"),
+    ("5 4\n2 3\n1 3\n1 2 4\n3\n", r"the METIS header says 5 vertices but only 4 vertex lines follow"),
+    ("3 2\n2\n1 3\n2\n4 1\n", r"line 5: more vertex lines than the 3 the header announces, got '4 1'"),
+    ("3 2 1\n2 1\n1 1 3\n2 1\n", (r"line 3: a neighbour without its edge weight \(fmt 001 puts a weight after every "
+                                 r"neighbour\), got '1 1 3'")),
+    ("3 2 010 2\n1 2 2\n1 1 1 3\n1\n", r"line 4: the line ends before the vertex's 2 size/weight field\(s\)"),
+    ("3 2\n2\n1 x\n2\n", r"line 3: expected integers, got '1 x'"),
+    ("3 2\n2\n1,3\n2\n", r"line 3: expected integers, got '1,3'"),
+    ("id_1,id_2\n1,2\n", r"line 1: expected a METIS header 'n m \[fmt \[ncon\]\]'.*, got 'id_1,id_2'"),
+    ("3 2 12\n", r"line 1: expected a METIS header"),
+    ("% only a comment\n", r"holds no METIS header"),
+    ("0 1\n1 2\n2 0\n", r"line 2: more vertex lines than the 0 the header announces.*edgelist:"),
+    ("1 99999999\n\n", r"the METIS header says 99,999,999 edges, more than its 12 bytes can list"),
+])
+def test_metis_errors(tmp_path, text, message):
+    file = write(tmp_path / "bad.graph", text)
+    with pytest.raises(ValueError, match=message) as info:
+        load_dataset(f"metis:{file}")
+    assert str(info.value).startswith(str(file)) and "\n" not in str(info.value)
+
+
+def test_metis_wrong_kinds(tmp_path):
+    with pytest.raises(FileNotFoundError, match=r"nope\.graph does not exist; expected a METIS graph file"):
+        load_dataset(f"metis:{tmp_path / 'nope.graph'}")
+    np.savez(tmp_path / "g.npz", a=np.ones(2))
+    with pytest.raises(ValueError, match=r"g\.npz is a zip archive \(a \.npz\?\), not a text file of a METIS graph; "
+                                         r"read it with npz:"):
+        load_dataset(f"metis:{tmp_path / 'g.npz'}")
+    with pytest.raises(ValueError, match="is a directory; expected a text file of a METIS graph"):
+        load_dataset(f"metis:{tmp_path}")
 
 
 # ------------------------------------------------------------------- musae
@@ -237,12 +338,24 @@ def test_musae_errors(tmp_path):
     write_musae(tmp_path / "two", prefix="git")
     with pytest.raises(ValueError, match=r"holds 2 MUSAE edge files \(\['facebook_edges.csv', 'git_edges.csv'\]\)"):
         read_musae(tmp_path / "two")
-    write_musae(tmp_path / "nojson")
-    (tmp_path / "nojson" / "facebook.json").unlink()
-    with pytest.raises(FileNotFoundError, match=r"facebook\.json does not exist"):
-        read_musae(tmp_path / "nojson")
-    write_musae(tmp_path / "col", column="kind")
-    with pytest.raises(ValueError, match=r"needs an 'id' column and a label column"):
+    write_musae(tmp_path / "notarget")
+    (tmp_path / "notarget" / "facebook_target.csv").unlink()
+    with pytest.raises(FileNotFoundError, match=r"facebook_target\.csv does not exist"):
+        read_musae(tmp_path / "notarget")
+    write_musae(tmp_path / "col", column="kind")  # columns id, facebook_id, page_name, kind
+    with pytest.raises(ValueError, match=r"facebook_target\.csv: cannot tell which of the columns \['id', "
+                                         r"'facebook_id', 'page_name', 'kind'\] is the label .*; name it as "
+                                         r"musae:.*col:label=COLUMN$"):
+        read_musae(tmp_path / "col")
+    assert load_dataset(f"musae:{tmp_path / 'col'}:label=kind").meta["label_column"] == "kind"
+    with pytest.raises(ValueError, match=r"has no label column 'nope'; its columns are \['id', 'facebook_id'"):
+        load_dataset(f"musae:{tmp_path / 'col'}:label=nope")
+    with pytest.raises(ValueError, match=r"bad option 'column=kind'; musae: takes label=\.\.\.,seed=\.\.\."):
+        load_dataset(f"musae:{tmp_path / 'col'}:column=kind")
+    with pytest.raises(ValueError, match=r"option seed must be a non-negative integer, got 'x'"):
+        load_dataset(f"musae:{tmp_path / 'col'}:label=kind,seed=x")
+    write(tmp_path / "col" / "facebook_target.csv", "node,kind\n0,a\n")
+    with pytest.raises(ValueError, match=r"has no node id column \('new_id' or 'id'\)"):
         read_musae(tmp_path / "col")
     write_musae(tmp_path / "far")
     with open(tmp_path / "far" / "facebook_edges.csv", "a") as f:
@@ -261,6 +374,56 @@ def test_musae_errors(tmp_path):
         f.write("61,0,x,tvshow\n")
     with pytest.raises(ValueError, match=r"must list every node 0..N-1 exactly once"):
         read_musae(tmp_path / "ids")
+
+
+def test_musae_without_features(tmp_path):
+    src, dst, _, _ = write_musae(tmp_path / "fb")
+    (tmp_path / "fb" / "facebook.json").unlink()
+    g = load_dataset(f"musae:{tmp_path / 'fb'}")
+    assert_normalised(g)
+    keep = src != dst
+    edges = {(min(s, d), max(s, d)) for s, d in zip(src[keep].tolist(), dst[keep].tolist())}
+    assert (g.num_nodes, g.num_edges, g.num_features, g.num_classes, g.x) == (60, 2 * len(edges), 0, 4, None)
+    assert int(g.train_mask.sum()) == 60
+    reason = untrainable_reason(f"musae:{tmp_path / 'fb'}", g)
+    assert "has no node features" in reason and "NAME_features.json" in reason
+    assert describe_dataset(f"musae:{tmp_path / 'fb'}")["features"] == 0
+
+
+def write_twitch(folder: Path, n=50, seed=0):
+    """A Twitch set as SNAP ships it (twitch/DE/): musae_DE_edges.csv with a from,to header,
+    musae_DE_features.json and musae_DE_target.csv whose 'id' is the Twitch id and 'new_id' the node id."""
+    folder.mkdir(parents=True)
+    rng = np.random.default_rng(seed)
+    src, dst = rng.integers(0, n, 150), rng.integers(0, n, 150)
+    src[:n], dst[:n] = np.arange(n), np.roll(np.arange(n), 1)
+    write(folder / "musae_DE_edges.csv", "from,to\n" + "".join(f"{s},{d}\n" for s, d in zip(src, dst)))
+    write(folder / "musae_DE_features.json", json.dumps({str(i): [int(i % 5), 5 + int(i % 3)] for i in range(n)}))
+    mature, partner = rng.random(n) < 0.4, rng.random(n) < 0.2
+    order = rng.permutation(n)
+    rows = [f"{98000000 + 17 * i},{int(rng.integers(100, 3000))},{mature[i]},{int(rng.integers(0, 10**6))},"
+            f"{partner[i]},{i}\n" for i in order]
+    write(folder / "musae_DE_target.csv", "id,days,mature,views,partner,new_id\n" + "".join(rows))
+    return src, dst, mature, partner
+
+
+def test_musae_twitch_layout(tmp_path):
+    src, dst, mature, partner = write_twitch(tmp_path / "twitch" / "DE")
+    g = load_dataset(f"musae:{tmp_path / 'twitch' / 'DE'}")
+    assert_normalised(g)
+    assert (g.name, g.num_nodes, g.num_features, g.num_classes) == ("musae_DE", 50, 8, 2)
+    assert g.meta["label_column"] == "mature" and g.meta["class_names"] == ["False", "True"]
+    assert torch.equal(g.y, torch.from_numpy(mature.astype(np.int64)))  # rows by new_id, not by Twitch id
+    keep = src != dst
+    edges = {(min(s, d), max(s, d)) for s, d in zip(src[keep].tolist(), dst[keep].tolist())}
+    assert undirected(g) == edges and g.num_edges == 2 * len(edges)
+    assert g.x[7].nonzero().flatten().tolist() == [2, 6]
+    by_partner = load_dataset(f"musae:{tmp_path / 'twitch' / 'DE'}:label=partner,seed=3")
+    assert by_partner.meta["label_column"] == "partner"
+    assert by_partner.meta["source"].endswith("DE:label=partner,seed=3")
+    assert torch.equal(by_partner.y, torch.from_numpy(partner.astype(np.int64)))
+    assert not torch.equal(by_partner.train_mask, load_dataset(f"musae:{tmp_path / 'twitch' / 'DE'}:label=partner")
+                           .train_mask)
 
 
 # --------------------------------------------------------- command line
