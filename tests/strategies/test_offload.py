@@ -146,11 +146,11 @@ def check_run(world_size: int, results: list[list[dict]]) -> None:
             assert measured == expected, f"{tag} {key}: measured {measured} != closed form {expected}"
         # the hybrid backward moves no neighbour rows: host neighbour traffic is one pass per layer
         rows = layer_pass_rows(sets, dedup)
-        passes = sum(1 + (mode == "recompute") for mode in runs[0]["modes"])
-        if all(mode == recompute for mode in runs[0]["modes"]):
+        assert all(r["modes"] == runs[0]["modes"] for r in runs), f"{tag}: workers chose different layer modes"
+        if recompute != "auto":  # an explicit --recompute is every layer's mode
+            assert runs[0]["modes"] == [recompute] * dims.num_layers, tag
             assert expected.get("h2d_local", 0) == sum(
                 (1 + (recompute == "recompute")) * rows.h2d_local * d * elem for d in dims.widths), tag
-            assert passes == dims.num_layers * (1 + (recompute == "recompute"))
         if world_size > 1 and dedup != "baseline":
             assert expected.get("p2p", 0) > 0 and expected.get("h2d_remote", 0) == 0, tag
         if dedup in ("intra", "reorg") and chunks > 1:
