@@ -36,7 +36,8 @@ TRAIN_OPTIONS = {
     "partitions": ("strategy", "partitions"), "cache_dir": (None, "cache_dir"), "minibatch": ("strategy", "minibatch"),
     "fanouts": ("strategy", "fanouts"), "batch_size": ("strategy", "batch_size"),
     "chunks": ("strategy", "chunks"), "dedup": ("strategy", "dedup"), "recompute": ("strategy", "recompute"),
-    "memory_budget": ("strategy", "memory_budget"),
+    "memory_budget": ("strategy", "memory_budget"), "shm_dir": ("strategy", "shm_dir"),
+    "timeout": ("strategy", "timeout"),
     "cache": ("strategy", "cache"), "cache_fraction": ("strategy", "cache_fraction"),
     "seed": (None, "seed"), "dtype": (None, "dtype"), "device": (None, "device"), "json": (None, "json"),
     "checkpoint": (None, "checkpoint"), "resume": (None, "resume"), "progress": (None, "progress"),
@@ -90,6 +91,10 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--recompute", choices=["auto", "hybrid", "recompute", "none"],
                    help="offload: intermediate data per layer (default auto: the cost model decides)")
     p.add_argument("--memory-budget", help="offload: per-worker device-memory budget, e.g. 256MiB; picks the smallest K")
+    p.add_argument("--shm-dir", metavar="DIR",
+                   help="offload: directory of the host arrays the workers share (default /dev/shm)")
+    p.add_argument("--timeout", type=float, metavar="SECONDS",
+                   help="seconds a collective waits for every worker before the run fails (default 600)")
     p.add_argument("--cache", choices=["none", "pagraph", "quiver"],
                    help="data-parallel feature cache: none (DGL-like), pagraph, quiver; default none")
     p.add_argument("--cache-fraction", type=float,
@@ -225,6 +230,9 @@ def main(argv: list[str] | None = None) -> int:
     except WorkerError as err:
         print(f"graphscale: error: {err}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:
+        print("graphscale: interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

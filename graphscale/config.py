@@ -14,6 +14,9 @@ from pathlib import Path
 
 import tomllib
 
+#: Collective timeout in seconds unless ``--timeout`` says otherwise (PyTorch's default).
+DEFAULT_TIMEOUT_S = 600.0
+
 
 @dataclass
 class DataConfig:
@@ -71,6 +74,10 @@ class StrategyConfig:
     """``offload`` intermediate data per layer: ``auto`` (cost model), ``hybrid``, ``recompute`` or ``none``."""
     memory_budget: str = ""
     """``offload``: per-worker device-memory budget (e.g. ``256MiB``); picks the smallest K that fits."""
+    shm_dir: str = "/dev/shm"
+    """``offload``: where the host arrays shared by the workers live (a memory-backed tmpfs by default)."""
+    timeout: float = DEFAULT_TIMEOUT_S
+    """Seconds a collective waits for every worker before the run fails."""
 
 
 @dataclass

@@ -73,6 +73,7 @@ def test_cli_train_prints_table_and_writes_json(tmp_path, capsys):
     (["--strategy", "magic"], "unknown strategy 'magic'"),
     (["--resume"], "--resume needs --checkpoint"),
     (["--workers", "0"], "--workers must be >= 1"),
+    (["--timeout", "0"], "--timeout must be > 0"),
     (["--strategy", "graph-parallel", "--minibatch"], "--minibatch applies to strategy 'single' only"),
 ])
 def test_cli_bad_options_give_clear_errors(argv, message, capsys):
