@@ -39,6 +39,8 @@ TRAIN_OPTIONS = {
     "memory_budget": ("strategy", "memory_budget"),
     "parts": ("strategy", "parts"), "average_every": ("strategy", "average_every"),
     "average_optimizer": ("strategy", "average_optimizer"), "state_dir": ("strategy", "state_dir"),
+    "shm_dir": ("strategy", "shm_dir"),
+    "timeout": ("strategy", "timeout"),
     "cache": ("strategy", "cache"), "cache_fraction": ("strategy", "cache_fraction"),
     "seed": (None, "seed"), "dtype": (None, "dtype"), "device": (None, "device"), "json": (None, "json"),
     "checkpoint": (None, "checkpoint"), "resume": (None, "resume"), "progress": (None, "progress"),
@@ -100,6 +102,10 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--state-dir", metavar="DIR", help="model-averaging: per-partition states when a worker trains "
                                                       "several partitions or the run keeps checkpoints (default: "
                                                       "under the cache directory)")
+    p.add_argument("--shm-dir", metavar="DIR",
+                   help="offload: directory of the host arrays the workers share (default /dev/shm)")
+    p.add_argument("--timeout", type=float, metavar="SECONDS",
+                   help="seconds a collective waits for every worker before the run fails (default 600)")
     p.add_argument("--cache", choices=["none", "pagraph", "quiver"],
                    help="data-parallel feature cache: none (DGL-like), pagraph, quiver; default none")
     p.add_argument("--cache-fraction", type=float,
@@ -235,6 +241,9 @@ def main(argv: list[str] | None = None) -> int:
     except WorkerError as err:
         print(f"graphscale: error: {err}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:
+        print("graphscale: interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

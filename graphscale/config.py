@@ -14,6 +14,9 @@ from pathlib import Path
 
 import tomllib
 
+#: Collective timeout in seconds unless ``--timeout`` says otherwise (PyTorch's default).
+DEFAULT_TIMEOUT_S = 600.0
+
 
 @dataclass
 class DataConfig:
@@ -80,6 +83,10 @@ class StrategyConfig:
     state_dir: str = ""
     """``model-averaging``: where per-partition states live when a worker trains several partitions or the run
     keeps checkpoints (default: under the cache directory)."""
+    shm_dir: str = "/dev/shm"
+    """``offload``: where the host arrays shared by the workers live (a memory-backed tmpfs by default)."""
+    timeout: float = DEFAULT_TIMEOUT_S
+    """Seconds a collective waits for every worker before the run fails."""
 
 
 @dataclass

@@ -38,6 +38,8 @@ def validate(config: RunConfig) -> None:
         raise ValueError(f"--workers must be >= 1, got {config.strategy.workers}")
     if config.optim.epochs < 1:
         raise ValueError(f"--epochs must be >= 1, got {config.optim.epochs}")
+    if not config.strategy.timeout > 0:
+        raise ValueError(f"--timeout must be > 0 seconds, got {config.strategy.timeout}")
     from graphscale.data.datasets import FEATURE_NORMS, untrainable_reason
     reason = config.data.dataset and untrainable_reason(config.data.dataset)  # from the spec alone
     if reason:
@@ -125,7 +127,8 @@ def run(config: RunConfig) -> dict:
     start = time.perf_counter()
     baseline = (os.getpid(), os_memory())  # the in-process worker's memory before its data is loaded
     data = prepare_data(config)  # before any worker starts: no worker waits while another partitions
-    results = launch(train_worker, config.strategy.workers, config, data, baseline, device=device)
+    results = launch(train_worker, config.strategy.workers, config, data, baseline, device=device,
+                     timeout_s=config.strategy.timeout)
     results.sort(key=lambda r: r["rank"])
     epochs = merge_histories(results)
     best = results[0]["best"]

@@ -41,3 +41,27 @@ def test_bad_config_files_name_the_problem(tmp_path, text, message):
 def test_missing_config_file(tmp_path):
     with pytest.raises(ValueError, match="does not exist"):
         build_config({}, tmp_path / "nope.toml")
+
+
+def test_timeout_and_shm_dir_from_flags_and_file(tmp_path, monkeypatch):
+    default = build_config({})
+    assert default.strategy.timeout == 600.0 and default.strategy.shm_dir == "/dev/shm"
+    args = build_parser().parse_args(["train", "--timeout", "5", "--shm-dir", str(tmp_path)])
+    cfg = build_config(overrides_from_args(args))
+    assert cfg.strategy.timeout == 5.0 and cfg.strategy.shm_dir == str(tmp_path)
+    toml = tmp_path / "run.toml"
+    toml.write_text("[strategy]\ntimeout = 30\n")
+    assert build_config({}, toml).strategy.timeout == 30.0
+    # run() hands the timeout to launch
+    import graphscale.run
+
+    seen = {}
+
+    def fake_launch(fn, world_size, *args, **kwargs):
+        seen.update(kwargs)
+        raise RuntimeError("stop here")
+
+    monkeypatch.setattr(graphscale.run, "launch", fake_launch)
+    with pytest.raises(RuntimeError, match="stop here"):
+        graphscale.run.run(build_config({"strategy": {"timeout": 7}, "progress": False}))
+    assert seen["timeout_s"] == 7.0

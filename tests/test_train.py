@@ -74,6 +74,7 @@ def test_cli_train_prints_table_and_writes_json(tmp_path, capsys):
     (["--resume"], "--resume needs --checkpoint"),
     (["--workers", "0"], "--workers must be >= 1"),
     (["--strategy", "graph-parallel", "--minibatch"], "--minibatch applies to strategies 'single' and 'model-averaging'"),
+    (["--timeout", "0"], "--timeout must be > 0"),
 ])
 def test_cli_bad_options_give_clear_errors(argv, message, capsys):
     assert main(["train", "--epochs", "1", "--no-progress", *argv]) == 2

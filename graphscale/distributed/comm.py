@@ -19,9 +19,18 @@ gives the bytes that crossed the wire. The byte model of each collective:
 
 ``world_size == 1`` never touches ``torch.distributed`` and records nothing
 (there is no other rank to send to).
+
+A collective that fails raises :class:`CollectiveError` naming the collective,
+its category and the rank; one that waited ``env.timeout`` for a worker that
+never joined it says it timed out.
 """
 
 from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import timedelta
 
 import torch
 import torch.distributed as dist
@@ -33,6 +42,26 @@ from graphscale.metrics.ledger import HOST
 CONTROL = "control"
 #: Ledger category of the gradient all-reduce.
 ALLREDUCE = "allreduce"
+
+
+class CollectiveError(RuntimeError):
+    """A collective failed on this rank; the backend's error is the ``__cause__``.
+
+    Attributes:
+        timed_out: it waited the whole collective timeout for a worker that did not join it.
+    """
+
+    def __init__(self, rank: int, name: str, category: str | None, seconds: float, timeout: timedelta,
+                 cause: BaseException) -> None:
+        limit = timeout.total_seconds()
+        self.timed_out = seconds >= 0.95 * limit
+        what = f"rank {rank}: collective {name}" + (f" (category {category!r})" if category else "")
+        if self.timed_out:
+            detail = (f"{what} timed out after {seconds:.1f} s (timeout {limit:g} s): another worker did not enter "
+                      "it, being hung, stuck elsewhere or slower than the timeout (--timeout raises it)")
+        else:
+            detail = f"{what} failed after {seconds:.1f} s: {cause}"
+        super().__init__(detail)
 
 
 def nbytes(t: torch.Tensor) -> int:
@@ -78,10 +107,21 @@ class Comm:
         self.ledger.add(category, nbytes, peer)
 
     # ---------------------------------------------------------- collectives
+    @contextmanager
+    def _collective(self, name: str, category: str | None) -> Iterator[None]:
+        """Turn a backend error inside the block into a :class:`CollectiveError` naming the collective."""
+        start = time.monotonic()
+        try:
+            yield
+        except RuntimeError as err:
+            raise CollectiveError(self.rank, name, category, time.monotonic() - start, self.env.timeout,
+                                  err) from err
+
     def barrier(self) -> None:
         """Wait for every rank."""
         if self.world_size > 1:
-            dist.barrier(group=self.group)
+            with self._collective("barrier", None):
+                dist.barrier(group=self.group)
 
     def exchange_counts(self, send_counts: list[int]) -> list[int]:
         """Tell every rank how many items I send it; learn how many each rank sends me.
@@ -97,7 +137,8 @@ class Comm:
             return [int(c) for c in send_counts]
         send = torch.tensor(send_counts, dtype=torch.int64, device=self.env.device)
         recv = torch.empty_like(send)
-        dist.all_to_all_single(recv, send, group=self.group)
+        with self._collective("exchange_counts", CONTROL):
+            dist.all_to_all_single(recv, send, group=self.group)
         for peer in range(self.world_size):
             self.record(CONTROL, 8, peer)
         return [int(c) for c in recv.tolist()]
@@ -131,8 +172,9 @@ class Comm:
             return send.clone() if out is None else out.copy_(send)
         send = send.contiguous()
         out = send.new_empty(shape) if out is None else out
-        dist.all_to_all_single(out, send, output_split_sizes=list(recv_counts), input_split_sizes=list(send_counts),
-                               group=self.group)
+        with self._collective("all_to_all_v", category):
+            dist.all_to_all_single(out, send, output_split_sizes=list(recv_counts),
+                                   input_split_sizes=list(send_counts), group=self.group)
         row = send.element_size() * send.shape[1:].numel()
         for peer, count in enumerate(send_counts):
             self.record(category, count * row, peer)
@@ -151,7 +193,8 @@ class Comm:
         """Reduce ``t`` in place across ranks and return it; recorded with the ring model."""
         if self.world_size == 1:
             return t
-        dist.all_reduce(t, op=op, group=self.group)
+        with self._collective("all_reduce", category):
+            dist.all_reduce(t, op=op, group=self.group)
         self.record(category, ring_allreduce_bytes(t.numel(), t.element_size(), self.rank, self.world_size),
                     (self.rank + 1) % self.world_size)
         return t
@@ -162,7 +205,8 @@ class Comm:
             raise ValueError(f"broadcast: src={src} is not a rank of a {self.world_size}-worker group")
         if self.world_size == 1:
             return t
-        dist.broadcast(t, src=src, group=self.group)
+        with self._collective("broadcast", category):
+            dist.broadcast(t, src=src, group=self.group)
         if self.rank == src:
             for peer in range(self.world_size):
                 self.record(category, nbytes(t), peer)

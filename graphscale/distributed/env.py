@@ -7,6 +7,7 @@ from datetime import timedelta
 
 import torch
 
+from graphscale.config import DEFAULT_TIMEOUT_S
 from graphscale.metrics.ledger import Ledger
 
 
@@ -33,7 +34,7 @@ class DistEnv:
     device: torch.device = field(default_factory=lambda: torch.device("cpu"))
     backend: str = "none"
     group: object | None = None
-    timeout: timedelta = field(default_factory=lambda: timedelta(seconds=120))
+    timeout: timedelta = field(default_factory=lambda: timedelta(seconds=DEFAULT_TIMEOUT_S))
     ledger: Ledger = field(default_factory=Ledger)
 
     @classmethod

@@ -20,20 +20,36 @@
 Failures never hang the parent: the first worker that raises or dies (also by
 segfault or ``os._exit``) ends the run; the parent terminates the others and
 raises :class:`WorkerError` naming the rank with its full traceback. Collectives
-carry ``timeout_s`` so a worker blocked on a dead peer fails too.
+carry ``timeout_s`` (``--timeout``, default 600 s) so a worker blocked on a hung
+or dead peer fails too; when a collective timed out
+(:class:`~graphscale.distributed.comm.CollectiveError` names it) the error also
+lists the workers that were still running, the candidates for the hang.
+
+Workers never outlive the launcher. Each asks the kernel to SIGKILL it when the
+launcher exits (``PR_SET_PDEATHSIG``, Linux), so even a SIGKILLed launcher
+leaves no orphans; SIGTERM to the launcher stops the workers and removes the
+directory before it exits (code 143); workers ignore SIGINT, so Ctrl-C (which
+reaches the whole process group) is handled by the launcher alone, which stops
+them and raises ``KeyboardInterrupt``. A tiny janitor process removes the
+launch directory after the launcher is gone, whatever ended it.
 """
 
 from __future__ import annotations
 
 import atexit
+import ctypes
 import os
 import pickle
 import shutil
+import signal
+import subprocess
 import sys
 import tempfile
+import threading
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -42,12 +58,18 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+from graphscale.config import DEFAULT_TIMEOUT_S
+from graphscale.distributed.comm import CollectiveError
 from graphscale.distributed.env import DistEnv
 from graphscale.metrics.ledger import Ledger
 
 TORCHRUN_VARS = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 _POLL_S = 0.02
 _KILL_GRACE_S = 2.0
+_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+#: Removes the launch directory once the launcher is gone: its stdin is a pipe from the launcher, which reaches
+#: end-of-file when the launcher exits, also by SIGKILL, when it cannot clean up itself.
+_JANITOR = "import shutil, sys; sys.stdin.buffer.read(); shutil.rmtree(sys.argv[1], ignore_errors=True)"
 
 
 class WorkerError(RuntimeError):
@@ -57,16 +79,23 @@ class WorkerError(RuntimeError):
         rank: the failing worker's rank.
         exitcode: its process exit code (negative = killed by that signal), or ``None`` in-process.
         worker_traceback: the worker's formatted traceback (empty when it died without one).
+        still_running: when a collective of this worker timed out, the workers still running then: those that
+            never entered it (or are slower than the timeout).
     """
 
-    def __init__(self, rank: int, worker_traceback: str, exitcode: int | None = None) -> None:
+    def __init__(self, rank: int, worker_traceback: str, exitcode: int | None = None,
+                 still_running: list[int] | None = None) -> None:
         self.rank = rank
         self.exitcode = exitcode
         self.worker_traceback = worker_traceback
+        self.still_running = still_running or []
         if worker_traceback:
             detail = f"worker {rank} failed:\n{worker_traceback.rstrip()}"
         else:
             detail = f"worker {rank} died with exit code {exitcode} and left no traceback (crash or os._exit)"
+        if self.still_running:
+            detail += (f"\nworkers still running when its collective timed out: "
+                       f"{', '.join(map(str, self.still_running))}")
         super().__init__(detail)
 
 
@@ -117,7 +146,8 @@ def torchrun_detected() -> bool:
     return all(name in os.environ for name in TORCHRUN_VARS)
 
 
-def join_torchrun(backend: str | None = None, device: str | torch.device = "auto", timeout_s: float = 120) -> DistEnv:
+def join_torchrun(backend: str | None = None, device: str | torch.device = "auto",
+                  timeout_s: float = DEFAULT_TIMEOUT_S) -> DistEnv:
     """Join the process group described by torchrun's environment variables.
 
     Initialises the default group via ``env://`` (or reuses one that is already
@@ -155,7 +185,7 @@ def join_torchrun(backend: str | None = None, device: str | torch.device = "auto
 
 
 def launch(fn: Callable[..., Any], world_size: int, *args: Any, backend: str | None = None,
-           device: str | torch.device = "auto", timeout_s: float = 120) -> list[Any]:
+           device: str | torch.device = "auto", timeout_s: float = DEFAULT_TIMEOUT_S) -> list[Any]:
     """Run ``fn(env, *args)`` on ``world_size`` workers and return their results by rank.
 
     Args:
@@ -196,8 +226,10 @@ def launch(fn: Callable[..., Any], world_size: int, *args: Any, backend: str | N
 
 # ---------------------------------------------------------------- spawning
 def _worker(rank: int, world_size: int, fn: Callable, args: tuple, workdir: str, backend: str, kind: str,
-            timeout_s: float) -> None:
+            timeout_s: float, launcher_pid: int) -> None:
     """Body of one spawned worker: join the group, run ``fn``, write the outcome file."""
+    _die_with_launcher(launcher_pid)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole process group: the launcher stops us
     out = Path(workdir) / f"rank{rank}.pkl"
     try:
         torch.set_num_threads(max(1, _cpu_count() // world_size))
@@ -210,8 +242,9 @@ def _worker(rank: int, world_size: int, fn: Callable, args: tuple, workdir: str,
         env = DistEnv(rank=rank, world_size=world_size, device=dev, backend=backend, timeout=timeout, ledger=Ledger())
         result = fn(env, *args)
         payload = pickle.dumps(("ok", result))
-    except BaseException:  # noqa: BLE001 - every failure must reach the parent
-        payload = pickle.dumps(("error", traceback.format_exc(), time.time()))
+    except BaseException as err:  # noqa: BLE001 - every failure must reach the parent
+        timed_out = isinstance(err, CollectiveError) and err.timed_out
+        payload = pickle.dumps(("error", traceback.format_exc(), time.time(), timed_out))
         _write_atomic(out, payload)
         os._exit(1)  # skip interpreter teardown: peers may be blocked on us and the parent is stopping them
     _write_atomic(out, payload)
@@ -225,6 +258,14 @@ def _worker(rank: int, world_size: int, fn: Callable, args: tuple, workdir: str,
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(0)
+
+
+def _die_with_launcher(launcher_pid: int) -> None:
+    """Have the kernel SIGKILL this worker when the launcher exits (Linux), even when nothing of it runs then."""
+    if sys.platform.startswith("linux"):
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL))
+    if os.getppid() != launcher_pid:  # the launcher exited before the request took effect
+        os._exit(1)
 
 
 def _write_atomic(path: Path, payload: bytes) -> None:
@@ -252,6 +293,24 @@ def _stop(procs: list) -> None:
             p.join()
 
 
+def _raise_exit(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)
+
+
+@contextmanager
+def _sigterm_exits() -> Iterator[None]:
+    """Inside the block SIGTERM raises ``SystemExit(143)``, so that the launcher's cleanup runs (main thread, and
+    only where SIGTERM has its default action: a handler installed by the caller is left alone)."""
+    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGTERM) != signal.SIG_DFL:
+        yield
+        return
+    signal.signal(signal.SIGTERM, _raise_exit)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
 def _spawn(fn: Callable, world_size: int, args: tuple, backend: str, kind: str, timeout_s: float) -> list[Any]:
     try:
         pickle.dumps(fn)
@@ -260,36 +319,48 @@ def _spawn(fn: Callable, world_size: int, args: tuple, backend: str, kind: str, 
                          "pass a module-level function") from None
     ctx = mp.get_context("spawn")
     workdir = tempfile.mkdtemp(prefix="graphscale-launch-")
+    # its own session: a Ctrl-C in the terminal does not reach it
+    janitor = subprocess.Popen([sys.executable, "-I", "-S", "-c", _JANITOR, workdir], stdin=subprocess.PIPE,
+                               start_new_session=True)
     procs = []
-    try:
-        for rank in range(world_size):
-            p = ctx.Process(target=_worker, args=(rank, world_size, fn, args, workdir, backend, kind, timeout_s),
-                            name=f"graphscale-worker-{rank}", daemon=False)
-            p.start()
-            procs.append(p)
-        outcomes: dict[int, tuple] = {}
-        while len(outcomes) < world_size:
-            failed: list[tuple[float, WorkerError]] = []
-            for rank, p in enumerate(procs):
-                if rank in outcomes or p.is_alive():
-                    continue
-                p.join()
-                outcome = _read_outcome(Path(workdir) / f"rank{rank}.pkl")
-                if outcome is not None and outcome[0] == "ok" and p.exitcode == 0:
-                    outcomes[rank] = outcome
-                else:
-                    raised = outcome is not None and outcome[0] == "error"
-                    when = outcome[2] if raised else float("-inf")
-                    failed.append((when, WorkerError(rank, outcome[1] if raised else "", p.exitcode)))
-            if failed:
-                _stop(procs)
-                # A worker that died without a traceback (crash, os._exit) is the cause: its peers' errors
-                # ("connection closed") follow from it. Otherwise the earliest traceback is the cause, since
-                # peers blocked on a failed worker fail after it. Ties go to the lowest rank.
-                failed.sort(key=lambda item: (item[0], item[1].rank))
-                raise failed[0][1]
-            time.sleep(_POLL_S)
-        return [outcomes[rank][1] for rank in range(world_size)]
-    finally:
-        _stop(procs)
-        shutil.rmtree(workdir, ignore_errors=True)
+    with _sigterm_exits():
+        try:
+            for rank in range(world_size):
+                p = ctx.Process(target=_worker, name=f"graphscale-worker-{rank}", daemon=False,
+                                args=(rank, world_size, fn, args, workdir, backend, kind, timeout_s, os.getpid()))
+                p.start()
+                procs.append(p)
+            return _collect(procs, Path(workdir))
+        finally:
+            _stop(procs)
+            shutil.rmtree(workdir, ignore_errors=True)
+            janitor.stdin.close()
+            janitor.wait()
+
+
+def _collect(procs: list, workdir: Path) -> list[Any]:
+    """Wait for every worker's result; raise :class:`WorkerError` for the first failure."""
+    outcomes: dict[int, tuple] = {}
+    while len(outcomes) < len(procs):
+        failed: list[tuple[float, int, str, bool]] = []  # (when, rank, traceback, timed out)
+        for rank, p in enumerate(procs):
+            if rank in outcomes or p.is_alive():
+                continue
+            p.join()
+            outcome = _read_outcome(workdir / f"rank{rank}.pkl")
+            if outcome is not None and outcome[0] == "ok" and p.exitcode == 0:
+                outcomes[rank] = outcome
+            elif outcome is not None and outcome[0] == "error":
+                failed.append((outcome[2], rank, outcome[1], outcome[3]))
+            else:
+                failed.append((float("-inf"), rank, "", False))
+        if failed:
+            # A worker that died without a traceback (crash, os._exit) is the cause: its peers' errors
+            # ("connection closed") follow from it. Otherwise the earliest traceback is the cause, since
+            # peers blocked on a failed worker fail after it. Ties go to the lowest rank.
+            _, rank, worker_traceback, timed_out = min(failed)
+            running = [r for r, p in enumerate(procs) if p.is_alive()] if timed_out else None
+            _stop(procs)
+            raise WorkerError(rank, worker_traceback, procs[rank].exitcode, running)
+        time.sleep(_POLL_S)
+    return [outcomes[rank][1] for rank in range(len(procs))]

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
 import torch
 
 from graphscale.data.block import Block
-from graphscale.distributed.comm import CONTROL, Comm, ring_allreduce_bytes
+from graphscale.distributed.comm import CONTROL, CollectiveError, Comm, ring_allreduce_bytes
 from graphscale.distributed.env import DistEnv
 from graphscale.distributed.functional import HaloExchange, all_to_all_v
 from graphscale.partition.base import halo_sizes
@@ -140,3 +142,12 @@ def test_ring_allreduce_bytes_sums_to_twice_w_minus_one():
         for numel in (0, 1, 5, 13, 64):
             assert sum(ring_allreduce_bytes(numel, 8, r, w) for r in range(w)) == 2 * (w - 1) * numel * 8
     assert ring_allreduce_bytes(100, 4, 0, 1) == 0
+
+
+def test_collective_error_says_whether_it_timed_out():
+    cause = RuntimeError("Connection closed by peer")
+    failed = CollectiveError(1, "broadcast", "setup", 0.3, timedelta(seconds=10), cause)
+    assert not failed.timed_out
+    assert str(failed) == "rank 1: collective broadcast (category 'setup') failed after 0.3 s: Connection closed by peer"
+    waited = CollectiveError(0, "barrier", None, 10.0, timedelta(seconds=10), cause)
+    assert waited.timed_out and str(waited).startswith("rank 0: collective barrier timed out after 10.0 s (timeout 10 s)")

@@ -10,6 +10,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
+from graphscale.distributed.comm import CONTROL, Comm
 from graphscale.distributed.launch import WorkerError, launch, resolve_device
 from graphscale.testing import run_distributed
 
@@ -36,6 +37,34 @@ def _exit_on_rank0(env):
         os._exit(3)
     dist.barrier()
     return env.rank
+
+
+def _slow_rank0(env, seconds):
+    if env.rank == 0:
+        time.sleep(seconds)  # before the first collective
+    return float(Comm(env).all_reduce(torch.ones(1), CONTROL))
+
+
+def _rank1_never_joins(env):
+    if env.rank == 1:
+        time.sleep(60)  # stands for a hang outside any collective
+    return float(Comm(env).all_reduce(torch.ones(1), CONTROL))
+
+
+def test_worker_slower_than_a_short_timeout_finishes_under_a_longer_one():
+    assert run_distributed(_slow_rank0, 2, 3.0, timeout_s=10) == [2.0, 2.0]
+
+
+def test_hung_worker_ends_the_run_within_the_timeout_naming_rank_and_collective():
+    start = time.monotonic()
+    with pytest.raises(WorkerError) as info:
+        run_distributed(_rank1_never_joins, 2, timeout_s=3)
+    assert time.monotonic() - start < 20  # worker start-up and 3 s, not the 60 s hang
+    assert info.value.rank == 0 and info.value.still_running == [1]
+    message = str(info.value)
+    assert "rank 0: collective all_reduce (category 'control') timed out after" in message
+    assert "(timeout 3 s)" in message
+    assert message.endswith("workers still running when its collective timed out: 1")
 
 
 def test_single_worker_runs_in_process():

@@ -197,3 +197,106 @@ def replication_from_parts(n: int, edge_sets: list[set[tuple[int, int]]], inner:
             vs.update((u, v))
         total += len(vs)
     return total / n
+
+
+# ------------------------------------------------------------- 2PS-L oracle
+def reference_2psl(src, dst, n: int, p: int, *, remaining: str = "score", cluster_passes: int = 2,
+                   balance: float = 1.05, volume_cap: float = 0.1, seed: int = 0):
+    """2PS-L's passes in plain Python (dicts and sets, full scans for every minimum), after the module
+    docstring of :mod:`graphscale.partition.edge_stream`.
+
+    Returns:
+        ``(part per record, home per vertex before the isolated-vertex fill, number of clusters,
+        prepartitioned records)`` (``-1`` = no record).
+    """
+    records = list(zip(src.tolist(), dst.tolist()))
+    m = len(records)
+    deg = [0] * n
+    for _, v in records:
+        deg[v] += 1
+    # phase 1: streaming clustering, volume cap 0.1 |E| / p, clusters kept across passes
+    cluster: dict[int, int] = {}
+    vol: dict[int, int] = {}
+    cap = volume_cap * m / p
+    for _ in range(cluster_passes):
+        for u, v in records:
+            for x in (u, v):
+                if x not in cluster:
+                    cluster[x] = len(vol) + 1
+                    vol[cluster[x]] = deg[x]
+            cu, cv = cluster[u], cluster[v]
+            if cu == cv or vol[cu] > cap or vol[cv] > cap:
+                continue
+            if vol[cu] - deg[u] <= vol[cv] - deg[v]:  # the endpoint of the smaller real volume moves
+                mover, source, target = u, cu, cv
+            else:
+                mover, source, target = v, cv, cu
+            if vol[target] + deg[mover] <= cap:
+                vol[source] -= deg[mover]
+                vol[target] += deg[mover]
+                cluster[mover] = target
+    # clusters by volume, descending (ties: id), each to the partition of least volume (ties: lowest index);
+    # a cluster of volume 0 (only vertices with no in-records) is not scheduled: its records count as partition 0
+    scheduled = sorted((k for k in vol if vol[k] > 0), key=lambda k: (-vol[k], k))
+    part_volume = [0] * p
+    cpart: dict[int, int] = {}
+    for k in scheduled:
+        s = min(range(p), key=lambda s: (part_volume[s], s))
+        cpart[k] = s
+        part_volume[s] += vol[k]
+
+    def cluster_part(x):
+        return cpart.get(cluster.get(x, 0), 0)
+
+    full = balance * m / p
+    load = [0] * p
+    replicas = [set() for _ in range(n)]
+    home, src_home = [-1] * n, [-1] * n
+    out = [-1] * m
+
+    def least_loaded():
+        return min(range(p), key=lambda s: (load[s], s))
+
+    def linear(u, v):  # hash of the higher-degree endpoint (ties: v), else the least-loaded partition
+        s = splitmix64(splitmix64(seed) ^ (u if deg[u] > deg[v] else v)) % p
+        return s if load[s] < full else least_loaded()
+
+    def place(i, u, v, s):
+        out[i] = s
+        load[s] += 1
+        replicas[u].add(s)
+        replicas[v].add(s)
+        home[v] = s
+        src_home[u] = s
+
+    # phase 2: prepartitioning pass, records whose clusters share a partition
+    for i, (u, v) in enumerate(records):
+        s = cluster_part(u)
+        if s == cluster_part(v):
+            place(i, u, v, s if load[s] < full else linear(u, v))
+    prepartitioned = sum(s >= 0 for s in out)
+    # the remaining records, in a second pass
+    for i, (u, v) in enumerate(records):
+        pu, pv = cluster_part(u), cluster_part(v)
+        if pu == pv:
+            continue
+        if remaining == "hash":
+            place(i, u, v, linear(u, v))
+            continue
+        volu, volv = vol[cluster[u]], vol[cluster[v]]
+        best, best_score = -1, -1.0
+        for s in (pu, pv):
+            if load[s] >= full:
+                continue
+            score = 0.0
+            if s in replicas[u]:
+                score += 1 + (1 - deg[u] / (deg[u] + deg[v]))
+            if s in replicas[v]:
+                score += 1 + (1 - deg[v] / (deg[u] + deg[v]))
+            if volu + volv > 0:
+                score += (volu if s == pu else volv) / (volu + volv)
+            if score > best_score:
+                best, best_score = s, score
+        place(i, u, v, best if best >= 0 else least_loaded())
+    homes = [h if h >= 0 else s for h, s in zip(home, src_home)]
+    return out, homes, len(scheduled), prepartitioned

@@ -8,7 +8,14 @@ import numba
 import numpy as np
 import pytest
 import torch
-from stream_helpers import community_records, graph_of, reference_greedy, replication_from_parts, splitmix64
+from stream_helpers import (
+    community_records,
+    graph_of,
+    reference_2psl,
+    reference_greedy,
+    replication_from_parts,
+    splitmix64,
+)
 
 from graphscale.data.edge_stream import EdgeStream, write_edge_stream
 from graphscale.partition.edge_stream import (
@@ -141,6 +148,38 @@ def test_chunk_invariance_coverage_and_gnn_adaptation(records, stream, method):
     metrics = stream_metrics(stream, res.owner, p, edge_part=res.edge_part, chunk_edges=11)
     assert metrics.replication_factor == pytest.approx(res.replication_factor, abs=1e-12)
     assert sum(metrics.records) == sum(len(s) for s in edge_sets)
+
+
+@pytest.mark.parametrize("remaining", ["score", "hash"])
+@pytest.mark.parametrize("p", [2, 4, 70])
+def test_2ps_l_matches_the_reference_passes(records, stream, remaining, p):
+    src, dst, n = records
+    expected, homes, clusters, prepartitioned = reference_2psl(src, dst, n, p, remaining=remaining, seed=3)
+    assert 0 < prepartitioned < src.size  # both the prepartitioning and the last pass place records
+    homes = np.asarray(homes)
+    for chunk in (5, 1 << 20):
+        res = TwoPSLPartitioner(remaining=remaining).run(stream, p, chunk_edges=chunk, seed=3)
+        assert res.edge_part.tolist() == expected
+        assert np.array_equal(res.owner[homes >= 0], homes[homes >= 0])
+        assert res.info == {"clusters": clusters, "prepartitioned_records": prepartitioned,
+                            "vertex_cut_records": np.bincount(expected, minlength=p).tolist()}
+
+
+def test_2ps_l_matches_the_reference_on_a_directed_stream(tmp_path):
+    # source-only vertices (0..19: degree 0, clusters of volume 0), self-loops, vertices in no record (last 10),
+    # one clustering pass, a tight balance so that full partitions send records elsewhere
+    rng = np.random.default_rng(1)
+    n = 300
+    src, dst = rng.integers(0, n - 10, 900), rng.integers(20, n - 10, 900)
+    src[::30] = dst[::30]
+    stream = write_edge_stream(tmp_path / "d.e32", src, dst, num_vertices=n)
+    for remaining in ("score", "hash"):
+        options = {"remaining": remaining, "cluster_passes": 1, "balance": 1.0, "volume_cap": 0.3}
+        expected, homes, _, _ = reference_2psl(src, dst, n, 5, **options)
+        res = TwoPSLPartitioner(**options).run(stream, 5, chunk_edges=64)
+        assert res.edge_part.tolist() == expected
+        homes = np.asarray(homes)
+        assert np.array_equal(res.owner[homes >= 0], homes[homes >= 0])
 
 
 def test_2ps_l_prepartitions_and_balances(records, stream):

@@ -9,6 +9,8 @@ against :func:`~graphscale.strategies.offload.cost.epoch_bytes`.
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 
@@ -146,11 +148,11 @@ def check_run(world_size: int, results: list[list[dict]]) -> None:
             assert measured == expected, f"{tag} {key}: measured {measured} != closed form {expected}"
         # the hybrid backward moves no neighbour rows: host neighbour traffic is one pass per layer
         rows = layer_pass_rows(sets, dedup)
-        passes = sum(1 + (mode == "recompute") for mode in runs[0]["modes"])
-        if all(mode == recompute for mode in runs[0]["modes"]):
+        assert all(r["modes"] == runs[0]["modes"] for r in runs), f"{tag}: workers chose different layer modes"
+        if recompute != "auto":  # an explicit --recompute is every layer's mode
+            assert runs[0]["modes"] == [recompute] * dims.num_layers, tag
             assert expected.get("h2d_local", 0) == sum(
                 (1 + (recompute == "recompute")) * rows.h2d_local * d * elem for d in dims.widths), tag
-            assert passes == dims.num_layers * (1 + (recompute == "recompute"))
         if world_size > 1 and dedup != "baseline":
             assert expected.get("p2p", 0) > 0 and expected.get("h2d_remote", 0) == 0, tag
         if dedup in ("intra", "reorg") and chunks > 1:
@@ -212,3 +214,35 @@ def test_trajectory_matches_single_strategy():
     for p, p_ref in zip(runs["offload"][1], runs["single"][1]):
         assert_close_rel(p, p_ref, torch.float64, what="parameters after 5 steps")
     assert runs["offload"][2] == pytest.approx(runs["single"][2], abs=1e-10)
+
+
+def test_host_arrays_need_room_in_the_shm_dir(tmp_path, monkeypatch):
+    """Rank 0 compares the host arrays' bytes with the free space of ``--shm-dir`` before it allocates them."""
+    from graphscale.distributed.comm import Comm
+    from graphscale.strategies.offload import host
+
+    graph = make_graph(torch.float64)
+    config = make_config("gcn", "hybrid", "intra", 2, 1)
+    config.strategy.shm_dir = str(tmp_path)
+
+    def setup() -> OffloadStrategy:
+        model = build_model(config.model, graph.num_features, graph.num_classes, seed=0, dtype=torch.float64)
+        strategy = OffloadStrategy()
+        strategy.setup(graph, model, DistEnv.local(), config)
+        return strategy
+
+    with monkeypatch.context() as patch:
+        patch.setattr(host, "free_bytes", lambda path: 4096)  # a small shared-memory file system
+        with pytest.raises(ValueError) as info:
+            setup()
+    match = re.search(r"host arrays need [\d.]+ KiB \(([\d,]+) bytes\) in (\S+), which has 4\.0 KiB \(4,096 bytes\) "
+                      r"free; point --shm-dir at a directory", str(info.value))
+    assert match and match[2] == str(tmp_path), str(info.value)
+    assert list(tmp_path.iterdir()) == []  # nothing was allocated
+    strategy = setup()  # the real free space suffices
+    assert strategy.host.nbytes() == int(match[1].replace(",", "")) > 4096
+    assert list(tmp_path.iterdir()) == []  # the mapped files are already unlinked
+    strategy.teardown()
+    with pytest.raises(ValueError, match="is not a writable directory"):
+        host.HostArrays(Comm(DistEnv.local()), {"H0": (2, 2)}, torch.float32, torch.device("cpu"),
+                        str(tmp_path / "missing"))

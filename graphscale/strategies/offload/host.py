@@ -7,11 +7,14 @@ the devices. Worker processes here are spawned fresh (``launch`` uses the spawn
 context), so nothing allocated before the spawn is inherited. The arrays are
 therefore *shared-memory files*:
 
-1. rank 0 creates an empty directory (in ``/dev/shm`` when it is writable, else
-   the temporary directory) and broadcasts its path (category ``"setup"``);
+1. rank 0 checks that the shared-memory directory (``--shm-dir``, default
+   ``/dev/shm``) has room for all arrays (:func:`check_free_space`), creates an
+   empty directory in it and broadcasts its path (category ``"setup"``);
 2. rank 0 creates one file per array, sized ``rows * width * element_size``
    (``torch.from_file(shared=True)``: ``MAP_SHARED``, zero-filled), and every
-   other rank maps the same files after a barrier;
+   other rank maps the same files after a barrier. The files are sparse: a
+   tmpfs that runs out of room later would kill the workers with ``SIGBUS``,
+   hence the check;
 3. after a second barrier rank 0 unlinks the files and the directory: the
    mappings stay valid until the workers exit, and nothing is left behind if a
    worker crashes.
@@ -43,15 +46,31 @@ from pathlib import Path
 
 import torch
 
+from graphscale.bench.table import format_bytes
 from graphscale.distributed.comm import Comm
 
 _PATH_BYTES = 1024
 
 
-def _shm_dir() -> str | None:
-    """``/dev/shm`` when it is a writable directory, else ``None`` (the default temporary directory)."""
-    path = Path("/dev/shm")
-    return str(path) if path.is_dir() and os.access(path, os.W_OK) else None
+def free_bytes(path: str) -> int:
+    """Bytes an unprivileged user may still write to the file system of ``path``."""
+    st = os.statvfs(path)
+    return st.f_bavail * st.f_frsize
+
+
+def check_free_space(shm_dir: str, needed: int) -> None:
+    """Fail, naming both sizes and the fix, when ``shm_dir`` is not a writable directory with ``needed`` bytes free.
+
+    Raises:
+        ValueError: not a writable directory, or too little free space.
+    """
+    if not (os.path.isdir(shm_dir) and os.access(shm_dir, os.W_OK)):
+        raise ValueError(f"--shm-dir {shm_dir} is not a writable directory; point --shm-dir at one")
+    free = free_bytes(shm_dir)
+    if needed > free:
+        raise ValueError(f"offload's host arrays need {format_bytes(needed)} ({needed:,} bytes) in {shm_dir}, "
+                         f"which has {format_bytes(free)} ({free:,} bytes) free; point --shm-dir at a directory "
+                         f"with room (a larger tmpfs, or a disk directory: slower) or free space in {shm_dir}")
 
 
 class _PinnedStaging:
@@ -92,17 +111,21 @@ class HostArrays:
         specs: ``name -> (rows, width)``.
         dtype: element type of every array.
         device: the worker's compute device (CUDA: the arrays are page-locked).
+        shm_dir: the directory holding the files (``--shm-dir``; its free space is checked first).
+
+    Raises:
+        ValueError: on rank 0, ``shm_dir`` is not writable or has too little free space.
     """
 
     def __init__(self, comm: Comm, specs: dict[str, tuple[int, int]], dtype: torch.dtype,
-                 device: torch.device) -> None:
+                 device: torch.device, shm_dir: str) -> None:
         self.device = torch.device(device)
         self.dtype = dtype
         self.arrays: dict[str, torch.Tensor] = {}
         self._registered: list[torch.Tensor] = []
         self._staging = _PinnedStaging(self.device) if self.device.type == "cuda" else None
-        path = self._agree_on_directory(comm)
         elem = torch.empty(0, dtype=dtype).element_size()
+        path = self._agree_on_directory(comm, shm_dir, sum(rows * width for rows, width in specs.values()) * elem)
         try:
             if comm.rank == 0:
                 for name, (rows, width) in specs.items():
@@ -129,10 +152,11 @@ class HostArrays:
                     self._registered.append(t)
 
     @staticmethod
-    def _agree_on_directory(comm: Comm) -> str:
+    def _agree_on_directory(comm: Comm, shm_dir: str, needed: int) -> str:
         buf = torch.zeros(_PATH_BYTES, dtype=torch.uint8, device=comm.env.device)
         if comm.rank == 0:
-            path = tempfile.mkdtemp(prefix="graphscale-offload-", dir=_shm_dir())
+            check_free_space(shm_dir, needed)
+            path = tempfile.mkdtemp(prefix="graphscale-offload-", dir=shm_dir)
             raw = path.encode()
             if len(raw) >= _PATH_BYTES:
                 raise RuntimeError(f"host-array directory path is too long: {path}")

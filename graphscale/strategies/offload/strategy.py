@@ -290,7 +290,7 @@ class OffloadStrategy(Strategy):
         if dims.learned_input:
             specs["G0"] = (n, dims.widths[0])
             specs["X"] = (n, dims.in_dim)
-        self.host = HostArrays(self.comm, specs, self.dtype, self.device)
+        self.host = HostArrays(self.comm, specs, self.dtype, self.device, self.config.strategy.shm_dir)
         # the owner writes its own rows of the input (a host-side copy, no transfer)
         first = "X" if dims.learned_input else "H0"
         self.host[first][self.owned] = graph.x[self.owned].to(self.dtype)
