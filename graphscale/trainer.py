@@ -2,8 +2,8 @@
 
 It runs inside every worker and drives any :class:`~graphscale.strategies.base.Strategy`
 the same way; it never branches on which strategy it runs. Worker 0 shows the
-progress (:class:`~graphscale.progress.EpochProgress`) and writes checkpoints; every worker returns its own history, which
-:mod:`graphscale.run` merges into the report. Every epoch record carries, next to the
+progress (:class:`~graphscale.progress.EpochProgress`) and writes checkpoints; every
+worker returns its own history, which :mod:`graphscale.run` merges into the report. Every epoch record carries, next to the
 strategy's tracked ``peak_memory``, the OS-measured ``os_memory`` of the epoch and its
 evaluation (:class:`~graphscale.metrics.memory.EpochMemory`), so every strategy gets it.
 """

@@ -48,7 +48,10 @@ def format_table(rows: list[dict], columns: list[str] | None = None, title: str 
         return "  ".join(v.rjust(w) if num else v.ljust(w) for v, w, num in zip(values, widths, numeric)).rstrip()
 
     def lines(values):
-        wrapped = [values[-1]] if width is None else textwrap.wrap(values[-1], widths[-1]) or [""]
+        if width is None:
+            wrapped = [values[-1]]
+        else:
+            wrapped = textwrap.wrap(values[-1], widths[-1], break_on_hyphens=False) or [""]
         blank = [""] * (len(values) - 1)
         return [line([*(values[:-1] if i == 0 else blank), text]) for i, text in enumerate(wrapped)]
 

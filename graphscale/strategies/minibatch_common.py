@@ -63,7 +63,8 @@ def record_structure(comm: Comm, tensors: list[torch.Tensor | None]) -> int:
 class MiniBatchStrategy(Strategy):
     """Setup, evaluation and teardown shared by the multi-worker mini-batch strategies.
 
-    :meth:`setup` checks the graph (:func:`check_minibatch_data`) and builds what both strategies hold: ``comm``, host features ``x_host``, labels ``y``, ``train_ids`` /
+    :meth:`setup` checks the graph (:func:`check_minibatch_data`; the options were checked in the parent) and
+    builds what both strategies hold: ``comm``, host features ``x_host``, labels ``y``, ``train_ids`` /
     ``num_train``, the rank-agnostic ``sampler``, ``params`` and the memory ``tracker`` (with the model
     tracked). Subclasses add their caches, tracked as ``"cache"``.
 
