@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import re
+import shutil
 import statistics
 import sys
 
@@ -27,9 +29,9 @@ BENCHES = {
 
 #: command-line flag -> (config section or None for top level, field)
 TRAIN_OPTIONS = {
-    "dataset": ("data", "dataset"), "feature_norm": ("data", "feature_norm"), "model": ("model", "name"), "hidden": ("model", "hidden"),
-    "layers": ("model", "layers"), "dropout": ("model", "dropout"), "heads": ("model", "heads"),
-    "alpha": ("model", "alpha"), "theta": ("model", "theta"),
+    "dataset": ("data", "dataset"), "feature_norm": ("data", "feature_norm"), "model": ("model", "name"),
+    "hidden": ("model", "hidden"), "layers": ("model", "layers"), "dropout": ("model", "dropout"),
+    "heads": ("model", "heads"), "alpha": ("model", "alpha"), "theta": ("model", "theta"),
     "lr": ("optim", "lr"), "weight_decay": ("optim", "weight_decay"), "epochs": ("optim", "epochs"),
     "strategy": ("strategy", "name"), "workers": ("strategy", "workers"),
     "partitioner": ("strategy", "partitioner"), "balance": ("strategy", "balance"),
@@ -44,80 +46,195 @@ TRAIN_OPTIONS = {
     "cache": ("strategy", "cache"), "cache_fraction": ("strategy", "cache_fraction"),
     "seed": (None, "seed"), "dtype": (None, "dtype"), "device": (None, "device"), "json": (None, "json"),
     "checkpoint": (None, "checkpoint"), "resume": (None, "resume"), "progress": (None, "progress"),
+    "oversubscribe": (None, "oversubscribe"),
 }
 
+#: option (argparse dest) -> the registry whose names it takes (listed in --help, so a new entry shows by itself)
+REGISTRY_OPTIONS = {"model": "MODELS", "strategy": "STRATEGIES", "partitioner": "PARTITIONERS",
+                    "method": "PARTITIONERS"}
 
-def _int_list(text: str) -> list[int]:
+
+def int_list(text: str) -> list[int]:
+    """``"10,5"`` -> ``[10, 5]`` (an option type)."""
     try:
         return [int(v) for v in text.split(",") if v.strip()]
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
 
 
+class Parser(argparse.ArgumentParser):
+    """An ArgumentParser whose :func:`int_list` options also take a value starting with ``-``.
+
+    argparse reads ``--fanouts -1,5`` as ``--fanouts`` without a value followed by an unknown option ``-1,5``
+    (a lone ``-1`` it takes as a number); this parser passes such a value on as ``--fanouts=-1,5``, which argparse
+    reads as meant.
+    """
+
+    def __init__(self, *args, **kwargs) -> None:
+        self.list_options: set[str] = set()  # before the base class adds --help
+        super().__init__(*args, **kwargs)
+
+    def add_argument(self, *args, **kwargs):
+        action = super().add_argument(*args, **kwargs)
+        if kwargs.get("type") is int_list:
+            self.list_options.update(action.option_strings)
+        return action
+
+    def parse_known_args(self, args=None, namespace=None):
+        args = list(sys.argv[1:] if args is None else args)
+        joined: list[str] = []
+        for arg in args:
+            if joined and joined[-1] in self.list_options and re.match(r"-\d", arg):
+                joined[-1] = f"{joined[-1]}={arg}"
+            else:
+                joined.append(arg)
+        return super().parse_known_args(joined, namespace)
+
+
+def _registry_names(dest: str) -> list[str]:
+    from graphscale import registry
+
+    return getattr(registry, REGISTRY_OPTIONS[dest]).names() if dest in REGISTRY_OPTIONS else []
+
+
+def _show(value) -> str:
+    """A default as the command line writes it (``""`` when there is none to show)."""
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    if isinstance(value, list):
+        return ",".join(str(v) for v in value)
+    return "" if value in ("", None) else str(value)
+
+
+def _readers(dest: str) -> str:
+    """``read by offload`` for an option only some strategies (models) read, from their declared ``options``."""
+    from graphscale import registry
+
+    section, field = TRAIN_OPTIONS.get(dest, (None, ""))
+    table = {"strategy": registry.STRATEGIES, "model": registry.MODELS}.get(section)
+    readers = [name for name in table.names() if field in table.get(name).options] if table else []
+    return f"read by {', '.join(readers)}" if readers else ""
+
+
+def _default(action: argparse.Action) -> str:
+    """``default: X`` from the config dataclasses (and the model presets that change it); else argparse's."""
+    if action.dest not in TRAIN_OPTIONS:
+        shown = "" if action.default is argparse.SUPPRESS else _show(action.default)
+        return f"default: {shown}" if shown else ""
+    from graphscale.config import PRESETS, RunConfig
+
+    section, field = TRAIN_OPTIONS[action.dest]
+    value = getattr(getattr(RunConfig(), section) if section else RunConfig(), field)
+    presets = [f"{model} {_show(p[section][field])}" for model, p in PRESETS.items()
+               if field in p.get(section, {}) and p[section][field] != value]
+    shown = _show(value) + (f" ({', '.join(presets)})" if presets else "")
+    return f"default: {shown}" if shown else ""
+
+
+class ChoicesHelpFormatter(argparse.HelpFormatter):
+    """Help that appends the registry names an option takes, looked up only when help is printed (the registries
+    import every strategy, model and partitioner, which other commands should not pay for)."""
+
+    def notes(self, action: argparse.Action) -> list[str]:
+        names = _registry_names(action.dest)
+        return [f"one of: {', '.join(names)}"] if names else []
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        notes = [n for n in self.notes(action) if n]
+        text = action.help or ""
+        return text + (f" ({'; '.join(notes)})".replace("%", "%%") if notes else "")
+
+
+class TrainHelpFormatter(ChoicesHelpFormatter):
+    """``train --help``: also the strategies (models) that read an option, and its default."""
+
+    def notes(self, action: argparse.Action) -> list[str]:
+        return [_readers(action.dest), *super().notes(action), _default(action)]
+
+
 def add_train_arguments(p: argparse.ArgumentParser) -> None:
-    """Every option defaults to None so that only what the user gave overrides the preset / TOML file."""
-    p.add_argument("--config", help="TOML file with [data], [model], [optim], [strategy] tables")
-    p.add_argument("--dataset", help="dataset spec (see `graphscale datasets`); default cora, or the dataset of "
-                                     "--partitions")
+    """Every option defaults to None so that only what the user gave overrides the preset / TOML file; the defaults
+    live in :mod:`graphscale.config` (``--help`` shows them, :class:`TrainHelpFormatter`)."""
+    p.add_argument("--config", metavar="FILE",
+                   help="TOML file with [data], [model], [optim], [strategy] tables and top-level run fields; "
+                        "flags override it")
+    p.add_argument("--dataset", metavar="SPEC",
+                   help="dataset spec (see `graphscale datasets`); empty: the dataset of --partitions, else cora")
     p.add_argument("--feature-norm", choices=["auto", "row", "none"],
                    help="row-normalise features (auto: when they are non-negative, as GCN/GAT preprocess Cora)")
-    p.add_argument("--model", help="gcn | sage | gat | gcnii | resgcn; default gcn")
-    p.add_argument("--hidden", type=int, help="hidden width (per head for GAT)")
+    p.add_argument("--model", help="GNN model")
+    p.add_argument("--hidden", type=int, help="hidden width (per attention head for gat)")
     p.add_argument("--layers", type=int, help="message-passing layers")
-    p.add_argument("--dropout", type=float)
-    p.add_argument("--heads", type=int, help="GAT attention heads")
-    p.add_argument("--alpha", type=float, help="GCNII initial-residual weight")
-    p.add_argument("--theta", type=float, help="GCNII identity-mapping strength")
-    p.add_argument("--lr", type=float)
-    p.add_argument("--weight-decay", type=float)
-    p.add_argument("--epochs", type=int)
-    p.add_argument("--strategy", help="training strategy (single, graph-parallel, ...); default single")
-    p.add_argument("--workers", type=int, help="worker processes (gloo on CPU, NCCL on GPUs)")
-    p.add_argument("--partitioner", help="vertex partitioner for partitioned strategies: metis | random")
+    p.add_argument("--dropout", type=float, help="dropout probability (gat: also on the attention coefficients)")
+    p.add_argument("--heads", type=int, help="attention heads of the hidden layers")
+    p.add_argument("--alpha", type=float, help="GCNII initial-residual weight, in [0, 1]")
+    p.add_argument("--theta", type=float, help="GCNII identity-mapping strength (beta_l = log(theta / l + 1))")
+    p.add_argument("--lr", type=float, help="Adam learning rate")
+    p.add_argument("--weight-decay", type=float, help="Adam weight decay (L2 penalty)")
+    p.add_argument("--epochs", type=int,
+                   help="training epochs, each followed by an evaluation; the reported test accuracy is that of the "
+                        "epoch with the best validation accuracy")
+    p.add_argument("--strategy", help="training strategy")
+    p.add_argument("--workers", type=int,
+                   help="worker processes (gloo on CPU, NCCL with one GPU each); at most the CPU cores unless "
+                        "--oversubscribe")
+    p.add_argument("--oversubscribe", action="store_const", const=True,
+                   help="allow more workers than the CPU cores this process may use")
+    p.add_argument("--partitioner", metavar="NAME[:key=value,...]",
+                   help="vertex partitioner of the partitioned strategies, with its options (e.g. metis:ufactor=10)")
     from graphscale.partition.metis import BALANCE_CHOICES
 
     p.add_argument("--balance", choices=BALANCE_CHOICES,
                    help="metis: what the parts balance: vertex counts, in-edges (computation), or in-edges and "
-                        "training vertices as a second constraint (default edges+train)")
+                        "training vertices as a second constraint (empty: edges+train)")
     p.add_argument("--partitions", metavar="DIR",
-                   help="graph-parallel: train from this partition store (written by `graphscale partition`; its "
-                        "part count must equal --workers); default: partition into the cache directory")
+                   help="train from this partition store (written by `graphscale partition`; its part count must "
+                        "equal --workers); empty: partition into the cache directory")
     p.add_argument("--cache-dir", metavar="DIR",
                    help="where runs keep the partition stores and graph directories they write, reused by later "
-                        "runs (default $GRAPHSCALE_CACHE_DIR or ~/.cache/graphscale)")
-    p.add_argument("--minibatch", action="store_const", const=True, help="single: sampled mini-batch training")
-    p.add_argument("--fanouts", type=_int_list, help="per-layer sampling fanouts, e.g. 10,10")
-    p.add_argument("--batch-size", type=int)
-    p.add_argument("--chunks", type=int, help="offload: chunks per partition K (default 1)")
+                        "runs (empty: $GRAPHSCALE_CACHE_DIR or ~/.cache/graphscale)")
+    p.add_argument("--minibatch", action="store_const", const=True,
+                   help="sampled mini-batch training instead of full-graph")
+    p.add_argument("--fanouts", type=int_list, metavar="F,F,...",
+                   help="sampled neighbours per layer, input layer first, -1 = all (e.g. 10,10 or -1,5); one per "
+                        "model layer")
+    p.add_argument("--batch-size", type=int, help="training vertices per mini-batch, over all workers")
+    p.add_argument("--chunks", type=int, help="chunks per partition (K)")
     p.add_argument("--dedup", choices=["baseline", "inter", "intra", "reorg"],
-                   help="offload: host-device communication dedup, each adding to the previous (default reorg)")
+                   help="host-device communication dedup, each adding to the previous")
     p.add_argument("--recompute", choices=["auto", "hybrid", "recompute", "none"],
-                   help="offload: intermediate data per layer (default auto: the cost model decides)")
-    p.add_argument("--memory-budget", help="offload: per-worker device-memory budget, e.g. 256MiB; picks the smallest K")
-    p.add_argument("--parts", type=int, help="model-averaging: partitions of the store the run writes (default: "
+                   help="intermediate data per layer (auto: the cost model decides)")
+    p.add_argument("--memory-budget", metavar="SIZE",
+                   help="per-worker device-memory budget, e.g. 256MiB; picks the smallest K that fits (then no "
+                        "--chunks)")
+    p.add_argument("--parts", type=int, help="partitions of the store the run writes (default: "
                                              "one per worker; more than --workers trains them in turn)")
-    p.add_argument("--average-every", type=int, help="model-averaging: average the models every N epochs (default 1)")
+    p.add_argument("--average-every", type=int, help="average the models every N epochs (default 1)")
     p.add_argument("--average-optimizer", action="store_true", default=None,
-                   help="model-averaging: also average Adam's moments (default: kept per partition, as SDT-GNN)")
-    p.add_argument("--state-dir", metavar="DIR", help="model-averaging: per-partition states when a worker trains "
+                   help="also average Adam's moments (default: kept per partition, as SDT-GNN)")
+    p.add_argument("--state-dir", metavar="DIR", help="per-partition states when a worker trains "
                                                       "several partitions or the run keeps checkpoints (default: "
                                                       "under the cache directory)")
     p.add_argument("--shm-dir", metavar="DIR",
-                   help="offload: directory of the host arrays the workers share (default /dev/shm)")
+                   help="directory of the host arrays the workers share (default /dev/shm)")
     p.add_argument("--timeout", type=float, metavar="SECONDS",
                    help="seconds a collective waits for every worker before the run fails (default 600)")
     p.add_argument("--cache", choices=["none", "pagraph", "quiver"],
-                   help="data-parallel feature cache: none (DGL-like), pagraph, quiver; default none")
+                   help="feature cache: none (DGL-like), pagraph, quiver")
     p.add_argument("--cache-fraction", type=float,
-                   help="data-parallel / split-parallel: feature rows cached per worker, as a fraction of all vertices")
-    p.add_argument("--seed", type=int)
+                   help="feature rows cached per worker, as a fraction of all vertices, in [0, 1]")
+    p.add_argument("--seed", type=int,
+                   help="seed of parameters, dropout masks, sampling, shuffling and partitioning")
     p.add_argument("--repeat", type=int, default=1, help="train N times with seeds seed..seed+N-1 and report mean/std")
-    p.add_argument("--dtype", choices=["float32", "float64"])
-    p.add_argument("--device", choices=["auto", "cpu", "cuda"])
-    p.add_argument("--json", help="write a machine-readable report to this path")
-    p.add_argument("--checkpoint", help="save model + optimiser here after every epoch")
+    p.add_argument("--dtype", choices=["float32", "float64"], help="parameter and feature dtype")
+    p.add_argument("--device", choices=["auto", "cpu", "cuda"],
+                   help="auto: CUDA when there is one GPU per worker, else CPU")
+    p.add_argument("--json", metavar="PATH", help="write a machine-readable report here (the directory must exist)")
+    p.add_argument("--checkpoint", metavar="PATH",
+                   help="save model and optimiser here after every epoch (the directory must exist)")
     p.add_argument("--resume", action="store_const", const=True, help="continue from --checkpoint")
-    p.add_argument("--no-progress", dest="progress", action="store_const", const=False, help="hide the progress bar")
+    p.add_argument("--progress", action=argparse.BooleanOptionalAction,
+                   help="progress on stderr: a bar on a terminal, a line every tenth of the epochs when redirected")
 
 
 def overrides_from_args(args: argparse.Namespace) -> dict:
@@ -133,10 +250,12 @@ def overrides_from_args(args: argparse.Namespace) -> dict:
 def cmd_train(args: argparse.Namespace) -> int:
     from graphscale.config import build_config
     from graphscale.run import run, write_json
+    from graphscale.validation import validate
 
     base = build_config(overrides_from_args(args), args.config)
     if args.repeat < 1:
         raise ValueError(f"--repeat must be >= 1, got {args.repeat}")
+    validate(base)  # before the first run: also the --json path of a combined report
     rows, reports = [], []
     for i in range(args.repeat):
         config = build_config({**overrides_from_args(args), "seed": base.seed + i}, args.config)
@@ -147,8 +266,9 @@ def cmd_train(args: argparse.Namespace) -> int:
         final = report["final"]
         os_mem = max((m for m in final.get("os_memory_per_worker") or [] if m), default=None,
                      key=lambda m: m["peak_rss"])  # the OS figures of the worker with the largest resident set
-        rows.append({"seed": config.seed, "best epoch": final["best_epoch"], "val acc": final["val_acc"],
-                     "test acc": final["test_acc"], "s/epoch": final["mean_epoch_seconds"],
+        rows.append({"seed": config.seed, "best epoch": final["best_epoch"],
+                     "final loss": report["epochs"][-1]["loss"] if report["epochs"] else float("nan"),
+                     "val acc": final["val_acc"], "test acc": final["test_acc"], "s/epoch": final["mean_epoch_seconds"],
                      "bytes/epoch": format_bytes(moved_bytes(final["bytes_per_epoch"])),
                      "peak mem/worker": format_bytes(max(final["peak_memory_per_worker"] or [0])),
                      "RSS peak/worker": format_bytes(os_mem["peak_rss"]) if os_mem else "-",
@@ -161,18 +281,28 @@ def cmd_train(args: argparse.Namespace) -> int:
     tests = [r["final"]["test_acc"] for r in reports]
     if len(tests) > 1:
         print(f"test accuracy over {len(tests)} seeds: {statistics.mean(tests):.4f} +- {statistics.stdev(tests):.4f}")
-        if args.json:
+        if base.json:
             write_json({"runs": reports, "test_acc_mean": statistics.mean(tests),
-                        "test_acc_std": statistics.stdev(tests)}, args.json)
+                        "test_acc_std": statistics.stdev(tests)}, base.json)
     else:
         print(f"test accuracy at best validation: {tests[0]:.4f}")
     return 0
 
 
+def terminal_width() -> int:
+    """The terminal's width in characters; 100 when the output is not a terminal (``$COLUMNS`` overrides)."""
+    return shutil.get_terminal_size((100, 24)).columns
+
+
 def cmd_datasets(args: argparse.Namespace) -> int:
     from graphscale.data.datasets import DATASET_HELP
-    print(format_table([{"spec": spec, "description": text} for spec, text in DATASET_HELP], title="datasets"))
+    print(format_table([{"spec": spec, "description": text} for spec, text in DATASET_HELP], title="datasets",
+                       width=terminal_width()))
     return 0
+
+
+#: the distributions whose versions `graphscale info` prints (read from their metadata: importing is slow)
+INFO_PACKAGES = ("numpy", "scipy", "numba", "pymetis", "torch_geometric", "ogb")
 
 
 def cmd_info(args: argparse.Namespace) -> int:
@@ -182,6 +312,8 @@ def cmd_info(args: argparse.Namespace) -> int:
         print(format_table([{"item": k, "value": f"{v:,}" if isinstance(v, int) else str(v)}
                             for k, v in summary.items()], title=f"dataset {args.dataset}"))
         return 0
+    from importlib import metadata
+
     import torch
     import torch.distributed as dist
 
@@ -192,11 +324,10 @@ def cmd_info(args: argparse.Namespace) -> int:
     rows.append({"item": "nccl available", "value": str(dist.is_available() and dist.is_nccl_available())})
     for i in range(torch.cuda.device_count()):
         rows.append({"item": f"cuda:{i}", "value": torch.cuda.get_device_name(i)})
-    for name in ("numpy", "scipy", "numba", "pymetis", "torch_geometric", "ogb"):
+    for name in INFO_PACKAGES:
         try:
-            module = importlib.import_module(name)
-            rows.append({"item": name, "value": getattr(module, "__version__", "installed")})
-        except ImportError:
+            rows.append({"item": name, "value": metadata.version(name)})
+        except metadata.PackageNotFoundError:
             rows.append({"item": name, "value": "not installed"})
     from graphscale.registry import MODELS, STRATEGIES
     rows.append({"item": "strategies", "value": ", ".join(STRATEGIES.names())})
@@ -206,9 +337,10 @@ def cmd_info(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="graphscale", description="Scalable GNN training on torch.distributed")
+    parser = Parser(prog="graphscale", description="Scalable GNN training on torch.distributed")
     sub = parser.add_subparsers(dest="command", required=True)
-    train = sub.add_parser("train", help="train a model", description="Train a GNN with a chosen strategy")
+    train = sub.add_parser("train", help="train a model", description="Train a GNN with a chosen strategy. Options a "
+                           "strategy or model does not read are refused.", formatter_class=TrainHelpFormatter)
     add_train_arguments(train)
     train.set_defaults(func=cmd_train)
     sub.add_parser("datasets", help="list dataset specs").set_defaults(func=cmd_datasets)
@@ -217,7 +349,8 @@ def build_parser() -> argparse.ArgumentParser:
     info.add_argument("--dataset", help="load this dataset spec (see `graphscale datasets`) and print its counts")
     info.set_defaults(func=cmd_info)
     part = sub.add_parser("partition", help="partition a dataset or an edge stream into a partition store",
-                          description="Partition a dataset (or a bare edge-stream file) into a partition store")
+                          description="Partition a dataset (or a bare edge-stream file) into a partition store",
+                          formatter_class=ChoicesHelpFormatter)
     importlib.import_module("graphscale.partition.command").add_arguments(part)
     part.set_defaults(func=lambda a: importlib.import_module("graphscale.partition.command").run(a) and 0)
     bench = sub.add_parser("bench", help="benchmarks that print tables (and can write plots)")
@@ -230,6 +363,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run ``graphscale ARGV``; a bad option or input prints one line ``graphscale: error: ...`` on stderr and
+    returns 2, a failed worker prints its traceback and returns 1."""
     parser = build_parser()
     args = parser.parse_args(argv)
     try:

@@ -3,7 +3,12 @@
 Every command-line option of ``graphscale train`` is a field here; a TOML file
 (``--config FILE``) has one table per section (``[data]``, ``[model]``,
 ``[optim]``, ``[strategy]``) plus top-level run fields, and command-line flags
-override it.
+override it. The defaults below are those ``graphscale train --help`` shows.
+
+Options are strict: :func:`build_config` refuses an option the user gave (in the
+file or as an override) that the chosen strategy or model does not read
+(:func:`graphscale.validation.check_given`, from the ``options`` each strategy
+and model class declares); defaults never count.
 """
 
 from __future__ import annotations
@@ -16,6 +21,8 @@ import tomllib
 
 #: Collective timeout in seconds unless ``--timeout`` says otherwise (PyTorch's default).
 DEFAULT_TIMEOUT_S = 600.0
+#: the values of ``RunConfig.dtype`` (the parameter and feature dtype of a run)
+DTYPES = ("float32", "float64")
 
 
 @dataclass
@@ -32,8 +39,11 @@ class DataConfig:
 class ModelConfig:
     name: str = "gcn"
     hidden: int = 16
+    """Hidden width (per head for GAT)."""
     layers: int = 2
+    """Message-passing layers."""
     dropout: float = 0.5
+    """Dropout probability (GAT: also on the attention coefficients)."""
     heads: int = 8
     """Attention heads of GAT's hidden layers."""
     alpha: float = 0.1
@@ -45,7 +55,9 @@ class ModelConfig:
 @dataclass
 class OptimConfig:
     lr: float = 0.01
+    """Adam learning rate."""
     weight_decay: float = 5e-4
+    """Adam weight decay (L2 penalty)."""
     epochs: int = 200
 
 
@@ -61,7 +73,9 @@ class StrategyConfig:
     minibatch: bool = False
     """``single`` only: sampled mini-batch training instead of full-graph."""
     fanouts: list[int] = field(default_factory=lambda: [10, 10])
+    """Sampled neighbours per layer, input layer first (``-1``: all); one per model layer."""
     batch_size: int = 512
+    """Training vertices per mini-batch (over all workers)."""
     cache: str = "none"
     """``data-parallel`` feature cache: ``none`` (DGL-like), ``pagraph`` or ``quiver``."""
     cache_fraction: float = 0.0
@@ -96,6 +110,7 @@ class RunConfig:
     optim: OptimConfig = field(default_factory=OptimConfig)
     strategy: StrategyConfig = field(default_factory=StrategyConfig)
     seed: int = 0
+    """Seed of parameters, dropout masks, sampling, shuffling and partitioning."""
     dtype: str = "float32"
     device: str = "auto"
     """``auto`` (CUDA when available, else CPU), ``cpu`` or ``cuda``."""
@@ -105,6 +120,9 @@ class RunConfig:
     checkpoint: str | None = None
     resume: bool = False
     progress: bool = True
+    """A bar on a terminal, a line every tenth of the epochs when stderr is redirected."""
+    oversubscribe: bool = False
+    """Allow more workers than the CPU cores this process may use (refused otherwise)."""
 
 
 #: Model-specific defaults (the published settings for Cora); applied before user overrides.
@@ -139,7 +157,8 @@ def _apply(target, values: dict, where: str) -> None:
 
 
 def build_config(overrides: dict, config_file: str | Path | None = None) -> RunConfig:
-    """Defaults, then the model preset, then the TOML file, then ``overrides``.
+    """Defaults, then the model preset, then the TOML file, then ``overrides``; refuses given options the run's
+    strategy or model does not read.
 
     Args:
         overrides: nested dict shaped like the TOML (``{"model": {"name": "gat"}, "seed": 1}``);
@@ -164,7 +183,22 @@ def build_config(overrides: dict, config_file: str | Path | None = None) -> RunC
     _apply(config, PRESETS.get(model_name, {}), f"preset {model_name!r}")
     _apply(config, file_values, str(config_file))
     _apply(config, overrides, "command line")
+    from graphscale.validation import check_given  # imports the registries (and torch): not at module level
+
+    check_given(config, {**given_options(file_values, str(config_file)), **given_options(overrides, "command line")})
     return config
+
+
+def given_options(values: dict, where: str) -> dict[tuple[str | None, str], str]:
+    """``(section, field) -> where`` for every option set in ``values`` (shaped like the TOML; section ``None`` for
+    top-level fields)."""
+    out: dict[tuple[str | None, str], str] = {}
+    for key, value in values.items():
+        if key in SECTIONS and isinstance(value, dict):
+            out.update({(key, name): where for name in value})
+        else:
+            out[(None, key)] = where
+    return out
 
 
 def to_dict(config: RunConfig) -> dict:

@@ -4,11 +4,14 @@
 :class:`~graphscale.data.handle.DataHandle` every worker receives, writing what
 the strategy's view needs exactly once:
 
-* ``memory`` (``single``): the dataset is loaded, its features normalised and
-  cast to the run's dtype, in this process (the worker runs in it too);
+* ``memory`` (``single``): the dataset is loaded, checked (features finite,
+  labels in ``[0, C)`` or ``-1``: :func:`~graphscale.data.datasets.untrainable_reason`),
+  its features normalised and cast to the run's dtype, in this process (the
+  worker runs in it too); every dataset a run loads is checked so;
 * ``partition-local`` (``graph-parallel``): the store given by ``--partitions``
   is validated (format, every part's arrays, its part count against
-  ``--workers``, its dataset against ``--dataset``); without ``--partitions``
+  ``--workers``, its dataset against ``--dataset``, its inner rows' features
+  finite and labels in range); without ``--partitions``
   the run partitions the dataset with ``--partitioner`` / ``--balance`` and
   writes a store into the cache directory, or reuses the one a previous run
   wrote. Stores hold raw features: workers row-normalise their own rows when
@@ -51,8 +54,6 @@ from graphscale.data.handle import HOST_SHARED, MEMORY, PARTITION_LOCAL, DataHan
 #: bumped when what the cache holds for a key changes meaning
 CACHE_VERSION = 1
 DEFAULT_DATASET = "cora"
-#: feature rows scanned at a time when deciding ``--feature-norm auto`` for a store
-_SCAN_ROWS = 1 << 16
 
 
 # ------------------------------------------------------------ cache directory
@@ -153,10 +154,11 @@ def load_training_graph(spec: str, feature_norm: str, dtype: str) -> Graph:
     """The dataset as training uses it: loaded, checked trainable, features normalised and cast."""
     from graphscale.data.datasets import load_dataset, normalize_features, untrainable_reason
 
-    graph = normalize_features(load_dataset(spec), feature_norm)
+    graph = load_dataset(spec)
     reason = untrainable_reason(spec, graph)
     if reason:
         raise ValueError(reason)
+    graph = normalize_features(graph, feature_norm)
     graph.x = graph.x.to(getattr(torch, dtype))
     return graph
 
@@ -181,14 +183,36 @@ def _summary_of_store(path: Path, meta: dict) -> dict:
 
 def _store_is_nonnegative(path: Path, meta: dict) -> bool:
     """Whether every stored inner feature row is non-negative (``--feature-norm auto``), scanned in chunks."""
+    from graphscale.data.datasets import SCAN_ROWS
     from graphscale.partition.store import part_dir
 
     for s, part in enumerate(meta["parts"]):
         x = np.load(part_dir(path, s) / "x.npy", mmap_mode="r")
-        for start in range(0, part["num_inner"], _SCAN_ROWS):
-            if (x[start: min(start + _SCAN_ROWS, part["num_inner"])] < 0).any():
+        for start in range(0, part["num_inner"], SCAN_ROWS):
+            if (x[start: min(start + SCAN_ROWS, part["num_inner"])] < 0).any():
                 return False
     return True
+
+
+def _check_store_node_data(path: Path, meta: dict) -> None:
+    """Features finite, labels in range, training nodes labelled, on every part's inner rows (memory-mapped; the
+    first bad node is named by its original id).
+
+    Raises:
+        ValueError: names the store, the part and the node.
+    """
+    from graphscale.data.datasets import node_data_problem
+    from graphscale.partition.store import part_dir
+
+    for s, part in enumerate(meta["parts"]):
+        folder, n = part_dir(path, s), part["num_inner"]
+        arrays = {name: np.load(folder / f"{name}.npy", mmap_mode="r")[:n] for name in ("x", "y", "orig_ids")}
+        train = folder / "train_mask.npy"
+        problem = node_data_problem(arrays["x"], arrays["y"], int(meta["num_classes"]),
+                                    np.load(train, mmap_mode="r")[:n] if train.is_file() else None,
+                                    ids=arrays["orig_ids"])
+        if problem:
+            raise ValueError(f"partition store {path}, part {s}: {problem}")
 
 
 # ------------------------------------------------------------ the views
@@ -263,6 +287,8 @@ def _partition_local(config: RunConfig, cache: Path | None, strategy) -> DataHan
         path, meta = _cached_store(config, cache, strategy.store_parts(config))
     handle = store_handle(path, config.data.feature_norm, config.dtype, meta)
     strategy.prepare_partitions(config, handle)
+    if sc.partitions:  # a store the user gave; the cache's stores were written from checked graphs
+        _check_store_node_data(path, meta)
     return handle
 
 
@@ -356,15 +382,12 @@ def prepare_data(config: RunConfig) -> DataHandle:
 
     Raises:
         ValueError: a bad store, a store that does not fit ``--workers`` or ``--dataset``, an untrainable
-            dataset, an unwritable cache directory, ``--partitions`` with a strategy that does not read one.
+            dataset (also non-finite features, labels out of range), an unwritable cache directory.
     """
     from graphscale.registry import STRATEGIES
 
     cls = STRATEGIES.get(config.strategy.name)
     view = cls.data_view
-    if config.strategy.partitions and view != PARTITION_LOCAL:
-        raise ValueError(f"--partitions applies to partition-local strategies (graph-parallel); strategy "
-                         f"{config.strategy.name!r} reads the whole graph ({view} view)")
     if view == PARTITION_LOCAL and config.strategy.partitions:
         return _partition_local(config, None, cls)
     config.data.dataset = config.data.dataset or DEFAULT_DATASET

@@ -20,47 +20,13 @@ import torch
 from graphscale import __version__
 from graphscale.config import RunConfig, to_dict
 from graphscale.data.formats import write_json_atomic
-from graphscale.data.handle import MEMORY, DataHandle
+from graphscale.data.handle import DataHandle
 from graphscale.distributed.env import DistEnv
 from graphscale.distributed.launch import launch, resolve_device
 from graphscale.metrics.memory import max_os_memory, os_memory
 from graphscale.prepare import prepare_data
 from graphscale.registry import STRATEGIES
-
-DTYPES = {"float32": torch.float32, "float64": torch.float64}
-
-
-def validate(config: RunConfig) -> None:
-    """Fail early, in the parent, with errors that name the option."""
-    if config.dtype not in DTYPES:
-        raise ValueError(f"--dtype must be one of {', '.join(DTYPES)}, got {config.dtype!r}")
-    if config.strategy.workers < 1:
-        raise ValueError(f"--workers must be >= 1, got {config.strategy.workers}")
-    if config.optim.epochs < 1:
-        raise ValueError(f"--epochs must be >= 1, got {config.optim.epochs}")
-    if not config.strategy.timeout > 0:
-        raise ValueError(f"--timeout must be > 0 seconds, got {config.strategy.timeout}")
-    from graphscale.data.datasets import FEATURE_NORMS, untrainable_reason
-    reason = config.data.dataset and untrainable_reason(config.data.dataset)  # from the spec alone
-    if reason:
-        raise ValueError(reason)
-    if config.data.feature_norm not in FEATURE_NORMS:
-        raise ValueError(f"--feature-norm must be one of {', '.join(FEATURE_NORMS)}, got {config.data.feature_norm!r}")
-    if config.strategy.minibatch and config.strategy.name not in ("single", "model-averaging"):
-        raise ValueError(f"--minibatch applies to strategies 'single' and 'model-averaging' only; "
-                         f"{config.strategy.name!r} decides its own batching (use data-parallel or split-parallel "
-                         "for distributed mini-batch training)")
-    if config.resume and not config.checkpoint:
-        raise ValueError("--resume needs --checkpoint PATH")
-    strategy = STRATEGIES.get(config.strategy.name)  # raises with the list of choices
-    if strategy.data_view == MEMORY and config.strategy.workers != 1:
-        raise ValueError(f"strategy {config.strategy.name!r} runs on one worker, got --workers "
-                         f"{config.strategy.workers}")
-    from graphscale.partition.metis import BALANCE_CHOICES
-    if config.strategy.balance and config.strategy.balance not in BALANCE_CHOICES:
-        raise ValueError(f"--balance must be one of {', '.join(BALANCE_CHOICES)}, got {config.strategy.balance!r}")
-    from graphscale.registry import MODELS
-    MODELS.get(config.model.name)
+from graphscale.validation import validate
 
 
 def train_worker(env: DistEnv, config: RunConfig, data: DataHandle, parent_baseline: tuple | None = None) -> dict:
@@ -76,7 +42,7 @@ def train_worker(env: DistEnv, config: RunConfig, data: DataHandle, parent_basel
     baseline = parent_baseline[1] if in_parent else os_memory()
 
     torch.manual_seed(config.seed)
-    dtype = DTYPES[config.dtype]
+    dtype = getattr(torch, config.dtype)
     model = build_model(config.model, data.num_features, data.num_classes, seed=config.seed, dtype=dtype)
     model = model.to(env.device)
     strategy = STRATEGIES.get(config.strategy.name)()
@@ -121,7 +87,11 @@ def environment() -> dict:
 
 
 def run(config: RunConfig) -> dict:
-    """Train once with ``config`` and return the report (also written to ``config.json`` if set)."""
+    """Train once with ``config`` and return the report (also written to ``config.json`` if set).
+
+    Every option is checked first (:func:`graphscale.validation.validate`), then the data is prepared
+    (:func:`graphscale.prepare.prepare_data`), both in this process before any worker starts.
+    """
     validate(config)
     device = resolve_device(config.device, config.strategy.workers)
     start = time.perf_counter()

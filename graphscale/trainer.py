@@ -2,8 +2,8 @@
 
 It runs inside every worker and drives any :class:`~graphscale.strategies.base.Strategy`
 the same way; it never branches on which strategy it runs. Worker 0 shows the
-progress bar and writes checkpoints; every worker returns its own history, which
-:mod:`graphscale.run` merges into the report. Every epoch record carries, next to the
+progress (:class:`~graphscale.progress.EpochProgress`) and writes checkpoints; every
+worker returns its own history, which :mod:`graphscale.run` merges into the report. Every epoch record carries, next to the
 strategy's tracked ``peak_memory``, the OS-measured ``os_memory`` of the epoch and its
 evaluation (:class:`~graphscale.metrics.memory.EpochMemory`), so every strategy gets it.
 """
@@ -15,11 +15,11 @@ import os
 from pathlib import Path
 
 import torch
-from tqdm.auto import tqdm
 
 from graphscale.config import RunConfig
 from graphscale.distributed.env import DistEnv
 from graphscale.metrics.memory import EpochMemory, OSMemory
+from graphscale.progress import EpochProgress
 from graphscale.strategies.base import Strategy
 
 
@@ -45,11 +45,11 @@ class Trainer:
 
     # --------------------------------------------------------------- checkpoint
     def save_checkpoint(self, epoch: int) -> None:
-        """Write model, optimiser, best-so-far and history atomically (worker 0 only)."""
+        """Write model, optimiser, best-so-far and history atomically (worker 0 only; the directory was checked
+        writable before training, and is never created)."""
         if self.config.checkpoint is None or not self.env.is_main:
             return
         path = Path(self.config.checkpoint)
-        path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(path.name + ".tmp")
         torch.save({"epoch": epoch, "strategy": self.strategy.state_dict(), "best": self.best,
                     "history": self.history, "config_model": self.config.model.name}, tmp)
@@ -73,11 +73,10 @@ class Trainer:
         """Train, evaluating after every epoch; returns this worker's history and best result."""
         if self.config.resume:
             self.load_checkpoint()
-        epochs = range(self.start_epoch, self.config.optim.epochs)
-        show = self.config.progress and self.env.is_main
-        bar = tqdm(epochs, desc=f"{self.config.strategy.name}/{self.config.model.name}", disable=not show,
-                   unit="epoch", dynamic_ncols=True, leave=True)
-        for epoch in bar:
+        total = self.config.optim.epochs
+        progress = EpochProgress(self.start_epoch, total, f"{self.config.strategy.name}/{self.config.model.name}",
+                                 enabled=self.config.progress and self.env.is_main)
+        for epoch in range(self.start_epoch, total):
             with self.os_memory.measure() as os_memory:
                 stats = self.strategy.train_epoch(epoch)
                 self.os_memory.end_training()
@@ -88,10 +87,9 @@ class Trainer:
             if metrics["val_acc"] > self.best["val_acc"]:
                 self.best = {"epoch": epoch, "val_acc": metrics["val_acc"], "test_acc": metrics["test_acc"],
                              "state": copy.deepcopy(self.strategy.model.state_dict())}
-            bar.set_postfix(loss=f"{stats.loss:.4f}", val=f"{metrics['val_acc']:.3f}",
-                            test=f"{metrics['test_acc']:.3f}")
+            progress.update(epoch, stats.loss, metrics["val_acc"], metrics["test_acc"])
             self.save_checkpoint(epoch)
-        bar.close()
+        progress.close()
         if self.best["state"] is not None:
             self.strategy.model.load_state_dict(self.best["state"])
         return {"rank": self.env.rank, "history": self.history,

@@ -1,16 +1,20 @@
-"""Run configuration: presets, TOML files, command-line overrides, clear errors."""
+"""Run configuration: presets, TOML files, command-line overrides, clear errors, strict options."""
+
+import re
 
 import pytest
 
 from graphscale.cli import build_parser, overrides_from_args
 from graphscale.config import build_config
+from graphscale.registry import MODELS, STRATEGIES
 
 
 def test_preset_then_file_then_flags(tmp_path):
     cfg = build_config({"model": {"name": "gat"}})
     assert (cfg.model.hidden, cfg.model.heads, cfg.model.dropout, cfg.optim.lr) == (8, 8, 0.6, 0.005)
     toml = tmp_path / "run.toml"
-    toml.write_text('seed = 3\n[model]\nname = "gat"\nhidden = 4\n[optim]\nlr = 1\n[strategy]\nfanouts = [5, 5]\n')
+    toml.write_text('seed = 3\n[model]\nname = "gat"\nhidden = 4\n[optim]\nlr = 1\n[strategy]\nminibatch = true\n'
+                    'fanouts = [5, 5]\n')
     cfg = build_config({"model": {"hidden": 6}}, toml)
     assert (cfg.seed, cfg.model.name, cfg.model.hidden, cfg.optim.lr) == (3, "gat", 6, 1.0)
     assert cfg.strategy.fanouts == [5, 5] and cfg.model.heads == 8
@@ -46,7 +50,7 @@ def test_missing_config_file(tmp_path):
 def test_timeout_and_shm_dir_from_flags_and_file(tmp_path, monkeypatch):
     default = build_config({})
     assert default.strategy.timeout == 600.0 and default.strategy.shm_dir == "/dev/shm"
-    args = build_parser().parse_args(["train", "--timeout", "5", "--shm-dir", str(tmp_path)])
+    args = build_parser().parse_args(["train", "--strategy", "offload", "--timeout", "5", "--shm-dir", str(tmp_path)])
     cfg = build_config(overrides_from_args(args))
     assert cfg.strategy.timeout == 5.0 and cfg.strategy.shm_dir == str(tmp_path)
     toml = tmp_path / "run.toml"
@@ -65,3 +69,83 @@ def test_timeout_and_shm_dir_from_flags_and_file(tmp_path, monkeypatch):
     with pytest.raises(RuntimeError, match="stop here"):
         graphscale.run.run(build_config({"strategy": {"timeout": 7}, "progress": False}))
     assert seen["timeout_s"] == 7.0
+
+
+def from_flags(*argv: str):
+    return build_config(overrides_from_args(build_parser().parse_args(["train", *argv])))
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--chunks", "4"], "--chunks is not used by strategy 'single'; it is used by strategy offload"),
+    (["--strategy", "single", "--fanouts", "5,5"],
+     ("--fanouts is not used by strategy 'single' without --minibatch; it is used by strategies data-parallel, "
+      "model-averaging, single, split-parallel")),
+    (["--batch-size", "8"], "--batch-size is not used by strategy 'single' without --minibatch"),
+    (["--strategy", "graph-parallel", "--minibatch"], "--minibatch is not used by strategy 'graph-parallel'"),
+    (["--strategy", "offload", "--cache", "quiver"], "--cache is not used by strategy 'offload'"),
+    (["--strategy", "split-parallel", "--cache", "none"], "it is used by strategy data-parallel"),
+    (["--strategy", "data-parallel", "--cache-fraction", "0.1"],
+     "--cache-fraction is not used by strategy 'data-parallel' with --cache none"),
+    (["--strategy", "offload", "--memory-budget", "1GiB", "--chunks", "2"],
+     "--chunks is not used by strategy 'offload' with --memory-budget"),
+    (["--strategy", "graph-parallel", "--partitions", "p", "--partitioner", "random"],
+     "--partitioner is not used by strategy 'graph-parallel' with --partitions"),
+    (["--partitioner", "random"], "--partitioner is not used by strategy 'single'"),
+    (["--balance", "edges"], "--balance is not used by strategy 'single'"),
+    (["--partitions", "p", "--strategy", "offload"],
+     "--partitions is not used by strategy 'offload'; it is used by strategies graph-parallel, model-averaging"),
+    (["--dedup", "inter"], "--dedup is not used"), (["--recompute", "none"], "--recompute is not used"),
+    (["--heads", "4"], "--heads is not used by model 'gcn'; it is used by model gat"),
+    (["--model", "gat", "--alpha", "0.2"], "--alpha is not used by model 'gat'; it is used by model gcnii"),
+    (["--model", "sage", "--theta", "1"], "--theta is not used by model 'sage'"),
+])
+def test_options_the_strategy_or_model_does_not_read_are_refused(argv, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        from_flags(*argv)
+
+
+@pytest.mark.parametrize("argv", [
+    ["--strategy", "single", "--minibatch", "--fanouts", "5,5", "--batch-size", "8"],
+    ["--strategy", "offload", "--chunks", "2", "--dedup", "inter", "--recompute", "none", "--partitioner", "random"],
+    ["--strategy", "offload", "--memory-budget", "1GiB"],
+    ["--strategy", "data-parallel", "--cache", "pagraph", "--cache-fraction", "0.1", "--fanouts", "3,3"],
+    ["--strategy", "split-parallel", "--cache-fraction", "0.1", "--partitioner", "metis", "--balance", "edges"],
+    ["--strategy", "graph-parallel", "--partitioner", "fennel"], ["--strategy", "graph-parallel", "--partitions", "p"],
+    ["--model", "gat", "--heads", "2"], ["--model", "gcnii", "--alpha", "0.2", "--theta", "1"],
+    ["--workers", "1", "--hidden", "8", "--layers", "3", "--dropout", "0"],
+])
+def test_options_the_strategy_reads_are_accepted(argv):
+    from_flags(*argv)
+
+
+def test_defaults_and_presets_never_count_as_given():
+    for name in STRATEGIES.names():
+        for model in MODELS.names():  # presets set hidden / heads / layers / dropout, never an unread option
+            assert build_config({"model": {"name": model}, "strategy": {"name": name}}).strategy.name == name
+
+
+def test_a_toml_file_with_an_unused_option_is_refused(tmp_path):
+    toml = tmp_path / "run.toml"
+    toml.write_text('[strategy]\nname = "graph-parallel"\nchunks = 4\n')
+    with pytest.raises(ValueError, match=r"run.toml: \[strategy\] chunks is not used by strategy 'graph-parallel'; "
+                                         "it is used by strategy offload"):
+        build_config({}, toml)
+    # the strategy the option fits may come from the command line, the option from the file
+    assert build_config({"strategy": {"name": "offload"}}, toml).strategy.chunks == 4
+    toml.write_text('[model]\nheads = 2\n')
+    with pytest.raises(ValueError, match=r"\[model\] heads is not used by model 'gcn'"):
+        build_config({}, toml)
+    assert build_config({"model": {"name": "gat"}}, toml).model.heads == 2
+
+
+def test_every_declared_option_is_a_config_field():
+    from dataclasses import fields
+
+    from graphscale.config import ModelConfig, StrategyConfig
+
+    strategy_fields, model_fields = {f.name for f in fields(StrategyConfig)}, {f.name for f in fields(ModelConfig)}
+    for name in STRATEGIES.names():
+        assert STRATEGIES.get(name).options <= strategy_fields - {"name", "workers"}, name
+        assert set(STRATEGIES.get(name).unused_options(build_config({}))) <= STRATEGIES.get(name).options
+    for name in MODELS.names():
+        assert MODELS.get(name).options <= model_fields - {"name", "hidden", "layers", "dropout"}, name

@@ -122,19 +122,73 @@ def test_bad_stores_fail_in_the_parent_naming_the_file(store, tmp_path, damage, 
     elif damage == "no_store":
         shutil.rmtree(path)
     config = config_for("graph-parallel", workers, tmp_path, partitions=str(path))
-    config.data.dataset = dataset
+    config.data.dataset, config.oversubscribe = dataset, True  # 3 workers on a 2-core machine: the store decides
     with pytest.raises((ValueError, FileNotFoundError), match=message):
         run(config)
 
 
 def test_cli_errors_are_one_line_before_workers_start(store, tmp_path, capsys):
-    code = main(["train", "--strategy", "graph-parallel", "--workers", "4", "--partitions", str(store),
-                 "--no-progress"])
+    code = main(["train", "--strategy", "graph-parallel", "--workers", "4", "--oversubscribe", "--partitions",
+                 str(store), "--no-progress"])
     assert code == 2
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "--workers is 4" in err
     code = main(["train", "--strategy", "offload", "--workers", "2", "--partitions", str(store), "--no-progress"])
-    assert code == 2 and "--partitions applies to partition-local strategies" in capsys.readouterr().err
+    assert code == 2 and "--partitions is not used by strategy 'offload'" in capsys.readouterr().err
+
+
+def _damaged_graph(kind: str):
+    graph = random_graph(40, avg_degree=3.0, num_features=4, num_classes=3, seed=0)
+    if kind == "nan":
+        graph.x[17, 2] = float("nan")
+    elif kind == "inf":
+        graph.x[5, 0] = float("inf")
+    elif kind == "label":
+        graph.y[9] = 7
+        graph.meta["num_classes"] = 3
+    elif kind == "unlabelled":
+        graph.y[int(torch.nonzero(graph.train_mask)[0])] = -1
+    return graph
+
+
+DAMAGE = {"nan": "features of node 17 are not finite", "inf": "features of node 5 are not finite",
+          "label": r"node 9 has label 7, outside \[0, 3\) and not -1", "unlabelled": "training node .* has no label"}
+
+
+@pytest.mark.parametrize("kind", list(DAMAGE))
+@pytest.mark.parametrize("strategy", ["single", "graph-parallel", "data-parallel"])
+def test_node_data_is_checked_when_the_dataset_is_loaded(tmp_path, kind, strategy):
+    from graphscale.data.formats import save_graph_dir
+
+    save_graph_dir(_damaged_graph(kind), tmp_path / "g")
+    config = build_config({"data": {"dataset": f"graphdir:{tmp_path / 'g'}"}, "progress": False,
+                           "strategy": {"name": strategy, "workers": 1 if strategy == "single" else 2},
+                           "cache_dir": str(tmp_path / "cache")})
+    with pytest.raises(ValueError, match=f"dataset 'graphdir:.*': {DAMAGE[kind]}"):
+        prepare_data(config)
+
+
+def test_node_data_problem_names_the_first_bad_row():
+    from graphscale.data.datasets import node_data_problem
+
+    x, y = np.zeros((5, 2), np.float32), np.array([0, 1, -1, 2, 0])
+    assert node_data_problem(x, y, 3, np.array([1, 1, 0, 0, 0], bool)) is None
+    x[3, 1] = np.nan
+    x[4, 0] = np.inf
+    assert node_data_problem(x, y, 3, ids=np.array([10, 11, 12, 13, 14])) == \
+        "features of node 13 are not finite (NaN or infinity)"
+    assert node_data_problem(np.zeros((5, 2)), y.astype(float), 3) == "labels must be integers, got dtype float64"
+    assert "training node 2 has no label" in node_data_problem(np.zeros((5, 2)), y, 3, np.ones(5, bool))
+
+
+def test_node_data_of_a_given_store_is_checked(tmp_path, capsys):
+    graph = _damaged_graph("nan")
+    write_training_store(graph, tmp_path / "store", 2, "random")  # written without the training checks
+    code = main(["train", "--strategy", "graph-parallel", "--workers", "2", "--partitions", str(tmp_path / "store"),
+                 "--no-progress"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and err.count("\n") == 0
+    assert "store" in err and "features of node 17 are not finite" in err
 
 
 def test_balance_needs_a_partitioner_that_balances():

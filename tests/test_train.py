@@ -53,12 +53,17 @@ def test_resume_continues_exactly(tmp_path):
         assert resumed["final"][key] == straight["final"][key]
 
 
+def _refuse(token: str):
+    raise ValueError(f"not strict JSON: {token}")
+
+
 def test_cli_train_prints_table_and_writes_json(tmp_path, capsys):
     out = tmp_path / "report.json"
     assert main(["train", "--epochs", "5", "--no-progress", "--json", str(out)]) == 0
     printed = capsys.readouterr().out
-    assert "test acc" in printed and "cora" in printed
-    report = json.loads(out.read_text())
+    assert "test acc" in printed and "cora" in printed and "final loss" in printed
+    report = json.loads(out.read_text(), parse_constant=_refuse)
+    assert f"{report['epochs'][-1]['loss']:.3f}" in printed  # the final-loss column
     assert len(report["epochs"]) == 5
     epoch = report["epochs"][0]
     for key in ("loss", "train_acc", "val_acc", "test_acc", "seconds", "bytes", "peak_memory_per_worker"):
@@ -73,9 +78,10 @@ def test_cli_train_prints_table_and_writes_json(tmp_path, capsys):
     (["--strategy", "magic"], "unknown strategy 'magic'"),
     (["--resume"], "--resume needs --checkpoint"),
     (["--workers", "0"], "--workers must be >= 1"),
-    (["--strategy", "graph-parallel", "--minibatch"], "--minibatch applies to strategies 'single' and 'model-averaging'"),
     (["--timeout", "0"], "--timeout must be > 0"),
+    (["--strategy", "graph-parallel", "--minibatch"], "--minibatch is not used by strategy 'graph-parallel'"),
 ])
 def test_cli_bad_options_give_clear_errors(argv, message, capsys):
     assert main(["train", "--epochs", "1", "--no-progress", *argv]) == 2
-    assert message in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1

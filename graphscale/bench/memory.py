@@ -86,7 +86,7 @@ def train_once(dataset: str, strategy: str, workers: int, epochs: int, model: st
         out = Path(tmp) / "report.json"
         argv = [sys.executable, "-m", "graphscale", "train", "--dataset", dataset, "--strategy", strategy,
                 "--workers", str(workers), "--epochs", str(epochs), "--model", model, "--json", str(out),
-                "--no-progress"]
+                "--no-progress", "--oversubscribe"]  # memory per worker is measured at any worker count
         if hidden is not None:
             argv += ["--hidden", str(hidden)]
         if device is not None:
@@ -193,7 +193,10 @@ def run(args: argparse.Namespace) -> list[dict]:
 
     from graphscale.bench.table import save_bar_plot
     from graphscale.data.formats import write_json_atomic
+    from graphscale.validation import check_output_path
 
+    if args.json:
+        check_output_path(args.json, "--json")  # before the runs, not after
     datasets = split_specs(args.datasets)
     strategies = [s.strip() for s in args.strategies.split(",") if s.strip()]
     rows, reports = measure(datasets, strategies, args.workers, args.epochs, args.model, args.hidden, args.device,

@@ -390,6 +390,10 @@ def run(args: argparse.Namespace) -> dict:
                          f"choose from {', '.join(SUITES)}")
     if args.chunk_edges < 1:
         raise ValueError(f"--chunk-edges must be >= 1, got {args.chunk_edges}")
+    if args.json:
+        from graphscale.validation import check_output_path
+
+        check_output_path(args.json, "--json")  # before the benchmarks, not after
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
     datasets = args.dataset or DEFAULT_DATASETS
     temporary = args.workdir is None

@@ -1303,7 +1303,8 @@ def untrainable_reason(spec: str, graph: Graph | None = None) -> str | None:
 
     Without ``graph`` only the spec is looked at (an ``edgelist:`` or ``metis:`` never has node features,
     a ``mat:`` only with ``features=NAME``), so a caller can fail before loading anything; with ``graph``
-    its features, labels (multi-label ones cannot be trained on yet) and split are checked.
+    its features, labels (multi-label ones cannot be trained on yet) and split are checked (also their values:
+    :func:`node_data_problem`).
     """
     kind, _, arg = spec.strip().partition(":")
     kind = kind.lower()
@@ -1325,7 +1326,42 @@ def untrainable_reason(spec: str, graph: Graph | None = None) -> str | None:
         return f"dataset {spec!r} has no node labels, which training needs"
     if graph is not None and (graph.train_mask is None or not bool(graph.train_mask.any())):
         return f"dataset {spec!r} has no training nodes (no train/val/test split); it cannot be trained on"
-    return None
+    problem = graph is not None and node_data_problem(graph.x, graph.y, graph.num_classes, graph.train_mask)
+    return f"dataset {spec!r}: {problem}" if problem else None
+
+
+#: feature rows checked at a time by :func:`node_data_problem`
+SCAN_ROWS = 1 << 16
+
+
+def node_data_problem(x, y, num_classes: int, train_mask=None, ids=None) -> str | None:
+    """Why these node rows cannot be trained on, or ``None``.
+
+    Problems: a feature row holding NaN or infinity (the first one is named; rows are scanned in chunks of
+    :data:`SCAN_ROWS`, so a memory-mapped ``x`` is never loaded whole), labels that are not integers, a label
+    outside ``[0, num_classes)`` other than ``-1`` (unlabelled), an unlabelled training node.
+
+    Args:
+        x, y: features ``[R, F]`` and labels ``[R]`` (tensors or arrays).
+        num_classes: the class count ``C``.
+        train_mask: bool ``[R]`` or ``None``.
+        ids: how to name row ``i`` in the message: ``ids[i]`` (default ``i``).
+    """
+    def node(i: int) -> int:
+        return int(ids[i]) if ids is not None else i
+
+    for start in range(0, x.shape[0], SCAN_ROWS):
+        bad = np.flatnonzero(~np.isfinite(np.asarray(x[start: start + SCAN_ROWS])).all(axis=1))
+        if bad.size:
+            return f"features of node {node(start + int(bad[0]))} are not finite (NaN or infinity)"
+    y = np.asarray(y)
+    if not np.issubdtype(y.dtype, np.integer):
+        return f"labels must be integers, got dtype {y.dtype}"
+    bad = np.flatnonzero((y < -1) | (y >= num_classes))
+    if bad.size:
+        return f"node {node(int(bad[0]))} has label {int(y[bad[0]])}, outside [0, {num_classes}) and not -1"
+    unlabelled = np.flatnonzero(np.asarray(train_mask) & (y == -1)) if train_mask is not None else []
+    return f"training node {node(int(unlabelled[0]))} has no label (-1)" if len(unlabelled) else None
 
 
 def describe_dataset(spec: str) -> dict:

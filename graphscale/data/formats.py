@@ -53,17 +53,28 @@ def _json_value(value):
     return value.item() if isinstance(value, np.generic) else str(value)
 
 
-def write_json_atomic(path: str | Path, payload, *, indent: int | None = 1) -> Path:
-    """Write ``payload`` as JSON through a temporary sibling and a rename, so a reader never sees half a file.
+def json_safe(value):
+    """``value`` with every NaN or infinite float (also NumPy's) replaced by ``None``, so that it is written as
+    ``null``: strict JSON has no ``NaN`` token (metrics are ``nan`` where undefined, e.g. a balance of nothing)."""
+    if isinstance(value, dict):
+        return {key: json_safe(v) for key, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(v) for v in value]
+    if isinstance(value, (float, np.floating)):
+        return float(value) if np.isfinite(value) else None
+    return value
 
-    Parent directories are created. NumPy scalars are written as numbers, anything else JSON cannot hold as
-    its ``str()``.
+
+def write_json_atomic(path: str | Path, payload, *, indent: int | None = 1) -> Path:
+    """Write ``payload`` as strict JSON through a temporary sibling and a rename, so a reader never sees half a file.
+
+    The directory must exist (none is created). NumPy scalars are written as numbers, NaN and infinities as
+    ``null`` (:func:`json_safe`), anything else JSON cannot hold as its ``str()``.
     """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = temp_sibling(path, "tmp")
     try:
-        tmp.write_text(json.dumps(payload, indent=indent, default=_json_value))
+        tmp.write_text(json.dumps(json_safe(payload), indent=indent, default=_json_value, allow_nan=False))
         os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)

@@ -250,7 +250,8 @@ def _u64(value: int, name: str) -> np.uint64:
         raise ValueError(f"{name} must be an integer, got {value!r}") from None
 
 
-def _check_fanout(fanout, name: str = "fanout") -> int:
+def check_fanout(fanout, name: str = "fanout") -> int:
+    """``fanout`` as an int when it is a positive integer or ``-1`` (all neighbours); else ``ValueError``."""
     if isinstance(fanout, bool) or not isinstance(fanout, (int, np.integer)) or (fanout != -1 and fanout < 1):
         raise ValueError(f"{name} must be a positive integer or -1 (all neighbours), got {fanout!r}")
     return int(fanout)
@@ -312,7 +313,7 @@ def sample_neighbors(graph_or_csr, nodes, fanout: int, seed: int, batch_key: int
         ValueError: on a bad fanout, non-integer keys, a malformed CSR pair, or ids outside
             ``[0, num_nodes)``.
     """
-    fanout = _check_fanout(fanout)
+    fanout = check_fanout(fanout)
     indptr, indices = _csr_arrays(graph_or_csr)
     nodes_np = _as_int64(nodes, "nodes")
     _check_nodes(nodes_np, indptr.size - 1, "nodes")
@@ -372,7 +373,7 @@ class NeighborSampler:
             raise TypeError(f"graph must be a graphscale Graph, got {type(graph).__name__}")
         if isinstance(fanouts, (str, bytes)) or not isinstance(fanouts, Sequence) or len(fanouts) == 0:
             raise ValueError(f"fanouts must be a non-empty list of ints (one per layer), got {fanouts!r}")
-        self.fanouts = [_check_fanout(f, f"fanouts[{i}]") for i, f in enumerate(fanouts)]
+        self.fanouts = [check_fanout(f, f"fanouts[{i}]") for i, f in enumerate(fanouts)]
         _u64(seed, "seed")
         self.seed = int(seed)
         self.graph = graph

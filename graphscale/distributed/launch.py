@@ -99,7 +99,8 @@ class WorkerError(RuntimeError):
         super().__init__(detail)
 
 
-def _cpu_count() -> int:
+def cpu_count() -> int:
+    """CPU cores this process may run on (its affinity mask)."""
     try:
         return len(os.sched_getaffinity(0))
     except AttributeError:  # pragma: no cover - non-Linux
@@ -232,7 +233,7 @@ def _worker(rank: int, world_size: int, fn: Callable, args: tuple, workdir: str,
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole process group: the launcher stops us
     out = Path(workdir) / f"rank{rank}.pkl"
     try:
-        torch.set_num_threads(max(1, _cpu_count() // world_size))
+        torch.set_num_threads(max(1, cpu_count() // world_size))
         dev = torch.device("cuda", rank) if kind == "cuda" else torch.device("cpu")
         if kind == "cuda":
             torch.cuda.set_device(dev)

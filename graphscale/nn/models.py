@@ -59,6 +59,9 @@ class GNN(nn.Module):
     """
 
     needs_h0: bool = False
+    #: The ``[model]`` options it reads besides ``name``, ``hidden``, ``layers`` and ``dropout`` (which every model
+    #: reads); giving another is an error naming the models that read it (:func:`graphscale.validation.check_given`).
+    options: frozenset[str] = frozenset()
 
     def __init__(self, layers: list[nn.Module], widths: list[int], dropout: float, seed: int) -> None:
         super().__init__()
@@ -228,6 +231,8 @@ class GAT(GNN):
     Input and attention dropout both use ``cfg.dropout`` (Cora: 8 x 8, 0.6).
     """
 
+    options = frozenset({"heads"})
+
     def __init__(self, cfg: ModelConfig, in_dim: int, num_classes: int, seed: int = 0) -> None:
         layers, widths, width = [], [], in_dim
         for l in range(cfg.layers):
@@ -249,6 +254,7 @@ class GCNII(GNN):
     """GCNII (Chen et al. 2020): Linear+ReLU input map, ``L`` GCN2Conv layers, Linear output map."""
 
     needs_h0 = True
+    options = frozenset({"alpha", "theta"})
 
     def __init__(self, cfg: ModelConfig, in_dim: int, num_classes: int, seed: int = 0) -> None:
         layers = [GCNIILayer(cfg.hidden, cfg.alpha, cfg.theta, layer=l + 1) for l in range(cfg.layers)]
@@ -301,6 +307,27 @@ class ResGCN(GNN):
         return out
 
 
+def check_model_config(cfg: ModelConfig) -> type[GNN]:
+    """The registered model class ``cfg.name``, after checking the options it reads (errors name the option).
+
+    Raises:
+        KeyError: unknown model (the message lists the registered ones).
+        ValueError: an option out of range.
+    """
+    cls = MODELS.get(cfg.name)
+    counts = {"layers": cfg.layers, "hidden": cfg.hidden, **({"heads": cfg.heads} if "heads" in cls.options else {})}
+    for option, value in counts.items():
+        if value < 1:
+            raise ValueError(f"--{option} must be >= 1, got {value}")
+    if not 0.0 <= cfg.dropout <= 1.0:
+        raise ValueError(f"--dropout must lie in [0, 1], got {cfg.dropout}")
+    if "alpha" in cls.options and not 0.0 <= cfg.alpha <= 1.0:
+        raise ValueError(f"--alpha must lie in [0, 1], got {cfg.alpha}")
+    if "theta" in cls.options and not cfg.theta > 0.0:
+        raise ValueError(f"--theta must be > 0, got {cfg.theta}")
+    return cls
+
+
 def build_model(cfg: ModelConfig, in_dim: int, num_classes: int, seed: int = 0,
                 dtype: torch.dtype = torch.float32) -> GNN:
     """Build the registered model ``cfg.name`` with deterministic parameters.
@@ -319,11 +346,7 @@ def build_model(cfg: ModelConfig, in_dim: int, num_classes: int, seed: int = 0,
     Returns:
         The model, in training mode, with ``epoch = 0``.
     """
-    if cfg.layers < 1:
-        raise ValueError(f"model.layers must be >= 1, got {cfg.layers}")
-    if not 0.0 <= cfg.dropout <= 1.0:
-        raise ValueError(f"model.dropout must lie in [0, 1], got {cfg.dropout}")
-    cls = MODELS.get(cfg.name)
+    cls = check_model_config(cfg)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model = cls(cfg, in_dim, num_classes, seed=seed)

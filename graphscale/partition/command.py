@@ -22,6 +22,7 @@ import contextlib
 import importlib
 import inspect
 import os
+import sys
 import time
 from pathlib import Path
 
@@ -110,10 +111,11 @@ def resolve_input(dataset: str, num_vertices: int | None = None, edge_dtype: str
 
 
 class ProgressBars:
-    """A tqdm bar per step, driven by the ``(step, done, total)`` callbacks of the partitioners and the store."""
+    """A tqdm bar per step, driven by the ``(step, done, total)`` callbacks of the partitioners and the store; shown
+    on a terminal only (redirected, the summary table says what was done)."""
 
     def __init__(self, enabled: bool = True) -> None:
-        self.enabled, self._bar, self._name = enabled, None, None
+        self.enabled, self._bar, self._name = enabled and sys.stderr.isatty(), None, None
 
     def __call__(self, name: str, done: int, total: int) -> None:
         if not self.enabled:
@@ -160,9 +162,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Register ``graphscale partition``'s options on ``parser``."""
     parser.add_argument("--dataset", required=True,
                         help="dataset spec (see `graphscale datasets`) or a bare edge-stream file")
-    parser.add_argument("--method", required=True,
-                        help="partitioner NAME[:key=value,...]: random, metis, ldg, fennel, hash, dbh, greedy, "
-                             "hdrf, 2ps-l, spring (e.g. spring:merge=code)")
+    parser.add_argument("--method", required=True, metavar="NAME[:key=value,...]",
+                        help="partitioner and its options (e.g. spring:merge=code)")
     parser.add_argument("--parts", type=int, required=True, help="number of partitions")
     parser.add_argument("--out", required=True, help="partition store directory to write")
     parser.add_argument("--seed", type=int, default=0, help="seed of randomised choices (default 0)")
@@ -178,7 +179,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-features", action="store_true", help="do not copy x into the store")
     parser.add_argument("--feature-chunk-mb", type=int, default=64, help="bound on one feature copy step (MiB)")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing partition store")
-    parser.add_argument("--json", default=None, help="also write the summary as JSON to this file")
+    parser.add_argument("--json", default=None,
+                        help="also write the summary as JSON to this file (the directory must exist)")
     parser.add_argument("--no-progress", dest="progress", action="store_false", help="hide the progress bars")
 
 
@@ -247,9 +249,13 @@ def partition_dataset(args: argparse.Namespace) -> dict:
 
 
 def run(args: argparse.Namespace) -> dict:
-    """Partition, write the store, print the summary (and write ``--json``); returns the summary."""
+    """Partition, write the store, print the summary (and write ``--json``, checked writable first, with ``null``
+    for undefined metrics such as the training balance of a graph without a split); returns the summary."""
     from graphscale.bench.table import format_bytes, format_table
+    from graphscale.validation import check_output_path
 
+    if args.json:
+        check_output_path(args.json, "--json")  # before the store is written, so a bad path leaves nothing
     summary = partition_dataset(args)
     m = summary["metrics"]
     row = {"method": summary["method"], "parts": summary["parts"], "RF": m["replication_factor"],

@@ -35,6 +35,17 @@ class Strategy(ABC):
     #: (one graph directory per host, memory-mapped by every worker) or ``partition-local`` (worker ``r``
     #: opens ``part-r`` of a partition store).
     data_view: str = HOST_SHARED
+    #: The ``[strategy]`` options it reads (:class:`~graphscale.config.StrategyConfig` fields besides ``name`` and
+    #: ``workers``, which every strategy reads). An option the user gives that the chosen strategy does not read
+    #: is an error naming the strategies that do (:func:`graphscale.validation.check_given`); the parent checks
+    #: the values of the options read (:func:`graphscale.validation.validate`).
+    options: frozenset[str] = frozenset()
+
+    @classmethod
+    def unused_options(cls, config: RunConfig) -> dict[str, str]:
+        """Options of :attr:`options` that ``config``'s other settings leave unread, each with the reason
+        (e.g. ``{"fanouts": "without --minibatch"}``)."""
+        return {}
 
     @classmethod
     def needs_vertex_partition(cls, config: RunConfig) -> bool:

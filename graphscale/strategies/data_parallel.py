@@ -48,7 +48,7 @@ import time
 import torch
 
 from graphscale.config import RunConfig
-from graphscale.data.feature_cache import POLICIES, FeatureCache
+from graphscale.data.feature_cache import FeatureCache
 from graphscale.data.graph import Graph
 from graphscale.data.handle import DataHandle
 from graphscale.data.sampler import MiniBatchLoader, NeighborSampler
@@ -134,11 +134,12 @@ class DataParallel(MiniBatchStrategy):
 
     name = "data-parallel"
     exact = True
+    #: the partitioner splits PaGraph's training vertices and, for every cache, the evaluation's ownership
+    options = frozenset({"fanouts", "batch_size", "cache", "cache_fraction", "partitioner", "balance"})
 
-    def check_options(self, config: RunConfig) -> None:
-        if config.strategy.cache not in POLICIES:
-            raise ValueError(f"--cache must be one of {', '.join(POLICIES)} for strategy 'data-parallel', "
-                             f"got {config.strategy.cache!r}")
+    @classmethod
+    def unused_options(cls, config: RunConfig) -> dict[str, str]:
+        return {"cache_fraction": "with --cache none"} if config.strategy.cache == "none" else {}
 
     @classmethod
     def needs_vertex_partition(cls, config: RunConfig) -> bool:

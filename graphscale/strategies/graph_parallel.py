@@ -138,6 +138,14 @@ class GraphParallel(Strategy):
     exact = True
 
     data_view = PARTITION_LOCAL
+    options = frozenset({"partitioner", "balance", "partitions"})
+
+    @classmethod
+    def unused_options(cls, config: RunConfig) -> dict[str, str]:
+        if not config.strategy.partitions:
+            return {}
+        why = "with --partitions (the store is partitioned already)"
+        return {"partitioner": why, "balance": why}
 
     def setup(self, data: DataHandle, model: torch.nn.Module, env: DistEnv, config: RunConfig) -> None:
         super().setup(data, model, env, config)

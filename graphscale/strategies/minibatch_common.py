@@ -37,21 +37,13 @@ SHUFFLE = "shuffle"
 SETUP = "setup"
 
 
-def check_minibatch_config(graph: Graph, model: torch.nn.Module, config: RunConfig, strategy: str) -> None:
-    """Validate what every mini-batch strategy needs, with errors that name the option."""
+def check_minibatch_data(graph: Graph, strategy: str) -> None:
+    """Check the graph holds what every mini-batch strategy needs (the options were checked in the parent by
+    :func:`graphscale.validation.validate`)."""
     if graph.x is None or graph.y is None or graph.train_mask is None:
         raise ValueError(f"strategy {strategy!r} needs node features, labels and a training mask")
     if int(graph.train_mask.sum()) == 0:
         raise ValueError(f"strategy {strategy!r}: the graph has no training vertices")
-    fanouts = config.strategy.fanouts
-    if len(fanouts) != model.num_layers:
-        raise ValueError(f"--fanouts gives {len(fanouts)} values but the model has {model.num_layers} layers; "
-                         "give one fanout per layer")
-    if config.strategy.batch_size < 1:
-        raise ValueError(f"--batch-size must be >= 1, got {config.strategy.batch_size}")
-    fraction = config.strategy.cache_fraction
-    if not 0.0 <= float(fraction) <= 1.0:
-        raise ValueError(f"--cache-fraction must lie in [0, 1], got {fraction!r}")
 
 
 def load_host_rows(comm: Comm, x_host: torch.Tensor, ids: torch.Tensor, device: torch.device) -> torch.Tensor:
@@ -71,7 +63,7 @@ def record_structure(comm: Comm, tensors: list[torch.Tensor | None]) -> int:
 class MiniBatchStrategy(Strategy):
     """Setup, evaluation and teardown shared by the multi-worker mini-batch strategies.
 
-    :meth:`setup` validates the options (:func:`check_minibatch_config`, then :meth:`check_options`) and
+    :meth:`setup` checks the graph (:func:`check_minibatch_data`; the options were checked in the parent) and
     builds what both strategies hold: ``comm``, host features ``x_host``, labels ``y``, ``train_ids`` /
     ``num_train``, the rank-agnostic ``sampler``, ``params`` and the memory ``tracker`` (with the model
     tracked). Subclasses add their caches, tracked as ``"cache"``.
@@ -88,14 +80,10 @@ class MiniBatchStrategy(Strategy):
     #: destination rows per evaluation batch
     eval_batch_rows = DEFAULT_BATCH_ROWS
 
-    def check_options(self, config: RunConfig) -> None:
-        """Reject options this strategy does not support (before anything is built)."""
-
     def setup(self, data: DataHandle | Graph, model: torch.nn.Module, env: DistEnv, config: RunConfig) -> None:
         super().setup(data, model, env, config)
         graph = self.graph = self.data.open_graph()
-        check_minibatch_config(graph, model, config, self.name)
-        self.check_options(config)
+        check_minibatch_data(graph, self.name)
         self.comm = Comm(env)
         self.x_host = graph.x.to(next(model.parameters()).dtype)
         self.y = graph.y

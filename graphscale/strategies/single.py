@@ -27,6 +27,12 @@ class SingleStrategy(Strategy):
     """One process, full-graph or sampled mini-batch training."""
 
     data_view = MEMORY
+    options = frozenset({"minibatch", "fanouts", "batch_size"})
+
+    @classmethod
+    def unused_options(cls, config) -> dict[str, str]:
+        return {} if config.strategy.minibatch else {"fanouts": "without --minibatch",
+                                                     "batch_size": "without --minibatch"}
 
     def setup(self, data, model, env, config) -> None:
         super().setup(data, model, env, config)
@@ -44,10 +50,7 @@ class SingleStrategy(Strategy):
                            self.block.src_ids, self.block.src_deg)
         self.tracker.track_module("model", model)
         strategy = config.strategy
-        if strategy.minibatch:
-            if len(strategy.fanouts) != model.num_layers:
-                raise ValueError(f"--fanouts gives {len(strategy.fanouts)} values but the model has "
-                                 f"{model.num_layers} layers; give one fanout per layer")
+        if strategy.minibatch:  # the options were checked in the parent (graphscale.validation)
             self.sampler = NeighborSampler(graph, strategy.fanouts, seed=config.seed)
             train_ids = torch.nonzero(graph.train_mask).flatten()
             self.loader = MiniBatchLoader(train_ids, strategy.batch_size, seed=config.seed)

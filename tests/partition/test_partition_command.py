@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 from unittest.mock import ANY
 
 import numpy as np
@@ -155,3 +156,28 @@ def test_edges_option_needs_a_dataset_and_matching_count(tmp_path):
     with pytest.raises(ValueError, match="num_vertices=2708 disagrees"):
         command.run(parse("--dataset", "cora", "--edges", str(tmp_path / "g.e32"), "--method", "hash",
                           "--parts", "2", "--out", str(tmp_path / "s")))
+
+
+def _refuse(token: str):
+    raise ValueError(f"not strict JSON: {token}")
+
+
+def test_summary_json_is_strict_json(tmp_path):
+    """A stream has no training split: its training balance is NaN in the summary and null in the JSON."""
+    src, dst, n = community_records(n=150, seed=4)
+    write_edge_stream(tmp_path / "g.e32", src, dst, num_vertices=n)
+    summary = command.run(parse("--dataset", str(tmp_path / "g.e32"), "--method", "hdrf", "--parts", "3",
+                                "--out", str(tmp_path / "st"), "--json", str(tmp_path / "s.json")))
+    assert math.isnan(summary["metrics"]["train_balance"])
+    written = json.loads((tmp_path / "s.json").read_text(), parse_constant=_refuse)
+    assert written["metrics"]["train_balance"] is None
+    assert written["metrics"]["replication_factor"] == summary["metrics"]["replication_factor"]
+
+
+@pytest.mark.parametrize("where, message", [("missing/s.json", "directory .*missing does not exist"),
+                                            (".", "is a directory")])
+def test_bad_json_path_is_refused_before_partitioning(tmp_path, where, message):
+    with pytest.raises(ValueError, match=f"--json .*{message}"):
+        command.run(parse("--dataset", "cora", "--method", "hash", "--parts", "2", "--out", str(tmp_path / "st"),
+                          "--json", str(tmp_path / where)))
+    assert list(tmp_path.iterdir()) == []  # no store, no directory

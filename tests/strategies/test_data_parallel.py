@@ -22,6 +22,7 @@ from graphscale.strategies.base import make_optimizer
 from graphscale.strategies.data_parallel import DataParallel, MicroBatchSchedule, reference_step
 from graphscale.strategies.single import SingleStrategy
 from graphscale.testing import assert_close_rel, random_graph, run_distributed
+from graphscale.validation import validate
 
 DTYPES = {"float64": torch.float64, "float32": torch.float32}
 #: (cache, model, dtype)
@@ -179,8 +180,11 @@ def test_cache_policies_and_errors():
     model = build_model(config.model, graph.num_features, graph.num_classes, seed=0, dtype=torch.float64)
     with pytest.raises(ValueError, match="--cache must be one of none, pagraph, quiver"):
         DataParallel().setup(graph, model, DistEnv.local(), config)
-    config = make_config("none", "sage", 1)
+    config = make_config("pagraph", "sage", 1)
     config.strategy.cache_fraction = -0.1
-    with pytest.raises(ValueError, match="--cache-fraction"):
-        DataParallel().setup(graph, model, DistEnv.local(), config)
+    with pytest.raises(ValueError, match=r"--cache-fraction must lie in \[0, 1\]"):  # in the parent
+        validate(config)
+    config.strategy.cache = "lru"
+    with pytest.raises(ValueError, match="--cache must be one of none, pagraph, quiver"):
+        validate(config)
     assert STRATEGIES.get("data-parallel") is DataParallel

@@ -29,7 +29,8 @@ SPEC = "sbm:nodes=240,degree=6,classes=3,features=8,seed=2"
 def config_for(tmp_path, strategy="model-averaging", workers=1, parts=0, epochs=3, **extra):
     top = {k: extra.pop(k) for k in ("checkpoint", "resume") if k in extra}
     return build_config({"data": {"dataset": SPEC}, "model": {"name": "gcn", "hidden": 8},
-                         "strategy": {"name": strategy, "workers": workers, "parts": parts, **extra},
+                         "strategy": {"name": strategy, "workers": workers, **({"parts": parts} if parts else {}),
+                                      **extra},
                          "optim": {"epochs": epochs}, "dtype": "float64", "progress": False,
                          "cache_dir": str(tmp_path / "cache"), **top})
 

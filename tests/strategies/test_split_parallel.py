@@ -220,19 +220,20 @@ def test_split_matches_brute_force(world):
 
 
 def test_bad_options_are_named():
+    """Options are checked in the parent (graphscale.validation), before any worker sets up."""
+    from graphscale.config import build_config
+    from graphscale.validation import validate
+
     graph = make_graph(torch.float64)
-    config = make_config("sage", 1, cache_fraction=1.5)
-    model = build_model(config.model, graph.num_features, graph.num_classes, seed=0, dtype=torch.float64)
-    with pytest.raises(ValueError, match="--cache-fraction"):
-        SplitParallel().setup(graph, model, DistEnv.local(), config)
+    model = build_model(make_config("sage", 1).model, graph.num_features, graph.num_classes, seed=0)
+    with pytest.raises(ValueError, match=r"--cache-fraction must lie in \[0, 1\], got 1.5"):
+        validate(make_config("sage", 1, cache_fraction=1.5))
     config = make_config("sage", 1)
     config.strategy.fanouts = [3, 3]
-    with pytest.raises(ValueError, match="--fanouts"):
-        SplitParallel().setup(graph, model, DistEnv.local(), config)
-    config = make_config("sage", 1)
-    config.strategy.cache = "quiver"
-    with pytest.raises(ValueError, match="--cache 'quiver' applies to data-parallel only"):
-        SplitParallel().setup(graph, model, DistEnv.local(), config)
+    with pytest.raises(ValueError, match="--fanouts gives 2 value"):
+        validate(config)
+    with pytest.raises(ValueError, match="--cache is not used by strategy 'split-parallel'"):
+        build_config({"strategy": {"name": "split-parallel", "cache": "quiver"}})
     with pytest.raises(ValueError, match="mode"):
         split_minibatch(NeighborSampler(graph, [2], seed=0).sample(torch.arange(3), 0),
                         SplitPlan.build(torch.zeros(graph.num_nodes, dtype=torch.int64), graph.out_degrees(), 1),

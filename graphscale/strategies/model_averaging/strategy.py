@@ -109,6 +109,18 @@ class ModelAveraging(Strategy):
 
     exact = False
     data_view = PARTITION_LOCAL
+    options = frozenset({"partitioner", "balance", "partitions", "parts", "minibatch", "fanouts", "batch_size",
+                         "average_every", "average_optimizer", "state_dir"})
+
+    @classmethod
+    def unused_options(cls, config: RunConfig) -> dict[str, str]:
+        unused = {}
+        if not config.strategy.minibatch:
+            unused.update({"fanouts": "without --minibatch", "batch_size": "without --minibatch"})
+        if config.strategy.partitions:
+            why = "with --partitions (the store is partitioned already)"
+            unused.update({"partitioner": why, "balance": why, "parts": why})
+        return unused
 
     # ------------------------------------------------------------ parent side
     @classmethod

@@ -192,6 +192,11 @@ class OffloadStrategy(Strategy):
     """
 
     exact = True
+    options = frozenset({"partitioner", "balance", "chunks", "dedup", "recompute", "memory_budget", "shm_dir"})
+
+    @classmethod
+    def unused_options(cls, config: RunConfig) -> dict[str, str]:
+        return {"chunks": "with --memory-budget (which picks the chunks)"} if config.strategy.memory_budget else {}
 
     def __init__(self, order_seed: int | None = None, bandwidths: Bandwidths | None = None) -> None:
         self.order_seed = order_seed

@@ -173,11 +173,8 @@ class SplitParallel(MiniBatchStrategy):
 
     name = "split-parallel"
     exact = True
-
-    def check_options(self, config: RunConfig) -> None:
-        if config.strategy.cache != "none":
-            raise ValueError(f"--cache {config.strategy.cache!r} applies to data-parallel only; split-parallel "
-                             "always uses its own non-overlapping per-part caches (size them with --cache-fraction)")
+    #: no ``cache``: split-parallel always uses its own non-overlapping per-part caches, sized by ``cache_fraction``
+    options = frozenset({"fanouts", "batch_size", "cache_fraction", "partitioner", "balance"})
 
     @classmethod
     def needs_vertex_partition(cls, config: RunConfig) -> bool:

@@ -1,0 +1,65 @@
+"""Training progress on stderr: a bar on a terminal, plain lines when stderr is redirected.
+
+On a terminal, :class:`EpochProgress` shows a tqdm bar with the latest loss and accuracies. Redirected (a log
+file, a pipe, a CI job) a bar would write a carriage-return-separated line per update, so it prints one line
+every :data:`LINES`-th of the epochs instead, and one for the last epoch::
+
+    single/gcn epoch 20/200: loss 0.8131, val 0.768, test 0.790, 0.05 s/epoch
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import time
+from typing import TextIO
+
+#: lines printed over a run when stderr is not a terminal
+LINES = 10
+
+
+class EpochProgress:
+    """Progress over epochs ``start..total-1`` (``total`` = the run's epochs).
+
+    Args:
+        start: the first epoch of this run (after a resumed checkpoint, not 0).
+        total: the run's epoch count.
+        desc: what is trained (``strategy/model``).
+        enabled: ``False`` shows nothing (``--no-progress``, or a worker other than rank 0).
+        stream: where to write (default ``sys.stderr``); a bar when it is a terminal, lines otherwise.
+    """
+
+    def __init__(self, start: int, total: int, desc: str, enabled: bool = True, stream: TextIO | None = None) -> None:
+        self.total, self.desc, self.enabled = total, desc, enabled
+        self.stream = stream or sys.stderr
+        self.every = max(1, math.ceil(total / LINES))
+        self.bar = None
+        self._last = time.perf_counter()
+        self._epochs = 0
+        if enabled and self.stream.isatty():
+            from tqdm.auto import tqdm
+
+            self.bar = tqdm(total=total, initial=start, desc=desc, unit="epoch", dynamic_ncols=True, leave=True,
+                            file=self.stream)
+
+    def update(self, epoch: int, loss: float, val_acc: float, test_acc: float) -> None:
+        """Epoch ``epoch`` (0-based) ended with these figures."""
+        if not self.enabled:
+            return
+        if self.bar is not None:
+            self.bar.update(1)
+            self.bar.set_postfix(loss=f"{loss:.4f}", val=f"{val_acc:.3f}", test=f"{test_acc:.3f}")
+            return
+        self._epochs += 1
+        done = epoch + 1
+        if done % self.every and done != self.total:
+            return
+        now = time.perf_counter()
+        per_epoch = (now - self._last) / self._epochs
+        self._last, self._epochs = now, 0
+        print(f"{self.desc} epoch {done}/{self.total}: loss {loss:.4f}, val {val_acc:.3f}, test {test_acc:.3f}, "
+              f"{per_epoch:.2f} s/epoch", file=self.stream, flush=True)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()

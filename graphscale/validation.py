@@ -1,0 +1,190 @@
+"""Checks of a run's configuration in the parent, before any data is loaded or any worker starts.
+
+* :func:`check_given` (called by :func:`graphscale.config.build_config`): an option the user gave that the
+  chosen strategy or model does not read is an error naming the strategies (models) that read it. What each reads
+  is declared once, by its class: ``Strategy.options`` less ``Strategy.unused_options(config)``, and
+  ``GNN.options``; a new strategy or model declares its options there and nowhere else.
+* :func:`validate` (called by :func:`graphscale.run.run`, so by ``graphscale train`` and the Python API): every
+  option's range and its fit with the strategy and the model, the workers against the cores, the output paths.
+
+Errors are ``ValueError`` (``KeyError`` for an unknown registry name) with a one-line message naming the option or
+the file; ``graphscale`` prints it and exits with status 2. What needs the data (a store's part count, an empty
+part, non-finite features, labels out of range) is checked by :mod:`graphscale.prepare`, also before any worker
+starts.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+from graphscale.config import DTYPES, RunConfig
+
+_PLURALS = {"strategy": "strategies", "model": "models"}
+
+
+# ------------------------------------------------------------ given options
+def _label(section: str, field: str, where: str) -> str:
+    """How an option is named in a message: ``--batch-size`` (command line) or ``run.toml: [strategy] batch_size``."""
+    return f"--{field.replace('_', '-')}" if where == "command line" else f"{where}: [{section}] {field}"
+
+
+def check_given(config: RunConfig, given: dict[tuple[str | None, str], str]) -> None:
+    """Refuse a given option the run's strategy or model does not read.
+
+    Args:
+        config: the built configuration.
+        given: ``(section, field) -> where`` of every option the user set (``where``: ``"command line"`` or the
+            TOML file); defaults and presets are not in it.
+
+    Raises:
+        ValueError: names the option, why it is unused and the strategies (models) that read it.
+        KeyError: unknown strategy or model.
+    """
+    from graphscale.registry import MODELS, STRATEGIES
+
+    chosen = {"strategy": (STRATEGIES, config.strategy.name), "model": (MODELS, config.model.name)}
+    for (section, field), where in given.items():
+        if section not in chosen:
+            continue
+        registry, name = chosen[section]
+        cls = registry.get(name)
+        readers = [other for other in registry.names() if field in registry.get(other).options]
+        if not readers:  # read by every strategy (model), such as --workers or --hidden
+            continue
+        unused = cls.unused_options(config) if hasattr(cls, "unused_options") else {}  # models have no conditions
+        if field in cls.options and field not in unused:
+            continue
+        why = f" {unused[field]}" if field in unused else ""
+        kinds = registry.kind if len(readers) == 1 else _PLURALS[registry.kind]
+        raise ValueError(f"{_label(section, field, where)} is not used by {registry.kind} {name!r}{why}; "
+                         f"it is used by {kinds} {', '.join(readers)}")
+
+
+# ------------------------------------------------------------ values
+def check_output_path(path: str | os.PathLike, option: str) -> Path:
+    """Check that a file can be written at ``path`` (its directory exists and takes a new file); never creates
+    directories.
+
+    Raises:
+        ValueError: names ``option`` and the path.
+    """
+    path = Path(path)
+    parent = path.parent
+    if path.is_dir():
+        raise ValueError(f"{option} {path} is a directory; give a file path")
+    if not parent.is_dir():
+        raise ValueError(f"{option} {path}: directory {parent} does not exist (create it first)")
+    try:
+        with tempfile.NamedTemporaryFile(dir=parent, prefix=f".{path.name}.probe-"):
+            pass
+    except OSError as err:
+        raise ValueError(f"{option} {path}: cannot write in {parent} ({err.strerror or err})") from None
+    return path
+
+
+def _check_fanouts(config: RunConfig) -> None:
+    from graphscale.data.sampler import check_fanout
+
+    fanouts = config.strategy.fanouts
+    for i, fanout in enumerate(fanouts):
+        check_fanout(fanout, f"--fanouts value {i}")
+    if len(fanouts) != config.model.layers:
+        raise ValueError(f"--fanouts gives {len(fanouts)} value(s) but model {config.model.name!r} has "
+                         f"{config.model.layers} layers (--layers); give one fanout per layer")
+
+
+def _check_at_least_one(option: str, value: int) -> None:
+    if value < 1:
+        raise ValueError(f"--{option} must be >= 1, got {value}")
+
+
+def _check_choice(option: str, value: str, choices) -> None:
+    if value not in choices:
+        raise ValueError(f"--{option} must be one of {', '.join(choices)}, got {value!r}")
+
+
+def _check_strategy_option(option: str, config: RunConfig) -> None:
+    """Check the value of one ``[strategy]`` option the run's strategy reads."""
+    sc = config.strategy
+    if option == "fanouts":
+        _check_fanouts(config)
+    elif option in ("batch_size", "chunks", "average_every"):
+        _check_at_least_one(option.replace("_", "-"), getattr(sc, option))
+    elif option == "cache":
+        from graphscale.data.feature_cache import POLICIES
+
+        _check_choice("cache", sc.cache, POLICIES)
+    elif option == "cache_fraction" and not 0.0 <= sc.cache_fraction <= 1.0:
+        raise ValueError(f"--cache-fraction must lie in [0, 1], got {sc.cache_fraction}")
+    elif option == "dedup":
+        from graphscale.strategies.offload.plan import check_dedup
+
+        check_dedup(sc.dedup)
+    elif option == "recompute":
+        from graphscale.strategies.offload.cost import check_recompute
+
+        check_recompute(sc.recompute)
+    elif option == "memory_budget" and sc.memory_budget:
+        from graphscale.strategies.offload.memory import parse_bytes
+
+        parse_bytes(sc.memory_budget)
+    elif option == "partitioner":  # with --balance, which the partitioner checks
+        from graphscale.prepare import build_vertex_partitioner
+
+        build_vertex_partitioner(sc.partitioner, sc.balance)
+
+
+def _check_workers(config: RunConfig, strategy) -> None:
+    from graphscale.data.handle import MEMORY
+    from graphscale.distributed.launch import cpu_count, torchrun_detected
+
+    workers = config.strategy.workers
+    _check_at_least_one("workers", workers)
+    if strategy.data_view == MEMORY and workers != 1:
+        raise ValueError(f"strategy {config.strategy.name!r} runs on one worker, got --workers {workers}")
+    cores = cpu_count()
+    if workers > cores and not config.oversubscribe and not torchrun_detected():
+        raise ValueError(f"--workers {workers} exceeds the {cores} CPU core(s) available; use fewer workers or "
+                         "pass --oversubscribe to run them anyway")
+
+
+def validate(config: RunConfig) -> None:
+    """Check every option of ``config`` that needs no data, with errors that name the option (module docstring).
+
+    Raises:
+        ValueError: an option out of range, not fitting the strategy or the model, or an unusable output path.
+        KeyError: an unknown strategy, model or partitioner.
+    """
+    from graphscale.data.datasets import FEATURE_NORMS, untrainable_reason
+    from graphscale.nn.models import check_model_config
+    from graphscale.registry import STRATEGIES
+
+    strategy = STRATEGIES.get(config.strategy.name)  # raises with the list of choices
+    check_model_config(config.model)
+    _check_choice("dtype", config.dtype, DTYPES)
+    _check_choice("feature-norm", config.data.feature_norm, FEATURE_NORMS)
+    reason = config.data.dataset and untrainable_reason(config.data.dataset)  # from the spec alone
+    if reason:
+        raise ValueError(reason)
+    _check_at_least_one("epochs", config.optim.epochs)
+    if not config.strategy.timeout > 0:
+        raise ValueError(f"--timeout must be > 0 seconds, got {config.strategy.timeout}")
+    if not config.optim.lr > 0:
+        raise ValueError(f"--lr must be > 0, got {config.optim.lr}")
+    if not config.optim.weight_decay >= 0:
+        raise ValueError(f"--weight-decay must be >= 0, got {config.optim.weight_decay}")
+    if config.seed < 0:
+        raise ValueError(f"--seed must be >= 0, got {config.seed}")
+    _check_workers(config, strategy)
+    unused = strategy.unused_options(config)
+    for option in sorted(strategy.options - set(unused)):
+        _check_strategy_option(option, config)
+    if config.resume and not config.checkpoint:
+        raise ValueError("--resume needs --checkpoint PATH")
+    if config.resume and not Path(config.checkpoint).is_file():
+        raise ValueError(f"--resume: checkpoint {config.checkpoint} does not exist")
+    for option, path in (("--checkpoint", config.checkpoint), ("--json", config.json)):
+        if path:
+            check_output_path(path, option)
