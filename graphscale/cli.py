@@ -212,9 +212,9 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--average-every", type=int, help="average the models every N epochs (default 1)")
     p.add_argument("--average-optimizer", action="store_true", default=None,
                    help="also average Adam's moments (default: kept per partition, as SDT-GNN)")
-    p.add_argument("--state-dir", metavar="DIR", help="per-partition states when a worker trains "
-                                                      "several partitions or the run keeps checkpoints (default: "
-                                                      "under the cache directory)")
+    p.add_argument("--state-dir", metavar="DIR", help="keep the per-partition states on disk here (without it: "
+                                                      "under the cache directory when a worker trains several "
+                                                      "partitions or the run keeps checkpoints, else in memory)")
     p.add_argument("--shm-dir", metavar="DIR",
                    help="directory of the host arrays the workers share (default /dev/shm)")
     p.add_argument("--timeout", type=float, metavar="SECONDS",

@@ -95,8 +95,8 @@ class StrategyConfig:
     average_optimizer: bool = False
     """``model-averaging``: also average the optimiser's moments (SDT-GNN keeps them local)."""
     state_dir: str = ""
-    """``model-averaging``: where per-partition states live when a worker trains several partitions or the run
-    keeps checkpoints (default: under the cache directory)."""
+    """``model-averaging``: keep the per-partition states on disk here (empty: under the cache directory when a
+    worker trains several partitions or the run keeps checkpoints, else in memory)."""
     shm_dir: str = "/dev/shm"
     """``offload``: where the host arrays shared by the workers live (a memory-backed tmpfs by default)."""
     timeout: float = DEFAULT_TIMEOUT_S

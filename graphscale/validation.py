@@ -130,6 +130,8 @@ def _check_strategy_option(option: str, config: RunConfig) -> None:
         from graphscale.strategies.offload.memory import parse_bytes
 
         parse_bytes(sc.memory_budget)
+    elif option == "parts" and sc.parts < 0:
+        raise ValueError(f"--parts must be >= 1 (or 0: one per worker), got {sc.parts}")
     elif option == "partitioner":  # with --balance, which the partitioner checks
         from graphscale.prepare import build_vertex_partitioner
 

@@ -48,7 +48,8 @@ class DataHandle:
     Attributes:
         view: ``memory``, ``host-shared`` or ``partition-local``.
         summary: the whole graph's counts (``Graph.summary()`` keys: name, nodes, edges, features, classes,
-            train, val, test), known without opening the data.
+            train, val, test), known without opening the data; a store's also has ``parts`` and ``part_train``
+            (the training vertices each part owns).
         graph: the graph (``memory`` view).
         path: the graph directory (``host-shared``) or partition store (``partition-local``).
         owner_path: ``host-shared``: ``.npy`` file with the part of every vertex (``owner_parts`` parts).

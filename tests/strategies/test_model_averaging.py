@@ -21,7 +21,8 @@ from graphscale.prepare import prepare_data
 from graphscale.run import run
 from graphscale.strategies.base import make_optimizer, masked_loss_sum
 from graphscale.strategies.model_averaging import ModelAveraging, partitions_of
-from graphscale.strategies.model_averaging.averaging import alphas, flatten, float_tensors
+from graphscale.strategies.model_averaging.averaging import adam_moments, alphas, flatten, float_tensors
+from graphscale.validation import validate
 
 SPEC = "sbm:nodes=240,degree=6,classes=3,features=8,seed=2"
 
@@ -55,8 +56,9 @@ def test_one_partition_equals_single(tmp_path):
     assert [e["val_acc"] for e in averaged["epochs"]] == [e["val_acc"] for e in single["epochs"]]
 
 
-def test_averaged_model_equals_the_offline_weighted_average(tmp_path):
-    config = config_for(tmp_path, parts=3)
+@pytest.mark.parametrize("average_optimizer", [False, True])
+def test_averaged_model_equals_the_offline_weighted_average(tmp_path, average_optimizer):
+    config = config_for(tmp_path, parts=3, **({"average_optimizer": True} if average_optimizer else {}))
     handle = prepare_data(config)
     graph_meta = handle.summary
     dtype = torch.float64
@@ -66,7 +68,7 @@ def test_averaged_model_equals_the_offline_weighted_average(tmp_path):
     strategy.train_epoch(0)
     got = flatten(float_tensors(model), dtype)
     # offline: each partition takes one Adam step from the initial model on its own loss; weighted average
-    total, counts = None, []
+    total, moments, counts = None, None, []
     for part in range(3):
         local = load_partition(handle.path, part)
         g = local.graph
@@ -83,9 +85,15 @@ def test_averaged_model_equals_the_offline_weighted_average(tmp_path):
         opt.step()
         w = flatten(float_tensors(ref), dtype) * counts[-1]
         total = w if total is None else total + w
+        m = flatten(adam_moments(opt, list(ref.parameters())), dtype) * counts[-1]
+        moments = m if moments is None else moments + m
     assert min(counts) > 0
     expected = total / sum(counts)
     torch.testing.assert_close(got, expected, rtol=1e-10, atol=1e-12)
+    if average_optimizer:  # Adam's moments averaged the same way, in the same all-reduce
+        torch.testing.assert_close(strategy.global_opt, moments / sum(counts), rtol=1e-10, atol=1e-15)
+    else:
+        assert strategy.global_opt is None
 
 
 def test_more_partitions_than_workers_is_independent_of_the_worker_count(tmp_path):
@@ -112,12 +120,15 @@ def test_resume_continues_identically(tmp_path):
 
 def test_bad_input_is_named(tmp_path):
     with pytest.raises(ValueError, match="--average-every must be >= 1"):
-        prepare_data(config_for(tmp_path, average_every=0))
+        validate(config_for(tmp_path, average_every=0))
+    with pytest.raises(ValueError, match="--parts must be >= 1"):
+        validate(config_for(tmp_path, parts=-2))
     with pytest.raises(ValueError, match="has 2 parts for --workers 3"):
         prepare_data(config_for(tmp_path, parts=2, workers=3))
-    run(config_for(tmp_path, parts=2, epochs=1, state_dir=str(tmp_path / "st")))
+    run(config_for(tmp_path, parts=2, epochs=1, workers=2, state_dir=str(tmp_path / "st")))  # p = q: still kept
     before = sorted((tmp_path / "st").iterdir())
-    other = config_for(tmp_path, parts=2, epochs=1, state_dir=str(tmp_path / "st"))
+    assert [p.name for p in before] == ["part-00000.e0.pt", "part-00001.e0.pt", "run.json"]
+    other = config_for(tmp_path, parts=2, epochs=1, workers=2, state_dir=str(tmp_path / "st"))
     other.optim.lr = 0.5
     with pytest.raises(Exception, match="holds the partition states of another run .differing: optim"):
         run(other)

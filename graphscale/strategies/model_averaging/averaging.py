@@ -3,8 +3,8 @@
 ``alpha_i = n_train_i / sum_j n_train_j`` with ``n_train_i`` the training vertices partition ``i`` owns,
 so the alphas sum to 1 and a partition without training vertices contributes nothing. What is averaged
 is every *floating* tensor of the model's ``state_dict`` (parameters and floating buffers; integer buffers
-such as counters are left alone) and, optionally, the floating tensors of the optimiser state (Adam's
-moments; SDT-GNN keeps them local, the default). A worker holding several partitions first sums its own
+such as counters are left alone) and, optionally, Adam's two moments (SDT-GNN keeps them local, the
+default). A worker holding several partitions first sums its own
 ``alpha_j w_j``, then one all-reduce of a single flat buffer (Ledger category ``allreduce``, ring model)
 adds the workers' sums; every worker ends with bit-identical weights.
 """
@@ -21,14 +21,17 @@ def float_tensors(model: torch.nn.Module) -> list[torch.Tensor]:
     return [t for t in model.state_dict().values() if torch.is_floating_point(t)]
 
 
-def optimizer_float_tensors(optimizer: torch.optim.Optimizer, params: list[torch.nn.Parameter]) -> list[torch.Tensor]:
-    """The floating per-parameter state tensors of ``optimizer`` (e.g. Adam's ``exp_avg``, ``exp_avg_sq``), in
-    parameter order then key order; empty for a parameter without state yet."""
+#: Adam's per-parameter moments, what ``--average-optimizer`` averages (each partition keeps its ``step``)
+MOMENTS = ("exp_avg", "exp_avg_sq")
+
+
+def adam_moments(optimizer: torch.optim.Optimizer, params: list[torch.nn.Parameter]) -> list[torch.Tensor]:
+    """Adam's moments of every parameter, in parameter order (``2 P`` elements in all); a parameter without
+    state yet gets detached zeros, so every partition contributes a buffer of the same size."""
     out = []
     for p in params:
         state = optimizer.state.get(p, {})
-        out.extend(state[k] for k in sorted(state) if torch.is_tensor(state[k]) and torch.is_floating_point(state[k])
-                   and state[k].shape == p.shape)
+        out.extend(state[k] if k in state else torch.zeros_like(p, requires_grad=False) for k in MOMENTS)
     return out
 
 

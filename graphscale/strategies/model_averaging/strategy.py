@@ -19,13 +19,14 @@ not depend on ``q`` (T3).
 
 **Averaging** every ``--average-every`` epochs (:mod:`.averaging`): ``w = sum_j alpha_j w_j`` with
 ``alpha_j`` the partition's share of the training vertices, in one flat all-reduce (Ledger ``allreduce``:
-``2 (q - 1) P s`` bytes per round, ring model; ``P`` the floating state elements, doubled-plus when
+``2 (q - 1) P s`` bytes per round, ring model; ``P`` the floating state elements, ``3 P`` when
 ``--average-optimizer`` adds Adam's two moments). The epoch's loss sum is all-reduced under ``control``
 (``2 (q - 1) 8`` bytes). Nothing else moves: halo rows are local copies.
 
 **More partitions than workers** (``p > q``): a worker holds one partition's data, model and optimiser state
 at a time; the others' states are on disk (:mod:`.state`), written atomically after every epoch. States are
-also written to disk when the run keeps checkpoints, so a resumed run restores every partition exactly.
+also written to disk when the run keeps checkpoints, so a resumed run restores every partition exactly, and
+whenever ``--state-dir`` is given.
 
 **Evaluation**: each worker runs the averaged model on its partitions' local graphs and counts its home
 vertices' predictions; the counts are all-reduced. It sees the same truncated receptive field as training
@@ -63,11 +64,11 @@ from graphscale.strategies.base import (
     split_counts,
 )
 from graphscale.strategies.model_averaging.averaging import (
+    adam_moments,
     all_reduce_average,
     alphas,
     flatten,
     float_tensors,
-    optimizer_float_tensors,
     unflatten_into,
 )
 from graphscale.strategies.model_averaging.state import PartitionStates
@@ -85,8 +86,8 @@ class LocalData:
     num_inner: int
     num_train: int
     orig_ids: torch.Tensor
-    graph: object  # the LocalPartition's graph (the sampler's CSR)
-    degree: torch.Tensor
+    sampler: NeighborSampler | None = None  # --minibatch: over the local graph, with global in-degrees
+    loader: MiniBatchLoader | None = None
 
     def tensors(self) -> list[torch.Tensor]:
         b = self.block
@@ -131,15 +132,11 @@ class ModelAveraging(Strategy):
     def prepare_partitions(cls, config: RunConfig, handle: DataHandle) -> None:
         sc = config.strategy
         parts, workers = int(handle.summary["parts"]), sc.workers
-        if sc.average_every < 1:
-            raise ValueError(f"--average-every must be >= 1, got {sc.average_every}")
         if parts < workers:
             raise ValueError(f"partition store {handle.path} has {parts} parts for --workers {workers}: model "
                              f"averaging trains every part on one worker, so use --workers {parts} or fewer, or "
                              "partition again with more parts")
-        if sum(handle.summary["part_train"]) == 0:
-            raise ValueError(f"partition store {handle.path} has no training vertices in any part")
-        if parts > workers or config.checkpoint:
+        if parts > workers or config.checkpoint or sc.state_dir:
             folder = sc.state_dir
             if not folder:
                 from graphscale.prepare import resolve_cache_dir
@@ -199,13 +196,17 @@ class ModelAveraging(Strategy):
         block = Block(g.indptr, g.indices, local.orig_ids, local.degree).to(device)
         x = row_normalize(g.x) if self.data.feature_norm == "row" else g.x
         masks = {}
-        inner = torch.zeros(g.num_nodes, dtype=torch.bool)
-        inner[:n_inner] = True
-        for split in SPLITS:
+        for split in SPLITS:  # the store sets masks on home (inner) vertices only
             mask = getattr(g, f"{split}_mask")
-            masks[split] = ((mask & inner) if mask is not None else torch.zeros_like(inner)).to(device)
-        return LocalData(part, block, x.to(device=device, dtype=self.dtype), g.y.to(device), masks, n_inner,
-                         int(masks["train"].sum()), local.orig_ids, g, local.degree)
+            masks[split] = (torch.zeros(g.num_nodes, dtype=torch.bool) if mask is None else mask).to(device)
+        data = LocalData(part, block, x.to(device=device, dtype=self.dtype), g.y.to(device), masks, n_inner,
+                         int(masks["train"].sum()), local.orig_ids)
+        sc = self.config.strategy
+        if sc.minibatch:  # per-partition seeds: the samples do not depend on which worker trains the partition
+            data.sampler = NeighborSampler(g, sc.fanouts, seed=self.config.seed + part, degrees=local.degree)
+            data.loader = MiniBatchLoader(torch.nonzero(masks["train"].cpu()).flatten(), sc.batch_size,
+                                          seed=self.config.seed + part)
+        return data
 
     def _data(self, part: int) -> LocalData:
         if self.resident is not None and self.resident.part == part:
@@ -223,7 +224,7 @@ class ModelAveraging(Strategy):
         if state is not None:
             self.optimizer.load_state_dict(state["optimizer"])
             if averaged and self.global_opt is not None:
-                unflatten_into(self.global_opt, optimizer_float_tensors(self.optimizer, self.params))
+                unflatten_into(self.global_opt, adam_moments(self.optimizer, self.params))
 
     def _train_partition(self, data: LocalData, epoch: int) -> float:
         """One epoch on one partition; returns the summed training loss over its training vertices."""
@@ -235,14 +236,10 @@ class ModelAveraging(Strategy):
             (loss_sum / data.num_train).backward()
             opt.step()
             return float(loss_sum.detach())
-        sc = self.config.strategy
-        sampler = NeighborSampler(data.graph, sc.fanouts, seed=self.config.seed + data.part, degrees=data.degree)
-        loader = MiniBatchLoader(torch.nonzero(data.masks["train"].cpu()).flatten(), sc.batch_size,
-                                 seed=self.config.seed + data.part)
         total = 0.0
-        batches = loader.batches(epoch)
+        batches = data.loader.batches(epoch)
         for i, targets in enumerate(batches):
-            blocks = sampler.sample(targets, batch_key=epoch * len(batches) + i)
+            blocks = data.sampler.sample(targets, batch_key=epoch * len(batches) + i)
             x = data.x[blocks[0].src_ids.to(data.x.device)]
             blocks = [dataclasses.replace(b, src_ids=data.orig_ids[b.src_ids]).to(self.env.device) for b in blocks]
             opt.zero_grad(set_to_none=True)
@@ -262,7 +259,8 @@ class ModelAveraging(Strategy):
         before = self.env.ledger.snapshot()
         loss_sum = 0.0
         weights = torch.zeros_like(self.global_flat)
-        moments = None
+        moments = torch.zeros(2 * sum(p.numel() for p in self.params) if sc.average_optimizer else 0,
+                              dtype=self.dtype)
         with self.tracker.epoch():
             for part in self.parts:
                 if self.part_train[part] == 0:
@@ -276,16 +274,13 @@ class ModelAveraging(Strategy):
                 local = flatten(self.float_state, self.dtype)
                 weights += float(self.alpha[part]) * local
                 if sc.average_optimizer:
-                    m = flatten(optimizer_float_tensors(self.optimizer, self.params), self.dtype)
-                    moments = float(self.alpha[part]) * m if moments is None else moments + float(self.alpha[part]) * m
+                    moments += float(self.alpha[part]) * flatten(adam_moments(self.optimizer, self.params), self.dtype)
                 self.states.save(part, epoch, {"weights": local, "optimizer": self.optimizer.state_dict()})
                 if data is not self.resident:
                     self.tracker.untrack("partition")
                 del data
             if averaged_after(epoch, sc.average_every):
                 if sc.average_optimizer:
-                    size = sum(p.numel() for p in self.params) * 2  # Adam: exp_avg and exp_avg_sq
-                    moments = torch.zeros(size, dtype=self.dtype) if moments is None else moments
                     buffer = all_reduce_average(self.comm, torch.cat([weights, moments]))
                     self.global_flat, self.global_opt = buffer[: weights.numel()], buffer[weights.numel():]
                 else:
@@ -311,12 +306,11 @@ class ModelAveraging(Strategy):
 
     # ------------------------------------------------------------ checkpoints
     def state_dict(self) -> dict:
-        return {"model": self.model.state_dict(), "global": self.global_flat, "global_opt": self.global_opt,
-                "last_epoch": self.last_epoch}
+        return {"model": self.model.state_dict(), "global_opt": self.global_opt, "last_epoch": self.last_epoch}
 
     def load_state_dict(self, state: dict) -> None:
-        self.model.load_state_dict(state["model"])
-        self.global_flat, self.global_opt = state["global"], state["global_opt"]
+        self.model.load_state_dict(state["model"])  # after every epoch the model holds the global weights
+        self.global_flat, self.global_opt = flatten(self.float_state, self.dtype), state["global_opt"]
         self.last_epoch = int(state["last_epoch"])
         if self.states.folder is None and self.last_epoch >= 0:
             raise ValueError("model averaging resumes from partition states on disk; run with --checkpoint "
