@@ -9,6 +9,8 @@
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 
@@ -21,7 +23,13 @@ from graphscale.prepare import prepare_data
 from graphscale.run import run
 from graphscale.strategies.base import make_optimizer, masked_loss_sum
 from graphscale.strategies.model_averaging import ModelAveraging, partitions_of
-from graphscale.strategies.model_averaging.averaging import adam_moments, alphas, flatten, float_tensors
+from graphscale.strategies.model_averaging.averaging import (
+    adam_moments,
+    alphas,
+    flatten,
+    float_tensors,
+    unflatten_into,
+)
 from graphscale.validation import validate
 
 SPEC = "sbm:nodes=240,degree=6,classes=3,features=8,seed=2"
@@ -56,44 +64,59 @@ def test_one_partition_equals_single(tmp_path):
     assert [e["val_acc"] for e in averaged["epochs"]] == [e["val_acc"] for e in single["epochs"]]
 
 
+def offline_averaging(config, handle, epochs: int):
+    """Reference: every partition takes one Adam step per epoch from the averaged model, with its own Adam
+    state carried across epochs (or the averaged moments with --average-optimizer); weighted average."""
+    meta, dtype, parts = handle.summary, torch.float64, int(handle.summary["parts"])
+    model = build_model(config.model, meta["features"], meta["classes"], seed=0, dtype=dtype)
+    global_w, global_m, opt_states = flatten(float_tensors(model), dtype), None, [None] * parts
+    locals_ = []
+    for part in range(parts):
+        local = load_partition(handle.path, part)
+        g = local.graph
+        mask = g.train_mask.clone()
+        mask[local.num_inner:] = False
+        locals_.append((Block(g.indptr, g.indices, local.orig_ids, local.degree), g.x.to(dtype), g.y, mask))
+    counts = [int(mask.sum()) for *_, mask in locals_]
+    assert min(counts) > 0
+    for epoch in range(epochs):
+        total, moments = 0, 0
+        for part, (block, x, y, mask) in enumerate(locals_):
+            ref = build_model(config.model, meta["features"], meta["classes"], seed=0, dtype=dtype)
+            unflatten_into(global_w, float_tensors(ref))
+            ref.train()
+            ref.set_epoch(epoch)
+            opt = make_optimizer(ref, config.optim)
+            if opt_states[part] is not None:
+                opt.load_state_dict(opt_states[part])
+                if global_m is not None:
+                    unflatten_into(global_m, adam_moments(opt, list(ref.parameters())))
+            (masked_loss_sum(ref(block, x), y, mask) / counts[part]).backward()
+            opt.step()
+            opt_states[part] = copy.deepcopy(opt.state_dict())
+            total = total + flatten(float_tensors(ref), dtype) * counts[part]
+            moments = moments + flatten(adam_moments(opt, list(ref.parameters())), dtype) * counts[part]
+        global_w = total / sum(counts)
+        global_m = moments / sum(counts) if config.strategy.average_optimizer else None
+    return global_w, global_m
+
+
 @pytest.mark.parametrize("average_optimizer", [False, True])
 def test_averaged_model_equals_the_offline_weighted_average(tmp_path, average_optimizer):
     config = config_for(tmp_path, parts=3, **({"average_optimizer": True} if average_optimizer else {}))
     handle = prepare_data(config)
-    graph_meta = handle.summary
     dtype = torch.float64
-    model = build_model(config.model, graph_meta["features"], graph_meta["classes"], seed=0, dtype=dtype)
+    model = build_model(config.model, handle.summary["features"], handle.summary["classes"], seed=0, dtype=dtype)
     strategy = ModelAveraging()
     strategy.setup(handle, model, DistEnv.local(), config)
-    strategy.train_epoch(0)
-    got = flatten(float_tensors(model), dtype)
-    # offline: each partition takes one Adam step from the initial model on its own loss; weighted average
-    total, moments, counts = None, None, []
-    for part in range(3):
-        local = load_partition(handle.path, part)
-        g = local.graph
-        ref = build_model(config.model, graph_meta["features"], graph_meta["classes"], seed=0, dtype=dtype)
-        ref.train()
-        ref.set_epoch(0)
-        opt = make_optimizer(ref, config.optim)
-        block = Block(g.indptr, g.indices, local.orig_ids, local.degree)
-        mask = g.train_mask.clone()
-        mask[local.num_inner:] = False
-        counts.append(int(mask.sum()))
-        loss = masked_loss_sum(ref(block, g.x.to(dtype)), g.y, mask) / max(counts[-1], 1)
-        loss.backward()
-        opt.step()
-        w = flatten(float_tensors(ref), dtype) * counts[-1]
-        total = w if total is None else total + w
-        m = flatten(adam_moments(opt, list(ref.parameters())), dtype) * counts[-1]
-        moments = m if moments is None else moments + m
-    assert min(counts) > 0
-    expected = total / sum(counts)
-    torch.testing.assert_close(got, expected, rtol=1e-10, atol=1e-12)
-    if average_optimizer:  # Adam's moments averaged the same way, in the same all-reduce
-        torch.testing.assert_close(strategy.global_opt, moments / sum(counts), rtol=1e-10, atol=1e-15)
-    else:
-        assert strategy.global_opt is None
+    for epoch in range(3):  # local Adam states carried across epochs, restored per partition
+        strategy.train_epoch(epoch)
+        expected, moments = offline_averaging(config, handle, epoch + 1)
+        torch.testing.assert_close(flatten(float_tensors(model), dtype), expected, rtol=1e-10, atol=1e-12)
+        if average_optimizer:  # Adam's moments averaged the same way, in the same all-reduce
+            torch.testing.assert_close(strategy.global_opt, moments, rtol=1e-10, atol=1e-15)
+        else:
+            assert strategy.global_opt is None
 
 
 def test_more_partitions_than_workers_is_independent_of_the_worker_count(tmp_path):
