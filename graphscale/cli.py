@@ -41,6 +41,8 @@ TRAIN_OPTIONS = {
     "memory_budget": ("strategy", "memory_budget"),
     "parts": ("strategy", "parts"), "average_every": ("strategy", "average_every"),
     "average_optimizer": ("strategy", "average_optimizer"), "state_dir": ("strategy", "state_dir"),
+    "halo_hops": ("strategy", "halo_hops"), "device_memory": ("strategy", "device_memory"),
+    "correction_steps": ("strategy", "correction_steps"),
     "shm_dir": ("strategy", "shm_dir"),
     "timeout": ("strategy", "timeout"),
     "cache": ("strategy", "cache"), "cache_fraction": ("strategy", "cache_fraction"),
@@ -212,6 +214,15 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--average-every", type=int, help="average the models every N epochs (default 1)")
     p.add_argument("--average-optimizer", action="store_true", default=None,
                    help="also average Adam's moments (default: kept per partition, as SDT-GNN)")
+    p.add_argument("--halo-hops", type=int, help="hops of in-neighbourhood each partition of the store the run "
+                                                 "writes holds (default 1; = --layers makes full-neighbour "
+                                                 "training exact for home vertices)")
+    p.add_argument("--device-memory", metavar="SIZE",
+                   help="one worker's device memory, e.g. 16GiB: without --parts the run writes one partition per "
+                        "worker if the data fits in a third of it, else ceil(data / (M / 3)) (default: measured)")
+    p.add_argument("--correction-steps", type=int,
+                   help="global correction: mini-batch steps on neighbourhoods sampled across partitions after "
+                        "each averaging round (default 0: none)")
     p.add_argument("--state-dir", metavar="DIR", help="keep the per-partition states on disk here (without it: "
                                                       "under the cache directory when a worker trains several "
                                                       "partitions or the run keeps checkpoints, else in memory)")

@@ -94,6 +94,15 @@ class StrategyConfig:
     """``model-averaging``: average the partitions' models every this many epochs."""
     average_optimizer: bool = False
     """``model-averaging``: also average the optimiser's moments (SDT-GNN keeps them local)."""
+    halo_hops: int = 1
+    """``model-averaging``: hops of in-neighbourhood each partition of the store the run writes holds (K = layers
+    makes full-neighbour training exact for home vertices)."""
+    device_memory: str = ""
+    """``model-averaging``: one worker's device memory (e.g. ``16GiB``) from which the partition count of the
+    store the run writes is chosen when ``parts`` is 0 (empty: measured)."""
+    correction_steps: int = 0
+    """``model-averaging``: global correction steps after each averaging round (mini-batches sampled across
+    partitions, remote rows fetched from their home workers); 0: none (SDT-GNN)."""
     state_dir: str = ""
     """``model-averaging``: keep the per-partition states on disk here (empty: under the cache directory when a
     worker trains several partitions or the run keeps checkpoints, else in memory)."""

@@ -130,6 +130,14 @@ def _check_strategy_option(option: str, config: RunConfig) -> None:
         from graphscale.strategies.offload.memory import parse_bytes
 
         parse_bytes(sc.memory_budget)
+    elif option == "halo_hops":
+        _check_at_least_one("halo-hops", sc.halo_hops)
+    elif option == "correction_steps" and sc.correction_steps < 0:
+        raise ValueError(f"--correction-steps must be >= 0, got {sc.correction_steps}")
+    elif option == "device_memory" and sc.device_memory:
+        from graphscale.strategies.offload.memory import parse_bytes
+
+        parse_bytes(sc.device_memory, "--device-memory")
     elif option == "parts" and sc.parts < 0:
         raise ValueError(f"--parts must be >= 1 (or 0: one per worker), got {sc.parts}")
     elif option == "partitioner":  # with --balance, which the partitioner checks

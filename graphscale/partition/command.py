@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import importlib
 import inspect
 import os
@@ -164,7 +165,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="dataset spec (see `graphscale datasets`) or a bare edge-stream file")
     parser.add_argument("--method", required=True, metavar="NAME[:key=value,...]",
                         help="partitioner and its options (e.g. spring:merge=code)")
-    parser.add_argument("--parts", type=int, required=True, help="number of partitions")
+    parser.add_argument("--parts", type=int, help="number of partitions (or let --workers choose it)")
+    parser.add_argument("--workers", type=int,
+                        help="choose the number of partitions for this many workers from --device-memory "
+                             "(SDT-GNN's workload allocation: one per worker when the data fits in a third of "
+                             "the memory, else ceil(data / (M / 3)))")
+    parser.add_argument("--device-memory", metavar="SIZE",
+                        help="memory of one worker's device for --workers, e.g. 16GiB (default: measured: free "
+                             "GPU memory, or the host's available memory shared by the workers)")
+    parser.add_argument("--halo-hops", type=int, default=1,
+                        help="K: each part holds the K-hop in-neighbourhood of its home vertices, so an L-layer "
+                             "full-neighbour forward with K = L is exact for them (default 1)")
     parser.add_argument("--out", required=True, help="partition store directory to write")
     parser.add_argument("--seed", type=int, default=0, help="seed of randomised choices (default 0)")
     parser.add_argument("--chunk-edges", type=int, default=1 << 22, help="records per streamed chunk (default 2^22)")
@@ -201,8 +212,20 @@ def partition_dataset(args: argparse.Namespace) -> dict:
     if args.chunk_edges < 1 or args.feature_chunk_mb < 1:
         raise ValueError(f"--chunk-edges and --feature-chunk-mb must be >= 1, got {args.chunk_edges} and "
                          f"{args.feature_chunk_mb}")
+    if args.halo_hops < 1:
+        raise ValueError(f"--halo-hops must be >= 1, got {args.halo_hops}")
+    if (args.parts is None) == (args.workers is None):
+        raise ValueError("give --parts, or --workers (with --device-memory) to choose the partition count")
+    if args.device_memory and args.workers is None:
+        raise ValueError("--device-memory chooses the partition count for --workers; give --workers, not --parts")
     graph, source, label = resolve_input(args.dataset, args.num_vertices, args.edge_dtype, args.edges)
     n = source.num_vertices
+    allocation = None
+    if args.workers is not None:
+        allocation = allocate(args, graph, source)
+        args.parts = allocation.parts
+        if args.progress:
+            print(f"graphscale partition: {allocation.why()}", file=sys.stderr)
     validate_num_parts(args.parts, n)
     out = Path(args.out)
     try:
@@ -234,6 +257,7 @@ def partition_dataset(args: argparse.Namespace) -> dict:
             method=name, params=options, num_classes=graph.num_classes if "y" in node_data else None,
             source_name=label, chunk_edges=args.chunk_edges,
             feature_chunk_bytes=args.feature_chunk_mb << 20, overwrite=args.overwrite, progress=bars,
+            halo_hops=args.halo_hops,
             extra_meta={"partitioner_info": info, "seed": args.seed, "dataset": canonical_spec(args.dataset),
                         "name": graph.name if graph is not None else Path(args.dataset).name})
     finally:
@@ -245,13 +269,27 @@ def partition_dataset(args: argparse.Namespace) -> dict:
     metrics.peak_rss_bytes = peak_rss_bytes()
     return {"method": args.method, "parts": args.parts, "dataset": label, "out": str(out),
             "partition_seconds": partition_seconds, "store_seconds": summary.seconds,
-            "metrics": metrics.to_dict(), "info": info}
+            "metrics": metrics.to_dict(), "info": info, "halo_hops": args.halo_hops,
+            **({"allocation": {**dataclasses.asdict(allocation), "why": allocation.why()}} if allocation else {})}
+
+
+def allocate(args: argparse.Namespace, graph, source):
+    """The partition count for ``--workers`` and ``--device-memory`` (SDT-GNN §2.5) from the input's size."""
+    from graphscale.partition.allocation import choose_parts, data_bytes
+    from graphscale.strategies.offload.memory import parse_bytes
+
+    memory = parse_bytes(args.device_memory, "--device-memory") if args.device_memory else None
+    x = None if graph is None or args.no_features else graph.x
+    features = 0 if x is None else (x.shape[1] if x.dim() > 1 else 1)
+    size = data_bytes(source.num_vertices, source.num_edges, features, 4 if x is None else x.element_size())
+    return choose_parts(size, args.workers, memory)
 
 
 def run(args: argparse.Namespace) -> dict:
     """Partition, write the store, print the summary (and write ``--json``, checked writable first, with ``null``
     for undefined metrics such as the training balance of a graph without a split); returns the summary."""
     from graphscale.bench.table import format_bytes, format_table
+    from graphscale.partition.store import read_store_meta
     from graphscale.validation import check_output_path
 
     if args.json:
@@ -265,9 +303,14 @@ def run(args: argparse.Namespace) -> dict:
            "total s": m["seconds"], "peak RSS": format_bytes(m["peak_rss_bytes"])}
     print(format_table([row], title=f"partitioned {summary['dataset']} "
                                     f"({m['num_vertices']:,} vertices, {m['num_edges']:,} records) -> {summary['out']}"))
+    stored = read_store_meta(summary["out"])["parts"] if summary["halo_hops"] > 1 else None
     parts = [{"part": s, "inner": m["inner"][s], "halo": m["halo"][s], "records": m["records"][s],
-              **({"train": m["train"][s]} if m["train"] is not None else {})} for s in range(m["num_parts"])]
+              **({"train": m["train"][s]} if m["train"] is not None else {}),
+              **({f"{summary['halo_hops']}-hop halo": stored[s]["num_halo"], "stored edges": stored[s]["num_edges"]}
+                 if stored else {})} for s in range(m["num_parts"])]
     print(format_table(parts))
+    if "allocation" in summary:
+        print(f"partitions chosen for --workers {args.workers}: {summary['allocation']['why']}")
     if args.json:
         write_json_atomic(args.json, summary)
     return summary

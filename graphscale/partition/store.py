@@ -28,6 +28,12 @@ the vertex cut placed on ``s``; then every record whose source is a halo vertex
 is added reversed, so halo vertices see their edges too (SDT-GNN's
 ``to_bidirected``; for a symmetric graph an inner row is unchanged by this).
 Masks are set only on inner vertices: halo replicas are never targets.
+With ``halo_hops = K > 1`` (``meta.json`` records it) a part also holds every
+record whose destination lies within ``K - 1`` in-hops of its home vertices
+(found by ``K - 1`` streaming passes over 64-part bitsets, 8 bytes per vertex
+per 64 parts), and nothing is added reversed: every local vertex within
+``K - 1`` hops has its exact global in-neighbour row, so an ``L``-layer
+forward with ``K = L`` is exact for home vertices (SDT-GNN's K-hop option).
 
 Writing (:func:`write_partition_store`) streams the records once, in chunks,
 spilling each partition's records to a scratch file, then builds one partition
@@ -104,6 +110,57 @@ def _route(src, dst, owner, edge_part, use_edge_part, deg, target, out_src, out_
     return k
 
 
+@numba.njit(nogil=True, cache=True)
+def _reach_pass(src, dst, cur, nxt):  # pragma: no cover - numba
+    """One hop of in-neighbourhood growth: a record ``u -> v`` puts ``u`` in every set holding ``v``."""
+    for i in range(src.size):
+        u, v = src[i], dst[i]
+        for w in range(cur.shape[1]):
+            nxt[u, w] |= cur[v, w]
+
+
+@numba.njit(nogil=True, cache=True)
+def _route_reach(src, dst, reach, edge_part, use_edge_part, deg, count_only, target, out_src, out_dst):  # pragma: no cover - numba
+    """Copies of every record ``u -> v`` for each partition whose set in ``reach[v]`` (bitsets of 64) holds
+    ``v``, plus its vertex-cut partition; returns the number of copies (``count_only``: counts, writes nothing)."""
+    k = 0
+    for i in range(src.size):
+        u, v = src[i], dst[i]
+        if not count_only:
+            deg[v] += 1
+        for w in range(reach.shape[1]):
+            bits = reach[v, w]
+            b = 0
+            while bits != 0:
+                if bits & np.uint64(1):
+                    if not count_only:
+                        target[k], out_src[k], out_dst[k] = w * 64 + b, u, v
+                    k += 1
+                bits = bits >> np.uint64(1)
+                b += 1
+        if use_edge_part:
+            s = edge_part[i]
+            if (reach[v, s // 64] >> np.uint64(s % 64)) & np.uint64(1) == 0:
+                if not count_only:
+                    target[k], out_src[k], out_dst[k] = s, u, v
+                k += 1
+    return k
+
+
+def _hop_sets(runner: StreamRunner, owner: np.ndarray, p: int, hops: int) -> np.ndarray:
+    """``[N, ceil(p / 64)]`` uint64 bitsets: bit ``s`` of row ``v`` is set when ``v`` lies within ``hops``
+    in-hops of a vertex partition ``s`` owns (``hops`` streaming passes; 8 bytes per vertex per 64 parts)."""
+    n = owner.size
+    cur = np.zeros((n, (p + 63) // 64), np.uint64)
+    cur[np.arange(n), owner // 64] = np.left_shift(np.uint64(1), (owner % 64).astype(np.uint64))
+    for hop in range(hops):
+        nxt = cur.copy()
+        for _, src, dst in runner.chunks(f"halo hop {hop + 1}"):
+            _reach_pass(src, dst, cur, nxt)
+        cur = nxt
+    return cur
+
+
 def _spill(files: list, target: np.ndarray, pairs: np.ndarray) -> None:
     order = np.argsort(target, kind="stable")
     bounds = np.searchsorted(target[order], np.arange(len(files) + 1))
@@ -178,29 +235,32 @@ class StoreSummary:
 
 
 @numba.njit(nogil=True, cache=True)
-def _mark_halo(pairs, owner, s, mark):  # pragma: no cover - numba
-    """Mark the endpoints outside partition ``s``; return how many records have such a source."""
+def _mark_halo(pairs, owner, s, mark, reverse):  # pragma: no cover - numba
+    """Mark the endpoints outside partition ``s``; return how many records have such a source (``reverse``:
+    they are stored reversed too)."""
     reversed_ = 0
     for i in range(pairs.shape[0]):
         u, v = pairs[i, 0], pairs[i, 1]
         if owner[u] != s:
             mark[u] = 1
-            reversed_ += 1
+            if reverse:
+                reversed_ += 1
         if owner[v] != s:
             mark[v] = 1
     return reversed_
 
 
 @numba.njit(nogil=True, cache=True)
-def _local_keys(pairs, owner, s, lut, n_local, keys):  # pragma: no cover - numba
-    """``dst_local * L + src_local`` of every record, plus the reverse of every record whose source is halo."""
+def _local_keys(pairs, owner, s, lut, n_local, keys, reverse):  # pragma: no cover - numba
+    """``dst_local * L + src_local`` of every record, plus (``reverse``) the reverse of every record whose
+    source is halo."""
     k = 0
     for i in range(pairs.shape[0]):
         u, v = pairs[i, 0], pairs[i, 1]
         lu, lv = np.int64(lut[u]), np.int64(lut[v])
         keys[k] = lv * n_local + lu
         k += 1
-        if owner[u] != s:
+        if reverse and owner[u] != s:
             keys[k] = lu * n_local + lv
             k += 1
     return k
@@ -225,12 +285,13 @@ def _dedupe_csr(keys, n_local, indptr):  # pragma: no cover - numba
 
 
 def _build_part(s: int, spill: Path, id_dtype, owner: np.ndarray, book: PartitionBook, deg: np.ndarray,
-                scratch: tuple[np.ndarray, np.ndarray], node_data: dict, out: Path, feature_chunk_bytes: int) -> dict:
+                scratch: tuple[np.ndarray, np.ndarray], node_data: dict, out: Path, feature_chunk_bytes: int,
+                reverse: bool) -> dict:
     """Build partition ``s`` from its spilled records: about 8 bytes per record plus 8 per stored edge."""
     mark, lut = scratch
     pairs = np.fromfile(spill, dtype=id_dtype).reshape(-1, 2)
     spill.unlink()
-    reversed_ = _mark_halo(pairs, owner, s, mark)
+    reversed_ = _mark_halo(pairs, owner, s, mark, reverse)
     start, end = (int(b) for b in book.boundaries[s:s + 2])
     inner = book.perm[start:end].numpy()
     halo = np.flatnonzero(mark)
@@ -243,7 +304,7 @@ def _build_part(s: int, spill: Path, id_dtype, owner: np.ndarray, book: Partitio
     orig = np.concatenate([inner, halo])
     lut[orig] = np.arange(n_local, dtype=lut.dtype)
     keys = np.empty(pairs.shape[0] + reversed_, np.int64)
-    _local_keys(pairs, owner, s, lut, np.int64(max(n_local, 1)), keys)
+    _local_keys(pairs, owner, s, lut, np.int64(max(n_local, 1)), keys, reverse)
     lut[orig] = -1
     del pairs
     keys.sort()
@@ -283,7 +344,8 @@ def write_partition_store(path: str | Path, stream, owner, num_parts: int, *, ed
                           num_classes: int | None = None, source_name: str = "",
                           chunk_edges: int = DEFAULT_CHUNK_EDGES,
                           feature_chunk_bytes: int = DEFAULT_FEATURE_CHUNK_BYTES, overwrite: bool = False,
-                          progress: ProgressFn | None = None, extra_meta: dict | None = None) -> StoreSummary:
+                          progress: ProgressFn | None = None, extra_meta: dict | None = None,
+                          halo_hops: int = 1) -> StoreSummary:
     """Write a partition store (format in the module docstring), atomically.
 
     Args:
@@ -301,6 +363,10 @@ def write_partition_store(path: str | Path, stream, owner, num_parts: int, *, ed
         feature_chunk_bytes: bound on one copy step of node data.
         overwrite: replace an existing partition store.
         progress: callback ``(step_name, done, total)``.
+        halo_hops: ``K``; each part holds the ``K``-hop in-neighbourhood of its home vertices, with the full
+            in-edge rows of every vertex within ``K - 1`` hops (so an ``L``-layer forward with ``K = L`` is
+            exact for home vertices; ``K - 1`` extra streaming passes). ``K = 1`` (default) is SDT-GNN's
+            store, where halo vertices also see their edges to home vertices reversed.
 
     Returns:
         The :class:`StoreSummary` (its metrics come from the routing pass).
@@ -321,18 +387,21 @@ def write_partition_store(path: str | Path, stream, owner, num_parts: int, *, ed
     check_store_target(path, overwrite)
     if feature_chunk_bytes < 1:
         raise ValueError(f"feature_chunk_bytes must be >= 1, got {feature_chunk_bytes}")
+    if isinstance(halo_hops, bool) or not isinstance(halo_hops, int) or halo_hops < 1:
+        raise ValueError(f"halo_hops must be an integer >= 1, got {halo_hops!r}")
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = temp_sibling(path, "tmp")
     tmp.mkdir()
     try:
         metrics, parts = _write(tmp, source, n, owner, num_parts, edge_part, nodes, chunk_edges,
-                                feature_chunk_bytes, progress)
+                                feature_chunk_bytes, progress, halo_hops)
         book_meta = {"format": STORE_FORMAT, "version": STORE_VERSION, "method": method, "params": params or {},
                      "num_parts": num_parts, "num_nodes": n, "num_edges": int(source.num_edges),
                      "num_features": int(nodes["x"].shape[1]) if "x" in nodes and len(nodes["x"].shape) > 1 else 0,
                      "x_dtype": str(nodes["x"].dtype) if "x" in nodes else None, "num_classes": num_classes,
                      "node_arrays": list(nodes), "vertex_cut_edges": edge_part is not None,
-                     "source": source_name, "metrics": metrics.to_dict(), "parts": parts, **(extra_meta or {})}
+                     "source": source_name, "halo_hops": halo_hops, "metrics": metrics.to_dict(), "parts": parts,
+                     **(extra_meta or {})}
         (tmp / "meta.json").write_text(json.dumps(book_meta, indent=1))
         replace_dir(tmp, path)
     except BaseException:
@@ -342,7 +411,7 @@ def write_partition_store(path: str | Path, stream, owner, num_parts: int, *, ed
 
 
 def _write(tmp: Path, source, n: int, owner: np.ndarray, p: int, edge_part, nodes: dict, chunk_edges: int,
-           feature_chunk_bytes: int, progress: ProgressFn | None) -> tuple[PartitionMetrics, list[dict]]:
+           feature_chunk_bytes: int, progress: ProgressFn | None, halo_hops: int) -> tuple[PartitionMetrics, list[dict]]:
     book = PartitionBook.from_owner(torch.from_numpy(owner.astype(np.int64)), p)
     np.save(tmp / "owner.npy", owner)
     np.save(tmp / "perm.npy", book.perm.numpy())
@@ -353,29 +422,37 @@ def _write(tmp: Path, source, n: int, owner: np.ndarray, p: int, edge_part, node
     acc = MetricsAccumulator(owner, p, None if train is None else train.take(np.arange(n)))
     deg = np.zeros(n, np.int32 if source.num_edges < 2**31 else np.int64)
     id_dtype = np.int32 if n <= 2**31 - 1 else np.int64
+    pairs_ = np.empty(0, id_dtype)
     runner = StreamRunner(source, n, chunk_edges, progress)
+    reach = _hop_sets(runner, owner, p, halo_hops - 1) if halo_hops > 1 else None
     files = [open(spill_dir / f"{s}.bin", "wb") for s in range(p)]  # noqa: SIM115 - closed below
     try:
         read = None if edge_part is None else chunk_reader(edge_part)
         for first, src, dst in runner.chunks("route records"):
             ep = None if read is None else read(first, src.size)
             acc.update(src, dst, ep)
-            k = 2 * src.size if ep is not None else src.size
+            ep_ = owner[:0] if ep is None else ep
+            if reach is None:
+                k = 2 * src.size if ep is not None else src.size
+            else:
+                k = _route_reach(src, dst, reach, ep_, ep is not None, deg, True, owner[:0], pairs_[:0], pairs_[:0])
             target = np.empty(k, owner.dtype)
             pairs = np.empty((k, 2), id_dtype)
-            k = _route(src, dst, owner, owner[:0] if ep is None else ep, ep is not None, deg, target,
-                       pairs[:, 0], pairs[:, 1])
+            if reach is None:
+                k = _route(src, dst, owner, ep_, ep is not None, deg, target, pairs[:, 0], pairs[:, 1])
+            else:
+                k = _route_reach(src, dst, reach, ep_, ep is not None, deg, False, target, pairs[:, 0], pairs[:, 1])
             _spill(files, target[:k], pairs[:k])
     finally:
         for f in files:
             f.close()
     metrics = acc.result()
-    del acc
+    del acc, reach
     parts = []
     scratch = (np.zeros(n, np.uint8), np.full(n, -1, id_dtype))
     for s in range(p):
         parts.append(_build_part(s, spill_dir / f"{s}.bin", id_dtype, owner, book, deg, scratch, nodes,
-                                 part_dir(tmp, s), feature_chunk_bytes))
+                                 part_dir(tmp, s), feature_chunk_bytes, halo_hops == 1))
         if progress is not None:
             progress("write partitions", s + 1, p)
     spill_dir.rmdir()

@@ -14,11 +14,12 @@ import copy
 import pytest
 import torch
 
-from graphscale.config import build_config
+from graphscale.config import ModelConfig, build_config
 from graphscale.data.block import Block
+from graphscale.data.datasets import load_dataset
 from graphscale.distributed.env import DistEnv
 from graphscale.nn.models import build_model
-from graphscale.partition.store import load_partition
+from graphscale.partition.store import load_partition, read_store_meta, write_partition_store
 from graphscale.prepare import prepare_data
 from graphscale.run import run
 from graphscale.strategies.base import make_optimizer, masked_loss_sum
@@ -156,3 +157,27 @@ def test_bad_input_is_named(tmp_path):
     with pytest.raises(Exception, match="holds the partition states of another run .differing: optim"):
         run(other)
     assert sorted((tmp_path / "st").iterdir()) == before
+
+
+@pytest.mark.parametrize("name", ["sage", "gat", "gcn"])
+def test_k_hop_halo_makes_the_partition_forward_exact_for_home_vertices(tmp_path, name):
+    """T4: with a K = L hop halo, an L-layer full-neighbour forward on a part equals the global forward on its
+    home vertices; the 1-hop store is exact for one layer and not for two."""
+    graph = load_dataset("sbm:nodes=300,degree=5,classes=3,features=6,seed=4")
+    graph.x = graph.x.double()
+    owner = torch.arange(graph.num_nodes) % 3  # scattered: most in-neighbourhoods cross parts
+    for hops, layers, exact in [(1, 1, True), (1, 2, False), (2, 2, True), (3, 3, True)]:
+        path = tmp_path / f"k{hops}-l{layers}"
+        write_partition_store(path, graph, owner.numpy(), 3, node_data={"x": graph.x}, halo_hops=hops)
+        assert read_store_meta(path)["halo_hops"] == hops
+        model = build_model(ModelConfig(name=name, hidden=4, layers=layers, dropout=0.0, heads=2), 6, 3,
+                            seed=1, dtype=torch.float64).eval()
+        with torch.no_grad():
+            want = model(Block.full(graph), graph.x)
+            gaps = []
+            for part in range(3):
+                local = load_partition(path, part)
+                g = local.graph
+                got = model(Block(g.indptr, g.indices, local.orig_ids, local.degree), g.x)[: local.num_inner]
+                gaps.append(float((got - want[local.orig_ids[: local.num_inner]]).abs().max()))
+        assert (max(gaps) < 1e-12) == exact, (hops, layers, gaps)
