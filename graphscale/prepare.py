@@ -178,7 +178,7 @@ def _summary_of_store(path: Path, meta: dict) -> dict:
                 part_train.append(found)
     return {"name": meta.get("name") or path.name, "nodes": int(meta["num_nodes"]), "edges": int(meta["num_edges"]),
             "features": int(meta.get("num_features") or 0), "classes": int(meta.get("num_classes") or 0), **counts,
-            "parts": len(meta["parts"]), "part_train": part_train}
+            "parts": len(meta["parts"]), "part_train": part_train, "halo_hops": int(meta.get("halo_hops", 1))}
 
 
 def _store_is_nonnegative(path: Path, meta: dict) -> bool:
@@ -217,7 +217,7 @@ def _check_store_node_data(path: Path, meta: dict) -> None:
 
 # ------------------------------------------------------------ the views
 def write_training_store(graph: Graph, path: str | Path, parts: int, partitioner: str = "metis", seed: int = 0,
-                         balance: str = "", dataset: str = "", extra: dict | None = None) -> dict:
+                         balance: str = "", dataset: str = "", extra: dict | None = None, halo_hops: int = 1) -> dict:
     """Partition ``graph`` into ``parts`` with ``partitioner`` / ``balance`` and write a store (every part non-empty).
 
     Returns:
@@ -240,7 +240,8 @@ def write_training_store(graph: Graph, path: str | Path, parts: int, partitioner
                           method=partitioner, params={"balance": balance} if balance else {},
                           num_classes=graph.num_classes if graph.y is not None else None,
                           source_name=graph.meta.get("source", dataset or graph.name), overwrite=True,
-                          extra_meta={"dataset": dataset, "name": graph.name, "seed": seed, **(extra or {})})
+                          extra_meta={"dataset": dataset, "name": graph.name, "seed": seed, **(extra or {})},
+                          halo_hops=halo_hops)
     return check_partition_store(path)
 
 
@@ -284,7 +285,7 @@ def _partition_local(config: RunConfig, cache: Path | None, strategy) -> DataHan
                              f"{config.data.dataset!r}; drop --dataset or pass the store's dataset")
         config.data.dataset = config.data.dataset or stored or str(path)
     else:
-        path, meta = _cached_store(config, cache, strategy.store_parts(config))
+        path, meta = _cached_store(config, cache, strategy.store_parts(config, lambda: _dataset_bytes(config, cache)))
     handle = store_handle(path, config.data.feature_norm, config.dtype, meta)
     strategy.prepare_partitions(config, handle)
     if sc.partitions:  # a store the user gave; the cache's stores were written from checked graphs
@@ -300,7 +301,8 @@ def _cached_store(config: RunConfig, cache: Path, parts: int) -> tuple[Path, dic
     sc = config.strategy
     spec = canonical_spec(config.data.dataset)
     fields = {"kind": "store", "dataset": spec, "files": _fingerprint(spec), "partitioner": sc.partitioner,
-              "balance": sc.balance, "parts": parts, "seed": config.seed}
+              "balance": sc.balance, "parts": parts, "seed": config.seed,
+              **({"halo_hops": sc.halo_hops} if sc.halo_hops != 1 else {})}
     digest, name = _key(fields)
     path = cache / "stores" / name
     with _locked(cache, digest):
@@ -312,8 +314,29 @@ def _cached_store(config: RunConfig, cache: Path, parts: int) -> tuple[Path, dic
         if reason:
             raise ValueError(reason)
         meta = write_training_store(graph, path, parts, sc.partitioner, config.seed, sc.balance, spec,
-                                    extra={"cache_key": fields})
+                                    extra={"cache_key": fields}, halo_hops=sc.halo_hops)
         return path, meta
+
+
+def _dataset_bytes(config: RunConfig, cache: Path) -> int:
+    """``S`` of the run's dataset (:func:`graphscale.partition.allocation.data_bytes`), kept in the cache so the
+    dataset is loaded at most once for it."""
+    from graphscale.data.datasets import load_dataset
+    from graphscale.data.formats import write_json_atomic
+    from graphscale.partition.allocation import data_bytes
+
+    spec = canonical_spec(config.data.dataset)
+    digest, name = _key({"kind": "size", "dataset": spec, "files": _fingerprint(spec)})
+    path = cache / "sizes" / f"{name}.json"
+    with _locked(cache, digest):
+        with contextlib.suppress(FileNotFoundError, ValueError, KeyError):
+            return int(json.loads(path.read_text())["data_bytes"])
+        graph = load_dataset(spec)
+        features = 0 if graph.x is None else graph.x.shape[1]
+        size = data_bytes(graph.num_nodes, graph.num_edges, features, getattr(torch, config.dtype).itemsize)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_json_atomic(path, {"dataset": spec, "data_bytes": size})
+        return size
 
 
 def _host_shared(config: RunConfig, cache: Path, strategy) -> DataHandle:

@@ -10,6 +10,7 @@ here so each strategy module holds only what is specific to it.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -65,8 +66,9 @@ class Strategy(ABC):
         folder as ``data.extras["shared"]``."""
 
     @classmethod
-    def store_parts(cls, config: RunConfig) -> int:
-        """Partitions of the store a partition-local run writes into the cache (one per worker by default)."""
+    def store_parts(cls, config: RunConfig, data_bytes: Callable[[], int]) -> int:
+        """Partitions of the store a partition-local run writes into the cache (one per worker by default);
+        ``data_bytes()`` gives the dataset's size ``S`` (loading it once) for strategies that choose from it."""
         return config.strategy.workers
 
     @classmethod
@@ -74,6 +76,10 @@ class Strategy(ABC):
         """Check (in the parent) that a partition-local run's store fits the run, and add to ``handle.extras``
         what the workers need. By default a store must have one part per worker."""
         parts, workers = int(handle.summary["parts"]), config.strategy.workers
+        if handle.summary.get("halo_hops", 1) != 1:
+            raise ValueError(f"partition store {handle.path} holds a {handle.summary['halo_hops']}-hop halo "
+                             "(--halo-hops), which only strategy 'model-averaging' reads; partition again with "
+                             "--halo-hops 1")
         if parts != workers:
             raise ValueError(f"partition store {handle.path} has {parts} parts but --workers is {workers}; "
                              f"strategy {config.strategy.name!r} trains one part per worker (use --workers {parts} "

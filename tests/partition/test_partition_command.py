@@ -181,3 +181,40 @@ def test_bad_json_path_is_refused_before_partitioning(tmp_path, where, message):
         command.run(parse("--dataset", "cora", "--method", "hash", "--parts", "2", "--out", str(tmp_path / "st"),
                           "--json", str(tmp_path / where)))
     assert list(tmp_path.iterdir()) == []  # no store, no directory
+
+
+def test_workload_allocation_picks_the_partition_count_and_says_why(tmp_path, capsys):
+    from graphscale.partition.allocation import choose_parts, data_bytes
+
+    assert data_bytes(10, 30, 4, 4) == 8 * 11 + 8 * 30 + 10 * 4 * 4 + 8 * 10
+    fits = choose_parts(3000, 2, device_memory=4500)  # M - T = 1500 per worker: 2 x 1500 >= 3000
+    assert fits.parts == 2 and "fits in 2 worker(s)" in fits.why()
+    over = choose_parts(3001, 2, device_memory=4500)  # ceil(3001 / 1500) = 3
+    assert over.parts == 3 and "p = ceil(S / (M - T))" in over.why() and "up to 2 partitions" in over.why()
+    assert choose_parts(1, 3).measured and choose_parts(1, 3).parts == 3
+    with pytest.raises(ValueError, match="leaves no room for data"):
+        choose_parts(10, 1, device_memory=1)
+    # cora: S is about 14.9 MiB; 6 MiB per worker leaves 2 MiB of data each: ceil(S / 2 MiB) = 8 partitions
+    summary = command.run(parse("--dataset", "cora", "--method", "random", "--workers", "2", "--device-memory",
+                                "6MiB", "--out", str(tmp_path / "s")))
+    size = data_bytes(2708, 10556, 1433, 4)
+    assert summary["parts"] == math.ceil(size / (2 * 2**20)) == 8 == read_store_meta(tmp_path / "s")["num_parts"]
+    assert "partitions chosen for --workers 2: 8 partitions" in capsys.readouterr().out
+    for argv, message in [(("--parts", "2", "--workers", "2"), "give --parts, or --workers"),
+                          ((), "give --parts, or --workers"),
+                          (("--parts", "2", "--device-memory", "1GiB"), "--device-memory chooses"),
+                          (("--workers", "2", "--device-memory", "lots"), "--device-memory: cannot parse"),
+                          (("--parts", "2", "--halo-hops", "0"), "--halo-hops must be >= 1")]:
+        with pytest.raises(ValueError, match=message):
+            command.run(parse("--dataset", "cora", "--method", "random", *argv, "--out", str(tmp_path / "t")))
+    assert not (tmp_path / "t").exists()
+
+
+def test_k_hop_store_from_the_command_reports_its_halo(tmp_path, capsys):
+    summary = command.run(parse("--dataset", "cora", "--method", "spring", "--parts", "2", "--halo-hops", "2",
+                                "--out", str(tmp_path / "k2")))
+    one = command.run(parse("--dataset", "cora", "--method", "spring", "--parts", "2", "--out", str(tmp_path / "k1")))
+    assert "2-hop halo" in capsys.readouterr().out and summary["halo_hops"] == 2
+    two_hop = [p["num_halo"] for p in read_store_meta(tmp_path / "k2")["parts"]]
+    one_hop = [p["num_halo"] for p in read_store_meta(tmp_path / "k1")["parts"]]
+    assert all(a > b for a, b in zip(two_hop, one_hop)) and one["metrics"]["halo"] == one_hop

@@ -181,3 +181,21 @@ def test_k_hop_halo_makes_the_partition_forward_exact_for_home_vertices(tmp_path
                 got = model(Block(g.indptr, g.indices, local.orig_ids, local.degree), g.x)[: local.num_inner]
                 gaps.append(float((got - want[local.orig_ids[: local.num_inner]]).abs().max()))
         assert (max(gaps) < 1e-12) == exact, (hops, layers, gaps)
+
+
+def test_device_memory_chooses_the_partition_count_and_k_hop_stores_are_for_averaging_only(tmp_path, capsys):
+    from graphscale.partition.allocation import data_bytes
+
+    config = config_for(tmp_path, epochs=1, device_memory="30KiB", halo_hops=2)
+    config.progress = True
+    handle = prepare_data(config)
+    size = data_bytes(240, handle.summary["edges"], 8, 8)  # float64 features
+    assert handle.summary["parts"] == -(-size // (10 * 1024)) > 1 and handle.summary["halo_hops"] == 2
+    assert f"{handle.summary['parts']} partitions: the data" in capsys.readouterr().err
+    assert prepare_data(config).path == handle.path  # the size is cached and the store reused
+    with pytest.raises(ValueError, match="--device-memory is not used by strategy 'model-averaging' with --parts"):
+        validate(build_config({"strategy": {"name": "model-averaging", "parts": 2, "device_memory": "1GiB"}}))
+    gp = config_for(tmp_path, strategy="graph-parallel", workers=1, partitions=handle.path)
+    gp.data.dataset = ""
+    with pytest.raises(ValueError, match="holds a 2-hop halo .--halo-hops., which only strategy 'model-averaging'"):
+        prepare_data(gp)

@@ -111,7 +111,8 @@ class ModelAveraging(Strategy):
     exact = False
     data_view = PARTITION_LOCAL
     options = frozenset({"partitioner", "balance", "partitions", "parts", "minibatch", "fanouts", "batch_size",
-                         "average_every", "average_optimizer", "state_dir"})
+                         "average_every", "average_optimizer", "state_dir", "halo_hops", "device_memory",
+                         "correction_steps"})
 
     @classmethod
     def unused_options(cls, config: RunConfig) -> dict[str, str]:
@@ -120,13 +121,30 @@ class ModelAveraging(Strategy):
             unused.update({"fanouts": "without --minibatch", "batch_size": "without --minibatch"})
         if config.strategy.partitions:
             why = "with --partitions (the store is partitioned already)"
-            unused.update({"partitioner": why, "balance": why, "parts": why})
+            unused.update({"partitioner": why, "balance": why, "parts": why, "halo_hops": why, "device_memory": why})
+        elif config.strategy.parts:
+            unused["device_memory"] = "with --parts (it chooses the partition count when --parts is not given)"
         return unused
 
     # ------------------------------------------------------------ parent side
     @classmethod
-    def store_parts(cls, config: RunConfig) -> int:
-        return config.strategy.parts or config.strategy.workers
+    def store_parts(cls, config: RunConfig, data_bytes) -> int:
+        """``--parts``, else SDT-GNN's workload allocation from the dataset's size and ``--device-memory``."""
+        import sys
+
+        from graphscale.partition.allocation import choose_parts
+        from graphscale.strategies.offload.memory import parse_bytes
+
+        sc = config.strategy
+        if sc.parts:
+            return sc.parts
+        memory = parse_bytes(sc.device_memory, "--device-memory") if sc.device_memory else None
+        cuda = config.device.startswith("cuda") or (config.device == "auto" and torch.cuda.is_available())
+        device = config.device if config.device.startswith("cuda") else "cuda" if cuda else "cpu"
+        allocation = choose_parts(data_bytes(), sc.workers, memory, device)
+        if config.progress:
+            print(f"model-averaging: {allocation.why()}", file=sys.stderr)
+        return allocation.parts
 
     @classmethod
     def prepare_partitions(cls, config: RunConfig, handle: DataHandle) -> None:
