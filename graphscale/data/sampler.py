@@ -130,7 +130,7 @@ def _sort_small(a, lo, hi):
 
 
 @nb.njit(cache=True)
-def _sample_kernel(indptr, indices, nodes, fanout, base, row_ptr, out):
+def _sample_kernel(indptr, indices, nodes, keys, fanout, base, row_ptr, out):
     for r in range(nodes.size):
         v = nodes[r]
         start = indptr[v]
@@ -141,7 +141,7 @@ def _sample_kernel(indptr, indices, nodes, fanout, base, row_ptr, out):
             for q in range(d):
                 out[lo + q] = indices[start + q]
             continue
-        h = _mix(base ^ np.uint64(v))
+        h = _mix(base ^ np.uint64(keys[r]))
         if k <= 48:
             _floyd_small(h, d, k, out, lo)
             _sort_small(out, lo, lo + k)
@@ -291,7 +291,7 @@ def _check_nodes(nodes: np.ndarray, num_nodes: int, name: str) -> None:
 
 # ------------------------------------------------------------------ public API
 def sample_neighbors(graph_or_csr, nodes, fanout: int, seed: int, batch_key: int,
-                     layer: int) -> tuple[torch.Tensor, torch.Tensor]:
+                     layer: int, keys=None) -> tuple[torch.Tensor, torch.Tensor]:
     """Draw ``min(fanout, deg(v))`` in-neighbours of every ``v`` in ``nodes``, uniformly without replacement.
 
     The draw for ``v`` is a pure function of ``(seed, batch_key, layer, v)`` (see the
@@ -304,6 +304,9 @@ def sample_neighbors(graph_or_csr, nodes, fanout: int, seed: int, batch_key: int
         seed: the sampler's seed.
         batch_key: identifies the mini-batch (e.g. ``epoch * batches_per_epoch + i``).
         layer: block index the rows are for.
+        keys: the vertex ids the draws are keyed on (default ``nodes``); a process holding some rows of a
+            larger graph renumbered (e.g. a partition serving its home vertices' rows, sorted as the global
+            CSR sorts them) passes their global ids here to draw exactly what the whole graph would.
 
     Returns:
         ``(indptr [n+1], global_src [nnz])``, int64: row ``r`` holds the sampled in-neighbours
@@ -320,7 +323,10 @@ def sample_neighbors(graph_or_csr, nodes, fanout: int, seed: int, batch_key: int
     base = np.uint64(_stream_base(_u64(seed, "seed"), _u64(batch_key, "batch_key"), _u64(layer, "layer")))
     row_ptr = _row_sizes(indptr, nodes_np, fanout)
     out = np.empty(int(row_ptr[-1]), dtype=np.int64)
-    _sample_kernel(indptr, indices, nodes_np, fanout, base, row_ptr, out)
+    keys_np = nodes_np if keys is None else _as_int64(keys, "keys")
+    if keys_np.shape != nodes_np.shape:
+        raise ValueError(f"keys must have one id per node, got {keys_np.size} for {nodes_np.size} nodes")
+    _sample_kernel(indptr, indices, nodes_np, keys_np, fanout, base, row_ptr, out)
     return torch.from_numpy(row_ptr), torch.from_numpy(out)
 
 
@@ -412,7 +418,7 @@ class NeighborSampler:
             base = np.uint64(_stream_base(seed, key, np.uint64(layer)))
             row_ptr = _row_sizes(self._indptr, dst, self.fanouts[layer])
             global_src = np.empty(int(row_ptr[-1]), dtype=np.int64)
-            _sample_kernel(self._indptr, self._indices, dst, self.fanouts[layer], base, row_ptr, global_src)
+            _sample_kernel(self._indptr, self._indices, dst, dst, self.fanouts[layer], base, row_ptr, global_src)
             src_ids, local, dup = _relabel_kernel(dst, global_src, num_nodes)
             if dup >= 0:
                 raise ValueError(f"targets must be distinct; id {int(dst[dup])} repeats at position {dup}")

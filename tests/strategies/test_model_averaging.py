@@ -199,3 +199,43 @@ def test_device_memory_chooses_the_partition_count_and_k_hop_stores_are_for_aver
     gp.data.dataset = ""
     with pytest.raises(ValueError, match="holds a 2-hop halo .--halo-hops., which only strategy 'model-averaging'"):
         prepare_data(gp)
+
+
+def test_correction_steps_equal_the_single_process_reference_and_do_not_depend_on_q(tmp_path):
+    from graphscale.strategies.model_averaging.correction import batch_sizes, partition_picks, reference_step
+
+    extra = {"correction_steps": 2, "batch_size": 30, "fanouts": [3, 2]}
+    config = config_for(tmp_path, parts=3, epochs=1, **extra)
+    handle = prepare_data(config)
+    dtype = torch.float64
+    model = build_model(config.model, 8, 3, seed=0, dtype=dtype)
+    strategy = ModelAveraging()
+    strategy.setup(handle, model, DistEnv.local(), config)
+    stats = strategy.train_epoch(0)
+    assert stats.extra["correction_loss"] > 0 and stats.bytes.get("correction", 0) == 0  # one worker: no traffic
+    # reference: the averaged model, then two steps of the whole-graph sampler on the same targets
+    averaged, _ = offline_averaging(config, handle, 1)
+    ref = build_model(config.model, 8, 3, seed=0, dtype=dtype)
+    unflatten_into(averaged, float_tensors(ref))
+    ref.train()
+    ref.set_epoch(0)
+    graph = load_dataset(SPEC)
+    graph.x = graph.x.to(dtype)
+    assert handle.feature_norm == "none"
+    opt = make_optimizer(ref, config.optim)
+    sizes = batch_sizes(handle.summary["part_train"], 30)
+    for step in range(2):
+        targets = []
+        for part in range(3):
+            local = load_partition(handle.path, part)
+            train = local.orig_ids[torch.nonzero(local.graph.train_mask[: local.num_inner]).flatten()]
+            targets.append(train[partition_picks(train.numel(), sizes[part], 0, 0, step, part)])
+        reference_step(graph, ref, opt, torch.cat(targets), [3, 2], 0, step)
+    torch.testing.assert_close(flatten(float_tensors(model), dtype), flatten(float_tensors(ref), dtype),
+                               rtol=1e-10, atol=1e-12)
+    # two workers: remote rows fetched through comm, the same model
+    one = run(config_for(tmp_path, parts=4, workers=1, epochs=2, **extra))
+    two = run(config_for(tmp_path, parts=4, workers=2, epochs=2, **extra))
+    assert losses(one) == pytest.approx(losses(two), rel=1e-10)
+    assert [e["test_acc"] for e in one["epochs"]] == [e["test_acc"] for e in two["epochs"]]
+    assert two["epochs"][0]["bytes"]["correction"] > 0 and "correction" not in one["epochs"][0]["bytes"]

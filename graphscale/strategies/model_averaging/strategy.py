@@ -42,6 +42,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from graphscale.config import RunConfig
@@ -70,6 +71,14 @@ from graphscale.strategies.model_averaging.averaging import (
     flatten,
     float_tensors,
     unflatten_into,
+)
+from graphscale.strategies.model_averaging.correction import (
+    RowServer,
+    batch_sizes,
+    correction_step,
+    home_targets,
+    partition_picks,
+    step_key,
 )
 from graphscale.strategies.model_averaging.state import PartitionStates
 
@@ -117,8 +126,9 @@ class ModelAveraging(Strategy):
     @classmethod
     def unused_options(cls, config: RunConfig) -> dict[str, str]:
         unused = {}
-        if not config.strategy.minibatch:
-            unused.update({"fanouts": "without --minibatch", "batch_size": "without --minibatch"})
+        if not config.strategy.minibatch and not config.strategy.correction_steps:
+            why = "without --minibatch or --correction-steps"
+            unused.update({"fanouts": why, "batch_size": why})
         if config.strategy.partitions:
             why = "with --partitions (the store is partitioned already)"
             unused.update({"partitioner": why, "balance": why, "parts": why, "halo_hops": why, "device_memory": why})
@@ -203,6 +213,13 @@ class ModelAveraging(Strategy):
         self.resident = self._open(self.parts[0]) if len(self.parts) == 1 else None
         if self.resident is not None:
             self.tracker.track("partition", *self.resident.tensors())
+        self.correction_opt = None
+        if config.strategy.correction_steps:
+            locals_ = {part: handle.open_partition(part) for part in self.parts}  # memory-mapped
+            boundaries = torch.from_numpy(np.load(Path(handle.path) / "boundaries.npy"))
+            self.server = RowServer(locals_, boundaries, env.world_size, handle.feature_norm, self.dtype)
+            self.targets = {part: home_targets(local) for part, local in locals_.items()}
+            self.correction_opt = make_optimizer(model, config.optim)
 
     def _open(self, part: int) -> LocalData:
         """Partition ``part``'s local graph as one block over all local vertices, its rows and masks."""
@@ -297,18 +314,42 @@ class ModelAveraging(Strategy):
                 if data is not self.resident:
                     self.tracker.untrack("partition")
                 del data
+            correction_loss = None
             if averaged_after(epoch, sc.average_every):
                 if sc.average_optimizer:
                     buffer = all_reduce_average(self.comm, torch.cat([weights, moments]))
                     self.global_flat, self.global_opt = buffer[: weights.numel()], buffer[weights.numel():]
                 else:
                     self.global_flat = all_reduce_average(self.comm, weights)
+                if sc.correction_steps:
+                    correction_loss = self._correct(epoch)
             self.last_epoch = epoch
             unflatten_into(self.global_flat, self.float_state)  # evaluation and checkpoints see the global model
         total = self.comm.all_reduce(torch.tensor([loss_sum], dtype=torch.float64), CONTROL)
         return EpochStats(loss=float(total) / sum(self.part_train), seconds=time.perf_counter() - start,
                           bytes=self.env.ledger.since(before), peak_memory=self.tracker.peak,
-                          extra={"partitions": len(self.parts), "averaged": averaged_after(epoch, sc.average_every)})
+                          extra={"partitions": len(self.parts), "averaged": averaged_after(epoch, sc.average_every),
+                                 **({"correction_loss": correction_loss} if correction_loss is not None else {})})
+
+    def _correct(self, epoch: int) -> float:
+        """``--correction-steps`` global steps from the averaged model (:mod:`.correction`); returns the mean
+        loss of the last step's batch."""
+        sc, model = self.config.strategy, self.model
+        unflatten_into(self.global_flat, self.float_state)
+        model.train()
+        model.set_epoch(epoch)
+        sizes = batch_sizes(self.part_train, sc.batch_size)
+        for step in range(sc.correction_steps):
+            picks = {part: partition_picks(self.part_train[part], sizes[part], self.config.seed, epoch, step, part)
+                     for part in self.parts}
+            triples = np.concatenate([self.targets[part][0][picks[part].numpy()] for part in self.parts])
+            labels = torch.cat([self.targets[part][1][picks[part]] for part in self.parts])
+            loss_sum = correction_step(self.comm, self.server, model, self.correction_opt, triples, labels,
+                                       sum(sizes), sc.fanouts, self.config.seed,
+                                       step_key(epoch, step, sc.correction_steps), self.env.device)
+        self.global_flat = flatten(self.float_state, self.dtype)
+        total = self.comm.all_reduce(torch.tensor([loss_sum], dtype=torch.float64), CONTROL)
+        return float(total) / sum(sizes)
 
     # ------------------------------------------------------------ evaluation
     @torch.no_grad()
@@ -324,12 +365,15 @@ class ModelAveraging(Strategy):
 
     # ------------------------------------------------------------ checkpoints
     def state_dict(self) -> dict:
-        return {"model": self.model.state_dict(), "global_opt": self.global_opt, "last_epoch": self.last_epoch}
+        return {"model": self.model.state_dict(), "global_opt": self.global_opt, "last_epoch": self.last_epoch,
+                "correction_opt": None if self.correction_opt is None else self.correction_opt.state_dict()}
 
     def load_state_dict(self, state: dict) -> None:
         self.model.load_state_dict(state["model"])  # after every epoch the model holds the global weights
         self.global_flat, self.global_opt = flatten(self.float_state, self.dtype), state["global_opt"]
         self.last_epoch = int(state["last_epoch"])
+        if self.correction_opt is not None and state.get("correction_opt") is not None:
+            self.correction_opt.load_state_dict(state["correction_opt"])
         if self.states.folder is None and self.last_epoch >= 0:
             raise ValueError("model averaging resumes from partition states on disk; run with --checkpoint "
                              "(which keeps them) from the start")
