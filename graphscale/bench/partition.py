@@ -11,12 +11,18 @@ Suites (``--suite``, comma-separated; default ``quality,throughput``):
   RF table, vertex balance (``max/mean`` home vertices), edge balance
   (``max/mean`` in-edges of home vertices: a partition's aggregation work),
   partitioning seconds, each method's RF relative to SPRING and time relative
-  to SPRING, all measured in this one run. The default datasets are Cora and
+  to SPRING, all measured in this one run. An edge-balance table marks every
+  case above ``EDGE_IMBALANCED`` (1.5: the slowest partition does over 1.5x the
+  mean work, and it sets the pace of an averaging round) with ``!``, and a line
+  per method flags such cases. SPRING runs with each LPT load
+  (``spring:lpt=edges``, ``spring:lpt=mix``; ``spring`` alone balances vertex
+  counts, as the paper does) and a table puts their RF and balances side by
+  side with HDRF's. The default datasets are Cora and
   four 1M-vertex power-law SBMs: two flat ones (an edge leaving its class lands
   anywhere) and two with nested communities (``levels``, see
   :mod:`graphscale.data.synthetic`), the structure real networks have.
 * **throughput**: records per second of every streaming pass of every edge
-  partitioner on the largest quality dataset (after one warm-up read of its
+  partitioner (SPRING's LPT variants share ``spring``'s passes and are skipped) on the largest quality dataset (after one warm-up read of its
   file; the fastest of ``--throughput-repeat`` runs, since other processes
   sharing the cores only ever slow a pass down).
 * **memory** (Table I / Fig. 9 analogue): peak RSS of child processes (``VmHWM``
@@ -55,11 +61,13 @@ DEFAULT_DATASETS = [
     "sbm:nodes=1000000,degree=20,classes=1000,levels=3,homophily=0.7,features=0",
 ]
 DEFAULT_METHODS = ["random", "metis", "ldg", "fennel", "hash", "dbh", "greedy", "hdrf", "2ps-l",
-                   "2ps-l:remaining=hash", "spring", "spring:merge=code", "spring:merge=none"]
+                   "2ps-l:remaining=hash", "spring", "spring:merge=code", "spring:merge=none", "spring:lpt=edges",
+                   "spring:lpt=mix"]
 DEFAULT_MEMORY_GRAPH = "sbm:nodes=10000000,degree=12,features=64"
 SUITES = ("quality", "throughput", "memory")
 BASELINES = {"hdrf": "HDRF", "dbh": "DBH", "greedy": "Greedy", "2ps-l": "2PS-L"}
 LOPSIDED = 1.5  # vertex balance (max / mean homes) above which a partition is flagged as lopsided
+EDGE_IMBALANCED = 1.5  # edge balance (max / mean in-edges of homes: aggregation work) above which it is flagged
 
 
 def _int_list(text: str) -> list[int]:
@@ -108,6 +116,7 @@ def _method_spec(text: str) -> str:
 
 
 def _label(method: str) -> str:
+    method = re.sub(r"^spring:lpt=(\w+)$", r"spring(lpt=\1)", method).replace("spring(lpt=vertices)", "spring")
     return method.replace("2ps-l:remaining=hash", "2ps-l(code)").replace("spring:merge=code", "spring(code)") \
         .replace("spring:merge=none", "clustering").replace("spring:merge=paper", "spring")
 
@@ -161,8 +170,8 @@ def run_quality(datasets: list[str], methods: list[str], parts: list[int], workd
                 rows.append({"dataset": name, "p": p, "method": _label(method), "rf": rf,
                              "vertex_balance": balance(np.bincount(owner, minlength=p)),
                              "edge_balance": balance(np.asarray(home_edges)), "seconds": seconds})
-                print(f"  {name} p={p} {_label(method):>12}: RF {rf:.3f}  {seconds:.2f}s", file=sys.stderr,
-                      flush=True)
+                print(f"  {name} p={p} {_label(method):>15}: RF {rf:.3f}  vertex bal {rows[-1]['vertex_balance']:.2f}"
+                      f"  edge bal {rows[-1]['edge_balance']:.2f}  {seconds:.2f}s", file=sys.stderr, flush=True)
         del graph
     return rows, streams
 
@@ -188,6 +197,7 @@ def quality_tables(rows: list[dict]) -> tuple[str, str, dict]:
                         "spring lower in": f"{below}/{len(ratio)}",
                         "mean vertex bal": sum(r["vertex_balance"] for r in mine) / len(mine),
                         "worst edge bal": max(r["edge_balance"] for r in mine),
+                        f"edge bal > {EDGE_IMBALANCED:g}": f"{sum(_edge_imbalanced(r) for r in mine)}/{len(mine)}",
                         "mean s": sum(r["seconds"] for r in mine) / len(mine),
                         "time / spring": sum(time_ratio) / len(time_ratio) if time_ratio else float("nan")})
         if m in BASELINES:
@@ -195,6 +205,54 @@ def quality_tables(rows: list[dict]) -> tuple[str, str, dict]:
             goals[BASELINES[m]] = {**summary[-1], "lopsided": f"{lopsided}/{len(mine)}"}
     return (format_table(pivot, title="replication factor sum_s |V_s| / |V| (lower is better)"),
             format_table(summary, title="per method, averaged over datasets and p (ratios against spring)"), goals)
+
+
+def _edge_imbalanced(row: dict) -> bool:
+    return row["edge_balance"] > EDGE_IMBALANCED
+
+
+def balance_tables(rows: list[dict]) -> tuple[str, list[str]]:
+    """The edge-balance pivot (``!`` after a case above ``EDGE_IMBALANCED``) and one flag line per method with one."""
+    from graphscale.bench.table import format_table
+
+    methods = list(dict.fromkeys(r["method"] for r in rows))
+    cases = list(dict.fromkeys((r["dataset"], r["p"]) for r in rows))
+    by = {(r["dataset"], r["p"], r["method"]): r for r in rows}
+    pivot = [{"dataset": d, "p": p, **{m: f"{by[(d, p, m)]['edge_balance']:.2f}" +
+                                      ("!" if _edge_imbalanced(by[(d, p, m)]) else "")
+                                      for m in methods if (d, p, m) in by}} for d, p in cases]
+    flags = []
+    for m in methods:
+        mine = [r for r in rows if r["method"] == m]
+        bad = [r for r in mine if _edge_imbalanced(r)]
+        if bad:
+            worst = max(bad, key=lambda r: r["edge_balance"])
+            flags.append(f"EDGE IMBALANCE: {m}'s edge balance exceeds {EDGE_IMBALANCED:g} in {len(bad)}/{len(mine)} "
+                         f"cases (worst {worst['edge_balance']:.2f}: {worst['dataset']}, p = {worst['p']}); its "
+                         "slowest partition does that many times the mean aggregation work")
+    title = (f"edge balance max / mean in-edges of home vertices (lower is better; '!' above {EDGE_IMBALANCED:g})")
+    return format_table(pivot, title=title), flags
+
+
+def lpt_table(rows: list[dict]) -> str | None:
+    """SPRING's LPT loads side by side (RF, vertex and edge balance), with HDRF's; ``None`` with one SPRING load."""
+    from graphscale.bench.table import format_table
+
+    spring = [m for m in dict.fromkeys(r["method"] for r in rows) if m == "spring" or m.startswith("spring(lpt=")]
+    if len(spring) < 2:
+        return None
+    keep = [*spring, "hdrf"]
+    cases = list(dict.fromkeys((r["dataset"], r["p"]) for r in rows))
+    by = {(r["dataset"], r["p"], r["method"]): r for r in rows}
+    table = []
+    for d, p in cases:
+        for m in keep:
+            if (d, p, m) in by:
+                r = by[(d, p, m)]
+                table.append({"dataset": d, "p": p, "method": m, "RF": r["rf"], "vertex bal": r["vertex_balance"],
+                              "edge bal": r["edge_balance"], "flag": "edge!" if _edge_imbalanced(r) else ""})
+    return format_table(table, title="SPRING's LPT load: vertices (the paper), edges (cluster volume), mix "
+                                     "(|C|/|V| + vol(C)/M); HDRF for reference")
 
 
 # ---------------------------------------------------------------- throughput
@@ -209,9 +267,11 @@ def run_throughput(stream_path: str, methods: list[str], p: int, chunk_edges: in
         pass
     rows = []
     for method in methods:
-        partitioner, _, _ = build_partitioner(_method_spec(method))
+        partitioner, _, options = build_partitioner(_method_spec(method))
         if getattr(partitioner, "kind", "vertex") != "edge":
             continue
+        if options.get("lpt", "vertices") != "vertices" and "spring" in methods:
+            continue  # the LPT load changes no streaming pass: spring's rows time them
         best: dict[str, float] = {}
         for _ in range(max(1, repeat)):
             result = partitioner.run(stream, p, chunk_edges=chunk_edges, seed=seed, keep_edge_part=False)
@@ -414,7 +474,9 @@ def run(args: argparse.Namespace) -> dict:
             if "quality" in suites:
                 report["quality"] = rows
                 pivot, summary, goals = quality_tables(rows)
-                print(pivot, summary, sep="\n\n")
+                edge_pivot, flags = balance_tables(rows)
+                lpt = lpt_table(rows)
+                print(pivot, edge_pivot, *([lpt] if lpt else []), summary, sep="\n\n")
                 if "HDRF" in goals:
                     print(f"\nSPRING's RF is {goals['HDRF']['spring RF below it %']:.1f}% below HDRF's on average "
                           "(goal: at least 20%)")
@@ -423,6 +485,8 @@ def run(args: argparse.Namespace) -> dict:
                           f"({row['spring RF below it %']:.1f}% lower on average); {name}'s vertex balance "
                           f"exceeds {LOPSIDED:g} (a lopsided partition, whose RF is not comparable) in "
                           f"{row['lopsided']} cases")
+                for line in flags:
+                    print(line)
                 if plot_dir:
                     for d in dict.fromkeys(r["dataset"] for r in rows):
                         mine = [r for r in rows if r["dataset"] == d]

@@ -15,7 +15,8 @@ Restated from the spec (§2.2), with its defaults where the paper is silent:
 * **Merging.** The representative ``r(i)`` of a cluster maximises ``d(n_v)`` over
   its members (ties: the smallest vertex id). A cluster ``i`` merges into the
   cluster ``j`` of ``t = n_{r(i)}`` when ``i != j`` and ``|C_i| + |C_j| <= beta |V| / p``
-  (default ``beta = 1.05``); ``j`` keeps its id and the representative of larger
+  (default ``beta = 1.05``; with a volume-aware ``lpt`` the cap bounds that load
+  instead, see below); ``j`` keeps its id and the representative of larger
   ``d(n_.)`` (ties: smaller vertex id), so it always equals the argmax over the merged members.
   ``merge="paper"`` (default): a min-heap keyed by ``(size, cluster id)`` with
   lazy invalidation; an enlarged target is pushed again at its new size and can
@@ -23,8 +24,21 @@ Restated from the spec (§2.2), with its defaults where the paper is silent:
   pass over the initial ascending ``(size, id)`` order, skipping the last
   cluster, with current sizes. ``merge="none"``: no merging (the "Clustering"
   row of the paper's Table II). Merges run on union-find over cluster ids.
-* **LPT.** Merged clusters by size descending (ties: cluster id) go to the
-  partition with the fewest vertices so far (ties: smallest index).
+* **LPT.** Merged clusters by load descending (ties: cluster id) go to the
+  partition with the least load so far (ties: smallest index), so the largest
+  partition's load is at most the mean plus the largest cluster's load.
+  ``lpt="vertices"`` (default, the paper): the load is the vertex count ``|C|``.
+  ``lpt="edges"``: the cluster volume ``vol(C) = sum of d(v)``, exactly the
+  records a partition receives in pass 2 (its aggregation work); vertices of
+  degree 0 add no load and all go to the partition least loaded at the end.
+  ``lpt="mix"``: the normalised sum ``|C| / |V| + vol(C) / M``, balancing both.
+  The merge cap bounds the same load, ``beta`` times a partition's share
+  (``beta |V| / p``, ``beta M / p``, ``2 beta / p``): a cap on vertices alone lets
+  merges around a hub build a cluster holding several partitions' worth of
+  records, which no packing can split (on MUSAE Facebook at p = 16, 2.4x the mean).
+  Merge order stays by size. Volumes are summed from the resident degrees after
+  pass 1 (the move rule keeps pass 1's ``vol(i)`` equal to the degree sum of
+  ``C_i``) and added up along the merges: no extra pass.
 * **Pass 2 (edges).** Record ``u -> v`` goes to ``part(v)``: every vertex's full
   in-neighbourhood is in its partition, a cross-partition undirected edge is in
   both partitions, and the halo replicas come out of the replica bitmask.
@@ -67,6 +81,7 @@ DEFAULT_BETA = 1.05
 DEFAULT_VOLUME_CAP = 0.1
 MERGE_MODES = ("paper", "code", "none")
 _PAPER, _CODE, _NONE = range(3)
+LPT_MODES = ("vertices", "edges", "mix")
 
 
 # ------------------------------------------------------------------ kernels
@@ -166,17 +181,30 @@ def _find(parent, i):  # pragma: no cover - numba
 
 
 @numba.njit(nogil=True, cache=True)
-def _try_merge(i, size, rep, repkey, richest, c, parent, cap):  # pragma: no cover - numba
+def _over_cap(i, j, size, vol, load, n, m, cap):  # pragma: no cover - numba
+    """Whether ``C_i + C_j`` exceeds the merge cap on the LPT load (``load``: 0 vertices, 1 edges, 2 mix)."""
+    if load == 0:
+        return size[i] + size[j] > cap
+    if load == 1:
+        return vol[i] + vol[j] > cap
+    return (size[i] + size[j]) / n + (vol[i] + vol[j]) / m > cap
+
+
+@numba.njit(nogil=True, cache=True)
+def _try_merge(i, size, rep, repkey, richest, c, parent, cap, vol, load, n, m):  # pragma: no cover - numba
     """Merge cluster ``i`` into the cluster of its representative's richest neighbour if allowed; return it or -1."""
     t = richest[rep[i]]
     if t < 0:
         return -1
     j = _find(parent, c[t])
-    if j == i or size[i] + size[j] > cap:
+    if j == i or _over_cap(i, j, size, vol, load, n, m, cap):
         return -1
     parent[i] = j
     size[j] += size[i]
     size[i] = 0
+    if load != 0:
+        vol[j] += vol[i]
+        vol[i] = 0
     if repkey[i] > repkey[j] or (repkey[i] == repkey[j] and rep[i] < rep[j]):
         rep[j] = rep[i]
         repkey[j] = repkey[i]
@@ -184,8 +212,12 @@ def _try_merge(i, size, rep, repkey, richest, c, parent, cap):  # pragma: no cov
 
 
 @numba.njit(nogil=True, cache=True)
-def _merge(size, rep, repkey, richest, c, cap, mode, parent):  # pragma: no cover - numba
-    """Lines 22-26 in the chosen mode; returns ``(merges, pops)``; ``parent`` ends fully compressed."""
+def _merge(size, rep, repkey, richest, c, cap, mode, parent, vol, load, n, m):  # pragma: no cover - numba
+    """Lines 22-26 in the chosen mode; returns ``(merges, pops)``; ``parent`` ends fully compressed.
+
+    The cap bounds the LPT load (``load``: 0 ``|C|``, 1 ``vol(C)``, 2 ``|C| / n + vol(C) / m``); with a volume-aware
+    load ``vol`` (per cluster) is summed along the merges, else it is not read.
+    """
     K = size.size
     for i in range(K):
         parent[i] = i
@@ -201,7 +233,7 @@ def _merge(size, rep, repkey, richest, c, cap, mode, parent):  # pragma: no cove
             pops += 1
             if parent[i] != i or size[i] != s:
                 continue  # stale entry
-            j = _try_merge(i, size, rep, repkey, richest, c, parent, cap)
+            j = _try_merge(i, size, rep, repkey, richest, c, parent, cap, vol, load, n, m)
             if j >= 0:
                 merges += 1
                 hs = heap_push(ha, hb, hs, size[j], j)
@@ -212,7 +244,7 @@ def _merge(size, rep, repkey, richest, c, cap, mode, parent):  # pragma: no cove
             pops += 1
             if parent[i] != i:
                 continue
-            if _try_merge(i, size, rep, repkey, richest, c, parent, cap) >= 0:
+            if _try_merge(i, size, rep, repkey, richest, c, parent, cap, vol, load, n, m) >= 0:
                 merges += 1
     for i in range(K):
         parent[i] = _find(parent, i)
@@ -223,6 +255,16 @@ def _merge(size, rep, repkey, richest, c, cap, mode, parent):  # pragma: no cove
 def _relabel(c, table):  # pragma: no cover - numba
     for v in range(c.size):
         c[v] = table[c[v]]
+
+
+@numba.njit(nogil=True, cache=True)
+def _cluster_volumes(c, deg, K):  # pragma: no cover - numba
+    """``vol(i) = sum of d(v)`` over the members of every compacted cluster ``i`` (int64 ``[K]``)."""
+    vol = np.zeros(K, np.int64)
+    for v in range(c.size):
+        vol[c[v]] += deg[v]
+    return vol
+
 
 
 # ------------------------------------------------------------------ driver
@@ -236,6 +278,7 @@ class SpringClusters:
         initial: cluster of every vertex after pass 1 (compacted ids ``[0, K)``), when ``keep_clusters``.
         cluster_sizes: vertex count of every merged cluster (``int64``, ``[K]``, zeros for merged-away ids).
         info: counts (clusters before / after merging, merges, heap pops, caps, size statistics).
+        cluster_volumes: degree sum of every merged cluster (``int64``, ``[K]``), when ``lpt`` is not ``vertices``.
     """
 
     owner: np.ndarray
@@ -243,6 +286,24 @@ class SpringClusters:
     initial: np.ndarray | None
     cluster_sizes: np.ndarray
     info: dict
+    cluster_volumes: np.ndarray | None = None
+
+
+def _check_modes(merge: str, lpt: str) -> None:
+    if merge not in MERGE_MODES:
+        raise ValueError(f"spring: merge must be one of {', '.join(MERGE_MODES)}, got {merge!r}")
+    if lpt not in LPT_MODES:
+        raise ValueError(f"spring: lpt must be one of {', '.join(LPT_MODES)}, got {lpt!r}")
+
+
+def lpt_keys(lpt: str, sizes: np.ndarray, volumes: np.ndarray | None, num_vertices: int,
+             num_records: int) -> np.ndarray:
+    """The load LPT balances, per merged cluster: ``|C|`` (int64), ``vol(C)`` (int64) or ``|C|/|V| + vol(C)/M``."""
+    if lpt == "vertices":
+        return sizes
+    if lpt == "edges":
+        return volumes
+    return sizes / max(num_vertices, 1) + volumes / max(num_records, 1)
 
 
 def _size_stats(sizes: np.ndarray) -> tuple[float, float]:
@@ -251,7 +312,7 @@ def _size_stats(sizes: np.ndarray) -> tuple[float, float]:
 
 
 def spring_clusters(runner: StreamRunner, num_parts: int, *, beta: float = DEFAULT_BETA,
-                    volume_cap: float = DEFAULT_VOLUME_CAP, merge: str = "paper",
+                    volume_cap: float = DEFAULT_VOLUME_CAP, merge: str = "paper", lpt: str = "vertices",
                     keep_clusters: bool = False) -> SpringClusters:
     """Passes 0 and 1, merging and LPT: the vertex partition of SPRING.
 
@@ -261,10 +322,10 @@ def spring_clusters(runner: StreamRunner, num_parts: int, *, beta: float = DEFAU
         beta: balance factor of the merge cap ``beta |V| / p``.
         volume_cap: ``tau_vol`` as a fraction of ``M / p``.
         merge: ``paper``, ``code`` or ``none``.
+        lpt: what LPT balances: ``vertices`` (the paper), ``edges`` (cluster volumes) or ``mix`` (both, normalised).
         keep_clusters: also return the per-vertex initial and merged clusters (two more ``[N]`` arrays).
     """
-    if merge not in MERGE_MODES:
-        raise ValueError(f"spring: merge must be one of {', '.join(MERGE_MODES)}, got {merge!r}")
+    _check_modes(merge, lpt)
     n, m = runner.num_vertices, runner.num_edges
     deg = stream_degrees(runner)
     idt = np.int64 if 2 * n + 2 >= 2**31 else np.int32
@@ -278,30 +339,38 @@ def spring_clusters(runner: StreamRunner, num_parts: int, *, beta: float = DEFAU
     sizes, k_stream = _compact(c, int(next_id[0]), vol)
     del vol
     K = sizes.size
+    volumes = _cluster_volumes(c, deg, K) if lpt != "vertices" else None
     initial = c.copy() if keep_clusters else None
     rep = np.zeros(K, idt)
     repkey = np.full(K, -2, np.int64)
     _representatives(c, richest, deg, rep, repkey)
     del deg
-    cap = beta * n / num_parts
+    load = LPT_MODES.index(lpt)
+    cap = beta * (n, m, 2.0)[load] / num_parts  # beta times a partition's share of the load
+    mn, mm = max(n, 1), max(m, 1)
     parent = np.empty(K, np.int64)
     mean0, sd0 = _size_stats(sizes)
-    merges, pops = _merge(sizes, rep, repkey, richest, c, cap, MERGE_MODES.index(merge), parent)
+    merges, pops = _merge(sizes, rep, repkey, richest, c, cap, MERGE_MODES.index(merge), parent,
+                          volumes if volumes is not None else np.zeros(0, np.int64), load, mn, mm)
     del rep, repkey, richest
     _relabel(c, parent)
     del parent
     roots = np.flatnonzero(sizes > 0)
-    order = roots[np.argsort(-sizes[roots], kind="stable")]
+    keys = lpt_keys(lpt, sizes, volumes, n, m)
+    order = roots[np.argsort(-keys[roots], kind="stable")]
     slot = np.zeros(K, np.int64)
-    lpt_assign(order, sizes, np.zeros(num_parts, np.int64), slot)
+    lpt_assign(order, keys, np.zeros(num_parts, keys.dtype), slot)
+    del keys
     owner = slot.astype(part_dtype(num_parts))[c]
     mean1, sd1 = _size_stats(sizes)
     info = {"clusters_streamed": int(k_stream), "isolated": int(K - k_stream), "clusters_initial": int(K),
             "clusters_merged": int(roots.size), "merges": int(merges), "heap_pops": int(pops),
-            "tau_vol": float(tau), "merge_cap": float(cap), "merge": merge,
+            "tau_vol": float(tau), "merge_cap": float(cap), "merge": merge, "lpt": lpt,
             "initial_size_mean": mean0, "initial_size_sd": sd0, "merged_size_mean": mean1, "merged_size_sd": sd1,
             "max_cluster": int(sizes.max(initial=0))}
-    return SpringClusters(owner, c if keep_clusters else None, initial, sizes, info)
+    if volumes is not None:
+        info["max_cluster_volume"] = int(volumes.max(initial=0))
+    return SpringClusters(owner, c if keep_clusters else None, initial, sizes, info, volumes)
 
 
 @PARTITIONERS.register("spring")
@@ -312,22 +381,24 @@ class SpringPartitioner(EdgePartitioner):
         merge: ``paper`` (re-ranked heap, default), ``code`` (single pass) or ``none`` (clustering only).
         beta: balance factor of the merge cap (default 1.05).
         volume_cap: ``tau_vol`` as a fraction of ``|E| / p`` (default 0.1).
+        lpt: what the LPT packing balances: ``vertices`` (the paper, default), ``edges`` (cluster volumes = the
+            records each partition gets) or ``mix`` (``|C| / |V| + vol(C) / M``).
     """
 
     name = "spring"
     vertex_cut_is_home = True
 
     def __init__(self, merge: str = "paper", beta: float = DEFAULT_BETA,
-                 volume_cap: float = DEFAULT_VOLUME_CAP) -> None:
-        if merge not in MERGE_MODES:
-            raise ValueError(f"spring: merge must be one of {', '.join(MERGE_MODES)}, got {merge!r}")
+                 volume_cap: float = DEFAULT_VOLUME_CAP, lpt: str = "vertices") -> None:
+        _check_modes(merge, lpt)
         if beta <= 0 or volume_cap <= 0:
             raise ValueError(f"spring: beta and volume_cap must be > 0, got {beta} and {volume_cap}")
-        self.merge, self.beta, self.volume_cap = merge, float(beta), float(volume_cap)
+        self.merge, self.beta, self.volume_cap, self.lpt = merge, float(beta), float(volume_cap), lpt
 
     def _stream(self, runner: StreamRunner, num_parts: int, seed: int, sink: EdgePartSink) -> StreamPartition:
         n = runner.num_vertices
-        clusters = spring_clusters(runner, num_parts, beta=self.beta, volume_cap=self.volume_cap, merge=self.merge)
+        clusters = spring_clusters(runner, num_parts, beta=self.beta, volume_cap=self.volume_cap, merge=self.merge,
+                                   lpt=self.lpt)
         owner = clusters.owner
         mask = replica_mask(n, num_parts)
         set_owner_bits(mask, owner)

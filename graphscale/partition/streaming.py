@@ -339,11 +339,11 @@ def heap_pop(ha, hb, size):  # pragma: no cover - numba
 def lpt_assign(order, sizes, load, out):  # pragma: no cover - numba
     """Greedy list scheduling: item ``order[k]`` (in that order) goes to the least-loaded slot.
 
-    ``load`` (int64 ``[p]``) holds the starting loads and is updated; ties go to the smallest slot index.
-    ``out[item]`` receives the slot.
+    ``load`` (``[p]``, int64 or float64 like ``sizes``) holds the starting loads and is updated; ties go to the
+    smallest slot index. ``out[item]`` receives the slot.
     """
     p = load.size
-    ha = np.empty(p, np.int64)
+    ha = np.empty(p, load.dtype)
     hb = np.empty(p, np.int64)
     size = 0
     for s in range(p):

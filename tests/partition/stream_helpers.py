@@ -58,8 +58,12 @@ def graph_of(src: np.ndarray, dst: np.ndarray, n: int, *, features: int = 3, see
 
 # ----------------------------------------------------------- SPRING oracle
 def reference_spring(src, dst, n: int, p: int, *, beta: float = 1.05, volume_cap: float = 0.1,
-                     merge: str = "paper") -> tuple[list[int], dict[int, list[int]], list[int]]:
+                     merge: str = "paper", lpt: str = "vertices") -> tuple[list[int], dict[int, list[int]], list[int]]:
     """Algorithm 1 in plain Python with explicit member lists (no union-find, representatives by scanning).
+
+    ``lpt``: the load of a merged cluster, which the merge cap bounds (``beta`` times a partition's share) and LPT
+    balances: ``vertices`` = ``|C|``; ``edges`` = ``vol(C)``, the sum of pass 1's ``vol`` over the initial clusters
+    merged into it; ``mix`` = ``|C| / n + vol(C) / M``.
 
     Returns:
         ``(part per vertex, merged clusters {id: members}, initial cluster per vertex)``.
@@ -102,7 +106,20 @@ def reference_spring(src, dst, n: int, p: int, *, beta: float = 1.05, volume_cap
     for x in range(n):
         members[c[x]].append(x)
     cluster_of = list(c)
-    cap = beta * n / p
+    m = max(len(records), 1)
+
+    def volume(i):
+        return sum(vol[ic] for ic in {initial[x] for x in members[i]})  # isolated clusters: vol 0
+
+    def load(size, volume):
+        if lpt == "vertices":
+            return size
+        if lpt == "edges":
+            return volume
+        assert lpt == "mix"
+        return size / n + volume / m
+
+    cap = beta * {"vertices": n, "edges": len(records), "mix": 2.0}[lpt] / p
 
     def target(i):
         rep = min(members[i], key=lambda x: (-dd(nb[x]), x))
@@ -110,7 +127,7 @@ def reference_spring(src, dst, n: int, p: int, *, beta: float = 1.05, volume_cap
 
     def try_merge(i):
         j = target(i)
-        if j < 0 or j == i or len(members[i]) + len(members[j]) > cap:
+        if j < 0 or j == i or load(len(members[i]) + len(members[j]), volume(i) + volume(j)) > cap:
             return None
         for x in members[i]:
             cluster_of[x] = j
@@ -132,13 +149,14 @@ def reference_spring(src, dst, n: int, p: int, *, beta: float = 1.05, volume_cap
         for i in order[:-1]:
             if i in members:
                 try_merge(i)
+    keys = {i: load(len(members[i]), volume(i)) for i in members}
     loads = [(0, s) for s in range(p)]
     part = [0] * n
-    for i in sorted(members, key=lambda i: (-len(members[i]), i)):
+    for i in sorted(members, key=lambda i: (-keys[i], i)):
         load, s = heapq.heappop(loads)
         for x in members[i]:
             part[x] = s
-        heapq.heappush(loads, (load + len(members[i]), s))
+        heapq.heappush(loads, (load + keys[i], s))
     return part, dict(members), initial
 
 

@@ -45,6 +45,37 @@ def test_quality_tables_compare_against_spring():
     assert goals["HDRF"]["worst edge bal"] == 1.2 and goals["HDRF"]["lopsided"] == "0/2"
 
 
+def test_edge_imbalance_is_flagged():
+    def row(p, method, edge_balance, vertex_balance=1.0):
+        return {"dataset": "d", "p": p, "method": method, "rf": 2.0, "vertex_balance": vertex_balance,
+                "edge_balance": edge_balance, "seconds": 1.0}
+
+    rows = [row(4, "spring", 1.2), row(4, "spring(lpt=edges)", 1.05, 1.2), row(4, "hdrf", 1.1),
+            row(16, "spring", 2.4), row(16, "spring(lpt=edges)", 1.04, 1.3), row(16, "hdrf", 1.5)]
+    table, flags = bench.balance_tables(rows)
+    assert "2.40!" in table and "1.50!" not in table and "1.20 " in table  # strictly above the threshold
+    assert flags == [(f"EDGE IMBALANCE: spring's edge balance exceeds {bench.EDGE_IMBALANCED:g} in 1/2 cases "
+                      "(worst 2.40: d, p = 16); its slowest partition does that many times the mean aggregation work")]
+    _, summary, _ = bench.quality_tables(rows)
+    assert "edge bal > 1.5" in summary
+    lpt = bench.lpt_table(rows)
+    assert "spring(lpt=edges)" in lpt and "hdrf" in lpt and lpt.count("edge!") == 1
+    assert bench.lpt_table([r for r in rows if r["method"] != "spring(lpt=edges)"]) is None
+
+
+def test_spring_lpt_rows_in_the_quality_suite(capsys):
+    """Each LPT load is its own row, labelled; on Cora at p = 16 the volume LPT balances edges better (1.03 vs 1.34)."""
+    args = parse("--suite", "quality", "--dataset", "cora", "--methods", "spring,spring:lpt=edges,spring:lpt=mix",
+                 "--parts", "16")
+    report = bench.run(args)
+    out = capsys.readouterr().out
+    rows = {r["method"]: r for r in report["quality"]}
+    assert set(rows) == {"spring", "spring(lpt=edges)", "spring(lpt=mix)"}
+    assert rows["spring(lpt=edges)"]["edge_balance"] < rows["spring"]["edge_balance"]
+    assert "SPRING's LPT load" in out and "edge balance max / mean" in out
+    assert bench._label("spring:lpt=vertices") == "spring"
+
+
 def test_bad_suite():
     with pytest.raises(ValueError, match="unknown suite"):
         bench.run(parse("--suite", "speed"))

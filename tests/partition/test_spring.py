@@ -9,6 +9,7 @@ from stream_helpers import community_records, graph_of, reference_spring
 
 from graphscale.data.edge_stream import write_edge_stream
 from graphscale.partition.base import replication_factor
+from graphscale.partition.metrics import balance
 from graphscale.partition.spring import SpringPartitioner, spring_clusters
 from graphscale.partition.streaming import GraphEdges, StreamRunner
 from graphscale.registry import PARTITIONERS
@@ -47,6 +48,37 @@ def test_p5_matches_reference_for_every_chunk_size(records, stream, merge, p):
         assert clusters.info["clusters_merged"] < clusters.info["clusters_initial"]
 
 
+@pytest.mark.parametrize("lpt", ["edges", "mix"])
+@pytest.mark.parametrize("merge", ["paper", "code", "none"])
+@pytest.mark.parametrize("p", [2, 5, 8])
+def test_volume_aware_lpt_matches_reference(records, stream, merge, lpt, p):
+    src, dst, n = records
+    expected, members, _ = reference_spring(src, dst, n, p, merge=merge, lpt=lpt)
+    for chunk in (1, 7, 1 << 22):
+        res = SpringPartitioner(merge=merge, lpt=lpt).run(stream, p, chunk_edges=chunk)
+        assert res.owner.tolist() == expected, (merge, lpt, p, chunk)
+        assert res.info["lpt"] == lpt
+    clusters = spring_clusters(StreamRunner(stream, n, 13), p, merge=merge, lpt=lpt, keep_clusters=True)
+    # the volumes summed from degrees and along the merges are the degree sums of the merged clusters
+    deg = np.bincount(dst, minlength=n)
+    expected_vol = np.bincount(clusters.cluster, weights=deg, minlength=clusters.cluster_sizes.size)
+    assert np.array_equal(clusters.cluster_volumes, expected_vol.astype(np.int64))
+    assert sorted(clusters.cluster_volumes[clusters.cluster_volumes > 0].tolist()) == \
+        sorted(v for v in (int(deg[ms].sum()) for ms in members.values()) if v > 0)
+    assert clusters.info["max_cluster_volume"] == int(expected_vol.max())
+
+
+def test_lpt_modes_differ_and_edges_balance_records(records, stream):
+    """``edges`` changes the packing of the default and never balances records worse than ``vertices`` here."""
+    n = records[2]
+    for p in (4, 8):
+        by = {lpt: SpringPartitioner(lpt=lpt).run(stream, p) for lpt in ("vertices", "edges", "mix")}
+        assert by["edges"].owner.tolist() != by["vertices"].owner.tolist()
+        assert balance(by["edges"].records_per_part) <= balance(by["vertices"].records_per_part)
+        assert all(int(r.records_per_part.sum()) == records[0].size for r in by.values())
+        assert all(np.bincount(r.owner, minlength=p).sum() == n for r in by.values())
+
+
 def test_reference_merge_modes_differ_somewhere():
     """The two merge modes are different algorithms: on some seed they give different partitions."""
     outcomes = []
@@ -72,6 +104,32 @@ def test_p6_bounded_merges_and_p7_lpt(records, stream, merge, p):
     owned = np.bincount(clusters.owner, minlength=p)
     assert owned.sum() == n  # P1: every vertex in exactly one partition, isolated ones included
     assert owned.max() <= n / p + sizes.max()  # P7
+
+
+@pytest.mark.parametrize("merge", ["paper", "code", "none"])
+@pytest.mark.parametrize("p", [2, 4, 16])
+def test_lpt_bound_on_volumes_and_mix(records, stream, merge, p):
+    """P7 for the volume-aware modes: the largest load is at most the mean load plus the largest cluster's load."""
+    src, dst, n = records
+    m = src.size
+    deg = np.bincount(dst, minlength=n)
+    edges = spring_clusters(StreamRunner(stream, n, 100), p, merge=merge, lpt="edges", keep_clusters=True)
+    records_per_part = np.bincount(edges.owner[dst], minlength=p)  # pass 2 sends u -> v to part(v)
+    part_volume = np.bincount(edges.owner, weights=deg, minlength=p)
+    assert np.array_equal(records_per_part, part_volume)
+    assert part_volume.max() <= m / p + edges.cluster_volumes.max()
+    for root in np.flatnonzero(edges.cluster_sizes):  # P6 on volumes: every merge kept its cluster under the cap
+        if np.unique(edges.initial[edges.cluster == root]).size > 1:
+            assert edges.cluster_volumes[root] <= 1.05 * m / p
+    assert edges.info["merge_cap"] == pytest.approx(1.05 * m / p)
+    assert np.bincount(edges.owner, minlength=p).sum() == n
+    mix = spring_clusters(StreamRunner(stream, n, 100), p, merge=merge, lpt="mix", keep_clusters=True)
+    load = np.bincount(mix.owner, minlength=p) / n + np.bincount(mix.owner, weights=deg, minlength=p) / m
+    key = mix.cluster_sizes / n + mix.cluster_volumes / m
+    assert load.max() <= 2 / p + key.max() + 1e-12
+    for root in np.flatnonzero(mix.cluster_sizes):
+        if np.unique(mix.initial[mix.cluster == root]).size > 1:
+            assert key[root] <= 1.05 * 2 / p
 
 
 def test_p1_p4_replication_matches_in_memory_csr(records, stream):
@@ -135,3 +193,17 @@ def test_bad_options():
         SpringPartitioner(merge="heap")
     with pytest.raises(ValueError, match="beta and volume_cap must be > 0"):
         SpringPartitioner(beta=0)
+    with pytest.raises(ValueError, match="lpt must be one of vertices, edges, mix, got 'volume'"):
+        SpringPartitioner(lpt="volume")
+    with pytest.raises(ValueError, match="lpt must be one of vertices, edges, mix"):
+        spring_clusters(None, 2, lpt="degree")
+
+
+def test_lpt_option_through_the_method_string():
+    from graphscale.partition.command import build_partitioner
+
+    partitioner, name, options = build_partitioner("spring:lpt=edges,merge=code")
+    assert (name, options, partitioner.lpt, partitioner.merge) == ("spring", {"lpt": "edges", "merge": "code"},
+                                                                  "edges", "code")
+    with pytest.raises(ValueError, match="lpt must be one of vertices, edges, mix, got 'nodes'"):
+        build_partitioner("spring:lpt=nodes")
