@@ -25,6 +25,8 @@ BENCHES = {
                 "HongTu offload: replication factor, host traffic by dedup mode, memory vs K (Tables 3/8, Fig. 10)"),
     "memory": ("graphscale.bench.memory", ("OS-measured memory per worker (anonymous / file-backed / RSS peak) "
                "next to the tracked design figure, single against the distributed strategies")),
+    "averaging": ("graphscale.bench.averaging", ("model averaging against single (accuracy per epoch, gap) and "
+                  "graph-parallel (bytes), memory per worker against the partition count")),
 }
 
 #: command-line flag -> (config section or None for top level, field)

@@ -91,32 +91,29 @@ class RowServer:
     def rows(self, global_ids: np.ndarray, fanout: int, seed: int, key: int, layer: int) -> tuple[np.ndarray, np.ndarray]:
         """Sampled in-neighbours of home vertices ``global_ids``: ``(counts [n], [nnz, 3])`` with the columns
         (original id, global id, global in-degree), each row in ascending original id."""
-        counts, out = np.zeros(global_ids.size, np.int64), []
+        counts, owners, triples = np.zeros(global_ids.size, np.int64), [], []
         parts = self.part_of(global_ids)
         for s in np.unique(parts):
             at = np.flatnonzero(parts == s)
             local = self.locals[int(s)]
-            rows = global_ids[at] - self.boundaries[s]
+            orig_ids, rows = local.orig_ids.numpy(), global_ids[at] - self.boundaries[s]
             indptr, indices = local.graph.indptr.numpy(), local.graph.indices.numpy()
-            starts, ends = indptr[rows], indptr[rows + 1]
-            lengths = ends - starts
-            flat = np.concatenate([indices[a:b] for a, b in zip(starts, ends)]) if rows.size else np.zeros(0, np.int64)
-            orig = local.orig_ids.numpy()[flat]
-            row_of = np.repeat(np.arange(rows.size), lengths)
-            order = np.lexsort((orig, row_of))  # each row in the whole graph's (ascending original id) order
-            flat, sub_ptr = flat[order], np.concatenate([[0], np.cumsum(lengths)])
+            lengths = indptr[rows + 1] - indptr[rows]
+            sub_ptr = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+            flat = indices[np.repeat(indptr[rows] - sub_ptr[:-1], lengths) + np.arange(int(sub_ptr[-1]))]
+            # each row in the whole graph's order (ascending original id), then the whole-graph draws
+            flat = flat[np.lexsort((orig_ids[flat], np.repeat(np.arange(rows.size), lengths)))]
             ptr, picked = sample_neighbors((sub_ptr, np.arange(flat.size, dtype=np.int64)), np.arange(rows.size),
-                                           fanout, seed, key, layer, keys=local.orig_ids.numpy()[rows])
-            chosen = flat[picked.numpy()]
-            counts[at] = np.diff(ptr.numpy())
-            out.append((at, ptr.numpy(), np.stack([local.orig_ids.numpy()[chosen], local.global_ids.numpy()[chosen],
-                                                   local.degree.numpy()[chosen]], axis=1)))
-        table = np.zeros((int(counts.sum()), 3), np.int64)
-        offsets = np.concatenate([[0], np.cumsum(counts)])
-        for at, ptr, triples in out:
-            for i, r in enumerate(at):
-                table[offsets[r]: offsets[r + 1]] = triples[ptr[i]: ptr[i + 1]]
-        return counts, table
+                                           fanout, seed, key, layer, keys=orig_ids[rows])
+            chosen, sizes = flat[picked.numpy()], np.diff(ptr.numpy())
+            counts[at] = sizes
+            owners.append(np.repeat(at, sizes))
+            triples.append(np.stack([orig_ids[chosen], local.global_ids.numpy()[chosen], local.degree.numpy()[chosen]],
+                                    axis=1))
+        if not triples:
+            return counts, np.zeros((0, 3), np.int64)
+        order = np.argsort(np.concatenate(owners), kind="stable")  # request order, each row's draws in order
+        return counts, np.concatenate(triples)[order]
 
     def features(self, global_ids: np.ndarray) -> torch.Tensor:
         """Input rows of home vertices ``global_ids`` (row-normalised when the run normalises)."""

@@ -1,0 +1,168 @@
+"""``graphscale bench averaging``: SDT-GNN model averaging against centralised training (Fig. 8 / Fig. 10
+analogue), its bytes against graph parallelism, and its memory per worker against the partition count.
+
+Every run is one ``graphscale train ... --json`` subprocess (a fresh interpreter, so the OS-measured peaks
+are the run's own). For each dataset, model and seed the bench runs ``single``; then ``model-averaging`` for
+every partitioner, partition count ``p`` and worker count ``q <= p`` (the run writes a ``p``-part store into
+the cache), with and without ``--correction-steps``; and ``graph-parallel`` on ``p`` workers for two epochs,
+for its halo bytes per epoch on the same graph and partition count. Tables:
+
+* **accuracy**: test accuracy at the best validation epoch (mean over seeds), the gap to ``single`` in points,
+  and the epoch at which the run first reached 95% of ``single``'s best validation accuracy (slower start);
+* **bytes per epoch**: model averaging's (one model per averaging round, plus the correction's sampling and
+  rows when enabled) against ``graph-parallel``'s on ``p`` workers, and their ratio;
+* **memory**: peak resident set (OS) per worker against ``p`` at fixed ``q``: a worker holds one partition at a
+  time, so it follows the largest partition, not ``p / q``.
+
+``--plot PNG`` draws test accuracy per epoch, ``single`` against every model-averaging run (first seed).
+
+Example (the default grid runs in a few minutes on 2 cores)::
+
+    graphscale bench averaging --datasets cora --parts 2,4,8 --workers 2 --correction-steps 0,1 --plot acc.png
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+from pathlib import Path
+
+from graphscale.bench.memory import train_once
+from graphscale.bench.table import format_bytes, format_table, split_specs
+
+
+def _ints(text: str) -> list[int]:
+    return [int(v) for v in text.split(",") if v.strip()]
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options of ``graphscale bench averaging``."""
+    parser.add_argument("--datasets", default="cora",
+                        help="comma-separated dataset specs (default cora; e.g. cora,musae:DIR,"
+                             "sbm:nodes=20000,degree=10,features=64)")
+    parser.add_argument("--models", default="gcn", help="comma-separated models (default gcn; e.g. gcn,sage,gat)")
+    parser.add_argument("--partitioners", default="spring",
+                        help="comma-separated partitioners of the stores (default spring; e.g. spring,hdrf,metis,random)")
+    parser.add_argument("--parts", type=_ints, default=[2, 4], help="partition counts p (default 2,4)")
+    parser.add_argument("--workers", type=_ints, default=[2], help="worker counts q, each run with q <= p (default 2)")
+    parser.add_argument("--correction-steps", type=_ints, default=[0, 1],
+                        help="correction steps per averaging round to compare (default 0,1)")
+    parser.add_argument("--seeds", type=int, default=1, help="seeds per configuration (default 1)")
+    parser.add_argument("--epochs", type=int, default=200, help="epochs per run (default 200)")
+    parser.add_argument("--train-args", default="", help="extra arguments for every train run (quoted)")
+    parser.add_argument("--timeout", type=float, default=900, help="seconds per run (default 900)")
+    parser.add_argument("--plot", default=None, metavar="PNG", help="write test accuracy per epoch here")
+
+
+def _first_epoch(report: dict, target: float) -> int | None:
+    return next((e["epoch"] for e in report["epochs"] if e["val_acc"] >= target), None)
+
+
+def _extra(args, seed: int, *more: str) -> list[str]:
+    return ["--seed", str(seed), *more, *args.train_args.split()]
+
+
+def measure(args: argparse.Namespace) -> tuple[list[dict], list[dict]]:
+    """Every run of the grid; returns the accuracy/bytes/memory rows and the curves (first seed)."""
+    rows, curves = [], []
+    for dataset in split_specs(args.datasets):
+        for model in [m for m in args.models.split(",") if m]:
+            singles = [train_once(dataset, "single", 1, args.epochs, model, extra=_extra(args, s), timeout=args.timeout)
+                       for s in range(args.seeds)]
+            if any("error" in r for r in singles):
+                rows.append({"dataset": dataset, "model": model, "run": "single", "error": singles[0].get("error")})
+                continue
+            base = statistics.mean(r["final"]["test_acc"] for r in singles)
+            target = 0.95 * statistics.mean(r["final"]["val_acc"] for r in singles)
+            rows.append({"dataset": dataset, "model": model, "run": "single", "partitioner": "", "p": 1, "q": 1,
+                         "correction": 0, "test_acc": base, "gap_points": 0.0,
+                         "reach_epoch": statistics.mean(_first_epoch(r, target) or 0 for r in singles),
+                         "bytes_per_epoch": 0, "rss_peak": _rss(singles[0])})
+            curves.append({"label": f"{dataset} {model} single", "report": singles[0]})
+            for partitioner in [p for p in args.partitioners.split(",") if p]:
+                for p in args.parts:
+                    gp = train_once(dataset, "graph-parallel", p, 2, model, extra=["--partitioner", partitioner],
+                                    timeout=args.timeout)
+                    gp_bytes = None if "error" in gp else _total(gp["final"]["bytes_per_epoch"])
+                    for q in [q for q in args.workers if q <= p]:
+                        for steps in args.correction_steps:
+                            more = ["--partitioner", partitioner, "--parts", str(p)]
+                            more += ["--correction-steps", str(steps)] if steps else []
+                            reports = [train_once(dataset, "model-averaging", q, args.epochs, model, extra=_extra(args, s, *more),
+                                                  timeout=args.timeout) for s in range(args.seeds)]
+                            row = {"dataset": dataset, "model": model, "run": "model-averaging",
+                                   "partitioner": partitioner, "p": p, "q": q, "correction": steps}
+                            if any("error" in r for r in reports):
+                                rows.append({**row, "error": next(r["error"] for r in reports if "error" in r)})
+                                continue
+                            acc = statistics.mean(r["final"]["test_acc"] for r in reports)
+                            reach = [_first_epoch(r, target) for r in reports]
+                            rows.append({**row, "test_acc": acc, "gap_points": 100 * (acc - base),
+                                         "reach_epoch": statistics.mean(reach) if None not in reach else None,
+                                         "bytes_per_epoch": _total(reports[0]["final"]["bytes_per_epoch"]),
+                                         "graph_parallel_bytes": gp_bytes, "rss_peak": _rss(reports[0])})
+                            curves.append({"label": f"{dataset} {model} {partitioner} p={p} q={q}"
+                                                    + (f" +{steps} corr" if steps else ""), "report": reports[0]})
+    return rows, curves
+
+
+def _total(bytes_per_epoch) -> int:
+    """Bytes per epoch of a report (summed over the Ledger's categories)."""
+    return int(sum(bytes_per_epoch.values())) if isinstance(bytes_per_epoch, dict) else int(bytes_per_epoch or 0)
+
+
+def _rss(report: dict) -> int | None:
+    peaks = [m.get("peak_rss") for m in report["final"].get("os_memory_per_worker") or [] if m]
+    return max(peaks) if peaks else None
+
+
+def _display(rows: list[dict]) -> list[dict]:
+    out = []
+    for r in rows:
+        if r.get("error"):
+            out.append({"dataset": r["dataset"], "model": r["model"], "run": r["run"], "error": r["error"]})
+            continue
+        gp = r.get("graph_parallel_bytes")
+        out.append({"dataset": r["dataset"], "model": r["model"], "run": r["run"], "partitioner": r["partitioner"],
+                    "p": r["p"], "q": r["q"], "corr": r["correction"], "test acc": r["test_acc"],
+                    "gap (points)": r["gap_points"], "epoch to 95%": r["reach_epoch"],
+                    "bytes/epoch": format_bytes(r["bytes_per_epoch"]),
+                    "graph-parallel bytes": format_bytes(gp) if gp is not None else "",
+                    "gp / averaging": gp / r["bytes_per_epoch"] if gp and r["bytes_per_epoch"] else None,
+                    "RSS peak/worker": format_bytes(r["rss_peak"]) if r["rss_peak"] else ""})
+    return out
+
+
+def plot(curves: list[dict], path: str) -> Path:
+    """Test accuracy per epoch of every run (written atomically)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    path = Path(path)
+    fig, ax = plt.subplots(figsize=(7.5, 4.5))
+    for c in curves:
+        epochs = c["report"]["epochs"]
+        ax.plot([e["epoch"] for e in epochs], [e["test_acc"] for e in epochs], label=c["label"],
+                linewidth=2.2 if c["label"].endswith("single") else 1.2)
+    ax.set_xlabel("epoch")
+    ax.set_ylabel("test accuracy")
+    ax.set_title("model averaging against centralised training", wrap=True)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    tmp = path.with_name(path.name + ".tmp" + path.suffix)
+    fig.savefig(tmp)
+    plt.close(fig)
+    tmp.replace(path)
+    return path
+
+
+def run(args: argparse.Namespace) -> list[dict]:
+    """Run the grid and print the table (and write ``--plot``)."""
+    if args.seeds < 1 or args.epochs < 1 or any(p < 1 for p in args.parts) or any(q < 1 for q in args.workers):
+        raise ValueError("--seeds, --epochs, --parts and --workers must be >= 1")
+    rows, curves = measure(args)
+    print(format_table(_display(rows), title="model averaging against single (accuracy) and graph-parallel (bytes)"))
+    if args.plot:
+        print(f"wrote {plot(curves, args.plot)}")
+    return rows
