@@ -29,7 +29,8 @@ BENCHES = {
 
 #: command-line flag -> (config section or None for top level, field)
 TRAIN_OPTIONS = {
-    "dataset": ("data", "dataset"), "feature_norm": ("data", "feature_norm"), "model": ("model", "name"),
+    "dataset": ("data", "dataset"), "feature_norm": ("data", "feature_norm"), "features": ("data", "features"),
+    "model": ("model", "name"),
     "hidden": ("model", "hidden"), "layers": ("model", "layers"), "dropout": ("model", "dropout"),
     "heads": ("model", "heads"), "alpha": ("model", "alpha"), "theta": ("model", "theta"),
     "lr": ("optim", "lr"), "weight_decay": ("optim", "weight_decay"), "epochs": ("optim", "epochs"),
@@ -45,6 +46,7 @@ TRAIN_OPTIONS = {
     "timeout": ("strategy", "timeout"),
     "cache": ("strategy", "cache"), "cache_fraction": ("strategy", "cache_fraction"),
     "seed": (None, "seed"), "dtype": (None, "dtype"), "device": (None, "device"), "json": (None, "json"),
+    "tensorboard": (None, "tensorboard"),
     "checkpoint": (None, "checkpoint"), "resume": (None, "resume"), "progress": (None, "progress"),
     "oversubscribe": (None, "oversubscribe"),
 }
@@ -162,6 +164,10 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
                    help="dataset spec (see `graphscale datasets`); empty: the dataset of --partitions, else cora")
     p.add_argument("--feature-norm", choices=["auto", "row", "none"],
                    help="row-normalise features (auto: when they are non-negative, as GCN/GAT preprocess Cora)")
+    p.add_argument("--features", metavar="MODE",
+                   help="input features: degree (log(1 + degree)), onehot (identity, small graphs), random:D (seeded "
+                        "normal), learnable:D (a trainable [N, D] table; single, graph-parallel); empty: the "
+                        "dataset's own (a featureless dataset needs one of these)")
     p.add_argument("--model", help="GNN model")
     p.add_argument("--hidden", type=int, help="hidden width (per attention head for gat)")
     p.add_argument("--layers", type=int, help="message-passing layers")
@@ -230,6 +236,9 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", choices=["auto", "cpu", "cuda"],
                    help="auto: CUDA when there is one GPU per worker, else CPU")
     p.add_argument("--json", metavar="PATH", help="write a machine-readable report here (the directory must exist)")
+    p.add_argument("--tensorboard", metavar="DIR",
+                   help="also log the per-epoch scalars (loss, accuracies, epoch time, bytes) to this TensorBoard "
+                        "log directory (its parent must exist; needs `pip install tensorboard`)")
     p.add_argument("--checkpoint", metavar="PATH",
                    help="save model and optimiser here after every epoch (the directory must exist)")
     p.add_argument("--resume", action="store_const", const=True, help="continue from --checkpoint")

@@ -139,13 +139,12 @@ class ProgressBars:
 def node_data_of(graph, no_features: bool = False, folder: str | Path | None = None) -> dict:
     """The node arrays to copy into the store: ``.npy`` paths when the graph was read from the graph directory
     ``folder`` (each chunk of rows is then read through a fresh memory map, so memory stays bounded), else the
-    graph's tensors. Multi-label labels (``[N, C]``) are left out: a store holds one class id per node, and
-    multi-label training is not supported yet."""
+    graph's tensors (multi-label labels as their ``[N, C]`` matrix)."""
     if graph is None:
         return {}
     out = {}
     for key in ("x", "y", "train_mask", "val_mask", "test_mask"):
-        if getattr(graph, key) is None or (key == "x" and no_features) or (key == "y" and graph.multilabel):
+        if getattr(graph, key) is None or (key == "x" and no_features):
             continue
         file = None if folder is None else Path(folder) / f"{key}.npy"
         out[key] = file if file is not None and file.is_file() else getattr(graph, key)

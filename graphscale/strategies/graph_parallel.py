@@ -65,6 +65,7 @@ import torch
 from graphscale.config import RunConfig
 from graphscale.data.block import Block
 from graphscale.data.datasets import row_normalize
+from graphscale.data.features import learnable_dim
 from graphscale.data.handle import PARTITION_LOCAL, DataHandle
 from graphscale.distributed.comm import CONTROL, Comm
 from graphscale.distributed.env import DistEnv
@@ -138,6 +139,7 @@ class GraphParallel(Strategy):
     exact = True
 
     data_view = PARTITION_LOCAL
+    learnable_input = True
     options = frozenset({"partitioner", "balance", "partitions"})
 
     @classmethod
@@ -156,7 +158,8 @@ class GraphParallel(Strategy):
             raise ValueError(f"partition store {self.data.path} has {part.num_parts} parts but there are "
                              f"{env.world_size} workers")
         local = part.graph
-        if local.x is None or local.y is None or local.train_mask is None:
+        learnable = bool(learnable_dim(config.data.features))
+        if (local.x is None and not learnable) or local.y is None or local.train_mask is None:
             raise ValueError(f"strategy 'graph-parallel' needs node features, labels and a training mask; "
                              f"partition {rank} of {self.data.path} lacks some")
         n_inner = part.num_inner
@@ -168,10 +171,13 @@ class GraphParallel(Strategy):
         self.block = block.to(device)
         self.inner_ids = self.block.dst_ids
         dtype = next(model.parameters()).dtype
-        x = local.x[:n_inner]
-        if self.data.feature_norm == "row":
-            x = row_normalize(x)
-        self.x = x.to(device=device, dtype=dtype)
+        if learnable:  # the rows of the learnable input this worker owns; halo rows come through the exchange
+            self.x = self.learnable_table(self.inner_ids.cpu())
+        else:
+            x = local.x[:n_inner]
+            if self.data.feature_norm == "row":
+                x = row_normalize(x)
+            self.x = x.to(device=device, dtype=dtype)
         self.y = local.y[:n_inner].to(device)
         self.masks = {}
         for split in SPLITS:
