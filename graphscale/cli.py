@@ -284,17 +284,19 @@ def cmd_train(args: argparse.Namespace) -> int:
                      "anon/file": (f"{format_bytes(os_mem['peak_anon'])} / {format_bytes(os_mem['peak_file'])}"
                                    if os_mem and os_mem.get("peak_anon") is not None else "-")})
     graph = reports[0]["graph"]
+    metric = reports[0].get("metric", "accuracy")  # reported under the acc columns (micro-f1 for multi-label)
     title = (f"{base.model.name} on {graph['name']} ({graph['nodes']:,} nodes, {graph['edges']:,} edges), "
-             f"strategy {base.strategy.name}, {base.strategy.workers} worker(s), {base.optim.epochs} epochs")
+             f"strategy {base.strategy.name}, {base.strategy.workers} worker(s), {base.optim.epochs} epochs, "
+             f"metric: {metric}")
     print(format_table(rows, title=title))
     tests = [r["final"]["test_acc"] for r in reports]
     if len(tests) > 1:
-        print(f"test accuracy over {len(tests)} seeds: {statistics.mean(tests):.4f} +- {statistics.stdev(tests):.4f}")
+        print(f"test {metric} over {len(tests)} seeds: {statistics.mean(tests):.4f} +- {statistics.stdev(tests):.4f}")
         if base.json:
-            write_json({"runs": reports, "test_acc_mean": statistics.mean(tests),
+            write_json({"runs": reports, "metric": metric, "test_acc_mean": statistics.mean(tests),
                         "test_acc_std": statistics.stdev(tests)}, base.json)
     else:
-        print(f"test accuracy at best validation: {tests[0]:.4f}")
+        print(f"test {metric} at best validation: {tests[0]:.4f}")
     return 0
 
 
@@ -345,6 +347,13 @@ def cmd_info(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_plot(args: argparse.Namespace) -> int:
+    from graphscale.plot import plot_reports
+
+    print(f"wrote {plot_reports(args.reports, args.out)}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = Parser(prog="graphscale", description="Scalable GNN training on torch.distributed")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -353,6 +362,15 @@ def build_parser() -> argparse.ArgumentParser:
     add_train_arguments(train)
     train.set_defaults(func=cmd_train)
     sub.add_parser("datasets", help="list dataset specs").set_defaults(func=cmd_datasets)
+    plot = sub.add_parser("plot", help="draw training curves from run reports (train --json) into a PNG",
+                          description="Draw loss, train/val/test accuracy (micro-F1 for multi-label runs), epoch "
+                                      "time and bytes moved per epoch from the per-epoch history of run reports "
+                                      "(`graphscale train --json`); several reports are overlaid, one legend entry "
+                                      "per run (strategy, workers, model)")
+    plot.add_argument("reports", nargs="+", metavar="REPORT.json", help="run reports written by train --json")
+    plot.add_argument("--out", metavar="PNG",
+                      help="image to write (its directory must exist; default: the first report with .png)")
+    plot.set_defaults(func=cmd_plot)
     info = sub.add_parser("info", help="versions, devices and backends; or a dataset's counts with --dataset",
                           description="Versions, devices and backends; with --dataset, a dataset's counts instead")
     info.add_argument("--dataset", help="load this dataset spec (see `graphscale datasets`) and print its counts")

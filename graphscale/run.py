@@ -120,6 +120,10 @@ def run(config: RunConfig) -> dict:
     }
     if config.json:
         write_json(report, config.json)
+    if config.tensorboard:
+        from graphscale.plot import write_tensorboard
+
+        write_tensorboard(report, config.tensorboard)
     return report
 
 
