@@ -115,15 +115,20 @@ def test_computed_features_train_and_are_deterministic(tmp_path, features):
 def test_featureless_errors(tmp_path, capsys):
     edges, labels = two_communities(tmp_path)
     spec = f"edgelist:{edges}:{labels}"
-    for argv, message in ((["--dataset", spec], "train on its structure with --features degree, onehot, random:D "
-                                                 "or learnable:D"),
+    for argv, message in ((["--dataset", spec], ("train on its structure with --features degree, onehot, random:D "
+                                                  "or learnable:D")),
                           (["--dataset", spec, "--features", "learnable:8", "--strategy", "data-parallel"],
-                           "--features learnable:8 (a learnable input table) is supported by strategies "
-                           "graph-parallel, single, not by 'data-parallel'"),
+                           ("--features learnable:8 (a learnable input table) is supported by strategies "
+                            "graph-parallel, single, not by 'data-parallel'")),
                           (["--dataset", spec, "--features", "random"], "--features random needs a width")):
         assert main(["train", "--epochs", "1", "--no-progress", *argv]) == 2
         err = capsys.readouterr().err
         assert message in err and err.count("\n") == 1, err
+
+
+def test_features_in_a_toml_file(tmp_path):
+    (tmp_path / "run.toml").write_text('[data]\nfeatures = "learnable:8"\n')
+    assert build_config({}, tmp_path / "run.toml").data.features == "learnable:8"
 
 
 def test_learnable_input_graph_parallel_equals_single(tmp_path):

@@ -140,8 +140,8 @@ def multilabel_split(labels, seed: int = 0, fractions: tuple[float, float] = MUL
     """
     labelled = np.flatnonzero(np.asarray(labels).reshape(len(labels), -1).any(axis=1))
     order = labelled[np.random.default_rng(seed).permutation(labelled.size)]
-    n_train = int(round(fractions[0] * labelled.size))
-    n_val = int(round(fractions[1] * labelled.size))
+    n_train = round(fractions[0] * labelled.size)
+    n_val = round(fractions[1] * labelled.size)
     masks = {name: np.zeros(len(labels), dtype=bool) for name in ("train_mask", "val_mask", "test_mask")}
     masks["train_mask"][order[:n_train]] = True
     masks["val_mask"][order[n_train: n_train + n_val]] = True
