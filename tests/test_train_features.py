@@ -155,4 +155,5 @@ def test_multilabel_mat_trains_single_and_graph_parallel_alike(tmp_path, capsys)
     parallel = run(config(spec, "graph-parallel", 2))
     assert parallel["metric"] == "micro-f1"
     assert_same_history(single, parallel)
+    assert_same_history(single, run(config(spec, "offload", 2)))  # host-shared: the graph directory's [N, C] labels
     assert 0 < single["final"]["test_acc"] <= 1
