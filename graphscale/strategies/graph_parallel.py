@@ -50,6 +50,12 @@ is ``step(l, block, h_src)``, and the projection is part of the step.
 Exchanging projected rows is cheaper when ``F > heads * hidden`` and needs the
 aggregate / update split of the layer; it is not done here.
 
+With ``--features learnable:D`` the input is a trainable table of the worker's inner rows
+(:meth:`Strategy.learnable_table`, rows keyed by original id): step 0's input requires grad, so its halo
+exchange runs in both directions (``k_0 = 2``) and each owner receives the gradients of its rows read
+elsewhere; the table is not all-reduced (each row has one owner) and Adam updates it row-wise, exactly as
+``single`` updates the same rows of its whole table.
+
 Evaluation runs the same forward pass without gradients (its halo bytes are
 recorded but are not part of an epoch's statistics) and all-reduces the
 per-split counts.
