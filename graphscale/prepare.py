@@ -154,14 +154,10 @@ def training_graph(spec: str, features: str = "", seed: int = 0) -> Graph:
     """The dataset with what training adds to it, checked trainable: ``--features`` (computed here, or the
     dataset's own dropped for ``learnable:D``; :mod:`graphscale.data.features`) and, for a multi-label graph
     without a split, the seeded split of :func:`~graphscale.data.datasets.multilabel_split`."""
-    from graphscale.data.datasets import load_dataset, multilabel_split, untrainable_reason
+    from graphscale.data.datasets import load_dataset, untrainable_reason, with_training_split
     from graphscale.data.features import apply_features
 
-    graph = load_dataset(spec)
-    apply_features(graph, features, seed)
-    if graph.multilabel and graph.train_mask is None:
-        for name, mask in multilabel_split(graph.y.numpy()).items():
-            setattr(graph, name, torch.from_numpy(mask))
+    graph = with_training_split(apply_features(load_dataset(spec), features, seed))
     reason = untrainable_reason(spec, graph, features)
     if reason:
         raise ValueError(reason)

@@ -149,6 +149,15 @@ def multilabel_split(labels, seed: int = 0, fractions: tuple[float, float] = MUL
     return masks
 
 
+def with_training_split(graph: Graph) -> Graph:
+    """Give a multi-label graph without a split the seeded :func:`multilabel_split` (what training and
+    ``graphscale partition`` use); other graphs are returned as they are."""
+    if graph.multilabel and graph.train_mask is None:
+        for name, mask in multilabel_split(graph.y.numpy()).items():
+            setattr(graph, name, torch.from_numpy(mask))
+    return graph
+
+
 def _require(path: Path, what: str) -> Path:
     if not path.exists():
         raise FileNotFoundError(f"{path} does not exist; expected {what}")

@@ -91,7 +91,7 @@ def resolve_input(dataset: str, num_vertices: int | None = None, edge_dtype: str
     With ``edges`` (an edge-stream file) the records come from that stream and the node data from the dataset,
     whose vertex count the stream must have.
     """
-    from graphscale.data.datasets import load_dataset
+    from graphscale.data.datasets import load_dataset, with_training_split
     from graphscale.data.edge_stream import EdgeStream
     from graphscale.partition.streaming import GraphEdges
 
@@ -102,7 +102,7 @@ def resolve_input(dataset: str, num_vertices: int | None = None, edge_dtype: str
         return None, stream, f"edgestream:{dataset}"
     if num_vertices is not None:
         raise ValueError("--num-vertices applies to a bare edge-stream --dataset only")
-    graph = load_dataset(dataset)
+    graph = with_training_split(load_dataset(dataset))  # a multi-label graph gets training's split
     label = graph.meta.get("source", dataset)
     if edges is None:
         return graph, GraphEdges(graph), label

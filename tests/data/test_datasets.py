@@ -336,6 +336,7 @@ def test_multilabel_graph_partitions_with_its_label_matrix(tmp_path):
                  "--out", str(tmp_path / "store"), "--no-progress"]) == 0
     meta = check_partition_store(tmp_path / "store")
     assert meta["num_nodes"] == 40 and "y" in meta["node_arrays"] and meta["num_classes"] == 5 and meta["multilabel"]
+    assert "train_mask" in meta["node_arrays"]  # training's split, so the store can be trained from
     from graphscale.partition.store import load_partition
 
     g = load_dataset(f"mat:{tmp_path / 'blogcatalog.mat'}")
