@@ -126,6 +126,19 @@ def test_featureless_errors(tmp_path, capsys):
         assert message in err and err.count("\n") == 1, err
 
 
+def test_learnable_input_resumes_exactly(tmp_path):
+    """The table and its Adam moments travel in the checkpoint."""
+    edges, labels = two_communities(tmp_path)
+    spec, ckpt = f"edgelist:{edges}:{labels}", str(tmp_path / "ckpt.pt")
+    straight = run(config(spec, features="learnable:8", epochs=4))
+    first = config(spec, features="learnable:8", epochs=2)
+    first.checkpoint = ckpt
+    run(first)
+    second = config(spec, features="learnable:8", epochs=4)
+    second.checkpoint, second.resume = ckpt, True
+    assert [e["loss"] for e in run(second)["epochs"]] == [e["loss"] for e in straight["epochs"]]
+
+
 def test_features_in_a_toml_file(tmp_path):
     (tmp_path / "run.toml").write_text('[data]\nfeatures = "learnable:8"\n')
     assert build_config({}, tmp_path / "run.toml").data.features == "learnable:8"
