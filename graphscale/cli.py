@@ -31,7 +31,8 @@ BENCHES = {
 
 #: command-line flag -> (config section or None for top level, field)
 TRAIN_OPTIONS = {
-    "dataset": ("data", "dataset"), "feature_norm": ("data", "feature_norm"), "model": ("model", "name"),
+    "dataset": ("data", "dataset"), "feature_norm": ("data", "feature_norm"), "features": ("data", "features"),
+    "model": ("model", "name"),
     "hidden": ("model", "hidden"), "layers": ("model", "layers"), "dropout": ("model", "dropout"),
     "heads": ("model", "heads"), "alpha": ("model", "alpha"), "theta": ("model", "theta"),
     "lr": ("optim", "lr"), "weight_decay": ("optim", "weight_decay"), "epochs": ("optim", "epochs"),
@@ -49,6 +50,7 @@ TRAIN_OPTIONS = {
     "timeout": ("strategy", "timeout"),
     "cache": ("strategy", "cache"), "cache_fraction": ("strategy", "cache_fraction"),
     "seed": (None, "seed"), "dtype": (None, "dtype"), "device": (None, "device"), "json": (None, "json"),
+    "tensorboard": (None, "tensorboard"),
     "checkpoint": (None, "checkpoint"), "resume": (None, "resume"), "progress": (None, "progress"),
     "oversubscribe": (None, "oversubscribe"),
 }
@@ -166,6 +168,10 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
                    help="dataset spec (see `graphscale datasets`); empty: the dataset of --partitions, else cora")
     p.add_argument("--feature-norm", choices=["auto", "row", "none"],
                    help="row-normalise features (auto: when they are non-negative, as GCN/GAT preprocess Cora)")
+    p.add_argument("--features", metavar="MODE",
+                   help="input features: degree (log(1 + degree)), onehot (identity, small graphs), random:D (seeded "
+                        "normal), learnable:D (a trainable [N, D] table; single, graph-parallel); empty: the "
+                        "dataset's own (a featureless dataset needs one of these)")
     p.add_argument("--model", help="GNN model")
     p.add_argument("--hidden", type=int, help="hidden width (per attention head for gat)")
     p.add_argument("--layers", type=int, help="message-passing layers")
@@ -243,6 +249,9 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", choices=["auto", "cpu", "cuda"],
                    help="auto: CUDA when there is one GPU per worker, else CPU")
     p.add_argument("--json", metavar="PATH", help="write a machine-readable report here (the directory must exist)")
+    p.add_argument("--tensorboard", metavar="DIR",
+                   help="also log the per-epoch scalars (loss, accuracies, epoch time, bytes) to this TensorBoard "
+                        "log directory (its parent must exist; needs `pip install tensorboard`)")
     p.add_argument("--checkpoint", metavar="PATH",
                    help="save model and optimiser here after every epoch (the directory must exist)")
     p.add_argument("--resume", action="store_const", const=True, help="continue from --checkpoint")
@@ -288,17 +297,19 @@ def cmd_train(args: argparse.Namespace) -> int:
                      "anon/file": (f"{format_bytes(os_mem['peak_anon'])} / {format_bytes(os_mem['peak_file'])}"
                                    if os_mem and os_mem.get("peak_anon") is not None else "-")})
     graph = reports[0]["graph"]
+    metric = reports[0].get("metric", "accuracy")  # reported under the acc columns (micro-f1 for multi-label)
     title = (f"{base.model.name} on {graph['name']} ({graph['nodes']:,} nodes, {graph['edges']:,} edges), "
-             f"strategy {base.strategy.name}, {base.strategy.workers} worker(s), {base.optim.epochs} epochs")
+             f"strategy {base.strategy.name}, {base.strategy.workers} worker(s), {base.optim.epochs} epochs, "
+             f"metric: {metric}")
     print(format_table(rows, title=title))
     tests = [r["final"]["test_acc"] for r in reports]
     if len(tests) > 1:
-        print(f"test accuracy over {len(tests)} seeds: {statistics.mean(tests):.4f} +- {statistics.stdev(tests):.4f}")
+        print(f"test {metric} over {len(tests)} seeds: {statistics.mean(tests):.4f} +- {statistics.stdev(tests):.4f}")
         if base.json:
-            write_json({"runs": reports, "test_acc_mean": statistics.mean(tests),
+            write_json({"runs": reports, "metric": metric, "test_acc_mean": statistics.mean(tests),
                         "test_acc_std": statistics.stdev(tests)}, base.json)
     else:
-        print(f"test accuracy at best validation: {tests[0]:.4f}")
+        print(f"test {metric} at best validation: {tests[0]:.4f}")
     return 0
 
 
@@ -349,6 +360,13 @@ def cmd_info(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_plot(args: argparse.Namespace) -> int:
+    from graphscale.plot import plot_reports
+
+    print(f"wrote {plot_reports(args.reports, args.out)}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = Parser(prog="graphscale", description="Scalable GNN training on torch.distributed")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -357,6 +375,15 @@ def build_parser() -> argparse.ArgumentParser:
     add_train_arguments(train)
     train.set_defaults(func=cmd_train)
     sub.add_parser("datasets", help="list dataset specs").set_defaults(func=cmd_datasets)
+    plot = sub.add_parser("plot", help="draw training curves from run reports (train --json) into a PNG",
+                          description="Draw loss, train/val/test accuracy (micro-F1 for multi-label runs), epoch "
+                                      "time and bytes moved per epoch from the per-epoch history of run reports "
+                                      "(`graphscale train --json`); several reports are overlaid, one legend entry "
+                                      "per run (strategy, workers, model)")
+    plot.add_argument("reports", nargs="+", metavar="REPORT.json", help="run reports written by train --json")
+    plot.add_argument("--out", metavar="PNG",
+                      help="image to write (its directory must exist; default: the first report with .png)")
+    plot.set_defaults(func=cmd_plot)
     info = sub.add_parser("info", help="versions, devices and backends; or a dataset's counts with --dataset",
                           description="Versions, devices and backends; with --dataset, a dataset's counts instead")
     info.add_argument("--dataset", help="load this dataset spec (see `graphscale datasets`) and print its counts")

@@ -30,9 +30,13 @@ class DataConfig:
     dataset: str = ""
     """Dataset spec (empty: the dataset of ``--partitions``' store, else ``cora``): ``cora``,
     ``planetoid:DIR[:NAME]``, ``npz:FILE``, ``ogb:DIR``, ``musae:DIR``, ``graphdir:DIR``, ``sbm:...``, ``rmat:...``
-    (``edgelist:FILE`` has no features and cannot be trained on)."""
+    (``edgelist:FILE`` has no features: train it with ``features``)."""
     feature_norm: str = "auto"
-    """``row`` (L1 row normalisation), ``none``, or ``auto`` = ``row`` for non-negative features."""
+    """``row`` (L1 row normalisation), ``none``, or ``auto`` = ``row`` for non-negative features (``none`` for
+    generated ``features``)."""
+    features: str = ""
+    """Input features (:mod:`graphscale.data.features`): empty = the dataset's own; ``degree``, ``onehot``,
+    ``random:D`` (computed by the parent) or ``learnable:D`` (a trainable [N, D] table, row-sharded)."""
 
 
 @dataclass
@@ -126,6 +130,9 @@ class RunConfig:
     cache_dir: str = ""
     """Where runs keep the partition stores and graph directories they write (empty: the user cache directory)."""
     json: str | None = None
+    tensorboard: str | None = None
+    """Log the per-epoch scalars of the report (loss, accuracies, epoch time, bytes) to this TensorBoard log
+    directory (needs the ``tensorboard`` package)."""
     checkpoint: str | None = None
     resume: bool = False
     progress: bool = True

@@ -150,17 +150,40 @@ def build_vertex_partitioner(text: str, balance: str = ""):
 
 
 # ------------------------------------------------------------ loading
-def load_training_graph(spec: str, feature_norm: str, dtype: str) -> Graph:
-    """The dataset as training uses it: loaded, checked trainable, features normalised and cast."""
-    from graphscale.data.datasets import load_dataset, normalize_features, untrainable_reason
+def training_graph(spec: str, features: str = "", seed: int = 0) -> Graph:
+    """The dataset with what training adds to it, checked trainable: ``--features`` (computed here, or the
+    dataset's own dropped for ``learnable:D``; :mod:`graphscale.data.features`) and, for a multi-label graph
+    without a split, the seeded split of :func:`~graphscale.data.datasets.multilabel_split`."""
+    from graphscale.data.datasets import load_dataset, untrainable_reason, with_training_split
+    from graphscale.data.features import apply_features
 
-    graph = load_dataset(spec)
-    reason = untrainable_reason(spec, graph)
+    graph = with_training_split(apply_features(load_dataset(spec), features, seed))
+    reason = untrainable_reason(spec, graph, features)
     if reason:
         raise ValueError(reason)
-    graph = normalize_features(graph, feature_norm)
-    graph.x = graph.x.to(getattr(torch, dtype))
     return graph
+
+
+def load_training_graph(spec: str, feature_norm: str, dtype: str, features: str = "", seed: int = 0) -> Graph:
+    """The dataset as training uses it: loaded, ``--features`` applied, checked trainable, features normalised
+    (``auto`` leaves generated features alone) and cast."""
+    from graphscale.data.datasets import normalize_features
+    from graphscale.data.features import effective_norm
+
+    graph = normalize_features(training_graph(spec, features, seed), effective_norm(features, feature_norm))
+    if graph.x is not None:
+        graph.x = graph.x.to(getattr(torch, dtype))
+    return graph
+
+
+def _feature_fields(config: RunConfig) -> dict:
+    """What ``--features`` adds to a cache key (nothing without it, so existing entries keep their keys)."""
+    from graphscale.data.features import parse_features
+
+    mode, _ = parse_features(config.data.features)
+    if not mode:
+        return {}
+    return {"features": config.data.features, **({"feature_seed": config.seed} if mode == "random" else {})}
 
 
 def _summary_of_store(path: Path, meta: dict) -> dict:
@@ -178,7 +201,8 @@ def _summary_of_store(path: Path, meta: dict) -> dict:
                 part_train.append(found)
     return {"name": meta.get("name") or path.name, "nodes": int(meta["num_nodes"]), "edges": int(meta["num_edges"]),
             "features": int(meta.get("num_features") or 0), "classes": int(meta.get("num_classes") or 0), **counts,
-            "parts": len(meta["parts"]), "part_train": part_train, "halo_hops": int(meta.get("halo_hops", 1))}
+            "multilabel": bool(meta.get("multilabel")), "parts": len(meta["parts"]), "part_train": part_train,
+            "halo_hops": int(meta.get("halo_hops", 1))}
 
 
 def _store_is_nonnegative(path: Path, meta: dict) -> bool:
@@ -206,7 +230,8 @@ def _check_store_node_data(path: Path, meta: dict) -> None:
 
     for s, part in enumerate(meta["parts"]):
         folder, n = part_dir(path, s), part["num_inner"]
-        arrays = {name: np.load(folder / f"{name}.npy", mmap_mode="r")[:n] for name in ("x", "y", "orig_ids")}
+        arrays = {name: np.load(folder / f"{name}.npy", mmap_mode="r")[:n] if (folder / f"{name}.npy").is_file()
+                  else None for name in ("x", "y", "orig_ids")}
         train = folder / "train_mask.npy"
         problem = node_data_problem(arrays["x"], arrays["y"], int(meta["num_classes"]),
                                     np.load(train, mmap_mode="r")[:n] if train.is_file() else None,
@@ -246,7 +271,7 @@ def write_training_store(graph: Graph, path: str | Path, parts: int, partitioner
 
 
 def store_handle(path: str | Path, feature_norm: str = "none", dtype: str = "float32",
-                 meta: dict | None = None) -> DataHandle:
+                 meta: dict | None = None, learnable: bool = False) -> DataHandle:
     """The partition-local handle of a store, checked to hold what training needs.
 
     Args:
@@ -254,6 +279,7 @@ def store_handle(path: str | Path, feature_norm: str = "none", dtype: str = "flo
         feature_norm: ``row``, ``none`` or ``auto`` (decided by scanning the stored inner feature rows).
         dtype: the run's feature dtype.
         meta: the store's meta when already checked (else :func:`check_partition_store` runs).
+        learnable: the run's input is a learnable table (``--features learnable:D``): no features needed.
     """
     from graphscale.partition.store import check_partition_store
 
@@ -261,13 +287,16 @@ def store_handle(path: str | Path, feature_norm: str = "none", dtype: str = "flo
     meta = check_partition_store(path) if meta is None else meta
     summary = _summary_of_store(path, meta)
     where = f"partition store {path}"
-    if summary["features"] == 0 or "x" not in meta.get("node_arrays", []):
-        raise ValueError(f"{where} has no node features, which training needs (partition without --no-features)")
+    if not learnable and (summary["features"] == 0 or "x" not in meta.get("node_arrays", [])):
+        raise ValueError(f"{where} has no node features, which training needs (partition without --no-features, "
+                         "or train with --features learnable:D)")
     if "y" not in meta.get("node_arrays", []) or summary["classes"] == 0:
         raise ValueError(f"{where} has no node labels, which training needs")
     if summary["train"] == 0:
         raise ValueError(f"{where} has no training vertices in any part")
-    if feature_norm == "auto":
+    if learnable:
+        feature_norm = "none"
+    elif feature_norm == "auto":
         feature_norm = "row" if _store_is_nonnegative(path, meta) else "none"
     return DataHandle(PARTITION_LOCAL, summary, path=str(path), feature_norm=feature_norm, dtype=dtype)
 
@@ -286,7 +315,10 @@ def _partition_local(config: RunConfig, cache: Path | None, strategy) -> DataHan
         config.data.dataset = config.data.dataset or stored or str(path)
     else:
         path, meta = _cached_store(config, cache, strategy.store_parts(config, lambda: _dataset_bytes(config, cache)))
-    handle = store_handle(path, config.data.feature_norm, config.dtype, meta)
+    from graphscale.data.features import effective_norm, learnable_dim
+
+    handle = store_handle(path, effective_norm(config.data.features, config.data.feature_norm), config.dtype, meta,
+                          learnable=bool(learnable_dim(config.data.features)))
     strategy.prepare_partitions(config, handle)
     if sc.partitions:  # a store the user gave; the cache's stores were written from checked graphs
         _check_store_node_data(path, meta)
@@ -295,13 +327,12 @@ def _partition_local(config: RunConfig, cache: Path | None, strategy) -> DataHan
 
 def _cached_store(config: RunConfig, cache: Path, parts: int) -> tuple[Path, dict]:
     """The cache's store for the run's dataset, partitioner, balance, parts and seed; written when missing."""
-    from graphscale.data.datasets import load_dataset, untrainable_reason
     from graphscale.partition.store import check_partition_store
 
     sc = config.strategy
     spec = canonical_spec(config.data.dataset)
     fields = {"kind": "store", "dataset": spec, "files": _fingerprint(spec), "partitioner": sc.partitioner,
-              "balance": sc.balance, "parts": parts, "seed": config.seed,
+              "balance": sc.balance, "parts": parts, "seed": config.seed, **_feature_fields(config),
               **({"halo_hops": sc.halo_hops} if sc.halo_hops != 1 else {})}
     digest, name = _key(fields)
     path = cache / "stores" / name
@@ -309,10 +340,7 @@ def _cached_store(config: RunConfig, cache: Path, parts: int) -> tuple[Path, dic
         with contextlib.suppress(FileNotFoundError, ValueError):
             return path, check_partition_store(path)
         build_vertex_partitioner(sc.partitioner, sc.balance)  # a bad name fails before the dataset loads
-        graph = load_dataset(spec)
-        reason = untrainable_reason(spec, graph)
-        if reason:
-            raise ValueError(reason)
+        graph = training_graph(spec, config.data.features, config.seed)
         meta = write_training_store(graph, path, parts, sc.partitioner, config.seed, sc.balance, spec,
                                     extra={"cache_key": fields}, halo_hops=sc.halo_hops)
         return path, meta
@@ -321,17 +349,16 @@ def _cached_store(config: RunConfig, cache: Path, parts: int) -> tuple[Path, dic
 def _dataset_bytes(config: RunConfig, cache: Path) -> int:
     """``S`` of the run's dataset (:func:`graphscale.partition.allocation.data_bytes`), kept in the cache so the
     dataset is loaded at most once for it."""
-    from graphscale.data.datasets import load_dataset
     from graphscale.data.formats import write_json_atomic
     from graphscale.partition.allocation import data_bytes
 
     spec = canonical_spec(config.data.dataset)
-    digest, name = _key({"kind": "size", "dataset": spec, "files": _fingerprint(spec)})
+    digest, name = _key({"kind": "size", "dataset": spec, "files": _fingerprint(spec), **_feature_fields(config)})
     path = cache / "sizes" / f"{name}.json"
     with _locked(cache, digest):
         with contextlib.suppress(FileNotFoundError, ValueError, KeyError):
             return int(json.loads(path.read_text())["data_bytes"])
-        graph = load_dataset(spec)
+        graph = training_graph(spec, config.data.features, config.seed)
         features = 0 if graph.x is None else graph.x.shape[1]
         size = data_bytes(graph.num_nodes, graph.num_edges, features, getattr(torch, config.dtype).itemsize)
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -345,13 +372,14 @@ def _host_shared(config: RunConfig, cache: Path, strategy) -> DataHandle:
     needs_partition = strategy.needs_vertex_partition(config)
     spec = canonical_spec(config.data.dataset)
     fields = {"kind": "graph", "dataset": spec, "files": _fingerprint(spec),
-              "feature_norm": config.data.feature_norm, "dtype": config.dtype}
+              "feature_norm": config.data.feature_norm, "dtype": config.dtype, **_feature_fields(config)}
     digest, name = _key(fields)
     path = cache / "graphs" / name
     graph = None
     with _locked(cache, digest):
         if not is_graph_dir(path):
-            graph = load_training_graph(spec, config.data.feature_norm, config.dtype)
+            graph = load_training_graph(spec, config.data.feature_norm, config.dtype, config.data.features,
+                                        config.seed)
             path.parent.mkdir(parents=True, exist_ok=True)
             save_graph_dir(graph, path, overwrite=True)
     if graph is None:
@@ -416,7 +444,8 @@ def prepare_data(config: RunConfig) -> DataHandle:
     config.data.dataset = config.data.dataset or DEFAULT_DATASET
     if view == MEMORY:
         return DataHandle.in_memory(load_training_graph(config.data.dataset, config.data.feature_norm,
-                                                        config.dtype))
+                                                        config.dtype, config.data.features, config.seed),
+                                    dtype=config.dtype)
     cache = resolve_cache_dir(config)
     if view == PARTITION_LOCAL:
         return _partition_local(config, cache, cls)

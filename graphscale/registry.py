@@ -3,6 +3,12 @@
 Registration happens where the registered thing is defined, via a decorator;
 :func:`load_builtins` imports those modules (nothing is imported at package
 import time). Unknown names raise an error that lists the choices.
+
+:data:`_BUILTIN_NAMES` lists the names each built-in module registers, so that
+:meth:`Registry.names` answers without importing any of them (``graphscale info``
+and error messages stay fast: the strategies pull in numba and scipy), and
+:meth:`Registry.get` imports only the module of the name asked for. A test checks
+that the list equals what the modules register.
 """
 
 from __future__ import annotations
@@ -10,14 +16,24 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable
 
-_BUILTIN_MODULES = {
-    "strategy": ["graphscale.strategies.single", "graphscale.strategies.graph_parallel",
-                 "graphscale.strategies.offload", "graphscale.strategies.data_parallel",
-                 "graphscale.strategies.split_parallel", "graphscale.strategies.model_averaging"],
-    "model": ["graphscale.nn.models"],
-    "partitioner": ["graphscale.partition.random", "graphscale.partition.metis", "graphscale.partition.vertex_stream",
-                    "graphscale.partition.edge_stream", "graphscale.partition.spring"],
+#: kind -> built-in module -> the names it registers (checked against the modules by a test)
+_BUILTIN_NAMES = {
+    "strategy": {"graphscale.strategies.single": ("single",),
+                 "graphscale.strategies.graph_parallel": ("graph-parallel",),
+                 "graphscale.strategies.offload": ("offload",),
+                 "graphscale.strategies.data_parallel": ("data-parallel",),
+                 "graphscale.strategies.split_parallel": ("split-parallel",),
+                 "graphscale.strategies.model_averaging": ("model-averaging",)},
+    "model": {"graphscale.nn.models": ("gcn", "sage", "gat", "gcnii", "resgcn")},
+    "partitioner": {"graphscale.partition.random": ("random",), "graphscale.partition.metis": ("metis",),
+                    "graphscale.partition.vertex_stream": ("ldg", "fennel"),
+                    "graphscale.partition.edge_stream": ("hash", "dbh", "greedy", "hdrf", "2ps-l"),
+                    "graphscale.partition.spring": ("spring",)},
 }
+
+
+#: kind -> the modules that register its built-in entries
+_BUILTIN_MODULES = {kind: list(modules) for kind, modules in _BUILTIN_NAMES.items()}
 
 
 class Registry:
@@ -36,14 +52,20 @@ class Registry:
         return decorator
 
     def get(self, name: str) -> Callable:
-        load_builtins(self.kind)
+        if name not in self._items:
+            module = next((m for m, names in _BUILTIN_NAMES.get(self.kind, {}).items() if name in names), None)
+            if module is not None:
+                importlib.import_module(module)
+            else:
+                load_builtins(self.kind)
         if name not in self._items:
             raise KeyError(f"unknown {self.kind} {name!r}; choose one of: {', '.join(self.names())}")
         return self._items[name]
 
     def names(self) -> list[str]:
-        load_builtins(self.kind)
-        return sorted(self._items)
+        """Every registered name and every built-in one (without importing the built-in modules)."""
+        builtin = {n for names in _BUILTIN_NAMES.get(self.kind, {}).values() for n in names}
+        return sorted(builtin | set(self._items))
 
 
 STRATEGIES = Registry("strategy")

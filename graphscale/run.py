@@ -26,6 +26,7 @@ from graphscale.distributed.launch import launch, resolve_device
 from graphscale.metrics.memory import max_os_memory, os_memory
 from graphscale.prepare import prepare_data
 from graphscale.registry import STRATEGIES
+from graphscale.strategies.base import metric_name
 from graphscale.validation import validate
 
 
@@ -35,6 +36,7 @@ def train_worker(env: DistEnv, config: RunConfig, data: DataHandle, parent_basel
     ``parent_baseline`` is ``(pid, OSMemory)`` read by :func:`run` before it prepared the data; a worker running
     in that process (world size 1) uses it as its memory baseline, a spawned worker reads its own first.
     """
+    from graphscale.data.features import input_width
     from graphscale.nn.models import build_model
     from graphscale.trainer import Trainer
 
@@ -43,7 +45,8 @@ def train_worker(env: DistEnv, config: RunConfig, data: DataHandle, parent_basel
 
     torch.manual_seed(config.seed)
     dtype = getattr(torch, config.dtype)
-    model = build_model(config.model, data.num_features, data.num_classes, seed=config.seed, dtype=dtype)
+    model = build_model(config.model, input_width(config.data.features, data.num_features), data.num_classes,
+                        seed=config.seed, dtype=dtype)
     model = model.to(env.device)
     strategy = STRATEGIES.get(config.strategy.name)()
     strategy.setup(data, model, env, config)
@@ -104,6 +107,7 @@ def run(config: RunConfig) -> dict:
     best = results[0]["best"]
     report = {
         "config": to_dict(config), "environment": environment(), "graph": results[0]["graph"],
+        "metric": metric_name(bool(results[0]["graph"].get("multilabel"))),
         "epochs": epochs,
         "final": {"best_epoch": best["epoch"], "val_acc": best["val_acc"], "test_acc": best["test_acc"],
                   "mean_epoch_seconds": sum(e["seconds"] for e in epochs) / max(len(epochs), 1),
@@ -116,6 +120,10 @@ def run(config: RunConfig) -> dict:
     }
     if config.json:
         write_json(report, config.json)
+    if config.tensorboard:
+        from graphscale.plot import write_tensorboard
+
+        write_tensorboard(report, config.tensorboard)
     return report
 
 

@@ -160,6 +160,28 @@ def _check_workers(config: RunConfig, strategy) -> None:
                          "pass --oversubscribe to run them anyway")
 
 
+def _check_features(config: RunConfig, strategy) -> None:
+    """``--features``: its form, a learnable input only for the strategies that train one (and checkpoints of a
+    sharded table only on one worker), computed features not with a given store (they are written into it)."""
+    from graphscale.data.features import is_computed, learnable_dim
+    from graphscale.registry import STRATEGIES
+
+    text = config.data.features
+    if learnable_dim(text):
+        if not strategy.learnable_input:
+            able = [name for name in STRATEGIES.names() if STRATEGIES.get(name).learnable_input]
+            raise ValueError(f"--features {text} (a learnable input table) is supported by strategies "
+                             f"{', '.join(able)}, not by {config.strategy.name!r}; use --features degree, onehot "
+                             "or random:D with it")
+        if config.checkpoint and config.strategy.workers > 1:
+            raise ValueError(f"--checkpoint with --features {text} on {config.strategy.workers} workers is not "
+                             "supported (each worker holds its own rows of the table)")
+    if is_computed(text) and config.strategy.partitions:
+        raise ValueError(f"--features {text} is computed while the run writes its partition store; it cannot be "
+                         f"added to the given store {config.strategy.partitions} (drop --partitions, or use "
+                         "--features learnable:D)")
+
+
 def validate(config: RunConfig) -> None:
     """Check every option of ``config`` that needs no data, with errors that name the option (module docstring).
 
@@ -175,8 +197,9 @@ def validate(config: RunConfig) -> None:
     check_model_config(config.model)
     _check_choice("dtype", config.dtype, DTYPES)
     _check_choice("feature-norm", config.data.feature_norm, FEATURE_NORMS)
-    reason = config.data.dataset and untrainable_reason(config.data.dataset)  # from the spec alone
-    if reason:
+    _check_features(config, strategy)
+    reason = config.data.dataset and untrainable_reason(config.data.dataset, features=config.data.features)
+    if reason:  # from the spec alone
         raise ValueError(reason)
     _check_at_least_one("epochs", config.optim.epochs)
     if not config.strategy.timeout > 0:
@@ -198,3 +221,7 @@ def validate(config: RunConfig) -> None:
     for option, path in (("--checkpoint", config.checkpoint), ("--json", config.json)):
         if path:
             check_output_path(path, option)
+    if config.tensorboard:
+        from graphscale.plot import check_tensorboard
+
+        check_tensorboard(config.tensorboard)

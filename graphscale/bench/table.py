@@ -61,18 +61,38 @@ def format_table(rows: list[dict], columns: list[str] | None = None, title: str 
     return "\n".join(out)
 
 
+#: title characters per inch of figure width (matplotlib's default title font, with a margin)
+TITLE_CHARS_PER_INCH = 8
+
+
+def wrap_title(title: str, fig_width_in: float) -> str:
+    """``title`` wrapped onto lines that fit a figure ``fig_width_in`` inches wide (at spaces)."""
+    return "\n".join(textwrap.wrap(title, max(16, int(fig_width_in * TITLE_CHARS_PER_INCH)),
+                                   break_on_hyphens=False)) or title
+
+
 def save_bar_plot(path: str | Path, labels: list[str], series: dict[str, list[float]], ylabel: str, title: str) -> Path:
-    """Grouped bar chart written to ``path`` (PNG/PDF by extension), written atomically."""
+    """Grouped bar chart written to ``path`` (PNG/PDF by extension), written atomically.
+
+    The title is wrapped to the figure's width and the layout made room for it (and for tick labels, turned when
+    long), so nothing is clipped."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     path = Path(path)
-    fig, ax = plt.subplots(figsize=(max(4.0, 1.2 * len(labels) * max(1, len(series)) / 2), 3.2))
+    width_in = max(4.0, 1.2 * len(labels) * max(1, len(series)) / 2)
+    title = wrap_title(title, width_in)
+    height_in = 3.2 + 0.25 * title.count("\n")
+    fig, ax = plt.subplots(figsize=(width_in, height_in))
     width = 0.8 / max(1, len(series))
     for i, (name, values) in enumerate(series.items()):
         ax.bar([x + i * width for x in range(len(labels))], values, width, label=name)
     ax.set_xticks([x + width * (len(series) - 1) / 2 for x in range(len(labels))], labels)
+    if sum(len(str(label)) for label in labels) > width_in * TITLE_CHARS_PER_INCH:  # would overlap: turn them
+        ax.tick_params(axis="x", labelrotation=30)
+        for tick in ax.get_xticklabels():
+            tick.set_horizontalalignment("right")
     ax.set_ylabel(ylabel)
     ax.set_title(title)
     if len(series) > 1:

@@ -126,6 +126,38 @@ def per_class_split(labels: np.ndarray, seed: int = 0, train_per_class: int = NP
             "test_mask": labelled & (rank >= train_per_class + val_per_class)}
 
 
+#: the split training gives a multi-label graph that has none: fractions of its labelled nodes (seeded order)
+MULTILABEL_SPLIT = (0.6, 0.2)
+
+
+def multilabel_split(labels, seed: int = 0, fractions: tuple[float, float] = MULTILABEL_SPLIT) -> dict[str, np.ndarray]:
+    """Seeded random split of a multi-label graph's labelled nodes (those with at least one label): in a random
+    order drawn from ``seed``, the first ``fractions[0]`` train, the next ``fractions[1]`` validate, the rest test
+    (the readers give multi-label graphs no split; training uses this one).
+
+    Returns:
+        ``{"train_mask", "val_mask", "test_mask"}`` as bool arrays.
+    """
+    labelled = np.flatnonzero(np.asarray(labels).reshape(len(labels), -1).any(axis=1))
+    order = labelled[np.random.default_rng(seed).permutation(labelled.size)]
+    n_train = round(fractions[0] * labelled.size)
+    n_val = round(fractions[1] * labelled.size)
+    masks = {name: np.zeros(len(labels), dtype=bool) for name in ("train_mask", "val_mask", "test_mask")}
+    masks["train_mask"][order[:n_train]] = True
+    masks["val_mask"][order[n_train: n_train + n_val]] = True
+    masks["test_mask"][order[n_train + n_val:]] = True
+    return masks
+
+
+def with_training_split(graph: Graph) -> Graph:
+    """Give a multi-label graph without a split the seeded :func:`multilabel_split` (what training and
+    ``graphscale partition`` use); other graphs are returned as they are."""
+    if graph.multilabel and graph.train_mask is None:
+        for name, mask in multilabel_split(graph.y.numpy()).items():
+            setattr(graph, name, torch.from_numpy(mask))
+    return graph
+
+
 def _require(path: Path, what: str) -> Path:
     if not path.exists():
         raise FileNotFoundError(f"{path} does not exist; expected {what}")
@@ -1298,30 +1330,27 @@ def load_dataset(spec: str) -> Graph:
     return load_graph_dir(arg)
 
 
-def untrainable_reason(spec: str, graph: Graph | None = None) -> str | None:
+def untrainable_reason(spec: str, graph: Graph | None = None, features: str = "") -> str | None:
     """Why ``spec`` cannot be used for node classification, or ``None`` when it can.
 
     Without ``graph`` only the spec is looked at (an ``edgelist:`` or ``metis:`` never has node features,
     a ``mat:`` only with ``features=NAME``), so a caller can fail before loading anything; with ``graph``
-    its features, labels (multi-label ones cannot be trained on yet) and split are checked (also their values:
-    :func:`node_data_problem`).
+    its features, labels and split are checked (also their values: :func:`node_data_problem`). ``features``
+    is the run's ``--features``: with one, a graph needs no features of its own.
     """
     kind, _, arg = spec.strip().partition(":")
     kind = kind.lower()
     featureless = {"edgelist": "a text edge list carries none", "metis": "a METIS graph file carries none",
                    "mat": "a .mat graph's features come only from a variable named as mat:FILE:features=NAME"}
-    if graph is not None and graph.multilabel:
-        return (f"dataset {spec!r} has multi-label node labels ({graph.num_classes} classes, a node may have "
-                "several); training on multi-label data (sigmoid/BCE loss, micro-F1) is not supported yet")
-    if ((kind in ("edgelist", "metis") or (kind == "mat" and "features=" not in arg))
-            or (graph is not None and graph.x is None)):
+    if not features and ((kind in ("edgelist", "metis") or (kind == "mat" and "features=" not in arg))
+                         or (graph is not None and graph.x is None)):
         hint = ""
         if kind in featureless:
-            hint = (f" ({featureless[kind]}; use it for `graphscale partition`, or train on a dataset with features "
-                    "such as npz:, ogb:, musae: or cora)")
+            hint = f" ({featureless[kind]})"
         elif kind == "musae":
             hint = " (its directory has no NAME.json or NAME_features.json)"
-        return f"dataset {spec!r} has no node features, which training needs{hint}"
+        return (f"dataset {spec!r} has no node features, which training needs{hint}; train on its structure with "
+                "--features degree, onehot, random:D or learnable:D")
     if graph is not None and graph.y is None:
         return f"dataset {spec!r} has no node labels, which training needs"
     if graph is not None and (graph.train_mask is None or not bool(graph.train_mask.any())):
@@ -1339,10 +1368,11 @@ def node_data_problem(x, y, num_classes: int, train_mask=None, ids=None) -> str 
 
     Problems: a feature row holding NaN or infinity (the first one is named; rows are scanned in chunks of
     :data:`SCAN_ROWS`, so a memory-mapped ``x`` is never loaded whole), labels that are not integers, a label
-    outside ``[0, num_classes)`` other than ``-1`` (unlabelled), an unlabelled training node.
+    outside ``[0, num_classes)`` other than ``-1`` (unlabelled), an unlabelled training node; for a multi-label
+    ``[R, C]`` matrix, a value other than 0 or 1 or a width other than ``num_classes``.
 
     Args:
-        x, y: features ``[R, F]`` and labels ``[R]`` (tensors or arrays).
+        x, y: features ``[R, F]`` (or ``None``: a learnable input) and labels ``[R]`` or ``[R, C]``.
         num_classes: the class count ``C``.
         train_mask: bool ``[R]`` or ``None``.
         ids: how to name row ``i`` in the message: ``ids[i]`` (default ``i``).
@@ -1350,13 +1380,18 @@ def node_data_problem(x, y, num_classes: int, train_mask=None, ids=None) -> str 
     def node(i: int) -> int:
         return int(ids[i]) if ids is not None else i
 
-    for start in range(0, x.shape[0], SCAN_ROWS):
+    for start in range(0, 0 if x is None else x.shape[0], SCAN_ROWS):
         bad = np.flatnonzero(~np.isfinite(np.asarray(x[start: start + SCAN_ROWS])).all(axis=1))
         if bad.size:
             return f"features of node {node(start + int(bad[0]))} are not finite (NaN or infinity)"
     y = np.asarray(y)
     if not np.issubdtype(y.dtype, np.integer):
         return f"labels must be integers, got dtype {y.dtype}"
+    if y.ndim == 2:
+        if y.shape[1] != num_classes:
+            return f"the multi-label matrix has {y.shape[1]} columns but the graph has {num_classes} classes"
+        bad = np.flatnonzero(((y != 0) & (y != 1)).any(axis=1))
+        return f"node {node(int(bad[0]))} has a multi-label value other than 0 or 1" if bad.size else None
     bad = np.flatnonzero((y < -1) | (y >= num_classes))
     if bad.size:
         return f"node {node(int(bad[0]))} has label {int(y[bad[0]])}, outside [0, {num_classes}) and not -1"

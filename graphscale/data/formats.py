@@ -7,7 +7,7 @@
     DIR/indptr.npy       int64 [N+1]   CSR by destination (see :mod:`graphscale.data.graph`)
     DIR/indices.npy      int64 [E]     source of every in-edge
     DIR/x.npy            float [N, F]  optional node features
-    DIR/y.npy            int64 [N]     optional labels (-1 = unlabelled)
+    DIR/y.npy            int64 [N]     optional labels (-1 = unlabelled); uint8 [N, C] 0/1 when meta has label_width = C
     DIR/{train,val,test}_mask.npy  bool [N]  optional split
 
 Arrays are plain ``.npy`` files, memory-mapped on load. A directory is written
@@ -181,11 +181,13 @@ class GraphDirWriter:
         name: graph name.
         meta: extra JSON-serialisable metadata (other entries are dropped).
         overwrite: replace an existing graph directory at ``path``.
+        label_width: ``C`` > 0 writes ``y`` as a uint8 ``[N, C]`` multi-label matrix (``meta.json``:
+            ``label_width``); 0 writes int64 class ids.
     """
 
     def __init__(self, path: str | Path, num_nodes: int, *, num_features: int = 0, x_dtype: str = "float32",
                  labels: bool = True, masks: bool = True, num_classes: int | None = None, name: str = "graph",
-                 meta: dict | None = None, overwrite: bool = True) -> None:
+                 meta: dict | None = None, overwrite: bool = True, label_width: int = 0) -> None:
         self.path = Path(path)
         if num_nodes < 0 or num_features < 0:
             raise ValueError(f"GraphDirWriter({self.path}): num_nodes and num_features must be >= 0, "
@@ -195,6 +197,7 @@ class GraphDirWriter:
         check_output_dir(self.path, overwrite, "graph directory", is_graph_dir)
         self.num_nodes, self.num_features, self.x_dtype = num_nodes, num_features, x_dtype
         self.num_classes, self.name, self.meta = num_classes, name, _json_meta(meta or {})
+        self.label_width = int(label_width)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._tmp = temp_sibling(self.path, "tmp")
         self._tmp.mkdir()
@@ -203,7 +206,8 @@ class GraphDirWriter:
             self._indptr[0] = 0
             self._indices = open(self._tmp / "indices.npy", "wb")  # noqa: SIM115 - closed by close()/abort()
             self._indices.write(_npy_header(np.dtype("<i8"), (0,)))
-            shapes = {"x": ((num_nodes, num_features), x_dtype), "y": ((num_nodes,), "int64")}
+            shapes = {"x": ((num_nodes, num_features), x_dtype),
+                      "y": ((num_nodes, self.label_width), "uint8") if self.label_width else ((num_nodes,), "int64")}
             shapes.update({m: ((num_nodes,), "bool") for m in MASKS})
             wanted = (["x"] if num_features else []) + (["y"] if labels else []) + (list(MASKS) if masks else [])
             self._nodes = {k: np.lib.format.open_memmap(self._tmp / f"{k}.npy", "w+", shapes[k][1], shapes[k][0])
@@ -278,7 +282,8 @@ class GraphDirWriter:
             meta = {"format": GRAPH_FORMAT, "version": GRAPH_FORMAT_VERSION, "name": self.name,
                     "num_nodes": self.num_nodes, "num_edges": self._edges, "num_features": self.num_features,
                     "x_dtype": self.x_dtype if "x" in self._nodes else None, "num_classes": self.num_classes,
-                    "arrays": ["indptr", "indices", *self._nodes], "meta": self.meta}
+                    "arrays": ["indptr", "indices", *self._nodes], "meta": self.meta,
+                    **({"label_width": self.label_width} if self.label_width else {})}
             (self._tmp / "meta.json").write_text(json.dumps(meta, indent=1))
             self._release()
             replace_dir(self._tmp, self.path)
@@ -335,7 +340,8 @@ def save_graph_dir(graph: Graph, path: str | Path, *, overwrite: bool = True) ->
     with GraphDirWriter(path, graph.num_nodes, num_features=graph.num_features, x_dtype=x_dtype,
                         labels=graph.y is not None, masks=bool(present),
                         num_classes=graph.num_classes if (graph.y is not None or "num_classes" in graph.meta) else None,
-                        name=graph.name, meta=graph.meta, overwrite=overwrite) as writer:
+                        name=graph.name, meta=graph.meta, overwrite=overwrite,
+                        label_width=int(graph.y.shape[1]) if graph.multilabel else 0) as writer:
         writer.append_rows(graph.in_degrees(), graph.indices)
         writer.append_nodes(**{k: getattr(graph, k) for k in NODE_ARRAYS
                                if getattr(graph, k) is not None and (k != "x" or graph.num_features)})
@@ -344,7 +350,9 @@ def save_graph_dir(graph: Graph, path: str | Path, *, overwrite: bool = True) ->
 
 def _expected_arrays(meta: dict) -> dict[str, tuple[tuple[int, ...], str]]:
     n, e = meta["num_nodes"], meta["num_edges"]
-    out = {"indptr": ((n + 1,), "int64"), "indices": ((e,), "int64"), "y": ((n,), "int64"),
+    width = int(meta.get("label_width") or 0)
+    out = {"indptr": ((n + 1,), "int64"), "indices": ((e,), "int64"),
+           "y": ((n, width), "uint8") if width else ((n,), "int64"),
            "x": ((n, meta["num_features"]), meta.get("x_dtype") or "float32")}
     out.update({m: ((n,), "bool") for m in MASKS})
     return out
@@ -446,5 +454,7 @@ def _verify_arrays(path: Path, meta: dict, arrays: dict[str, np.ndarray]) -> Non
     if indices.size and (indices.min() < 0 or indices.max() >= n):
         raise ValueError(f"{path / 'indices.npy'} has ids outside [0, {n})")
     y, classes = arrays.get("y"), meta.get("num_classes")
-    if y is not None and y.size and (y.min() < -1 or (classes is not None and y.max() >= classes)):
+    if y is not None and y.ndim == 2 and y.size and y.max() > 1:
+        raise ValueError(f"{path / 'y.npy'} is a multi-label matrix with values other than 0 and 1")
+    if y is not None and y.ndim == 1 and y.size and (y.min() < -1 or (classes is not None and y.max() >= classes)):
         raise ValueError(f"{path / 'y.npy'} has labels outside [-1, {classes})")

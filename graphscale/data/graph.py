@@ -200,9 +200,10 @@ class Graph:
         return sp.csr_matrix((data, self.indices.numpy(), self.indptr.numpy()), shape=(self.num_nodes, self.num_nodes))
 
     def summary(self) -> dict:
-        """Counts for reports: nodes, edges, features, classes, split sizes."""
+        """Counts for reports: nodes, edges, features, classes, split sizes, and whether labels are multi-label."""
         def count(mask):
             return 0 if mask is None else int(mask.sum())
         return {"name": self.name, "nodes": self.num_nodes, "edges": self.num_edges,
                 "features": self.num_features, "classes": self.num_classes,
-                "train": count(self.train_mask), "val": count(self.val_mask), "test": count(self.test_mask)}
+                "train": count(self.train_mask), "val": count(self.val_mask), "test": count(self.test_mask),
+                "multilabel": self.multilabel}

@@ -77,9 +77,10 @@ class DataHandle:
 
     # ------------------------------------------------------------ builders
     @classmethod
-    def in_memory(cls, graph: Graph) -> DataHandle:
-        """A handle on an in-memory graph (features used as they are)."""
-        dtype = "float32" if graph.x is None else str(graph.x.dtype).removeprefix("torch.")
+    def in_memory(cls, graph: Graph, dtype: str | None = None) -> DataHandle:
+        """A handle on an in-memory graph (features used as they are; ``dtype`` defaults to theirs)."""
+        if dtype is None:
+            dtype = "float32" if graph.x is None else str(graph.x.dtype).removeprefix("torch.")
         return cls(MEMORY, graph.summary(), graph=graph, dtype=dtype)
 
     @classmethod

@@ -92,7 +92,7 @@ def resolve_input(dataset: str, num_vertices: int | None = None, edge_dtype: str
     With ``edges`` (an edge-stream file) the records come from that stream and the node data from the dataset,
     whose vertex count the stream must have.
     """
-    from graphscale.data.datasets import load_dataset
+    from graphscale.data.datasets import load_dataset, with_training_split
     from graphscale.data.edge_stream import EdgeStream
     from graphscale.partition.streaming import GraphEdges
 
@@ -103,7 +103,7 @@ def resolve_input(dataset: str, num_vertices: int | None = None, edge_dtype: str
         return None, stream, f"edgestream:{dataset}"
     if num_vertices is not None:
         raise ValueError("--num-vertices applies to a bare edge-stream --dataset only")
-    graph = load_dataset(dataset)
+    graph = with_training_split(load_dataset(dataset))  # a multi-label graph gets training's split
     label = graph.meta.get("source", dataset)
     if edges is None:
         return graph, GraphEdges(graph), label
@@ -140,13 +140,12 @@ class ProgressBars:
 def node_data_of(graph, no_features: bool = False, folder: str | Path | None = None) -> dict:
     """The node arrays to copy into the store: ``.npy`` paths when the graph was read from the graph directory
     ``folder`` (each chunk of rows is then read through a fresh memory map, so memory stays bounded), else the
-    graph's tensors. Multi-label labels (``[N, C]``) are left out: a store holds one class id per node, and
-    multi-label training is not supported yet."""
+    graph's tensors (multi-label labels as their ``[N, C]`` matrix)."""
     if graph is None:
         return {}
     out = {}
     for key in ("x", "y", "train_mask", "val_mask", "test_mask"):
-        if getattr(graph, key) is None or (key == "x" and no_features) or (key == "y" and graph.multilabel):
+        if getattr(graph, key) is None or (key == "x" and no_features):
             continue
         file = None if folder is None else Path(folder) / f"{key}.npy"
         out[key] = file if file is not None and file.is_file() else getattr(graph, key)

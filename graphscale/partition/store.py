@@ -3,7 +3,7 @@
 Format ``graphscale-partitions``, version 1::
 
     DIR/meta.json          {"format", "version", "method", "params", "num_parts", "num_nodes", "num_edges",
-                            "num_features", "x_dtype", "num_classes", "node_arrays", "vertex_cut_edges",
+                            "num_features", "x_dtype", "num_classes", "node_arrays", "vertex_cut_edges", "multilabel",
                             "source", "metrics": {...}, "parts": [{"num_inner", "num_halo", "num_edges"}, ...]}
     DIR/owner.npy          int16/int32 [N]  home partition of every original vertex
     DIR/perm.npy           int64 [N]        the PartitionBook: global id i is original vertex perm[i]
@@ -16,7 +16,8 @@ Format ``graphscale-partitions``, version 1::
         global_ids.npy     int64 [L]    global (book) id of every local vertex
         degree.npy         int64 [L]    global in-degree (records with that vertex as destination)
         halo_owner.npy     int16/int32 [num_halo]  home partition of every halo vertex
-        x.npy y.npy train_mask.npy val_mask.npy test_mask.npy   node data, local rows (when present)
+        x.npy y.npy train_mask.npy val_mask.npy test_mask.npy   node data, local rows (when present; y is a
+                           uint8 [L, num_classes] 0/1 matrix when meta.json says "multilabel": true)
 
 Local ids ``[0, num_inner)`` are the partition's inner (home) vertices in
 global-id order (which is original-id order), so inner local ``i`` is global
@@ -400,6 +401,7 @@ def write_partition_store(path: str | Path, stream, owner, num_parts: int, *, ed
                      "num_features": int(nodes["x"].shape[1]) if "x" in nodes and len(nodes["x"].shape) > 1 else 0,
                      "x_dtype": str(nodes["x"].dtype) if "x" in nodes else None, "num_classes": num_classes,
                      "node_arrays": list(nodes), "vertex_cut_edges": edge_part is not None,
+                     "multilabel": "y" in nodes and len(nodes["y"].shape) == 2,
                      "source": source_name, "halo_hops": halo_hops, "metrics": metrics.to_dict(), "parts": parts,
                      **(extra_meta or {})}
         (tmp / "meta.json").write_text(json.dumps(book_meta, indent=1))
@@ -532,7 +534,8 @@ def check_partition_store(path: str | Path) -> dict:
         shapes = {"indptr": ((n_local + 1,), np.int64), "indices": ((n_edges,), np.int64),
                   "orig_ids": ((n_local,), np.int64), "global_ids": ((n_local,), np.int64),
                   "degree": ((n_local,), np.int64), "halo_owner": ((n_halo,), None),
-                  "x": ((n_local, num_features), meta.get("x_dtype")), "y": ((n_local,), None)}
+                  "x": ((n_local, num_features), meta.get("x_dtype")),
+                  "y": ((n_local, int(meta.get("num_classes") or 0)) if meta.get("multilabel") else (n_local,), None)}
         shapes.update({m: ((n_local,), np.bool_) for m in MASKS})
         for name in listed:
             if name not in shapes:

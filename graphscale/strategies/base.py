@@ -41,6 +41,11 @@ class Strategy(ABC):
     #: is an error naming the strategies that do (:func:`graphscale.validation.check_given`); the parent checks
     #: the values of the options read (:func:`graphscale.validation.validate`).
     options: frozenset[str] = frozenset()
+    #: Whether it trains a learnable input table (``--features learnable:D``, :meth:`learnable_table`); the
+    #: parent refuses that option for a strategy without it.
+    learnable_input: bool = False
+    #: the learnable input table (:class:`~graphscale.nn.embedding.LearnableInput`) when the run has one
+    input_table = None
 
     @classmethod
     def unused_options(cls, config: RunConfig) -> dict[str, str]:
@@ -98,6 +103,19 @@ class Strategy(ABC):
         self.model, self.env, self.config = model, env, config
         self.optimizer = make_optimizer(model, config.optim)
 
+    def learnable_table(self, ids: torch.Tensor) -> torch.nn.Parameter:
+        """The learnable input rows of vertices ``ids`` (``--features learnable:D``): a table built from the ids
+        (:class:`~graphscale.nn.embedding.LearnableInput`), added to the optimiser as a parameter group of its own
+        (outside the model, so the model's gradient all-reduce leaves it out: each row has one owner)."""
+        from graphscale.data.features import learnable_dim
+        from graphscale.nn.embedding import LearnableInput
+
+        dtype = next(self.model.parameters()).dtype
+        self.input_table = LearnableInput(ids, learnable_dim(self.config.data.features), self.config.seed, dtype,
+                                          self.env.device)
+        self.optimizer.add_param_group({"params": [self.input_table.weight]})
+        return self.input_table.weight
+
     def vertex_owner(self, graph: Graph) -> torch.Tensor:
         """The run's vertex partition into ``world_size`` parts (prepared by the parent where it can be)."""
         sc = self.config.strategy
@@ -115,10 +133,15 @@ class Strategy(ABC):
         """Release buffers and process-level resources."""
 
     def state_dict(self) -> dict:
-        return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict()}
+        state = {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict()}
+        if self.input_table is not None:
+            state["input_table"] = self.input_table.state_dict()
+        return state
 
     def load_state_dict(self, state: dict) -> None:
         self.model.load_state_dict(state["model"])
+        if self.input_table is not None:
+            self.input_table.load_state_dict(state["input_table"])
         self.optimizer.load_state_dict(state["optimizer"])
 
 
@@ -153,30 +176,68 @@ def optimizer_tensors(optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
     return [t for state in optimizer.state.values() for t in state.values() if torch.is_tensor(t)]
 
 
+#: float64 entries per split in a :func:`split_counts` vector: hits, misses, count, loss sum
+COUNTS_PER_SPLIT = 4
+
+
+def metric_name(multilabel: bool) -> str:
+    """The metric reported under the ``{split}_acc`` keys: ``micro-f1`` for multi-label labels, else ``accuracy``."""
+    return "micro-f1" if multilabel else "accuracy"
+
+
 def masked_loss_sum(logits: torch.Tensor, labels: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Sum of cross-entropy over the masked rows (divide by the *global* count to normalise)."""
+    """Sum of the per-vertex loss over the masked rows (divide by the *global* count to normalise).
+
+    The one loss of every strategy: for class ids ``labels [R]`` the cross-entropy of the softmax; for a
+    multi-label 0/1 matrix ``labels [R, C]`` binary cross-entropy with logits (a sigmoid per class) averaged over
+    the ``C`` classes, so the normalised loss equals ``BCEWithLogitsLoss``'s mean.
+    """
     if not bool(mask.any()):
         return logits.sum() * 0.0
+    if labels.dim() == 2:
+        target = labels[mask].to(logits.dtype)
+        return F.binary_cross_entropy_with_logits(logits[mask], target, reduction="sum") / labels.shape[1]
     return F.cross_entropy(logits[mask], labels[mask], reduction="sum")
 
 
 def split_counts(logits: torch.Tensor, labels: torch.Tensor, masks: dict[str, torch.Tensor]) -> torch.Tensor:
-    """Per split: (correct, count, loss sum), flattened to a float64 vector of length 3*len(SPLITS)."""
+    """Per split ``(hits, misses, count, loss sum)``, flattened to float64 ``[COUNTS_PER_SPLIT * len(SPLITS)]``;
+    vectors of several workers (or chunks) add up, and :func:`counts_to_metrics` turns the sum into metrics.
+
+    Hits and misses are micro-F1's ``tp`` and ``fp + fn``. Multi-label (``labels [R, C]``): a class is predicted
+    where its logit is positive (sigmoid > 0.5), summed over the masked rows' ``C`` entries. Class ids
+    (``labels [R]``): the arg-max is the prediction, a hit when right; a wrong one is a false positive of the
+    predicted class and a false negative of the true one (two misses), so micro-F1 ``2 tp / (2 tp + fp + fn)``
+    is exactly the accuracy.
+    """
     out = []
-    pred = logits.argmax(dim=-1)
+    multilabel = labels.dim() == 2
+    pred = (logits > 0) if multilabel else logits.argmax(dim=-1)
     for split in SPLITS:
         mask = masks[split]
-        correct = (pred[mask] == labels[mask]).sum().item() if mask.any() else 0
+        hits = misses = 0
+        if mask.any():
+            if multilabel:
+                p, t = pred[mask], labels[mask].bool()
+                hits = int((p & t).sum())
+                misses = int((p ^ t).sum())
+            else:
+                hits = int((pred[mask] == labels[mask]).sum())
+                misses = 2 * (int(mask.sum()) - hits)
         loss = masked_loss_sum(logits.detach().double(), labels, mask).item()
-        out += [float(correct), float(mask.sum()), loss]
+        out += [float(hits), float(misses), float(mask.sum()), loss]
     return torch.tensor(out, dtype=torch.float64)
 
 
 def counts_to_metrics(counts: torch.Tensor) -> dict[str, float]:
-    """Turn summed :func:`split_counts` vectors into ``{split}_acc`` / ``{split}_loss``."""
+    """Turn summed :func:`split_counts` vectors into ``{split}_acc`` (micro-F1 ``2 hits / (2 hits + misses)``:
+    the accuracy for class ids; 0 for a multi-label split with no positive label or prediction) and
+    ``{split}_loss`` (the mean loss)."""
     metrics = {}
+    k = COUNTS_PER_SPLIT
     for i, split in enumerate(SPLITS):
-        correct, count, loss = counts[3 * i: 3 * i + 3].tolist()
-        metrics[f"{split}_acc"] = correct / count if count else float("nan")
+        hits, misses, count, loss = counts[k * i: k * i + k].tolist()
+        metrics[f"{split}_acc"] = ((2 * hits / (2 * hits + misses) if 2 * hits + misses else 0.0) if count
+                                   else float("nan"))
         metrics[f"{split}_loss"] = loss / count if count else float("nan")
     return metrics

@@ -39,7 +39,7 @@ Every worker issues the same collectives in the same order (plan, one gather per
 all-reduce), also when it owns no vertices (it then runs empty batches).
 
 **Ledger.** The halo rows sent per layer are recorded under ``eval_halo`` (:data:`EVAL_HALO`, forward
-only: no gradients), the plan's id exchange and the summed counts (``3 * len(SPLITS)`` float64, ring
+only: no gradients), the plan's id exchange and the summed counts (``COUNTS_PER_SPLIT * len(SPLITS)`` float64, ring
 model) under ``control``. Strategies snapshot the Ledger around ``train_epoch`` only, so evaluation bytes
 are recorded but never part of an epoch's statistics. Summed over workers, one evaluation sends
 ``eval_halo = sum_{l >= l0} (sum_r |B_r|) * d_l * b`` bytes (``d_l = model.layer_widths()[l]``;

@@ -50,6 +50,12 @@ is ``step(l, block, h_src)``, and the projection is part of the step.
 Exchanging projected rows is cheaper when ``F > heads * hidden`` and needs the
 aggregate / update split of the layer; it is not done here.
 
+With ``--features learnable:D`` the input is a trainable table of the worker's inner rows
+(:meth:`Strategy.learnable_table`, rows keyed by original id): step 0's input requires grad, so its halo
+exchange runs in both directions (``k_0 = 2``) and each owner receives the gradients of its rows read
+elsewhere; the table is not all-reduced (each row has one owner) and Adam updates it row-wise, exactly as
+``single`` updates the same rows of its whole table.
+
 Evaluation runs the same forward pass without gradients (its halo bytes are
 recorded but are not part of an epoch's statistics) and all-reduces the
 per-split counts.
@@ -65,6 +71,7 @@ import torch
 from graphscale.config import RunConfig
 from graphscale.data.block import Block
 from graphscale.data.datasets import row_normalize
+from graphscale.data.features import learnable_dim
 from graphscale.data.handle import PARTITION_LOCAL, DataHandle
 from graphscale.distributed.comm import CONTROL, Comm
 from graphscale.distributed.env import DistEnv
@@ -138,6 +145,7 @@ class GraphParallel(Strategy):
     exact = True
 
     data_view = PARTITION_LOCAL
+    learnable_input = True
     options = frozenset({"partitioner", "balance", "partitions"})
 
     @classmethod
@@ -156,7 +164,8 @@ class GraphParallel(Strategy):
             raise ValueError(f"partition store {self.data.path} has {part.num_parts} parts but there are "
                              f"{env.world_size} workers")
         local = part.graph
-        if local.x is None or local.y is None or local.train_mask is None:
+        learnable = bool(learnable_dim(config.data.features))
+        if (local.x is None and not learnable) or local.y is None or local.train_mask is None:
             raise ValueError(f"strategy 'graph-parallel' needs node features, labels and a training mask; "
                              f"partition {rank} of {self.data.path} lacks some")
         n_inner = part.num_inner
@@ -168,10 +177,13 @@ class GraphParallel(Strategy):
         self.block = block.to(device)
         self.inner_ids = self.block.dst_ids
         dtype = next(model.parameters()).dtype
-        x = local.x[:n_inner]
-        if self.data.feature_norm == "row":
-            x = row_normalize(x)
-        self.x = x.to(device=device, dtype=dtype)
+        if learnable:  # the rows of the learnable input this worker owns; halo rows come through the exchange
+            self.x = self.learnable_table(self.inner_ids.cpu())
+        else:
+            x = local.x[:n_inner]
+            if self.data.feature_norm == "row":
+                x = row_normalize(x)
+            self.x = x.to(device=device, dtype=dtype)
         self.y = local.y[:n_inner].to(device)
         self.masks = {}
         for split in SPLITS:

@@ -14,6 +14,7 @@ import time
 import torch
 
 from graphscale.data.block import Block
+from graphscale.data.features import learnable_dim
 from graphscale.data.handle import MEMORY
 from graphscale.data.sampler import MiniBatchLoader, NeighborSampler
 from graphscale.metrics.memory import MemoryTracker
@@ -27,6 +28,7 @@ class SingleStrategy(Strategy):
     """One process, full-graph or sampled mini-batch training."""
 
     data_view = MEMORY
+    learnable_input = True
     options = frozenset({"minibatch", "fanouts", "batch_size"})
 
     @classmethod
@@ -40,7 +42,10 @@ class SingleStrategy(Strategy):
         if env.world_size != 1:
             raise ValueError(f"strategy 'single' runs on one worker, got --workers {env.world_size}")
         device = env.device
-        self.x = graph.x.to(device)
+        if learnable_dim(config.data.features):  # the input is a trainable [N, D] table
+            self.x = self.learnable_table(torch.arange(graph.num_nodes))
+        else:
+            self.x = graph.x.to(device)
         self.y = graph.y.to(device)
         self.masks = {"train": graph.train_mask.to(device), "val": graph.val_mask.to(device),
                       "test": graph.test_mask.to(device)}

@@ -247,7 +247,14 @@ def test_npz_label_matrices(tmp_path):
     assert (g.num_nodes, g.num_features, g.num_classes, g.multilabel) == (130, 6, 5, True)
     assert g.y.dtype == torch.uint8 and torch.equal(g.y, torch.from_numpy(multi.astype(np.uint8)))
     assert g.train_mask is None and "multi-label" in describe_dataset(f"npz:{tmp_path / 'multi.npz'}")["labels"]
-    assert "not supported yet" in untrainable_reason(f"npz:{tmp_path / 'multi.npz'}", g)
+    assert "no training nodes" in untrainable_reason(f"npz:{tmp_path / 'multi.npz'}", g)  # training adds a split
+    from graphscale.prepare import training_graph
+
+    trained = training_graph(f"npz:{tmp_path / 'multi.npz'}")
+    labelled = int(trained.y.any(dim=1).sum())
+    sizes = [int(getattr(trained, f"{s}_mask").sum()) for s in ("train", "val", "test")]
+    assert sum(sizes) == labelled and sizes[0] == round(0.6 * labelled) and sizes[1] == round(0.2 * labelled)
+    assert untrainable_reason(f"npz:{tmp_path / 'multi.npz'}", trained) is None
 
 
 def one_line_error(error, spec, match):
@@ -312,14 +319,14 @@ def test_mat_multilabel(tmp_path):
     assert g.multilabel and torch.equal(g.y, torch.from_numpy(group.toarray()).to(torch.uint8))
     assert g.meta["variables"] == {"adj": "network", "labels": "group", "features": None}
     reason = untrainable_reason(f"mat:{tmp_path / 'blogcatalog.mat'}", g)
-    assert "multi-label" in reason and "not supported yet" in reason
+    assert "has no node features" in reason and "--features degree" in reason
     assert "features=NAME" in untrainable_reason(f"mat:{tmp_path / 'blogcatalog.mat'}")  # from the spec alone
     summary = describe_dataset(f"mat:{tmp_path / 'blogcatalog.mat'}")
     labelled, labels = int((group.sum(axis=1) > 0).sum()), int(group.sum())
     assert summary["classes"] == 5 and summary["labels"] == f"multi-label: {labelled} labelled nodes, {labels} labels"
 
 
-def test_multilabel_graph_partitions_without_its_labels(tmp_path):
+def test_multilabel_graph_partitions_with_its_label_matrix(tmp_path):
     from graphscale.cli import main
     from graphscale.partition.store import check_partition_store
 
@@ -328,7 +335,14 @@ def test_multilabel_graph_partitions_without_its_labels(tmp_path):
     assert main(["partition", "--dataset", f"mat:{tmp_path / 'blogcatalog.mat'}", "--method", "metis", "--parts", "2",
                  "--out", str(tmp_path / "store"), "--no-progress"]) == 0
     meta = check_partition_store(tmp_path / "store")
-    assert meta["num_nodes"] == 40 and "y" not in meta["node_arrays"] and not meta["num_classes"]
+    assert meta["num_nodes"] == 40 and "y" in meta["node_arrays"] and meta["num_classes"] == 5 and meta["multilabel"]
+    assert "train_mask" in meta["node_arrays"]  # training's split, so the store can be trained from
+    from graphscale.partition.store import load_partition
+
+    g = load_dataset(f"mat:{tmp_path / 'blogcatalog.mat'}")
+    for s in range(2):
+        part = load_partition(tmp_path / "store", s)
+        assert part.graph.multilabel and torch.equal(part.graph.y, g.y[part.orig_ids])
 
 
 def test_mat_single_label_forms(tmp_path):

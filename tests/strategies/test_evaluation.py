@@ -19,7 +19,7 @@ from graphscale.data.block import Block
 from graphscale.distributed.comm import Comm
 from graphscale.distributed.env import DistEnv
 from graphscale.nn.models import build_model
-from graphscale.strategies.base import SPLITS, counts_to_metrics, split_counts
+from graphscale.strategies.base import COUNTS_PER_SPLIT, SPLITS, counts_to_metrics, split_counts
 from graphscale.strategies.evaluation import (
     EVAL_HALO,
     LayerwiseEvaluator,
@@ -138,7 +138,7 @@ def test_distributed_evaluation_matches_full_graph():
         total = {k: sum(r["bytes"].get(k, 0) for r in runs) for k in (EVAL_HALO, "control")}
         first = 1 if model_name in ("gcn", "sage", "gat") else 0  # identity input map: layer 0 reads raw rows
         assert total[EVAL_HALO] == sum(halo_rows * d * elem for d in model.layer_widths()[first:]), tag
-        assert total["control"] == 2 * (WORLD - 1) * 3 * len(SPLITS) * 8, tag
+        assert total["control"] == 2 * (WORLD - 1) * COUNTS_PER_SPLIT * len(SPLITS) * 8, tag
         assert set().union(*(r["bytes"] for r in runs)) <= {EVAL_HALO, "control"}, tag
 
 

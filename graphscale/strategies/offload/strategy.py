@@ -112,6 +112,7 @@ from graphscale.metrics.stats import EpochStats
 from graphscale.nn.models import build_model
 from graphscale.registry import STRATEGIES
 from graphscale.strategies.base import (
+    COUNTS_PER_SPLIT,
     SPLITS,
     Strategy,
     allreduce_gradients,
@@ -591,7 +592,7 @@ class OffloadStrategy(Strategy):
             self.comm.barrier()
         for layer in range(self.num_layers):
             self._forward_layer(layer, False, counts)
-        total = torch.stack(counts).sum(0) if counts else torch.zeros(3 * len(SPLITS), dtype=torch.float64)
+        total = torch.stack(counts).sum(0) if counts else torch.zeros(COUNTS_PER_SPLIT * len(SPLITS), dtype=torch.float64)
         return counts_to_metrics(self.comm.all_reduce(total.to(self.device), CONTROL).cpu())
 
     def teardown(self) -> None:

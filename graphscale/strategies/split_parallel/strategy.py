@@ -295,7 +295,7 @@ class SplitParallel(MiniBatchStrategy):
         self.optimizer.zero_grad(set_to_none=True)
         logits = self.forward(local, x)
         labels = self.y[local.ids(len(local.layers)).cpu()].to(device)
-        every = torch.ones(labels.numel(), dtype=torch.bool, device=device)
+        every = torch.ones(labels.shape[0], dtype=torch.bool, device=device)
         loss = masked_loss_sum(logits, labels, every)
         (loss / targets.numel() + 0.0 * logits.sum()).backward()
         allreduce_gradients(self.comm, self.params, self.tracker)

@@ -1,0 +1,133 @@
+"""Input features for graphs that have none (or to replace theirs): ``--features``.
+
+``--features`` takes one of:
+
+* ``""`` (the default): the dataset's own features; a featureless dataset is refused with a hint at the modes below;
+* ``degree``: one column, ``log(1 + in-degree)`` of every vertex (the graph is symmetric, so in = out);
+* ``onehot``: the ``[N, N]`` identity (each vertex its own indicator); refused above :data:`ONEHOT_MAX_NODES`
+  vertices (dense), where ``learnable:D`` is the scalable equivalent;
+* ``random:D``: ``D`` columns drawn from a standard normal, keyed by ``(--seed, vertex id, column)``;
+* ``learnable:D``: a trainable ``[N, D]`` embedding table (:class:`graphscale.nn.embedding.LearnableInput`),
+  the model's input, updated by the optimiser; a partition-local strategy holds only the rows its worker owns.
+
+``degree``, ``onehot`` and ``random:D`` are computed by the parent while it prepares the data
+(:func:`compute_features`), before any store or graph directory is written, so every strategy sees them as
+ordinary features; they are deterministic (a pure function of the graph, the vertex ids and the seed).
+``--feature-norm auto`` leaves computed features unnormalised (row normalisation would turn the single degree
+column into ones).
+
+Random values are counter-based: the value of column ``c`` of vertex ``v`` is a hash of ``(seed, stream, v, c)``
+(the keyed-dropout hash of :mod:`graphscale.nn.dropout`) mapped to a normal deviate by Box-Muller, so any subset of
+rows, in any order or partition, gets the same values.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+#: the ``--features`` modes (``random`` and ``learnable`` take ``:D``)
+MODES = ("degree", "onehot", "random", "learnable")
+#: the most vertices ``--features onehot`` accepts (a dense ``[N, N]`` float32 matrix: 100 MB at 5,000)
+ONEHOT_MAX_NODES = 5000
+#: hash streams of the keyed normal values
+RANDOM_STREAM, LEARNABLE_STREAM = 0x2545F491, 0x5851F42D
+
+
+def parse_features(text: str) -> tuple[str, int]:
+    """``"random:64"`` -> ``("random", 64)``, ``"degree"`` -> ``("degree", 0)``, ``""`` -> ``("", 0)``.
+
+    Raises:
+        ValueError: names ``--features`` and the accepted forms.
+    """
+    text = (text or "").strip()
+    if not text:
+        return "", 0
+    mode, sep, dim = text.partition(":")
+    forms = "degree, onehot, random:D or learnable:D (D a positive integer)"
+    if mode not in MODES:
+        raise ValueError(f"--features must be one of {forms}; got {text!r}")
+    if mode in ("degree", "onehot"):
+        if sep:
+            raise ValueError(f"--features {mode} takes no width; got {text!r}")
+        return mode, 0
+    if not dim.isdigit() or int(dim) < 1:
+        raise ValueError(f"--features {mode} needs a width: {mode}:D with D a positive integer (e.g. {mode}:64); "
+                         f"got {text!r}")
+    return mode, int(dim)
+
+
+def is_computed(text: str) -> bool:
+    """Whether ``--features`` asks the parent to compute the feature matrix (degree, onehot, random:D)."""
+    return parse_features(text)[0] in ("degree", "onehot", "random")
+
+
+def learnable_dim(text: str) -> int:
+    """``D`` of ``learnable:D``, else 0."""
+    mode, dim = parse_features(text)
+    return dim if mode == "learnable" else 0
+
+
+def input_width(text: str, num_features: int) -> int:
+    """The model's input width: ``D`` for ``learnable:D``, else the (possibly computed) feature count."""
+    return learnable_dim(text) or int(num_features)
+
+
+def effective_norm(text: str, feature_norm: str) -> str:
+    """``--feature-norm`` as applied: ``auto`` means ``none`` for generated features (computed or learnable)."""
+    return "none" if parse_features(text)[0] and feature_norm == "auto" else feature_norm
+
+
+def keyed_normal(ids: torch.Tensor, dim: int, seed: int, stream: int) -> torch.Tensor:
+    """Standard normal float64 ``[len(ids), dim]``: element ``(i, c)`` a pure function of ``(seed, stream, ids[i],
+    c)`` (Box-Muller on two counter-based uniforms), so any row subset or order gets the same rows."""
+    from graphscale.nn.dropout import _M32, _fold_t, _hash_int, _hash_t
+
+    ids = torch.as_tensor(ids, dtype=torch.int64).cpu()
+    h = _hash_int(stream & _M32)
+    h = _hash_t(torch.tensor(h ^ (int(seed) & _M32), dtype=torch.int64))
+    rows = _fold_t(h, ids)[:, None]
+    cols = torch.arange(dim, dtype=torch.int64)[None, :]
+
+    def uniform(salt: int) -> torch.Tensor:  # in (0, 1), never 0: log is finite
+        bits = _hash_t(_hash_t(rows ^ ((cols * 2 + salt) & _M32)))
+        return (bits.double() + 0.5) / 2.0**32
+
+    u1, u2 = uniform(0), uniform(1)
+    return torch.sqrt(-2.0 * torch.log(u1)) * torch.cos(2.0 * math.pi * u2)
+
+
+def compute_features(graph, text: str, seed: int = 0) -> torch.Tensor:
+    """The float32 feature matrix ``--features text`` gives ``graph`` (``degree``, ``onehot`` or ``random:D``).
+
+    Raises:
+        ValueError: ``onehot`` on more than :data:`ONEHOT_MAX_NODES` vertices (suggests ``learnable:D``), or a mode
+            that is not computed.
+    """
+    mode, dim = parse_features(text)
+    n = graph.num_nodes
+    if mode == "degree":
+        return torch.log1p(graph.in_degrees().double()).to(torch.float32).reshape(n, 1)
+    if mode == "onehot":
+        if n > ONEHOT_MAX_NODES:
+            raise ValueError(f"--features onehot would make a dense [{n}, {n}] matrix ({n:,} vertices, more than "
+                             f"{ONEHOT_MAX_NODES:,}); use --features learnable:D (a trainable [N, D] table, the "
+                             "scalable equivalent) or random:D")
+        return torch.eye(n, dtype=torch.float32)
+    if mode == "random":
+        return keyed_normal(torch.arange(n), dim, seed, RANDOM_STREAM).to(torch.float32)
+    raise ValueError(f"--features {text!r} is not computed from the graph")
+
+
+def apply_features(graph, text: str, seed: int = 0):
+    """Replace ``graph.x`` by the computed features of ``--features text`` (``degree``, ``onehot``, ``random:D``);
+    for ``learnable:D`` drop it (the model's input is the table); for ``""`` leave it. Returns ``graph``."""
+    mode, _ = parse_features(text)
+    if mode in ("degree", "onehot", "random"):
+        graph.x = compute_features(graph, text, seed)
+        graph.meta["features"] = text
+    elif mode == "learnable":
+        graph.x = None
+        graph.meta["features"] = text
+    return graph
