@@ -12,7 +12,7 @@ for its halo bytes per epoch on the same graph and partition count. Tables:
 * **bytes per epoch**: model averaging's (one model per averaging round, plus the correction's sampling and
   rows when enabled) against ``graph-parallel``'s on ``p`` workers, and their ratio;
 * **memory**: peak resident set (OS) per worker against ``p`` at fixed ``q``: a worker holds one partition at a
-  time, so it follows the largest partition, not ``p / q``.
+  time, so it follows the largest partition, not ``p / q``; next to it ``graph-parallel``'s on ``p`` workers.
 
 ``--plot PNG`` draws test accuracy per epoch, ``single`` against every model-averaging run (first seed).
 
@@ -84,6 +84,7 @@ def measure(args: argparse.Namespace) -> tuple[list[dict], list[dict]]:
                     gp = train_once(dataset, "graph-parallel", p, 2, model, extra=["--partitioner", partitioner],
                                     timeout=args.timeout)
                     gp_bytes = None if "error" in gp else _total(gp["final"]["bytes_per_epoch"])
+                    gp_rss = None if "error" in gp else _rss(gp)
                     for q in [q for q in args.workers if q <= p]:
                         for steps in args.correction_steps:
                             more = ["--partitioner", partitioner, "--parts", str(p)]
@@ -100,7 +101,8 @@ def measure(args: argparse.Namespace) -> tuple[list[dict], list[dict]]:
                             rows.append({**row, "test_acc": acc, "gap_points": 100 * (acc - base),
                                          "reach_epoch": statistics.mean(reach) if None not in reach else None,
                                          "bytes_per_epoch": _total(reports[0]["final"]["bytes_per_epoch"]),
-                                         "graph_parallel_bytes": gp_bytes, "rss_peak": _rss(reports[0])})
+                                         "graph_parallel_bytes": gp_bytes, "rss_peak": _rss(reports[0]),
+                                         "graph_parallel_rss": gp_rss})
                             curves.append({"label": f"{dataset} {model} {partitioner} p={p} q={q}"
                                                     + (f" +{steps} corr" if steps else ""), "report": reports[0]})
     return rows, curves
@@ -129,7 +131,8 @@ def _display(rows: list[dict]) -> list[dict]:
                     "bytes/epoch": format_bytes(r["bytes_per_epoch"]),
                     "graph-parallel bytes": format_bytes(gp) if gp is not None else "",
                     "gp / averaging": gp / r["bytes_per_epoch"] if gp and r["bytes_per_epoch"] else None,
-                    "RSS peak/worker": format_bytes(r["rss_peak"]) if r["rss_peak"] else ""})
+                    "RSS peak/worker": format_bytes(r["rss_peak"]) if r["rss_peak"] else "",
+                    "graph-parallel RSS": format_bytes(r["graph_parallel_rss"]) if r.get("graph_parallel_rss") else ""})
     return out
 
 
