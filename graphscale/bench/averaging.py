@@ -28,7 +28,7 @@ import statistics
 from pathlib import Path
 
 from graphscale.bench.memory import train_once
-from graphscale.bench.table import format_bytes, format_table, split_specs
+from graphscale.bench.table import format_bytes, format_table, save_figure, split_specs
 
 
 def _ints(text: str) -> list[int]:
@@ -142,7 +142,6 @@ def plot(curves: list[dict], path: str) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    path = Path(path)
     fig, ax = plt.subplots(figsize=(7.5, 4.5))
     for c in curves:
         epochs = c["report"]["epochs"]
@@ -152,12 +151,7 @@ def plot(curves: list[dict], path: str) -> Path:
     ax.set_ylabel("test accuracy")
     ax.set_title("model averaging against centralised training", wrap=True)
     ax.legend(fontsize=7)
-    fig.tight_layout()
-    tmp = path.with_name(path.name + ".tmp" + path.suffix)
-    fig.savefig(tmp)
-    plt.close(fig)
-    tmp.replace(path)
-    return path
+    return save_figure(fig, path)
 
 
 def run(args: argparse.Namespace) -> list[dict]:

@@ -97,6 +97,14 @@ def save_bar_plot(path: str | Path, labels: list[str], series: dict[str, list[fl
     ax.set_title(title)
     if len(series) > 1:
         ax.legend()
+    return save_figure(fig, path)
+
+
+def save_figure(fig, path: str | Path) -> Path:
+    """Lay out ``fig``, write it to ``path`` atomically (a temporary sibling, then a rename) and close it."""
+    import matplotlib.pyplot as plt
+
+    path = Path(path)
     fig.tight_layout()
     tmp = path.with_name(path.name + ".tmp" + path.suffix)
     fig.savefig(tmp)
