@@ -231,8 +231,11 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
                    help="auto: CUDA when there is one GPU per worker, else CPU")
     p.add_argument("--json", metavar="PATH", help="write a machine-readable report here (the directory must exist)")
     p.add_argument("--checkpoint", metavar="PATH",
-                   help="save model and optimiser here after every epoch (the directory must exist)")
-    p.add_argument("--resume", action="store_const", const=True, help="continue from --checkpoint")
+                   help="save model, optimiser and the run's configuration here after every epoch (the directory "
+                        "must exist); with --repeat one file per seed, PATH with .seedS before the extension")
+    p.add_argument("--resume", action="store_const", const=True,
+                   help="continue from --checkpoint; the model, data and optimiser options must be the "
+                        "checkpoint's (only --epochs and how the run is executed may change)")
     p.add_argument("--progress", action=argparse.BooleanOptionalAction,
                    help="progress on stderr: a bar on a terminal, a line every tenth of the epochs when redirected")
 
@@ -248,6 +251,7 @@ def overrides_from_args(args: argparse.Namespace) -> dict:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
+    from graphscale.checkpoint import check_resume, read_checkpoint, seed_path
     from graphscale.config import build_config
     from graphscale.run import run, write_json
     from graphscale.validation import validate
@@ -255,12 +259,22 @@ def cmd_train(args: argparse.Namespace) -> int:
     base = build_config(overrides_from_args(args), args.config)
     if args.repeat < 1:
         raise ValueError(f"--repeat must be >= 1, got {args.repeat}")
+    if args.repeat > 1 and base.checkpoint:
+        base.checkpoint = seed_path(base.checkpoint, base.seed)
     validate(base)  # before the first run: also the --json path of a combined report
-    rows, reports = [], []
+    configs = []
     for i in range(args.repeat):
         config = build_config({**overrides_from_args(args), "seed": base.seed + i}, args.config)
-        if args.repeat > 1 and config.json:
+        if args.repeat > 1:
             config.json = None  # one combined report below
+            if config.checkpoint:  # one checkpoint per seed
+                config.checkpoint = seed_path(config.checkpoint, config.seed)
+        validate(config)  # every seed's checkpoint before the first run
+        if config.resume:
+            check_resume(config, read_checkpoint(config.checkpoint))
+        configs.append(config)
+    rows, reports = [], []
+    for config in configs:
         report = run(config)
         reports.append(report)
         final = report["final"]
