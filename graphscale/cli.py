@@ -288,6 +288,10 @@ def cmd_train(args: argparse.Namespace) -> int:
                      "RSS peak/worker": format_bytes(os_mem["peak_rss"]) if os_mem else "-",
                      "anon/file": (f"{format_bytes(os_mem['peak_anon'])} / {format_bytes(os_mem['peak_file'])}"
                                    if os_mem and os_mem.get("peak_anon") is not None else "-")})
+    from graphscale.distributed.launch import is_main_process
+
+    if not is_main_process():  # torchrun: rank 0 prints and writes the combined report
+        return 0
     graph = reports[0]["graph"]
     title = (f"{base.model.name} on {graph['name']} ({graph['nodes']:,} nodes, {graph['edges']:,} edges), "
              f"strategy {base.strategy.name}, {base.strategy.workers} worker(s), {base.optim.epochs} epochs")

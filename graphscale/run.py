@@ -23,7 +23,7 @@ from graphscale.config import RunConfig, to_dict
 from graphscale.data.formats import write_json_atomic
 from graphscale.data.handle import DataHandle
 from graphscale.distributed.env import DistEnv
-from graphscale.distributed.launch import launch, resolve_device
+from graphscale.distributed.launch import is_main_process, launch, resolve_device
 from graphscale.metrics.memory import max_os_memory, os_memory
 from graphscale.prepare import prepare_data
 from graphscale.registry import STRATEGIES
@@ -90,6 +90,11 @@ def environment() -> dict:
 def run(config: RunConfig) -> dict:
     """Train once with ``config`` and return the report (also written to ``config.json`` if set).
 
+    Under ``torchrun`` every rank calls this (``graphscale train`` on every node): each prepares the data (file
+    locks in the cache directory make one rank per host write it, the others wait and reuse it), joins the group,
+    trains its part, and receives every rank's result, merged here as in spawn mode; only global rank 0 writes
+    ``--json`` (and checkpoints).
+
     Every option is checked first (:func:`graphscale.validation.validate`; with ``--resume`` also the checkpoint's
     configuration against this run's, :func:`graphscale.checkpoint.check_resume`), then the data is prepared
     (:func:`graphscale.prepare.prepare_data`), all in this process before any worker starts.
@@ -122,7 +127,7 @@ def run(config: RunConfig) -> dict:
                                            for r in range(len(results))] if epochs else [],
                   "wall_seconds": time.perf_counter() - start},
     }
-    if config.json:
+    if config.json and is_main_process():  # under torchrun every rank has the report; rank 0 writes it
         write_json(report, config.json)
     return report
 

@@ -40,6 +40,9 @@ class Strategy(ABC):
     #: is an error naming the strategies that do (:func:`graphscale.validation.check_given`); the parent checks
     #: the values of the options read (:func:`graphscale.validation.validate`).
     options: frozenset[str] = frozenset()
+    #: True when its workers must share one host (memory shared between processes): a torchrun group spanning
+    #: several nodes is refused before anything starts (:func:`graphscale.validation.validate`).
+    single_host: bool = False
 
     @classmethod
     def unused_options(cls, config: RunConfig) -> dict[str, str]:
