@@ -25,6 +25,8 @@ BENCHES = {
                 "HongTu offload: replication factor, host traffic by dedup mode, memory vs K (Tables 3/8, Fig. 10)"),
     "memory": ("graphscale.bench.memory", ("OS-measured memory per worker (anonymous / file-backed / RSS peak) "
                "next to the tracked design figure, single against the distributed strategies")),
+    "scaling": ("graphscale.bench.scaling", ("epoch time of single (W threads) against each distributed strategy "
+                "(W workers x 1 thread), communication / waiting / compute per worker, parallel efficiency")),
 }
 
 #: command-line flag -> (config section or None for top level, field)

@@ -1,0 +1,182 @@
+"""``graphscale bench scaling``: single against each distributed strategy on the same graph and total cores.
+
+For every ``W`` in ``--workers`` it times ``single`` on one process with ``W`` threads and every distributed
+strategy on ``W`` workers with one thread each (the same cores), after one warm-up epoch, and prints per run:
+
+* ``s/epoch``: the median over the timed epochs of the slowest worker's training epoch;
+* ``vs single``: that time over ``single``'s with ``W`` threads (issue 10's target for ``graph-parallel`` at
+  ``W = 2``: at most 1.25);
+* ``efficiency``: parallel efficiency ``T_single(1 thread) / (W * T)`` (1.0 = perfect scaling);
+* per worker, the shares of its epoch spent in communication, waiting and computing (``comm/wait/compute``).
+  Every collective a worker blocks in is timed (:attr:`DistEnv.comm_log`; for an overlapped exchange, its
+  wait); since all workers run the same collectives in the same order, the ``k``-th one's *communication* is the
+  shortest time any worker spent in it (the last to arrive waits for nobody) and a worker's *waiting* is what it
+  spent beyond that (load imbalance: it arrived early). Compute is the rest of the epoch.
+
+``graph-parallel`` runs twice by default (``--overlap both``): with its halo exchange overlapped with the
+interior rows' computation (the default of the strategy) and without (exchange first, then the whole block), so
+the table shows before and after in one run. Mini-batch strategies (``data-parallel``, ``split-parallel``) are
+compared with ``single --minibatch`` at the same batch size and fanouts.
+
+Example (the issue's graphs; the default is smaller)::
+
+    graphscale bench scaling --dataset sbm:nodes=1000000,degree=10,features=128 --workers 1,2
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+
+import torch
+
+from graphscale.bench.table import format_table
+
+STRATEGIES = ("graph-parallel", "data-parallel", "split-parallel")
+MINIBATCH = {"data-parallel", "split-parallel"}
+DEFAULT_DATASET = "sbm:nodes=300000,degree=10,features=128"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options of ``graphscale bench scaling``."""
+    from graphscale.cli import int_list
+
+    parser.add_argument("--dataset", default=DEFAULT_DATASET, help=f"dataset spec (default {DEFAULT_DATASET})")
+    parser.add_argument("--strategies", default=",".join(STRATEGIES),
+                        help=f"comma-separated distributed strategies (default {','.join(STRATEGIES)})")
+    parser.add_argument("--workers", type=int_list, default=[1, 2], metavar="W,W,...",
+                        help="worker counts (default 1,2); single runs with as many threads")
+    parser.add_argument("--epochs", type=int, default=3, help="timed epochs after one warm-up epoch (default 3)")
+    parser.add_argument("--model", default="gcn", help="model (default gcn)")
+    parser.add_argument("--hidden", type=int, default=None, help="hidden width (default: the model's preset)")
+    parser.add_argument("--batch-size", type=int, default=1024, help="mini-batch strategies' batch (default 1024)")
+    parser.add_argument("--fanouts", type=int_list, default=[10, 10], metavar="F,F,...",
+                        help="mini-batch strategies' fanouts (default 10,10)")
+    parser.add_argument("--overlap", choices=["both", "on", "off"], default="both",
+                        help="graph-parallel with its halo exchange overlapped, without, or both (default both)")
+    parser.add_argument("--json", default=None, metavar="PATH", help="also write the rows and timings as JSON")
+
+
+def bench_worker(env, config, data, threads: int, overlap: bool, epochs: int) -> dict:
+    """One worker: set up the strategy, one warm-up epoch, then ``epochs`` timed ones with every collective
+    timed."""
+    from graphscale.nn.models import build_model
+    from graphscale.registry import STRATEGIES as REGISTRY
+    from graphscale.strategies.graph_parallel import GraphParallel
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        torch.manual_seed(config.seed)
+        model = build_model(config.model, data.num_features, data.num_classes, seed=config.seed,
+                            dtype=getattr(torch, config.dtype)).to(env.device)
+        name = config.strategy.name
+        strategy = GraphParallel(overlap=overlap) if name == "graph-parallel" else REGISTRY.get(name)()
+        strategy.setup(data, model, env, config)
+        env.comm_log = []
+        seconds, logs = [], []
+        try:
+            for epoch in range(epochs + 1):
+                env.comm_log.clear()
+                stats = strategy.train_epoch(epoch)
+                if epoch > 0:
+                    seconds.append(stats.seconds)
+                    logs.append([d for _, _, d in env.comm_log])
+        finally:
+            env.comm_log = None
+            strategy.teardown()
+        return {"rank": env.rank, "seconds": seconds, "comm": logs}
+    finally:
+        torch.set_num_threads(before)
+
+
+def shares(results: list[dict]) -> list[dict] | None:
+    """Per worker: seconds of communication, waiting and compute summed over the timed epochs (module docstring);
+    ``None`` when the workers' collectives do not line up."""
+    out = [{"comm": 0.0, "wait": 0.0, "total": sum(r["seconds"])} for r in results]
+    for epoch in range(len(results[0]["seconds"])):
+        logs = [r["comm"][epoch] for r in results]
+        if len({len(log) for log in logs}) != 1:
+            return None
+        for k in range(len(logs[0])):
+            transfer = min(log[k] for log in logs)
+            for w, log in enumerate(logs):
+                out[w]["comm"] += transfer
+                out[w]["wait"] += log[k] - transfer
+    for w in out:
+        w["compute"] = max(0.0, w["total"] - w["comm"] - w["wait"])
+    return out
+
+
+def epoch_seconds(results: list[dict]) -> float:
+    """Median over the timed epochs of the slowest worker's epoch."""
+    return statistics.median(max(r["seconds"][e] for r in results) for e in range(len(results[0]["seconds"])))
+
+
+def _config(args: argparse.Namespace, strategy: str, workers: int, minibatch: bool):
+    from graphscale.config import build_config
+
+    sc: dict = {"name": strategy, "workers": workers}
+    if strategy == "single" and minibatch:
+        sc["minibatch"] = True
+    if minibatch:
+        sc.update(batch_size=args.batch_size, fanouts=list(args.fanouts))
+    model: dict = {"name": args.model}
+    if args.hidden is not None:
+        model["hidden"] = args.hidden
+    return build_config({"data": {"dataset": args.dataset}, "model": model, "strategy": sc, "progress": False,
+                         "oversubscribe": True})
+
+
+def measure(args: argparse.Namespace, strategy: str, workers: int, threads: int, overlap: bool,
+            minibatch: bool) -> list[dict]:
+    """Every worker's timings of one run (data prepared here, as a training run does)."""
+    from graphscale.distributed.launch import launch
+    from graphscale.prepare import prepare_data
+
+    config = _config(args, strategy, workers, minibatch)
+    data = prepare_data(config)
+    results = launch(bench_worker, workers, config, data, threads, overlap, args.epochs, device="cpu",
+                     timeout_s=config.strategy.timeout)
+    return sorted(results, key=lambda r: r["rank"])
+
+
+def run(args: argparse.Namespace) -> int:
+    strategies = [s.strip() for s in args.strategies.split(",") if s.strip()]
+    overlaps = {"both": [True, False], "on": [True], "off": [False]}[args.overlap]
+    single: dict[tuple[bool, int], float] = {}
+    rows, raw = [], []
+    for minibatch in sorted({s in MINIBATCH for s in strategies}):
+        for threads in sorted(set(args.workers) | {1}):
+            results = measure(args, "single", 1, threads, True, minibatch)
+            t = epoch_seconds(results)
+            single[(minibatch, threads)] = t
+            label = "single --minibatch" if minibatch else "single"
+            if threads in args.workers:
+                rows.append({"strategy": label, "W": 1, "threads": threads, "s/epoch": t,
+                             "vs single": 1.0, "efficiency": single[(minibatch, 1)] / (threads * t),
+                             "comm/wait/compute per worker": "-"})
+            raw.append({"strategy": label, "workers": 1, "threads": threads, "results": results})
+    for strategy in strategies:
+        minibatch = strategy in MINIBATCH
+        for overlap in overlaps if strategy == "graph-parallel" else [True]:
+            label = strategy + ("" if strategy != "graph-parallel" else (" overlap" if overlap else " no-overlap"))
+            for w in args.workers:
+                results = measure(args, strategy, w, 1, overlap, minibatch)
+                t = epoch_seconds(results)
+                split = shares(results)
+                text = "-" if split is None else " | ".join(
+                    f"{100 * s['comm'] / s['total']:.0f}/{100 * s['wait'] / s['total']:.0f}/"
+                    f"{100 * s['compute'] / s['total']:.0f}%" for s in split)
+                rows.append({"strategy": label, "W": w, "threads": 1, "s/epoch": t,
+                             "vs single": t / single[(minibatch, w)],
+                             "efficiency": single[(minibatch, 1)] / (w * t),
+                             "comm/wait/compute per worker": text})
+                raw.append({"strategy": label, "workers": w, "threads": 1, "results": results, "shares": split})
+    print(format_table(rows, title=f"bench scaling: {args.model} on {args.dataset}, {args.epochs} timed epochs "
+                                   "(single: W threads; distributed: W workers x 1 thread)"))
+    if args.json:
+        from graphscale.data.formats import write_json_atomic
+
+        write_json_atomic(args.json, {"rows": rows, "runs": raw})
+    return 0
