@@ -4,6 +4,8 @@ For every ``W`` in ``--workers`` it times ``single`` on one process with ``W`` t
 strategy on ``W`` workers with one thread each (the same cores), after one warm-up epoch, and prints per run:
 
 * ``s/epoch``: the median over the timed epochs of the slowest worker's training epoch;
+* ``cpu s/epoch``: the median of the CPU time all workers (all their threads, the backend's included) spent in an
+  epoch: the work done, which a busy machine inflates far less than wall time;
 * ``vs single``: that time over ``single``'s with ``W`` threads (issue 10's target for ``graph-parallel`` at
   ``W = 2``: at most 1.25);
 * ``efficiency``: parallel efficiency ``T_single(1 thread) / (W * T)`` (1.0 = perfect scaling);
@@ -13,9 +15,9 @@ strategy on ``W`` workers with one thread each (the same cores), after one warm-
   shortest time any worker spent in it (the last to arrive waits for nobody) and a worker's *waiting* is what it
   spent beyond that (load imbalance: it arrived early). Compute is the rest of the epoch.
 
-``graph-parallel`` runs twice by default (``--overlap both``): with its halo exchange overlapped with the
-interior rows' computation (the default of the strategy) and without (exchange first, then the whole block), so
-the table shows before and after in one run. Mini-batch strategies (``data-parallel``, ``split-parallel``) are
+``graph-parallel`` runs in two variants by default (``--overlap both``): with its halo exchange overlapped with
+the interior rows' computation and without (exchange first, then the whole block), set up side by side in the
+same workers and taking turns epoch by epoch, so the table shows before and after measured under the same load. Mini-batch strategies (``data-parallel``, ``split-parallel``) are
 compared with ``single --minibatch`` at the same batch size and fanouts.
 
 Example (the issue's graphs; the default is smaller)::
@@ -27,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import time
 
 import torch
 
@@ -57,36 +60,42 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", default=None, metavar="PATH", help="also write the rows and timings as JSON")
 
 
-def bench_worker(env, config, data, threads: int, overlap: bool, epochs: int) -> dict:
-    """One worker: set up the strategy, one warm-up epoch, then ``epochs`` timed ones with every collective
-    timed."""
+def bench_worker(env, config, data, threads: int, variants: list[bool], epochs: int) -> dict:
+    """One worker: set up one strategy per variant (``graph-parallel``: overlap on / off; otherwise one), one
+    warm-up epoch each, then ``epochs`` timed ones, the variants taking turns epoch by epoch (so that a change of
+    the machine's load hits them alike), every collective timed."""
     from graphscale.nn.models import build_model
     from graphscale.registry import STRATEGIES as REGISTRY
     from graphscale.strategies.graph_parallel import GraphParallel
 
     before = torch.get_num_threads()
     torch.set_num_threads(threads)
+    strategies = []
     try:
-        torch.manual_seed(config.seed)
-        model = build_model(config.model, data.num_features, data.num_classes, seed=config.seed,
-                            dtype=getattr(torch, config.dtype)).to(env.device)
-        name = config.strategy.name
-        strategy = GraphParallel(overlap=overlap) if name == "graph-parallel" else REGISTRY.get(name)()
-        strategy.setup(data, model, env, config)
+        for overlap in variants:
+            torch.manual_seed(config.seed)
+            model = build_model(config.model, data.num_features, data.num_classes, seed=config.seed,
+                                dtype=getattr(torch, config.dtype)).to(env.device)
+            name = config.strategy.name
+            strategy = GraphParallel(overlap=overlap) if name == "graph-parallel" else REGISTRY.get(name)()
+            strategy.setup(data, model, env, config)
+            strategies.append(strategy)
         env.comm_log = []
-        seconds, logs = [], []
-        try:
-            for epoch in range(epochs + 1):
+        out = [{"seconds": [], "cpu_seconds": [], "comm": []} for _ in strategies]
+        for epoch in range(epochs + 1):
+            for strategy, record in zip(strategies, out):
                 env.comm_log.clear()
+                cpu = time.process_time()
                 stats = strategy.train_epoch(epoch)
                 if epoch > 0:
-                    seconds.append(stats.seconds)
-                    logs.append([d for _, _, d in env.comm_log])
-        finally:
-            env.comm_log = None
-            strategy.teardown()
-        return {"rank": env.rank, "seconds": seconds, "comm": logs}
+                    record["seconds"].append(stats.seconds)
+                    record["cpu_seconds"].append(time.process_time() - cpu)
+                    record["comm"].append([d for _, _, d in env.comm_log])
+        return {"rank": env.rank, "variants": out}
     finally:
+        env.comm_log = None
+        for strategy in strategies:
+            strategy.teardown()
         torch.set_num_threads(before)
 
 
@@ -106,6 +115,13 @@ def shares(results: list[dict]) -> list[dict] | None:
     for w in out:
         w["compute"] = max(0.0, w["total"] - w["comm"] - w["wait"])
     return out
+
+
+def cpu_seconds(results: list[dict]) -> float:
+    """Median over the timed epochs of the workers' summed CPU time (all their threads): the work done, which
+    other processes on the machine do not inflate as they do wall time."""
+    epochs = len(results[0]["cpu_seconds"])
+    return statistics.median(sum(r["cpu_seconds"][e] for r in results) for e in range(epochs))
 
 
 def epoch_seconds(results: list[dict]) -> float:
@@ -128,17 +144,18 @@ def _config(args: argparse.Namespace, strategy: str, workers: int, minibatch: bo
                          "oversubscribe": True})
 
 
-def measure(args: argparse.Namespace, strategy: str, workers: int, threads: int, overlap: bool,
-            minibatch: bool) -> list[dict]:
-    """Every worker's timings of one run (data prepared here, as a training run does)."""
+def measure(args: argparse.Namespace, strategy: str, workers: int, threads: int, variants: list[bool],
+            minibatch: bool) -> list[list[dict]]:
+    """Per variant, every worker's timings of one run (data prepared here, as a training run does)."""
     from graphscale.distributed.launch import launch
     from graphscale.prepare import prepare_data
 
     config = _config(args, strategy, workers, minibatch)
     data = prepare_data(config)
-    results = launch(bench_worker, workers, config, data, threads, overlap, args.epochs, device="cpu",
+    results = launch(bench_worker, workers, config, data, threads, variants, args.epochs, device="cpu",
                      timeout_s=config.strategy.timeout)
-    return sorted(results, key=lambda r: r["rank"])
+    results = sorted(results, key=lambda r: r["rank"])
+    return [[r["variants"][v] for r in results] for v in range(len(variants))]
 
 
 def run(args: argparse.Namespace) -> int:
@@ -148,28 +165,29 @@ def run(args: argparse.Namespace) -> int:
     rows, raw = [], []
     for minibatch in sorted({s in MINIBATCH for s in strategies}):
         for threads in sorted(set(args.workers) | {1}):
-            results = measure(args, "single", 1, threads, True, minibatch)
+            results = measure(args, "single", 1, threads, [True], minibatch)[0]
             t = epoch_seconds(results)
             single[(minibatch, threads)] = t
             label = "single --minibatch" if minibatch else "single"
             if threads in args.workers:
                 rows.append({"strategy": label, "W": 1, "threads": threads, "s/epoch": t,
-                             "vs single": 1.0, "efficiency": single[(minibatch, 1)] / (threads * t),
+                             "cpu s/epoch": cpu_seconds(results), "vs single": 1.0, "efficiency": single[(minibatch, 1)] / (threads * t),
                              "comm/wait/compute per worker": "-"})
             raw.append({"strategy": label, "workers": 1, "threads": threads, "results": results})
     for strategy in strategies:
         minibatch = strategy in MINIBATCH
-        for overlap in overlaps if strategy == "graph-parallel" else [True]:
-            label = strategy + ("" if strategy != "graph-parallel" else (" overlap" if overlap else " no-overlap"))
-            for w in args.workers:
-                results = measure(args, strategy, w, 1, overlap, minibatch)
+        variants = overlaps if strategy == "graph-parallel" else [True]
+        for w in args.workers:
+            for overlap, results in zip(variants, measure(args, strategy, w, 1, variants, minibatch)):
+                label = strategy + ("" if strategy != "graph-parallel" else
+                                    (" overlap" if overlap else " no-overlap"))
                 t = epoch_seconds(results)
                 split = shares(results)
                 text = "-" if split is None else " | ".join(
                     f"{100 * s['comm'] / s['total']:.0f}/{100 * s['wait'] / s['total']:.0f}/"
                     f"{100 * s['compute'] / s['total']:.0f}%" for s in split)
                 rows.append({"strategy": label, "W": w, "threads": 1, "s/epoch": t,
-                             "vs single": t / single[(minibatch, w)],
+                             "cpu s/epoch": cpu_seconds(results), "vs single": t / single[(minibatch, w)],
                              "efficiency": single[(minibatch, 1)] / (w * t),
                              "comm/wait/compute per worker": text})
                 raw.append({"strategy": label, "workers": w, "threads": 1, "results": results, "shares": split})

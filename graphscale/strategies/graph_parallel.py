@@ -22,7 +22,7 @@ the global training count is one all-reduce (category ``"setup"``).
 holds one dropped copy of its inner rows rather than of all its source rows; the rows are the same);
 ``logits = output_map(h)``.
 
-**Overlap.** By default (``GraphParallel(overlap=True)``) each layer's exchange runs while the worker computes:
+**Overlap.** With ``GraphParallel(overlap=True)`` each layer's exchange runs while the worker computes:
 the rows are cut once at setup (:class:`OverlapPlan`) into *interior* rows, whose in-neighbours are all local,
 and *boundary* rows, which read at least one halo row. Per layer the worker starts the exchange
 (:meth:`HaloExchange.start`: the rows peers need are sent and the halo rows received by the backend's thread),
@@ -30,8 +30,11 @@ runs the step on the interior block (its sources: the interior rows and the boun
 then waits for the halo (:meth:`HaloExchange.finish`) and runs the step on the boundary block (sources: the
 boundary rows, the interior rows they read, the halo), and puts the rows back in local order. Every row keeps its
 in-edges in stored order, so every aggregated row is summed exactly as unsplit; the bytes are the same. Only the
-forward exchange overlaps; the backward exchange of the halo gradients is blocking. ``overlap=False`` exchanges
-first and runs the unsplit block (``graphscale bench scaling`` times both).
+forward exchange overlaps; the backward exchange of the halo gradients is blocking. ``overlap=False`` (the
+default) exchanges first and runs the unsplit block. ``graphscale bench scaling`` times both: on CPU workers over
+loopback gloo the exchange is about a tenth of a 2-worker epoch, less than the gathers the overlap adds (the
+interior block's sources and the boundary block's local sources are copies, and the rows both blocks read are
+copied twice), so it is off by default; it pays where communication is slower than the copies (between nodes).
 
 The loss is the sum of cross-entropy over the
 worker's training vertices divided by the *global* number of training vertices,
@@ -238,9 +241,10 @@ class GraphParallel(Strategy):
     data_view = PARTITION_LOCAL
     options = frozenset({"partitioner", "balance", "partitions"})
 
-    def __init__(self, overlap: bool = True) -> None:
-        #: overlap each layer's halo exchange with the interior rows' step (:class:`OverlapPlan`); ``False``
-        #: exchanges first, then runs the whole block (the same rows, for comparisons such as ``bench scaling``)
+    def __init__(self, overlap: bool = False) -> None:
+        #: overlap each layer's halo exchange with the interior rows' step (:class:`OverlapPlan`); off by default:
+        #: on CPU workers with loopback gloo its extra gathers cost more than the hidden communication
+        #: (``graphscale bench scaling`` times both)
         self.overlap = overlap
 
     @classmethod
@@ -268,10 +272,14 @@ class GraphParallel(Strategy):
         block, halo_local = inner_block(part)
         self.halo = HaloExchange.build(self.comm, block.dst_ids, block.halo_ids,
                                        part.halo_owner[halo_local - n_inner].to(torch.int64), HALO)
-        if self.overlap:  # the interior and boundary blocks (the unsplit block stays a view of the store)
-            self.plan, self.block = OverlapPlan.build(block).to(device), None
+        # the interior and boundary blocks (the unsplit block stays a view of the store); not on one worker (no
+        # halo) nor where no row is interior (nothing to overlap): the plain exchange is the same collective
+        plan = OverlapPlan.build(block) if self.overlap and env.world_size > 1 else None
+        if plan is not None and plan.num_interior > 0:
+            self.plan, self.block = plan.to(device), None
         else:
             self.plan, self.block = None, block.to(device)
+        del plan
         self.inner_ids = block.dst_ids.to(device)
         dtype = next(model.parameters()).dtype
         x = local.x[:n_inner]
