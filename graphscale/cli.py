@@ -27,6 +27,8 @@ BENCHES = {
                "next to the tracked design figure, single against the distributed strategies")),
     "averaging": ("graphscale.bench.averaging", ("model averaging against single (accuracy per epoch, gap) and "
                   "graph-parallel (bytes), memory per worker against the partition count")),
+    "scaling": ("graphscale.bench.scaling", ("epoch time of single (W threads) against each distributed strategy "
+                "(W workers x 1 thread), communication / waiting / compute per worker, parallel efficiency")),
 }
 
 #: command-line flag -> (config section or None for top level, field)
@@ -253,8 +255,11 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
                    help="also log the per-epoch scalars (loss, accuracies, epoch time, bytes) to this TensorBoard "
                         "log directory (its parent must exist; needs `pip install tensorboard`)")
     p.add_argument("--checkpoint", metavar="PATH",
-                   help="save model and optimiser here after every epoch (the directory must exist)")
-    p.add_argument("--resume", action="store_const", const=True, help="continue from --checkpoint")
+                   help="save model, optimiser and the run's configuration here after every epoch (the directory "
+                        "must exist); with --repeat one file per seed, PATH with .seedS before the extension")
+    p.add_argument("--resume", action="store_const", const=True,
+                   help="continue from --checkpoint; the model, data and optimiser options must be the "
+                        "checkpoint's (only --epochs and how the run is executed may change)")
     p.add_argument("--progress", action=argparse.BooleanOptionalAction,
                    help="progress on stderr: a bar on a terminal, a line every tenth of the epochs when redirected")
 
@@ -270,6 +275,7 @@ def overrides_from_args(args: argparse.Namespace) -> dict:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
+    from graphscale.checkpoint import check_resume, read_checkpoint, seed_path
     from graphscale.config import build_config
     from graphscale.run import run, write_json
     from graphscale.validation import validate
@@ -277,12 +283,22 @@ def cmd_train(args: argparse.Namespace) -> int:
     base = build_config(overrides_from_args(args), args.config)
     if args.repeat < 1:
         raise ValueError(f"--repeat must be >= 1, got {args.repeat}")
+    if args.repeat > 1 and base.checkpoint:
+        base.checkpoint = seed_path(base.checkpoint, base.seed)
     validate(base)  # before the first run: also the --json path of a combined report
-    rows, reports = [], []
+    configs = []
     for i in range(args.repeat):
         config = build_config({**overrides_from_args(args), "seed": base.seed + i}, args.config)
-        if args.repeat > 1 and config.json:
+        if args.repeat > 1:
             config.json = None  # one combined report below
+            if config.checkpoint:  # one checkpoint per seed
+                config.checkpoint = seed_path(config.checkpoint, config.seed)
+        validate(config)  # every seed's checkpoint before the first run
+        if config.resume:
+            check_resume(config, read_checkpoint(config.checkpoint))
+        configs.append(config)
+    rows, reports = [], []
+    for config in configs:
         report = run(config)
         reports.append(report)
         final = report["final"]
@@ -296,6 +312,10 @@ def cmd_train(args: argparse.Namespace) -> int:
                      "RSS peak/worker": format_bytes(os_mem["peak_rss"]) if os_mem else "-",
                      "anon/file": (f"{format_bytes(os_mem['peak_anon'])} / {format_bytes(os_mem['peak_file'])}"
                                    if os_mem and os_mem.get("peak_anon") is not None else "-")})
+    from graphscale.distributed.launch import is_main_process
+
+    if not is_main_process():  # torchrun: rank 0 prints and writes the combined report
+        return 0
     graph = reports[0]["graph"]
     metric = reports[0].get("metric", "accuracy")  # reported under the acc columns (micro-f1 for multi-label)
     title = (f"{base.model.name} on {graph['name']} ({graph['nodes']:,} nodes, {graph['edges']:,} edges), "

@@ -18,11 +18,12 @@ import time
 import torch
 
 from graphscale import __version__
+from graphscale.checkpoint import check_resume, read_checkpoint
 from graphscale.config import RunConfig, to_dict
 from graphscale.data.formats import write_json_atomic
 from graphscale.data.handle import DataHandle
 from graphscale.distributed.env import DistEnv
-from graphscale.distributed.launch import launch, resolve_device
+from graphscale.distributed.launch import is_main_process, launch, resolve_device
 from graphscale.metrics.memory import max_os_memory, os_memory
 from graphscale.prepare import prepare_data
 from graphscale.registry import STRATEGIES
@@ -92,14 +93,26 @@ def environment() -> dict:
 def run(config: RunConfig) -> dict:
     """Train once with ``config`` and return the report (also written to ``config.json`` if set).
 
-    Every option is checked first (:func:`graphscale.validation.validate`), then the data is prepared
-    (:func:`graphscale.prepare.prepare_data`), both in this process before any worker starts.
+    Under ``torchrun`` every rank calls this (``graphscale train`` on every node): each prepares the data (file
+    locks in the cache directory make one rank per host write it, the others wait and reuse it), joins the group,
+    trains its part, and receives every rank's result, merged here as in spawn mode; only global rank 0 writes
+    ``--json`` (and checkpoints).
+
+    Every option is checked first (:func:`graphscale.validation.validate`; with ``--resume`` also the checkpoint's
+    configuration against this run's, :func:`graphscale.checkpoint.check_resume`), then the data is prepared
+    (:func:`graphscale.prepare.prepare_data`), all in this process before any worker starts.
     """
     validate(config)
+    saved = read_checkpoint(config.checkpoint) if config.resume else None
+    if saved is not None:
+        check_resume(config, saved)  # before the data is prepared (the dataset when it is given)
     device = resolve_device(config.device, config.strategy.workers)
     start = time.perf_counter()
     baseline = (os.getpid(), os_memory())  # the in-process worker's memory before its data is loaded
     data = prepare_data(config)  # before any worker starts: no worker waits while another partitions
+    if saved is not None:
+        check_resume(config, saved, data.summary)  # the resolved dataset and the graph's counts
+        del saved
     results = launch(train_worker, config.strategy.workers, config, data, baseline, device=device,
                      timeout_s=config.strategy.timeout)
     results.sort(key=lambda r: r["rank"])
@@ -118,7 +131,7 @@ def run(config: RunConfig) -> dict:
                                            for r in range(len(results))] if epochs else [],
                   "wall_seconds": time.perf_counter() - start},
     }
-    if config.json:
+    if config.json and is_main_process():  # under torchrun every rank has the report; rank 0 writes it
         write_json(report, config.json)
     if config.tensorboard:
         from graphscale.plot import write_tensorboard

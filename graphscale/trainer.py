@@ -16,6 +16,7 @@ from pathlib import Path
 
 import torch
 
+from graphscale.checkpoint import GRAPH_COUNTS, check_resume, identity, read_checkpoint
 from graphscale.config import RunConfig
 from graphscale.distributed.env import DistEnv
 from graphscale.metrics.memory import EpochMemory, OSMemory
@@ -45,25 +46,24 @@ class Trainer:
 
     # --------------------------------------------------------------- checkpoint
     def save_checkpoint(self, epoch: int) -> None:
-        """Write model, optimiser, best-so-far and history atomically (worker 0 only; the directory was checked
-        writable before training, and is never created)."""
+        """Write model, optimiser, best-so-far, history and the run's configuration
+        (:func:`graphscale.checkpoint.identity`, the graph's counts) atomically (worker 0 only; the directory was
+        checked writable before training, and is never created)."""
         if self.config.checkpoint is None or not self.env.is_main:
             return
         path = Path(self.config.checkpoint)
         tmp = path.with_name(path.name + ".tmp")
+        graph = {k: self.strategy.data.summary.get(k) for k in GRAPH_COUNTS}
         torch.save({"epoch": epoch, "strategy": self.strategy.state_dict(), "best": self.best,
-                    "history": self.history, "config_model": self.config.model.name}, tmp)
+                    "history": self.history, "identity": identity(self.config), "graph": graph}, tmp)
         os.replace(tmp, path)
 
     def load_checkpoint(self) -> None:
-        """Restore the state saved by :meth:`save_checkpoint`; training continues at the next epoch."""
-        path = Path(self.config.checkpoint)
-        if not path.exists():
-            raise ValueError(f"--resume: checkpoint {path} does not exist")
-        state = torch.load(path, map_location=self.env.device, weights_only=False)
-        if state.get("config_model") != self.config.model.name:
-            raise ValueError(f"--resume: checkpoint {path} holds a {state.get('config_model')!r} model, "
-                             f"but this run uses {self.config.model.name!r}")
+        """Restore the state saved by :meth:`save_checkpoint`; training continues at the next epoch. The parent
+        checked that the checkpoint's configuration is this run's (:func:`graphscale.checkpoint.check_resume`);
+        a worker started otherwise (the Python API's ``launch``) checks it here."""
+        state = read_checkpoint(self.config.checkpoint, map_location=self.env.device)
+        check_resume(self.config, state, self.strategy.data.summary)
         self.strategy.load_state_dict(state["strategy"])
         self.best, self.history = state["best"], state["history"]
         self.start_epoch = state["epoch"] + 1

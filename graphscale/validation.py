@@ -148,12 +148,21 @@ def _check_strategy_option(option: str, config: RunConfig) -> None:
 
 def _check_workers(config: RunConfig, strategy) -> None:
     from graphscale.data.handle import MEMORY
-    from graphscale.distributed.launch import cpu_count, torchrun_detected
+    from graphscale.distributed.launch import cpu_count, local_world_size, multi_node, torchrun_detected
 
     workers = config.strategy.workers
     _check_at_least_one("workers", workers)
     if strategy.data_view == MEMORY and workers != 1:
         raise ValueError(f"strategy {config.strategy.name!r} runs on one worker, got --workers {workers}")
+    if torchrun_detected():
+        world = int(os.environ["WORLD_SIZE"])
+        if workers != world:
+            raise ValueError(f"--workers {workers} but torchrun started {world} processes (WORLD_SIZE): give "
+                             f"--workers {world}, the ranks of all nodes together")
+        if strategy.single_host and multi_node():
+            raise ValueError(f"strategy {config.strategy.name!r} shares its host arrays between the workers of one "
+                             f"host and cannot span nodes (torchrun: {world} ranks, {local_world_size(world)} on "
+                             "this node); run it on one node (--nnodes 1)")
     cores = cpu_count()
     if workers > cores and not config.oversubscribe and not torchrun_detected():
         raise ValueError(f"--workers {workers} exceeds the {cores} CPU core(s) available; use fewer workers or "
@@ -218,9 +227,12 @@ def validate(config: RunConfig) -> None:
         raise ValueError("--resume needs --checkpoint PATH")
     if config.resume and not Path(config.checkpoint).is_file():
         raise ValueError(f"--resume: checkpoint {config.checkpoint} does not exist")
-    for option, path in (("--checkpoint", config.checkpoint), ("--json", config.json)):
-        if path:
-            check_output_path(path, option)
+    from graphscale.distributed.launch import is_main_process
+
+    if is_main_process():  # the process that writes them (under torchrun: rank 0)
+        for option, path in (("--checkpoint", config.checkpoint), ("--json", config.json)):
+            if path:
+                check_output_path(path, option)
     if config.tensorboard:
         from graphscale.plot import check_tensorboard
 

@@ -108,14 +108,18 @@ class Comm:
 
     # ---------------------------------------------------------- collectives
     @contextmanager
-    def _collective(self, name: str, category: str | None) -> Iterator[None]:
-        """Turn a backend error inside the block into a :class:`CollectiveError` naming the collective."""
+    def _collective(self, name: str, category: str | None, started: float | None = None) -> Iterator[None]:
+        """Turn a backend error inside the block into a :class:`CollectiveError` naming the collective; log the
+        seconds blocked in it when ``env.comm_log`` is a list (``started``: when an asynchronous one began)."""
         start = time.monotonic()
         try:
             yield
         except RuntimeError as err:
-            raise CollectiveError(self.rank, name, category, time.monotonic() - start, self.env.timeout,
+            since = start if started is None else started
+            raise CollectiveError(self.rank, name, category, time.monotonic() - since, self.env.timeout,
                                   err) from err
+        if self.env.comm_log is not None:
+            self.env.comm_log.append((name, category, time.monotonic() - start))
 
     def barrier(self) -> None:
         """Wait for every rank."""
@@ -180,6 +184,34 @@ class Comm:
             self.record(category, count * row, peer)
         return out
 
+    def all_to_all_v_start(self, send: torch.Tensor, send_counts: list[int], recv_counts: list[int],
+                           category: str, out: torch.Tensor) -> PendingExchange:
+        """Start :meth:`all_to_all_v` into ``out`` without waiting: the backend moves the rows while the caller
+        computes; :meth:`PendingExchange.wait` returns ``out`` once they arrived. Bytes are recorded here.
+
+        ``send`` must stay untouched until the wait returns.
+        """
+        self._check_counts(send_counts, "send_counts")
+        self._check_counts(recv_counts, "recv_counts")
+        shape = (sum(recv_counts), *send.shape[1:])
+        if send.dim() == 0 or send.shape[0] != sum(send_counts):
+            raise ValueError(f"all_to_all_v_start: send has {send.shape[0] if send.dim() else 0} rows, "
+                             f"send_counts sum to {sum(send_counts)}")
+        if tuple(out.shape) != shape or not out.is_contiguous():
+            raise ValueError(f"all_to_all_v_start: out must be a contiguous {shape} tensor, got {tuple(out.shape)}")
+        if self.world_size == 1:
+            out.copy_(send)
+            return PendingExchange(self, None, out, category, time.monotonic(), send)
+        send = send.contiguous()
+        started = time.monotonic()
+        with self._collective("all_to_all_v (start)", category):
+            work = dist.all_to_all_single(out, send, output_split_sizes=list(recv_counts),
+                                          input_split_sizes=list(send_counts), group=self.group, async_op=True)
+        row = send.element_size() * send.shape[1:].numel()
+        for peer, count in enumerate(send_counts):
+            self.record(category, count * row, peer)
+        return PendingExchange(self, work, out, category, started, send)
+
     def all_gather_v(self, t: torch.Tensor, category: str) -> list[torch.Tensor]:
         """Every rank's ``t`` (row counts may differ; trailing shape and dtype must agree), by rank."""
         if self.world_size == 1:
@@ -235,3 +267,21 @@ class Comm:
         if not 0 <= peer < self.world_size or peer == self.rank:
             raise ValueError(f"peer {peer} must be another rank of the {self.world_size}-worker group "
                              f"(this is rank {self.rank})")
+
+
+class PendingExchange:
+    """An :meth:`Comm.all_to_all_v_start` in flight; :meth:`wait` blocks until its rows arrived (once)."""
+
+    def __init__(self, comm: Comm, work, out: torch.Tensor, category: str, started: float,
+                 send: torch.Tensor) -> None:
+        self.comm, self.work, self.out, self.category, self.started = comm, work, out, category, started
+        self.send = send  # kept alive until the backend is done with it
+        self.buffer: torch.Tensor | None = None  # a caller's buffer that ``out`` lies in (HaloExchange.start)
+
+    def wait(self) -> torch.Tensor:
+        if self.work is not None:
+            with self.comm._collective("all_to_all_v (wait)", self.category, started=self.started):
+                self.work.wait()
+            self.work = None
+        self.send = None
+        return self.out

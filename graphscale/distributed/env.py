@@ -27,6 +27,10 @@ class DistEnv:
         group: the process group (``None`` = the default group).
         timeout: collective timeout; a dead peer fails the run instead of hanging it.
         ledger: this worker's byte Ledger.
+        comm_log: when a list, :class:`~graphscale.distributed.comm.Comm` appends ``(name, category, seconds)``
+            for every collective this worker blocked in (for an asynchronous one, its wait), in call order, which
+            every worker shares (``graphscale bench scaling`` splits communication from waiting with it);
+            ``None`` (the default) records nothing.
     """
 
     rank: int = 0
@@ -36,6 +40,7 @@ class DistEnv:
     group: object | None = None
     timeout: timedelta = field(default_factory=lambda: timedelta(seconds=DEFAULT_TIMEOUT_S))
     ledger: Ledger = field(default_factory=Ledger)
+    comm_log: list | None = None
 
     @classmethod
     def local(cls, device: str | torch.device = "cpu") -> DistEnv:

@@ -93,6 +93,43 @@ class _HaloGather(torch.autograd.Function):
         return grad[:n] + returned, None
 
 
+class _HaloFinish(torch.autograd.Function):
+    """Forward: wait for the halo rows :meth:`HaloExchange.start` requested and return its source buffer
+    ``[x_local[rows]; halo rows]``; backward: the local part's gradient to its rows, the halo part's to the
+    owners, who scatter-add it into theirs (as :class:`_HaloGather`)."""
+
+    @staticmethod
+    def forward(ctx, x_local: torch.Tensor, plan: HaloExchange, pending, rows: torch.Tensor | None) -> torch.Tensor:
+        ctx.plan, ctx.rows = plan, rows
+        out = pending.buffer
+        k = out.shape[0] - plan.num_halo
+        if rows is None:
+            out[:k] = x_local
+        else:
+            torch.index_select(x_local, 0, rows, out=out[:k])
+        recv = pending.wait()
+        if plan.halo_index is not None:  # received by owner: into halo order
+            torch.index_select(recv, 0, plan.halo_index, out=out[k:])
+        if plan.tracker is not None:
+            plan.tracker.untrack("halo exchange")
+        return out
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        plan, rows = ctx.plan, ctx.rows
+        grad = grad.contiguous()
+        k = grad.shape[0] - plan.num_halo
+        halo_grad = grad[k:]
+        if plan.halo_index is not None:  # back to received order
+            halo_grad = torch.empty_like(halo_grad).index_copy_(0, plan.halo_index, halo_grad)
+        back = plan.comm.all_to_all_v(halo_grad, plan.recv_counts, plan.send_counts, plan.category)
+        if rows is None:
+            local = grad[:k].clone()
+        else:
+            local = grad.new_zeros((plan.num_local, *grad.shape[1:])).index_add_(0, rows, grad[:k])
+        return local.index_add_(0, plan.send_index, back), None, None, None
+
+
 @dataclass
 class HaloExchange:
     """A precomputed halo-exchange plan for one worker's block.
@@ -192,6 +229,34 @@ class HaloExchange:
         if x_local.shape[0] != self.num_local:
             raise ValueError(f"HaloExchange.gather: expected {self.num_local} local rows, got {x_local.shape[0]}")
         return _HaloGather.apply(x_local, self)
+
+    def start(self, x_local: torch.Tensor, rows: torch.Tensor | None = None):
+        """The overlapped form of :meth:`gather`: send the rows peers need from ``x_local`` and start receiving
+        this worker's halo rows without waiting, so the caller can compute on local rows meanwhile, then
+        :meth:`finish`. The result holds ``x_local[rows]`` (all local rows when ``rows`` is ``None``), then the
+        halo rows, received straight into it where their order allows.
+
+        Returns:
+            the pending exchange, for :meth:`finish` (with the same ``rows``).
+        """
+        if x_local.shape[0] != self.num_local:
+            raise ValueError(f"HaloExchange.start: expected {self.num_local} local rows, got {x_local.shape[0]}")
+        x = x_local.detach()
+        send = x.index_select(0, self.send_index)
+        k = self.num_local if rows is None else rows.numel()
+        out = x.new_empty((k + self.num_halo, *x.shape[1:]))
+        recv = out[k:] if self.halo_index is None else x.new_empty((self.num_halo, *x.shape[1:]))
+        if self.tracker is not None:
+            self.tracker.track("halo exchange", send, out, recv)
+        pending = self.comm.all_to_all_v_start(send, self.send_counts, self.recv_counts, self.category, recv)
+        pending.buffer = out  # its local part is filled by finish: its pages stay untouched while the caller computes
+        return pending
+
+    def finish(self, x_local: torch.Tensor, pending, rows: torch.Tensor | None = None) -> torch.Tensor:
+        """``[x_local[rows]; halo rows]`` of the exchange :meth:`start` began (waits for the halo rows).
+        Differentiable in ``x_local``: the backward returns the halo rows' gradients to their owners (only when
+        ``x_local`` requires grad, as :meth:`gather`)."""
+        return _HaloFinish.apply(x_local, self, pending, rows)
 
     def volume(self, width: int, element_size: int) -> int:
         """Bytes this worker sends in one forward :meth:`gather` of rows ``width`` wide."""

@@ -9,7 +9,14 @@
   short-circuit).
 * Under ``torchrun`` (``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``, ``MASTER_PORT``
   set) ``fn`` runs once in the current process inside that group
-  (:func:`join_torchrun`); the returned list holds only this process's result.
+  (:func:`join_torchrun`), on one node or several. The device comes from the
+  *local* placement: ``LOCAL_RANK`` on a host with ``LOCAL_WORLD_SIZE`` ranks
+  (CUDA when the host has a GPU per local rank), and the CPU threads are the
+  host's cores over its local ranks, as spawned workers get them. Every rank's
+  result is then gathered (``all_gather_object``), so every rank returns
+  ``[result of rank 0, ..., rank W-1]`` exactly as spawn mode does, and the
+  caller merges them the same way; :func:`is_main_process` tells the caller
+  whether it is global rank 0, the one that prints and writes files.
 * Otherwise ``world_size`` workers are spawned (``torch.multiprocessing`` spawn
   context). They rendezvous through a ``FileStore`` in a fresh temporary
   directory (no TCP port to race for), use gloo on CPU and NCCL when CUDA has at
@@ -107,10 +114,30 @@ def cpu_count() -> int:
         return os.cpu_count() or 1
 
 
+def local_world_size(world_size: int) -> int:
+    """Workers on this host: ``LOCAL_WORLD_SIZE`` under torchrun (``world_size`` there when unset), else
+    ``world_size`` (spawned workers all run here)."""
+    if torchrun_detected():
+        return int(os.environ.get("LOCAL_WORLD_SIZE", os.environ["WORLD_SIZE"]))
+    return world_size
+
+
+def is_main_process() -> bool:
+    """Whether this process is the one that prints results and writes files: always outside torchrun, global rank
+    0 under it (every rank runs the command there)."""
+    return not torchrun_detected() or int(os.environ["RANK"]) == 0
+
+
+def multi_node() -> bool:
+    """Whether this is a torchrun group spanning several hosts (fewer local ranks than ranks)."""
+    return torchrun_detected() and local_world_size(0) < int(os.environ["WORLD_SIZE"])
+
+
 def resolve_device(device: str | torch.device, world_size: int) -> str:
     """The device *kind* workers use: ``"cpu"`` or ``"cuda"``.
 
-    ``"auto"`` picks CUDA when it has at least ``world_size`` devices, else CPU.
+    ``"auto"`` picks CUDA when this host has a GPU for each of its workers (:func:`local_world_size`: under
+    torchrun the ranks of this node, not the global ``world_size``), else CPU.
 
     Raises:
         ValueError: ``device`` is unknown, or ``cuda`` is asked for without enough GPUs.
@@ -120,13 +147,16 @@ def resolve_device(device: str | torch.device, world_size: int) -> str:
     else:
         kind = str(device).split(":")[0]
     gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    per_host = local_world_size(world_size)
     if kind == "auto":
-        return "cuda" if gpus >= world_size else "cpu"
+        return "cuda" if gpus >= per_host else "cpu"
     if kind == "cpu":
         return "cpu"
     if kind == "cuda":
-        if gpus < world_size:
-            raise ValueError(f"device='cuda' needs one GPU per worker: world_size={world_size}, found {gpus} GPU(s)")
+        if gpus < per_host:
+            where = (f"{per_host} local rank(s) on this node (LOCAL_WORLD_SIZE)" if torchrun_detected()
+                     else f"world_size={world_size}")
+            raise ValueError(f"device='cuda' needs one GPU per worker: {where}, found {gpus} GPU(s)")
         return "cuda"
     raise ValueError(f"device must be 'auto', 'cpu' or 'cuda', got {device!r}")
 
@@ -152,7 +182,11 @@ def join_torchrun(backend: str | None = None, device: str | torch.device = "auto
     """Join the process group described by torchrun's environment variables.
 
     Initialises the default group via ``env://`` (or reuses one that is already
-    initialised) and pins CUDA device ``LOCAL_RANK`` when running on GPUs.
+    initialised) and pins CUDA device ``LOCAL_RANK`` when running on GPUs (the
+    device kind is decided by :func:`resolve_device` from the ranks on this
+    node). Sets this process's CPU threads to the host's cores over its local
+    ranks (torchrun's ``OMP_NUM_THREADS=1`` would otherwise leave cores idle),
+    as spawned workers get the cores over the workers.
 
     Args:
         backend: ``None`` picks NCCL on CUDA, gloo on CPU.
@@ -172,11 +206,9 @@ def join_torchrun(backend: str | None = None, device: str | torch.device = "auto
     rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     local_rank = int(os.environ.get("LOCAL_RANK", rank))
     timeout = timedelta(seconds=timeout_s)
-    if device == "auto":
-        kind = "cuda" if torch.cuda.is_available() and torch.cuda.device_count() > local_rank else "cpu"
-    else:
-        kind = torch.device(device).type
+    kind = resolve_device(device, world_size)
     backend = resolve_backend(backend, kind)
+    torch.set_num_threads(max(1, cpu_count() // local_world_size(world_size)))
     dev = torch.device("cuda", local_rank) if kind == "cuda" else torch.device("cpu")
     if kind == "cuda":
         torch.cuda.set_device(dev)
@@ -198,7 +230,7 @@ def launch(fn: Callable[..., Any], world_size: int, *args: Any, backend: str | N
         timeout_s: collective timeout in seconds.
 
     Returns:
-        ``[fn's result on rank 0, ..., rank world_size-1]``; under torchrun, ``[this rank's result]``.
+        ``[fn's result on rank 0, ..., rank world_size-1]``, under torchrun too (on every rank).
 
     Raises:
         WorkerError: a worker raised or died; the others were stopped.
@@ -211,7 +243,12 @@ def launch(fn: Callable[..., Any], world_size: int, *args: Any, backend: str | N
         owns_group = not dist.is_initialized()
         env = join_torchrun(backend, device, timeout_s)
         try:
-            return [fn(env, *args)]
+            result = fn(env, *args)
+            if world_size == 1:
+                return [result]
+            results: list[Any] = [None] * world_size
+            dist.all_gather_object(results, result)  # the results of every node, ordered by rank
+            return results
         finally:
             if owns_group and dist.is_initialized():
                 dist.destroy_process_group()

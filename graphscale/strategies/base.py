@@ -46,6 +46,9 @@ class Strategy(ABC):
     learnable_input: bool = False
     #: the learnable input table (:class:`~graphscale.nn.embedding.LearnableInput`) when the run has one
     input_table = None
+    #: True when its workers must share one host (memory shared between processes): a torchrun group spanning
+    #: several nodes is refused before anything starts (:func:`graphscale.validation.validate`).
+    single_host: bool = False
 
     @classmethod
     def unused_options(cls, config: RunConfig) -> dict[str, str]:

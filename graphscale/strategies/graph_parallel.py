@@ -20,7 +20,23 @@ the global training count is one all-reduce (category ``"setup"``).
 ``h_src = halo.gather(model.pre(l, h))`` then ``h = model.step(l, block, h_src, h0_dst, pre_applied=True)``
 (the row-wise, id-keyed ``pre`` (dropout) runs on the worker's own rows before the exchange, so the worker
 holds one dropped copy of its inner rows rather than of all its source rows; the rows are the same);
-``logits = output_map(h)``. The loss is the sum of cross-entropy over the
+``logits = output_map(h)``.
+
+**Overlap.** With ``GraphParallel(overlap=True)`` each layer's exchange runs while the worker computes:
+the rows are cut once at setup (:class:`OverlapPlan`) into *interior* rows, whose in-neighbours are all local,
+and *boundary* rows, which read at least one halo row. Per layer the worker starts the exchange
+(:meth:`HaloExchange.start`: the rows peers need are sent and the halo rows received by the backend's thread),
+runs the step on the interior block (its sources: the interior rows and the boundary rows they read, gathered),
+then waits for the halo (:meth:`HaloExchange.finish`) and runs the step on the boundary block (sources: the
+boundary rows, the interior rows they read, the halo), and puts the rows back in local order. Every row keeps its
+in-edges in stored order, so every aggregated row is summed exactly as unsplit; the bytes are the same. Only the
+forward exchange overlaps; the backward exchange of the halo gradients is blocking. ``overlap=False`` (the
+default) exchanges first and runs the unsplit block. ``graphscale bench scaling`` times both: on CPU workers over
+loopback gloo the exchange is about a tenth of a 2-worker epoch, less than the gathers the overlap adds (the
+interior block's sources and the boundary block's local sources are copies, and the rows both blocks read are
+copied twice), so it is off by default; it pays where communication is slower than the copies (between nodes).
+
+The loss is the sum of cross-entropy over the
 worker's training vertices divided by the *global* number of training vertices,
 so summing the workers' parameter gradients gives the single-process gradient
 exactly: the backward of each gather returns halo gradients to their owners,
@@ -65,6 +81,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import torch
 
@@ -138,6 +155,90 @@ def inner_block(part) -> tuple[Block, torch.Tensor]:
     return Block(indptr, indices, part.orig_ids[rows], part.degree[rows]), halo_local
 
 
+def _csr_rows(indptr: torch.Tensor, indices: torch.Tensor, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The CSR rows ``rows`` (in that order, each row's entries in stored order): ``(indptr, indices)``."""
+    starts = indptr[rows]
+    counts = indptr[rows + 1] - starts
+    out = torch.zeros(rows.numel() + 1, dtype=torch.int64)
+    torch.cumsum(counts, 0, out=out[1:])
+    offsets = torch.arange(int(out[-1])) - torch.repeat_interleave(out[:-1] - starts, counts)
+    return out, indices[offsets]
+
+
+@dataclass
+class OverlapPlan:
+    """A partition's block cut for overlapping the halo exchange with computation.
+
+    An *interior* row has local in-neighbours only, a *boundary* row at least one halo in-neighbour.
+    ``interior`` (destinations: the interior rows; sources: the interior rows, then the boundary rows they read)
+    is computed while the halo rows travel, ``boundary`` (destinations: the boundary rows; sources: the boundary
+    rows, the interior rows they read, then the halo in the stored order) once they arrived. Every row keeps its
+    in-edges in stored order, so each aggregated row is summed exactly as in the unsplit block. Rows are stored
+    local ids (the worker's features, labels and outputs stay in the store's order: nothing is copied at setup).
+
+    Attributes:
+        interior: the interior block.
+        boundary: the boundary block.
+        interior_src: int64 local rows of ``interior``'s sources (its destinations first).
+        boundary_src: int64 local rows of ``boundary``'s local sources (its destinations first).
+        inverse: int64 ``[n_local]``: ``cat(interior rows' outputs, boundary rows' outputs)[inverse]`` is in
+            local row order.
+    """
+
+    interior: Block
+    boundary: Block
+    interior_src: torch.Tensor
+    boundary_src: torch.Tensor
+    inverse: torch.Tensor
+
+    @property
+    def num_interior(self) -> int:
+        return self.interior.num_dst
+
+    @classmethod
+    def build(cls, block: Block) -> OverlapPlan:
+        """Cut ``block`` (destinations: the local rows, sources: the local rows then the halo)."""
+        n = block.num_dst
+        indptr, indices = block.indptr, block.indices
+        # rows with a halo in-neighbour, from the halo edges' positions (no per-edge row array)
+        halo_edges = torch.nonzero(indices >= n).flatten()
+        has_halo = torch.zeros(n, dtype=torch.bool)
+        has_halo[torch.searchsorted(indptr, halo_edges, right=True) - 1] = True
+        del halo_edges
+        interior_rows = torch.nonzero(~has_halo).flatten()
+        boundary_rows = torch.nonzero(has_halo).flatten()
+        i_ptr, i_idx = _csr_rows(indptr, indices, interior_rows)
+        read_by_interior = torch.zeros(n, dtype=torch.bool)
+        read_by_interior[i_idx] = True  # interior rows read local rows only
+        interior_src = torch.cat([interior_rows, torch.nonzero(has_halo & read_by_interior).flatten()])
+        del read_by_interior
+        lut = torch.full((n,), -1, dtype=torch.int64)
+        lut[interior_src] = torch.arange(interior_src.numel())
+        interior = Block(i_ptr, lut[i_idx], block.src_ids[interior_src], block.src_deg[interior_src])
+        del i_idx
+        b_ptr, b_idx = _csr_rows(indptr, indices, boundary_rows)
+        local = b_idx < n
+        reads_interior = local.clone()
+        reads_interior[local] = ~has_halo[b_idx[local]]
+        interior_read = torch.unique(b_idx[reads_interior])
+        del reads_interior
+        boundary_src = torch.cat([boundary_rows, interior_read])
+        lut.fill_(-1)
+        lut[boundary_src] = torch.arange(boundary_src.numel())
+        b_idx -= n - boundary_src.numel()  # halo rows follow the local sources, in stored order
+        b_idx[local] = lut[b_idx[local] + (n - boundary_src.numel())]
+        del local, lut
+        sources = torch.cat([boundary_src, torch.arange(n, block.num_src)])
+        boundary = Block(b_ptr, b_idx, block.src_ids[sources], block.src_deg[sources])
+        inverse = torch.empty(n, dtype=torch.int64)
+        inverse[torch.cat([interior_rows, boundary_rows])] = torch.arange(n)
+        return cls(interior, boundary, interior_src, boundary_src, inverse)
+
+    def to(self, device) -> OverlapPlan:
+        return OverlapPlan(self.interior.to(device), self.boundary.to(device), self.interior_src.to(device),
+                           self.boundary_src.to(device), self.inverse.to(device))
+
+
 @STRATEGIES.register("graph-parallel")
 class GraphParallel(Strategy):
     """Graph-parallel full-graph training (see the module docstring)."""
@@ -147,6 +248,12 @@ class GraphParallel(Strategy):
     data_view = PARTITION_LOCAL
     learnable_input = True
     options = frozenset({"partitioner", "balance", "partitions"})
+
+    def __init__(self, overlap: bool = False) -> None:
+        #: overlap each layer's halo exchange with the interior rows' step (:class:`OverlapPlan`); off by default:
+        #: on CPU workers with loopback gloo its extra gathers cost more than the hidden communication
+        #: (``graphscale bench scaling`` times both)
+        self.overlap = overlap
 
     @classmethod
     def unused_options(cls, config: RunConfig) -> dict[str, str]:
@@ -174,8 +281,15 @@ class GraphParallel(Strategy):
         block, halo_local = inner_block(part)
         self.halo = HaloExchange.build(self.comm, block.dst_ids, block.halo_ids,
                                        part.halo_owner[halo_local - n_inner].to(torch.int64), HALO)
-        self.block = block.to(device)
-        self.inner_ids = self.block.dst_ids
+        # the interior and boundary blocks (the unsplit block stays a view of the store); not on one worker (no
+        # halo) nor where no row is interior (nothing to overlap): the plain exchange is the same collective
+        plan = OverlapPlan.build(block) if self.overlap and env.world_size > 1 else None
+        if plan is not None and plan.num_interior > 0:
+            self.plan, self.block = plan.to(device), None
+        else:
+            self.plan, self.block = None, block.to(device)
+        del plan
+        self.inner_ids = block.dst_ids.to(device)
         dtype = next(model.parameters()).dtype
         if learnable:  # the rows of the learnable input this worker owns; halo rows come through the exchange
             self.x = self.learnable_table(self.inner_ids.cpu())
@@ -196,11 +310,20 @@ class GraphParallel(Strategy):
         self.params = [p for p in model.parameters() if p.requires_grad]
         self.tracker = MemoryTracker(env)
         self.halo.tracker = self.tracker
-        transpose = topology(self.block).transpose()  # the backward's CSC, built once and kept with the block
-        self.tracker.track("partition", self.x, self.y, *self.masks.values(), self.block.indptr,
-                           self.block.indices, self.block.src_ids, self.block.src_deg, self.halo.send_index,
-                           self.halo.halo_index, *transpose)
+        arrays = []
+        for b in self.blocks:
+            transpose = topology(b).transpose()  # the backward's CSC, built once and kept with the block
+            arrays += [b.indptr, b.indices, b.src_ids, b.src_deg, *transpose]
+        if self.plan is not None:
+            arrays += [self.plan.interior_src, self.plan.boundary_src, self.plan.inverse]
+        self.tracker.track("partition", self.x, self.y, *self.masks.values(), *arrays, self.halo.send_index,
+                           self.halo.halo_index)
         self.tracker.track_module("model", model)
+
+    @property
+    def blocks(self) -> list[Block]:
+        """The blocks this worker computes on: the interior and boundary blocks, or the whole partition's."""
+        return [self.plan.interior, self.plan.boundary] if self.plan is not None else [self.block]
 
     # ---------------------------------------------------------------- steps
     def forward(self) -> torch.Tensor:
@@ -210,9 +333,27 @@ class GraphParallel(Strategy):
         h0 = h if model.needs_h0 else None
         for layer in range(model.num_layers):
             # pre (keyed dropout) is row-wise: apply it to the owned rows, then exchange (same rows, less memory)
-            h_src = self.halo.gather(model.pre(layer, h, self.inner_ids))
-            h = model.step(layer, self.block, h_src, h0, pre_applied=True)
+            z = model.pre(layer, h, self.inner_ids)
+            if self.plan is not None:
+                h = self._overlapped_step(layer, z, h0)
+            else:
+                h = model.step(layer, self.block, self.halo.gather(z), h0, pre_applied=True)
         return model.output_map(h, self.inner_ids)
+
+    def _overlapped_step(self, layer: int, z: torch.Tensor, h0: torch.Tensor | None) -> torch.Tensor:
+        """Step ``layer`` with its halo exchange in flight while the interior rows are computed."""
+        model, plan = self.model, self.plan
+        pending = self.halo.start(z, plan.boundary_src)  # the boundary block's sources: local part, then the halo
+        h0_i = None if h0 is None else h0.index_select(0, plan.interior_src[: plan.num_interior])
+        z_i = z.index_select(0, plan.interior_src)  # the interior block's sources (a copy while it runs)
+        self.tracker.track("interior sources", z_i)
+        out_i = model.step(layer, plan.interior, z_i, h0_i, pre_applied=True)
+        self.tracker.untrack("interior sources")
+        del z_i
+        src = self.halo.finish(z, pending, plan.boundary_src)
+        h0_b = None if h0 is None else h0.index_select(0, plan.boundary_src[: plan.boundary.num_dst])
+        out_b = model.step(layer, plan.boundary, src, h0_b, pre_applied=True)
+        return torch.cat([out_i, out_b]).index_select(0, plan.inverse)
 
     def train_epoch(self, epoch: int) -> EpochStats:
         self.model.train()
@@ -231,7 +372,8 @@ class GraphParallel(Strategy):
         total = self.comm.all_reduce(loss_sum.detach().reshape(1).double(), CONTROL)
         return EpochStats(loss=float(total) / self.num_train, seconds=time.perf_counter() - start,
                           bytes=self.env.ledger.since(before), peak_memory=self.tracker.peak,
-                          extra={"local_nodes": self.block.num_dst, "halo_nodes": self.halo.num_halo})
+                          extra={"local_nodes": self.inner_ids.numel(), "halo_nodes": self.halo.num_halo,
+                                 "interior_nodes": self.plan.num_interior if self.plan is not None else None})
 
     @torch.no_grad()
     def evaluate(self) -> dict[str, float]:

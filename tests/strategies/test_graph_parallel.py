@@ -54,14 +54,14 @@ def write_stores(root, world_size: int) -> list[str]:
     return paths
 
 
-def _worker(env: DistEnv, combos: list[tuple[str, str, str]], stores: list[str]) -> list[dict]:
+def _worker(env: DistEnv, combos: list[tuple[str, str, str]], stores: list[str], overlap: bool = False) -> list[dict]:
     out = []
     for (model_name, dtype_name, partitioner), store in zip(combos, stores):
         dtype = DTYPES[dtype_name]
         handle = store_handle(store, "none", dtype_name)
         config = make_config(model_name, partitioner, env.world_size)
         model = build_model(config.model, handle.num_features, handle.num_classes, seed=0, dtype=dtype)
-        strategy = GraphParallel()
+        strategy = GraphParallel(overlap=overlap)
         strategy.setup(handle, model, env, config)
         metrics = strategy.evaluate()  # with the initial parameters, like the reference
         model.train()
@@ -70,14 +70,15 @@ def _worker(env: DistEnv, combos: list[tuple[str, str, str]], stores: list[str])
         stats = strategy.train_epoch(0)
         grads = [p.grad.clone() for p in model.parameters()]
         later = [strategy.train_epoch(e) for e in range(1, 1 + EXTRA_EPOCHS)]
-        b = strategy.block  # every row-indexed array the worker holds (the block's indices are per edge)
+        # every row-indexed array the worker holds (the blocks' indices are per edge)
         held = [t for t in vars(strategy).values() if torch.is_tensor(t)] + list(strategy.masks.values())
-        held += [b.indptr, b.src_ids, b.src_deg]
+        for b in strategy.blocks:
+            held += [b.indptr, b.src_ids, b.src_deg]
         out.append({"inner_ids": strategy.inner_ids.cpu(), "logits": logits, "loss": stats.loss, "grads": grads,
                     "params": [p.detach().clone() for p in model.parameters()], "bytes": stats.bytes,
                     "later_bytes": [s.bytes for s in later], "opened": handle.opened,
                     "max_rows": max(t.shape[0] for t in held if t.dim()),
-                    "block_edges": b.num_edges,
+                    "block_edges": sum(b.num_edges for b in strategy.blocks),
                     "peak": stats.peak_memory, "metrics": metrics})
         strategy.teardown()
     return out
@@ -111,10 +112,11 @@ def brute_force_halo_sizes(graph, owner: torch.Tensor, parts: int) -> list[int]:
     return [len(h) for h in halos]
 
 
-@pytest.mark.parametrize("world_size", [1, 2, 4])
-def test_graph_parallel_matches_single_process(world_size, tmp_path):
+@pytest.mark.parametrize("world_size, overlap", [(1, False), (2, False), (4, False), (2, True), (4, True)])
+def test_graph_parallel_matches_single_process(world_size, overlap, tmp_path):
+    """With the halo exchange overlapped (interior rows first, then the boundary rows) and without."""
     stores = write_stores(tmp_path, world_size)
-    results = run_distributed(_worker, world_size, COMBOS, stores)
+    results = run_distributed(_worker, world_size, COMBOS, stores, overlap)
     for i, (model_name, dtype_name, _) in enumerate(COMBOS):
         dtype = DTYPES[dtype_name]
         ref = reference(model_name, dtype_name)
@@ -185,3 +187,39 @@ def test_registered_and_rejects_bad_setups(tmp_path):
     model = build_model(config.model, graph.num_features, graph.num_classes, seed=0, dtype=torch.float64)
     with pytest.raises(ValueError, match="has no partitions"):
         GraphParallel().setup(make_graph(torch.float64), model, DistEnv.local(), config)
+
+
+@pytest.mark.parametrize("model_name", ["gcn", "sage", "gat", "gcnii"])
+def test_overlap_plan_computes_every_row_as_the_unsplit_block(model_name):
+    """Interior rows (local sources only) then boundary rows (with the halo): each aggregated row is summed as in
+    the unsplit block (bitwise), and a model step on both equals the step on the whole block."""
+    from graphscale.nn.layers import gcn_aggregate, mean_aggregate
+    from graphscale.strategies.graph_parallel import OverlapPlan
+
+    graph = random_graph(80, avg_degree=4.0, num_features=6, num_classes=3, seed=3, dtype=torch.float64,
+                         isolated=2)
+    config = make_config(model_name, "random", 1)
+    model = build_model(config.model, graph.num_features, graph.num_classes, seed=0, dtype=torch.float64)
+    model.train()
+    model.set_epoch(1)
+    subsets = [torch.arange(0, 80, 2), torch.arange(0, 40), torch.arange(80), torch.tensor([3, 17, 40]),
+               torch.randperm(80, generator=torch.Generator().manual_seed(0))[:50].sort().values]
+    for nodes in subsets:
+        block = Block.from_nodes(graph, nodes)
+        plan = OverlapPlan.build(block)
+        n = block.num_dst
+        assert plan.num_interior + plan.boundary.num_dst == n
+        assert bool((plan.interior.indices < plan.interior.num_src).all())
+        raw = torch.randn(block.num_src, graph.num_features, dtype=torch.float64)
+        x = model.input_map(raw, block.src_ids)  # the identity, or GCNII's learned projection
+        src_b = torch.cat([x[plan.boundary_src], x[n:]])
+        for aggregate in (gcn_aggregate, mean_aggregate):
+            split = torch.cat([aggregate(plan.interior, x[plan.interior_src]), aggregate(plan.boundary, src_b)])
+            assert torch.equal(split[plan.inverse], aggregate(block, x))
+        h0 = x[:n] if model.needs_h0 else None
+        whole = model.step(0, block, x, h0)
+        h0_i = None if h0 is None else h0[plan.interior_src[: plan.num_interior]]
+        h0_b = None if h0 is None else h0[plan.boundary_src[: plan.boundary.num_dst]]
+        split = torch.cat([model.step(0, plan.interior, x[plan.interior_src], h0_i),
+                           model.step(0, plan.boundary, src_b, h0_b)])[plan.inverse]
+        assert_close_rel(split, whole, torch.float64, what=f"{model_name} step")

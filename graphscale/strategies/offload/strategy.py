@@ -194,6 +194,7 @@ class OffloadStrategy(Strategy):
 
     exact = True
     options = frozenset({"partitioner", "balance", "chunks", "dedup", "recompute", "memory_budget", "shm_dir"})
+    single_host = True  # every worker reads and writes the same host arrays (shared-memory files on one host)
 
     @classmethod
     def unused_options(cls, config: RunConfig) -> dict[str, str]:

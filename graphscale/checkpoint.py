@@ -1,0 +1,120 @@
+"""Checkpoints: what one records, where ``--repeat`` puts them, and the parent's check before a resume.
+
+A checkpoint (written by :class:`graphscale.trainer.Trainer` on worker 0 after every epoch) is one ``torch.save``
+file holding the epoch, the strategy's state (model and optimiser), the best epoch so far, the history, and the
+run's *identity* (:func:`identity`): everything strategy-independent that changes the model's parameters, its
+training data or its optimisation -- the dataset spec (canonical: absolute paths), ``--feature-norm``, every
+``[model]`` field, ``--dtype``, ``--seed``, the optimiser (``adam``, ``--lr``, ``--weight-decay``) -- plus the
+strategy's name and the graph's counts (nodes, edges, features, classes).
+
+Resuming continues *the same run*: :func:`check_resume` (in the parent, before any data is prepared or worker
+started) refuses a run whose identity differs, with one line naming every differing option and both values. The
+optimiser settings are part of it: ``--lr`` / ``--weight-decay`` on resume must equal the checkpoint's (a run that
+resumes with other settings would otherwise either keep the checkpoint's silently, since the optimiser's state
+holds its learning rate, or change the trajectory that ``--resume`` promises to continue). Any exact strategy
+resumes a checkpoint of any exact strategy (they train the same model with the same optimiser); an approximate
+one (``model-averaging``) only its own.
+
+``--repeat N --checkpoint P`` keeps one checkpoint per seed, :func:`seed_path` (``ckpt.pt`` ->
+``ckpt.seed3.pt``), and ``--repeat N --resume`` resumes each seed from its own.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import torch
+
+from graphscale.config import RunConfig
+
+#: the name of the optimiser every strategy builds (:func:`graphscale.strategies.base.make_optimizer`)
+OPTIMIZER = "adam"
+#: graph counts a checkpoint records and a resumed run must match
+GRAPH_COUNTS = ("nodes", "edges", "features", "classes")
+#: keys every checkpoint holds
+REQUIRED = ("epoch", "strategy", "best", "history", "identity", "graph")
+
+
+def seed_path(path: str | Path, seed: int) -> str:
+    """The checkpoint of seed ``seed`` in a ``--repeat`` run: ``.seedS`` before the extension
+    (``runs/ckpt.pt`` -> ``runs/ckpt.seed3.pt``; ``ckpt`` -> ``ckpt.seed3``)."""
+    path = Path(path)
+    return str(path.with_name(f"{path.stem}.seed{seed}{path.suffix}"))
+
+
+def identity(config: RunConfig) -> dict:
+    """The strategy-independent configuration a checkpoint was trained with (module docstring); flat, keyed by
+    option name (``hidden``, ``lr``, ...). ``config.data.dataset`` must be resolved (:mod:`graphscale.prepare`)."""
+    from graphscale.prepare import canonical_spec
+
+    model = dataclasses.asdict(config.model)
+    return {"dataset": canonical_spec(config.data.dataset) if config.data.dataset else "",
+            "feature_norm": config.data.feature_norm, "features": config.data.features,
+            "model": model.pop("name"), **model,
+            "dtype": config.dtype, "seed": config.seed, "optimizer": OPTIMIZER, "lr": config.optim.lr,
+            "weight_decay": config.optim.weight_decay, "strategy": config.strategy.name}
+
+
+def read_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") -> dict:
+    """Load a checkpoint written by this version.
+
+    Raises:
+        ValueError: one line naming the file: it cannot be read (damaged, truncated, not a checkpoint) or it lacks
+            what this version records.
+    """
+    path = Path(path)
+    try:
+        state = torch.load(path, map_location=map_location, weights_only=False)
+    except FileNotFoundError:
+        raise ValueError(f"--resume: checkpoint {path} does not exist") from None
+    except Exception as err:  # noqa: BLE001 - unpickling, zip and storage errors all mean "cannot be read"
+        reason = (str(err).strip().splitlines() or [""])[0][:200]
+        raise ValueError(f"--resume: checkpoint {path} cannot be read (damaged or not a graphscale checkpoint: "
+                         f"{type(err).__name__}{': ' + reason if reason else ''})") from None
+    if not isinstance(state, dict) or any(key not in state for key in REQUIRED):
+        raise ValueError(f"--resume: checkpoint {path} is not a graphscale checkpoint of this version (it does not "
+                         "record its run's configuration); train again without --resume")
+    return state
+
+
+def _show(value) -> str:
+    return repr(value) if isinstance(value, str) else str(value)
+
+
+def check_resume(config: RunConfig, saved: dict, summary: dict | None = None) -> None:
+    """Refuse to resume ``saved`` (a :func:`read_checkpoint` result) into a run with another identity.
+
+    Args:
+        config: the resuming run; an empty ``config.data.dataset`` (not resolved yet) is not compared.
+        saved: the checkpoint.
+        summary: the prepared data's counts (``DataHandle.summary``), compared with the checkpoint's when given.
+
+    Raises:
+        ValueError: one line naming every differing option with the checkpoint's and this run's values.
+    """
+    from graphscale.registry import STRATEGIES
+
+    recorded, current, recorded_graph = saved["identity"], identity(config), saved.get("graph")
+    differing = []
+    for key in current:
+        if key == "dataset" and not current[key]:
+            continue
+        if key == "strategy":
+            continue
+        if recorded.get(key) != current[key]:
+            differing.append(f"--{key.replace('_', '-')} {_show(recorded.get(key))} (checkpoint) vs "
+                             f"{_show(current[key])}")
+    before, now = recorded.get("strategy"), current["strategy"]
+    if before != now and not (before in STRATEGIES.names() and STRATEGIES.get(before).exact
+                              and STRATEGIES.get(now).exact):
+        differing.append(f"--strategy {before!r} (checkpoint) vs {now!r} (only exact strategies resume each "
+                         "other's checkpoints)")
+    if summary is not None and recorded_graph is not None:
+        for key in GRAPH_COUNTS:
+            if key in recorded_graph and recorded_graph[key] != summary.get(key):
+                differing.append(f"graph {key} {recorded_graph[key]} (checkpoint) vs {summary.get(key)}")
+    if differing:
+        raise ValueError(f"--resume: checkpoint {config.checkpoint} was trained with another configuration: "
+                         f"{'; '.join(differing)}; resume with the checkpoint's options (only --epochs and how the "
+                         "run is executed may change) or train again without --resume")

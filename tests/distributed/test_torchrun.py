@@ -1,0 +1,137 @@
+"""Multi-node torchrun: two `torchrun --nnodes 2` agents on this machine (2 ranks each) train exactly as
+`--workers 4` spawn mode does, rank 0 alone prints and writes, and the data is prepared once in the shared cache."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from graphscale.config import build_config
+from graphscale.distributed.launch import is_main_process, local_world_size, multi_node, resolve_device
+from graphscale.run import run
+from graphscale.validation import validate
+
+ROOT = Path(__file__).resolve().parents[2]
+TITLE = "test accuracy at best validation"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _torchrun_two_nodes(args: list[str], tmp_path: Path, timeout: float = 240) -> list[subprocess.CompletedProcess]:
+    """Start two torchrun agents (2 ranks each) of one c10d rendezvous concurrently; wait for both."""
+    port = _free_port()
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    procs = []
+    for node in range(2):
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--node-rank", str(node),
+               "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", f"test-{port}",
+               "--nproc-per-node", "2", "-m", "graphscale", "train", *args,
+               "--json", str(tmp_path / f"node{node}.json")]
+        procs.append(subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                      text=True))
+    out = []
+    try:
+        for p in procs:
+            stdout, stderr = p.communicate(timeout=timeout)
+            out.append(subprocess.CompletedProcess(p.args, p.returncode, stdout, stderr))
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    return out
+
+
+STRATEGIES = {
+    "graph-parallel": ["--strategy", "graph-parallel"],
+    "split-parallel": ["--strategy", "split-parallel", "--batch-size", "256"],
+    "data-parallel": ["--strategy", "data-parallel", "--batch-size", "256"],
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("strategy", list(STRATEGIES))
+def test_two_torchrun_nodes_equal_four_spawned_workers(strategy, tmp_path):
+    """Losses, accuracies and summed (and per-worker) bytes of every epoch are exactly spawn mode's; the cache
+    directory is fresh, so the four ranks race to prepare the data (file locks: written once)."""
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    args = [*STRATEGIES[strategy], "--workers", "4", "--epochs", "2", "--dtype", "float64", "--no-progress",
+            "--cache-dir", str(cache)]
+    nodes = _torchrun_two_nodes(args, tmp_path)
+    for node in nodes:
+        assert node.returncode == 0, node.stderr[-3000:]
+    printed = [node.stdout.count(TITLE) for node in nodes]
+    assert sorted(printed) == [0, 1], [node.stdout for node in nodes]  # global rank 0 alone prints
+    written = [p for p in (tmp_path / "node0.json", tmp_path / "node1.json") if p.exists()]
+    assert len(written) == 1  # ... and writes the report
+    report = json.loads(written[0].read_text())
+
+    flags = dict(zip(STRATEGIES[strategy][::2], STRATEGIES[strategy][1::2]))
+    config = build_config({"strategy": {"name": strategy, "workers": 4,
+                                        **({"batch_size": int(flags["--batch-size"])} if "--batch-size" in flags
+                                           else {})},
+                           "optim": {"epochs": 2}, "dtype": "float64", "progress": False, "oversubscribe": True,
+                           "cache_dir": str(cache)})
+    spawned = json.loads(json.dumps(run(config)))  # as the JSON report holds it
+    assert len(report["epochs"]) == len(spawned["epochs"]) == 2
+    for got, want in zip(report["epochs"], spawned["epochs"]):
+        for key in ("loss", "train_acc", "val_acc", "test_acc", "train_loss", "val_loss", "test_loss", "bytes",
+                    "bytes_per_worker"):
+            assert got[key] == want[key], key
+        assert len(got["peak_memory_per_worker"]) == len(got["os_memory_per_worker"]) == 4
+        assert got["bytes"] and sum(got["bytes"].values()) > 0
+    assert report["final"]["bytes_per_epoch"] == spawned["final"]["bytes_per_epoch"]
+    assert len(report["final"]["peak_memory_per_worker"]) == 4
+    for key in ("best_epoch", "val_acc", "test_acc"):
+        assert report["final"][key] == spawned["final"][key]
+    entries = [p for p in (cache / ("stores" if strategy == "graph-parallel" else "graphs")).iterdir()
+               if not p.name.startswith(".")]
+    assert len(entries) == 1  # prepared once, reused by spawn mode
+
+
+def _torchrun_env(monkeypatch, rank, world, local_world):
+    for name, value in {"RANK": str(rank), "WORLD_SIZE": str(world), "LOCAL_RANK": str(rank % local_world),
+                        "LOCAL_WORLD_SIZE": str(local_world), "MASTER_ADDR": "127.0.0.1",
+                        "MASTER_PORT": "1"}.items():
+        monkeypatch.setenv(name, value)
+
+
+def test_device_and_main_process_come_from_the_local_placement(monkeypatch):
+    """2 nodes x 4 ranks: 4 GPUs per host suffice for cuda (the old check compared the global 8)."""
+    import torch
+
+    _torchrun_env(monkeypatch, 5, 8, 4)
+    assert local_world_size(8) == 4 and multi_node() and not is_main_process()
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 4)
+    assert resolve_device("auto", 8) == "cuda" and resolve_device("cuda", 8) == "cuda"
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 3)
+    assert resolve_device("auto", 8) == "cpu"
+    with pytest.raises(ValueError, match=r"4 local rank\(s\) on this node \(LOCAL_WORLD_SIZE\), found 3 GPU"):
+        resolve_device("cuda", 8)
+    _torchrun_env(monkeypatch, 0, 4, 4)
+    assert is_main_process() and not multi_node()
+
+
+def test_torchrun_checks_workers_and_refuses_offload_across_nodes(monkeypatch):
+    _torchrun_env(monkeypatch, 1, 4, 2)
+    config = build_config({"strategy": {"name": "graph-parallel", "workers": 2}})
+    with pytest.raises(ValueError, match=r"--workers 2 but torchrun started 4 processes \(WORLD_SIZE\)"):
+        validate(config)
+    config = build_config({"strategy": {"name": "offload", "workers": 4}})
+    with pytest.raises(ValueError, match="strategy 'offload' shares its host arrays between the workers of one "
+                                         r"host and cannot span nodes \(torchrun: 4 ranks, 2 on this node\)"):
+        validate(config)
+    _torchrun_env(monkeypatch, 1, 4, 4)
+    validate(config)  # one node: fine
