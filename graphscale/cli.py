@@ -42,6 +42,8 @@ TRAIN_OPTIONS = {
     "parts": ("strategy", "parts"), "average_every": ("strategy", "average_every"),
     "average_optimizer": ("strategy", "average_optimizer"), "state_dir": ("strategy", "state_dir"),
     "shm_dir": ("strategy", "shm_dir"),
+    "history_period": ("strategy", "history_period"), "shuffle": ("strategy", "shuffle"),
+    "history_grad": ("strategy", "history_grad"),
     "timeout": ("strategy", "timeout"),
     "cache": ("strategy", "cache"), "cache_fraction": ("strategy", "cache_fraction"),
     "seed": (None, "seed"), "dtype": (None, "dtype"), "device": (None, "device"), "json": (None, "json"),
@@ -199,7 +201,8 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
                    help="sampled neighbours per layer, input layer first, -1 = all (e.g. 10,10 or -1,5); one per "
                         "model layer")
     p.add_argument("--batch-size", type=int, help="training vertices per mini-batch, over all workers")
-    p.add_argument("--chunks", type=int, help="chunks per partition (K)")
+    p.add_argument("--chunks", type=int, help="chunks (K): offload per partition (default 1), pipeline in all "
+                                             "(default 4 per stage)")
     p.add_argument("--dedup", choices=["baseline", "inter", "intra", "reorg"],
                    help="host-device communication dedup, each adding to the previous")
     p.add_argument("--recompute", choices=["auto", "hybrid", "recompute", "none"],
@@ -215,6 +218,12 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--state-dir", metavar="DIR", help="keep the per-partition states on disk here (without it: "
                                                       "under the cache directory when a worker trains several "
                                                       "partitions or the run keeps checkpoints, else in memory)")
+    p.add_argument("--history-period", type=int, metavar="EPOCHS",
+                   help="refresh the historical embeddings every this many epochs (1: every epoch)")
+    p.add_argument("--shuffle", action=argparse.BooleanOptionalAction,
+                   help="a new chunk order every epoch, the same on every worker (--no-shuffle: a fixed order)")
+    p.add_argument("--history-grad", choices=["zero", "historical"],
+                   help="gradients along stale edges: zero (GNNPipe) or the previous epoch's (the ablation)")
     p.add_argument("--shm-dir", metavar="DIR",
                    help="directory of the host arrays the workers share (default /dev/shm)")
     p.add_argument("--timeout", type=float, metavar="SECONDS",

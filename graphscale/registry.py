@@ -13,7 +13,8 @@ from collections.abc import Callable
 _BUILTIN_MODULES = {
     "strategy": ["graphscale.strategies.single", "graphscale.strategies.graph_parallel",
                  "graphscale.strategies.offload", "graphscale.strategies.data_parallel",
-                 "graphscale.strategies.split_parallel", "graphscale.strategies.model_averaging"],
+                 "graphscale.strategies.split_parallel", "graphscale.strategies.model_averaging",
+                 "graphscale.strategies.pipeline"],
     "model": ["graphscale.nn.models"],
     "partitioner": ["graphscale.partition.random", "graphscale.partition.metis", "graphscale.partition.vertex_stream",
                     "graphscale.partition.edge_stream", "graphscale.partition.spring"],
