@@ -116,4 +116,4 @@ class ChunkedReference:
         if historical:
             self.late = [torch.zeros_like(s) if s.grad is None else s.grad.detach() for s in stale]
         self.view = [c.detach().clone() for c in cur]
-        return float(loss)
+        return float(loss.detach())

@@ -296,8 +296,9 @@ class PipelineStrategy(Strategy):
         if self.first:
             return None
         g_in = saved["input"].grad + self.grad_acc[start][ids]
-        if self.model.needs_h0:
-            g_in = torch.cat([g_in, saved["h0"].grad], dim=1)
+        if self.model.needs_h0:  # H^0's gradient: this stage's uses plus the later stages'
+            g0 = saved["h0"].grad if g_h0 is None else saved["h0"].grad + g_h0
+            g_in = torch.cat([g_in, g0], dim=1)
         return self.comm.send(g_in, self.stage - 1, PIPE_BWD)
 
     def train_epoch(self, epoch: int) -> EpochStats:

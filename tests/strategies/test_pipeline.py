@@ -1,0 +1,345 @@
+"""GNNPipe (``--strategy pipeline``): spec ``shared/specs/gnnpipe.md`` §4 P1-P7.
+
+The main oracle is :class:`ChunkedReference` (one process, one autograd pass per epoch over the stale forward):
+the pipeline must reproduce its losses, gradients and parameters for every number of stages. One spawned run
+(3 workers) checks every configuration, the schedule and the bytes; the rest runs in-process.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import pytest
+import torch
+
+from graphscale.config import ModelConfig, OptimConfig, RunConfig, StrategyConfig
+from graphscale.data.graph import Graph
+from graphscale.data.handle import DataHandle
+from graphscale.distributed.env import DistEnv
+from graphscale.nn.models import build_model
+from graphscale.partition.base import halo_sizes
+from graphscale.strategies.graph_parallel import halo_bytes_per_epoch
+from graphscale.strategies.pipeline.plan import (
+    ChunkPlan,
+    assign_chunks,
+    check_plan,
+    chunk_order,
+    pipeline_bytes_per_epoch,
+    rcm_chunks,
+    refreshes_history,
+    stage_layers,
+)
+from graphscale.strategies.pipeline.reference import ChunkedReference
+from graphscale.strategies.pipeline.strategy import CHUNK_FILE, PIPE_BWD, PIPE_FWD, PipelineStrategy
+from graphscale.strategies.single import SingleStrategy
+from graphscale.testing import assert_close_rel, random_graph, run_distributed
+
+EPOCHS = 4
+#: (model, layers, chunks, shuffle, history period, history grad): each a configuration of the oracle test
+CASES = [("gcn", 3, 6, True, 1, "zero"), ("gcnii", 4, 5, True, 2, "zero"), ("resgcn", 3, 4, False, 1, "historical"),
+         ("sage", 3, 3, True, 3, "historical"), ("gcnii", 3, 4, True, 1, "historical")]
+
+#: The toy graph of the spec's §2 (Figs. 2/3): 8 vertices, parts V1 = {0,1,2}, V2 = {3,4}, V3 = {5,6,7}.
+TOY_EDGES = [(0, 1), (0, 2), (1, 4), (2, 3), (3, 4), (4, 5), (4, 6), (5, 7), (6, 7)]
+TOY_PARTS = [0, 0, 0, 1, 1, 2, 2, 2]
+#: the toy graph's run: a 6-layer GCN on 3 stages, chunks = the spec's parts, no shuffling
+TOY_CASE = ("gcn", 6, 3, False, 1, "zero")
+
+
+def toy_graph(dtype=torch.float64) -> Graph:
+    src, dst = zip(*TOY_EDGES)
+    g = Graph.from_edges(torch.tensor(src), torch.tensor(dst), 8).coalesce().symmetrize()
+    gen = torch.Generator().manual_seed(0)
+    g.x = torch.randn(8, 4, generator=gen, dtype=dtype)
+    g.y = torch.tensor([0, 1, 0, 1, 0, 1, 0, 1])
+    g.train_mask = torch.tensor([True] * 6 + [False] * 2)
+    g.val_mask = torch.tensor([False] * 6 + [True, False])
+    g.test_mask = torch.tensor([False] * 7 + [True])
+    g.meta["num_classes"] = 2
+    return g
+
+
+@pytest.fixture
+def toy() -> Graph:
+    return toy_graph()
+
+
+def graph() -> Graph:
+    g = random_graph(48, avg_degree=4.0, num_features=6, num_classes=3, seed=3, dtype=torch.float64, isolated=1)
+    g.meta["num_classes"] = 3
+    return g
+
+
+def make_config(model: str, layers: int, chunks: int, shuffle: bool, period: int, hist: str, workers: int = 1,
+                lr: float = 0.01, dropout: float = 0.3) -> RunConfig:
+    return RunConfig(model=ModelConfig(name=model, hidden=5, layers=layers, dropout=dropout),
+                     optim=OptimConfig(lr=lr, weight_decay=5e-4),
+                     strategy=StrategyConfig(name="pipeline", workers=workers, chunks=chunks, shuffle=shuffle,
+                                             history_period=period, history_grad=hist),
+                     seed=0, dtype="float64")
+
+
+def handle_with_chunks(g: Graph, chunk_of: torch.Tensor, folder) -> DataHandle:
+    """An in-memory handle carrying the chunk assignment as the parent's ``prepare_shared`` would."""
+    folder.mkdir(parents=True, exist_ok=True)
+    np.save(folder / CHUNK_FILE, chunk_of.numpy())
+    handle = DataHandle.in_memory(g)
+    handle.extras["shared"] = str(folder)
+    return handle
+
+
+def reference_run(g: Graph, chunk_of: torch.Tensor, config: RunConfig, epochs: int = EPOCHS):
+    sc = config.strategy
+    model = build_model(config.model, g.num_features, g.meta["num_classes"], seed=0, dtype=torch.float64)
+    ref = ChunkedReference(model, g, chunk_of, config.optim, config.seed, sc.shuffle, sc.history_period,
+                           sc.history_grad)
+    losses = [ref.train_epoch(e) for e in range(epochs)]
+    return losses, model
+
+
+# ------------------------------------------------------------------ the plan
+def test_stage_layers_are_contiguous_with_the_remainder_in_the_middle():
+    assert stage_layers(6, 3) == [range(0, 2), range(2, 4), range(4, 6)]  # the spec's Fig. 3
+    split = stage_layers(10, 4)
+    assert [len(r) for r in split] == [2, 3, 3, 2]
+    assert [r.start for r in split[1:]] == [r.stop for r in split[:-1]] and split[-1].stop == 10
+    assert [len(r) for r in stage_layers(7, 5)] == [1, 2, 2, 1, 1]
+
+
+def test_chunk_order_is_a_seeded_permutation_per_epoch():
+    orders = [chunk_order(8, e, seed=5, shuffle=True) for e in range(4)]
+    assert all(sorted(o.tolist()) == list(range(8)) for o in orders)
+    assert torch.equal(orders[2], chunk_order(8, 2, seed=5, shuffle=True))  # a function of (seed, epoch) alone
+    assert len({tuple(o.tolist()) for o in orders}) > 1
+    assert torch.equal(chunk_order(8, 3, seed=5, shuffle=False), torch.arange(8))
+
+
+def test_history_refresh_epochs():
+    # spec: s(t) = alpha floor((t - 1) / alpha); 1-based t = e + 1, so epochs 10..19 (t = 11..20) read epoch 10's
+    refreshed = [e for e in range(25) if refreshes_history(e, 10)]
+    assert refreshed == [0, 10, 20]
+    assert all(refreshes_history(e, 1) for e in range(5))
+
+
+def test_bad_plans_name_the_option():
+    with pytest.raises(ValueError, match="--workers 5 gives 5 stages but the model has 4 layers"):
+        check_plan(4, 5, 20, 10, "zero")
+    with pytest.raises(ValueError, match="--chunks 2 is smaller than the 3 stages"):
+        check_plan(6, 3, 2, 10, "zero")
+    with pytest.raises(ValueError, match="--history-period must be >= 1, got 0"):
+        check_plan(6, 3, 12, 0, "zero")
+    with pytest.raises(ValueError, match="--history-grad must be one of zero, historical"):
+        check_plan(6, 3, 12, 1, "stale")
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--strategy", "pipeline", "--workers", "3", "--layers", "2", "--oversubscribe"],
+     "--workers 3 gives 3 stages but the model has 2 layers"),
+    (["--strategy", "pipeline", "--workers", "2", "--chunks", "1", "--oversubscribe"],
+     "--chunks 1 is smaller than the 2 stages"),
+    (["--strategy", "pipeline", "--workers", "2", "--history-period", "0", "--oversubscribe"],
+     "--history-period must be >= 1, got 0"),
+    (["--strategy", "single", "--history-period", "2"], "--history-period is not used by strategy 'single'"),
+])
+def test_bad_input_fails_before_any_worker_starts(argv, message, capsys):
+    from graphscale.cli import main
+
+    assert main(["train", *argv, "--epochs", "1"]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_toy_graph_fixture_matches_the_spec(toy):
+    owner = torch.tensor(TOY_PARTS)
+    assert halo_sizes(toy, owner, 3).tolist() == [2, 4, 1]  # B1 = {3,4}, B2 = {1,2,5,6}, B3 = {4}
+    plan = ChunkPlan.build(toy, owner)
+    assert [n.tolist() for n in plan.nodes] == [[0, 1, 2], [3, 4], [5, 6, 7]]
+    assert [b.halo_ids.tolist() for b in plan.blocks] == [[3, 4], [1, 2, 5, 6], [4]]
+    assert plan.cut_fraction() == pytest.approx(2 * 4 / 18)  # 4 of the 9 undirected edges cross chunks
+    # a 6-layer model on 3 stages sends 2 N H per forward pass (pipeline) against 6 * 7 * H (graph parallelism)
+    h, b = 16, 8
+    assert pipeline_bytes_per_epoch(8, [h, h], b, carries_h0=False) // 2 == 2 * 8 * h * b
+    assert halo_bytes_per_epoch(halo_sizes(toy, owner, 3).tolist(), [h] * 6, b, True) // 2 == 6 * 7 * h * b
+
+
+def test_chunking_is_local_and_the_fallback_cuts_contiguous_ranges():
+    g = random_graph(60, avg_degree=4.0, seed=2)
+    metis = ChunkPlan.build(g, assign_chunks(g, 4, "metis", seed=0))
+    random = ChunkPlan.build(g, assign_chunks(g, 4, "random", seed=0))
+    assert metis.cut_fraction() < random.cut_fraction()
+    rcm = rcm_chunks(g, 4)
+    assert torch.bincount(rcm, minlength=4).tolist() == [15, 15, 15, 15]
+    assert ChunkPlan.build(g, rcm).cut_fraction() < random.cut_fraction()
+
+
+# ------------------------------------------------------------------ in-process properties
+@pytest.mark.parametrize("model", ["gcn", "sage", "gcnii", "resgcn"])
+def test_one_chunk_equals_single(model):
+    """P1: K = 1 (one stage) is exact full-graph training: losses and parameters within 1e-10."""
+    g = graph()
+    config = make_config(model, 3, 1, True, 1, "zero")
+    env = DistEnv()
+    pipe_model = build_model(config.model, g.num_features, 3, seed=0, dtype=torch.float64)
+    single_model = copy.deepcopy(pipe_model)
+    pipe, single = PipelineStrategy(), SingleStrategy()
+    pipe.setup(g, pipe_model, env, config)
+    single.setup(g, single_model, env, dataclasses_replace_strategy(config, "single"))
+    for epoch in range(EPOCHS):
+        assert_close_rel(pipe.train_epoch(epoch).loss, single.train_epoch(epoch).loss, torch.float64,
+                         what=f"loss {epoch}")
+    for (name, p), q in zip(pipe_model.named_parameters(), single_model.parameters()):
+        assert_close_rel(p, q, what=name)
+    assert pipe.evaluate() == single.evaluate()
+
+
+def dataclasses_replace_strategy(config: RunConfig, name: str) -> RunConfig:
+    out = copy.deepcopy(config)
+    out.strategy = StrategyConfig(name=name)
+    return out
+
+
+def components_graph() -> tuple[Graph, torch.Tensor]:
+    """Four disconnected random graphs; chunk k = component k."""
+    parts = [random_graph(12, avg_degree=3.0, num_features=6, num_classes=3, seed=s, dtype=torch.float64)
+             for s in range(4)]
+    src, dst, offset = [], [], 0
+    for p in parts:
+        s, d = p.edge_index()
+        src.append(s + offset)
+        dst.append(d + offset)
+        offset += p.num_nodes
+    g = Graph.from_edges(torch.cat(src), torch.cat(dst), offset).coalesce()
+    for attr in ("x", "y", "train_mask", "val_mask", "test_mask"):
+        setattr(g, attr, torch.cat([getattr(p, attr) for p in parts]))
+    g.meta["num_classes"] = 3
+    return g, torch.repeat_interleave(torch.arange(4), 12)
+
+
+@pytest.mark.parametrize("model", ["gcn", "gcnii"])
+def test_no_cross_chunk_edges_is_exact(model, tmp_path):
+    """P3: chunks that are whole components read no history: any K gives exact training."""
+    g, chunk_of = components_graph()
+    config = make_config(model, 3, 4, True, 10, "zero")
+    pipe_model = build_model(config.model, g.num_features, 3, seed=0, dtype=torch.float64)
+    single_model = copy.deepcopy(pipe_model)
+    pipe, single = PipelineStrategy(), SingleStrategy()
+    pipe.setup(handle_with_chunks(g, chunk_of, tmp_path), pipe_model, DistEnv(), config)
+    single.setup(g, single_model, DistEnv(), dataclasses_replace_strategy(config, "single"))
+    assert pipe.plan.cut_fraction() == 0.0
+    for epoch in range(EPOCHS):
+        assert_close_rel(pipe.train_epoch(epoch).loss, single.train_epoch(epoch).loss, torch.float64,
+                         what=f"loss {epoch}")
+    for p, q in zip(pipe_model.parameters(), single_model.parameters()):
+        assert_close_rel(p, q)
+
+
+@pytest.mark.parametrize("period", [1, 3])
+def test_fixed_point_with_zero_learning_rate(period):
+    """P4: with lr = 0 and no dropout the weights never move, so with the exact initial history every epoch's
+    stale forward equals the exact forward: the loss is the exact loss in every epoch."""
+    g = graph()
+    config = make_config("gcnii", 4, 6, True, period, "zero", lr=0.0, dropout=0.0)
+    config.optim.weight_decay = 0.0
+    pipe_model = build_model(config.model, g.num_features, 3, seed=0, dtype=torch.float64)
+    single = SingleStrategy()
+    single.setup(g, copy.deepcopy(pipe_model), DistEnv(), dataclasses_replace_strategy(config, "single"))
+    exact = single.train_epoch(0).loss
+    pipe = PipelineStrategy()
+    pipe.setup(g, pipe_model, DistEnv(), config)
+    for epoch in range(5):
+        stats = pipe.train_epoch(epoch)
+        assert stats.extra["stale_frac"] > 0
+        assert_close_rel(stats.loss, exact, torch.float64, what=f"loss {epoch}")
+
+
+def test_staleness_changes_training():
+    """The stale forward is not the exact one (so the oracle tests below test something)."""
+    g = graph()
+    losses, _ = reference_run(g, assign_chunks(g, 6), make_config("gcn", 3, 6, True, 1, "zero"))
+    exact = make_config("gcn", 3, 1, True, 1, "zero")
+    exact_losses, _ = reference_run(g, assign_chunks(g, 1), exact)
+    assert abs(losses[-1] - exact_losses[-1]) > 1e-6
+
+
+# ------------------------------------------------------------------ the oracle, on 3 workers
+class RecordingPipeline(PipelineStrategy):
+    """Records the chunks each epoch's forward and backward visit, in order."""
+
+    def setup(self, *args) -> None:
+        super().setup(*args)
+        self.visits: list[tuple[list[int], list[int]]] = []
+
+    def train_epoch(self, epoch: int):
+        self.visits.append(([], []))
+        return super().train_epoch(epoch)
+
+    def _forward_chunk(self, k: int) -> dict:
+        self.visits[-1][0].append(k)
+        return super()._forward_chunk(k)
+
+    def _backward_chunk(self, k, saved, pos):
+        self.visits[-1][1].append(k)
+        return super()._backward_chunk(k, saved, pos)
+
+
+def _worker(env: DistEnv, jobs: list[tuple[Graph, tuple, str]]) -> list[dict]:
+    out = []
+    for g, case, folder in jobs:
+        config = make_config(*case, workers=env.world_size)
+        model = build_model(config.model, g.num_features, g.meta["num_classes"], seed=0, dtype=torch.float64)
+        handle = DataHandle.in_memory(g)
+        handle.extras["shared"] = folder
+        strategy = RecordingPipeline()
+        strategy.setup(handle, model, env, config)
+        stats = [strategy.train_epoch(e) for e in range(EPOCHS)]
+        owned = {n: (p.detach().clone(), p.grad.clone()) for n, p in model.named_parameters() if p.grad is not None}
+        out.append({"losses": [s.loss for s in stats], "bytes": [s.bytes for s in stats], "owned": owned,
+                    "visits": strategy.visits, "metrics": strategy.evaluate(),
+                    "widths": model.layer_widths(), "layers": stats[0].extra["stage_layers"]})
+    return out
+
+
+def test_pipeline_equals_the_chunked_reference_on_three_stages(tmp_path):
+    """P2 (and P5, P6, P7): 3 stages reproduce the single-process chunked reference (losses, every parameter's
+    gradient and value after Adam steps); every epoch visits each chunk once per stage, backward in reverse,
+    with the same order on every rank; the stage bytes equal the closed form, with no weight traffic."""
+    graphs = [graph()] * len(CASES) + [toy_graph()]
+    cases = CASES + [TOY_CASE]
+    chunks = [assign_chunks(g, case[2], seed=0) for g, case in zip(graphs, CASES)] + [torch.tensor(TOY_PARTS)]
+    folders = [tmp_path / f"case{i}" for i in range(len(cases))]
+    for g, c, f in zip(graphs, chunks, folders):
+        handle_with_chunks(g, c, f)
+    results = run_distributed(_worker, 3, list(zip(graphs, cases, map(str, folders))), timeout_s=120)
+    for i, (g, case) in enumerate(zip(graphs, cases)):
+        config = make_config(*case)
+        losses, ref_model = reference_run(g, chunks[i], config)  # one process, one autograd pass per epoch
+        per_rank = [r[i] for r in results]
+        assert [r["layers"] for r in per_rank] == [[a.start, a.stop] for a in stage_layers(case[1], 3)]
+        for r in per_rank:
+            for e in range(EPOCHS):
+                assert_close_rel(r["losses"][e], losses[e], torch.float64, what=f"{case} loss {e}")
+        owners: dict[str, int] = {}
+        for rank, r in enumerate(per_rank):
+            for name in r["owned"]:
+                assert name not in owners, f"{case}: {name} trained on ranks {owners[name]} and {rank}"
+                owners[name] = rank
+        for name, p in ref_model.named_parameters():
+            value, grad = per_rank[owners[name]]["owned"][name]
+            assert_close_rel(grad, p.grad, what=f"{case} grad {name}")
+            assert_close_rel(value, p, what=f"{case} {name}")
+        # P6: the schedule
+        visits = [r["visits"] for r in per_rank]
+        assert all(v == visits[0] for v in visits), f"{case}: ranks visited chunks in different orders"
+        for e, (forward, backward) in enumerate(visits[0]):
+            assert forward == chunk_order(case[2], e, 0, case[3]).tolist()
+            assert sorted(forward) == list(range(case[2])) and backward == forward[::-1]
+        assert (len({tuple(f) for f, _ in visits[0]}) > 1) == case[3]  # shuffled orders change between epochs
+        # P7: bytes, summed over workers, every epoch
+        widths = per_rank[0]["widths"]
+        boundaries = [widths[a.start] for a in stage_layers(case[1], 3)[1:]]
+        expected = pipeline_bytes_per_epoch(g.num_nodes, boundaries, 8, carries_h0=case[0] == "gcnii")
+        for e in range(EPOCHS):
+            sent = {cat: sum(r["bytes"][e].get(cat, 0) for r in per_rank) for cat in (PIPE_FWD, PIPE_BWD)}
+            assert sent[PIPE_FWD] == sent[PIPE_BWD] == expected // 2
+            assert all("allreduce" not in r["bytes"][e] for r in per_rank)
+        assert len({tuple(sorted(r["metrics"].items())) for r in per_rank}) == 1
