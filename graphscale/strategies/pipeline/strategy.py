@@ -73,8 +73,14 @@ from graphscale.distributed.env import DistEnv
 from graphscale.metrics.memory import MemoryTracker
 from graphscale.metrics.stats import EpochStats
 from graphscale.registry import STRATEGIES
-from graphscale.strategies.base import SPLITS, Strategy, counts_to_metrics, masked_loss_sum, optimizer_tensors, \
-    split_counts
+from graphscale.strategies.base import (
+    SPLITS,
+    Strategy,
+    counts_to_metrics,
+    masked_loss_sum,
+    optimizer_tensors,
+    split_counts,
+)
 from graphscale.strategies.pipeline.plan import (
     ChunkPlan,
     assign_chunks,
