@@ -343,3 +343,26 @@ def test_pipeline_equals_the_chunked_reference_on_three_stages(tmp_path):
             assert sent[PIPE_FWD] == sent[PIPE_BWD] == expected // 2
             assert all("allreduce" not in r["bytes"][e] for r in per_rank)
         assert len({tuple(sorted(r["metrics"].items())) for r in per_rank}) == 1
+
+
+# ------------------------------------------------------------------ the cost model (§3.7)
+def test_cost_model_reproduces_the_papers_volumes_and_decides():
+    from graphscale.strategies.pipeline.costmodel import predict
+
+    gib = 2 ** 30
+    reddit = predict(232_965, 100, 32, 8, 2.61)  # Table 2's rho; Table 5: 14.50 GiB (graph), 1.22 GiB (pipeline)
+    assert round(reddit.graph / gib, 2) == 14.50 and round(reddit.pipeline / gib, 2) == 1.22
+    assert reddit.best() == "pipeline"
+    squirrel = predict(5_201, 1000, 32, 8, 2.22, c=2)  # GCNII: H^0 crosses the boundaries too (0.54 GiB)
+    assert round(squirrel.pipeline / gib, 2) == 0.54
+    # graph parallelism moves less exactly when rho L < (S - 1) c
+    assert predict(1000, 16, 4, 8, 1.5).best() == "graph"  # 6 < 7, and the pipeline needs S <= L anyway
+    assert predict(1000, 16, 8, 8, 0.8).best() == "graph" and predict(1000, 16, 8, 8, 0.9).best() == "pipeline"
+    toy = predict(8, 16, 6, 3, 7 / 8, element_size=8)  # the spec's toy graph: 2 * 6 * 7 H b against 2 * 2 * 8 H b
+    assert toy.graph == 2 * 6 * 7 * 16 * 8 and toy.pipeline == 2 * 2 * 8 * 16 * 8
+    # hybrid: S_h = M is the pipeline (rho of one part is 0), S_h = 1 is graph parallelism
+    assert predict(100, 8, 8, 4, 1.2, hybrid_stages=4, rho_hybrid=0.0).hybrid == predict(100, 8, 8, 4, 1.2).pipeline
+    assert predict(100, 8, 8, 4, 1.2, hybrid_stages=1, rho_hybrid=1.2).hybrid == predict(100, 8, 8, 4, 1.2).graph
+    assert predict(100, 8, 8, 4, 1.2, hybrid_stages=2, rho_hybrid=0.1).best() == "hybrid"  # 1.6 + 2 < 6 < 19.2
+    with pytest.raises(ValueError, match="divides the 4 workers"):
+        predict(100, 8, 8, 4, 1.2, hybrid_stages=3, rho_hybrid=0.5)

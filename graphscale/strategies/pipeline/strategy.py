@@ -51,9 +51,15 @@ chunk's backward needs extra gradients injected at every intermediate layer (the
 scatters gradients of gathered neighbour rows, neither of which its ``backward_one_chunk`` allows. Its
 point-to-point traffic would also bypass the Ledger. So the schedule is written here on :class:`Comm`.
 
-**Not implemented** (issue 13): the hybrid ``S x W`` mode (``S = --workers`` always), the 1F1B schedule, the
-cost-model advisor, ``graphscale bench pipeline``, bubble timings, and checkpoints (``--checkpoint`` is refused
-before the workers start: worker 0 would save only its own stage's weights).
+**Why no 1F1B schedule.** 1F1B runs chunk ``k``'s backward before the forward of chunks ``k + S ..``; but
+those later chunks read ``k``'s rows fresh, so their gradient contributions to ``k`` (the accumulators ``G[l]``)
+would arrive after ``k``'s backward. Keeping the numbers identical to GPipe would mean a second backward through
+``k``'s saved graph once they arrive, which keeps every chunk's activations alive as GPipe does: no memory is
+saved. 1F1B is only equivalent without cross-chunk edges, where pipelining needs no history at all.
+
+**Not implemented** (issue 13): the hybrid ``S x W`` mode (``S = --workers`` always), the 1F1B schedule (above),
+``graphscale bench pipeline``, bubble timings, and checkpoints (``--checkpoint`` is refused before the workers
+start: worker 0 would save only its own stage's weights). The §3.7 cost model is :mod:`.costmodel`.
 """
 
 from __future__ import annotations
