@@ -366,3 +366,45 @@ def test_cost_model_reproduces_the_papers_volumes_and_decides():
     assert predict(100, 8, 8, 4, 1.2, hybrid_stages=2, rho_hybrid=0.1).best() == "hybrid"  # 1.6 + 2 < 6 < 19.2
     with pytest.raises(ValueError, match="divides the 4 workers"):
         predict(100, 8, 8, 4, 1.2, hybrid_stages=3, rho_hybrid=0.5)
+
+
+# ------------------------------------------------------------------ end to end
+def test_a_run_prepares_the_chunks_in_the_parent_and_trains(tmp_path):
+    """``graphscale train --strategy pipeline``: the parent writes the chunks (host-shared), 2 stages train, the
+    report carries the measured stage bytes (= the closed form) and each worker's cut and stale fractions."""
+    from graphscale.config import build_config
+    from graphscale.run import run
+
+    config = build_config({"data": {"dataset": "sbm:nodes=120,degree=5,features=8,classes=3,seed=0"},
+                           "model": {"name": "gcnii", "layers": 3, "hidden": 8}, "optim": {"epochs": 2},
+                           "strategy": {"name": "pipeline", "workers": 2, "history_period": 1},
+                           "cache_dir": str(tmp_path), "progress": False, "oversubscribe": True})
+    report = run(config)
+    assert list((tmp_path / "shared").glob("*/chunk_of.npy"))
+    for epoch in report["epochs"]:
+        assert epoch["bytes"][PIPE_FWD] == epoch["bytes"][PIPE_BWD] == 120 * 8 * 2 * 4  # N H c b, one boundary
+        extras = epoch["extra_per_worker"]
+        assert [e["stage_layers"] for e in extras] == [[0, 2], [2, 3]] and all(e["chunks"] == 8 for e in extras)
+        assert 0 < extras[0]["stale_frac"] <= extras[0]["cut_frac"] < 1
+    assert 0 <= report["final"]["test_acc"] <= 1
+
+
+def test_bench_pipeline_prints_the_volume_tables(capsys):
+    import argparse
+
+    from graphscale.bench import pipeline as bench
+
+    parser = argparse.ArgumentParser()
+    bench.add_arguments(parser)
+    args = parser.parse_args(["--graphs", "sbm:nodes=300,degree=8,features=8,seed=0", "--stages", "4",
+                              "--layers", "8", "--hidden", "16", "--depths", "4,8,16", "--skip-accuracy"])
+    assert bench.run(args) == 0
+    out = capsys.readouterr().out
+    assert "Table 5 analogue" in out and "Table 7 analogue" in out and "geometric mean" in out
+    graph = bench._load("sbm:nodes=300,degree=8,features=8,seed=0", 0)
+    from graphscale.registry import PARTITIONERS
+
+    owner = PARTITIONERS.get("metis")().partition(graph, 4, seed=0)
+    shallow, deep = (bench.volumes(graph, owner, "gcnii", depth, 4, 16) for depth in (8, 16))
+    assert shallow["pipeline"] == deep["pipeline"] == 2 * 3 * 300 * 16 * 2 * 4  # constant in L, c = 2
+    assert deep["graph"] == 2 * shallow["graph"]  # linear in L
