@@ -58,8 +58,10 @@ would arrive after ``k``'s backward. Keeping the numbers identical to GPipe woul
 saved. 1F1B is only equivalent without cross-chunk edges, where pipelining needs no history at all.
 
 **Not implemented** (issue 13): the hybrid ``S x W`` mode (``S = --workers`` always), the 1F1B schedule (above),
-``graphscale bench pipeline``, bubble timings, and checkpoints (``--checkpoint`` is refused before the workers
-start: worker 0 would save only its own stage's weights). The §3.7 cost model is :mod:`.costmodel`.
+bubble timings separate from transfer time (an epoch's ``extra`` has ``idle_frac``: the share of the epoch the
+stage waited for a neighbour stage's rows or gradients, bubbles and transfers together), and checkpoints
+(``--checkpoint`` is refused before the workers start: worker 0 would save only its own stage's weights). The
+§3.7 cost model is :mod:`.costmodel`; ``graphscale bench pipeline`` prints the volume and accuracy tables.
 """
 
 from __future__ import annotations
@@ -182,6 +184,7 @@ class PipelineStrategy(Strategy):
         self.late = {l: torch.zeros_like(v) for l, v in self.view.items()} if self.historical else {}
         self.hist: dict[int, torch.Tensor] | None = None
         self.initialised = False
+        self.waited = 0.0  # seconds this epoch spent waiting for a neighbour stage's rows or gradients
         self.tracker = MemoryTracker(env)
         self.tracker.track("graph", self.full.indptr, self.full.indices, self.x, self.y,
                            *([] if self.masks is None else self.masks.values()))
@@ -194,7 +197,9 @@ class PipelineStrategy(Strategy):
 
     def _recv_from(self, peer: int, rows: int, width: int) -> torch.Tensor:
         buf = torch.empty(rows, width, dtype=next(self.model.parameters()).dtype, device=self.env.device)
+        start = time.perf_counter()
         self.comm.recv(buf, peer).wait()
+        self.waited += time.perf_counter() - start
         return buf
 
     def _stage_input(self, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -321,6 +326,7 @@ class PipelineStrategy(Strategy):
         before = self.env.ledger.snapshot()
         with self.tracker.epoch():
             self._start_epoch(epoch)
+            self.waited = 0.0
             self.optimizer.zero_grad(set_to_none=True)
             order = chunk_order(self.plan.num_chunks, epoch, self.config.seed, self.config.strategy.shuffle)
             pos = positions(order)
@@ -335,13 +341,15 @@ class PipelineStrategy(Strategy):
                 work.wait()
             self.optimizer.step()
             self.tracker.track("optimizer", *optimizer_tensors(self.optimizer))
+        seconds = time.perf_counter() - start
         total = torch.tensor([loss], dtype=torch.float64, device=self.env.device)
         self.comm.broadcast(total, self.stages - 1, CONTROL)
-        return EpochStats(loss=float(total), seconds=time.perf_counter() - start,
+        return EpochStats(loss=float(total), seconds=seconds,
                           bytes=self.env.ledger.since(before), peak_memory=self.tracker.peak,
                           extra={"stage_layers": [self.layers.start, self.layers.stop],
                                  "chunks": self.plan.num_chunks, "cut_frac": self.plan.cut_fraction(),
-                                 "stale_frac": self.plan.stale_fraction(order)})
+                                 "stale_frac": self.plan.stale_fraction(order), "recv_wait_s": self.waited,
+                                 "idle_frac": self.waited / seconds if seconds > 0 else 0.0})
 
     @torch.no_grad()
     def evaluate(self) -> dict[str, float]:
