@@ -45,7 +45,7 @@ TRAIN_OPTIONS = {
     "average_optimizer": ("strategy", "average_optimizer"), "state_dir": ("strategy", "state_dir"),
     "shm_dir": ("strategy", "shm_dir"),
     "history_period": ("strategy", "history_period"), "shuffle": ("strategy", "shuffle"),
-    "history_grad": ("strategy", "history_grad"),
+    "history_grad": ("strategy", "history_grad"), "hybrid_width": ("strategy", "hybrid_width"),
     "timeout": ("strategy", "timeout"),
     "cache": ("strategy", "cache"), "cache_fraction": ("strategy", "cache_fraction"),
     "seed": (None, "seed"), "dtype": (None, "dtype"), "device": (None, "device"), "json": (None, "json"),
@@ -226,6 +226,8 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
                    help="a new chunk order every epoch, the same on every worker (--no-shuffle: a fixed order)")
     p.add_argument("--history-grad", choices=["zero", "historical"],
                    help="gradients along stale edges: zero (GNNPipe) or the previous epoch's (the ablation)")
+    p.add_argument("--hybrid-width", type=int, metavar="W",
+                   help="W-way graph parallelism inside each of --workers / W pipeline stages (1: pure pipeline)")
     p.add_argument("--shm-dir", metavar="DIR",
                    help="directory of the host arrays the workers share (default /dev/shm)")
     p.add_argument("--timeout", type=float, metavar="SECONDS",

@@ -104,6 +104,8 @@ class StrategyConfig:
     """``pipeline``: a new chunk order every epoch (the same on every worker)."""
     history_grad: str = "zero"
     """``pipeline``: gradients along stale edges: ``zero`` (GNNPipe) or ``historical`` (the previous epoch's)."""
+    hybrid_width: int = 1
+    """``pipeline``: W-way graph parallelism inside each of ``--workers / W`` stages (1: the pure pipeline)."""
     shm_dir: str = "/dev/shm"
     """``offload``: where the host arrays shared by the workers live (a memory-backed tmpfs by default)."""
     timeout: float = DEFAULT_TIMEOUT_S

@@ -110,7 +110,7 @@ def _check_strategy_option(option: str, config: RunConfig) -> None:
     sc = config.strategy
     if option == "fanouts":
         _check_fanouts(config)
-    elif option in ("batch_size", "average_every", "history_period"):
+    elif option in ("batch_size", "average_every", "history_period", "hybrid_width"):
         _check_at_least_one(option.replace("_", "-"), getattr(sc, option))
     elif option == "chunks" and sc.chunks is not None:
         if not isinstance(sc.chunks, int):

@@ -23,6 +23,7 @@ from graphscale.strategies.graph_parallel import halo_bytes_per_epoch
 from graphscale.strategies.pipeline.plan import (
     ChunkPlan,
     assign_chunks,
+    assign_subchunks,
     check_plan,
     chunk_order,
     pipeline_bytes_per_epoch,
@@ -31,7 +32,7 @@ from graphscale.strategies.pipeline.plan import (
     stage_layers,
 )
 from graphscale.strategies.pipeline.reference import ChunkedReference
-from graphscale.strategies.pipeline.strategy import CHUNK_FILE, PIPE_BWD, PIPE_FWD, PipelineStrategy
+from graphscale.strategies.pipeline.strategy import CHUNK_FILE, PIPE_BWD, PIPE_FWD, SUBCHUNK_FILE, PipelineStrategy
 from graphscale.strategies.single import SingleStrategy
 from graphscale.testing import assert_close_rel, random_graph, run_distributed
 
@@ -80,10 +81,12 @@ def make_config(model: str, layers: int, chunks: int, shuffle: bool, period: int
                      seed=0, dtype="float64")
 
 
-def handle_with_chunks(g: Graph, chunk_of: torch.Tensor, folder) -> DataHandle:
-    """An in-memory handle carrying the chunk assignment as the parent's ``prepare_shared`` would."""
+def handle_with_chunks(g: Graph, chunk_of: torch.Tensor, folder, width: int = 1) -> DataHandle:
+    """An in-memory handle carrying the chunks (and a hybrid's sub-chunks) as the parent's ``prepare_shared``
+    would."""
     folder.mkdir(parents=True, exist_ok=True)
     np.save(folder / CHUNK_FILE, chunk_of.numpy())
+    np.save(folder / SUBCHUNK_FILE, assign_subchunks(g, chunk_of, width).numpy())
     handle = DataHandle.in_memory(g)
     handle.extras["shared"] = str(folder)
     return handle

@@ -21,23 +21,27 @@ HISTORY_GRADS = ("zero", "historical")
 CHUNKS_PER_STAGE = 4
 
 
-def default_chunks(stages: int) -> int:
-    """``K`` when ``--chunks`` is not given: four per stage."""
-    return CHUNKS_PER_STAGE * stages
+def default_chunks(workers: int) -> int:
+    """``K`` when ``--chunks`` is not given: four per worker (the paper's ``K = 4M``)."""
+    return CHUNKS_PER_STAGE * workers
 
 
-def check_plan(num_layers: int, stages: int, chunks: int, history_period: int, history_grad: str) -> None:
+def check_plan(num_layers: int, stages: int, chunks: int, history_period: int, history_grad: str,
+               width: int = 1) -> None:
     """Refuse a pipeline that cannot run, naming the option.
 
     Raises:
         ValueError: more stages than layers, fewer chunks than stages, a history period below 1, an unknown
-            ``--history-grad``.
+            ``--history-grad``, historical gradients in a hybrid.
     """
+    if width > 1 and history_grad != "zero":
+        raise ValueError(f"--history-grad {history_grad} is not supported with --hybrid-width {width} (only zero)")
     if stages > num_layers:
-        raise ValueError(f"strategy 'pipeline': --workers {stages} gives {stages} stages but the model has "
-                         f"{num_layers} layers (--layers); every stage needs at least one layer")
+        raise ValueError(f"strategy 'pipeline': --workers {stages * width} gives {stages} stages"
+                         + (f" (--hybrid-width {width})" if width > 1 else "")
+                         + f" but the model has {num_layers} layers (--layers); every stage needs at least one layer")
     if chunks < stages:
-        raise ValueError(f"strategy 'pipeline': --chunks {chunks} is smaller than the {stages} stages (--workers); "
+        raise ValueError(f"strategy 'pipeline': --chunks {chunks} is smaller than the {stages} stages; "
                          "the pipeline needs at least one chunk per stage")
     if history_period < 1:
         raise ValueError(f"--history-period must be >= 1, got {history_period}")
@@ -115,6 +119,32 @@ def assign_chunks(graph: Graph, num_chunks: int, partitioner: str = "metis", bal
         return rcm_chunks(graph, num_chunks)
 
 
+def assign_subchunks(graph: Graph, chunk_of: torch.Tensor, width: int, partitioner: str = "metis",
+                     balance: str = "", seed: int = 0) -> torch.Tensor:
+    """The hybrid's sub-chunk (group rank) of every vertex: each chunk's induced subgraph partitioned into ``W``
+    parts by the run's vertex partitioner (§3.6's faithful split; :func:`rcm_chunks` without pymetis).
+
+    Raises:
+        ValueError: a chunk with fewer than ``W`` vertices.
+    """
+    sub_of = torch.zeros_like(chunk_of)
+    if width == 1:
+        return sub_of
+    from graphscale.prepare import build_vertex_partitioner
+
+    for k in range(int(chunk_of.max()) + 1):
+        nodes = torch.nonzero(chunk_of == k).flatten()
+        if nodes.numel() < width:
+            raise ValueError(f"chunk {k} has {nodes.numel()} vertices, fewer than --hybrid-width {width}; "
+                             "use fewer chunks (--chunks)")
+        part = graph.subgraph(nodes)
+        try:
+            sub_of[nodes] = build_vertex_partitioner(partitioner, balance).partition(part, width, seed=seed)
+        except ImportError:
+            sub_of[nodes] = rcm_chunks(part, width)
+    return sub_of
+
+
 @dataclass
 class ChunkPlan:
     """The chunks of a graph: vertex ids, one block per chunk (destinations = the chunk, sources = the chunk then
@@ -137,7 +167,10 @@ class ChunkPlan:
     num_edges: int
 
     @classmethod
-    def build(cls, graph: Graph, chunk_of: torch.Tensor) -> ChunkPlan:
+    def build(cls, graph: Graph, chunk_of: torch.Tensor, sub_of: torch.Tensor | None = None,
+              rank: int = 0) -> ChunkPlan:
+        """The chunks; with ``sub_of`` (a hybrid's sub-chunk of every vertex) the blocks are those of rank
+        ``rank``'s sub-chunks (``nodes`` likewise), ``halo_chunk`` and ``cross_edges`` still whole-graph counts."""
         chunk_of = torch.as_tensor(chunk_of, dtype=torch.int64)
         num_chunks = int(chunk_of.max()) + 1 if chunk_of.numel() else 0
         degrees = graph.in_degrees()
@@ -146,12 +179,15 @@ class ChunkPlan:
             ids = torch.nonzero(chunk_of == k).flatten()
             if ids.numel() == 0:
                 raise ValueError(f"chunk {k} of {num_chunks} is empty; use fewer chunks (--chunks)")
-            block = Block.from_nodes(graph, ids, degrees)
+            whole = Block.from_nodes(graph, ids, degrees)
+            src = whole.indices[whole.indices >= whole.num_dst] - whole.num_dst
+            cross.append(chunk_of[whole.halo_ids][src])
+            if sub_of is not None:
+                ids = ids[sub_of[ids] == rank]
+            block = Block.from_nodes(graph, ids, degrees) if sub_of is not None else whole
             nodes.append(ids)
             blocks.append(block)
             halo_chunk.append(chunk_of[block.halo_ids])
-            src = block.indices[block.indices >= block.num_dst] - block.num_dst
-            cross.append(halo_chunk[-1][src])
         return cls(chunk_of, nodes, blocks, halo_chunk, cross, graph.num_edges)
 
     @property
@@ -167,6 +203,38 @@ class ChunkPlan:
         pos = positions(order)
         stale = sum(int((pos[c] > pos[k]).sum()) for k, c in enumerate(self.cross_edges))
         return stale / max(self.num_edges, 1)
+
+
+@dataclass
+class GroupExchange:
+    """Which rows rank ``r`` of a hybrid group pushes to and receives from the others, per chunk (§3.6).
+
+    Every rank keeps ghost copies of its boundary set ``B_r`` (in-neighbours of its vertices owned by another rank
+    of the group). After a layer, the rows of chunk ``k`` that are ghosts elsewhere go to those ranks; in the
+    backward pass the ghosts' accumulated gradients go back the same way. Lists are ascending ids, the same on
+    every rank without communication.
+
+    Attributes:
+        send: ``send[k][p]``: my rows of chunk ``k`` in ``B_p``.
+        recv: ``recv[k][p]``: rank ``p``'s rows of chunk ``k`` in my ``B_r``.
+    """
+
+    send: list[list[torch.Tensor]]
+    recv: list[list[torch.Tensor]]
+
+    @classmethod
+    def build(cls, graph: Graph, chunk_of: torch.Tensor, sub_of: torch.Tensor, width: int, rank: int) -> GroupExchange:
+        src, dst = graph.indices, graph.dst_of_edges()
+        cross = sub_of[src] != sub_of[dst]
+        n = max(graph.num_nodes, 1)
+        pairs = torch.unique(sub_of[dst[cross]] * n + src[cross])  # (reader rank, ghost vertex)
+        reader, ghost = pairs // n, pairs % n
+        num_chunks = int(chunk_of.max()) + 1
+        send = [[ghost[(reader == p) & (sub_of[ghost] == rank) & (chunk_of[ghost] == k)] for p in range(width)]
+                for k in range(num_chunks)]
+        recv = [[ghost[(reader == rank) & (sub_of[ghost] == p) & (chunk_of[ghost] == k)] for p in range(width)]
+                for k in range(num_chunks)]
+        return cls(send, recv)
 
 
 def positions(order: torch.Tensor) -> torch.Tensor:
@@ -186,3 +254,10 @@ def pipeline_bytes_per_epoch(num_nodes: int, boundary_widths: list[int], element
     """
     c = 2 if carries_h0 else 1
     return 2 * num_nodes * sum(int(d) for d in boundary_widths) * c * element_size
+
+
+def group_halo_bytes_per_epoch(boundary_rows: int, exchanged_widths: list[int], element_size: int) -> int:
+    """Closed-form halo traffic of a hybrid's groups in one epoch, summed over workers: every ghost row of every
+    exchanged layer once forward and its gradient once backward, ``2 sum_r |B_r| sum_l d_l b`` per group
+    (``boundary_rows`` = ``sum_r |B_r|`` for the ``W``-way split, summed over the groups)."""
+    return 2 * boundary_rows * sum(int(d) for d in exchanged_widths) * element_size

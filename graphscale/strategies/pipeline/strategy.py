@@ -84,6 +84,7 @@ from graphscale.registry import STRATEGIES
 from graphscale.strategies.base import (
     SPLITS,
     Strategy,
+    allreduce_gradients,
     counts_to_metrics,
     masked_loss_sum,
     optimizer_tensors,
@@ -91,7 +92,9 @@ from graphscale.strategies.base import (
 )
 from graphscale.strategies.pipeline.plan import (
     ChunkPlan,
+    GroupExchange,
     assign_chunks,
+    assign_subchunks,
     check_plan,
     chunk_order,
     default_chunks,
@@ -102,15 +105,26 @@ from graphscale.strategies.pipeline.plan import (
 from graphscale.strategies.pipeline.reference import learned_input
 
 #: Ledger categories: stage-boundary rows (forward), their gradients (backward), the initial history forward,
-#: the evaluation forward.
-PIPE_FWD, PIPE_BWD, PIPE_INIT, EVAL_STAGE = "pipe_fwd", "pipe_bwd", "pipe_init", "eval_stage"
-CHUNK_FILE = "chunk_of.npy"
+#: the evaluation forward, a hybrid group's ghost rows and their gradients.
+PIPE_FWD, PIPE_BWD, PIPE_INIT, EVAL_STAGE, HALO = "pipe_fwd", "pipe_bwd", "pipe_init", "eval_stage", "halo"
+CHUNK_FILE, SUBCHUNK_FILE = "chunk_of.npy", "sub_of.npy"
 
 
 def num_chunks(config: RunConfig) -> int:
-    """``K``: ``--chunks``, else four per stage."""
+    """``K``: ``--chunks``, else four per worker."""
     chunks = config.strategy.chunks
     return default_chunks(config.strategy.workers) if chunks is None else chunks
+
+
+def num_stages(config: RunConfig) -> int:
+    """``S = --workers / --hybrid-width``."""
+    return config.strategy.workers // max(config.strategy.hybrid_width, 1)
+
+
+def check_width(workers: int, width: int) -> None:
+    """Raises ``ValueError`` unless ``--hybrid-width`` divides ``--workers``."""
+    if width < 1 or workers % width:
+        raise ValueError(f"--hybrid-width {width} must be >= 1 and divide --workers {workers}")
 
 
 @STRATEGIES.register("pipeline")
@@ -119,16 +133,21 @@ class PipelineStrategy(Strategy):
 
     exact = False
     data_view = HOST_SHARED
-    options = frozenset({"chunks", "partitioner", "balance", "history_period", "shuffle", "history_grad"})
+    options = frozenset({"chunks", "partitioner", "balance", "history_period", "shuffle", "history_grad",
+                         "hybrid_width"})
 
     @classmethod
     def unused_options(cls, config: RunConfig) -> dict[str, str]:
-        return {"partitioner": "with --chunks 1", "balance": "with --chunks 1"} if num_chunks(config) == 1 else {}
+        if num_chunks(config) == 1 and config.strategy.hybrid_width == 1:
+            return {"partitioner": "with --chunks 1", "balance": "with --chunks 1"}
+        return {}
 
     @classmethod
     def check_config(cls, config: RunConfig) -> None:
         sc = config.strategy
-        check_plan(config.model.layers, sc.workers, num_chunks(config), sc.history_period, sc.history_grad)
+        check_width(sc.workers, sc.hybrid_width)
+        check_plan(config.model.layers, num_stages(config), num_chunks(config), sc.history_period, sc.history_grad,
+                   sc.hybrid_width)
         if config.checkpoint or config.resume:
             raise ValueError("--checkpoint / --resume are not supported by strategy 'pipeline' (each worker holds "
                              "only its stage's weights)")
@@ -136,28 +155,40 @@ class PipelineStrategy(Strategy):
     @classmethod
     def shared_data_key(cls, config: RunConfig) -> dict | None:
         sc = config.strategy
-        return {"chunks": num_chunks(config), "chunk_partitioner": sc.partitioner, "chunk_balance": sc.balance}
+        return {"chunks": num_chunks(config), "chunk_partitioner": sc.partitioner, "chunk_balance": sc.balance,
+                "hybrid_width": sc.hybrid_width}
 
     @classmethod
     def prepare_shared(cls, graph: Graph, owner: torch.Tensor, config: RunConfig, folder: Path) -> None:
         sc = config.strategy
         chunk_of = assign_chunks(graph, num_chunks(config), sc.partitioner, sc.balance, config.seed)
         np.save(folder / CHUNK_FILE, chunk_of.numpy())
+        sub_of = assign_subchunks(graph, chunk_of, sc.hybrid_width, sc.partitioner, sc.balance, config.seed)
+        np.save(folder / SUBCHUNK_FILE, sub_of.numpy())
 
     # ------------------------------------------------------------ setup
     def setup(self, data: DataHandle | Graph, model: torch.nn.Module, env: DistEnv, config: RunConfig) -> None:
         super().setup(data, model, env, config)
         sc = config.strategy
+        self.width = sc.hybrid_width
+        check_width(env.world_size, self.width)
         self.comm = Comm(env)
-        self.stages, self.stage = env.world_size, env.rank
-        check_plan(model.num_layers, self.stages, num_chunks(config), sc.history_period, sc.history_grad)
+        self.stages = env.world_size // self.width
+        self.stage, self.member = divmod(env.rank, self.width)
+        check_plan(model.num_layers, self.stages, num_chunks(config), sc.history_period, sc.history_grad,
+                   self.width)
+        self.group = self._group_comm(env)
         graph = self.data.open_graph()
         shared = self.data.extras.get("shared")
         if shared:
             chunk_of = torch.from_numpy(np.load(Path(shared) / CHUNK_FILE).astype(np.int64))
+            sub_of = torch.from_numpy(np.load(Path(shared) / SUBCHUNK_FILE).astype(np.int64))
         else:
             chunk_of = assign_chunks(graph, num_chunks(config), sc.partitioner, sc.balance, config.seed)
-        self.plan = ChunkPlan.build(graph, chunk_of)
+            sub_of = assign_subchunks(graph, chunk_of, self.width, sc.partitioner, sc.balance, config.seed)
+        self.plan = ChunkPlan.build(graph, chunk_of, sub_of, self.member)
+        self.exchange = GroupExchange.build(graph, chunk_of, sub_of, self.width, self.member) if self.width > 1 \
+            else None
         self.layers = stage_layers(model.num_layers, self.stages)[self.stage]
         self.first, self.last = self.stage == 0, self.stage == self.stages - 1
         self.learned = learned_input(model)
@@ -168,6 +199,10 @@ class PipelineStrategy(Strategy):
             raise ValueError("strategy 'pipeline': the graph has no training vertices")
         self.full = Block.full(graph).to(device)
         self.blocks = [b.to(device) for b in self.plan.blocks]
+        self.halo_member = [sub_of[b.halo_ids].to(device) for b in self.plan.blocks]
+        if self.exchange is not None:
+            self.exchange = GroupExchange([[t.to(device) for t in row] for row in self.exchange.send],
+                                          [[t.to(device) for t in row] for row in self.exchange.recv])
         self.nodes = [n.to(device) for n in self.plan.nodes]
         self.x = graph.x.to(device=device, dtype=dtype) if self.first else None
         self.y = graph.y.to(device) if self.last else None
@@ -180,6 +215,7 @@ class PipelineStrategy(Strategy):
         self.view = {l: torch.zeros(self.num_nodes, widths[l], dtype=dtype, device=device) for l in self.layers
                      if l > 0 or self.learned}
         self.grad_acc = {l: torch.zeros_like(v) for l, v in self.view.items()}
+        self.ghost_acc = {l: torch.zeros_like(v) for l, v in self.view.items()} if self.width > 1 else {}
         self.historical = sc.history_grad == "historical"
         self.late = {l: torch.zeros_like(v) for l, v in self.view.items()} if self.historical else {}
         self.hist: dict[int, torch.Tensor] | None = None
@@ -188,19 +224,34 @@ class PipelineStrategy(Strategy):
         self.tracker = MemoryTracker(env)
         self.tracker.track("graph", self.full.indptr, self.full.indices, self.x, self.y,
                            *([] if self.masks is None else self.masks.values()))
-        self.tracker.track("buffers", *self.view.values(), *self.grad_acc.values(), *self.late.values())
+        self.tracker.track("buffers", *self.view.values(), *self.grad_acc.values(), *self.ghost_acc.values(),
+                           *self.late.values())
         self.tracker.track_module("model", model)
+
+    def _group_comm(self, env: DistEnv) -> Comm:
+        """The collectives of this worker's stage group (its ``W`` ranks; the ledger is the worker's)."""
+        if self.width == 1:
+            return Comm(DistEnv(rank=0, world_size=1, device=env.device, timeout=env.timeout, ledger=env.ledger))
+        import torch.distributed as dist
+
+        groups = [dist.new_group(list(range(s * self.width, (s + 1) * self.width))) for s in range(self.stages)]
+        return Comm(DistEnv(rank=self.member, world_size=self.width, device=env.device, backend=env.backend,
+                            group=groups[self.stage], timeout=env.timeout, ledger=env.ledger))
 
     # ------------------------------------------------------------ helpers
     def _rows(self, layer: int, ids: torch.Tensor) -> torch.Tensor:
         return self.view[layer][ids] if layer in self.view else self.x[ids]
 
-    def _recv_from(self, peer: int, rows: int, width: int) -> torch.Tensor:
+    def _recv_from(self, stage: int, rows: int, width: int) -> torch.Tensor:
+        """Receive ``[rows, width]`` from the same member of stage ``stage``."""
         buf = torch.empty(rows, width, dtype=next(self.model.parameters()).dtype, device=self.env.device)
         start = time.perf_counter()
-        self.comm.recv(buf, peer).wait()
+        self.comm.recv(buf, stage * self.width + self.member).wait()
         self.waited += time.perf_counter() - start
         return buf
+
+    def _send_to(self, stage: int, t: torch.Tensor, category: str):
+        return self.comm.send(t.detach(), stage * self.width + self.member, category)
 
     def _stage_input(self, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
         """The stage's input rows for ``ids`` and GCNII's ``H^0`` rows: mapped here (stage 0) or received."""
@@ -208,16 +259,36 @@ class PipelineStrategy(Strategy):
             h = self.model.input_map(self.x[ids], ids)
             return h, (h if self.model.needs_h0 else None)
         buf = self._recv_from(self.stage - 1, ids.numel(), self.in_width + self.h0_width)
-        h, h0 = buf[:, : self.in_width].detach(), buf[:, self.in_width:].detach()  # leaves of the chunk's graph
+        h, h0 = buf[:, : self.in_width].detach(), buf[:, self.in_width:].detach()
         return h, (h0 if self.model.needs_h0 else None)
 
-    def _send_forward(self, h: torch.Tensor, h0: torch.Tensor | None, category: str):
-        out = h if h0 is None else torch.cat([h, h0], dim=1)
-        return self.comm.send(out.detach(), self.stage + 1, category)
+    def _forward_message(self, h: torch.Tensor, h0: torch.Tensor | None) -> torch.Tensor:
+        return h if h0 is None else torch.cat([h, h0], dim=1)
+
+    def _push_ghosts(self, k: int, layer: int) -> None:
+        """Hybrid forward: send my chunk-``k`` rows of ``view[layer]`` to the ranks that hold them as ghosts and
+        write theirs into mine."""
+        send, recv = self.exchange.send[k], self.exchange.recv[k]
+        view = self.view[layer]
+        rows = view[torch.cat(send)]
+        received = self.group.all_to_all_v(rows, [t.numel() for t in send], [t.numel() for t in recv], HALO)
+        view[torch.cat(recv)] = received
+
+    def _pull_ghost_grads(self, k: int, layer: int, ids: torch.Tensor) -> torch.Tensor:
+        """Hybrid backward: return my ghosts' accumulated gradients of chunk ``k`` to their owners; the gradients
+        the others hold for my rows of chunk ``k``, as ``[len(ids), d]``."""
+        send, recv = self.exchange.send[k], self.exchange.recv[k]
+        acc = self.ghost_acc[layer]
+        ghosts = torch.cat(recv)
+        received = self.group.all_to_all_v(acc[ghosts], [t.numel() for t in recv], [t.numel() for t in send], HALO)
+        acc[ghosts] = 0
+        out = torch.zeros(ids.numel(), acc.shape[1], dtype=acc.dtype, device=acc.device)
+        return out.index_add_(0, torch.searchsorted(ids, torch.cat(send)), received)
 
     # ------------------------------------------------------------ full forward
     def _full_forward(self, category: str, fill: bool) -> torch.Tensor | None:
-        """An exact forward of the whole graph through the stages (no autograd); the last stage returns logits.
+        """An exact forward of the whole graph through the stages (no autograd), run by every member of every
+        group (each member's pipeline fills its own ``view``); the last stage returns logits.
 
         ``fill``: write every layer's input rows into ``view`` (the initial history)."""
         ids = self.full.dst_ids
@@ -228,7 +299,7 @@ class PipelineStrategy(Strategy):
                     self.view[layer].copy_(h)
                 h = self.model.step(layer, self.full, h, h0)
             if not self.last:
-                self._send_forward(h, h0, category).wait()
+                self._send_to(self.stage + 1, self._forward_message(h, h0), category).wait()
                 return None
             return self.model.output_map(h, ids)
 
@@ -254,69 +325,83 @@ class PipelineStrategy(Strategy):
                 t.zero_()
 
     def _forward_chunk(self, k: int) -> dict:
-        """The stage's forward of chunk ``k`` (one autograd graph); what its backward needs."""
+        """The stage's forward of chunk ``k``: one autograd island per layer; what the backward needs."""
         model, ids, block = self.model, self.nodes[k], self.blocks[k]
         h, h0 = self._stage_input(ids)
-        if not self.first:
-            h.requires_grad_(True)
-            if h0 is not None:
-                h0.requires_grad_(True)
-        saved = {"input": h, "h0": h0, "inner": [], "nbr": []}
+        saved = {"map": None, "h0": h0, "islands": []}
+        if self.first and self.learned:  # the input map is its own island; the layers start from a leaf
+            saved["map"] = h
+            h = h.detach()
+            h0 = None if h0 is None else h0.detach().requires_grad_(True)
+            saved["h0"] = h0
+        elif h0 is not None:
+            h0.requires_grad_(True)
         for layer in self.layers:
             if layer in self.view:
+                h.requires_grad_(True)
                 self.view[layer][ids] = h.detach()
-            if layer != self.layers.start:
-                saved["inner"].append((layer, h))
+                if self.exchange is not None:
+                    self._push_ghosts(k, layer)
             nbr = self._rows(layer, block.halo_ids)
             if layer in self.view:
                 nbr.requires_grad_(True)
-            saved["nbr"].append((layer, nbr))
-            h = model.step(layer, block, torch.cat([h, nbr]), h0)
+            out = model.step(layer, block, torch.cat([h, nbr]), h0)
+            saved["islands"].append((layer, h, nbr, out))
+            h = out.detach()
         if self.last:
-            logits = model.output_map(h, ids)
-            saved["out"] = masked_loss_sum(logits, self.y[ids], self.masks["train"][ids]) / self.num_train
+            _, _, _, out = saved["islands"][-1]
+            logits = model.output_map(out, ids)
+            saved["loss"] = masked_loss_sum(logits, self.y[ids], self.masks["train"][ids]) / self.num_train
         else:
-            saved["out"] = h
-            saved["send"] = self._send_forward(h, h0, PIPE_FWD)
+            saved["send"] = self._send_to(self.stage + 1, self._forward_message(h, h0), PIPE_FWD)
         return saved
 
-    def _backward_chunk(self, k: int, saved: dict, pos: torch.Tensor) -> torch.distributed.Work | None:
-        """The stage's backward of chunk ``k``; returns the pending send of its input gradient."""
-        ids = self.nodes[k]
-        roots, grads = [saved["out"]], [torch.ones_like(saved["out"])]
-        g_h0 = None
-        if not self.last:
-            g = self._recv_from(self.stage + 1, ids.numel(), self.out_width + self.h0_width)
-            grads = [g[:, : self.out_width]]
-            g_h0 = g[:, self.out_width:] if self.model.needs_h0 else None
-        for layer, h in saved["inner"]:
-            roots.append(h)
-            grads.append(self.grad_acc[layer][ids])
-        start = self.layers.start
-        if self.first and start in self.view:  # stage 0 with a learned input map: the map's output is a root
-            extra = self.grad_acc[start][ids]
-            roots.append(saved["input"])
-            grads.append(extra if g_h0 is None else extra + g_h0)
-        elif self.first and g_h0 is not None:
-            roots.append(saved["h0"])
-            grads.append(g_h0)
-        torch.autograd.backward(roots, grads)
-        halo_chunk = self.plan.halo_chunk[k]
-        for (layer, nbr), block in ((ln, self.blocks[k]) for ln in saved["nbr"]):
-            if nbr.grad is None:
-                continue
-            fresh = (pos[halo_chunk] <= pos[k]).to(nbr.device)
-            halo = block.halo_ids
+    def _scatter_neighbour_grads(self, k: int, layer: int, nbr: torch.Tensor, pos: torch.Tensor) -> None:
+        """Gathered rows' gradients: fresh ones (their chunk came no later than ``k``) into the accumulators
+        (mine, or the ghosts' to return to their owners); stale ones dropped or, historical, kept for next epoch."""
+        halo = self.blocks[k].halo_ids
+        fresh = (pos[self.plan.halo_chunk[k]] <= pos[k]).to(nbr.device)
+        if self.exchange is None:
             self.grad_acc[layer].index_add_(0, halo[fresh], nbr.grad[fresh])
-            if self.historical:
-                self.late[layer].index_add_(0, halo[~fresh], nbr.grad[~fresh])
+        else:
+            mine = self.halo_member[k] == self.member
+            self.grad_acc[layer].index_add_(0, halo[fresh & mine], nbr.grad[fresh & mine])
+            self.ghost_acc[layer].index_add_(0, halo[fresh & ~mine], nbr.grad[fresh & ~mine])
+        if self.historical:
+            self.late[layer].index_add_(0, halo[~fresh], nbr.grad[~fresh])
+
+    def _backward_chunk(self, k: int, saved: dict, pos: torch.Tensor):
+        """The stage's backward of chunk ``k``, layer by layer; returns the pending send of its input gradient."""
+        ids = self.nodes[k]
+        g_h0 = None
+        if self.last:
+            grad = None
+        else:
+            g = self._recv_from(self.stage + 1, ids.numel(), self.out_width + self.h0_width)
+            grad = g[:, : self.out_width]
+            g_h0 = g[:, self.out_width:] if self.model.needs_h0 else None
+        for layer, h, nbr, out in reversed(saved["islands"]):
+            if grad is None:
+                saved["loss"].backward()
+            else:
+                out.backward(grad)
+            if nbr.grad is not None:
+                self._scatter_neighbour_grads(k, layer, nbr, pos)
+            if layer not in self.view:  # layer 0 of an identity input map: nothing below it
+                grad = None
+                break
+            grad = h.grad + self.grad_acc[layer][ids]
+            if self.exchange is not None:
+                grad = grad + self._pull_ghost_grads(k, layer, ids)
+        h0 = saved["h0"]
+        if h0 is not None:  # H^0's gradient: this stage's uses plus the later stages'
+            g_h0 = h0.grad if g_h0 is None else h0.grad + g_h0
         if self.first:
+            if saved["map"] is not None:
+                root = grad if g_h0 is None else grad + g_h0
+                saved["map"].backward(root)
             return None
-        g_in = saved["input"].grad + self.grad_acc[start][ids]
-        if self.model.needs_h0:  # H^0's gradient: this stage's uses plus the later stages'
-            g0 = saved["h0"].grad if g_h0 is None else saved["h0"].grad + g_h0
-            g_in = torch.cat([g_in, g0], dim=1)
-        return self.comm.send(g_in, self.stage - 1, PIPE_BWD)
+        return self._send_to(self.stage - 1, grad if g_h0 is None else torch.cat([grad, g_h0], dim=1), PIPE_BWD)
 
     def train_epoch(self, epoch: int) -> EpochStats:
         model = self.model
@@ -332,18 +417,23 @@ class PipelineStrategy(Strategy):
             pos = positions(order)
             saved = {k: self._forward_chunk(k) for k in order.tolist()}
             pending = [s.pop("send") for s in saved.values() if "send" in s]
-            loss = sum(float(s["out"].detach()) for s in saved.values()) if self.last else 0.0
+            loss = sum(float(s["loss"].detach()) for s in saved.values()) if self.last else 0.0
             for k in reversed(order.tolist()):
                 work = self._backward_chunk(k, saved.pop(k), pos)
                 if work is not None:
                     pending.append(work)
             for work in pending:
                 work.wait()
+            if self.width > 1:  # a stage's weights are replicated in its group: sum their gradients
+                allreduce_gradients(self.group, [p for p in model.parameters() if p.grad is not None], self.tracker)
             self.optimizer.step()
             self.tracker.track("optimizer", *optimizer_tensors(self.optimizer))
+            self.tracker.untrack("gradients")
         seconds = time.perf_counter() - start
         total = torch.tensor([loss], dtype=torch.float64, device=self.env.device)
-        self.comm.broadcast(total, self.stages - 1, CONTROL)
+        if self.width > 1 and self.last:  # the last stage's members each hold their sub-chunks' share
+            self.group.all_reduce(total, CONTROL)
+        self.comm.broadcast(total, self.env.world_size - 1, CONTROL)
         return EpochStats(loss=float(total), seconds=seconds,
                           bytes=self.env.ledger.since(before), peak_memory=self.tracker.peak,
                           extra={"stage_layers": [self.layers.start, self.layers.stop],
@@ -354,11 +444,12 @@ class PipelineStrategy(Strategy):
     @torch.no_grad()
     def evaluate(self) -> dict[str, float]:
         self.model.eval()
-        logits = self._full_forward(EVAL_STAGE, fill=False)
         counts = torch.zeros(3 * len(SPLITS), dtype=torch.float64, device=self.env.device)
-        if self.last:
-            counts.copy_(split_counts(logits, self.y, self.masks))
-        return counts_to_metrics(self.comm.broadcast(counts, self.stages - 1, CONTROL).cpu())
+        if self.member == 0:  # one exact forward through the stages, on the group members 0
+            logits = self._full_forward(EVAL_STAGE, fill=False)
+            if self.last:
+                counts.copy_(split_counts(logits, self.y, self.masks))
+        return counts_to_metrics(self.comm.broadcast(counts, (self.stages - 1) * self.width, CONTROL).cpu())
 
     def teardown(self) -> None:
         for name in ("graph", "buffers", "history", "model", "optimizer"):
