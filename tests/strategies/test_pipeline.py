@@ -144,6 +144,12 @@ def test_bad_plans_name_the_option():
     (["--strategy", "pipeline", "--workers", "2", "--history-period", "0", "--oversubscribe"],
      "--history-period must be >= 1, got 0"),
     (["--strategy", "single", "--history-period", "2"], "--history-period is not used by strategy 'single'"),
+    (["--strategy", "pipeline", "--workers", "3", "--hybrid-width", "2", "--oversubscribe"],
+     "--hybrid-width 2 must be >= 1 and divide --workers 3"),
+    (["--strategy", "pipeline", "--workers", "4", "--hybrid-width", "2", "--layers", "4", "--history-grad", "historical",
+      "--oversubscribe"], "--history-grad historical is not supported with --hybrid-width 2"),
+    (["--strategy", "pipeline", "--workers", "2", "--checkpoint", "/tmp/x.pt", "--oversubscribe"],
+     "--checkpoint / --resume are not supported by strategy 'pipeline'"),
 ])
 def test_bad_input_fails_before_any_worker_starts(argv, message, capsys):
     from graphscale.cli import main
@@ -285,10 +291,11 @@ class RecordingPipeline(PipelineStrategy):
         return super()._backward_chunk(k, saved, pos)
 
 
-def _worker(env: DistEnv, jobs: list[tuple[Graph, tuple, str]]) -> list[dict]:
+def _worker(env: DistEnv, jobs: list[tuple[Graph, tuple, str]], width: int = 1) -> list[dict]:
     out = []
     for g, case, folder in jobs:
         config = make_config(*case, workers=env.world_size)
+        config.strategy.hybrid_width = width
         model = build_model(config.model, g.num_features, g.meta["num_classes"], seed=0, dtype=torch.float64)
         handle = DataHandle.in_memory(g)
         handle.extras["shared"] = folder
@@ -411,3 +418,52 @@ def test_bench_pipeline_prints_the_volume_tables(capsys):
     shallow, deep = (bench.volumes(graph, owner, "gcnii", depth, 4, 16) for depth in (8, 16))
     assert shallow["pipeline"] == deep["pipeline"] == 2 * 3 * 300 * 16 * 2 * 4  # constant in L, c = 2
     assert deep["graph"] == 2 * shallow["graph"]  # linear in L
+
+
+#: hybrid cases: 2 stages x 2-way graph parallelism (4 workers)
+HYBRID_CASES = [("gcn", 3, 4, True, 1, "zero"), ("gcnii", 3, 5, True, 2, "zero")]
+
+
+def test_hybrid_equals_the_chunked_reference(tmp_path):
+    """P2 for the hybrid (§3.6): 2 stages x 2-way graph parallelism gives the same numbers as the pure pipeline's
+    reference (sub-chunks do not change which rows are fresh); the members of a group hold identical weights;
+    bytes: stage traffic as the pure pipeline, the groups' ghost rows (2 sum_r |B_r| sum_l d_l b) and the weight
+    all-reduce (2 (W-1) P b), each exactly."""
+    from graphscale.partition.base import halo_sizes
+    from graphscale.strategies.graph_parallel import allreduce_bytes_per_epoch
+    from graphscale.strategies.pipeline.plan import group_halo_bytes_per_epoch
+
+    g, width, stages = graph(), 2, 2
+    chunks = [assign_chunks(g, case[2], seed=0) for case in HYBRID_CASES]
+    folders = [tmp_path / f"hybrid{i}" for i in range(len(HYBRID_CASES))]
+    for c, f in zip(chunks, folders):
+        handle_with_chunks(g, c, f, width)
+    results = run_distributed(_worker, stages * width, list(zip([g] * len(chunks), HYBRID_CASES, map(str, folders))),
+                              width, timeout_s=120)
+    for i, case in enumerate(HYBRID_CASES):
+        losses, ref_model = reference_run(g, chunks[i], make_config(*case))
+        per_rank = [r[i] for r in results]
+        for r in per_rank:
+            for e in range(EPOCHS):
+                assert_close_rel(r["losses"][e], losses[e], torch.float64, what=f"{case} loss {e}")
+        for name, p in ref_model.named_parameters():
+            holders = [r for r in per_rank if name in r["owned"]]
+            assert len(holders) == width, f"{case}: {name} held by {len(holders)} ranks"
+            for r in holders:
+                value, grad = r["owned"][name]
+                assert_close_rel(grad, p.grad, what=f"{case} grad {name}")
+                assert_close_rel(value, p, what=f"{case} {name}")
+        widths = per_rank[0]["widths"]
+        split = stage_layers(case[1], stages)
+        sub_of = torch.from_numpy(np.load(folders[i] / SUBCHUNK_FILE))
+        ghosts = int(halo_sizes(g, sub_of, width).sum())
+        assert ghosts > 0
+        exchanged = [widths[l] for l in range(case[1]) if l > 0 or case[0] == "gcnii"]
+        num_params = sum(p.numel() for p in ref_model.parameters())
+        for e in range(EPOCHS):
+            sent = {cat: sum(r["bytes"][e].get(cat, 0) for r in per_rank)
+                    for cat in (PIPE_FWD, PIPE_BWD, "halo", "allreduce")}
+            pipe = pipeline_bytes_per_epoch(g.num_nodes, [widths[split[1].start]], 8, case[0] == "gcnii")
+            assert sent[PIPE_FWD] == sent[PIPE_BWD] == pipe // 2
+            assert sent["halo"] == group_halo_bytes_per_epoch(ghosts, exchanged, 8)
+            assert sent["allreduce"] == allreduce_bytes_per_epoch(num_params, width, 8)

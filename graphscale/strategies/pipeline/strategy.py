@@ -1,11 +1,12 @@
 r"""GNNPipe: pipelined layer-level model parallelism over graph chunks (``--strategy pipeline``).
 
-Spec: ``shared/specs/gnnpipe.md``. Worker ``i`` is stage ``i`` of ``S = --workers``: it holds the whole graph
-(host-shared, memory-mapped once per host), its contiguous layers (:func:`~.plan.stage_layers`; stage 0 also runs
-the input map, stage ``S-1`` the output map and the loss) and, for each of its layers ``l``, the rows ``view[l]``
-(``N x d_l``) that layer reads. The graph is cut once into ``K`` locality-aware chunks (``--chunks``, default
-``4 S``; the run's vertex partitioner, METIS by default, into ``K`` parts, computed by the parent before the workers
-start; :func:`~.plan.assign_chunks`), each with its block (the chunk, then its in-neighbours elsewhere).
+Spec: ``shared/specs/gnnpipe.md``. Worker ``i`` is stage ``i`` of ``S = --workers`` (the hybrid below: ``S =
+--workers / W``): it holds the whole graph (host-shared, memory-mapped once per host), its contiguous layers
+(:func:`~.plan.stage_layers`; stage 0 also runs the input map, stage ``S-1`` the output map and the loss) and, for
+each of its layers ``l``, the rows ``view[l]`` (``N x d_l``) that layer reads. The graph is cut once into ``K``
+locality-aware chunks (``--chunks``, default four per worker; the run's vertex partitioner, METIS by default, into
+``K`` parts, computed by the parent before the workers start; :func:`~.plan.assign_chunks`), each with its block
+(the chunk, then its in-neighbours elsewhere).
 
 **An epoch** (Algorithm 1, GPipe schedule). The chunk order is a permutation drawn from ``(seed, epoch)``
 (``--shuffle``, the default; identical on every rank without communication) or the identity (``--no-shuffle``).
@@ -16,13 +17,14 @@ start; :func:`~.plan.assign_chunks`), each with its block (the chunk, then its i
   rows are written into ``view[l+1]``. Rows of chunks processed earlier this epoch are therefore fresh and the
   others are history. The last stage computes the chunk's loss (cross-entropy of its training rows divided by the
   *whole graph's* training count); the others send the chunk's output rows on (non-blocking).
-* Backward, chunks in reverse order: each (chunk, stage) forward is one autograd graph whose leaves are the rows
-  it received and the neighbour rows it gathered. Its roots get the gradient from stage ``i+1`` (category
-  ``pipe_bwd``) or the loss, plus, at every own layer's input rows of the chunk, the accumulator ``G[l]`` of what
-  chunks processed *later* in the forward sent them. The gathered neighbour rows' gradients go into ``G[l]`` only
-  for rows that were fresh (their chunk came no later); gradients along stale edges are dropped (GNNPipe's
-  technique 3), so the result is the exact gradient of the stale forward. The input rows' gradient goes to stage
-  ``i-1``.
+* Backward, chunks in reverse order, layers from the last: each (chunk, layer) forward is one autograd island
+  whose leaves are the chunk's input rows and the neighbour rows it gathered. The last island starts from the
+  gradient of stage ``i+1`` (category ``pipe_bwd``) or the loss; each island's output gradient is the next
+  island's input-row gradient plus the accumulator ``G[l]`` of what chunks processed *later* in the forward sent
+  those rows. The gathered neighbour rows' gradients go into ``G[l]`` only for rows that were fresh (their chunk
+  came no later); gradients along stale edges are dropped (GNNPipe's technique 3), so the result is the exact
+  gradient of the stale forward. The input rows' gradient (and GCNII's ``H^0`` gradient, summed over the stages)
+  goes to stage ``i-1``.
 * One Adam step per epoch on every stage's own parameters (weights are never stale).
 
 **History** (§3.4-3.5). Before the first epoch one exact forward through the stages (training mode, the first
@@ -36,11 +38,25 @@ The semantics depend on the chunks, the orders and the options, never on ``S`` o
 :class:`~.reference.ChunkedReference` runs them on one process and the tests hold this strategy to it; with one
 chunk (or chunks without cross edges) it is exact full-graph training.
 
+**Hybrid** (§3.6, ``--hybrid-width W``): ``M = S W`` workers, rank ``j W + r`` is member ``r`` of stage ``j``'s
+group. Each chunk is split once more into ``W`` sub-chunks (the partitioner on the chunk's induced subgraph;
+:func:`~.plan.assign_subchunks`); member ``r`` of every stage runs sub-chunk ``(k, r)``, so the members ``r`` form
+a pure pipeline over their sub-chunks. Inside a group every member keeps ghost rows of its boundary set ``B_r``:
+after each layer's input rows of a chunk are known, the rows that are ghosts elsewhere go to their readers (one
+``all_to_all_v`` in the group, category ``halo``; :class:`~.plan.GroupExchange`), and in the backward the ghosts'
+accumulated fresh-edge gradients go back to their owners the same way. Freshness is still by chunk, so the numbers
+are those of the pure pipeline with the same chunks (the tests hold both to the same reference). A stage's weights
+are replicated in its group: one all-reduce of their gradients per epoch (``allreduce``). ``view`` stays ``N x d``
+per layer (only own and ghost rows are used; dividing memory by ``W`` is not done). Historical gradients are
+refused in a hybrid.
+
 **Bytes** per training epoch, summed over workers: ``pipe_fwd + pipe_bwd = 2 N sum_i d_i c b``
 (:func:`~.plan.pipeline_bytes_per_epoch`; ``2 (S-1) N H c b`` with ``c = 2`` for GCNII), independent of ``L``
-and ``K``; ``control``: the loss (8 bytes to each other rank). There is no weight all-reduce (every parameter
-lives on one stage). Evaluation runs an exact full forward through the stages (``eval_stage``: ``N d_i c b`` per
-boundary) and broadcasts the per-split counts.
+and ``K``; ``control``: the loss (8 bytes to each other rank). The pure pipeline has no weight all-reduce (every
+parameter lives on one stage); a hybrid adds ``halo = 2 sum_r |B_r| sum_l d_l b`` per group over its exchanged
+layers (:func:`~.plan.group_halo_bytes_per_epoch`) and ``allreduce = 2 (W-1) P b``. Evaluation runs an exact full
+forward through the stages on the members 0 (``eval_stage``: ``N d_i c b`` per boundary) and broadcasts the
+per-split counts; the initial history forward runs on every member's pipeline.
 
 **Why not ``torch.distributed.pipelining``.** Its ``PipelineStage`` and schedules (GPipe, 1F1B, interleaved)
 split one batch into microbatches of equal shape, infer or fix the stage's input and output shapes once, and run
@@ -57,7 +73,7 @@ would arrive after ``k``'s backward. Keeping the numbers identical to GPipe woul
 ``k``'s saved graph once they arrive, which keeps every chunk's activations alive as GPipe does: no memory is
 saved. 1F1B is only equivalent without cross-chunk edges, where pipelining needs no history at all.
 
-**Not implemented** (issue 13): the hybrid ``S x W`` mode (``S = --workers`` always), the 1F1B schedule (above),
+**Not implemented** (issue 13): the 1F1B schedule (above), the hybrid's memory split (buffers are ``N`` rows),
 bubble timings separate from transfer time (an epoch's ``extra`` has ``idle_frac``: the share of the epoch the
 stage waited for a neighbour stage's rows or gradients, bubbles and transfers together), and checkpoints
 (``--checkpoint`` is refused before the workers start: worker 0 would save only its own stage's weights). The
