@@ -6,7 +6,7 @@ accumulators. A chunk reads, at every layer, the rows of chunks processed earlie
 tensors computed this epoch (so gradients flow along those edges) and every other row from the history, a
 constant (so the gradient along a stale edge is dropped). That is the definition of the pipelined training
 step; :class:`~graphscale.strategies.pipeline.strategy.PipelineStrategy` must reproduce it for any number of
-stages.
+stages and any hybrid width (sub-chunks do not change which rows are fresh).
 
 * **History** (§3.4, §3.5 technique 2): one exact forward with the first epoch's weights and dropout masks fills
   every layer's rows; epoch ``e`` starts from the rows as they stood when the last refresh
@@ -14,7 +14,9 @@ stages.
 * **Historical gradients** (``history_grad="historical"``, the ablation of technique 3): the gradients an epoch
   computes along its stale edges (``d loss / d history row``) are added, one epoch later, to the gradient of the
   vertex's live row at the same layer. Here that is one extra loss term, ``sum_l <late_l, h_l>`` with the
-  previous epoch's ``late_l`` held constant.
+  previous epoch's ``late_l`` held constant. (The spec's §3.5 variant applies the previous epoch's
+  ``d loss / d z_v`` along the edges stale in the *current* epoch; the two coincide without shuffling. This one
+  needs no per-edge or per-aggregate state and works for every layer, ResGCN+'s LayerNorm included.)
 
 Nothing here talks to other processes; it is used by tests, never by a run.
 """
