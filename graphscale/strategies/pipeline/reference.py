@@ -15,8 +15,9 @@ stages and any hybrid width (sub-chunks do not change which rows are fresh).
   computes along its stale edges (``d loss / d history row``) are added, one epoch later, to the gradient of the
   vertex's live row at the same layer. Here that is one extra loss term, ``sum_l <late_l, h_l>`` with the
   previous epoch's ``late_l`` held constant. (The spec's §3.5 variant applies the previous epoch's
-  ``d loss / d z_v`` along the edges stale in the *current* epoch; the two coincide without shuffling. This one
-  needs no per-edge or per-aggregate state and works for every layer, ResGCN+'s LayerNorm included.)
+  ``d loss / d z_v`` along the edges stale in the *current* epoch; without shuffling both use the same edges,
+  and for a GCN without dropout the same values. This one needs no per-aggregate state and works for every
+  layer, ResGCN+'s LayerNorm included.)
 
 Nothing here talks to other processes; it is used by tests, never by a run.
 """
