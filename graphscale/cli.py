@@ -204,7 +204,7 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
                         "model layer")
     p.add_argument("--batch-size", type=int, help="training vertices per mini-batch, over all workers")
     p.add_argument("--chunks", type=int, help="chunks (K): offload per partition (default 1), pipeline in all "
-                                             "(default 4 per stage)")
+                                             "(default 4 per worker)")
     p.add_argument("--dedup", choices=["baseline", "inter", "intra", "reorg"],
                    help="host-device communication dedup, each adding to the previous")
     p.add_argument("--recompute", choices=["auto", "hybrid", "recompute", "none"],

@@ -82,7 +82,7 @@ class StrategyConfig:
     """``data-parallel`` / ``split-parallel``: feature rows each worker caches, as a fraction of all vertices."""
     chunks: int | None = None
     """Chunks (K): ``offload`` per partition (default 1; ignored when ``memory_budget`` is set), ``pipeline`` in
-    all (default 4 per stage)."""
+    all (default 4 per worker)."""
     dedup: str = "reorg"
     """``offload`` communication dedup: ``baseline``, ``inter``, ``intra`` or ``reorg`` (each adds to the previous)."""
     recompute: str = "auto"

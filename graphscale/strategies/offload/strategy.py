@@ -177,7 +177,7 @@ def plan_layout(graph: Graph, owner: torch.Tensor, world: int, config: RunConfig
         raise ValueError(f"--chunks must be >= 1, got {chunks}")
     elem = next(model.parameters()).element_size()
     chunks = chunks if budget is None else choose_chunks(graph, model, owner, world, budget, config, dims,
-                                                             bandwidths)
+                                                         bandwidths)
     owner, batch = two_level_partition(graph, world, chunks, sc.partitioner, config.seed, owner=owner)
     if check_dedup(sc.dedup) == "reorg":
         batch = reorganize(graph, owner, batch, world, chunks, dims.widths[0], elem, bandwidths)
