@@ -46,6 +46,7 @@ TRAIN_OPTIONS = {
     "shm_dir": ("strategy", "shm_dir"),
     "history_period": ("strategy", "history_period"), "shuffle": ("strategy", "shuffle"),
     "history_grad": ("strategy", "history_grad"), "hybrid_width": ("strategy", "hybrid_width"),
+    "hybrid_split": ("strategy", "hybrid_split"),
     "timeout": ("strategy", "timeout"),
     "cache": ("strategy", "cache"), "cache_fraction": ("strategy", "cache_fraction"),
     "seed": (None, "seed"), "dtype": (None, "dtype"), "device": (None, "device"), "json": (None, "json"),
@@ -228,6 +229,9 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
                    help="gradients along stale edges: zero (GNNPipe) or the previous epoch's (the ablation)")
     p.add_argument("--hybrid-width", type=int, metavar="W",
                    help="W-way graph parallelism inside each of --workers / W pipeline stages (1: pure pipeline)")
+    p.add_argument("--hybrid-split", choices=["chunks-first", "parts-first"],
+                   help="hybrid: cut each chunk into W sub-chunks (the paper's), or W parts into the chunks' pieces "
+                        "(fewer ghost rows)")
     p.add_argument("--shm-dir", metavar="DIR",
                    help="directory of the host arrays the workers share (default /dev/shm)")
     p.add_argument("--timeout", type=float, metavar="SECONDS",

@@ -106,6 +106,9 @@ class StrategyConfig:
     """``pipeline``: gradients along stale edges: ``zero`` (GNNPipe) or ``historical`` (the previous epoch's)."""
     hybrid_width: int = 1
     """``pipeline``: W-way graph parallelism inside each of ``--workers / W`` stages (1: the pure pipeline)."""
+    hybrid_split: str = "chunks-first"
+    """``pipeline`` hybrid: ``chunks-first`` (each chunk cut into W sub-chunks, the paper's) or ``parts-first``
+    (W parts, each cut into the K chunks' pieces: fewer ghost rows)."""
     shm_dir: str = "/dev/shm"
     """``offload``: where the host arrays shared by the workers live (a memory-backed tmpfs by default)."""
     timeout: float = DEFAULT_TIMEOUT_S

@@ -116,6 +116,10 @@ def _check_strategy_option(option: str, config: RunConfig) -> None:
         if not isinstance(sc.chunks, int):
             raise ValueError(f"--chunks must be an integer, got {sc.chunks!r}")
         _check_at_least_one("chunks", sc.chunks)
+    elif option == "hybrid_split":
+        from graphscale.strategies.pipeline.plan import HYBRID_SPLITS
+
+        _check_choice("hybrid-split", sc.hybrid_split, HYBRID_SPLITS)
     elif option == "history_grad":
         from graphscale.strategies.pipeline.plan import HISTORY_GRADS
 

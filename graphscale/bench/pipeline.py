@@ -7,8 +7,8 @@ Prints:
    partition into ``--stages`` parts (:func:`~graphscale.strategies.graph_parallel.halo_bytes_per_epoch`) and the
    pipeline's stage bytes (:func:`~graphscale.strategies.pipeline.plan.pipeline_bytes_per_epoch`), both the exact
    closed forms the tests hold the strategies' Ledgers to, and the hybrid's (``--stages / 2`` stages x 2-way graph
-   parallelism, ``K = 4 --stages`` chunks split in two: stage and group-halo bytes, the weight all-reduce left
-   out as in the paper). Counts are for the stage count asked, whatever runs here.
+   parallelism, ``K = 4 --stages`` chunks, ``--hybrid-split`` chunks-first and parts-first: stage and group-halo
+   bytes, the weight all-reduce left out as in the paper). Counts are for the stage count asked, whatever runs here.
 2. **Volume against depth** (Table 7 analogue): GCNII, graph parallelism linear in ``L``, the pipeline constant.
 3. **Accuracy and ablation** (Fig. 10 analogue, unless ``--skip-accuracy``): the single-process chunked reference
    (:class:`~graphscale.strategies.pipeline.reference.ChunkedReference`, which the tests prove equal to the
@@ -95,22 +95,23 @@ def volumes(graph, owner, model_name: str, layers: int, stages: int, hidden: int
 def volume_tables(graphs: list, args) -> tuple[list[dict], list[dict], float]:
     from graphscale.partition.base import replication_factor
     from graphscale.registry import PARTITIONERS
-    from graphscale.strategies.pipeline.plan import assign_chunks, assign_subchunks
+    from graphscale.strategies.pipeline.plan import HYBRID_SPLITS, assign_hybrid
 
     table5, table7, ratios = [], [], []
     for graph in graphs:
         owner = PARTITIONERS.get("metis")().partition(graph, args.stages, seed=0)
         rho = round(replication_factor(graph, owner, args.stages), 2)
-        sub_of = None
-        if args.stages % 2 == 0 and args.layers >= args.stages // 2:
-            sub_of = assign_subchunks(graph, assign_chunks(graph, 4 * args.stages), 2)
+        hybrid = args.stages % 2 == 0
+        subs = {split: assign_hybrid(graph, 4 * args.stages, 2, split)[1] for split in HYBRID_SPLITS} if hybrid else {}
         for name in MODELS:
-            v = volumes(graph, owner, name, args.layers, args.stages, args.hidden, sub_of)
+            v = volumes(graph, owner, name, args.layers, args.stages, args.hidden)
             ratios.append(v["graph"] / v["pipeline"])
-            table5.append({"graph": graph.name, "rho": rho, "model": name, "graph-parallel": format_bytes(v["graph"]),
-                           "pipeline": format_bytes(v["pipeline"]),
-                           f"hybrid {args.stages // 2}x2": "" if v["hybrid"] is None else format_bytes(v["hybrid"]),
-                           "graph / pipeline": round(v["graph"] / v["pipeline"], 2)})
+            row = {"graph": graph.name, "rho": rho, "model": name, "graph-parallel": format_bytes(v["graph"]),
+                   "pipeline": format_bytes(v["pipeline"])}
+            for split, sub_of in subs.items():
+                h = volumes(graph, owner, name, args.layers, args.stages, args.hidden, sub_of)["hybrid"]
+                row[f"hybrid {args.stages // 2}x2 {split}"] = format_bytes(h)
+            table5.append({**row, "graph / pipeline": round(v["graph"] / v["pipeline"], 2)})
         row = {"graph": graph.name, "rho": rho}
         for depth in args.depths:
             if depth < args.stages:

@@ -23,6 +23,7 @@ from graphscale.strategies.graph_parallel import halo_bytes_per_epoch
 from graphscale.strategies.pipeline.plan import (
     ChunkPlan,
     assign_chunks,
+    assign_hybrid,
     assign_subchunks,
     check_plan,
     chunk_order,
@@ -148,6 +149,8 @@ def test_bad_plans_name_the_option():
      "--hybrid-width 2 must be >= 1 and divide --workers 3"),
     (["--strategy", "pipeline", "--workers", "4", "--hybrid-width", "2", "--layers", "4", "--history-grad", "historical",
       "--oversubscribe"], "--history-grad historical is not supported with --hybrid-width 2"),
+    (["--strategy", "pipeline", "--hybrid-split", "parts-first"],
+     "--hybrid-split is not used by strategy 'pipeline' without --hybrid-width"),
     (["--strategy", "pipeline", "--workers", "2", "--checkpoint", "/tmp/x.pt", "--oversubscribe"],
      "--checkpoint / --resume are not supported by strategy 'pipeline'"),
 ])
@@ -420,8 +423,9 @@ def test_bench_pipeline_prints_the_volume_tables(capsys):
     assert deep["graph"] == 2 * shallow["graph"]  # linear in L
 
 
-#: hybrid cases: 2 stages x 2-way graph parallelism (4 workers)
-HYBRID_CASES = [("gcn", 3, 4, True, 1, "zero"), ("gcnii", 3, 5, True, 2, "zero")]
+#: hybrid cases, 2 stages x 2-way graph parallelism (4 workers): (configuration, --hybrid-split)
+HYBRID_CASES = [(("gcn", 3, 4, True, 1, "zero"), "chunks-first"), (("gcnii", 3, 5, True, 2, "zero"), "chunks-first"),
+                (("resgcn", 3, 4, True, 1, "zero"), "parts-first")]
 
 
 def test_hybrid_equals_the_chunked_reference(tmp_path):
@@ -434,13 +438,18 @@ def test_hybrid_equals_the_chunked_reference(tmp_path):
     from graphscale.strategies.pipeline.plan import group_halo_bytes_per_epoch
 
     g, width, stages = graph(), 2, 2
-    chunks = [assign_chunks(g, case[2], seed=0) for case in HYBRID_CASES]
+    cases = [case for case, _ in HYBRID_CASES]
     folders = [tmp_path / f"hybrid{i}" for i in range(len(HYBRID_CASES))]
-    for c, f in zip(chunks, folders):
-        handle_with_chunks(g, c, f, width)
-    results = run_distributed(_worker, stages * width, list(zip([g] * len(chunks), HYBRID_CASES, map(str, folders))),
+    chunks = []
+    for (case, split), folder in zip(HYBRID_CASES, folders):
+        chunk_of, sub_of = assign_hybrid(g, case[2], width, split)
+        folder.mkdir()
+        np.save(folder / CHUNK_FILE, chunk_of.numpy())
+        np.save(folder / SUBCHUNK_FILE, sub_of.numpy())
+        chunks.append(chunk_of)
+    results = run_distributed(_worker, stages * width, list(zip([g] * len(chunks), cases, map(str, folders))),
                               width, timeout_s=120)
-    for i, case in enumerate(HYBRID_CASES):
+    for i, case in enumerate(cases):
         losses, ref_model = reference_run(g, chunks[i], make_config(*case))
         per_rank = [r[i] for r in results]
         for r in per_rank:
@@ -458,7 +467,7 @@ def test_hybrid_equals_the_chunked_reference(tmp_path):
         sub_of = torch.from_numpy(np.load(folders[i] / SUBCHUNK_FILE))
         ghosts = int(halo_sizes(g, sub_of, width).sum())
         assert ghosts > 0
-        exchanged = [widths[l] for l in range(case[1]) if l > 0 or case[0] == "gcnii"]
+        exchanged = [widths[l] for l in range(case[1]) if l > 0 or case[0] in ("gcnii", "resgcn")]
         num_params = sum(p.numel() for p in ref_model.parameters())
         for e in range(EPOCHS):
             sent = {cat: sum(r["bytes"][e].get(cat, 0) for r in per_rank)
@@ -467,3 +476,20 @@ def test_hybrid_equals_the_chunked_reference(tmp_path):
             assert sent[PIPE_FWD] == sent[PIPE_BWD] == pipe // 2
             assert sent["halo"] == group_halo_bytes_per_epoch(ghosts, exchanged, 8)
             assert sent["allreduce"] == allreduce_bytes_per_epoch(num_params, width, 8)
+
+
+def test_hybrid_splits():
+    """chunks-first cuts every chunk in W; parts-first cuts W parts into K pieces each: every sub-chunk is
+    non-empty either way, and parts-first has the ghosts of a W-way partition only (fewer)."""
+    from graphscale.partition.base import halo_sizes
+
+    g = random_graph(80, avg_degree=4.0, seed=4)
+    ghosts = {}
+    for split in ("chunks-first", "parts-first"):
+        chunk_of, sub_of = assign_hybrid(g, 6, 2, split)
+        assert torch.bincount(chunk_of * 2 + sub_of, minlength=12).min() > 0
+        ghosts[split] = int(halo_sizes(g, sub_of, 2).sum())
+    assert ghosts["parts-first"] < ghosts["chunks-first"]
+    assert torch.equal(assign_hybrid(g, 6, 2, "parts-first")[1], assign_chunks(g, 2))
+    with pytest.raises(ValueError, match="--hybrid-split must be one of"):
+        assign_hybrid(g, 6, 2, "rows-first")

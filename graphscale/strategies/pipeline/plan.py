@@ -17,8 +17,11 @@ from graphscale.data.graph import Graph
 #: ``--history-grad`` values: drop gradients along stale edges (GNNPipe's technique 3), or apply the previous
 #: epoch's (the ablation).
 HISTORY_GRADS = ("zero", "historical")
-#: Chunks per stage when ``--chunks`` is not given (the paper's K = 4M).
+#: Chunks per worker when ``--chunks`` is not given (the paper's K = 4M).
 CHUNKS_PER_STAGE = 4
+#: ``--hybrid-split``: chunks first, each cut into ``W`` sub-chunks (the paper's), or ``W`` parts first, each cut
+#: into ``K`` pieces, chunk ``k`` being the ``k``-th piece of every part (fewer ghosts: the rho of ``W`` parts).
+HYBRID_SPLITS = ("chunks-first", "parts-first")
 
 
 def default_chunks(workers: int) -> int:
@@ -143,6 +146,29 @@ def assign_subchunks(graph: Graph, chunk_of: torch.Tensor, width: int, partition
         except ImportError:
             sub_of[nodes] = rcm_chunks(part, width)
     return sub_of
+
+
+def assign_hybrid(graph: Graph, num_chunks: int, width: int, split: str = "chunks-first", partitioner: str = "metis",
+                  balance: str = "", seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(chunk_of, sub_of)``: every vertex's chunk and sub-chunk (group member) for ``--hybrid-split`` (§3.6).
+
+    Raises:
+        ValueError: an unknown split, a part with fewer vertices than chunks.
+    """
+    if split not in HYBRID_SPLITS:
+        raise ValueError(f"--hybrid-split must be one of {', '.join(HYBRID_SPLITS)}, got {split!r}")
+    if width == 1 or split == "chunks-first":
+        chunk_of = assign_chunks(graph, num_chunks, partitioner, balance, seed)
+        return chunk_of, assign_subchunks(graph, chunk_of, width, partitioner, balance, seed)
+    sub_of = assign_chunks(graph, width, partitioner, balance, seed)
+    chunk_of = torch.empty_like(sub_of)
+    for r in range(width):
+        nodes = torch.nonzero(sub_of == r).flatten()
+        if nodes.numel() < num_chunks:
+            raise ValueError(f"part {r} of the --hybrid-width {width} split has {nodes.numel()} vertices, fewer "
+                             f"than --chunks {num_chunks}")
+        chunk_of[nodes] = assign_chunks(graph.subgraph(nodes), num_chunks, partitioner, balance, seed)
+    return chunk_of, sub_of
 
 
 @dataclass

@@ -39,8 +39,10 @@ The semantics depend on the chunks, the orders and the options, never on ``S`` o
 chunk (or chunks without cross edges) it is exact full-graph training.
 
 **Hybrid** (§3.6, ``--hybrid-width W``): ``M = S W`` workers, rank ``j W + r`` is member ``r`` of stage ``j``'s
-group. Each chunk is split once more into ``W`` sub-chunks (the partitioner on the chunk's induced subgraph;
-:func:`~.plan.assign_subchunks`); member ``r`` of every stage runs sub-chunk ``(k, r)``, so the members ``r`` form
+group. Each chunk is split once more into ``W`` sub-chunks (``--hybrid-split chunks-first``, the paper's: the
+partitioner on the chunk's induced subgraph), or the graph is split into ``W`` parts first and each part into
+``K`` pieces, chunk ``k`` being every part's ``k``-th piece (``parts-first``: the ghosts of ``W`` parts only;
+:func:`~.plan.assign_hybrid`); member ``r`` of every stage runs sub-chunk ``(k, r)``, so the members ``r`` form
 a pure pipeline over their sub-chunks. Inside a group every member keeps ghost rows of its boundary set ``B_r``:
 after each layer's input rows of a chunk are known, the rows that are ghosts elsewhere go to their readers (one
 ``all_to_all_v`` in the group, category ``halo``; :class:`~.plan.GroupExchange`), and in the backward the ghosts'
@@ -109,8 +111,7 @@ from graphscale.strategies.base import (
 from graphscale.strategies.pipeline.plan import (
     ChunkPlan,
     GroupExchange,
-    assign_chunks,
-    assign_subchunks,
+    assign_hybrid,
     check_plan,
     chunk_order,
     default_chunks,
@@ -150,13 +151,14 @@ class PipelineStrategy(Strategy):
     exact = False
     data_view = HOST_SHARED
     options = frozenset({"chunks", "partitioner", "balance", "history_period", "shuffle", "history_grad",
-                         "hybrid_width"})
+                         "hybrid_width", "hybrid_split"})
 
     @classmethod
     def unused_options(cls, config: RunConfig) -> dict[str, str]:
+        unused = {} if config.strategy.hybrid_width > 1 else {"hybrid_split": "without --hybrid-width"}
         if num_chunks(config) == 1 and config.strategy.hybrid_width == 1:
-            return {"partitioner": "with --chunks 1", "balance": "with --chunks 1"}
-        return {}
+            unused.update({"partitioner": "with --chunks 1", "balance": "with --chunks 1"})
+        return unused
 
     @classmethod
     def check_config(cls, config: RunConfig) -> None:
@@ -172,14 +174,14 @@ class PipelineStrategy(Strategy):
     def shared_data_key(cls, config: RunConfig) -> dict | None:
         sc = config.strategy
         return {"chunks": num_chunks(config), "chunk_partitioner": sc.partitioner, "chunk_balance": sc.balance,
-                "hybrid_width": sc.hybrid_width}
+                "hybrid_width": sc.hybrid_width, "hybrid_split": sc.hybrid_split}
 
     @classmethod
     def prepare_shared(cls, graph: Graph, owner: torch.Tensor, config: RunConfig, folder: Path) -> None:
         sc = config.strategy
-        chunk_of = assign_chunks(graph, num_chunks(config), sc.partitioner, sc.balance, config.seed)
+        chunk_of, sub_of = assign_hybrid(graph, num_chunks(config), sc.hybrid_width, sc.hybrid_split, sc.partitioner,
+                                         sc.balance, config.seed)
         np.save(folder / CHUNK_FILE, chunk_of.numpy())
-        sub_of = assign_subchunks(graph, chunk_of, sc.hybrid_width, sc.partitioner, sc.balance, config.seed)
         np.save(folder / SUBCHUNK_FILE, sub_of.numpy())
 
     # ------------------------------------------------------------ setup
@@ -200,8 +202,8 @@ class PipelineStrategy(Strategy):
             chunk_of = torch.from_numpy(np.load(Path(shared) / CHUNK_FILE).astype(np.int64))
             sub_of = torch.from_numpy(np.load(Path(shared) / SUBCHUNK_FILE).astype(np.int64))
         else:
-            chunk_of = assign_chunks(graph, num_chunks(config), sc.partitioner, sc.balance, config.seed)
-            sub_of = assign_subchunks(graph, chunk_of, self.width, sc.partitioner, sc.balance, config.seed)
+            chunk_of, sub_of = assign_hybrid(graph, num_chunks(config), self.width, sc.hybrid_split, sc.partitioner,
+                                             sc.balance, config.seed)
         self.plan = ChunkPlan.build(graph, chunk_of, sub_of, self.member)
         self.exchange = GroupExchange.build(graph, chunk_of, sub_of, self.width, self.member) if self.width > 1 \
             else None
