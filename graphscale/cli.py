@@ -23,6 +23,8 @@ BENCHES = {
                   "edges, split time and quality (GSplit Tables 1, 2, 4, 5)")),
     "offload": ("graphscale.bench.offload",
                 "HongTu offload: replication factor, host traffic by dedup mode, memory vs K (Tables 3/8, Fig. 10)"),
+    "pipeline": ("graphscale.bench.pipeline", ("GNNPipe: bytes per epoch graph vs pipeline (Table 5/7 analogues), "
+                 "accuracy and ablation of the chunked pipeline against exact training on Cora")),
     "memory": ("graphscale.bench.memory", ("OS-measured memory per worker (anonymous / file-backed / RSS peak) "
                "next to the tracked design figure, single against the distributed strategies")),
     "averaging": ("graphscale.bench.averaging", ("model averaging against single (accuracy per epoch, gap) and "
@@ -49,6 +51,9 @@ TRAIN_OPTIONS = {
     "halo_hops": ("strategy", "halo_hops"), "device_memory": ("strategy", "device_memory"),
     "correction_steps": ("strategy", "correction_steps"),
     "shm_dir": ("strategy", "shm_dir"),
+    "history_period": ("strategy", "history_period"), "shuffle": ("strategy", "shuffle"),
+    "history_grad": ("strategy", "history_grad"), "hybrid_width": ("strategy", "hybrid_width"),
+    "hybrid_split": ("strategy", "hybrid_split"),
     "timeout": ("strategy", "timeout"),
     "cache": ("strategy", "cache"), "cache_fraction": ("strategy", "cache_fraction"),
     "seed": (None, "seed"), "dtype": (None, "dtype"), "device": (None, "device"), "json": (None, "json"),
@@ -211,7 +216,8 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
                    help="sampled neighbours per layer, input layer first, -1 = all (e.g. 10,10 or -1,5); one per "
                         "model layer")
     p.add_argument("--batch-size", type=int, help="training vertices per mini-batch, over all workers")
-    p.add_argument("--chunks", type=int, help="chunks per partition (K)")
+    p.add_argument("--chunks", type=int, help="chunks (K): offload per partition (default 1), pipeline in all "
+                                             "(default 4 per worker)")
     p.add_argument("--dedup", choices=["baseline", "inter", "intra", "reorg"],
                    help="host-device communication dedup, each adding to the previous")
     p.add_argument("--recompute", choices=["auto", "hybrid", "recompute", "none"],
@@ -236,6 +242,17 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--state-dir", metavar="DIR", help="keep the per-partition states on disk here (without it: "
                                                       "under the cache directory when a worker trains several "
                                                       "partitions or the run keeps checkpoints, else in memory)")
+    p.add_argument("--history-period", type=int, metavar="EPOCHS",
+                   help="refresh the historical embeddings every this many epochs (1: every epoch)")
+    p.add_argument("--shuffle", action=argparse.BooleanOptionalAction,
+                   help="a new chunk order every epoch, the same on every worker (--no-shuffle: a fixed order)")
+    p.add_argument("--history-grad", choices=["zero", "historical"],
+                   help="gradients along stale edges: zero (GNNPipe) or the previous epoch's (the ablation)")
+    p.add_argument("--hybrid-width", type=int, metavar="W",
+                   help="W-way graph parallelism inside each of --workers / W pipeline stages (1: pure pipeline)")
+    p.add_argument("--hybrid-split", choices=["chunks-first", "parts-first"],
+                   help="hybrid: cut each chunk into W sub-chunks (the paper's), or W parts into the chunks' pieces "
+                        "(fewer ghost rows)")
     p.add_argument("--shm-dir", metavar="DIR",
                    help="directory of the host arrays the workers share (default /dev/shm)")
     p.add_argument("--timeout", type=float, metavar="SECONDS",

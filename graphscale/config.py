@@ -84,8 +84,9 @@ class StrategyConfig:
     """``data-parallel`` feature cache: ``none`` (DGL-like), ``pagraph`` or ``quiver``."""
     cache_fraction: float = 0.0
     """``data-parallel`` / ``split-parallel``: feature rows each worker caches, as a fraction of all vertices."""
-    chunks: int = 1
-    """``offload``: chunks per partition (K); ignored when ``memory_budget`` is set."""
+    chunks: int | None = None
+    """Chunks (K): ``offload`` per partition (default 1; ignored when ``memory_budget`` is set), ``pipeline`` in
+    all (default 4 per worker)."""
     dedup: str = "reorg"
     """``offload`` communication dedup: ``baseline``, ``inter``, ``intra`` or ``reorg`` (each adds to the previous)."""
     recompute: str = "auto"
@@ -110,6 +111,17 @@ class StrategyConfig:
     state_dir: str = ""
     """``model-averaging``: keep the per-partition states on disk here (empty: under the cache directory when a
     worker trains several partitions or the run keeps checkpoints, else in memory)."""
+    history_period: int = 10
+    """``pipeline``: refresh the historical embeddings every this many epochs (1: every epoch)."""
+    shuffle: bool = True
+    """``pipeline``: a new chunk order every epoch (the same on every worker)."""
+    history_grad: str = "zero"
+    """``pipeline``: gradients along stale edges: ``zero`` (GNNPipe) or ``historical`` (the previous epoch's)."""
+    hybrid_width: int = 1
+    """``pipeline``: W-way graph parallelism inside each of ``--workers / W`` stages (1: the pure pipeline)."""
+    hybrid_split: str = "chunks-first"
+    """``pipeline`` hybrid: ``chunks-first`` (each chunk cut into W sub-chunks, the paper's) or ``parts-first``
+    (W parts, each cut into the K chunks' pieces: fewer ghost rows)."""
     shm_dir: str = "/dev/shm"
     """``offload``: where the host arrays shared by the workers live (a memory-backed tmpfs by default)."""
     timeout: float = DEFAULT_TIMEOUT_S

@@ -64,7 +64,8 @@ def merge_histories(results: list[dict]) -> list[dict]:
 
     Memory per worker is the strategy's tracked peak (``peak_memory_per_worker``) and what the OS measured
     (``os_memory_per_worker``: peak RSS, sampled anonymous / file-backed peaks, baseline; ``None`` where a
-    record has none, e.g. epochs restored from an older checkpoint).
+    record has none, e.g. epochs restored from an older checkpoint). ``extra_per_worker`` keeps each worker's
+    strategy-specific numbers (``EpochStats.extra``, e.g. pipeline's cut and stale fractions).
     """
     epochs = []
     for records in zip(*(r["history"] for r in results)):
@@ -81,6 +82,7 @@ def merge_histories(results: list[dict]) -> list[dict]:
             "bytes_per_worker": [rec["bytes"] for rec in records],
             "peak_memory_per_worker": [rec["peak_memory"] for rec in records],
             "os_memory_per_worker": [rec.get("os_memory") for rec in records],
+            "extra_per_worker": [rec.get("extra", {}) for rec in records],
         })
     return epochs
 

@@ -110,8 +110,20 @@ def _check_strategy_option(option: str, config: RunConfig) -> None:
     sc = config.strategy
     if option == "fanouts":
         _check_fanouts(config)
-    elif option in ("batch_size", "chunks", "average_every"):
+    elif option in ("batch_size", "average_every", "history_period", "hybrid_width"):
         _check_at_least_one(option.replace("_", "-"), getattr(sc, option))
+    elif option == "chunks" and sc.chunks is not None:
+        if not isinstance(sc.chunks, int):
+            raise ValueError(f"--chunks must be an integer, got {sc.chunks!r}")
+        _check_at_least_one("chunks", sc.chunks)
+    elif option == "hybrid_split":
+        from graphscale.strategies.pipeline.plan import HYBRID_SPLITS
+
+        _check_choice("hybrid-split", sc.hybrid_split, HYBRID_SPLITS)
+    elif option == "history_grad":
+        from graphscale.strategies.pipeline.plan import HISTORY_GRADS
+
+        _check_choice("history-grad", sc.history_grad, HISTORY_GRADS)
     elif option == "cache":
         from graphscale.data.feature_cache import POLICIES
 
@@ -223,6 +235,7 @@ def validate(config: RunConfig) -> None:
     unused = strategy.unused_options(config)
     for option in sorted(strategy.options - set(unused)):
         _check_strategy_option(option, config)
+    strategy.check_config(config)
     if config.resume and not config.checkpoint:
         raise ValueError("--resume needs --checkpoint PATH")
     if config.resume and not Path(config.checkpoint).is_file():

@@ -76,7 +76,10 @@ def from_flags(*argv: str):
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["--chunks", "4"], "--chunks is not used by strategy 'single'; it is used by strategy offload"),
+    (["--chunks", "4"], "--chunks is not used by strategy 'single'; it is used by strategies offload, pipeline"),
+    (["--history-period", "2"], "--history-period is not used by strategy 'single'; it is used by strategy pipeline"),
+    (["--strategy", "pipeline", "--chunks", "1", "--partitioner", "random"],
+     "--partitioner is not used by strategy 'pipeline' with --chunks 1"),
     (["--strategy", "single", "--fanouts", "5,5"],
      ("--fanouts is not used by strategy 'single' without --minibatch; it is used by strategies data-parallel, "
       "model-averaging, single, split-parallel")),
@@ -128,7 +131,7 @@ def test_a_toml_file_with_an_unused_option_is_refused(tmp_path):
     toml = tmp_path / "run.toml"
     toml.write_text('[strategy]\nname = "graph-parallel"\nchunks = 4\n')
     with pytest.raises(ValueError, match=r"run.toml: \[strategy\] chunks is not used by strategy 'graph-parallel'; "
-                                         "it is used by strategy offload"):
+                                         "it is used by strategies offload, pipeline"):
         build_config({}, toml)
     # the strategy the option fits may come from the command line, the option from the file
     assert build_config({"strategy": {"name": "offload"}}, toml).strategy.chunks == 4

@@ -57,6 +57,11 @@ class Strategy(ABC):
         return {}
 
     @classmethod
+    def check_config(cls, config: RunConfig) -> None:
+        """Checks of ``config`` specific to the strategy, in the parent before any worker starts
+        (:func:`graphscale.validation.validate`); raise ``ValueError`` naming the option."""
+
+    @classmethod
     def needs_vertex_partition(cls, config: RunConfig) -> bool:
         """Whether a host-shared run needs the parent to partition the vertices (``--partitioner``)."""
         return False

@@ -162,17 +162,23 @@ def _nbytes(*tensors: torch.Tensor | None) -> int:
     return sum(t.numel() * t.element_size() for t in tensors if t is not None)
 
 
+def offload_chunks(config: RunConfig) -> int:
+    """``K`` chunks per partition: ``--chunks``, 1 when not given."""
+    return 1 if config.strategy.chunks is None else config.strategy.chunks
+
+
 def plan_layout(graph: Graph, owner: torch.Tensor, world: int, config: RunConfig, model: torch.nn.Module,
                 dims, bandwidths: Bandwidths, order_seed: int | None = None) -> tuple[torch.Tensor, torch.Tensor, int]:
     """``(owner, batch, K)``: ``K`` (``--chunks``, or the smallest that fits ``--memory-budget``), the chunks of
     every part (:func:`two_level_partition`) and the batch schedule (reorganised for ``--dedup reorg``)."""
     sc = config.strategy
     budget = parse_bytes(sc.memory_budget) if sc.memory_budget else None
-    if budget is None and sc.chunks < 1:
-        raise ValueError(f"--chunks must be >= 1, got {sc.chunks}")
+    chunks = offload_chunks(config)
+    if budget is None and chunks < 1:
+        raise ValueError(f"--chunks must be >= 1, got {chunks}")
     elem = next(model.parameters()).element_size()
-    chunks = sc.chunks if budget is None else choose_chunks(graph, model, owner, world, budget, config, dims,
-                                                             bandwidths)
+    chunks = chunks if budget is None else choose_chunks(graph, model, owner, world, budget, config, dims,
+                                                         bandwidths)
     owner, batch = two_level_partition(graph, world, chunks, sc.partitioner, config.seed, owner=owner)
     if check_dedup(sc.dedup) == "reorg":
         batch = reorganize(graph, owner, batch, world, chunks, dims.widths[0], elem, bandwidths)
@@ -212,7 +218,7 @@ class OffloadStrategy(Strategy):
 
     @classmethod
     def shared_data_key(cls, config: RunConfig) -> dict | None:
-        return {"chunks": config.strategy.chunks, "memory_budget": config.strategy.memory_budget,
+        return {"chunks": offload_chunks(config), "memory_budget": config.strategy.memory_budget,
                 "dedup": config.strategy.dedup, "model": dataclasses.asdict(config.model), "dtype": config.dtype}
 
     @classmethod

@@ -1,0 +1,7 @@
+"""GNNPipe (``--strategy pipeline``): the static plan (:mod:`.plan`: stages, chunks, chunk orders, history epochs,
+closed-form volume), the single-process chunked reference of its semantics (:mod:`.reference`) and the
+strategy (:mod:`.strategy`)."""
+
+from graphscale.strategies.pipeline.strategy import PipelineStrategy
+
+__all__ = ["PipelineStrategy"]
