@@ -100,6 +100,7 @@ from graphscale.metrics.memory import MemoryTracker
 from graphscale.metrics.stats import EpochStats
 from graphscale.registry import STRATEGIES
 from graphscale.strategies.base import (
+    COUNTS_PER_SPLIT,
     SPLITS,
     Strategy,
     allreduce_gradients,
@@ -462,7 +463,7 @@ class PipelineStrategy(Strategy):
     @torch.no_grad()
     def evaluate(self) -> dict[str, float]:
         self.model.eval()
-        counts = torch.zeros(3 * len(SPLITS), dtype=torch.float64, device=self.env.device)
+        counts = torch.zeros(COUNTS_PER_SPLIT * len(SPLITS), dtype=torch.float64, device=self.env.device)
         if self.member == 0:  # one exact forward through the stages, on the group members 0
             logits = self._full_forward(EVAL_STAGE, fill=False)
             if self.last:
