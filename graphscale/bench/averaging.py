@@ -28,11 +28,7 @@ import statistics
 from pathlib import Path
 
 from graphscale.bench.memory import train_once
-from graphscale.bench.table import format_bytes, format_table, save_figure, split_specs
-
-
-def _ints(text: str) -> list[int]:
-    return [int(v) for v in text.split(",") if v.strip()]
+from graphscale.bench.table import format_bytes, format_table, int_list, save_figure, split_specs
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -43,9 +39,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--models", default="gcn", help="comma-separated models (default gcn; e.g. gcn,sage,gat)")
     parser.add_argument("--partitioners", default="spring",
                         help="comma-separated partitioners of the stores (default spring; e.g. spring,hdrf,metis,random)")
-    parser.add_argument("--parts", type=_ints, default=[2, 4], help="partition counts p (default 2,4)")
-    parser.add_argument("--workers", type=_ints, default=[2], help="worker counts q, each run with q <= p (default 2)")
-    parser.add_argument("--correction-steps", type=_ints, default=[0, 1],
+    parser.add_argument("--parts", type=int_list, default=[2, 4], help="partition counts p (default 2,4)")
+    parser.add_argument("--workers", type=int_list, default=[2], help="worker counts q, each run with q <= p (default 2)")
+    parser.add_argument("--correction-steps", type=int_list, default=[0, 1],
                         help="correction steps per averaging round to compare (default 0,1)")
     parser.add_argument("--seeds", type=int, default=1, help="seeds per configuration (default 1)")
     parser.add_argument("--epochs", type=int, default=200, help="epochs per run (default 200)")

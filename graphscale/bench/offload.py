@@ -30,7 +30,7 @@ from __future__ import annotations
 import argparse
 import time
 
-from graphscale.bench.table import format_table, split_specs
+from graphscale.bench.table import format_table, int_list, split_specs
 
 GRAPHS = {
     "it-like": "sbm:nodes={n},degree=20,homophily=0.97,classes=256,features=0,seed=0",
@@ -41,29 +41,22 @@ GRAPHS = {
 DEDUPS = ("baseline", "inter", "intra", "reorg")
 
 
-def _ints(text: str) -> list[int]:
-    try:
-        return [int(v) for v in text.split(",") if v.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
-
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of ``graphscale bench offload``."""
     parser.add_argument("--graphs", default="it-like,paper-like,friendster-like,cora",
                         help=f"comma-separated graphs for tables 1-3 among {', '.join(GRAPHS)}, or dataset specs")
     parser.add_argument("--nodes", type=int, default=100_000, help="vertices of the synthetic graphs (default 100000)")
-    parser.add_argument("--parts", type=_ints, default=[2, 4, 8, 16, 32, 64, 128],
+    parser.add_argument("--parts", type=int_list, default=[2, 4, 8, 16, 32, 64, 128],
                         help="subgraph counts of the replication-factor table (default 2,...,128)")
     parser.add_argument("--workers", type=int, default=4, help="M of the traffic table (default 4, as the paper)")
-    parser.add_argument("--total-chunks", type=_ints, default=[32, 128],
+    parser.add_argument("--total-chunks", type=int_list, default=[32, 128],
                         help="total chunks M*K of the traffic table (default 32,128: the paper's Table 8)")
     parser.add_argument("--hidden", type=int, default=128, help="row width of the modelled time (default 128)")
     parser.add_argument("--train-graphs", default="cora,sbm:nodes=20000,degree=10,features=128,seed=0",
                         help="comma-separated ';'-free dataset specs of the measured runs (commas inside a spec "
                              "are kept: a new spec starts at a known dataset name)")
     parser.add_argument("--train-workers", type=int, default=2, help="workers of the measured runs (default 2)")
-    parser.add_argument("--mem-chunks", type=_ints, default=[1, 2, 4, 8, 16, 32],
+    parser.add_argument("--mem-chunks", type=int_list, default=[1, 2, 4, 8, 16, 32],
                         help="K of the measured memory sweep (default 1,2,4,8,16,32)")
     parser.add_argument("--model", default="gcn", help="model of the measured runs (default gcn)")
     parser.add_argument("--skip-measured", action="store_true", help="print only the closed-form tables")

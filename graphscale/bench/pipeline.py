@@ -23,7 +23,7 @@ import argparse
 import math
 import time
 
-from graphscale.bench.table import format_bytes, format_table, split_specs
+from graphscale.bench.table import format_bytes, format_table, int_list, split_specs
 
 GRAPHS = {
     "cora": "cora",
@@ -36,13 +36,6 @@ ABLATION = [("full", True, 10, "zero"), ("no shuffle", False, 10, "zero"), ("per
             ("historical grads", True, 10, "historical"), ("none", False, 1, "historical")]
 
 
-def _ints(text: str) -> list[int]:
-    try:
-        return [int(v) for v in text.split(",") if v.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
-
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of ``graphscale bench pipeline``."""
     parser.add_argument("--graphs", default="cora,sbm-sparse,sbm-dense",
@@ -51,7 +44,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--stages", type=int, default=8, help="stages = graph-parallel parts (default 8, the paper)")
     parser.add_argument("--layers", type=int, default=32, help="layers of the volume table (default 32)")
     parser.add_argument("--hidden", type=int, default=100, help="hidden width (default 100, the paper)")
-    parser.add_argument("--depths", type=_ints, default=[8, 16, 32, 64, 128], help="depths of the GCNII table")
+    parser.add_argument("--depths", type=int_list, default=[8, 16, 32, 64, 128], help="depths of the GCNII table")
     parser.add_argument("--accuracy-layers", type=int, default=16, help="GCNII depth of the accuracy table")
     parser.add_argument("--epochs", type=int, default=200, help="epochs of each accuracy run (default 200)")
     parser.add_argument("--chunks", type=int, default=16, help="chunks of the accuracy runs (default 16 = 4 x 4)")
