@@ -117,8 +117,7 @@ def _rss(report: dict) -> int | None:
 def _display(rows: list[dict]) -> list[dict]:
     out = []
     for r in rows:
-        if r.get("error"):
-            out.append({"dataset": r["dataset"], "model": r["model"], "run": r["run"], "error": r["error"]})
+        if r.get("error"):  # listed under the table (a table's columns come from its first row)
             continue
         gp = r.get("graph_parallel_bytes")
         out.append({"dataset": r["dataset"], "model": r["model"], "run": r["run"], "partitioner": r["partitioner"],
@@ -156,6 +155,10 @@ def run(args: argparse.Namespace) -> list[dict]:
         raise ValueError("--seeds, --epochs, --parts and --workers must be >= 1")
     rows, curves = measure(args)
     print(format_table(_display(rows), title="model averaging against single (accuracy) and graph-parallel (bytes)"))
+    for r in rows:
+        if r.get("error"):
+            where = " ".join(f"{k}={r[k]}" for k in ("partitioner", "p", "q", "correction") if k in r)
+            print(f"failed: {r['dataset']} {r['model']} {r['run']} {where}: {r['error']}")
     if args.plot:
         print(f"wrote {plot(curves, args.plot)}")
     return rows
