@@ -52,7 +52,10 @@ def test_stopping_the_launcher_stops_its_workers(tmp_path, sig):
         launcher = subprocess.Popen(
             [sys.executable, "-m", "graphscale.cli", "train", "--strategy", "graph-parallel", "--workers", "2",
              "--epochs", "100000", "--no-progress"],
-            cwd=REPO, env={**os.environ, "TMPDIR": str(tmp_path)}, stdout=subprocess.DEVNULL, stderr=stderr)
+            cwd=REPO, env={**os.environ, "TMPDIR": str(tmp_path)}, stdout=subprocess.DEVNULL, stderr=stderr,
+            # as from a terminal: a process started with SIGINT ignored keeps ignoring it (Python installs its
+            # Ctrl-C handler only when SIGINT has the default action), whatever the test runner inherited
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     workers: list[int] = []
     try:
         # the workers are training once both have joined the group (its store file is in the launch directory)
