@@ -55,7 +55,7 @@ def test_stopping_the_launcher_stops_its_workers(tmp_path, sig):
             cwd=REPO, env={**os.environ, "TMPDIR": str(tmp_path)}, stdout=subprocess.DEVNULL, stderr=stderr,
             # as from a terminal: a process started with SIGINT ignored keeps ignoring it (Python installs its
             # Ctrl-C handler only when SIGINT has the default action), whatever the test runner inherited
-            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # noqa: PLW1509 - async-signal-safe
     workers: list[int] = []
     try:
         # the workers are training once both have joined the group (its store file is in the launch directory)
