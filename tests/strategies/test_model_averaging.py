@@ -192,7 +192,7 @@ def test_device_memory_chooses_the_partition_count_and_k_hop_stores_are_for_aver
     size = data_bytes(240, handle.summary["edges"], 8, 8)  # float64 features
     assert handle.summary["parts"] == -(-size // (10 * 1024)) > 1 and handle.summary["halo_hops"] == 2
     assert f"{handle.summary['parts']} partitions: the data" in capsys.readouterr().err
-    assert prepare_data(config).path == handle.path  # the size is cached and the store reused
+    assert prepare_data(config).path == handle.path  # the same allocation: the cached store is reused
     with pytest.raises(ValueError, match="--device-memory is not used by strategy 'model-averaging' with --parts"):
         validate(build_config({"strategy": {"name": "model-averaging", "parts": 2, "device_memory": "1GiB"}}))
     gp = config_for(tmp_path, strategy="graph-parallel", workers=1, partitions=handle.path)

@@ -33,9 +33,9 @@ from graphscale.data.block import Block
 from graphscale.data.datasets import row_normalize
 from graphscale.data.graph import Graph
 from graphscale.data.sampler import NeighborSampler, relabel, sample_neighbors
-from graphscale.distributed.comm import ALLREDUCE, Comm
+from graphscale.distributed.comm import Comm
 from graphscale.partition.store import LocalPartition
-from graphscale.strategies.base import masked_loss_sum
+from graphscale.strategies.base import allreduce_gradients, masked_loss_sum
 
 #: Ledger category of the correction step's sampling requests, replies and input rows
 CORRECTION = "correction"
@@ -197,13 +197,7 @@ def correction_step(comm: Comm, server: RowServer, model: torch.nn.Module, optim
     every = torch.ones(targets.shape[0], dtype=torch.bool, device=logits.device)
     loss_sum = masked_loss_sum(logits, labels.to(logits.device), every)
     (loss_sum / batch_total).backward()
-    params = [p for p in model.parameters() if p.requires_grad]
-    grads = torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1) for p in params])
-    comm.all_reduce(grads, ALLREDUCE)
-    offset = 0
-    for p in params:
-        p.grad = grads[offset: offset + p.numel()].view_as(p).clone()
-        offset += p.numel()
+    allreduce_gradients(comm, [p for p in model.parameters() if p.requires_grad])
     optimizer.step()
     return float(loss_sum.detach())
 
