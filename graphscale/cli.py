@@ -39,6 +39,7 @@ TRAIN_OPTIONS = {
     "model": ("model", "name"),
     "hidden": ("model", "hidden"), "layers": ("model", "layers"), "dropout": ("model", "dropout"),
     "heads": ("model", "heads"), "alpha": ("model", "alpha"), "theta": ("model", "theta"),
+    "decoupled": ("model", "decoupled"), "last_relu": ("model", "last_relu"),
     "lr": ("optim", "lr"), "weight_decay": ("optim", "weight_decay"), "epochs": ("optim", "epochs"),
     "strategy": ("strategy", "name"), "workers": ("strategy", "workers"),
     "partitioner": ("strategy", "partitioner"), "balance": ("strategy", "balance"),
@@ -186,6 +187,11 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--heads", type=int, help="attention heads of the hidden layers")
     p.add_argument("--alpha", type=float, help="GCNII initial-residual weight, in [0, 1]")
     p.add_argument("--theta", type=float, help="GCNII identity-mapping strength (beta_l = log(theta / l + 1))")
+    p.add_argument("--decoupled", choices=["auto", "on", "off"],
+                   help="train the decoupled model Y = A_hat^L MLP(X) (NeutronTask's task decoupling; gat: attention "
+                        "computed once from the MLP output) or the standard one; auto: on with task-parallel only")
+    p.add_argument("--last-relu", action=argparse.BooleanOptionalAction,
+                   help="decoupled models: a ReLU after the MLP's last layer too (the NeutronTask artifact's)")
     p.add_argument("--lr", type=float, help="Adam learning rate")
     p.add_argument("--weight-decay", type=float, help="Adam weight decay (L2 penalty)")
     p.add_argument("--epochs", type=int,
@@ -335,7 +341,8 @@ def cmd_train(args: argparse.Namespace) -> int:
         return 0
     graph = reports[0]["graph"]
     metric = reports[0].get("metric", "accuracy")  # reported under the acc columns (micro-f1 for multi-label)
-    title = (f"{base.model.name} on {graph['name']} ({graph['nodes']:,} nodes, {graph['edges']:,} edges), "
+    form = " (decoupled)" if reports[0].get("model_form") == "decoupled" else ""
+    title = (f"{base.model.name}{form} on {graph['name']} ({graph['nodes']:,} nodes, {graph['edges']:,} edges), "
              f"strategy {base.strategy.name}, {base.strategy.workers} worker(s), {base.optim.epochs} epochs, "
              f"metric: {metric}")
     print(format_table(rows, title=title))

@@ -54,6 +54,12 @@ class ModelConfig:
     """GCNII initial-residual weight."""
     theta: float = 0.5
     """GCNII identity-mapping strength (beta_l = log(theta / l + 1))."""
+    decoupled: str = "auto"
+    """``gcn`` / ``gat``: ``on`` trains the decoupled model ``Y = A_hat^L MLP(X)`` (NeutronTask's task decoupling;
+    gat: attention computed once from the MLP output), ``off`` the standard one; ``auto``: on with strategy
+    ``task-parallel``, off elsewhere."""
+    last_relu: bool = False
+    """Decoupled models: a ReLU after the MLP's last layer too (the NeutronTask artifact's choice)."""
 
 
 @dataclass

@@ -203,6 +203,26 @@ def _check_features(config: RunConfig, strategy) -> None:
                          "--features learnable:D)")
 
 
+def _check_decoupled(config: RunConfig, strategy) -> None:
+    """A decoupled model (``--decoupled``, or ``auto`` with task-parallel) must exist for the model and be trained
+    by the strategy."""
+    from graphscale.nn.decoupled import DECOUPLED
+    from graphscale.nn.models import is_decoupled
+    from graphscale.registry import STRATEGIES
+
+    if not is_decoupled(config):
+        return
+    name, how = config.strategy.name, f"--decoupled {config.model.decoupled}"
+    if config.model.name not in DECOUPLED:
+        raise ValueError(f"model {config.model.name!r} has no decoupled form ({how} with strategy {name!r}); "
+                         f"models with one: {', '.join(DECOUPLED)}" +
+                         ("; --decoupled off trains the coupled order" if strategy.decoupled_default else ""))
+    if not strategy.decoupled_models:
+        able = [n for n in STRATEGIES.names() if STRATEGIES.get(n).decoupled_models]
+        raise ValueError(f"{how} (the decoupled model Y = A_hat^L MLP(X)) is trained by strategies "
+                         f"{', '.join(able)}, not by {name!r}")
+
+
 def validate(config: RunConfig) -> None:
     """Check every option of ``config`` that needs no data, with errors that name the option (module docstring).
 
@@ -216,6 +236,7 @@ def validate(config: RunConfig) -> None:
 
     strategy = STRATEGIES.get(config.strategy.name)  # raises with the list of choices
     check_model_config(config.model)
+    _check_decoupled(config, strategy)
     _check_choice("dtype", config.dtype, DTYPES)
     _check_choice("feature-norm", config.data.feature_norm, FEATURE_NORMS)
     _check_features(config, strategy)
