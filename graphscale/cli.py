@@ -52,6 +52,10 @@ TRAIN_OPTIONS = {
     "halo_hops": ("strategy", "halo_hops"), "device_memory": ("strategy", "device_memory"),
     "correction_steps": ("strategy", "correction_steps"),
     "shm_dir": ("strategy", "shm_dir"),
+    "t_workers": ("strategy", "t_workers"), "p_split": ("strategy", "p_split"), "subgraphs": ("strategy", "subgraphs"),
+    "chunking": ("strategy", "chunking"), "dependency": ("strategy", "dependency"),
+    "t_recompute": ("strategy", "t_recompute"), "pipelined": ("strategy", "pipelined"),
+    "loss_norm": ("strategy", "loss_norm"),
     "history_period": ("strategy", "history_period"), "shuffle": ("strategy", "shuffle"),
     "history_grad": ("strategy", "history_grad"), "hybrid_width": ("strategy", "hybrid_width"),
     "hybrid_split": ("strategy", "hybrid_split"),
@@ -259,6 +263,26 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--hybrid-split", choices=["chunks-first", "parts-first"],
                    help="hybrid: cut each chunk into W sub-chunks (the paper's), or W parts into the chunks' pieces "
                         "(fewer ghost rows)")
+    p.add_argument("--t-workers", type=int, metavar="Q",
+                   help="ranks running the dense T tasks (the first Q; the others run the sparse P tasks); 0: the "
+                        "scheduling model decides")
+    p.add_argument("--p-split", choices=["layers", "subgraphs"],
+                   help="P ranks split the propagation layers (a chain, the paper's) or take whole subgraphs "
+                        "round-robin (the artifact's)")
+    p.add_argument("--subgraphs", type=int, metavar="S",
+                   help="subgraphs streamed through the task pipeline every epoch (each --chunks / S chunks)")
+    p.add_argument("--chunking", choices=["contiguous", "partitioner"],
+                   help="chunks as equal contiguous id ranges, or the --partitioner's parts (a METIS reordering)")
+    p.add_argument("--dependency", choices=["full", "causal", "block_diag"],
+                   help="edges a subgraph's propagation reads: every edge (exact), its own and earlier subgraphs' "
+                        "(the paper's), or its own subgraph's only (the artifact's)")
+    p.add_argument("--t-recompute", action=argparse.BooleanOptionalAction,
+                   help="recompute the T stack in backward instead of keeping its activations")
+    p.add_argument("--pipelined", action=argparse.BooleanOptionalAction,
+                   help="T of subgraph s+1 runs while P of subgraph s runs (--no-pipelined: stage by stage, the "
+                        "same numbers)")
+    p.add_argument("--loss-norm", choices=["global", "subgraph-mean"],
+                   help="loss over the global training count, or the sum of per-subgraph means (the artifact's)")
     p.add_argument("--shm-dir", metavar="DIR",
                    help="directory of the host arrays the workers share (default /dev/shm)")
     p.add_argument("--timeout", type=float, metavar="SECONDS",

@@ -110,7 +110,7 @@ def _check_strategy_option(option: str, config: RunConfig) -> None:
     sc = config.strategy
     if option == "fanouts":
         _check_fanouts(config)
-    elif option in ("batch_size", "average_every", "history_period", "hybrid_width"):
+    elif option in ("batch_size", "average_every", "history_period", "hybrid_width", "subgraphs"):
         _check_at_least_one(option.replace("_", "-"), getattr(sc, option))
     elif option == "chunks" and sc.chunks is not None:
         if not isinstance(sc.chunks, int):
@@ -124,6 +124,12 @@ def _check_strategy_option(option: str, config: RunConfig) -> None:
         from graphscale.strategies.pipeline.plan import HISTORY_GRADS
 
         _check_choice("history-grad", sc.history_grad, HISTORY_GRADS)
+    elif option == "t_workers" and sc.t_workers < 0:
+        raise ValueError(f"--t-workers must be >= 0 (0: the scheduling model decides), got {sc.t_workers}")
+    elif option in ("p_split", "chunking", "dependency", "loss_norm"):
+        from graphscale.strategies.task_parallel import CHOICES
+
+        _check_choice(option.replace("_", "-"), getattr(sc, option), CHOICES[option])
     elif option == "cache":
         from graphscale.data.feature_cache import POLICIES
 
