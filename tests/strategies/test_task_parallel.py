@@ -344,3 +344,26 @@ def test_distributed_runs_equal_their_oracles_and_move_the_closed_form_bytes():
     assert [s for _, _, phase, s, *_ in t_rank["timeline"] if phase == "fwd"] == [0, 1, 2, 3]
     assert [s for _, _, phase, s, *_ in t_rank["timeline"] if phase == "bwd"] == [3, 2, 1, 0]
     assert all(start <= end for *_, start, end in t_rank["timeline"])
+
+
+def test_a_run_trains_the_decoupled_model_by_default(tmp_path):
+    """``graphscale train --strategy task-parallel``: the parent writes the METIS chunks (host-shared), 1 T + 1 P
+    workers train the decoupled model (the report says so), the stage bytes equal the closed form."""
+    from graphscale.config import build_config
+    from graphscale.run import run
+
+    config = build_config({"data": {"dataset": "sbm:nodes=120,degree=5,features=8,classes=3,seed=0"},
+                           "model": {"hidden": 8}, "optim": {"epochs": 2},
+                           "strategy": {"name": "task-parallel", "workers": 2, "chunking": "partitioner",
+                                        "chunks": 8},
+                           "cache_dir": str(tmp_path), "progress": False, "oversubscribe": True})
+    report = run(config)
+    assert report["model_form"] == "decoupled"
+    assert list((tmp_path / "shared").glob("*/chunk_of.npy"))
+    for epoch in report["epochs"]:
+        assert epoch["bytes"][TASK_FWD] == epoch["bytes"][TASK_BWD] == 120 * 3 * 4  # N C b, one boundary
+        assert epoch["bytes"][H2D] == 2 * 120 * 8 * 4  # read twice: forward and recomputation
+        roles = [e["role"] for e in epoch["extra_per_worker"]]
+        assert roles == [["T", 0, 0], ["P", 0, 0]]
+        assert all(e["model_form"] == "decoupled" and e["timeline"] for e in epoch["extra_per_worker"])
+    assert 0 <= report["final"]["test_acc"] <= 1
