@@ -349,11 +349,14 @@ class TaskParallelStrategy(Strategy):
             self.comm.record(H2D, rows.numel() * rows.element_size(), HOST)
             return rows
         prev = self.segments[seg.index - 1]
-        width = self.split.out_width(prev.ops[-1])
-        buf = torch.empty(ids.numel(), width, dtype=self.dtype)
+        return self._recv_aligned(prev, seg, s, ctx, self.split.out_width(prev.ops[-1]),
+                                  _tag(ctx["phase"], seg.index, s))
+
+    def _recv_aligned(self, src: Segment, seg: Segment, s: int, ctx: dict, width: int, tag: int) -> torch.Tensor:
+        """My rows of subgraph ``s`` in segment ``seg`` (my chunks' order), received from their owners in ``src``."""
         offsets = ctx["offsets_of"][seg.index][s]
-        for chunks, rows in self._recv(self._route(prev, seg, ctx["owners"], ctx["lay"], s, False), width,
-                                       _tag(ctx["phase"], seg.index, s)):
+        buf = torch.empty(ctx["ids"][seg.index][s].numel(), width, dtype=self.dtype)
+        for chunks, rows in self._recv(self._route(src, seg, ctx["owners"], ctx["lay"], s, False), width, tag):
             start = 0
             for c in chunks:
                 n = self.members[c].numel()
@@ -380,19 +383,10 @@ class TaskParallelStrategy(Strategy):
             rows = torch.cat([grad[offsets[c]: offsets[c] + self.members[c].numel()] for c in chunks])
             self._send(rows, peer, TASK_BWD, _tag(_BWD, seg.index, s))
 
-    def _recv_grad(self, seg: Segment, s: int, ctx: dict, offsets: dict, rows: int) -> torch.Tensor:
+    def _recv_grad(self, seg: Segment, s: int, ctx: dict) -> torch.Tensor:
         """The gradient of my output rows of subgraph ``s`` from the next segment."""
         nxt = self.segments[seg.index + 1]
-        width = self.split.out_width(seg.ops[-1])
-        grad = torch.empty(rows, width, dtype=self.dtype)
-        for chunks, got in self._recv(self._route(nxt, seg, ctx["owners"], ctx["lay"], s, False), width,
-                                      _tag(_BWD, nxt.index, s)):
-            start = 0
-            for c in chunks:
-                n = self.members[c].numel()
-                grad[offsets[c]: offsets[c] + n] = got[start: start + n]
-                start += n
-        return grad
+        return self._recv_aligned(nxt, seg, s, ctx, self.split.out_width(seg.ops[-1]), _tag(_BWD, nxt.index, s))
 
     def _t_forward(self, seg: Segment, ctx: dict) -> None:
         state = ctx["state"].setdefault(seg.index, {})
@@ -440,7 +434,7 @@ class TaskParallelStrategy(Strategy):
             if seg is self.segments[-1]:
                 loss.backward()
             else:
-                out.backward(self._recv_grad(seg, s, ctx, offsets, ids.numel()))
+                out.backward(self._recv_grad(seg, s, ctx))
             if seg.index > 0:
                 self._send_back(seg, h_in.grad, offsets, s, ctx)
             self._stamp(seg, "bwd", s, seg.ops[0].index, start)
@@ -585,17 +579,7 @@ class TaskParallelStrategy(Strategy):
                 return grads[l + 1][ids]
             if last_segment:
                 return ctx["loss_grad"].pop(s)
-            nxt = self.segments[seg.index + 1]
-            g = torch.empty(ids.numel(), widths[l], dtype=self.dtype)
-            offsets = ctx["offsets_of"][seg.index][s]
-            for chunks, got in self._recv(self._route(nxt, seg, ctx["owners"], lay, s, False), widths[l],
-                                          _tag(_BWD, nxt.index, s)):
-                start = 0
-                for c in chunks:
-                    n = self.members[c].numel()
-                    g[offsets[c]: offsets[c] + n] = got[start: start + n]
-                    start += n
-            return g
+            return self._recv_grad(seg, s, ctx)
 
         def compute(l: int, s: int) -> None:
             block = prep["blocks"][s]
