@@ -51,7 +51,11 @@ def _start_two_nodes(args: list[str], tmp_path: Path, timeout: float) -> list[su
             deadline = time.monotonic() + 120
             while node == 0 and not _listening(port) and procs[0].poll() is None and time.monotonic() < deadline:
                 time.sleep(0.1)
-        return [subprocess.CompletedProcess(p.args, p.returncode, *p.communicate(timeout=timeout)) for p in procs]
+        out = []
+        for p in procs:
+            stdout, stderr = p.communicate(timeout=timeout)
+            out.append(subprocess.CompletedProcess(p.args, p.returncode, stdout, stderr))
+        return out
     finally:
         for p in procs:
             if p.poll() is None:
