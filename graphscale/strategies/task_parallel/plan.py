@@ -339,16 +339,17 @@ def measure_bandwidth(elements: int = 1 << 23, seconds: float = MEASURE_SECONDS)
 
 
 def replication_alpha(graph, parts: int, *, partitioner: str = "metis", seed: int = 0) -> float:
-    """``alpha = 1 + sum_i |B_i| / |V|`` of a ``parts``-way partition of ``graph`` by ``partitioner``: the vertex
-    rows a P group of ``parts`` ranks holds per vertex (its own plus the mirrors of §3.3; ``1`` for one rank).
+    """``alpha = 1 + sum_i |B_i| / |V|`` of a ``parts``-way partition of ``graph`` by ``partitioner``
+    (``--partitioner`` syntax, ``NAME[:key=value,...]``): the vertex rows a P group of ``parts`` ranks holds per
+    vertex (its own plus the mirrors of §3.3; ``1`` for one rank).
 
     ``sum_i |B_i| / |V|`` is :func:`graphscale.partition.base.replication_factor`, the halo count graph
     parallelism exchanges, so ``alpha`` of ``N`` parts is graph parallelism's replication on ``N`` workers.
     """
     from graphscale.partition.base import replication_factor
-    from graphscale.registry import PARTITIONERS
+    from graphscale.prepare import build_vertex_partitioner
 
-    owner = PARTITIONERS.get(partitioner)().partition(graph, parts, seed=seed)
+    owner = build_vertex_partitioner(partitioner).partition(graph, parts, seed=seed)
     return 1.0 + replication_factor(graph, owner, parts)
 
 

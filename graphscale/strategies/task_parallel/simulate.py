@@ -51,6 +51,8 @@ from dataclasses import dataclass, field
 from graphscale.strategies.task_parallel.plan import DEFAULT_GAMMA, TaskPlan, layer_costs
 
 MODES = ("full", "causal", "block_diag")
+#: the task kinds: compute on a T or P stage, a transfer between stages, a load from the host
+ALL_KINDS = ("T", "P", "send", "host")
 #: phase order of the ready-task choice: backward first, then recompute, then forward (transfers inherit theirs)
 PHASE_RANK = {"bwd": 0, "recompute": 1, "fwd": 2}
 
