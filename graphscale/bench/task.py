@@ -11,9 +11,11 @@ configuration.
   a ``--partitioner`` partition into ``--workers`` parts, plus the gradient all-reduce), which the tests hold its
   Ledger to; graphs of at most ``--measure-nodes`` vertices are also trained for one epoch with graph-parallel,
   task-parallel coupled (TP) and decoupled (TP+TD), whose Ledger totals are printed next to it.
-* ``memory`` (Fig. 10 / Table 1 analogue): per worker, the design's parts (replicas ``MR``, intermediates ``ID``,
-  parameters with their gradients and Adam state) from the formulas of spec §3.2 / §3.4 for this worker's rows,
-  against the strategy's tracked peak and the OS-measured peak (``VmHWM``) and anonymous growth of a 2-epoch run.
+* ``memory`` (Fig. 10 / Table 1 analogue): per worker, the design's parts (node data, replicas
+  ``MR = (|B_i| + |V_i|) sum_l d_l b``, intermediates ``ID = 2 |V_i| sum_l d_{l+1} b``, parameters with their
+  gradients and Adam state) from the formulas of spec §3.2 / §3.4 for this worker's rows, what the tracked peak
+  holds beyond them, against the strategy's tracked peak (resident + autograd-saved) and the OS-measured peak
+  (``VmHWM``) and anonymous growth of a 2-epoch run.
 * ``replication`` (Table 2 analogue): ``alpha`` of a ``--partitioner`` partition into 1..64 parts
   (:func:`~graphscale.strategies.task_parallel.plan.replication_alpha`) and, for ``--hybrid-workers``, the
   ``alpha`` of graph parallelism on all of them against that of the P groups of a hybrid plan.
@@ -44,7 +46,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from graphscale.bench.memory import train_once
+from graphscale.bench.memory import node_data_bytes, train_once
 from graphscale.bench.table import format_bytes, format_table, int_list, save_figure, split_specs
 
 SECTIONS = ("comm", "memory", "replication", "accuracy", "subgraphs", "pipeline", "ablation")
@@ -260,9 +262,11 @@ def memory(args) -> Section:
                     # spec §3.2 / §3.4 for this worker: MR = (|B_i| + |V_i|) sum_l d_l, ID = 2 |V_i| sum_l d_{l+1}
                     mr = (halo[rank] + inner[rank]) * sum(widths[:layers]) * 4
                     ids = 2 * inner[rank] * sum(widths[1:layers + 1]) * 4
-                    parts = {"replicas (MR)": mr, "intermediates (ID)": ids, "parameters (+grad, Adam)": 4 * params * 4}
+                    parts = {"node data": node_data_bytes({"nodes": inner[rank], "features": graph.num_features}),
+                             "replicas (MR)": mr, "intermediates (ID)": ids, "parameters (+grad, Adam)": 4 * params * 4}
                     row.update({k: format_bytes(v) for k, v in parts.items()})
                     row["formulas / tracked"] = sum(parts.values()) / tracked if tracked else None
+                    row["rest (topology, plans)"] = format_bytes(tracked - sum(parts.values()))
                 row.update({"tracked": format_bytes(tracked),
                             "OS peak RSS": format_bytes(m["peak_rss"]) if m.get("peak_rss") else "",
                             "anon above start": (format_bytes(m["peak_anon"] - m["baseline_anon"])
@@ -272,8 +276,9 @@ def memory(args) -> Section:
                     base = max(gp["final"]["peak_memory_per_worker"])
                     row["tracked / GP max"] = tracked / base if base else None
                 rows.append(row)
-    columns = ["graph", "strategy", "worker", "replicas (MR)", "intermediates (ID)", "parameters (+grad, Adam)",
-               "formulas / tracked", "tracked", "tracked / GP max", "OS peak RSS", "anon above start"]
+    columns = ["graph", "strategy", "worker", "node data", "replicas (MR)", "intermediates (ID)",
+               "parameters (+grad, Adam)", "rest (topology, plans)", "formulas / tracked", "tracked",
+               "tracked / GP max", "OS peak RSS", "anon above start"]
     out.tables.append(((f"Peak memory per worker, {args.workers} workers, GCN {layers} layers H={args.hidden}, fp32, "
                        "2 epochs (Fig. 10 analogue): formulas for the worker's rows against the tracked peak "
                        "(resident + autograd-saved) and the OS"), [{c: r.get(c, "") for c in columns} for r in rows]))
