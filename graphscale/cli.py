@@ -31,6 +31,8 @@ BENCHES = {
                   "graph-parallel (bytes), memory per worker against the partition count")),
     "scaling": ("graphscale.bench.scaling", ("epoch time of single (W threads) against each distributed strategy "
                 "(W workers x 1 thread), communication / waiting / compute per worker, parallel efficiency")),
+    "task": ("graphscale.bench.task", ("NeutronTask task parallelism: bytes graph-parallel vs TP vs TP+TD, memory "
+             "parts per worker, replication vs partitions, accuracy, subgraphs, modelled pipeline, ablation")),
 }
 
 #: command-line flag -> (config section or None for top level, field)

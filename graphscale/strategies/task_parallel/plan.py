@@ -239,7 +239,7 @@ def schedule(workers: int, t_t: float, t_p: float) -> tuple[int, int]:
 def task_costs(num_vertices: int, num_edges: int, widths: Sequence[int], *, attention: bool = False,
                decoupled: bool = True, gamma: float = DEFAULT_GAMMA, flops: float | None = None,
                bandwidth: float | None = None, dtype_bytes: int = 4) -> tuple[float, float]:
-    """``(T_t, T_p)`` in seconds, Eqs. 5-6 (module docstring).
+    """``(T_t, T_p)`` in seconds, Eqs. 5-6 (module docstring): the sums of :func:`layer_costs`.
 
     Args:
         num_vertices, num_edges: ``|V|``, ``|E|`` (stored records).
@@ -256,6 +256,18 @@ def task_costs(num_vertices: int, num_edges: int, widths: Sequence[int], *, atte
         ValueError: fewer than two widths, a non-positive width, vertex count, rate or ``dtype_bytes``, a
             ``gamma`` outside ``[0, 1]``.
     """
+    t, p = layer_costs(num_vertices, num_edges, widths, attention=attention, decoupled=decoupled, gamma=gamma,
+                       flops=flops, bandwidth=bandwidth, dtype_bytes=dtype_bytes)
+    return sum(t), sum(p)
+
+
+def layer_costs(num_vertices: int, num_edges: int, widths: Sequence[int], *, attention: bool = False,
+                decoupled: bool = True, gamma: float = DEFAULT_GAMMA, flops: float | None = None,
+                bandwidth: float | None = None, dtype_bytes: int = 4) -> tuple[list[float], list[float]]:
+    """The terms of Eqs. 5-6 per layer: ``([T layer 0, ..., T layer L-1], [P layer 0, ..., P layer L-1])`` in
+    seconds (arguments as :func:`task_costs`; Eq. 5's edge term, computed once from the final T output, is
+    counted with the last T layer). ``num_vertices`` / ``num_edges`` may be a subgraph's: its rows and the edges
+    into them."""
     widths = [int(w) for w in widths]
     if len(widths) < 2 or min(widths) < 1:
         raise ValueError(f"widths must be the T stack's L + 1 >= 2 positive widths, got {widths}")
@@ -273,16 +285,15 @@ def task_costs(num_vertices: int, num_edges: int, widths: Sequence[int], *, atte
         if not value > 0 or not math.isfinite(value):
             raise ValueError(f"{name} must be a positive rate, got {value}")
     n, e, layers = float(num_vertices), float(num_edges), len(widths) - 1
-    work = sum(2 * n * widths[i] * widths[i + 1] for i in range(layers))
+    t = [2 * n * widths[i] * widths[i + 1] / flops for i in range(layers)]
     if attention:
         d_e = widths[layers - 1]
-        work += 2 * e * d_e * d_e
-    t_t = work / flops
+        t[-1] += 2 * e * d_e * d_e / flops
     d_bar = e / n
     p_widths = [widths[-1]] * layers if decoupled else widths[1:]
-    t_p = sum(gamma * 2 * n * d_bar * p / flops
-              + (1 - gamma) * (n * d_bar * (1 + 2 * p) + n) * dtype_bytes / bandwidth for p in p_widths)
-    return t_t, t_p
+    p = [gamma * 2 * n * d_bar * w / flops + (1 - gamma) * (n * d_bar * (1 + 2 * w) + n) * dtype_bytes / bandwidth
+         for w in p_widths]
+    return t, p
 
 
 def cpu_speeds() -> tuple[float, float]:
@@ -328,16 +339,17 @@ def measure_bandwidth(elements: int = 1 << 23, seconds: float = MEASURE_SECONDS)
 
 
 def replication_alpha(graph, parts: int, *, partitioner: str = "metis", seed: int = 0) -> float:
-    """``alpha = 1 + sum_i |B_i| / |V|`` of a ``parts``-way partition of ``graph`` by ``partitioner``: the vertex
-    rows a P group of ``parts`` ranks holds per vertex (its own plus the mirrors of §3.3; ``1`` for one rank).
+    """``alpha = 1 + sum_i |B_i| / |V|`` of a ``parts``-way partition of ``graph`` by ``partitioner``
+    (``--partitioner`` syntax, ``NAME[:key=value,...]``): the vertex rows a P group of ``parts`` ranks holds per
+    vertex (its own plus the mirrors of §3.3; ``1`` for one rank).
 
     ``sum_i |B_i| / |V|`` is :func:`graphscale.partition.base.replication_factor`, the halo count graph
     parallelism exchanges, so ``alpha`` of ``N`` parts is graph parallelism's replication on ``N`` workers.
     """
     from graphscale.partition.base import replication_factor
-    from graphscale.registry import PARTITIONERS
+    from graphscale.prepare import build_vertex_partitioner
 
-    owner = PARTITIONERS.get(partitioner)().partition(graph, parts, seed=seed)
+    owner = build_vertex_partitioner(partitioner).partition(graph, parts, seed=seed)
     return 1.0 + replication_factor(graph, owner, parts)
 
 
