@@ -8,9 +8,9 @@ import re
 import shutil
 import statistics
 import sys
+from pathlib import Path
 
 from graphscale.bench.table import format_bytes, format_table
-from graphscale.distributed.launch import WorkerError
 from graphscale.metrics.ledger import moved_bytes
 
 #: ``graphscale bench NAME`` -> module with ``add_arguments(parser)`` and ``run(args)``.
@@ -31,6 +31,8 @@ BENCHES = {
                   "graph-parallel (bytes), memory per worker against the partition count")),
     "scaling": ("graphscale.bench.scaling", ("epoch time of single (W threads) against each distributed strategy "
                 "(W workers x 1 thread), communication / waiting / compute per worker, parallel efficiency")),
+    "task": ("graphscale.bench.task", ("NeutronTask task parallelism: bytes graph-parallel vs TP vs TP+TD, memory "
+             "parts per worker, replication vs partitions, accuracy, subgraphs, modelled pipeline, ablation")),
 }
 
 #: command-line flag -> (config section or None for top level, field)
@@ -209,7 +211,7 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
                    help="allow more workers than the CPU cores this process may use")
     p.add_argument("--partitioner", metavar="NAME[:key=value,...]",
                    help="vertex partitioner of the partitioned strategies, with its options (e.g. metis:ufactor=10)")
-    from graphscale.partition.metis import BALANCE_CHOICES
+    from graphscale.config import BALANCE_CHOICES
 
     p.add_argument("--balance", choices=BALANCE_CHOICES,
                    help="metis: what the parts balance: vertex counts, in-edges (computation), or in-edges and "
@@ -397,6 +399,21 @@ def cmd_datasets(args: argparse.Namespace) -> int:
 INFO_PACKAGES = ("numpy", "scipy", "numba", "pymetis", "torch_geometric", "ogb")
 
 
+def torch_build() -> dict[str, str | None]:
+    """The installed torch's version and GPU backends, read from ``torch/version.py`` without importing torch
+    (importing it takes a second or more): ``{"version": ..., "cuda": ..., "hip": ..., "xpu": ...}``."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("torch")
+    if spec is None or not spec.submodule_search_locations:
+        raise RuntimeError("torch is not installed (bash scripts/setup.sh installs it)")
+    path = Path(next(iter(spec.submodule_search_locations))) / "version.py"
+    version_spec = importlib.util.spec_from_file_location("_graphscale_torch_version", path)
+    module = importlib.util.module_from_spec(version_spec)
+    version_spec.loader.exec_module(module)
+    return {"version": module.__version__, **{name: getattr(module, name, None) for name in ("cuda", "hip", "xpu")}}
+
+
 def cmd_info(args: argparse.Namespace) -> int:
     if args.dataset:
         from graphscale.data.datasets import describe_dataset
@@ -404,18 +421,27 @@ def cmd_info(args: argparse.Namespace) -> int:
         print(format_table([{"item": k, "value": f"{v:,}" if isinstance(v, int) else str(v)}
                             for k, v in summary.items()], title=f"dataset {args.dataset}"))
         return 0
+    import os
+    import platform
     from importlib import metadata
 
-    import torch
-    import torch.distributed as dist
+    from graphscale import __version__
+    build = torch_build()
+    gpu_backends = [f"{name} {build[name]}" for name in ("cuda", "hip", "xpu") if build[name]]
+    rows = [{"item": "graphscale", "value": __version__}, {"item": "torch", "value": build["version"]},
+            {"item": "torch build", "value": ", ".join(gpu_backends) or "CPU only"},
+            {"item": "python", "value": platform.python_version()}, {"item": "host", "value": platform.node()},
+            {"item": "cpu cores", "value": str(len(os.sched_getaffinity(0)))}]
+    if args.devices or gpu_backends:  # a GPU build: its devices are what its user wants to see
+        import torch
+        import torch.distributed as dist
 
-    from graphscale.run import environment
-    rows = [{"item": k, "value": str(v)} for k, v in environment().items()]
-    rows.append({"item": "torch threads", "value": str(torch.get_num_threads())})
-    rows.append({"item": "gloo available", "value": str(dist.is_available() and dist.is_gloo_available())})
-    rows.append({"item": "nccl available", "value": str(dist.is_available() and dist.is_nccl_available())})
-    for i in range(torch.cuda.device_count()):
-        rows.append({"item": f"cuda:{i}", "value": torch.cuda.get_device_name(i)})
+        rows.append({"item": "cuda", "value": str(torch.cuda.is_available())})
+        rows.append({"item": "torch threads", "value": str(torch.get_num_threads())})
+        rows.append({"item": "gloo available", "value": str(dist.is_available() and dist.is_gloo_available())})
+        rows.append({"item": "nccl available", "value": str(dist.is_available() and dist.is_nccl_available())})
+        for i in range(torch.cuda.device_count()):
+            rows.append({"item": f"cuda:{i}", "value": torch.cuda.get_device_name(i)})
     for name in INFO_PACKAGES:
         try:
             rows.append({"item": name, "value": metadata.version(name)})
@@ -425,6 +451,8 @@ def cmd_info(args: argparse.Namespace) -> int:
     rows.append({"item": "strategies", "value": ", ".join(STRATEGIES.names())})
     rows.append({"item": "models", "value": ", ".join(MODELS.names())})
     print(format_table(rows, title="graphscale info"))
+    if not (args.devices or gpu_backends):
+        print("(a CPU-only torch build: `graphscale info --devices` also asks torch for its threads and backends)")
     return 0
 
 
@@ -435,7 +463,15 @@ def cmd_plot(args: argparse.Namespace) -> int:
     return 0
 
 
-def build_parser() -> argparse.ArgumentParser:
+def bench_named(argv: list[str]) -> str | None:
+    """The bench ``graphscale ARGV`` runs (``bench NAME ...``), else ``None``."""
+    words = [word for word in argv if not word.startswith("-")]
+    return words[1] if len(words) > 1 and words[0] == "bench" else None
+
+
+def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
+    """The ``graphscale`` parser. With ``argv``, only the bench that ``argv`` runs imports its module to declare
+    its options (every bench module imports torch: `graphscale info` would pay for that); without, all do."""
     parser = Parser(prog="graphscale", description="Scalable GNN training on torch.distributed")
     sub = parser.add_subparsers(dest="command", required=True)
     train = sub.add_parser("train", help="train a model", description="Train a GNN with a chosen strategy. Options a "
@@ -455,6 +491,9 @@ def build_parser() -> argparse.ArgumentParser:
     info = sub.add_parser("info", help="versions, devices and backends; or a dataset's counts with --dataset",
                           description="Versions, devices and backends; with --dataset, a dataset's counts instead")
     info.add_argument("--dataset", help="load this dataset spec (see `graphscale datasets`) and print its counts")
+    info.add_argument("--devices", action="store_true",
+                      help="also import torch to list its devices, threads and distributed backends (a GPU build "
+                           "always does; without this a CPU build's info is read from package metadata only)")
     info.set_defaults(func=cmd_info)
     part = sub.add_parser("partition", help="partition a dataset or an edge stream into a partition store",
                           description="Partition a dataset (or a bare edge-stream file) into a partition store",
@@ -465,7 +504,8 @@ def build_parser() -> argparse.ArgumentParser:
     bench_sub = bench.add_subparsers(dest="bench", required=True)
     for name, (module, text) in BENCHES.items():
         p = bench_sub.add_parser(name, help=text, description=text)
-        importlib.import_module(module).add_arguments(p)
+        if argv is None or bench_named(argv) == name:
+            importlib.import_module(module).add_arguments(p)
         p.set_defaults(func=lambda a, m=module: importlib.import_module(m).run(a) and 0)
     return parser
 
@@ -473,7 +513,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Run ``graphscale ARGV``; a bad option or input prints one line ``graphscale: error: ...`` on stderr and
     returns 2, a failed worker prints its traceback and returns 1."""
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else argv
+    parser = build_parser(argv)
     args = parser.parse_args(argv)
     try:
         return args.func(args) or 0
@@ -481,7 +522,10 @@ def main(argv: list[str] | None = None) -> int:
         message = err.args[0] if isinstance(err, KeyError) and err.args else err
         print(f"graphscale: error: {message}", file=sys.stderr)
         return 2
-    except WorkerError as err:
+    except RuntimeError as err:
+        launch = sys.modules.get("graphscale.distributed.launch")  # not imported: nothing could raise WorkerError
+        if launch is None or not isinstance(err, launch.WorkerError):
+            raise
         print(f"graphscale: error: {err}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:

@@ -25,6 +25,10 @@ DEFAULT_TIMEOUT_S = 600.0
 DTYPES = ("float32", "float64")
 
 
+#: What a METIS partition balances (``--balance``); :data:`DEFAULT_BALANCE` is the training default.
+BALANCE_CHOICES = ("vertices", "edges", "edges+train")
+DEFAULT_BALANCE = "edges+train"
+
 @dataclass
 class DataConfig:
     dataset: str = ""

@@ -248,6 +248,7 @@ def launch(fn: Callable[..., Any], world_size: int, *args: Any, backend: str | N
                 return [result]
             results: list[Any] = [None] * world_size
             dist.all_gather_object(results, result)  # the results of every node, ordered by rank
+            dist.barrier()  # nobody tears its connections down while a peer still reads from them
             return results
         finally:
             if owns_group and dist.is_initialized():

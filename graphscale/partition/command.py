@@ -27,8 +27,6 @@ import sys
 import time
 from pathlib import Path
 
-from graphscale.data.formats import write_json_atomic
-
 #: modules whose import registers the streaming partitioners (besides registry's built-ins)
 PARTITIONER_MODULES = ("graphscale.partition.vertex_stream", "graphscale.partition.edge_stream",
                        "graphscale.partition.spring")
@@ -311,5 +309,7 @@ def run(args: argparse.Namespace) -> dict:
     if "allocation" in summary:
         print(f"partitions chosen for --workers {args.workers}: {summary['allocation']['why']}")
     if args.json:
+        from graphscale.data.formats import write_json_atomic
+
         write_json_atomic(args.json, summary)
     return summary

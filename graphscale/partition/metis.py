@@ -8,13 +8,10 @@ import warnings
 import numpy as np
 import torch
 
+from graphscale.config import BALANCE_CHOICES, DEFAULT_BALANCE
 from graphscale.data.graph import Graph
 from graphscale.partition.base import VertexPartitioner, validate_num_parts, validate_owner
 from graphscale.registry import PARTITIONERS
-
-#: What a METIS partition balances (``--balance``); :data:`DEFAULT_BALANCE` is the training default.
-BALANCE_CHOICES = ("vertices", "edges", "edges+train")
-DEFAULT_BALANCE = "edges+train"
 
 _METIS_OK = 1
 _METIS_NOPTIONS = 40  # METIS 5's options array length

@@ -8,6 +8,7 @@ import os
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -27,29 +28,49 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _torchrun_two_nodes(args: list[str], tmp_path: Path, timeout: float = 240) -> list[subprocess.CompletedProcess]:
-    """Start two torchrun agents (2 ranks each) of one c10d rendezvous concurrently; wait for both."""
+def _listening(port: int) -> bool:
+    with socket.socket() as s:
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def _start_two_nodes(args: list[str], tmp_path: Path, timeout: float) -> list[subprocess.CompletedProcess]:
+    """Node 0's agent hosts the rendezvous store (``is_host``, not guessed from the hostname, which matches for
+    both agents here) and is listening before node 1's agent starts."""
     port = _free_port()
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     procs = []
-    for node in range(2):
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--node-rank", str(node),
-               "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", f"test-{port}",
-               "--nproc-per-node", "2", "-m", "graphscale", "train", *args,
-               "--json", str(tmp_path / f"node{node}.json")]
-        procs.append(subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                      text=True))
-    out = []
     try:
+        for node in range(2):
+            cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--node-rank", str(node),
+                   "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", f"test-{port}",
+                   "--rdzv-conf", f"is_host={int(node == 0)},read_timeout=300",
+                   "--nproc-per-node", "2", "-m", "graphscale", "train", *args,
+                   "--json", str(tmp_path / f"node{node}.json")]
+            procs.append(subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                          text=True))
+            deadline = time.monotonic() + 120
+            while node == 0 and not _listening(port) and procs[0].poll() is None and time.monotonic() < deadline:
+                time.sleep(0.1)
+        out = []
         for p in procs:
             stdout, stderr = p.communicate(timeout=timeout)
             out.append(subprocess.CompletedProcess(p.args, p.returncode, stdout, stderr))
+        return out
     finally:
         for p in procs:
             if p.poll() is None:
                 p.kill()
                 p.wait()
-    return out
+
+
+def _torchrun_two_nodes(args: list[str], tmp_path: Path, timeout: float = 240) -> list[subprocess.CompletedProcess]:
+    """Start two torchrun agents (2 ranks each) of one c10d rendezvous; wait for both. A failure of torchrun's own
+    rendezvous store (a port taken between choosing and binding it, a connection dropped on a loaded machine) is
+    retried once with a fresh port; any other failure is returned as it is."""
+    nodes = _start_two_nodes(args, tmp_path, timeout)
+    if any("RendezvousConnectionError" in node.stderr or "RendezvousTimeoutError" in node.stderr for node in nodes):
+        nodes = _start_two_nodes(args, tmp_path, timeout)
+    return nodes
 
 
 STRATEGIES = {

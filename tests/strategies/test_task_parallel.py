@@ -58,6 +58,7 @@ def graph():
 
 def make_config(workers: int = WORKERS, model: str = "gcn", layers: int = 2, decoupled: str = "on",
                 dropout: float = 0.3, **strategy) -> RunConfig:
+    strategy.setdefault("t_workers", 2)
     return RunConfig(model=ModelConfig(name=model, hidden=5, layers=layers, dropout=dropout, decoupled=decoupled),
                      optim=OptimConfig(lr=0.01, weight_decay=5e-4),
                      strategy=StrategyConfig(name="task-parallel", workers=workers, **strategy),
@@ -169,11 +170,11 @@ def _with_params(model, att_src, att_dst, block, x):
 
 # ------------------------------------------------------------------ bad input, before any worker starts
 @pytest.mark.parametrize("argv, message", [
-    (["--workers", "4", "--t-workers", "4"], "--t-workers 4 leaves a task type without ranks"),
+    (["--workers", "4", "--t-workers", "4"], "--t-workers 4 leaves no P worker among --workers 4"),
     (["--workers", "2", "--chunks", "6", "--subgraphs", "4"], "--subgraphs 4 must be >= 1 and divide --chunks 6"),
     (["--workers", "2", "--model", "sage"], "model 'sage' has no decoupled form"),
     (["--workers", "2", "--model", "gat", "--decoupled", "off"], "coupled order (--decoupled off) for model gcn only"),
-    (["--workers", "4", "--t-workers", "1", "--layers", "2"], "3 P ranks do not divide into 2 equal groups"),
+    (["--workers", "4", "--t-workers", "1", "--layers", "2"], "--t-workers 1 with --workers 4 gives 3 P workers for 2 layers"),
     (["--workers", "4", "--t-workers", "2", "--layers", "1", "--chunks", "4", "--subgraphs", "4"],
      "do not divide among a group of 2 ranks"),
     (["--workers", "1"], "needs --workers >= 2"),
@@ -360,6 +361,7 @@ def test_a_run_trains_the_decoupled_model_by_default(tmp_path):
     report = run(config)
     assert report["model_form"] == "decoupled"
     assert list((tmp_path / "shared").glob("*/chunk_of.npy"))
+    assert list((tmp_path / "shared").glob("*/plan.json"))  # the scheduling model chose in the parent
     for epoch in report["epochs"]:
         assert epoch["bytes"][TASK_FWD] == epoch["bytes"][TASK_BWD] == 120 * 3 * 4  # N C b, one boundary
         assert epoch["bytes"][H2D] == 2 * 120 * 8 * 4  # read twice: forward and recomputation

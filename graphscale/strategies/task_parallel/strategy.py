@@ -52,6 +52,7 @@ per-split counts.
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass, field
 from math import lcm
@@ -79,7 +80,6 @@ from graphscale.strategies.base import (
     optimizer_tensors,
     split_counts,
 )
-from graphscale.strategies.task_parallel._plan_standin import TaskPlan, make_plan
 from graphscale.strategies.task_parallel.chunks import (
     FULL,
     Layout,
@@ -90,13 +90,14 @@ from graphscale.strategies.task_parallel.chunks import (
     layout,
     masked_block,
 )
+from graphscale.strategies.task_parallel.plan import TaskPlan, feasible_t_workers, make_plan, task_costs
 from graphscale.strategies.task_parallel.reference import loss_weights, weighted_loss
 from graphscale.strategies.task_parallel.tasks import Op, P, T, TaskSplit, task_split
 
 #: Ledger categories: segment-boundary rows (forward), their gradients (backward), P groups' mirror rows and their
 #: gradients, the evaluation forward's boundary rows and mirrors, the feature rows read by the first T segment.
 TASK_FWD, TASK_BWD, HALO, EVAL_STAGE, EVAL_HALO, H2D = "task_fwd", "task_bwd", "halo", "eval_stage", "eval_halo", "h2d"
-CHUNK_FILE = "chunk_of.npy"
+CHUNK_FILE, PLAN_FILE = "chunk_of.npy", "plan.json"
 #: message phases (part of every tag)
 _FWD, _BWD, _EVAL = 0, 1, 2
 
@@ -105,10 +106,28 @@ def _tag(phase: int, boundary: int, subgraph: int) -> int:
     return (phase * 1024 + boundary) * 65536 + subgraph
 
 
-def resolve_plan(config: RunConfig) -> TaskPlan:
-    """The run's :class:`TaskPlan` (``--t-workers`` 0: the scheduling model decides)."""
+def resolve_plan(config: RunConfig, t_workers: int = 0) -> TaskPlan:
+    """The run's :class:`TaskPlan` for ``t_workers`` T ranks (0: ``--t-workers``, which must then be given)."""
     sc = config.strategy
-    return make_plan(sc.workers, config.model.layers, t_workers=sc.t_workers or None, p_split=sc.p_split)
+    q = t_workers or sc.t_workers
+    if not q:
+        raise ValueError("the task plan needs the T worker count: --t-workers, or the scheduling model's "
+                         "(scheduled_t_workers)")
+    return make_plan(sc.workers, config.model.layers, t_workers=q, p_split=sc.p_split)
+
+
+def scheduled_t_workers(config: RunConfig, num_nodes: int, num_edges: int, num_features: int,
+                        num_classes: int) -> int:
+    """``q`` from the scheduling model (Eqs. 5-8 with this machine's measured speeds; :func:`.plan.make_plan`
+    takes the feasible count nearest to it)."""
+    from graphscale.nn.models import is_decoupled
+
+    model, sc = config.model, config.strategy
+    widths = [num_features] + [model.hidden] * (model.layers - 1) + [num_classes]
+    costs = task_costs(num_nodes, num_edges, widths, attention=model.name == "gat", decoupled=is_decoupled(config),
+                       dtype_bytes=torch.empty(0, dtype=getattr(torch, config.dtype)).element_size())
+    plan = make_plan(sc.workers, model.layers, p_split=sc.p_split, costs=costs)
+    return len(plan.t_ranks)
 
 
 def group_sizes(plan: TaskPlan) -> list[int]:
@@ -125,12 +144,12 @@ def num_chunks(config: RunConfig, plan: TaskPlan | None = None) -> int:
     return config.strategy.subgraphs * lcm(*group_sizes(plan))
 
 
-def check_task_config(config: RunConfig) -> TaskPlan:
-    """Everything the parent can check before any worker starts; returns the plan.
+def check_task_config(config: RunConfig) -> None:
+    """Everything the parent can check before it loads the data (with ``--t-workers``: the plan too).
 
     Raises:
-        ValueError: naming the option (a T/P split leaving a group empty or uneven, subgraphs not dividing the
-            chunks, chunks not dividing among a group, a model without a task split, checkpoints of split weights).
+        ValueError: naming the option (see :func:`check_plan`; a model without a task split; fewer than 2 workers;
+            a worker count no T/P split fits).
     """
     from graphscale.nn.models import is_decoupled
 
@@ -146,11 +165,24 @@ def check_task_config(config: RunConfig) -> TaskPlan:
         raise ValueError(f"strategy 'task-parallel' needs --workers >= 2 (T and P ranks), got {sc.workers}")
     if sc.t_workers < 0:
         raise ValueError(f"--t-workers must be >= 0 (0: the scheduling model decides), got {sc.t_workers}")
-    try:
-        plan = resolve_plan(config)
-    except ValueError as err:
-        raise ValueError(f"strategy 'task-parallel' with --workers {sc.workers}, --layers {model.layers}: "
-                         f"{err}") from None
+    if sc.chunks is not None:
+        check_subgraphs(sc.chunks, sc.subgraphs)
+    if sc.t_workers:
+        check_plan(config, resolve_plan(config))
+    elif not feasible_t_workers(sc.workers, model.layers, sc.p_split):
+        raise ValueError(f"no split of --workers {sc.workers} into T and P ranks fits --layers {model.layers} "
+                         f"(--p-split {sc.p_split})")
+
+
+def check_plan(config: RunConfig, plan: TaskPlan) -> None:
+    """The checks that need the plan (in the parent: from ``check_config`` with ``--t-workers``, else from
+    ``prepare_shared`` once the scheduling model chose).
+
+    Raises:
+        ValueError: subgraphs not dividing the chunks, chunks not dividing among a group, idle P ranks, a
+            checkpoint of weights split over several T stages.
+    """
+    sc = config.strategy
     chunks = num_chunks(config, plan)
     check_subgraphs(chunks, sc.subgraphs)
     k = chunks // sc.subgraphs
@@ -162,10 +194,8 @@ def check_task_config(config: RunConfig) -> TaskPlan:
         raise ValueError(f"--subgraphs {sc.subgraphs} leaves P ranks idle: --p-split subgraphs gives each of the "
                          f"{len(plan.p_groups[0])} P ranks whole subgraphs")
     if (config.checkpoint or config.resume) and len(plan.t_groups) > 1:
-        raise ValueError(f"--checkpoint / --resume need every parameter on rank 0: the plan has "
-                         f"{len(plan.t_groups)} T stages (give --t-workers 1, or as many as the layers divide into "
-                         "one group)")
-    return plan
+        raise ValueError(f"--checkpoint / --resume need every parameter on rank 0: the plan ({plan.describe()}) "
+                         f"has {len(plan.t_groups)} T stages (give --t-workers 1)")
 
 
 @dataclass
@@ -222,36 +252,54 @@ class TaskParallelStrategy(Strategy):
 
     @classmethod
     def shared_data_key(cls, config: RunConfig) -> dict | None:
-        sc = config.strategy
-        if sc.chunking != "partitioner":
+        """The parent prepares the METIS chunks (``--chunking partitioner``) and, without ``--t-workers``, the plan
+        the scheduling model chooses (so every worker gets the same one)."""
+        from graphscale.nn.models import is_decoupled
+
+        sc, model = config.strategy, config.model
+        if sc.chunking != "partitioner" and sc.t_workers:
             return None
-        return {"task_chunks": num_chunks(config), "chunk_partitioner": sc.partitioner, "chunk_balance": sc.balance}
+        key = {"task_chunks": sc.chunks, "subgraphs": sc.subgraphs, "chunking": sc.chunking,
+               "t_workers": sc.t_workers, "p_split": sc.p_split, "model": model.name, "hidden": model.hidden,
+               "layers": model.layers, "decoupled": is_decoupled(config), "dtype": config.dtype}
+        if sc.chunking == "partitioner":
+            key.update({"chunk_partitioner": sc.partitioner, "chunk_balance": sc.balance})
+        return key
 
     @classmethod
     def prepare_shared(cls, graph: Graph, owner: torch.Tensor, config: RunConfig, folder: Path) -> None:
         sc = config.strategy
-        chunk_of = assign_chunks(graph, num_chunks(config), sc.chunking, sc.partitioner, sc.balance, config.seed)
-        np.save(folder / CHUNK_FILE, chunk_of.numpy())
+        q = sc.t_workers or scheduled_t_workers(config, graph.num_nodes, graph.num_edges, graph.num_features,
+                                                graph.num_classes)
+        plan = resolve_plan(config, q)
+        check_plan(config, plan)
+        (folder / PLAN_FILE).write_text(json.dumps({"t_workers": q, "plan": plan.describe()}))
+        if sc.chunking == "partitioner":
+            chunk_of = assign_chunks(graph, num_chunks(config, plan), sc.chunking, sc.partitioner, sc.balance,
+                                     config.seed)
+            np.save(folder / CHUNK_FILE, chunk_of.numpy())
 
     # ------------------------------------------------------------ setup
     def setup(self, data: DataHandle | Graph, model: torch.nn.Module, env: DistEnv, config: RunConfig) -> None:
         super().setup(data, model, env, config)
         sc = config.strategy
-        self.plan = check_task_config(config)
-        if self.plan.workers != env.world_size:
-            raise ValueError(f"the task plan is for {self.plan.workers} workers, the group has {env.world_size}")
+        check_task_config(config)
+        if sc.workers != env.world_size:
+            raise ValueError(f"--workers {sc.workers} but the group has {env.world_size} workers")
+        self.comm = Comm(env)
+        graph = self.data.open_graph()
+        shared = self.data.extras.get("shared")
+        self.plan = resolve_plan(config, self._t_workers(graph, Path(shared) if shared else None))
+        check_plan(config, self.plan)
         self.split = task_split(model)
         self.segments = build_segments(self.split, self.plan)
         self.mine = [seg for seg in self.segments if env.rank in seg.group]
         self.kind, self.stage, self.member = self.plan.role(env.rank)
-        self.comm = Comm(env)
         self.groups = self._group_comms(env)
         self.group = self.groups.get((self.kind, self.stage))
-        graph = self.data.open_graph()
         self.graph = graph
         self.num_nodes = graph.num_nodes
         self.num_chunks = num_chunks(config, self.plan)
-        shared = self.data.extras.get("shared")
         if shared and (Path(shared) / CHUNK_FILE).is_file():
             self.chunk_of = torch.from_numpy(np.load(Path(shared) / CHUNK_FILE).astype(np.int64))
         else:
@@ -272,6 +320,19 @@ class TaskParallelStrategy(Strategy):
         self.tracker = MemoryTracker(env)
         self.tracker.track_module("model", model)
         self.timeline: list[tuple] = []
+
+    def _t_workers(self, graph: Graph, shared: Path | None) -> int:
+        """``q``: the parent's choice (written with the shared data), ``--t-workers``, or the scheduling model's
+        on rank 0, broadcast (a handle without the parent's preparation)."""
+        if shared is not None and (shared / PLAN_FILE).is_file():
+            return int(json.loads((shared / PLAN_FILE).read_text())["t_workers"])
+        if self.config.strategy.t_workers:
+            return self.config.strategy.t_workers
+        q = torch.zeros(1, dtype=torch.int64)
+        if self.env.rank == 0:
+            q[0] = scheduled_t_workers(self.config, graph.num_nodes, graph.num_edges, graph.num_features,
+                                       graph.num_classes)
+        return int(self.comm.broadcast(q, 0, CONTROL)[0])
 
     def _group_comms(self, env: DistEnv) -> dict[tuple[str, int], Comm]:
         """A Comm per group of more than one rank (every rank creates every group, in the same order)."""
