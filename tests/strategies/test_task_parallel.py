@@ -183,7 +183,7 @@ def _with_params(model, att_src, att_dst, block, x):
     (["--workers", "2", "--last-relu", "--decoupled", "off"], ("--last-relu is not used by model 'gcn' without "
                                                              "--decoupled")),
     (["--workers", "2", "--dependency", "full", "--no-shuffle"], ("--shuffle is not used by strategy "
-                                                                "'task-parallel' with --dependency full")),
+                                                                "'task-parallel' with --dependency full and --loss-norm global")),
 ])
 def test_bad_input_fails_before_any_worker_starts(argv, message, capsys):
     from graphscale.cli import main

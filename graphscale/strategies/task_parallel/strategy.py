@@ -242,8 +242,8 @@ class TaskParallelStrategy(Strategy):
         if sc.chunking != "partitioner":
             unused.update({"partitioner": "without --chunking partitioner", "balance": "without --chunking "
                                                                                         "partitioner"})
-        if sc.dependency == FULL:
-            unused["shuffle"] = "with --dependency full (the order changes no number)"
+        if sc.dependency == FULL and sc.loss_norm == "global":
+            unused["shuffle"] = "with --dependency full and --loss-norm global (the order changes no number)"
         return unused
 
     @classmethod
