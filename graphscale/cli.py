@@ -41,6 +41,7 @@ TRAIN_OPTIONS = {
     "model": ("model", "name"),
     "hidden": ("model", "hidden"), "layers": ("model", "layers"), "dropout": ("model", "dropout"),
     "heads": ("model", "heads"), "alpha": ("model", "alpha"), "theta": ("model", "theta"),
+    "decoupled": ("model", "decoupled"), "last_relu": ("model", "last_relu"),
     "lr": ("optim", "lr"), "weight_decay": ("optim", "weight_decay"), "epochs": ("optim", "epochs"),
     "strategy": ("strategy", "name"), "workers": ("strategy", "workers"),
     "partitioner": ("strategy", "partitioner"), "balance": ("strategy", "balance"),
@@ -53,6 +54,10 @@ TRAIN_OPTIONS = {
     "halo_hops": ("strategy", "halo_hops"), "device_memory": ("strategy", "device_memory"),
     "correction_steps": ("strategy", "correction_steps"),
     "shm_dir": ("strategy", "shm_dir"),
+    "t_workers": ("strategy", "t_workers"), "p_split": ("strategy", "p_split"), "subgraphs": ("strategy", "subgraphs"),
+    "chunking": ("strategy", "chunking"), "dependency": ("strategy", "dependency"),
+    "t_recompute": ("strategy", "t_recompute"), "pipelined": ("strategy", "pipelined"),
+    "loss_norm": ("strategy", "loss_norm"),
     "history_period": ("strategy", "history_period"), "shuffle": ("strategy", "shuffle"),
     "history_grad": ("strategy", "history_grad"), "hybrid_width": ("strategy", "hybrid_width"),
     "hybrid_split": ("strategy", "hybrid_split"),
@@ -188,6 +193,11 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--heads", type=int, help="attention heads of the hidden layers")
     p.add_argument("--alpha", type=float, help="GCNII initial-residual weight, in [0, 1]")
     p.add_argument("--theta", type=float, help="GCNII identity-mapping strength (beta_l = log(theta / l + 1))")
+    p.add_argument("--decoupled", choices=["auto", "on", "off"],
+                   help="train the decoupled model Y = A_hat^L MLP(X) (NeutronTask's task decoupling; gat: attention "
+                        "computed once from the MLP output) or the standard one; auto: on with task-parallel only")
+    p.add_argument("--last-relu", action=argparse.BooleanOptionalAction,
+                   help="decoupled models: a ReLU after the MLP's last layer too (the NeutronTask artifact's)")
     p.add_argument("--lr", type=float, help="Adam learning rate")
     p.add_argument("--weight-decay", type=float, help="Adam weight decay (L2 penalty)")
     p.add_argument("--epochs", type=int,
@@ -255,6 +265,26 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--hybrid-split", choices=["chunks-first", "parts-first"],
                    help="hybrid: cut each chunk into W sub-chunks (the paper's), or W parts into the chunks' pieces "
                         "(fewer ghost rows)")
+    p.add_argument("--t-workers", type=int, metavar="Q",
+                   help="ranks running the dense T tasks (the first Q; the others run the sparse P tasks); 0: the "
+                        "scheduling model decides")
+    p.add_argument("--p-split", choices=["layers", "subgraphs"],
+                   help="P ranks split the propagation layers (a chain, the paper's) or take whole subgraphs "
+                        "round-robin (the artifact's)")
+    p.add_argument("--subgraphs", type=int, metavar="S",
+                   help="subgraphs streamed through the task pipeline every epoch (each --chunks / S chunks)")
+    p.add_argument("--chunking", choices=["contiguous", "partitioner"],
+                   help="chunks as equal contiguous id ranges, or the --partitioner's parts (a METIS reordering)")
+    p.add_argument("--dependency", choices=["full", "causal", "block_diag"],
+                   help="edges a subgraph's propagation reads: every edge (exact), its own and earlier subgraphs' "
+                        "(the paper's), or its own subgraph's only (the artifact's)")
+    p.add_argument("--t-recompute", action=argparse.BooleanOptionalAction,
+                   help="recompute the T stack in backward instead of keeping its activations")
+    p.add_argument("--pipelined", action=argparse.BooleanOptionalAction,
+                   help="T of subgraph s+1 runs while P of subgraph s runs (--no-pipelined: stage by stage, the "
+                        "same numbers)")
+    p.add_argument("--loss-norm", choices=["global", "subgraph-mean"],
+                   help="loss over the global training count, or the sum of per-subgraph means (the artifact's)")
     p.add_argument("--shm-dir", metavar="DIR",
                    help="directory of the host arrays the workers share (default /dev/shm)")
     p.add_argument("--timeout", type=float, metavar="SECONDS",
@@ -337,7 +367,8 @@ def cmd_train(args: argparse.Namespace) -> int:
         return 0
     graph = reports[0]["graph"]
     metric = reports[0].get("metric", "accuracy")  # reported under the acc columns (micro-f1 for multi-label)
-    title = (f"{base.model.name} on {graph['name']} ({graph['nodes']:,} nodes, {graph['edges']:,} edges), "
+    form = " (decoupled)" if reports[0].get("model_form") == "decoupled" else ""
+    title = (f"{base.model.name}{form} on {graph['name']} ({graph['nodes']:,} nodes, {graph['edges']:,} edges), "
              f"strategy {base.strategy.name}, {base.strategy.workers} worker(s), {base.optim.epochs} epochs, "
              f"metric: {metric}")
     print(format_table(rows, title=title))

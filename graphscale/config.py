@@ -58,6 +58,12 @@ class ModelConfig:
     """GCNII initial-residual weight."""
     theta: float = 0.5
     """GCNII identity-mapping strength (beta_l = log(theta / l + 1))."""
+    decoupled: str = "auto"
+    """``gcn`` / ``gat``: ``on`` trains the decoupled model ``Y = A_hat^L MLP(X)`` (NeutronTask's task decoupling;
+    gat: attention computed once from the MLP output), ``off`` the standard one; ``auto``: on with strategy
+    ``task-parallel``, off elsewhere."""
+    last_relu: bool = False
+    """Decoupled models: a ReLU after the MLP's last layer too (the NeutronTask artifact's choice)."""
 
 
 @dataclass
@@ -90,7 +96,7 @@ class StrategyConfig:
     """``data-parallel`` / ``split-parallel``: feature rows each worker caches, as a fraction of all vertices."""
     chunks: int | None = None
     """Chunks (K): ``offload`` per partition (default 1; ignored when ``memory_budget`` is set), ``pipeline`` in
-    all (default 4 per worker)."""
+    all (default 4 per worker), ``task-parallel`` in all (M; default ``subgraphs`` x the largest group)."""
     dedup: str = "reorg"
     """``offload`` communication dedup: ``baseline``, ``inter``, ``intra`` or ``reorg`` (each adds to the previous)."""
     recompute: str = "auto"
@@ -118,7 +124,7 @@ class StrategyConfig:
     history_period: int = 10
     """``pipeline``: refresh the historical embeddings every this many epochs (1: every epoch)."""
     shuffle: bool = True
-    """``pipeline``: a new chunk order every epoch (the same on every worker)."""
+    """``pipeline``, ``task-parallel``: a new chunk order every epoch (the same on every worker)."""
     history_grad: str = "zero"
     """``pipeline``: gradients along stale edges: ``zero`` (GNNPipe) or ``historical`` (the previous epoch's)."""
     hybrid_width: int = 1
@@ -126,6 +132,28 @@ class StrategyConfig:
     hybrid_split: str = "chunks-first"
     """``pipeline`` hybrid: ``chunks-first`` (each chunk cut into W sub-chunks, the paper's) or ``parts-first``
     (W parts, each cut into the K chunks' pieces: fewer ghost rows)."""
+    t_workers: int = 0
+    """``task-parallel``: ranks running T tasks (the first ones; the rest run P tasks); 0: the scheduling model
+    decides."""
+    p_split: str = "layers"
+    """``task-parallel``: P ranks split the propagation ``layers`` (a chain of stages, the paper's) or take whole
+    ``subgraphs`` round-robin (the artifact's)."""
+    subgraphs: int = 4
+    """``task-parallel``: subgraphs S streamed through the task pipeline every epoch (chunks / S chunks each)."""
+    chunking: str = "contiguous"
+    """``task-parallel``: chunks as equal ``contiguous`` id ranges, or the ``partitioner``'s parts (--partitioner,
+    METIS by default)."""
+    dependency: str = "causal"
+    """``task-parallel``: edges a subgraph's propagation reads: ``full`` (every edge, exact), ``causal`` (from its
+    own and earlier subgraphs, the paper's DM) or ``block_diag`` (its own subgraph only, the artifact's)."""
+    t_recompute: bool = True
+    """``task-parallel``: recompute the T stack in backward instead of keeping its activations."""
+    pipelined: bool = True
+    """``task-parallel``: T of subgraph s+1 runs while P of subgraph s runs (off: each stage finishes every subgraph
+    before sending; the same numbers)."""
+    loss_norm: str = "global"
+    """``task-parallel``: the loss over the global training count (``global``) or the sum of per-subgraph means
+    (``subgraph-mean``, the artifact's)."""
     shm_dir: str = "/dev/shm"
     """``offload``: where the host arrays shared by the workers live (a memory-backed tmpfs by default)."""
     timeout: float = DEFAULT_TIMEOUT_S

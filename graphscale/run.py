@@ -38,7 +38,7 @@ def train_worker(env: DistEnv, config: RunConfig, data: DataHandle, parent_basel
     in that process (world size 1) uses it as its memory baseline, a spawned worker reads its own first.
     """
     from graphscale.data.features import input_width
-    from graphscale.nn.models import build_model
+    from graphscale.nn.models import build_model, is_decoupled
     from graphscale.trainer import Trainer
 
     in_parent = parent_baseline is not None and parent_baseline[0] == os.getpid()
@@ -47,7 +47,7 @@ def train_worker(env: DistEnv, config: RunConfig, data: DataHandle, parent_basel
     torch.manual_seed(config.seed)
     dtype = getattr(torch, config.dtype)
     model = build_model(config.model, input_width(config.data.features, data.num_features), data.num_classes,
-                        seed=config.seed, dtype=dtype)
+                        seed=config.seed, dtype=dtype, decoupled=is_decoupled(config))
     model = model.to(env.device)
     strategy = STRATEGIES.get(config.strategy.name)()
     strategy.setup(data, model, env, config)
@@ -120,8 +120,11 @@ def run(config: RunConfig) -> dict:
     results.sort(key=lambda r: r["rank"])
     epochs = merge_histories(results)
     best = results[0]["best"]
+    from graphscale.nn.models import model_form
+
     report = {
         "config": to_dict(config), "environment": environment(), "graph": results[0]["graph"],
+        "model_form": model_form(config),
         "metric": metric_name(bool(results[0]["graph"].get("multilabel"))),
         "epochs": epochs,
         "final": {"best_epoch": best["epoch"], "val_acc": best["val_acc"], "test_acc": best["test_acc"],

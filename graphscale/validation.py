@@ -110,7 +110,7 @@ def _check_strategy_option(option: str, config: RunConfig) -> None:
     sc = config.strategy
     if option == "fanouts":
         _check_fanouts(config)
-    elif option in ("batch_size", "average_every", "history_period", "hybrid_width"):
+    elif option in ("batch_size", "average_every", "history_period", "hybrid_width", "subgraphs"):
         _check_at_least_one(option.replace("_", "-"), getattr(sc, option))
     elif option == "chunks" and sc.chunks is not None:
         if not isinstance(sc.chunks, int):
@@ -124,6 +124,12 @@ def _check_strategy_option(option: str, config: RunConfig) -> None:
         from graphscale.strategies.pipeline.plan import HISTORY_GRADS
 
         _check_choice("history-grad", sc.history_grad, HISTORY_GRADS)
+    elif option == "t_workers" and sc.t_workers < 0:
+        raise ValueError(f"--t-workers must be >= 0 (0: the scheduling model decides), got {sc.t_workers}")
+    elif option in ("p_split", "chunking", "dependency", "loss_norm"):
+        from graphscale.strategies.task_parallel import CHOICES
+
+        _check_choice(option.replace("_", "-"), getattr(sc, option), CHOICES[option])
     elif option == "cache":
         from graphscale.data.feature_cache import POLICIES
 
@@ -203,6 +209,26 @@ def _check_features(config: RunConfig, strategy) -> None:
                          "--features learnable:D)")
 
 
+def _check_decoupled(config: RunConfig, strategy) -> None:
+    """A decoupled model (``--decoupled``, or ``auto`` with task-parallel) must exist for the model and be trained
+    by the strategy."""
+    from graphscale.nn.decoupled import DECOUPLED
+    from graphscale.nn.models import is_decoupled
+    from graphscale.registry import STRATEGIES
+
+    if not is_decoupled(config):
+        return
+    name, how = config.strategy.name, f"--decoupled {config.model.decoupled}"
+    if config.model.name not in DECOUPLED:
+        raise ValueError(f"model {config.model.name!r} has no decoupled form ({how} with strategy {name!r}); "
+                         f"models with one: {', '.join(DECOUPLED)}" +
+                         ("; --decoupled off trains the coupled order" if strategy.decoupled_default else ""))
+    if not strategy.decoupled_models:
+        able = [n for n in STRATEGIES.names() if STRATEGIES.get(n).decoupled_models]
+        raise ValueError(f"{how} (the decoupled model Y = A_hat^L MLP(X)) is trained by strategies "
+                         f"{', '.join(able)}, not by {name!r}")
+
+
 def validate(config: RunConfig) -> None:
     """Check every option of ``config`` that needs no data, with errors that name the option (module docstring).
 
@@ -216,6 +242,7 @@ def validate(config: RunConfig) -> None:
 
     strategy = STRATEGIES.get(config.strategy.name)  # raises with the list of choices
     check_model_config(config.model)
+    _check_decoupled(config, strategy)
     _check_choice("dtype", config.dtype, DTYPES)
     _check_choice("feature-norm", config.data.feature_norm, FEATURE_NORMS)
     _check_features(config, strategy)

@@ -172,10 +172,11 @@ def test_train_help_explains_every_option(capsys, monkeypatch):
     for snippet in ("--lr LR Adam learning rate (default: 0.01 (gat 0.005, resgcn 0.005))",
                     "--epochs EPOCHS training epochs", "(default: 200)", "--dropout DROPOUT dropout probability",
                     "--seed SEED seed of", "--batch-size BATCH_SIZE training vertices per mini-batch",
-                    "--weight-decay WEIGHT_DECAY Adam weight decay", "(read by offload, pipeline)", "(read by pipeline; default: 10)",
+                    "--weight-decay WEIGHT_DECAY Adam weight decay", "(read by offload, pipeline, task-parallel)", "(read by pipeline; default: 10)",
                     "read by data-parallel, model-averaging, single, split-parallel; default: 10,10", "(read by gat; default: 8)",
                     ("one of: data-parallel, graph-parallel, model-averaging, offload, pipeline, single, "
-                     "split-parallel; default: single"),
+                     "split-parallel, task-parallel; default: single"),
+                    "(read by gat, gcn; default: auto)",
                     "--progress, --no-progress", "--oversubscribe"):
         assert snippet in text, snippet
     assert sorted(a.dest for a in train.recorded if a.dest in TRAIN_OPTIONS) == sorted(TRAIN_OPTIONS)

@@ -92,6 +92,27 @@ class Block:
         return replace(self, indptr=move(self.indptr), indices=move(self.indices), src_ids=move(self.src_ids),
                        src_deg=move(self.src_deg), edge_weight=move(self.edge_weight))
 
+    def select_edges(self, keep: torch.Tensor) -> Block:
+        """The block with only the edges where ``keep`` (bool ``[nnz]``, CSR order) is true.
+
+        Destinations and their order stay; halo rows that lose every edge are dropped, the others keep their
+        order; degrees stay the global ones (a masked operator normalises like the whole graph).
+        """
+        if keep.dtype != torch.bool or keep.shape != self.indices.shape:
+            raise ValueError(f"Block.select_edges: keep must be bool [{self.num_edges}], got {keep.dtype} "
+                             f"{tuple(keep.shape)}")
+        counts = torch.zeros(self.num_dst, dtype=torch.int64, device=self.indptr.device)
+        counts.index_add_(0, self.dst_of_edges()[keep], torch.ones_like(self.indices[keep]))
+        indptr = torch.zeros_like(self.indptr)
+        torch.cumsum(counts, 0, out=indptr[1:])
+        indices = self.indices[keep]
+        used = torch.zeros(self.num_src, dtype=torch.bool, device=indices.device)
+        used[: self.num_dst] = True
+        used[indices] = True
+        new_row = torch.cumsum(used, 0) - 1
+        return Block(indptr, new_row[indices], self.src_ids[used], self.src_deg[used],
+                     None if self.edge_weight is None else self.edge_weight[keep])
+
     # ------------------------------------------------------------ builders
     @classmethod
     def full(cls, graph: Graph) -> Block:

@@ -244,17 +244,18 @@ class Comm:
                 self.record(category, nbytes(t), peer)
         return t
 
-    def send(self, t: torch.Tensor, dst: int, category: str) -> dist.Work:
-        """Non-blocking send of ``t`` to ``dst`` (recorded here); ``.wait()`` the returned handle."""
+    def send(self, t: torch.Tensor, dst: int, category: str, tag: int = 0) -> dist.Work:
+        """Non-blocking send of ``t`` to ``dst`` (recorded here); ``.wait()`` the returned handle. ``tag`` matches
+        it to the :meth:`recv` with the same tag (messages between two ranks with one tag arrive in order)."""
         self._check_peer(dst)
-        work = dist.isend(t.contiguous(), dst=dst, group=self.group)
+        work = dist.isend(t.contiguous(), dst=dst, group=self.group, tag=tag)
         self.record(category, nbytes(t), dst)
         return work
 
-    def recv(self, t: torch.Tensor, src: int) -> dist.Work:
-        """Non-blocking receive into ``t`` from ``src`` (the sender records the bytes)."""
+    def recv(self, t: torch.Tensor, src: int, tag: int = 0) -> dist.Work:
+        """Non-blocking receive into ``t`` from ``src`` with ``tag`` (the sender records the bytes)."""
         self._check_peer(src)
-        return dist.irecv(t, src=src, group=self.group)
+        return dist.irecv(t, src=src, group=self.group, tag=tag)
 
     # ------------------------------------------------------------- checking
     def _check_counts(self, counts: list[int], name: str) -> None:

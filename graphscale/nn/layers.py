@@ -39,7 +39,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from graphscale.nn.dropout import EdgeDropout, KeyedDropout
-from graphscale.nn.ops import gcn_norm_scales, segment_softmax, spmm, spmm_heads, topology
+from graphscale.nn.ops import gcn_norm_scales, segment_softmax, spmm, spmm_heads, spmm_transpose, topology
 
 
 def _check_src(block, x_src: Tensor, in_dim: int, who: str) -> None:
@@ -81,6 +81,41 @@ def gcn_aggregate(block, x_src: Tensor) -> Tensor:
     """
     cs, rs, ss = gcn_norm_scales(block.src_deg.to(x_src.device), block.num_dst, x_src.dtype)
     return spmm(block, x_src, col_scale=cs, row_scale=rs, self_scale=ss)
+
+
+def gcn_aggregate_transpose(block, g_dst: Tensor) -> Tensor:
+    """The adjoint of :func:`gcn_aggregate`: the sources' gradient for the destinations' gradient ``g_dst``.
+
+    Needs only the topology and the global degrees (never the propagated rows).
+
+    Shapes:
+        g_dst ``[D, F]`` -> ``[S, F]``.
+    """
+    cs, rs, ss = gcn_norm_scales(block.src_deg.to(g_dst.device), block.num_dst, g_dst.dtype)
+    return spmm_transpose(block, g_dst, col_scale=cs, row_scale=rs, self_scale=ss)
+
+
+def attention_coefficients(topo, a_src: Tensor, a_dst: Tensor, negative_slope: float) -> tuple[Tensor, Tensor]:
+    r"""GAT's attention over every destination's in-edges and its self-loop, from per-vertex scores.
+
+    .. math::
+        \alpha_{uv,h} = \text{softmax}_{u \in N(v) \cup \{v\}}\,
+        \text{LeakyReLU}(a^{src}_{u,h} + a^{dst}_{v,h})
+
+    Args:
+        topo: the block's :class:`~graphscale.nn.ops.Topology`.
+        a_src: source scores ``[S, H]``.
+        a_dst: destination scores ``[D, H]``.
+        negative_slope: LeakyReLU slope.
+
+    Returns:
+        ``(alpha [nnz, H], alpha_self [D, H])``, differentiable in both scores.
+    """
+    d = topo.num_dst
+    scores = a_src.index_select(0, topo.indices) + a_dst.index_select(0, topo.edge_dst())
+    scores = F.leaky_relu(scores, negative_slope)
+    self_scores = F.leaky_relu(a_src[:d] + a_dst, negative_slope)
+    return segment_softmax(topo, scores, self_scores)
 
 
 def mean_aggregate(block, x_src: Tensor) -> Tensor:
@@ -267,10 +302,7 @@ class GATLayer(nn.Module):
         z = self.lin(x_src).view(-1, nh, self.out_dim)
         a_src = (z * self.att_src).sum(-1)
         a_dst = (z[:d] * self.att_dst).sum(-1)
-        scores = a_src.index_select(0, topo.indices) + a_dst.index_select(0, topo.edge_dst())
-        scores = F.leaky_relu(scores, self.negative_slope)
-        self_scores = F.leaky_relu(a_src[:d] + a_dst, self.negative_slope)
-        alpha, alpha_self = segment_softmax(topo, scores, self_scores)
+        alpha, alpha_self = attention_coefficients(topo, a_src, a_dst, self.negative_slope)
         alpha, alpha_self = self.attn_dropout(block, alpha, alpha_self)
         return spmm_heads(topo, z, alpha, alpha_self).reshape(d, nh * self.out_dim)
 
@@ -392,3 +424,75 @@ class ResGCNPlusLayer(nn.Module):
 
     def extra_repr(self) -> str:
         return f"{self.channels}"
+
+
+class GCNPropagation(nn.Module):
+    r"""Parameter-free GCN propagation :math:`\hat A x` (the P task of a decoupled model, spec NeutronTask §3.4).
+
+    ``aggregate`` is the propagation, ``update`` the identity; :meth:`transpose` is its adjoint, which needs no
+    stored input (the propagation is linear), so a strategy can run the backward keeping no P intermediates.
+
+    Shapes:
+        x_src ``[S, dim]`` -> ``[D, dim]``.
+    """
+
+    linear_aggregate = True
+
+    def __init__(self, dim: int) -> None:
+        super().__init__()
+        self.dim = dim
+
+    def aggregate(self, block, x_src: Tensor) -> Tensor:
+        _check_src(block, x_src, self.dim, "GCNPropagation")
+        return gcn_aggregate(block, x_src)
+
+    def update(self, x_agg: Tensor, x_dst: Tensor | None = None) -> Tensor:
+        return x_agg
+
+    def forward(self, block, x_src: Tensor) -> Tensor:
+        return self.aggregate(block, x_src)
+
+    def transpose(self, block, g_dst: Tensor) -> Tensor:
+        """The sources' gradient for the destinations' gradient ``g_dst`` (``[D, dim]`` -> ``[S, dim]``)."""
+        return gcn_aggregate_transpose(block, g_dst)
+
+    def extra_repr(self) -> str:
+        return f"{self.dim}"
+
+
+class ScoredAttentionPropagation(nn.Module):
+    r"""One propagation step of the decoupled GAT (spec NeutronTask §3.4): attention from per-vertex scores.
+
+    Rows are ``[z | s_src | s_dst]`` (``dim + 2`` columns): ``z`` is propagated with the attention
+    :func:`attention_coefficients` of the scores (one head, self-loop included, softmax over the block's
+    in-edges), and the destinations' score columns pass through unchanged, so every step of a stack uses the
+    attention computed once from the T output, and the scores' gradient sums every step's
+    :math:`\langle \nabla H_v^{(l+1)}, H_u^{(l)} \rangle` (exact; the backward needs the step's input rows).
+
+    Shapes:
+        x_src ``[S, dim + 2]`` -> ``[D, dim + 2]``.
+    """
+
+    linear_aggregate = False
+
+    def __init__(self, dim: int, negative_slope: float = 0.2) -> None:
+        super().__init__()
+        self.dim, self.negative_slope = dim, negative_slope
+
+    def aggregate(self, block, x_src: Tensor) -> Tensor:
+        _check_src(block, x_src, self.dim + 2, "ScoredAttentionPropagation")
+        topo = topology(block)
+        d = block.num_dst
+        z, s = x_src[:, : self.dim], x_src[:, self.dim:]
+        alpha, alpha_self = attention_coefficients(topo, s[:, :1], s[:d, 1:], self.negative_slope)
+        out = spmm_heads(topo, z.reshape(-1, 1, self.dim), alpha, alpha_self).reshape(d, self.dim)
+        return torch.cat([out, s[:d]], dim=1)
+
+    def update(self, x_agg: Tensor, x_dst: Tensor | None = None) -> Tensor:
+        return x_agg
+
+    def forward(self, block, x_src: Tensor) -> Tensor:
+        return self.aggregate(block, x_src)
+
+    def extra_repr(self) -> str:
+        return f"{self.dim}"

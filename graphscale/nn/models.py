@@ -25,6 +25,8 @@ Models (``cfg.layers`` = number of message-passing layers ``L``):
   (after every layer, as in the GCNII paper); ``output_map = Linear(drop(h))``.
 * ``resgcn`` (DeeperGCN res+): ``input_map = ReLU(Linear(drop(x)))``; step:
   ``h + GCN(drop(ReLU(LayerNorm(h))))``; ``output_map = Linear(drop(ReLU(LayerNorm(h))))``.
+* ``--decoupled on`` (``gcn``, ``gat``): the decoupled forms of :mod:`graphscale.nn.decoupled`
+  (``Y = A_hat^L MLP(X)``); ``auto`` turns them on for ``task-parallel`` only (:func:`is_decoupled`).
 """
 
 from __future__ import annotations
@@ -62,6 +64,13 @@ class GNN(nn.Module):
     #: The ``[model]`` options it reads besides ``name``, ``hidden``, ``layers`` and ``dropout`` (which every model
     #: reads); giving another is an error naming the models that read it (:func:`graphscale.validation.check_given`).
     options: frozenset[str] = frozenset()
+    #: ``standard``, or ``decoupled`` (:mod:`graphscale.nn.decoupled`)
+    form = "standard"
+
+    @classmethod
+    def unused_options(cls, config) -> dict[str, str]:
+        """Options of :attr:`options` that ``config``'s other settings leave unread, each with the reason."""
+        return {}
 
     def __init__(self, layers: list[nn.Module], widths: list[int], dropout: float, seed: int) -> None:
         super().__init__()
@@ -206,9 +215,40 @@ class GNN(nn.Module):
         return self.output_map(h, blocks[-1].dst_ids)
 
 
+#: the values of ``--decoupled``
+DECOUPLED_CHOICES = ("auto", "on", "off")
+#: the options only a decoupled form reads
+_DECOUPLED_OPTIONS = frozenset({"decoupled", "last_relu"})
+
+
+def is_decoupled(config) -> bool:
+    """Whether a run trains the decoupled form of its model: ``--decoupled on``, or ``auto`` with a strategy whose
+    default it is (``task-parallel``)."""
+    if config.model.decoupled == "auto":
+        from graphscale.registry import STRATEGIES
+
+        return bool(STRATEGIES.get(config.strategy.name).decoupled_default)
+    return config.model.decoupled == "on"
+
+
+def model_form(config) -> str:
+    """``decoupled`` or ``standard``: what a run's model is (reports name it)."""
+    return "decoupled" if is_decoupled(config) else "standard"
+
+
+def _unused_without_decoupling(config) -> dict[str, str]:
+    return {} if is_decoupled(config) else {"last_relu": "without --decoupled"}
+
+
 @MODELS.register("gcn")
 class GCN(GNN):
     """GCN (Kipf & Welling): ``L`` GCN layers, dropout before each, ReLU between them."""
+
+    options = _DECOUPLED_OPTIONS
+
+    @classmethod
+    def unused_options(cls, config) -> dict[str, str]:
+        return _unused_without_decoupling(config)
 
     def __init__(self, cfg: ModelConfig, in_dim: int, num_classes: int, seed: int = 0) -> None:
         dims = [in_dim] + [cfg.hidden] * (cfg.layers - 1) + [num_classes]
@@ -231,7 +271,13 @@ class GAT(GNN):
     Input and attention dropout both use ``cfg.dropout`` (Cora: 8 x 8, 0.6).
     """
 
-    options = frozenset({"heads"})
+    options = frozenset({"heads"}) | _DECOUPLED_OPTIONS
+
+    @classmethod
+    def unused_options(cls, config) -> dict[str, str]:
+        if is_decoupled(config):
+            return {"heads": "with --decoupled (one attention head)"}
+        return _unused_without_decoupling(config)
 
     def __init__(self, cfg: ModelConfig, in_dim: int, num_classes: int, seed: int = 0) -> None:
         layers, widths, width = [], [], in_dim
@@ -325,12 +371,14 @@ def check_model_config(cfg: ModelConfig) -> type[GNN]:
         raise ValueError(f"--alpha must lie in [0, 1], got {cfg.alpha}")
     if "theta" in cls.options and not cfg.theta > 0.0:
         raise ValueError(f"--theta must be > 0, got {cfg.theta}")
+    if cfg.decoupled not in DECOUPLED_CHOICES:
+        raise ValueError(f"--decoupled must be one of {', '.join(DECOUPLED_CHOICES)}, got {cfg.decoupled!r}")
     return cls
 
 
 def build_model(cfg: ModelConfig, in_dim: int, num_classes: int, seed: int = 0,
-                dtype: torch.dtype = torch.float32) -> GNN:
-    """Build the registered model ``cfg.name`` with deterministic parameters.
+                dtype: torch.dtype = torch.float32, decoupled: bool | None = None) -> GNN:
+    """Build the registered model ``cfg.name`` (or its decoupled form) with deterministic parameters.
 
     Parameters are drawn from the global torch RNG seeded with ``seed`` inside
     ``torch.random.fork_rng`` (the caller's RNG state is untouched); the
@@ -342,11 +390,23 @@ def build_model(cfg: ModelConfig, in_dim: int, num_classes: int, seed: int = 0,
         num_classes: output width.
         seed: parameter and dropout seed.
         dtype: parameter dtype.
+        decoupled: build the decoupled form (:mod:`graphscale.nn.decoupled`); ``None``: when ``cfg.decoupled`` is
+            ``on`` (a run resolves ``auto`` with :func:`is_decoupled`).
 
     Returns:
         The model, in training mode, with ``epoch = 0``.
+
+    Raises:
+        ValueError: a decoupled form asked of a model without one.
     """
     cls = check_model_config(cfg)
+    if cfg.decoupled == "on" if decoupled is None else decoupled:
+        from graphscale.nn.decoupled import DECOUPLED
+
+        if cfg.name not in DECOUPLED:
+            raise ValueError(f"model {cfg.name!r} has no decoupled form (--decoupled); models with one: "
+                             f"{', '.join(DECOUPLED)}")
+        cls = DECOUPLED[cfg.name]
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model = cls(cfg, in_dim, num_classes, seed=seed)

@@ -403,16 +403,20 @@ class _SpMM(torch.autograd.Function):
     @torch.autograd.function.once_differentiable
     def backward(ctx, grad):
         ew, cs, rs, ss = ctx.saved_tensors
-        topo = ctx.topo
-        t_indptr, t_indices, perm = topo.transpose()
-        # transpose: grad_x[u] = cs[u] * sum_{v: u->v} ew * rs[v] * g[v] + ss[u] * g[u]
-        t_dst = None
-        if not _use_numba(grad) and cs is not None:
-            t_dst = torch.repeat_interleave(torch.arange(topo.num_src, device=grad.device),
-                                            t_indptr[1:] - t_indptr[:-1])
-        gx = _spmm_forward(t_indptr, t_indices, perm if ew is not None else None, ew, rs, cs, ss,
-                           grad.contiguous(), t_dst)
-        return gx, None, None, None, None, None
+        return _spmm_adjoint(ctx.topo, grad, ew, cs, rs, ss), None, None, None, None, None
+
+
+def _spmm_adjoint(topo: Topology, grad: Tensor, ew: Tensor | None, cs: Tensor | None, rs: Tensor | None,
+                  ss: Tensor | None) -> Tensor:
+    """``grad_x`` of :func:`spmm` for the output gradient ``grad``: the same kernel on the cached transpose."""
+    t_indptr, t_indices, perm = topo.transpose()
+    # transpose: grad_x[u] = cs[u] * sum_{v: u->v} ew * rs[v] * g[v] + ss[u] * g[u]
+    t_dst = None
+    if not _use_numba(grad) and cs is not None:
+        t_dst = torch.repeat_interleave(torch.arange(topo.num_src, device=grad.device),
+                                        t_indptr[1:] - t_indptr[:-1])
+    return _spmm_forward(t_indptr, t_indices, perm if ew is not None else None, ew, rs, cs, ss,
+                         grad.contiguous(), t_dst)
 
 
 def spmm(block, x: Tensor, *, edge_weight: Tensor | None = None, col_scale: Tensor | None = None,
@@ -457,6 +461,23 @@ def spmm(block, x: Tensor, *, edge_weight: Tensor | None = None, col_scale: Tens
         if self_scale.requires_grad:
             raise ValueError("spmm: gradients w.r.t. self_scale are not supported; pass a detached tensor")
     return _SpMM.apply(x, topo, edge_weight, col_scale, row_scale, self_scale)
+
+
+def spmm_transpose(block, grad: Tensor, *, edge_weight: Tensor | None = None, col_scale: Tensor | None = None,
+                   row_scale: Tensor | None = None, self_scale: Tensor | None = None) -> Tensor:
+    r"""The adjoint of :func:`spmm` with the same arguments: ``grad_x`` for an output gradient ``grad``.
+
+    :func:`spmm` is linear in ``x``, so its input gradient needs only the topology and the scales, never ``x``:
+    a strategy can run a propagation's backward without having kept its input (NeutronTask's P-backward).
+    Exactly what autograd computes through :func:`spmm` (the same kernel on the cached transpose).
+
+    Shapes:
+        grad ``[D, F]`` -> ``[S, F]``.
+    """
+    topo = topology(block)
+    if grad.dim() != 2 or grad.shape[0] != topo.num_dst:
+        raise ValueError(f"spmm_transpose: grad must be [num_dst={topo.num_dst}, F], got {tuple(grad.shape)}")
+    return _spmm_adjoint(topo, grad, edge_weight, col_scale, row_scale, self_scale)
 
 
 # =====================================================================================

@@ -49,6 +49,11 @@ class Strategy(ABC):
     #: True when its workers must share one host (memory shared between processes): a torchrun group spanning
     #: several nodes is refused before anything starts (:func:`graphscale.validation.validate`).
     single_host: bool = False
+    #: Whether it trains decoupled models (``--decoupled``, :mod:`graphscale.nn.decoupled`); the parent refuses
+    #: them for a strategy without it.
+    decoupled_models: bool = False
+    #: Whether ``--decoupled auto`` means on (task-parallel: NeutronTask decouples by default).
+    decoupled_default: bool = False
 
     @classmethod
     def unused_options(cls, config: RunConfig) -> dict[str, str]:

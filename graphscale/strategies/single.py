@@ -29,6 +29,7 @@ class SingleStrategy(Strategy):
 
     data_view = MEMORY
     learnable_input = True
+    decoupled_models = True
     options = frozenset({"minibatch", "fanouts", "batch_size"})
 
     @classmethod

@@ -1,6 +1,19 @@
 """NeutronTask (``--strategy task-parallel``): task parallelism over whole-graph subgraphs.
 
 Modules: :mod:`.plan` (the task plan: T and P ranks, their layers and hybrid groups; the scheduling model of spec
-§3.6; replication factors of hybrid P groups) and :mod:`.simulate` (a discrete-event model of the subgraph
-pipeline, serial against pipelined makespans, and the same figures from measured per-stage timestamps).
+§3.6; replication factors of hybrid P groups), :mod:`.simulate` (a discrete-event model of the subgraph pipeline,
+serial against pipelined makespans, and the same figures from measured per-stage timestamps), :mod:`.chunks` (the
+chunks, the per-epoch shuffle into subgraphs, the dependency modes), :mod:`.tasks` (how a model splits into T and P
+tasks; the chain's closed-form traffic), :mod:`.reference` (the single-process reference of the semantics) and
+:mod:`.strategy` (the strategy).
 """
+
+from graphscale.strategies.task_parallel.chunks import CHUNKINGS, DEPENDENCIES
+from graphscale.strategies.task_parallel.plan import P_SPLITS
+from graphscale.strategies.task_parallel.reference import LOSS_NORMS
+from graphscale.strategies.task_parallel.strategy import TaskParallelStrategy
+
+#: option -> its values (checked by :mod:`graphscale.validation`)
+CHOICES = {"p_split": P_SPLITS, "chunking": CHUNKINGS, "dependency": DEPENDENCIES, "loss_norm": LOSS_NORMS}
+
+__all__ = ["CHOICES", "TaskParallelStrategy"]

@@ -1,0 +1,757 @@
+r"""NeutronTask: task-parallel full-graph training (``--strategy task-parallel``).
+
+Spec: ``shared/specs/neutrontask.md`` (§3 components, §4 properties). Workers split the *tasks* of the model, not
+the graph: ranks ``0..q-1`` run T tasks (dense, row-wise; they hold every parameter), ranks ``q..N-1`` P tasks
+(sparse propagations, no parameters), as the :class:`TaskPlan` says (``--t-workers``, else the scheduling model;
+``--p-split layers``: P stages of contiguous layers, the paper's chain; ``subgraphs``: one P group taking whole
+subgraphs round-robin, the artifact's). The model's tasks (:mod:`.tasks`: the decoupled ``T_0..T_{L-1},
+P_0..P_{L-1}``, or the coupled GCN ``T_0 P_0 .. T_L``) are mapped onto those stages; consecutive tasks on one stage
+form a *segment*, and the chain of segments is the pipeline.
+
+**Data.** The graph is host-shared (one memory-mapped copy per host). The first T segment reads its rows of the
+input features (a modelled host-to-device copy, ``h2d``); P ranks build their blocks from the graph; the loss
+segment reads labels and masks.
+
+**An epoch** (Algorithm 2). The chunks are shuffled into ``S`` subgraphs (:mod:`.chunks`, the same on every rank);
+subgraphs stream through the chain: a segment's rows of subgraph ``s`` go to the next segment with point-to-point
+sends tagged by (subgraph, boundary, phase), so T of ``s + 1`` runs while P of ``s`` runs (``--pipelined``, the
+default; ``--no-pipelined`` holds a segment's sends until it finished every subgraph: the serial schedule, same
+numbers). Inside a segment:
+
+* T: the ops on the subgraph's rows. With ``--t-recompute`` (default) nothing is kept but the segment's input rows
+  (the first segment re-reads the features); the backward re-runs the forward (posted before the gradient
+  arrives, so it overlaps the P-backward) and back-propagates. Dropout masks are keyed by (seed, epoch, site, global
+  id, column), so the recomputation is exact.
+* P (dependency modes of :mod:`.chunks`): ``causal`` and ``block_diag`` run subgraph by subgraph, layer by layer;
+  the rows of earlier subgraphs stay in the per-layer views (the cache of Algorithm 1). ``full`` runs layer by
+  layer over every subgraph (a layer needs every row). The backward runs the subgraphs in *reverse* order and
+  accumulates every layer's source gradients, so the gradient of subgraph ``s``'s rows is complete when ``s`` is
+  reached (``causal``'s boundary gradients of later subgraphs are cached). Linear P ops (GCN) back-propagate with
+  the transposed operator (:func:`~graphscale.nn.ops.spmm_transpose`) and keep no P intermediates; the GAT variant
+  keeps its vertex-sized views and re-runs each step under autograd (exact attention gradients).
+* The loss of every subgraph is computed where the chain ends (the last P segment; coupled: the T rank of the last
+  layer), normalised by the global training count (``--loss-norm global``) or as the sum of per-subgraph means
+  (``subgraph-mean``, the artifact's). One Adam step per epoch after every subgraph's backward.
+
+**Hybrid groups** (§3.3). A stage with several ranks splits each subgraph's chunks among its members (position in
+the subgraph mod the group size; ``--p-split subgraphs``: whole subgraphs, ``s mod size``). A chunk's rows travel
+from its owner in one segment to its owner in the next. P members exchange mirrors: after rows of subgraph ``s``
+at a layer exist, each member sends the rows other members' kept edges read (one ``all_to_all_v`` in the group,
+category ``halo``), and the backward returns the mirrors' gradients to their owners. T members all-reduce their
+stage's gradients (``allreduce_gradients``).
+
+**Bytes** per training epoch, summed over workers: ``task_fwd = task_bwd = N b sum_i d_i`` over the chain's
+boundaries (:func:`.tasks.chain_bytes_per_epoch`), ``h2d = N F b`` (twice with ``--t-recompute``), ``halo = 2 b
+sum_l d_l x`` the mirror rows, ``allreduce`` the ring all-reduce of each T group; ``control``: the loss. Evaluation
+runs the chain in ``full`` mode without gradients (categories ``eval_stage``, ``eval_halo``) and all-reduces the
+per-split counts.
+
+**Timestamps.** Every epoch's ``extra["timeline"]`` lists ``(segment, kind, phase, subgraph, layer, start, end)``
+(``time.time()``) of every task this rank ran, for ``graphscale bench task``.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from math import lcm
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from graphscale.config import RunConfig
+from graphscale.data.block import Block
+from graphscale.data.graph import Graph
+from graphscale.data.handle import HOST_SHARED, DataHandle
+from graphscale.distributed.comm import CONTROL, Comm
+from graphscale.distributed.env import DistEnv
+from graphscale.metrics.ledger import HOST
+from graphscale.metrics.memory import MemoryTracker
+from graphscale.metrics.stats import EpochStats
+from graphscale.registry import STRATEGIES
+from graphscale.strategies.base import (
+    COUNTS_PER_SPLIT,
+    SPLITS,
+    Strategy,
+    allreduce_gradients,
+    counts_to_metrics,
+    optimizer_tensors,
+    split_counts,
+)
+from graphscale.strategies.task_parallel.chunks import (
+    FULL,
+    Layout,
+    assign_chunks,
+    block_keep,
+    check_subgraphs,
+    chunk_members,
+    layout,
+    masked_block,
+)
+from graphscale.strategies.task_parallel.plan import TaskPlan, feasible_t_workers, make_plan, task_costs
+from graphscale.strategies.task_parallel.reference import loss_weights, weighted_loss
+from graphscale.strategies.task_parallel.tasks import Op, P, T, TaskSplit, task_split
+
+#: Ledger categories: segment-boundary rows (forward), their gradients (backward), P groups' mirror rows and their
+#: gradients, the evaluation forward's boundary rows and mirrors, the feature rows read by the first T segment.
+TASK_FWD, TASK_BWD, HALO, EVAL_STAGE, EVAL_HALO, H2D = "task_fwd", "task_bwd", "halo", "eval_stage", "eval_halo", "h2d"
+CHUNK_FILE, PLAN_FILE = "chunk_of.npy", "plan.json"
+#: message phases (part of every tag)
+_FWD, _BWD, _EVAL = 0, 1, 2
+
+
+def _tag(phase: int, boundary: int, subgraph: int) -> int:
+    return (phase * 1024 + boundary) * 65536 + subgraph
+
+
+def resolve_plan(config: RunConfig, t_workers: int = 0) -> TaskPlan:
+    """The run's :class:`TaskPlan` for ``t_workers`` T ranks (0: ``--t-workers``, which must then be given)."""
+    sc = config.strategy
+    q = t_workers or sc.t_workers
+    if not q:
+        raise ValueError("the task plan needs the T worker count: --t-workers, or the scheduling model's "
+                         "(scheduled_t_workers)")
+    return make_plan(sc.workers, config.model.layers, t_workers=q, p_split=sc.p_split)
+
+
+def scheduled_t_workers(config: RunConfig, num_nodes: int, num_edges: int, num_features: int,
+                        num_classes: int) -> int:
+    """``q`` from the scheduling model (Eqs. 5-8 with this machine's measured speeds; :func:`.plan.make_plan`
+    takes the feasible count nearest to it)."""
+    from graphscale.nn.models import is_decoupled
+
+    model, sc = config.model, config.strategy
+    widths = [num_features] + [model.hidden] * (model.layers - 1) + [num_classes]
+    costs = task_costs(num_nodes, num_edges, widths, attention=model.name == "gat", decoupled=is_decoupled(config),
+                       dtype_bytes=torch.empty(0, dtype=getattr(torch, config.dtype)).element_size())
+    plan = make_plan(sc.workers, model.layers, p_split=sc.p_split, costs=costs)
+    return len(plan.t_ranks)
+
+
+def group_sizes(plan: TaskPlan) -> list[int]:
+    """Sizes of the groups that split every subgraph's chunks (T groups, and P groups with ``p_split=layers``)."""
+    sizes = [len(g) for g in plan.t_groups]
+    return sizes + ([len(g) for g in plan.p_groups] if plan.p_split == "layers" else [])
+
+
+def num_chunks(config: RunConfig, plan: TaskPlan | None = None) -> int:
+    """``M``: ``--chunks``, else ``--subgraphs`` times the largest chunk-splitting group (one chunk per member)."""
+    if config.strategy.chunks is not None:
+        return config.strategy.chunks
+    plan = resolve_plan(config) if plan is None else plan
+    return config.strategy.subgraphs * lcm(*group_sizes(plan))
+
+
+def check_task_config(config: RunConfig) -> None:
+    """Everything the parent can check before it loads the data (with ``--t-workers``: the plan too).
+
+    Raises:
+        ValueError: naming the option (see :func:`check_plan`; a model without a task split; fewer than 2 workers;
+            a worker count no T/P split fits).
+    """
+    from graphscale.nn.models import is_decoupled
+
+    sc, model = config.strategy, config.model
+    if is_decoupled(config):
+        if model.name not in ("gcn", "gat"):
+            raise ValueError(f"model {model.name!r} has no decoupled form (strategy 'task-parallel' trains gcn and "
+                             "gat decoupled, or gcn in the coupled order with --decoupled off)")
+    elif model.name != "gcn":
+        raise ValueError(f"strategy 'task-parallel' trains the coupled order (--decoupled off) for model gcn only, "
+                         f"not {model.name!r}")
+    if sc.workers < 2:
+        raise ValueError(f"strategy 'task-parallel' needs --workers >= 2 (T and P ranks), got {sc.workers}")
+    if sc.t_workers < 0:
+        raise ValueError(f"--t-workers must be >= 0 (0: the scheduling model decides), got {sc.t_workers}")
+    if sc.chunks is not None:
+        check_subgraphs(sc.chunks, sc.subgraphs)
+    if sc.t_workers:
+        check_plan(config, resolve_plan(config))
+    elif not feasible_t_workers(sc.workers, model.layers, sc.p_split):
+        raise ValueError(f"no split of --workers {sc.workers} into T and P ranks fits --layers {model.layers} "
+                         f"(--p-split {sc.p_split})")
+
+
+def check_plan(config: RunConfig, plan: TaskPlan) -> None:
+    """The checks that need the plan (in the parent: from ``check_config`` with ``--t-workers``, else from
+    ``prepare_shared`` once the scheduling model chose).
+
+    Raises:
+        ValueError: subgraphs not dividing the chunks, chunks not dividing among a group, idle P ranks, a
+            checkpoint of weights split over several T stages.
+    """
+    sc = config.strategy
+    chunks = num_chunks(config, plan)
+    check_subgraphs(chunks, sc.subgraphs)
+    k = chunks // sc.subgraphs
+    for size in group_sizes(plan):
+        if size > 1 and k % size:
+            raise ValueError(f"--chunks {chunks} / --subgraphs {sc.subgraphs} = {k} chunk(s) per subgraph do not "
+                             f"divide among a group of {size} ranks (each member takes an equal share)")
+    if plan.p_split == "subgraphs" and sc.subgraphs < len(plan.p_groups[0]):
+        raise ValueError(f"--subgraphs {sc.subgraphs} leaves P ranks idle: --p-split subgraphs gives each of the "
+                         f"{len(plan.p_groups[0])} P ranks whole subgraphs")
+    if (config.checkpoint or config.resume) and len(plan.t_groups) > 1:
+        raise ValueError(f"--checkpoint / --resume need every parameter on rank 0: the plan ({plan.describe()}) "
+                         f"has {len(plan.t_groups)} T stages (give --t-workers 1)")
+
+
+@dataclass
+class Segment:
+    """Consecutive tasks of one plan stage: ``kind`` T or P, the stage's ``group`` of ranks, its ``ops``."""
+
+    index: int
+    kind: str
+    stage: int
+    group: tuple[int, ...]
+    ops: list[Op] = field(default_factory=list)
+
+
+def build_segments(split: TaskSplit, plan: TaskPlan) -> list[Segment]:
+    """The chain of segments: every op on the stage holding its layer, consecutive ops of a stage merged."""
+    segments: list[Segment] = []
+    for op in split.chain:
+        layer = split.layer_of(op)
+        stages = plan.t_layers if op.kind == T else plan.p_layers
+        stage = next(i for i, (a, b) in enumerate(stages) if a <= layer < b)
+        if segments and segments[-1].kind == op.kind and segments[-1].stage == stage:
+            segments[-1].ops.append(op)
+        else:
+            group = (plan.t_groups if op.kind == T else plan.p_groups)[stage]
+            segments.append(Segment(len(segments), op.kind, stage, tuple(group), [op]))
+    return segments
+
+
+@STRATEGIES.register("task-parallel")
+class TaskParallelStrategy(Strategy):
+    """NeutronTask task parallelism (see the module docstring)."""
+
+    exact = False  # exact with --dependency full (placement invariance); causal / block_diag drop edges
+    data_view = HOST_SHARED
+    decoupled_models = True
+    decoupled_default = True
+    options = frozenset({"t_workers", "p_split", "subgraphs", "chunks", "chunking", "partitioner", "balance",
+                         "shuffle", "dependency", "t_recompute", "pipelined", "loss_norm"})
+
+    @classmethod
+    def unused_options(cls, config: RunConfig) -> dict[str, str]:
+        sc = config.strategy
+        unused = {}
+        if sc.chunking != "partitioner":
+            unused.update({"partitioner": "without --chunking partitioner", "balance": "without --chunking "
+                                                                                        "partitioner"})
+        if sc.dependency == FULL and sc.loss_norm == "global":
+            unused["shuffle"] = "with --dependency full and --loss-norm global (the order changes no number)"
+        return unused
+
+    @classmethod
+    def check_config(cls, config: RunConfig) -> None:
+        check_task_config(config)
+
+    @classmethod
+    def shared_data_key(cls, config: RunConfig) -> dict | None:
+        """The parent prepares the METIS chunks (``--chunking partitioner``) and, without ``--t-workers``, the plan
+        the scheduling model chooses (so every worker gets the same one)."""
+        from graphscale.nn.models import is_decoupled
+
+        sc, model = config.strategy, config.model
+        if sc.chunking != "partitioner" and sc.t_workers:
+            return None
+        key = {"task_chunks": sc.chunks, "subgraphs": sc.subgraphs, "chunking": sc.chunking,
+               "t_workers": sc.t_workers, "p_split": sc.p_split, "model": model.name, "hidden": model.hidden,
+               "layers": model.layers, "decoupled": is_decoupled(config), "dtype": config.dtype}
+        if sc.chunking == "partitioner":
+            key.update({"chunk_partitioner": sc.partitioner, "chunk_balance": sc.balance})
+        return key
+
+    @classmethod
+    def prepare_shared(cls, graph: Graph, owner: torch.Tensor, config: RunConfig, folder: Path) -> None:
+        sc = config.strategy
+        q = sc.t_workers or scheduled_t_workers(config, graph.num_nodes, graph.num_edges, graph.num_features,
+                                                graph.num_classes)
+        plan = resolve_plan(config, q)
+        check_plan(config, plan)
+        (folder / PLAN_FILE).write_text(json.dumps({"t_workers": q, "plan": plan.describe()}))
+        if sc.chunking == "partitioner":
+            chunk_of = assign_chunks(graph, num_chunks(config, plan), sc.chunking, sc.partitioner, sc.balance,
+                                     config.seed)
+            np.save(folder / CHUNK_FILE, chunk_of.numpy())
+
+    # ------------------------------------------------------------ setup
+    def setup(self, data: DataHandle | Graph, model: torch.nn.Module, env: DistEnv, config: RunConfig) -> None:
+        super().setup(data, model, env, config)
+        sc = config.strategy
+        check_task_config(config)
+        if sc.workers != env.world_size:
+            raise ValueError(f"--workers {sc.workers} but the group has {env.world_size} workers")
+        self.comm = Comm(env)
+        graph = self.data.open_graph()
+        shared = self.data.extras.get("shared")
+        self.plan = resolve_plan(config, self._t_workers(graph, Path(shared) if shared else None))
+        check_plan(config, self.plan)
+        self.split = task_split(model)
+        self.segments = build_segments(self.split, self.plan)
+        self.mine = [seg for seg in self.segments if env.rank in seg.group]
+        self.kind, self.stage, self.member = self.plan.role(env.rank)
+        self.groups = self._group_comms(env)
+        self.group = self.groups.get((self.kind, self.stage))
+        self.graph = graph
+        self.num_nodes = graph.num_nodes
+        self.num_chunks = num_chunks(config, self.plan)
+        if shared and (Path(shared) / CHUNK_FILE).is_file():
+            self.chunk_of = torch.from_numpy(np.load(Path(shared) / CHUNK_FILE).astype(np.int64))
+        else:
+            self.chunk_of = assign_chunks(graph, self.num_chunks, sc.chunking, sc.partitioner, sc.balance,
+                                          config.seed)
+        self.members = chunk_members(self.chunk_of, self.num_chunks)
+        self.dtype = next(model.parameters()).dtype
+        self.first = self.segments[0] in self.mine
+        self.last = self.segments[-1] in self.mine
+        self.x = graph.x if self.first else None  # memory-mapped; rows are read per subgraph
+        self.y = graph.y if self.last else None
+        self.masks = {s: getattr(graph, f"{s}_mask") for s in SPLITS} if self.last else None
+        self.num_train = int(graph.train_mask.sum())
+        if self.num_train == 0:
+            raise ValueError("strategy 'task-parallel': the graph has no training vertices")
+        self.stage_params = [p for seg in self.mine if seg.kind == T for op in seg.ops
+                             for p in self.split.t_params(op.index)]
+        self.tracker = MemoryTracker(env)
+        self.tracker.track_module("model", model)
+        self.timeline: list[tuple] = []
+
+    def _t_workers(self, graph: Graph, shared: Path | None) -> int:
+        """``q``: the parent's choice (written with the shared data), ``--t-workers``, or the scheduling model's
+        on rank 0, broadcast (a handle without the parent's preparation)."""
+        if shared is not None and (shared / PLAN_FILE).is_file():
+            return int(json.loads((shared / PLAN_FILE).read_text())["t_workers"])
+        if self.config.strategy.t_workers:
+            return self.config.strategy.t_workers
+        q = torch.zeros(1, dtype=torch.int64)
+        if self.env.rank == 0:
+            q[0] = scheduled_t_workers(self.config, graph.num_nodes, graph.num_edges, graph.num_features,
+                                       graph.num_classes)
+        return int(self.comm.broadcast(q, 0, CONTROL)[0])
+
+    def _group_comms(self, env: DistEnv) -> dict[tuple[str, int], Comm]:
+        """A Comm per group of more than one rank (every rank creates every group, in the same order)."""
+        comms = {}
+        for kind, groups in ((T, self.plan.t_groups), (P, self.plan.p_groups)):
+            for stage, group in enumerate(groups):
+                if len(group) == 1:
+                    continue
+                import torch.distributed as dist
+
+                handle = dist.new_group(list(group))
+                if env.rank in group:
+                    comms[(kind, stage)] = Comm(DistEnv(rank=group.index(env.rank), world_size=len(group),
+                                                        device=env.device, backend=env.backend, group=handle,
+                                                        timeout=env.timeout, ledger=env.ledger))
+        return comms
+
+    # ------------------------------------------------------------ per-epoch routing
+    def _owner(self, seg: Segment, lay: Layout) -> torch.Tensor:
+        """The member of ``seg``'s group that owns every chunk this epoch."""
+        size = len(seg.group)
+        if size == 1:
+            return torch.zeros(self.num_chunks, dtype=torch.int64)
+        if seg.kind == P and self.plan.p_split == "subgraphs":
+            return lay.sub % size
+        return (lay.pos % lay.k) % size
+
+    def _ids(self, chunks: list[int]) -> torch.Tensor:
+        return torch.cat([self.members[c] for c in chunks]) if chunks else torch.zeros(0, dtype=torch.int64)
+
+    def _route(self, src: Segment, dst: Segment, owners: dict, lay: Layout, s: int, me_in_src: bool):
+        """Per peer rank, the chunks of subgraph ``s`` moving between ``src`` and ``dst`` that involve me
+        (``me_in_src``: I send them; else I receive them)."""
+        mine = self.env.rank
+        out: dict[int, list[int]] = {}
+        for c in lay.chunks(s):
+            a, b = src.group[int(owners[src.index][c])], dst.group[int(owners[dst.index][c])]
+            if (a if me_in_src else b) == mine:
+                out.setdefault(b if me_in_src else a, []).append(c)
+        return out
+
+    # ------------------------------------------------------------ messages
+    def _send(self, rows: torch.Tensor, dst: int, category: str, tag: int) -> None:
+        message = (rows.detach().contiguous(), dst, category, tag)
+        if self.pipelined:
+            self.pending.append(self.comm.send(*message[:3], tag=tag))
+        else:
+            self.deferred.append(message)
+
+    def _flush(self) -> None:
+        """Serial schedule: issue the sends a segment held back until it finished every subgraph."""
+        for rows, dst, category, tag in self.deferred:
+            self.pending.append(self.comm.send(rows, dst, category, tag=tag))
+        self.deferred = []
+
+    def _recv(self, peers: dict[int, list[int]], width: int, tag: int) -> list[tuple[list[int], torch.Tensor]]:
+        """Receive the rows of the given chunks from every peer (posted together, then waited)."""
+        works, out = [], []
+        for peer, chunks in sorted(peers.items()):
+            buf = torch.empty(int(sum(self.members[c].numel() for c in chunks)), width, dtype=self.dtype)
+            works.append(self.comm.recv(buf, peer, tag=tag))
+            out.append((chunks, buf))
+        for work in works:
+            work.wait()
+        return out
+
+    def _stamp(self, seg: Segment, phase: str, s: int, layer: int, start: float) -> None:
+        self.timeline.append((seg.index, seg.kind, phase, s, layer, start, time.time()))
+
+    # ------------------------------------------------------------ T segments
+    def _t_input(self, seg: Segment, ids: torch.Tensor, s: int, ctx: dict) -> torch.Tensor:
+        """The segment's input rows of ``ids`` (subgraph ``s``): the features (first segment) or received."""
+        if seg.index == 0:
+            rows = self.x[ids].to(self.dtype)
+            self.comm.record(H2D, rows.numel() * rows.element_size(), HOST)
+            return rows
+        prev = self.segments[seg.index - 1]
+        return self._recv_aligned(prev, seg, s, ctx, self.split.out_width(prev.ops[-1]),
+                                  _tag(ctx["phase"], seg.index, s))
+
+    def _recv_aligned(self, src: Segment, seg: Segment, s: int, ctx: dict, width: int, tag: int) -> torch.Tensor:
+        """My rows of subgraph ``s`` in segment ``seg`` (my chunks' order), received from their owners in ``src``."""
+        offsets = ctx["offsets_of"][seg.index][s]
+        buf = torch.empty(ctx["ids"][seg.index][s].numel(), width, dtype=self.dtype)
+        for chunks, rows in self._recv(self._route(src, seg, ctx["owners"], ctx["lay"], s, False), width, tag):
+            start = 0
+            for c in chunks:
+                n = self.members[c].numel()
+                buf[offsets[c]: offsets[c] + n] = rows[start: start + n]
+                start += n
+        return buf
+
+    def _t_run(self, seg: Segment, h: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+        for op in seg.ops:
+            h = self.split.t_op(op.index, h, ids)
+        return h
+
+    def _send_on(self, seg: Segment, out: torch.Tensor, offsets: dict, s: int, ctx: dict, category: str) -> None:
+        """Send my rows of subgraph ``s`` (``out``, aligned with ``offsets``) to their owners in the next segment."""
+        nxt = self.segments[seg.index + 1]
+        for peer, chunks in sorted(self._route(seg, nxt, ctx["owners"], ctx["lay"], s, True).items()):
+            rows = torch.cat([out[offsets[c]: offsets[c] + self.members[c].numel()] for c in chunks])
+            self._send(rows, peer, category, _tag(ctx["phase"], nxt.index, s))
+
+    def _send_back(self, seg: Segment, grad: torch.Tensor, offsets: dict, s: int, ctx: dict) -> None:
+        """Send the gradient of my input rows of subgraph ``s`` to their owners in the previous segment."""
+        prev = self.segments[seg.index - 1]
+        for peer, chunks in sorted(self._route(seg, prev, ctx["owners"], ctx["lay"], s, True).items()):
+            rows = torch.cat([grad[offsets[c]: offsets[c] + self.members[c].numel()] for c in chunks])
+            self._send(rows, peer, TASK_BWD, _tag(_BWD, seg.index, s))
+
+    def _recv_grad(self, seg: Segment, s: int, ctx: dict) -> torch.Tensor:
+        """The gradient of my output rows of subgraph ``s`` from the next segment."""
+        nxt = self.segments[seg.index + 1]
+        return self._recv_aligned(nxt, seg, s, ctx, self.split.out_width(seg.ops[-1]), _tag(_BWD, nxt.index, s))
+
+    def _t_forward(self, seg: Segment, ctx: dict) -> None:
+        state = ctx["state"].setdefault(seg.index, {})
+        train = ctx["phase"] == _FWD
+        for s in range(ctx["lay"].num_subgraphs):
+            ids = ctx["ids"][seg.index][s]
+            if ids.numel() == 0:
+                continue
+            start = time.time()
+            h_in = self._t_input(seg, ids, s, ctx)
+            keep_graph = train and not self.config.strategy.t_recompute
+            with torch.set_grad_enabled(keep_graph):
+                if keep_graph and seg.index > 0:
+                    h_in.requires_grad_(True)
+                out = self._t_run(seg, h_in, ids)
+            if train:
+                state[s] = {"in": h_in, "out": out} if keep_graph else {"in": None if seg.index == 0 else h_in}
+            if seg is self.segments[-1]:
+                self._finish(out, ids, s, ctx, state.get(s))
+            else:
+                self._send_on(seg, out, ctx["offsets_of"][seg.index][s], s, ctx,
+                              TASK_FWD if train else EVAL_STAGE)
+            self._stamp(seg, "fwd" if train else "eval", s, seg.ops[0].index, start)
+        if not self.pipelined:
+            self._flush()
+
+    def _t_backward(self, seg: Segment, ctx: dict) -> None:
+        state = ctx["state"][seg.index]
+        for s in reversed(range(ctx["lay"].num_subgraphs)):
+            ids = ctx["ids"][seg.index][s]
+            if ids.numel() == 0:
+                continue
+            start = time.time()
+            offsets = ctx["offsets_of"][seg.index][s]
+            saved = state.pop(s)
+            if self.config.strategy.t_recompute:  # Re_forward: before the gradient arrives (overlaps P-backward)
+                h_in = self._t_input(seg, ids, s, ctx) if seg.index == 0 else saved["in"]
+                if seg.index > 0:
+                    h_in.requires_grad_(True)
+                with torch.enable_grad():
+                    out = self._t_run(seg, h_in, ids)
+                    loss = self._loss(out, ids, s, ctx) if seg is self.segments[-1] else None
+            else:
+                h_in, out, loss = saved["in"], saved["out"], saved.get("loss")
+            if seg is self.segments[-1]:
+                loss.backward()
+            else:
+                out.backward(self._recv_grad(seg, s, ctx))
+            if seg.index > 0:
+                self._send_back(seg, h_in.grad, offsets, s, ctx)
+            self._stamp(seg, "bwd", s, seg.ops[0].index, start)
+        if not self.pipelined:
+            self._flush()
+
+    # ------------------------------------------------------------ loss
+    def _loss(self, out: torch.Tensor, ids: torch.Tensor, s: int, ctx: dict) -> torch.Tensor:
+        logits = self.split.logits(out, ids)
+        return weighted_loss(logits, self.y[ids], self.masks["train"][ids], ctx["weights"][ids])
+
+    def _finish(self, out: torch.Tensor, ids: torch.Tensor, s: int, ctx: dict, saved: dict | None) -> None:
+        """The chain's end for my rows of subgraph ``s``: the loss (training) or the split counts (evaluation)."""
+        if ctx["phase"] == _EVAL:
+            masks = {k: m[ids] for k, m in self.masks.items()}
+            ctx["counts"] += split_counts(self.split.logits(out, ids), self.y[ids], masks)
+            return
+        if out.requires_grad:  # a T segment keeping its graph: backward from this loss
+            loss = self._loss(out, ids, s, ctx)
+            saved["loss"] = loss
+        else:
+            with torch.enable_grad():
+                leaf = out.detach().requires_grad_(True)
+                loss = self._loss(leaf, ids, s, ctx)
+                if self.segments[-1].kind == P:  # the P-backward starts from this gradient
+                    ctx["loss_grad"][s] = torch.autograd.grad(loss, leaf)[0]
+        ctx["loss"] += float(loss.detach())
+
+    # ------------------------------------------------------------ P segments
+    def _p_prepare(self, seg: Segment, ctx: dict) -> dict:
+        """The segment's blocks (my rows of every subgraph, the mode's edges) and its mirror lists this epoch."""
+        lay, mode = ctx["lay"], ctx["mode"]
+        owner = ctx["owners"][seg.index]
+        blocks = [masked_block(Block.from_nodes(self.graph, ids), self.chunk_of, lay.sub, mode) if ids.numel()
+                  else None for ids in ctx["ids"][seg.index]]
+        size = len(seg.group)
+        mirrors: dict[int, tuple[list[torch.Tensor], list[torch.Tensor]]] = {}
+        if size > 1:  # (u, reader) pairs: reader's kept edges read u, owned by another member
+            full = Block.full(self.graph)
+            keep = block_keep(full, self.chunk_of, lay.sub, mode)
+            owner_v = owner[self.chunk_of]
+            dst, src = full.dst_of_edges()[keep], full.indices[keep]
+            cross = owner_v[dst] != owner_v[src]
+            pairs = torch.unique(src[cross] * size + owner_v[dst][cross])
+            u, reader = pairs // size, pairs % size
+            u_sub, u_owner = lay.sub[self.chunk_of[u]], owner_v[u]
+            for s in range(lay.num_subgraphs):
+                here = u_sub == s
+                if not bool(here.any()):
+                    continue
+                send = [u[here & (u_owner == self.group_member(seg)) & (reader == m)] for m in range(size)]
+                recv = [u[here & (u_owner == m) & (reader == self.group_member(seg))] for m in range(size)]
+                mirrors[s] = (send, recv)
+        return {"blocks": blocks, "mirrors": mirrors, "group": self.groups.get((P, seg.stage))}
+
+    def group_member(self, seg: Segment) -> int:
+        return seg.group.index(self.env.rank)
+
+    def _exchange(self, prep: dict, view: torch.Tensor, s: int, category: str) -> None:
+        """Forward mirrors: my rows of subgraph ``s`` that other members read go to them."""
+        if s not in prep["mirrors"]:
+            return
+        send, recv = prep["mirrors"][s]
+        got = prep["group"].all_to_all_v(view[torch.cat(send)], [t.numel() for t in send],
+                                         [t.numel() for t in recv], category)
+        view[torch.cat(recv)] = got
+
+    def _exchange_grad(self, prep: dict, grad: torch.Tensor, s: int) -> None:
+        """Backward mirrors: the gradients I hold for other members' rows of subgraph ``s`` go to their owners."""
+        if s not in prep["mirrors"]:
+            return
+        send, recv = prep["mirrors"][s]
+        got = prep["group"].all_to_all_v(grad[torch.cat(recv)], [t.numel() for t in recv],
+                                         [t.numel() for t in send], HALO)
+        grad.index_add_(0, torch.cat(send), got)
+
+    def _p_forward(self, seg: Segment, ctx: dict) -> None:
+        lay, train = ctx["lay"], ctx["phase"] == _FWD
+        layers = [op.index for op in seg.ops]
+        prep = self._p_prepare(seg, ctx)
+        ctx["state"][seg.index] = prep
+        widths = {l: self.split.out_width(Op(P, l)) for l in layers}  # a P op keeps the width
+        view = {l: torch.zeros(self.num_nodes, widths[l], dtype=self.dtype) for l in layers}
+        halo = HALO if train else EVAL_HALO
+        prev = self.segments[seg.index - 1]
+        num = lay.num_subgraphs
+
+        def ready_input(s: int) -> None:
+            for chunks, rows in self._recv(self._route(prev, seg, ctx["owners"], lay, s, False), widths[layers[0]],
+                                           _tag(ctx["phase"], seg.index, s)):
+                view[layers[0]][self._ids(chunks)] = rows
+            self._exchange(prep, view[layers[0]], s, halo)
+
+        def compute(l: int, s: int) -> None:
+            ids, block = ctx["ids"][seg.index][s], prep["blocks"][s]
+            start = time.time()
+            if block is not None:
+                with torch.no_grad():
+                    out = self.split.p_op(l, block, view[l][block.src_ids])
+                if l != layers[-1]:
+                    view[l + 1][ids] = out
+                elif seg is self.segments[-1]:
+                    self._finish(out, ids, s, ctx, None)
+                else:
+                    offsets = ctx["offsets_of"][seg.index][s]
+                    self._send_on(seg, out, offsets, s, ctx, TASK_FWD if train else EVAL_STAGE)
+            if l != layers[-1]:
+                self._exchange(prep, view[l + 1], s, halo)
+            self._stamp(seg, "fwd" if train else "eval", s, l, start)
+
+        if ctx["mode"] == FULL:  # every layer needs every row: layer by layer over the subgraphs
+            for s in range(num):
+                ready_input(s)
+            for l in layers:
+                for s in range(num):
+                    compute(l, s)
+        else:  # causal / block_diag: subgraph by subgraph; earlier subgraphs' rows stay in the views
+            for s in range(num):
+                ready_input(s)
+                for l in layers:
+                    compute(l, s)
+        if not self.pipelined:
+            self._flush()
+        if train and not self.split.linear_p:
+            prep["views"] = view  # the GAT variant re-runs its steps in backward from the vertex-sized inputs
+        self.tracker.track(f"p_views_{seg.index}", *view.values())
+        if "views" not in prep:  # linear P: nothing of the forward is kept for the backward
+            self.tracker.untrack(f"p_views_{seg.index}")
+
+    def _p_backward(self, seg: Segment, ctx: dict) -> None:
+        lay = ctx["lay"]
+        prep = ctx["state"].pop(seg.index)
+        layers = [op.index for op in seg.ops]
+        widths = {l: self.split.out_width(Op(P, l)) for l in layers}  # a P op keeps the width
+        grads = {l: torch.zeros(self.num_nodes, widths[l], dtype=self.dtype) for l in layers}
+        num = lay.num_subgraphs
+        last_segment = seg is self.segments[-1]
+
+        def out_grad(l: int, s: int) -> torch.Tensor:
+            ids = ctx["ids"][seg.index][s]
+            if l != layers[-1]:
+                return grads[l + 1][ids]
+            if last_segment:
+                return ctx["loss_grad"].pop(s)
+            return self._recv_grad(seg, s, ctx)
+
+        def compute(l: int, s: int) -> None:
+            block = prep["blocks"][s]
+            start = time.time()
+            if block is not None:
+                g_out = out_grad(l, s)
+                if self.split.linear_p:
+                    g_src = self.split.p_transpose(l, block, g_out)
+                else:
+                    h_src = prep["views"][l][block.src_ids].requires_grad_(True)
+                    with torch.enable_grad():
+                        self.split.p_op(l, block, h_src).backward(g_out)
+                    g_src = h_src.grad
+                grads[l].index_add_(0, block.src_ids, g_src)
+            self._stamp(seg, "bwd", s, l, start)
+
+        def done(l: int, s: int) -> None:
+            """The gradient of every row of subgraph ``s`` at layer ``l`` is complete on the members: collect the
+            mirrors' shares at the owners; the segment's input gradient goes back."""
+            self._exchange_grad(prep, grads[l], s)
+            if l == layers[0]:
+                ids = ctx["ids"][seg.index][s]
+                if ids.numel():
+                    self._send_back(seg, grads[l][ids], ctx["offsets_of"][seg.index][s], s, ctx)
+
+        if ctx["mode"] == FULL:
+            for l in reversed(layers):
+                for s in reversed(range(num)):
+                    compute(l, s)
+                for s in reversed(range(num)):
+                    done(l, s)
+        else:  # reverse subgraph order: later subgraphs' boundary gradients are cached in ``grads``
+            for s in reversed(range(num)):
+                for l in reversed(layers):
+                    compute(l, s)
+                    done(l, s)
+        if not self.pipelined:
+            self._flush()
+        self.tracker.untrack(f"p_views_{seg.index}")
+
+    # ------------------------------------------------------------ epochs
+    def _context(self, lay: Layout, mode: str, phase: int) -> dict:
+        ctx = {"lay": lay, "mode": mode, "phase": phase, "state": {}, "loss": 0.0, "loss_grad": {},
+               "owners": {seg.index: self._owner(seg, lay) for seg in self.segments}, "ids": {}, "offsets_of": {}}
+        for seg in self.mine:
+            owner, me = ctx["owners"][seg.index], seg.group.index(self.env.rank)
+            per_s, offs = [], []
+            for s in range(lay.num_subgraphs):
+                chunks = [c for c in lay.chunks(s) if int(owner[c]) == me]
+                offsets, start = {}, 0
+                for c in chunks:
+                    offsets[c] = start
+                    start += self.members[c].numel()
+                per_s.append(self._ids(chunks))
+                offs.append(offsets)
+            ctx["ids"][seg.index], ctx["offsets_of"][seg.index] = per_s, offs
+        return ctx
+
+    def _forward(self, ctx: dict) -> None:
+        for seg in self.mine:
+            (self._t_forward if seg.kind == T else self._p_forward)(seg, ctx)
+
+    def train_epoch(self, epoch: int) -> EpochStats:
+        sc = self.config.strategy
+        model = self.model
+        model.train()
+        model.set_epoch(epoch)
+        self.pipelined = sc.pipelined
+        self.pending, self.deferred, self.timeline = [], [], []
+        start = time.perf_counter()
+        before = self.env.ledger.snapshot()
+        with self.tracker.epoch():
+            self.optimizer.zero_grad(set_to_none=True)
+            lay = layout(self.num_chunks, sc.subgraphs, self.config.seed, epoch, sc.shuffle)
+            ctx = self._context(lay, sc.dependency, _FWD)
+            if self.last:
+                ctx["weights"] = loss_weights(self.graph.train_mask, self.chunk_of, lay, sc.loss_norm)
+            self._forward(ctx)
+            for seg in reversed(self.mine):
+                (self._t_backward if seg.kind == T else self._p_backward)(seg, ctx)
+            for work in self.pending:
+                work.wait()
+            self.pending = []
+            group = self.groups.get((T, self.stage)) if self.kind == T else None
+            if group is not None:  # a T stage's weights are replicated in its group: sum their gradients
+                allreduce_gradients(group, self.stage_params, self.tracker)
+            self.optimizer.step()
+            self.tracker.track("optimizer", *optimizer_tensors(self.optimizer))
+            self.tracker.untrack("gradients")
+        seconds = time.perf_counter() - start
+        total = torch.tensor([ctx["loss"]], dtype=torch.float64)
+        self.comm.all_reduce(total, CONTROL)
+        return EpochStats(loss=float(total), seconds=seconds, bytes=self.env.ledger.since(before),
+                          peak_memory=self.tracker.peak,
+                          extra={"role": [self.kind, self.stage, self.member], "segments": [s.index for s in self.mine],
+                                 "timeline": self.timeline, "model_form": type(model).form})
+
+    @torch.no_grad()
+    def evaluate(self) -> dict[str, float]:
+        self.model.eval()
+        sc = self.config.strategy
+        self.pipelined, self.pending, self.deferred = True, [], []
+        timeline, self.timeline = self.timeline, []  # evaluation stamps stay out of the epoch's timeline
+        ctx = self._context(layout(self.num_chunks, sc.subgraphs, self.config.seed, 0, shuffle=False), FULL, _EVAL)
+        ctx["counts"] = torch.zeros(COUNTS_PER_SPLIT * len(SPLITS), dtype=torch.float64)
+        self._forward(ctx)
+        for work in self.pending:
+            work.wait()
+        self.pending, self.timeline = [], timeline
+        return counts_to_metrics(self.comm.all_reduce(ctx["counts"], CONTROL))
+
+    def teardown(self) -> None:
+        for name in ("model", "optimizer"):
+            self.tracker.untrack(name)
