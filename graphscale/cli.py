@@ -63,7 +63,7 @@ TRAIN_OPTIONS = {
     "hybrid_split": ("strategy", "hybrid_split"),
     "timeout": ("strategy", "timeout"),
     "cache": ("strategy", "cache"), "cache_fraction": ("strategy", "cache_fraction"),
-    "seed": (None, "seed"), "dtype": (None, "dtype"), "device": (None, "device"), "json": (None, "json"),
+    "seed": (None, "seed"), "dtype": (None, "dtype"), "device": (None, "device"), "backend": (None, "backend"), "json": (None, "json"),
     "tensorboard": (None, "tensorboard"),
     "checkpoint": (None, "checkpoint"), "resume": (None, "resume"), "progress": (None, "progress"),
     "oversubscribe": (None, "oversubscribe"),
@@ -299,6 +299,9 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dtype", choices=["float32", "float64"], help="parameter and feature dtype")
     p.add_argument("--device", choices=["auto", "cpu", "cuda"],
                    help="auto: CUDA when there is one GPU per worker, else CPU")
+    p.add_argument("--backend", choices=["auto", "gloo", "nccl"],
+                   help="collective backend; auto: NCCL on CUDA, gloo on CPU. gloo with --device cuda lets workers "
+                        "share GPUs (transfers staged through host memory: for functional runs on one GPU)")
     p.add_argument("--json", metavar="PATH", help="write a machine-readable report here (the directory must exist)")
     p.add_argument("--tensorboard", metavar="DIR",
                    help="also log the per-epoch scalars (loss, accuracies, epoch time, bytes) to this TensorBoard "

@@ -171,6 +171,10 @@ class RunConfig:
     dtype: str = "float32"
     device: str = "auto"
     """``auto`` (CUDA when available, else CPU), ``cpu`` or ``cuda``."""
+    backend: str = "auto"
+    """Collective backend: ``auto`` (NCCL on CUDA, gloo on CPU), ``gloo`` or ``nccl``. ``gloo`` with ``cuda`` lets
+    the workers share fewer GPUs than workers, every transfer staged through host memory (functional runs on one
+    GPU, not speed)."""
     cache_dir: str = ""
     """Where runs keep the partition stores and graph directories they write (empty: the user cache directory)."""
     json: str | None = None

@@ -108,7 +108,8 @@ def run(config: RunConfig) -> dict:
     saved = read_checkpoint(config.checkpoint) if config.resume else None
     if saved is not None:
         check_resume(config, saved)  # before the data is prepared (the dataset when it is given)
-    device = resolve_device(config.device, config.strategy.workers)
+    backend = None if config.backend == "auto" else config.backend
+    device = resolve_device(config.device, config.strategy.workers, backend)
     start = time.perf_counter()
     baseline = (os.getpid(), os_memory())  # the in-process worker's memory before its data is loaded
     data = prepare_data(config)  # before any worker starts: no worker waits while another partitions
@@ -116,7 +117,7 @@ def run(config: RunConfig) -> dict:
         check_resume(config, saved, data.summary)  # the resolved dataset and the graph's counts
         del saved
     results = launch(train_worker, config.strategy.workers, config, data, baseline, device=device,
-                     timeout_s=config.strategy.timeout)
+                     backend=backend, timeout_s=config.strategy.timeout)
     results.sort(key=lambda r: r["rank"])
     epochs = merge_histories(results)
     best = results[0]["best"]

@@ -13,3 +13,15 @@ def _private_cache_dir(tmp_path_factory):
     mp.setenv("GRAPHSCALE_CACHE_DIR", str(tmp_path_factory.mktemp("graphscale-cache")))
     yield
     mp.undo()
+
+
+def pytest_collection_modifyitems(config, items):
+    """Tests marked ``gpu`` are skipped, with the reason, where torch sees no CUDA device."""
+    import torch
+
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="gpu: torch sees no CUDA device")
+    for item in items:
+        if item.get_closest_marker("gpu") is not None:
+            item.add_marker(skip)

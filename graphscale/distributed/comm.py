@@ -94,6 +94,14 @@ class Comm:
         self.rank = env.rank
         self.world_size = env.world_size
         self.group = env.group
+        #: gloo moves CUDA tensors for a few collectives only (not all_to_all, send, recv): with gloo on GPUs
+        #: every transfer goes through a host copy of its tensors (workers sharing one GPU; not for speed).
+        #: The copies are local, not recorded: the Ledger counts bytes between workers.
+        self.staged = env.backend == "gloo" and env.device.type == "cuda"
+
+    def _host(self, t: torch.Tensor) -> torch.Tensor:
+        """``t`` where the backend can read it: a host copy when :attr:`staged`, else ``t`` itself."""
+        return t.cpu() if self.staged else t
 
     @property
     def ledger(self):
@@ -139,7 +147,7 @@ class Comm:
         self._check_counts(send_counts, "send_counts")
         if self.world_size == 1:
             return [int(c) for c in send_counts]
-        send = torch.tensor(send_counts, dtype=torch.int64, device=self.env.device)
+        send = torch.tensor(send_counts, dtype=torch.int64, device="cpu" if self.staged else self.env.device)
         recv = torch.empty_like(send)
         with self._collective("exchange_counts", CONTROL):
             dist.all_to_all_single(recv, send, group=self.group)
@@ -176,9 +184,12 @@ class Comm:
             return send.clone() if out is None else out.copy_(send)
         send = send.contiguous()
         out = send.new_empty(shape) if out is None else out
+        landing = self._host(out)
         with self._collective("all_to_all_v", category):
-            dist.all_to_all_single(out, send, output_split_sizes=list(recv_counts),
+            dist.all_to_all_single(landing, self._host(send), output_split_sizes=list(recv_counts),
                                    input_split_sizes=list(send_counts), group=self.group)
+        if landing is not out:
+            out.copy_(landing)
         row = send.element_size() * send.shape[1:].numel()
         for peer, count in enumerate(send_counts):
             self.record(category, count * row, peer)
@@ -202,15 +213,18 @@ class Comm:
         if self.world_size == 1:
             out.copy_(send)
             return PendingExchange(self, None, out, category, time.monotonic(), send)
-        send = send.contiguous()
+        send = self._host(send.contiguous())
+        landing = self._host(out)
         started = time.monotonic()
         with self._collective("all_to_all_v (start)", category):
-            work = dist.all_to_all_single(out, send, output_split_sizes=list(recv_counts),
+            work = dist.all_to_all_single(landing, send, output_split_sizes=list(recv_counts),
                                           input_split_sizes=list(send_counts), group=self.group, async_op=True)
         row = send.element_size() * send.shape[1:].numel()
         for peer, count in enumerate(send_counts):
             self.record(category, count * row, peer)
-        return PendingExchange(self, work, out, category, started, send)
+        pending = PendingExchange(self, work, out, category, started, send)
+        pending.landing = landing
+        return pending
 
     def all_gather_v(self, t: torch.Tensor, category: str) -> list[torch.Tensor]:
         """Every rank's ``t`` (row counts may differ; trailing shape and dtype must agree), by rank."""
@@ -225,8 +239,11 @@ class Comm:
         """Reduce ``t`` in place across ranks and return it; recorded with the ring model."""
         if self.world_size == 1:
             return t
+        moved = self._host(t)
         with self._collective("all_reduce", category):
-            dist.all_reduce(t, op=op, group=self.group)
+            dist.all_reduce(moved, op=op, group=self.group)
+        if moved is not t:
+            t.copy_(moved)
         self.record(category, ring_allreduce_bytes(t.numel(), t.element_size(), self.rank, self.world_size),
                     (self.rank + 1) % self.world_size)
         return t
@@ -237,8 +254,11 @@ class Comm:
             raise ValueError(f"broadcast: src={src} is not a rank of a {self.world_size}-worker group")
         if self.world_size == 1:
             return t
+        moved = self._host(t)
         with self._collective("broadcast", category):
-            dist.broadcast(t, src=src, group=self.group)
+            dist.broadcast(moved, src=src, group=self.group)
+        if moved is not t:
+            t.copy_(moved)
         if self.rank == src:
             for peer in range(self.world_size):
                 self.record(category, nbytes(t), peer)
@@ -248,14 +268,16 @@ class Comm:
         """Non-blocking send of ``t`` to ``dst`` (recorded here); ``.wait()`` the returned handle. ``tag`` matches
         it to the :meth:`recv` with the same tag (messages between two ranks with one tag arrive in order)."""
         self._check_peer(dst)
-        work = dist.isend(t.contiguous(), dst=dst, group=self.group, tag=tag)
+        work = dist.isend(self._host(t.contiguous()), dst=dst, group=self.group, tag=tag)
         self.record(category, nbytes(t), dst)
         return work
 
     def recv(self, t: torch.Tensor, src: int, tag: int = 0) -> dist.Work:
         """Non-blocking receive into ``t`` from ``src`` with ``tag`` (the sender records the bytes)."""
         self._check_peer(src)
-        return dist.irecv(t, src=src, group=self.group, tag=tag)
+        landing = self._host(t)
+        work = dist.irecv(landing, src=src, group=self.group, tag=tag)
+        return work if landing is t else StagedReceive(work, landing, t)
 
     # ------------------------------------------------------------- checking
     def _check_counts(self, counts: list[int], name: str) -> None:
@@ -277,6 +299,7 @@ class PendingExchange:
                  send: torch.Tensor) -> None:
         self.comm, self.work, self.out, self.category, self.started = comm, work, out, category, started
         self.send = send  # kept alive until the backend is done with it
+        self.landing = out  # where the backend writes (a host copy of ``out`` when the Comm is staged)
         self.buffer: torch.Tensor | None = None  # a caller's buffer that ``out`` lies in (HaloExchange.start)
 
     def wait(self) -> torch.Tensor:
@@ -284,5 +307,19 @@ class PendingExchange:
             with self.comm._collective("all_to_all_v (wait)", self.category, started=self.started):
                 self.work.wait()
             self.work = None
+            if self.landing is not self.out:
+                self.out.copy_(self.landing)
         self.send = None
         return self.out
+
+
+class StagedReceive:
+    """A receive through a host buffer (a staged :class:`Comm`): :meth:`wait` copies it into the destination."""
+
+    def __init__(self, work: dist.Work, landing: torch.Tensor, out: torch.Tensor) -> None:
+        self.work, self.landing, self.out = work, landing, out
+
+    def wait(self) -> bool:
+        done = self.work.wait()
+        self.out.copy_(self.landing)
+        return done

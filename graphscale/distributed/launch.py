@@ -133,11 +133,13 @@ def multi_node() -> bool:
     return torchrun_detected() and local_world_size(0) < int(os.environ["WORLD_SIZE"])
 
 
-def resolve_device(device: str | torch.device, world_size: int) -> str:
+def resolve_device(device: str | torch.device, world_size: int, backend: str | None = None) -> str:
     """The device *kind* workers use: ``"cpu"`` or ``"cuda"``.
 
     ``"auto"`` picks CUDA when this host has a GPU for each of its workers (:func:`local_world_size`: under
-    torchrun the ranks of this node, not the global ``world_size``), else CPU.
+    torchrun the ranks of this node, not the global ``world_size``), else CPU. With ``backend="gloo"`` the workers
+    of a host may share its GPUs (worker ``r`` on GPU ``r mod count``; :class:`~graphscale.distributed.comm.Comm`
+    stages every transfer through host memory): ``cuda`` then needs one GPU, not one per worker.
 
     Raises:
         ValueError: ``device`` is unknown, or ``cuda`` is asked for without enough GPUs.
@@ -153,12 +155,19 @@ def resolve_device(device: str | torch.device, world_size: int) -> str:
     if kind == "cpu":
         return "cpu"
     if kind == "cuda":
-        if gpus < per_host:
+        if gpus < (1 if backend == "gloo" else per_host):
             where = (f"{per_host} local rank(s) on this node (LOCAL_WORLD_SIZE)" if torchrun_detected()
                      else f"world_size={world_size}")
-            raise ValueError(f"device='cuda' needs one GPU per worker: {where}, found {gpus} GPU(s)")
+            raise ValueError(f"device='cuda' needs one GPU per worker: {where}, found {gpus} GPU(s) (the gloo "
+                             "backend lets workers share GPUs: --backend gloo)" if gpus else
+                             "device='cuda' but torch sees no CUDA device")
         return "cuda"
     raise ValueError(f"device must be 'auto', 'cpu' or 'cuda', got {device!r}")
+
+
+def worker_device(kind: str, local_rank: int) -> torch.device:
+    """Local worker ``local_rank``'s device: GPU ``local_rank mod count`` (one each under NCCL, shared under gloo)."""
+    return torch.device("cuda", local_rank % torch.cuda.device_count()) if kind == "cuda" else torch.device("cpu")
 
 
 def resolve_backend(backend: str | None, device_kind: str) -> str:
@@ -206,10 +215,10 @@ def join_torchrun(backend: str | None = None, device: str | torch.device = "auto
     rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     local_rank = int(os.environ.get("LOCAL_RANK", rank))
     timeout = timedelta(seconds=timeout_s)
-    kind = resolve_device(device, world_size)
+    kind = resolve_device(device, world_size, backend)
     backend = resolve_backend(backend, kind)
     torch.set_num_threads(max(1, cpu_count() // local_world_size(world_size)))
-    dev = torch.device("cuda", local_rank) if kind == "cuda" else torch.device("cpu")
+    dev = worker_device(kind, local_rank)
     if kind == "cuda":
         torch.cuda.set_device(dev)
     if not dist.is_initialized():
@@ -255,7 +264,7 @@ def launch(fn: Callable[..., Any], world_size: int, *args: Any, backend: str | N
                 dist.destroy_process_group()
     if not isinstance(world_size, int) or world_size < 1:
         raise ValueError(f"launch: world_size must be a positive integer, got {world_size!r}")
-    kind = resolve_device(device, world_size)
+    kind = resolve_device(device, world_size, backend)
     if world_size == 1:
         dev = torch.device("cuda", 0) if kind == "cuda" else torch.device("cpu")
         return [fn(DistEnv.local(dev), *args)]
@@ -272,7 +281,7 @@ def _worker(rank: int, world_size: int, fn: Callable, args: tuple, workdir: str,
     out = Path(workdir) / f"rank{rank}.pkl"
     try:
         torch.set_num_threads(max(1, cpu_count() // world_size))
-        dev = torch.device("cuda", rank) if kind == "cuda" else torch.device("cpu")
+        dev = worker_device(kind, rank)
         if kind == "cuda":
             torch.cuda.set_device(dev)
         timeout = timedelta(seconds=timeout_s)

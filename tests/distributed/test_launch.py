@@ -129,6 +129,11 @@ def test_bad_arguments_are_rejected():
         launch(lambda env: env.rank, 2, device="cpu")
     with pytest.raises(ValueError, match="nccl"):
         launch(_report, 2, 0, device="cpu", backend="nccl")
-    if torch.cuda.device_count() < 64:
-        with pytest.raises(ValueError, match="one GPU per worker"):
+    if not torch.cuda.is_available():
+        for backend in (None, "gloo"):
+            with pytest.raises(ValueError, match="torch sees no CUDA device"):
+                resolve_device("cuda", 2, backend)
+    elif torch.cuda.device_count() < 64:
+        with pytest.raises(ValueError, match="one GPU per worker.*--backend gloo"):
             resolve_device("cuda", 64)
+        assert resolve_device("cuda", 64, "gloo") == "cuda"  # shared GPUs

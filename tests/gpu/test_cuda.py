@@ -1,0 +1,71 @@
+"""The CUDA path of every strategy and of the kernels, against the same run on CPU (marker ``gpu``: skipped where
+torch sees no CUDA device; ``pytest -m gpu`` on a GPU machine runs them).
+
+A run with more workers than GPUs uses gloo with the workers sharing the GPUs (``--backend gloo``: every transfer
+staged through host memory); with one GPU per worker, NCCL. float64 on both devices: the losses, accuracies and
+bytes of every epoch agree within the float64 tolerance (summation order differs between the numba kernels on CPU
+and torch's sparse kernels on CUDA).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from graphscale.config import build_config
+from graphscale.data.block import Block
+from graphscale.data.datasets import load_dataset
+from graphscale.nn.models import build_model
+from graphscale.registry import MODELS, STRATEGIES
+from graphscale.run import run
+from graphscale.testing import assert_close_rel
+
+#: (strategy, workers, strategy options): every registered strategy, one or more ways
+CASES = [("single", 1, {}), ("graph-parallel", 2, {}), ("offload", 1, {}), ("offload", 2, {}),
+         ("data-parallel", 2, {"batch_size": 256}), ("split-parallel", 2, {"batch_size": 256}),
+         ("model-averaging", 2, {}), ("pipeline", 2, {}), ("task-parallel", 2, {})]
+
+
+def test_every_strategy_has_a_cuda_case():
+    """A new strategy gets a CUDA case here (runs on every machine)."""
+    assert {name for name, _, _ in CASES} == set(STRATEGIES.names())
+
+
+def _report(device: str, name: str, workers: int, options: dict) -> dict:
+    gpus = torch.cuda.device_count() if device == "cuda" else 0
+    backend = "auto" if device == "cpu" or gpus >= workers else "gloo"
+    config = build_config({"strategy": {"name": name, "workers": workers, **options}, "optim": {"epochs": 3},
+                           "dtype": "float64", "device": device, "backend": backend, "progress": False,
+                           "oversubscribe": True})
+    return run(config)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name, workers, options", CASES, ids=[f"{n}-{w}" for n, w, _ in CASES])
+def test_strategy_on_cuda_equals_cpu(name, workers, options):
+    cpu, cuda = (_report(device, name, workers, options) for device in ("cpu", "cuda"))
+    for got, want in zip(cuda["epochs"], cpu["epochs"], strict=True):
+        for key in ("loss", "train_acc", "val_acc", "test_acc"):
+            assert got[key] == pytest.approx(want[key], rel=1e-9, abs=1e-10), key
+        assert got["bytes"] == want["bytes"]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("model_name", sorted(MODELS.names()))
+def test_model_forward_and_gradients_on_cuda_equal_cpu(model_name):
+    """The kernels' CUDA path (torch sparse / index ops) against the numba CPU path on the whole of Cora."""
+    graph = load_dataset("cora")
+    x = graph.x.double()
+    results = {}
+    for device in ("cpu", "cuda"):
+        config = build_config({"model": {"name": model_name}, "dtype": "float64"}).model
+        model = build_model(config, graph.num_features, graph.num_classes, seed=0, dtype=torch.float64).to(device)
+        model.train()
+        model.set_epoch(0)
+        block = Block.full(graph).to(device)
+        logits = model.forward(block, x.to(device))
+        logits.square().sum().backward()
+        results[device] = (logits.detach().cpu(), [p.grad.cpu() for p in model.parameters()])
+    assert_close_rel(results["cuda"][0], results["cpu"][0], torch.float64, what=f"{model_name} logits")
+    for g, g_ref in zip(results["cuda"][1], results["cpu"][1], strict=True):
+        assert_close_rel(g, g_ref, torch.float64, what=f"{model_name} gradient")
