@@ -151,6 +151,9 @@ class RunConfig:
     """A bar on a terminal, a line every tenth of the epochs when stderr is redirected."""
     oversubscribe: bool = False
     """Allow more workers than the CPU cores this process may use (refused otherwise)."""
+    allocator: str = ""
+    """Worker processes' malloc (:mod:`graphscale.allocator`): ``retain`` (glibc keeps freed large blocks for the
+    next epoch, where safe) or ``default`` (malloc as found); empty: ``$GRAPHSCALE_ALLOCATOR``, else ``retain``."""
 
 
 #: Model-specific defaults (the published settings for Cora); applied before user overrides.

@@ -217,6 +217,9 @@ def validate(config: RunConfig) -> None:
     strategy = STRATEGIES.get(config.strategy.name)  # raises with the list of choices
     check_model_config(config.model)
     _check_choice("dtype", config.dtype, DTYPES)
+    from graphscale.allocator import resolve_mode
+
+    resolve_mode(config.allocator)  # --allocator, or $GRAPHSCALE_ALLOCATOR
     _check_choice("feature-norm", config.data.feature_norm, FEATURE_NORMS)
     _check_features(config, strategy)
     reason = config.data.dataset and untrainable_reason(config.data.dataset, features=config.data.features)

@@ -29,6 +29,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from graphscale.nn import buffers
 from graphscale.nn.ops import Topology, _run_rows, _use_numba, topology
 
 _M32 = 0xFFFFFFFF
@@ -151,7 +152,7 @@ def _apply_node_mask(x: Tensor, ids: Tensor, p: float, h_site: int) -> Tensor:
     scale = 1.0 / (1.0 - p)
     h_col = _hash_t((torch.arange(f, device=x.device) ^ _COL_SALT) & _M32)
     if _use_numba(x, ids):
-        out = torch.empty_like(x, memory_format=torch.contiguous_format)
+        out = buffers.empty(x.shape, x.dtype)
         indptr = np.arange(0, n + 1, dtype=np.int64) * max(f, 1)  # balance rows evenly
         _run_rows(_k_node_dropout, indptr, n * f, x.detach().contiguous().numpy(), ids.contiguous().numpy(),
                   h_col.numpy(), h_site, thr, scale, out.numpy())

@@ -374,7 +374,7 @@ class ResGCNPlusLayer(nn.Module):
 
     def pre(self, x: Tensor, ids: Tensor) -> Tensor:
         """Row-wise pre-activation ``drop(relu(LayerNorm(x)))`` keyed by global ids ``ids``."""
-        return self.dropout(F.relu(self.norm(x)), ids)
+        return self.dropout(F.relu(self.norm(x), inplace=True), ids)  # LayerNorm keeps its input, not its output
 
     def aggregate(self, block, x_src: Tensor) -> Tensor:
         """``A_hat pre(x_src)``: ``[S, C]`` -> ``[D, C]``."""

@@ -40,6 +40,14 @@ from graphscale.nn.layers import GATLayer, GCNIILayer, GCNLayer, ResGCNPlusLayer
 from graphscale.registry import MODELS
 
 
+def relu_(out: Tensor) -> Tensor:
+    """ReLU in place on a layer's fresh output (no new ``[N, d]`` tensor; its backward needs only the result,
+    which it keeps); out of place on a view or a leaf that requires grad. Only for tensors the caller made:
+    the layers' outputs here are always new tensors that no autograd node saved (autograd's version check
+    would refuse the backward otherwise)."""
+    return F.relu(out, inplace=out._base is None and not (out.is_leaf and out.requires_grad))
+
+
 class GNN(nn.Module):
     """Base class: ``L`` message-passing layers on blocks plus row-wise input / output maps.
 
@@ -103,8 +111,8 @@ class GNN(nn.Module):
         return self.drops[l](h, ids)
 
     def post(self, l: int, out: Tensor) -> Tensor:
-        """Activation after layer ``l`` (ReLU except after the last layer)."""
-        return out if l == self.num_layers - 1 else F.relu(out)
+        """Activation after layer ``l`` (ReLU, in place, except after the last layer)."""
+        return out if l == self.num_layers - 1 else relu_(out)
 
     # ------------------------------------------------------------ layers
     def _check_step(self, l: int, h: Tensor, h0_dst: Tensor | None, check_h0: bool = True) -> None:
@@ -266,15 +274,15 @@ class GCNII(GNN):
 
     def input_map(self, x: Tensor, ids: Tensor) -> Tensor:
         """``ReLU(Linear(drop(x)))``: ``[N, in]`` -> ``[N, hidden]``."""
-        return F.relu(self.lin_in(self.drop_in(x, ids)))
+        return relu_(self.lin_in(self.drop_in(x, ids)))
 
     def output_map(self, h: Tensor, ids: Tensor) -> Tensor:
         """``Linear(drop(h))``: ``[N, hidden]`` -> ``[N, classes]``."""
         return self.lin_out(self.drop_out(h, ids))
 
     def post(self, l: int, out: Tensor) -> Tensor:
-        """ReLU after every layer (the output map is a separate Linear)."""
-        return F.relu(out)
+        """ReLU (in place) after every layer (the output map is a separate Linear)."""
+        return relu_(out)
 
 
 @MODELS.register("resgcn")
@@ -292,11 +300,11 @@ class ResGCN(GNN):
 
     def input_map(self, x: Tensor, ids: Tensor) -> Tensor:
         """``ReLU(Linear(drop(x)))``: ``[N, in]`` -> ``[N, hidden]``."""
-        return F.relu(self.lin_in(self.drop_in(x, ids)))
+        return relu_(self.lin_in(self.drop_in(x, ids)))
 
     def output_map(self, h: Tensor, ids: Tensor) -> Tensor:
         """``Linear(drop(ReLU(LayerNorm(h))))``: ``[N, hidden]`` -> ``[N, classes]``."""
-        return self.lin_out(self.drop_out(F.relu(self.norm_out(h)), ids))
+        return self.lin_out(self.drop_out(relu_(self.norm_out(h)), ids))
 
     def pre(self, l: int, h: Tensor, ids: Tensor) -> Tensor:
         """Identity: the res+ layer applies LayerNorm, ReLU and its keyed dropout (site ``l``) itself."""

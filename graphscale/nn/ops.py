@@ -19,6 +19,10 @@ value does not depend on the thread count, and a partition block whose rows
 list the same in-edges in the same order (``Block.from_nodes``) reproduces the
 full-graph rows bit for bit.
 
+Output buffers. The CPU kernels take their outputs from :mod:`graphscale.nn.buffers`, which hands a buffer
+out again only when no tensor refers to it any more (so never one autograd saved): a full-graph epoch
+reallocates none of them after the first, and no page is faulted in again.
+
 Topology caching. :func:`topology` returns a :class:`Topology` stored on the
 block object itself (``block.__dict__``) and rebuilt if the block's
 ``indptr``/``indices`` tensors are replaced; it validates the CSR once and
@@ -34,6 +38,8 @@ import numba as nb
 import numpy as np
 import torch
 from torch import Tensor
+
+from graphscale.nn import buffers
 
 #: Below this many scalar multiply-adds a kernel runs in the calling thread only.
 _MIN_PARALLEL_WORK = 1 << 20
@@ -371,7 +377,7 @@ def _spmm_forward(indptr: Tensor, indices: Tensor, eperm: Tensor | None, ew: Ten
     """One scaled CSR product (see :func:`spmm`); ``edge_dst`` is only used off the numba path."""
     n = indptr.numel() - 1
     if _use_numba(x):
-        out = torch.empty(n, x.shape[1], dtype=x.dtype)
+        out = buffers.empty((n, x.shape[1]), x.dtype)
         _run_rows(_k_spmm, indptr.numpy(), (indices.numel() + n) * x.shape[1], indptr.numpy(), indices.numpy(),
                   _np(eperm, torch.int64), _np(ew, x.dtype), _np(cs, x.dtype), _np(rs, x.dtype), _np(ss, x.dtype),
                   x.detach().contiguous().numpy(), out.numpy())
@@ -467,7 +473,7 @@ def _heads_forward(indptr: Tensor, indices: Tensor, eperm: Tensor | None, w: Ten
     n = indptr.numel() - 1
     nh, f = x.shape[1], x.shape[2]
     if _use_numba(x):
-        out = torch.empty(n, nh, f, dtype=x.dtype)
+        out = buffers.empty((n, nh, f), x.dtype)
         _run_rows(_k_spmm_heads, indptr.numpy(), (indices.numel() + n) * nh * f, indptr.numpy(), indices.numpy(),
                   _np(eperm, torch.int64), _np(w, x.dtype), _np(ws, x.dtype).reshape(-1, nh),
                   x.detach().contiguous().numpy(), out.numpy())
@@ -575,8 +581,8 @@ class _SegmentSoftmax(torch.autograd.Function):
         nh = scores.shape[1]
         ss = self_scores if self_scores is not None else scores.new_empty(0, nh)
         if _use_numba(scores):
-            a = torch.empty_like(scores)
-            a_self = torch.empty_like(ss)
+            a = buffers.empty(scores.shape, scores.dtype)
+            a_self = buffers.empty(ss.shape, ss.dtype)
             _run_rows(_k_softmax, topo.indptr.numpy(), 4 * (topo.num_edges + topo.num_dst) * nh,
                       topo.indptr.numpy(), scores.detach().contiguous().numpy(), ss.detach().contiguous().numpy(),
                       a.numpy(), a_self.numpy())
@@ -597,7 +603,7 @@ class _SegmentSoftmax(torch.autograd.Function):
         g = torch.zeros_like(a) if g is None else g.contiguous()
         g_self = torch.zeros_like(a_self) if g_self is None else g_self.contiguous()
         if _use_numba(a):
-            gs, gs_self = torch.empty_like(a), torch.empty_like(a_self)
+            gs, gs_self = buffers.empty(a.shape, a.dtype), buffers.empty(a_self.shape, a_self.dtype)
             _run_rows(_k_softmax_bwd, topo.indptr.numpy(), 2 * (topo.num_edges + topo.num_dst) * a.shape[1],
                       topo.indptr.numpy(), a.numpy(), a_self.numpy(), g.numpy(), g_self.numpy(), gs.numpy(),
                       gs_self.numpy())
