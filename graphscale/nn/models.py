@@ -67,6 +67,9 @@ class GNN(nn.Module):
     """
 
     needs_h0: bool = False
+    #: Fuse step ``l``'s dropout into layer ``l``'s aggregation where the layer can (``fuses_dropout``) and
+    #: :meth:`pre` is the plain keyed dropout: bit-identical, without the dropped ``[S, d_l]`` copy.
+    fuse_dropout: bool = True
     #: The ``[model]`` options it reads besides ``name``, ``hidden``, ``layers`` and ``dropout`` (which every model
     #: reads); giving another is an error naming the models that read it (:func:`graphscale.validation.check_given`).
     options: frozenset[str] = frozenset()
@@ -146,10 +149,22 @@ class GNN(nn.Module):
         self._check_step(l, h_src, h0_dst)
         if h_src.shape[0] != block.num_src:
             raise ValueError(f"step {l}: h_src has {h_src.shape[0]} rows, the block has {block.num_src} sources")
-        z = h_src if pre_applied else self.pre(l, h_src, block.src_ids)
         layer = self.layers[l]
+        keep = None if pre_applied else self._fused_dropout(l, block, h_src)
+        if keep is not None:
+            out = layer(block, h_src, h0_dst, src_dropout=keep) if self.needs_h0 else layer(block, h_src,
+                                                                                           src_dropout=keep)
+            return self.post(l, out)
+        z = h_src if pre_applied else self.pre(l, h_src, block.src_ids)
         out = layer(block, z, h0_dst) if self.needs_h0 else layer(block, z)
         return self.post(l, out)
+
+    def _fused_dropout(self, l: int, block: Block, h_src: Tensor):
+        """Step ``l``'s dropout as a :class:`~graphscale.nn.dropout.RowKeep` for layer ``l`` to fuse, or ``None``
+        (not fusable here, or the dropout is inactive: then :meth:`pre` is applied as usual)."""
+        if not (self.fuse_dropout and getattr(self.layers[l], "fuses_dropout", False) and type(self).pre is GNN.pre):
+            return None
+        return self.drops[l].keep(block.src_ids, h_src.shape[1])
 
     def aggregate(self, l: int, block: Block, h_src: Tensor) -> Tensor:
         """Sparse half of step ``l``: ``layers[l].aggregate(block, pre(l, h_src))``.
@@ -163,6 +178,9 @@ class GNN(nn.Module):
             h_src ``[S, d_l]`` -> ``[D, *]``.
         """
         self._check_step(l, h_src, None, check_h0=False)
+        keep = self._fused_dropout(l, block, h_src)
+        if keep is not None:
+            return self.layers[l].aggregate(block, h_src, src_dropout=keep)
         return self.layers[l].aggregate(block, self.pre(l, h_src, block.src_ids))
 
     def update(self, l: int, x_agg: Tensor, h_dst: Tensor, dst_ids: Tensor, h0_dst: Tensor | None = None) -> Tensor:

@@ -8,6 +8,7 @@ import torch
 from graphscale.config import ModelConfig
 from graphscale.data.block import Block
 from graphscale.nn import buffers, ops
+from graphscale.nn import dropout as gd
 from graphscale.nn.models import build_model
 from graphscale.testing.graphs import random_graph
 
@@ -85,6 +86,22 @@ def test_training_is_bit_identical_with_and_without_reuse(pool, model_name):
         ref_losses, ref_params = _train(g, model_name, 4)
     losses, params = _train(g, model_name, 4)
     assert pool.held_bytes()[0] + pool.held_bytes()[1] > 0  # the pool was used
+    assert losses == ref_losses
+    for p, q in zip(params, ref_params):
+        assert torch.equal(p, q)
+
+
+@pytest.mark.parametrize("model_name", ["gcn", "sage", "gcnii"])
+def test_fused_dropout_training_is_bit_identical_to_unfused(pool, model_name, monkeypatch):
+    g = random_graph(1500, 8.0, num_features=40, num_classes=5, seed=4)
+    monkeypatch.setattr("graphscale.nn.models.GNN.fuse_dropout", False)
+    ref_losses, ref_params = _train(g, model_name, 3, torch.float64)
+    monkeypatch.setattr("graphscale.nn.models.GNN.fuse_dropout", True)
+    fused = []
+    bits = gd.RowKeep.bits
+    monkeypatch.setattr(gd.RowKeep, "bits", lambda self: fused.append(1) or bits(self))
+    losses, params = _train(g, model_name, 3, torch.float64)
+    assert fused  # the fused path ran
     assert losses == ref_losses
     for p, q in zip(params, ref_params):
         assert torch.equal(p, q)
