@@ -169,13 +169,7 @@ def _k_keep_bits(lo, hi, ids, h_col, h_site, thr, bits):  # pragma: no cover - c
         for w in range(bits.shape[1]):
             bits[i, w] = 0
         for j in range(f):  # the same keep decision as _k_node_dropout, packed 8 columns a byte
-            v = h_row ^ h_col[j]
-            v ^= v >> 16
-            v = (v * 0x7FEB352D) & 0xFFFFFFFF
-            v ^= v >> 15
-            v = (v * 0x846CA68B) & 0xFFFFFFFF
-            v ^= v >> 16
-            if v >= thr:
+            if _hash_nb(h_row ^ h_col[j]) >= thr:
                 bits[i, j >> 3] |= np.uint8(1 << (j & 7))
 
 

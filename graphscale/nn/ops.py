@@ -97,47 +97,10 @@ def _k_transpose(indptr, indices, num_cols):  # pragma: no cover - compiled
 
 
 @nb.njit(nogil=True, cache=True)
-def _k_spmm(lo, hi, indptr, indices, eperm, ew, cs, rs, ss, x, out):  # pragma: no cover - compiled
-    """out[r] = rs[r] * sum_e ew[eperm[e]] * cs[c_e] * x[c_e] + ss[r] * x[r] (absent arrays have length 0)."""
-    f = x.shape[1]
-    has_perm = eperm.shape[0] > 0
-    has_ew = ew.shape[0] > 0
-    has_cs = cs.shape[0] > 0
-    has_rs = rs.shape[0] > 0
-    n_self = ss.shape[0]
-    acc = np.empty(f, out.dtype)
-    for r in range(lo, hi):
-        acc[:] = 0
-        for e in range(indptr[r], indptr[r + 1]):
-            c = indices[e]
-            if has_ew or has_cs:
-                if has_ew:
-                    w = ew[eperm[e]] if has_perm else ew[e]
-                    if has_cs:
-                        w = w * cs[c]
-                else:
-                    w = cs[c]
-                for j in range(f):
-                    acc[j] += w * x[c, j]
-            else:
-                for j in range(f):
-                    acc[j] += x[c, j]
-        if has_rs:
-            s = rs[r]
-            for j in range(f):
-                acc[j] *= s
-        if r < n_self:
-            s = ss[r]
-            for j in range(f):
-                acc[j] += s * x[r, j]
-        for j in range(f):
-            out[r, j] = acc[j]
-
-
-@nb.njit(nogil=True, cache=True)
-def _k_spmm_keep(lo, hi, indptr, indices, eperm, ew, cs, rs, ss, x, in_bits, out_bits, scale,
-                 out):  # pragma: no cover - compiled
-    """:func:`_k_spmm` with a dropout applied as it reads or writes, from packed keep bits (8 columns a byte).
+def _k_spmm(lo, hi, indptr, indices, eperm, ew, cs, rs, ss, x, in_bits, out_bits, scale,
+            out):  # pragma: no cover - compiled
+    """out[r] = rs[r] * sum_e ew[eperm[e]] * cs[c_e] * x[c_e] + ss[r] * x[r] (absent arrays have length 0),
+    optionally with a dropout applied as it reads or writes, from packed keep bits (8 columns a byte).
 
     ``in_bits`` (``[S, ceil(F/8)]`` or empty): every read ``x[c, j]`` becomes ``x[c, j] * m`` with ``m`` =
     ``scale`` (in x's dtype) where bit ``(c, j)`` is set, else 0: exactly the dropped copy ``keyed_dropout``
@@ -455,21 +418,16 @@ def _spmm_forward(indptr: Tensor, indices: Tensor, eperm: Tensor | None, ew: Ten
     """One scaled CSR product (see :func:`spmm`); ``edge_dst`` is only used off the numba path.
 
     ``in_bits`` / ``out_bits``: packed keep bits of a dropout (scale ``scale``) applied to the input rows as they
-    are read / to the output rows as they are written (:func:`_k_spmm_keep`).
+    are read / to the output rows as they are written (:func:`_k_spmm`).
     """
     n = indptr.numel() - 1
     if _use_numba(x):
         out = buffers.empty((n, x.shape[1]), x.dtype)
-        common = (_np(eperm, torch.int64), _np(ew, x.dtype), _np(cs, x.dtype), _np(rs, x.dtype), _np(ss, x.dtype),
-                  x.detach().contiguous().numpy())
-        if in_bits is None and out_bits is None:
-            _run_rows(_k_spmm, indptr.numpy(), (indices.numel() + n) * x.shape[1], indptr.numpy(), indices.numpy(),
-                      *common, out.numpy())
-        else:
-            no_bits = np.empty((0, 1), np.uint8)
-            _run_rows(_k_spmm_keep, indptr.numpy(), (indices.numel() + n) * x.shape[1], indptr.numpy(),
-                      indices.numpy(), *common, no_bits if in_bits is None else in_bits.contiguous().numpy(),
-                      no_bits if out_bits is None else out_bits.contiguous().numpy(), float(scale), out.numpy())
+        no_bits = np.empty((0, 1), np.uint8)
+        _run_rows(_k_spmm, indptr.numpy(), (indices.numel() + n) * x.shape[1], indptr.numpy(), indices.numpy(),
+                  _np(eperm, torch.int64), _np(ew, x.dtype), _np(cs, x.dtype), _np(rs, x.dtype), _np(ss, x.dtype),
+                  x.detach().contiguous().numpy(), no_bits if in_bits is None else in_bits.contiguous().numpy(),
+                  no_bits if out_bits is None else out_bits.contiguous().numpy(), float(scale), out.numpy())
         return out
     x = x.detach()
     if in_bits is not None:  # the dropped copy keyed_dropout makes off the numba path
