@@ -24,9 +24,12 @@ it (``/proc/self/maps``), the settings this module applied, and optionally a pro
 MiB and counts the minor page faults of touching it again (:func:`probe_refaults`: about 16,000 when freed memory
 went back to the kernel, about 0 when it was retained).
 
-Cost. Retained memory stays resident after it is freed (the process's RSS does not shrink between epochs), and a
-heap can fragment where mmap'd blocks cannot, which can raise the peak; ``graphscale bench peers --allocator``
-shows both time and peak memory for every mode.
+Cost, and why ``retain`` is not the default. Retained memory stays resident after it is freed, and a heap
+fragments where mmap'd blocks cannot, which raises the peak: measured with ``bench peers`` (200k-vertex SBM, hidden
+128) graphscale's peak grew from 449 to 651 MiB (PyG-CSR's from 822 to 1103 MiB), and a graph-parallel worker's
+anonymous peak exceeded 1.2x its designed figure. Since graphscale's kernels already reuse their own output buffers
+(:mod:`graphscale.nn.buffers`), ``retain`` only saves the page faults of the few tensors torch allocates (0.13 s
+of 1.45 s CPU per epoch there), so it is opt-in: for runs that trade memory for the last of that system time.
 
 The launcher applies the run's mode in every spawned worker and, for a one-worker run, in the calling process
 for the duration of the run (:func:`applied`: glibc's default thresholds are restored afterwards and the retained
@@ -47,7 +50,7 @@ from contextlib import contextmanager
 MODES = ("retain", "default")
 #: Modes ``bench peers --allocator`` offers (each applied to every measured process alike).
 BENCH_MODES = ("default", "retain", "tcmalloc", "jemalloc")
-#: Environment variable that sets a run's mode when ``--allocator`` is not given (``retain`` when unset).
+#: Environment variable that sets a run's mode when ``--allocator`` is not given (``default`` when unset).
 ENV_VAR = "GRAPHSCALE_ALLOCATOR"
 #: ``M_MMAP_THRESHOLD`` and ``M_TRIM_THRESHOLD`` of the retaining configuration (mallopt takes an ``int``).
 RETAIN_BYTES = 2**31 - 1
@@ -67,17 +70,17 @@ _applied: dict | None = None  # the settings this process applied, or why not (N
 _mode: str | None = None  # the mode configure was last asked for
 
 
-class AllocatorUnavailable(RuntimeError):
+class AllocatorUnavailable(ValueError):
     """The asked-for allocator cannot be used here (library not installed, or not loaded in this process)."""
 
 
 def resolve_mode(mode: str | None) -> str:
-    """A run's mode: ``mode`` when given (non-empty), else :envvar:`GRAPHSCALE_ALLOCATOR`, else ``retain``.
+    """A run's mode: ``mode`` when given (non-empty), else :envvar:`GRAPHSCALE_ALLOCATOR`, else ``default``.
 
     Raises:
         ValueError: not one of :data:`MODES`.
     """
-    value = mode or os.environ.get(ENV_VAR, "") or "retain"
+    value = mode or os.environ.get(ENV_VAR, "") or "default"
     if value not in MODES:
         where = "--allocator" if mode else f"${ENV_VAR}"
         raise ValueError(f"{where}: unknown allocator mode {value!r}; choose from {', '.join(MODES)} "
@@ -184,6 +187,18 @@ def restore() -> None:
         _mallopt(_M_TRIM_THRESHOLD, _GLIBC_DEFAULT_BYTES)
         ctypes.CDLL(None).malloc_trim(ctypes.c_size_t(0))
     _applied = _mode = None
+
+
+def trim() -> bool:
+    """Give the free memory this process's malloc keeps back to the OS now (glibc's ``malloc_trim(0)``: the free
+    top of every heap and the free pages inside them); ``False`` where the malloc is not glibc's.
+
+    A worker calls it between loading its data and its first epoch, so that loading's temporaries are not held
+    through training by the retaining configuration."""
+    if loaded_library() != "glibc":
+        return False
+    ctypes.CDLL(None).malloc_trim(ctypes.c_size_t(0))
+    return True
 
 
 @contextmanager

@@ -197,10 +197,10 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
                         "--oversubscribe")
     p.add_argument("--oversubscribe", action="store_const", const=True,
                    help="allow more workers than the CPU cores this process may use")
-    p.add_argument("--allocator", choices=["retain", "default"],
-                   help="workers' malloc: retain (glibc keeps freed large blocks for the next epoch: no page faults "
-                        "each epoch; skipped where another malloc is preloaded or MALLOC_* / GLIBC_TUNABLES are "
-                        "set) or default (malloc as found); without it: $GRAPHSCALE_ALLOCATOR, else retain")
+    p.add_argument("--allocator", choices=["default", "retain"],
+                   help="workers' malloc: default (as found) or retain (glibc keeps freed large blocks for the next "
+                        "epoch: fewer page faults, higher peak memory; skipped where another malloc is preloaded or "
+                        "MALLOC_* / GLIBC_TUNABLES are set); without it: $GRAPHSCALE_ALLOCATOR, else default")
     p.add_argument("--partitioner", metavar="NAME[:key=value,...]",
                    help="vertex partitioner of the partitioned strategies, with its options (e.g. metis:ufactor=10)")
     from graphscale.partition.metis import BALANCE_CHOICES

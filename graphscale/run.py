@@ -51,6 +51,8 @@ def train_worker(env: DistEnv, config: RunConfig, data: DataHandle, parent_basel
     model = model.to(env.device)
     strategy = STRATEGIES.get(config.strategy.name)()
     strategy.setup(data, model, env, config)
+    if allocator.state()["retaining"]:
+        allocator.trim()  # setup's temporaries go back to the OS instead of staying resident through training
     try:
         result = Trainer(strategy, env, config, memory_baseline=baseline).fit()
     finally:

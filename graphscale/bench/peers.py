@@ -27,7 +27,7 @@ Allocator (``--allocator``, :mod:`graphscale.allocator`): every process of a run
 gets the same malloc, so the ratios compare the systems and not their
 allocators: ``default`` (malloc as installed, nothing applied: what a PyG user,
 or graphscale's model used directly, gets), ``retain`` (glibc's retaining
-configuration, which ``graphscale train`` applies to its workers by default),
+configuration, which ``graphscale train --allocator retain`` applies to its workers),
 ``tcmalloc`` / ``jemalloc`` (preloaded into each process; a library that is not
 installed is an error naming its Debian package). Each process reports the malloc
 it really ran (the library mapped into it, read from ``/proc/self/maps``, and

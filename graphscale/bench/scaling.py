@@ -8,7 +8,7 @@ strategy on ``W`` workers with one thread each (the same cores), after one warm-
   epoch: the work done, which a busy machine inflates far less than wall time; ``sys s/epoch`` is its system part
   (page faults of fresh memory show here);
 * ``malloc``: the malloc every worker really ran (read back from each: :func:`graphscale.allocator.state`), set by
-  ``--allocator`` as ``graphscale train`` sets it (default: ``$GRAPHSCALE_ALLOCATOR``, else ``retain``);
+  ``--allocator`` as ``graphscale train`` sets it (default: ``$GRAPHSCALE_ALLOCATOR``, else ``default``);
 * ``vs single``: that time over ``single``'s with ``W`` threads (issue 10's target for ``graph-parallel`` at
   ``W = 2``: at most 1.25);
 * ``efficiency``: parallel efficiency ``T_single(1 thread) / (W * T)`` (1.0 = perfect scaling);
@@ -63,7 +63,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="graph-parallel with its halo exchange overlapped, without, or both (default both)")
     parser.add_argument("--allocator", choices=["retain", "default"], default=None,
                         help="every worker's malloc, as train --allocator (default: $GRAPHSCALE_ALLOCATOR, else "
-                             "retain)")
+                             "default)")
     parser.add_argument("--json", default=None, metavar="PATH", help="also write the rows and timings as JSON")
 
 

@@ -194,7 +194,7 @@ def join_torchrun(backend: str | None = None, device: str | torch.device = "auto
         device: ``"auto"``, ``"cpu"`` or ``"cuda"``.
         timeout_s: collective timeout.
         allocator_mode: malloc configuration applied to this process (:func:`graphscale.allocator.resolve_mode`:
-            ``None`` = ``$GRAPHSCALE_ALLOCATOR``, else ``retain``).
+            ``None`` = ``$GRAPHSCALE_ALLOCATOR``, else ``default``).
 
     Returns:
         This process's DistEnv with a fresh Ledger.
@@ -234,7 +234,7 @@ def launch(fn: Callable[..., Any], world_size: int, *args: Any, backend: str | N
         device: ``"auto"``, ``"cpu"`` or ``"cuda"``.
         timeout_s: collective timeout in seconds.
         allocator_mode: the malloc configuration every worker runs with (:mod:`graphscale.allocator`; ``None`` =
-            ``$GRAPHSCALE_ALLOCATOR``, else ``retain``): applied first thing in each spawned worker, for the
+            ``$GRAPHSCALE_ALLOCATOR``, else ``default``): applied first thing in each spawned worker, for the
             process's lifetime under torchrun, and around ``fn`` (then undone) when it runs in this process.
 
     Returns:

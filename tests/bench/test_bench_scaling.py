@@ -20,7 +20,7 @@ def test_shares_split_communication_from_waiting():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("allocator", [None, "default"])
+@pytest.mark.parametrize("allocator", [None, "retain"])
 def test_bench_scaling_prints_single_and_both_graph_parallel_modes(tmp_path, capsys, allocator):
     out = tmp_path / "scaling.json"
     extra = ["--allocator", allocator] if allocator else []
@@ -32,8 +32,8 @@ def test_bench_scaling_prints_single_and_both_graph_parallel_modes(tmp_path, cap
         assert word in printed
     report = json.loads(out.read_text())
     for run in report["runs"]:  # every worker, in-process (single) or spawned, ran the asked-for malloc
-        assert all(r["allocator"]["mode"] == (allocator or "retain") for r in run["results"])
-    if allocator is None and all(r["allocator"]["library"] == "glibc" for run in report["runs"]
+        assert all(r["allocator"]["mode"] == (allocator or "default") for r in run["results"])
+    if allocator == "retain" and all(r["allocator"]["library"] == "glibc" for run in report["runs"]
                                  for r in run["results"]):
         assert {row["malloc"] for row in report["rows"]} == {"glibc retaining"}
     labels = [(r["strategy"], r["W"]) for r in report["rows"]]

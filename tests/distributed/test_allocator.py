@@ -25,7 +25,8 @@ def _no_user_tuning(monkeypatch):
 
 
 @pytest.mark.skipif(allocator.loaded_library() != "glibc", reason="the retaining configuration is glibc's")
-def test_spawned_workers_retain_by_default():
+def test_spawned_workers_run_retain_when_asked(monkeypatch):
+    monkeypatch.setenv(allocator.ENV_VAR, "retain")
     reports = launch(_report, 2, device="cpu", timeout_s=60)
     assert [r["rank"] for r in reports] == [0, 1]
     assert len({r["pid"] for r in reports} | {os.getpid()}) == 3  # really two other processes
@@ -36,19 +37,19 @@ def test_spawned_workers_retain_by_default():
 
 
 @pytest.mark.skipif(allocator.loaded_library() != "glibc", reason="glibc's default behaviour is probed")
-def test_switched_off_by_option_and_by_environment(monkeypatch):
-    for r in launch(_report, 2, device="cpu", timeout_s=60, allocator_mode="default"):
+def test_default_and_option_over_environment(monkeypatch):
+    for r in launch(_report, 2, device="cpu", timeout_s=60):
         assert r["mode"] == "default" and not r["retaining"] and r["settings"] == {}
         assert r["refaults"] >= PAGES_64MIB * 0.9  # glibc munmapped it: every page is faulted in again
-    monkeypatch.setenv(allocator.ENV_VAR, "default")
-    for r in launch(_report, 2, device="cpu", timeout_s=60):
+    monkeypatch.setenv(allocator.ENV_VAR, "retain")
+    for r in launch(_report, 2, device="cpu", timeout_s=60, allocator_mode="default"):
         assert r["mode"] == "default" and r["refaults"] >= PAGES_64MIB * 0.9
 
 
 @pytest.mark.skipif(allocator.loaded_library() != "glibc", reason="the retaining configuration is glibc's")
 def test_in_process_run_applies_then_restores():
     assert allocator.state()["mode"] is None
-    (r,) = launch(_report, 1, device="cpu")
+    (r,) = launch(_report, 1, device="cpu", allocator_mode="retain")
     assert r["pid"] == os.getpid() and r["mode"] == "retain" and r["retaining"] and r["refaults"] < PAGES_64MIB // 16
     after = allocator.state()
     assert after["mode"] is None and not after["retaining"]
@@ -58,7 +59,7 @@ def test_in_process_run_applies_then_restores():
 @pytest.mark.skipif(allocator.loaded_library() != "glibc", reason="glibc tuning is what the user set")
 def test_user_malloc_settings_win(monkeypatch):
     monkeypatch.setenv("MALLOC_ARENA_MAX", "2")  # read by glibc in the spawned worker; ours must not override
-    for r in launch(_report, 2, device="cpu", timeout_s=60):
+    for r in launch(_report, 2, device="cpu", timeout_s=60, allocator_mode="retain"):
         assert not r["retaining"] and "MALLOC_ARENA_MAX" in r["settings"]["not_applied"]
 
 
@@ -80,7 +81,7 @@ def test_unknown_mode_and_missing_library_errors(monkeypatch):
             assert allocator.child_environment(name)["LD_PRELOAD"].startswith(path)
 
 
-@pytest.mark.parametrize("given, expected", [({}, "retain"), ({"allocator": "default"}, "default")])
+@pytest.mark.parametrize("given, expected", [({}, "default"), ({"allocator": "retain"}, "retain")])
 def test_run_report_records_each_workers_allocator(given, expected):
     from graphscale.config import build_config
     from graphscale.run import run
