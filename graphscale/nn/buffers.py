@@ -12,7 +12,8 @@ no autograd history). So a reused buffer never aliases a live tensor, and result
 without the pool (tested): a kernel writes every element of its output.
 
 Bounds. Only buffers of at least :data:`MIN_BYTES` are pooled (smaller ones come from malloc's heap without page
-faults). Buffers are matched by byte size, so shapes that vary between calls (mini-batches) miss: on a miss, idle
+faults). A request takes the smallest free buffer of its byte size up to :data:`FIT` times it (a view of its
+first bytes), so shapes that vary a lot between calls (mini-batches) miss: on a miss, idle
 buffers that no call has taken for :data:`IDLE_CALLS` calls are dropped, and at most :data:`MAX_IDLE` idle ones
 are kept, so memory held idle stays bounded where nothing recurs, while a full-graph epoch, whose sizes recur
 every epoch, reallocates nothing after the first.
@@ -34,6 +35,9 @@ from torch import Tensor
 
 #: Buffers smaller than this are not pooled.
 MIN_BYTES = 1 << 20
+#: A free buffer serves a request of at least ``1 / FIT`` of its size (a partition's inner-row and inner-plus-halo
+#: outputs share buffers instead of each keeping its own).
+FIT = 1.25
 #: On a miss, an idle buffer not handed out for this many calls is dropped.
 IDLE_CALLS = 64
 #: On a miss, at most this many idle buffers are kept (the most recently used).
@@ -61,11 +65,11 @@ def empty(shape: tuple[int, ...] | list[int], dtype: torch.dtype) -> Tensor:
         return torch.empty(shape, dtype=dtype)
     with _lock:
         _calls += 1
-        for entry in _entries:
-            if entry[1] == nbytes and _use_count(entry[0]) == 1:
-                entry[2] = _calls
-                storage = entry[0]
-                break
+        fits = [e for e in _entries if nbytes <= e[1] <= nbytes * FIT and _use_count(e[0]) == 1]
+        if fits:
+            entry = min(fits, key=lambda e: e[1])  # the best fit: an exact size first
+            entry[2] = _calls
+            storage = entry[0]
         else:
             _evict()
             storage = torch.empty(nbytes, dtype=torch.uint8).untyped_storage()
