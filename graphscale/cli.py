@@ -66,7 +66,7 @@ TRAIN_OPTIONS = {
     "seed": (None, "seed"), "dtype": (None, "dtype"), "device": (None, "device"), "backend": (None, "backend"), "json": (None, "json"),
     "tensorboard": (None, "tensorboard"),
     "checkpoint": (None, "checkpoint"), "resume": (None, "resume"), "progress": (None, "progress"),
-    "oversubscribe": (None, "oversubscribe"),
+    "oversubscribe": (None, "oversubscribe"), "allocator": (None, "allocator"),
 }
 
 #: option (argparse dest) -> the registry whose names it takes (listed in --help, so a new entry shows by itself)
@@ -209,6 +209,10 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
                         "--oversubscribe")
     p.add_argument("--oversubscribe", action="store_const", const=True,
                    help="allow more workers than the CPU cores this process may use")
+    p.add_argument("--allocator", choices=["default", "retain"],
+                   help="workers' malloc: default (as found) or retain (glibc keeps freed large blocks for the next "
+                        "epoch: fewer page faults, higher peak memory; skipped where another malloc is preloaded or "
+                        "MALLOC_* / GLIBC_TUNABLES are set); without it: $GRAPHSCALE_ALLOCATOR, else default")
     p.add_argument("--partitioner", metavar="NAME[:key=value,...]",
                    help="vertex partitioner of the partitioned strategies, with its options (e.g. metis:ufactor=10)")
     from graphscale.config import BALANCE_CHOICES

@@ -187,6 +187,10 @@ class RunConfig:
     """A bar on a terminal, a line every tenth of the epochs when stderr is redirected."""
     oversubscribe: bool = False
     """Allow more workers than the CPU cores this process may use (refused otherwise)."""
+    allocator: str = ""
+    """Worker processes' malloc (:mod:`graphscale.allocator`): ``default`` (malloc as found) or ``retain`` (glibc
+    keeps freed large blocks for the next epoch, where safe: fewer page faults, higher peak memory); empty:
+    ``$GRAPHSCALE_ALLOCATOR``, else ``default``."""
 
 
 #: Model-specific defaults (the published settings for Cora); applied before user overrides.

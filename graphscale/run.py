@@ -17,7 +17,7 @@ import time
 
 import torch
 
-from graphscale import __version__
+from graphscale import __version__, allocator
 from graphscale.checkpoint import check_resume, read_checkpoint
 from graphscale.config import RunConfig, to_dict
 from graphscale.data.formats import write_json_atomic
@@ -51,11 +51,14 @@ def train_worker(env: DistEnv, config: RunConfig, data: DataHandle, parent_basel
     model = model.to(env.device)
     strategy = STRATEGIES.get(config.strategy.name)()
     strategy.setup(data, model, env, config)
+    if allocator.state()["retaining"]:
+        allocator.trim()  # setup's temporaries go back to the OS instead of staying resident through training
     try:
         result = Trainer(strategy, env, config, memory_baseline=baseline).fit()
     finally:
         strategy.teardown()
     result["graph"] = dict(data.summary)
+    result["allocator"] = allocator.state()  # what this worker's process really ran (library, settings)
     return result
 
 
@@ -117,7 +120,7 @@ def run(config: RunConfig) -> dict:
         check_resume(config, saved, data.summary)  # the resolved dataset and the graph's counts
         del saved
     results = launch(train_worker, config.strategy.workers, config, data, baseline, device=device,
-                     backend=backend, timeout_s=config.strategy.timeout)
+                     backend=backend, timeout_s=config.strategy.timeout, allocator_mode=config.allocator or None)
     results.sort(key=lambda r: r["rank"])
     epochs = merge_histories(results)
     best = results[0]["best"]
@@ -126,6 +129,7 @@ def run(config: RunConfig) -> dict:
     report = {
         "config": to_dict(config), "environment": environment(), "graph": results[0]["graph"],
         "model_form": model_form(config),
+        "allocator_per_worker": [r["allocator"] for r in results],
         "metric": metric_name(bool(results[0]["graph"].get("multilabel"))),
         "epochs": epochs,
         "final": {"best_epoch": best["epoch"], "val_acc": best["val_acc"], "test_acc": best["test_acc"],

@@ -247,6 +247,9 @@ def validate(config: RunConfig) -> None:
     _check_choice("backend", config.backend, ("auto", "gloo", "nccl"))
     if config.backend == "nccl" and config.device == "cpu":
         raise ValueError("--backend nccl needs --device cuda (or auto on a machine with GPUs); CPU workers use gloo")
+    from graphscale.allocator import resolve_mode
+
+    resolve_mode(config.allocator)  # --allocator, or $GRAPHSCALE_ALLOCATOR
     _check_choice("feature-norm", config.data.feature_norm, FEATURE_NORMS)
     _check_features(config, strategy)
     reason = config.data.dataset and untrainable_reason(config.data.dataset, features=config.data.features)

@@ -18,7 +18,20 @@ full-graph training), so their normalisation runs once, in the warm-up epoch.
 
 Time: seconds per epoch, the median of ``--repeats`` epochs after
 ``--warmup`` warm-up epochs (which absorb numba compilation or cache loading,
-PyG's normalisation and allocator warm-up).
+PyG's normalisation and allocator warm-up); next to it the process's CPU time
+per epoch split into user and system time (``getrusage``: all threads) and its
+minor page faults per epoch, so the cost of the kernel handing out fresh pages
+(system time) is visible.
+
+Allocator (``--allocator``, :mod:`graphscale.allocator`): every process of a run
+gets the same malloc, so the ratios compare the systems and not their
+allocators: ``default`` (malloc as installed, nothing applied: what a PyG user,
+or graphscale's model used directly, gets), ``retain`` (glibc's retaining
+configuration, which ``graphscale train --allocator retain`` applies to its workers),
+``tcmalloc`` / ``jemalloc`` (preloaded into each process; a library that is not
+installed is an error naming its Debian package). Each process reports the malloc
+it really ran (the library mapped into it, read from ``/proc/self/maps``, and
+whether it retained freed memory): the ``malloc`` column.
 
 Peak memory: every system runs in a fresh process (``multiprocessing`` spawn)
 that imports its libraries and runs one epoch on a toy graph (so code, numba's
@@ -49,6 +62,7 @@ from pathlib import Path
 
 import torch
 
+from graphscale import allocator
 from graphscale.metrics.memory import reset_peak_rss
 
 SYSTEMS = ("graphscale", "pyg-edge_index", "pyg-csr")
@@ -69,6 +83,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="torch (and kernel) threads in each system's process; 0 = torch's default")
     parser.add_argument("--systems", default=",".join(SYSTEMS),
                         help=f"comma-separated subset of {', '.join(SYSTEMS)} (default all)")
+    parser.add_argument("--allocator", choices=allocator.BENCH_MODES, default="default",
+                        help="malloc of every measured process (default: as installed); retain = graphscale "
+                             "train's worker configuration; tcmalloc / jemalloc are preloaded")
     parser.add_argument("--plot", default=None, metavar="PATH",
                         help="also write a bar plot (PNG/PDF) of time and peak memory relative to graphscale")
 
@@ -173,10 +190,12 @@ def _make_epoch(system: str, data: dict, hidden: int, dropout: float):
     return _pyg_epoch(data, hidden, dropout, system.split("-", 1)[1])
 
 
-def _child(system: str, path: str, hidden: int, dropout: float, warmup: int, repeats: int, threads: int) -> dict:
+def _child(system: str, path: str, hidden: int, dropout: float, warmup: int, repeats: int, threads: int,
+           mode: str = "default") -> dict:
     """Body of one measurement process (module level so that spawn can import it)."""
     import warnings
 
+    malloc = allocator.configure(mode)  # first: the system's allocations all see it (preloads are checked)
     warnings.filterwarnings("ignore", message=".*[Ss]parse.*")
     if threads > 0:
         torch.set_num_threads(threads)
@@ -189,18 +208,31 @@ def _child(system: str, path: str, hidden: int, dropout: float, warmup: int, rep
     baseline = _rss_bytes()
     exact_reset = reset_peak_rss()
     epoch = _make_epoch(system, data, hidden, dropout)
-    times, loss = [], float("nan")
+    times, user, system_s, faults, loss = [], [], [], [], float("nan")
     for i in range(warmup + repeats):
+        before = resource.getrusage(resource.RUSAGE_SELF)
         start = time.perf_counter()
         loss = epoch(i)
         if i >= warmup:
             times.append(time.perf_counter() - start)
-    return {"times": times, "peak": max(0, _peak_bytes() - baseline), "loss": loss, "exact_reset": exact_reset,
-            "threads": torch.get_num_threads()}
+            after = resource.getrusage(resource.RUSAGE_SELF)
+            user.append(after.ru_utime - before.ru_utime)
+            system_s.append(after.ru_stime - before.ru_stime)
+            faults.append(after.ru_minflt - before.ru_minflt)
+    return {"times": times, "user": user, "system": system_s, "faults": faults,
+            "peak": max(0, _peak_bytes() - baseline), "loss": loss, "exact_reset": exact_reset,
+            "threads": torch.get_num_threads(), "malloc": {**malloc, **allocator.state()}}
+
+
+def malloc_label(info: dict) -> str:
+    """``glibc``, ``glibc retaining``, ``tcmalloc``: the malloc a process reported it ran."""
+    if info["library"] != "glibc":
+        return info["library"]
+    return "glibc retaining" if info["retaining"] else "glibc"
 
 
 def measure(graph, hidden: int = 128, dropout: float = 0.5, repeats: int = 3, warmup: int = 1,
-            systems: tuple[str, ...] = SYSTEMS, threads: int = 0) -> list[dict]:
+            systems: tuple[str, ...] = SYSTEMS, threads: int = 0, mode: str = "default") -> list[dict]:
     """Time one GCN training epoch and its peak memory for each system, each in a fresh process.
 
     Args:
@@ -211,10 +243,15 @@ def measure(graph, hidden: int = 128, dropout: float = 0.5, repeats: int = 3, wa
         warmup: untimed epochs first.
         systems: which of :data:`SYSTEMS` to run; ``graphscale`` is the reference of the ratios.
         threads: threads per process (0 = torch's default).
+        mode: the allocator of every process (:data:`graphscale.allocator.BENCH_MODES`).
 
     Returns:
-        One row per system: ``system``, ``s/epoch``, ``min s/epoch``, ``speedup of graphscale``,
-        ``peak MiB``, ``memory graphscale/system``, ``final loss``.
+        One row per system: ``system``, ``malloc`` (what the process ran), ``s/epoch``, ``min s/epoch``,
+        ``user s/epoch``, ``sys s/epoch``, ``faults/epoch``, ``speedup of graphscale``, ``peak MiB``,
+        ``memory graphscale/system``, ``final loss``.
+
+    Raises:
+        graphscale.allocator.AllocatorUnavailable: ``mode`` needs a library that is not installed.
     """
     if repeats < 1 or warmup < 0:
         raise ValueError(f"--repeats must be >= 1 and --warmup >= 0, got {repeats} and {warmup}")
@@ -223,6 +260,7 @@ def measure(graph, hidden: int = 128, dropout: float = 0.5, repeats: int = 3, wa
         raise ValueError(f"--systems: unknown {unknown or 'empty list'}; choose from {', '.join(SYSTEMS)}")
     if graph.x is None or graph.y is None:
         raise ValueError(f"dataset {graph.name!r} needs features and labels for the GCN benchmark")
+    child_env = allocator.child_environment(mode)  # before any work: a missing library is the first error
     train = graph.train_mask if graph.train_mask is not None else torch.ones(graph.num_nodes, dtype=torch.bool)
     data = {"indptr": graph.indptr, "indices": graph.indices, "x": graph.x.float().contiguous(),
             "y": graph.y.clamp_min(0), "train": train, "classes": max(graph.num_classes, 2)}
@@ -234,13 +272,16 @@ def measure(graph, hidden: int = 128, dropout: float = 0.5, repeats: int = 3, wa
         del data
         ctx = mp.get_context("spawn")
         for system in systems:
-            with ctx.Pool(1) as pool:
-                results[system] = pool.apply(_child, (system, path, hidden, dropout, warmup, repeats, threads))
+            with allocator.environment(child_env), ctx.Pool(1) as pool:
+                results[system] = pool.apply(_child, (system, path, hidden, dropout, warmup, repeats, threads,
+                                                      mode))
     ref = results.get("graphscale")
     rows = []
     for system, res in results.items():
         sec = statistics.median(res["times"])
-        row = {"system": system, "s/epoch": sec, "min s/epoch": min(res["times"]),
+        row = {"system": system, "malloc": malloc_label(res["malloc"]), "s/epoch": sec,
+               "min s/epoch": min(res["times"]), "user s/epoch": statistics.median(res["user"]),
+               "sys s/epoch": statistics.median(res["system"]), "faults/epoch": int(statistics.median(res["faults"])),
                "peak MiB": res["peak"] / 2**20, "final loss": res["loss"]}
         if ref is not None:
             row["speedup of graphscale"] = sec / statistics.median(ref["times"])
@@ -262,12 +303,15 @@ def run(args: argparse.Namespace) -> list[dict]:
         raise ValueError(f"--dropout must lie in [0, 1), got {args.dropout}")
     systems = tuple(s.strip() for s in args.systems.split(",") if s.strip())
     graph = load_dataset(args.dataset)
-    rows = measure(graph, args.hidden, args.dropout, args.repeats, args.warmup, systems, args.threads)
-    title = (f"2-layer GCN epoch (forward + backward + Adam), hidden {args.hidden}, dropout {args.dropout}, on "
+    rows = measure(graph, args.hidden, args.dropout, args.repeats, args.warmup, systems, args.threads,
+                   args.allocator)
+    title = (f"2-layer GCN epoch (forward + backward + Adam), allocator {args.allocator}, hidden {args.hidden}, "
+             f"dropout {args.dropout}, on "
              f"{graph.name} ({graph.num_nodes:,} nodes, {graph.num_edges:,} edges, {graph.num_features} features); "
              f"median of {args.repeats} after {args.warmup} warm-up")
-    columns = ["system", "s/epoch", "min s/epoch", "speedup of graphscale", "peak MiB", "memory graphscale/system",
-               "final loss", "threads", "exact peak reset"]
+    columns = ["system", "malloc", "s/epoch", "min s/epoch", "user s/epoch", "sys s/epoch", "faults/epoch",
+               "speedup of graphscale", "peak MiB", "memory graphscale/system", "final loss", "threads",
+               "exact peak reset"]
     print(format_table(rows, [c for c in columns if c in rows[0]], title=title))
     by_name = {r["system"]: r for r in rows}
     if "graphscale" in by_name:

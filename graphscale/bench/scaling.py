@@ -5,7 +5,10 @@ strategy on ``W`` workers with one thread each (the same cores), after one warm-
 
 * ``s/epoch``: the median over the timed epochs of the slowest worker's training epoch;
 * ``cpu s/epoch``: the median of the CPU time all workers (all their threads, the backend's included) spent in an
-  epoch: the work done, which a busy machine inflates far less than wall time;
+  epoch: the work done, which a busy machine inflates far less than wall time; ``sys s/epoch`` is its system part
+  (page faults of fresh memory show here);
+* ``malloc``: the malloc every worker really ran (read back from each: :func:`graphscale.allocator.state`), set by
+  ``--allocator`` as ``graphscale train`` sets it (default: ``$GRAPHSCALE_ALLOCATOR``, else ``default``);
 * ``vs single``: that time over ``single``'s with ``W`` threads (issue 10's target for ``graph-parallel`` at
   ``W = 2``: at most 1.25);
 * ``efficiency``: parallel efficiency ``T_single(1 thread) / (W * T)`` (1.0 = perfect scaling);
@@ -28,6 +31,7 @@ Example (the issue's graphs; the default is smaller)::
 from __future__ import annotations
 
 import argparse
+import resource
 import statistics
 import time
 
@@ -57,6 +61,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="mini-batch strategies' fanouts (default 10,10)")
     parser.add_argument("--overlap", choices=["both", "on", "off"], default="both",
                         help="graph-parallel with its halo exchange overlapped, without, or both (default both)")
+    parser.add_argument("--allocator", choices=["retain", "default"], default=None,
+                        help="every worker's malloc, as train --allocator (default: $GRAPHSCALE_ALLOCATOR, else "
+                             "default)")
     parser.add_argument("--json", default=None, metavar="PATH", help="also write the rows and timings as JSON")
 
 
@@ -81,17 +88,21 @@ def bench_worker(env, config, data, threads: int, variants: list[bool], epochs: 
             strategy.setup(data, model, env, config)
             strategies.append(strategy)
         env.comm_log = []
-        out = [{"seconds": [], "cpu_seconds": [], "comm": []} for _ in strategies]
+        out = [{"seconds": [], "cpu_seconds": [], "sys_seconds": [], "comm": []} for _ in strategies]
         for epoch in range(epochs + 1):
             for strategy, record in zip(strategies, out):
                 env.comm_log.clear()
                 cpu = time.process_time()
+                sys_time = resource.getrusage(resource.RUSAGE_SELF).ru_stime
                 stats = strategy.train_epoch(epoch)
                 if epoch > 0:
                     record["seconds"].append(stats.seconds)
                     record["cpu_seconds"].append(time.process_time() - cpu)
+                    record["sys_seconds"].append(resource.getrusage(resource.RUSAGE_SELF).ru_stime - sys_time)
                     record["comm"].append([d for _, _, d in env.comm_log])
-        return {"rank": env.rank, "variants": out}
+        from graphscale import allocator
+
+        return {"rank": env.rank, "variants": out, "allocator": allocator.state()}
     finally:
         env.comm_log = None
         for strategy in strategies:
@@ -124,6 +135,20 @@ def cpu_seconds(results: list[dict]) -> float:
     return statistics.median(sum(r["cpu_seconds"][e] for r in results) for e in range(epochs))
 
 
+def sys_seconds(results: list[dict]) -> float:
+    """Median over the timed epochs of the workers' summed system time (page faults, syscalls)."""
+    epochs = len(results[0]["sys_seconds"])
+    return statistics.median(sum(r["sys_seconds"][e] for r in results) for e in range(epochs))
+
+
+def malloc_of(results: list[dict]) -> str:
+    """The malloc the workers ran (``glibc retaining``...), one label when they all agree."""
+    from graphscale.bench.peers import malloc_label
+
+    labels = sorted({malloc_label(r["allocator"]) for r in results})
+    return " | ".join(labels)
+
+
 def epoch_seconds(results: list[dict]) -> float:
     """Median over the timed epochs of the slowest worker's epoch."""
     return statistics.median(max(r["seconds"][e] for r in results) for e in range(len(results[0]["seconds"])))
@@ -153,9 +178,9 @@ def measure(args: argparse.Namespace, strategy: str, workers: int, threads: int,
     config = _config(args, strategy, workers, minibatch)
     data = prepare_data(config)
     results = launch(bench_worker, workers, config, data, threads, variants, args.epochs, device="cpu",
-                     timeout_s=config.strategy.timeout)
+                     timeout_s=config.strategy.timeout, allocator_mode=args.allocator)
     results = sorted(results, key=lambda r: r["rank"])
-    return [[r["variants"][v] for r in results] for v in range(len(variants))]
+    return [[{**r["variants"][v], "allocator": r["allocator"]} for r in results] for v in range(len(variants))]
 
 
 def run(args: argparse.Namespace) -> int:
@@ -170,8 +195,9 @@ def run(args: argparse.Namespace) -> int:
             single[(minibatch, threads)] = t
             label = "single --minibatch" if minibatch else "single"
             if threads in args.workers:
-                rows.append({"strategy": label, "W": 1, "threads": threads, "s/epoch": t,
-                             "cpu s/epoch": cpu_seconds(results), "vs single": 1.0, "efficiency": single[(minibatch, 1)] / (threads * t),
+                rows.append({"strategy": label, "W": 1, "threads": threads, "malloc": malloc_of(results),
+                             "s/epoch": t, "cpu s/epoch": cpu_seconds(results), "sys s/epoch": sys_seconds(results),
+                             "vs single": 1.0, "efficiency": single[(minibatch, 1)] / (threads * t),
                              "comm/wait/compute per worker": "-"})
             raw.append({"strategy": label, "workers": 1, "threads": threads, "results": results})
     for strategy in strategies:
@@ -186,8 +212,9 @@ def run(args: argparse.Namespace) -> int:
                 text = "-" if split is None else " | ".join(
                     f"{100 * s['comm'] / s['total']:.0f}/{100 * s['wait'] / s['total']:.0f}/"
                     f"{100 * s['compute'] / s['total']:.0f}%" for s in split)
-                rows.append({"strategy": label, "W": w, "threads": 1, "s/epoch": t,
-                             "cpu s/epoch": cpu_seconds(results), "vs single": t / single[(minibatch, w)],
+                rows.append({"strategy": label, "W": w, "threads": 1, "malloc": malloc_of(results), "s/epoch": t,
+                             "cpu s/epoch": cpu_seconds(results), "sys s/epoch": sys_seconds(results),
+                             "vs single": t / single[(minibatch, w)],
                              "efficiency": single[(minibatch, 1)] / (w * t),
                              "comm/wait/compute per worker": text})
                 raw.append({"strategy": label, "workers": w, "threads": 1, "results": results, "shares": split})

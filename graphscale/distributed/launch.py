@@ -65,6 +65,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+from graphscale import allocator
 from graphscale.config import DEFAULT_TIMEOUT_S
 from graphscale.distributed.comm import CollectiveError
 from graphscale.distributed.env import DistEnv
@@ -187,7 +188,7 @@ def torchrun_detected() -> bool:
 
 
 def join_torchrun(backend: str | None = None, device: str | torch.device = "auto",
-                  timeout_s: float = DEFAULT_TIMEOUT_S) -> DistEnv:
+                  timeout_s: float = DEFAULT_TIMEOUT_S, allocator_mode: str | None = None) -> DistEnv:
     """Join the process group described by torchrun's environment variables.
 
     Initialises the default group via ``env://`` (or reuses one that is already
@@ -201,6 +202,8 @@ def join_torchrun(backend: str | None = None, device: str | torch.device = "auto
         backend: ``None`` picks NCCL on CUDA, gloo on CPU.
         device: ``"auto"``, ``"cpu"`` or ``"cuda"``.
         timeout_s: collective timeout.
+        allocator_mode: malloc configuration applied to this process (:func:`graphscale.allocator.resolve_mode`:
+            ``None`` = ``$GRAPHSCALE_ALLOCATOR``, else ``default``).
 
     Returns:
         This process's DistEnv with a fresh Ledger.
@@ -214,6 +217,7 @@ def join_torchrun(backend: str | None = None, device: str | torch.device = "auto
                            "start the program with torchrun or use launch(fn, world_size)")
     rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     local_rank = int(os.environ.get("LOCAL_RANK", rank))
+    allocator.configure(allocator.resolve_mode(allocator_mode))
     timeout = timedelta(seconds=timeout_s)
     kind = resolve_device(device, world_size, backend)
     backend = resolve_backend(backend, kind)
@@ -227,7 +231,8 @@ def join_torchrun(backend: str | None = None, device: str | torch.device = "auto
 
 
 def launch(fn: Callable[..., Any], world_size: int, *args: Any, backend: str | None = None,
-           device: str | torch.device = "auto", timeout_s: float = DEFAULT_TIMEOUT_S) -> list[Any]:
+           device: str | torch.device = "auto", timeout_s: float = DEFAULT_TIMEOUT_S,
+           allocator_mode: str | None = None) -> list[Any]:
     """Run ``fn(env, *args)`` on ``world_size`` workers and return their results by rank.
 
     Args:
@@ -237,20 +242,24 @@ def launch(fn: Callable[..., Any], world_size: int, *args: Any, backend: str | N
         backend: ``None`` (gloo on CPU, NCCL on CUDA), ``"gloo"`` or ``"nccl"``.
         device: ``"auto"``, ``"cpu"`` or ``"cuda"``.
         timeout_s: collective timeout in seconds.
+        allocator_mode: the malloc configuration every worker runs with (:mod:`graphscale.allocator`; ``None`` =
+            ``$GRAPHSCALE_ALLOCATOR``, else ``default``): applied first thing in each spawned worker, for the
+            process's lifetime under torchrun, and around ``fn`` (then undone) when it runs in this process.
 
     Returns:
         ``[fn's result on rank 0, ..., rank world_size-1]``, under torchrun too (on every rank).
 
     Raises:
         WorkerError: a worker raised or died; the others were stopped.
-        ValueError: bad ``world_size``, ``device`` or ``backend``.
+        ValueError: bad ``world_size``, ``device``, ``backend`` or ``allocator_mode``.
     """
+    mode = allocator.resolve_mode(allocator_mode)
     if torchrun_detected():
         env_world = int(os.environ["WORLD_SIZE"])
         if world_size != env_world:
             raise ValueError(f"launch: world_size={world_size} but torchrun started WORLD_SIZE={env_world} processes")
         owns_group = not dist.is_initialized()
-        env = join_torchrun(backend, device, timeout_s)
+        env = join_torchrun(backend, device, timeout_s, mode)
         try:
             result = fn(env, *args)
             if world_size == 1:
@@ -267,16 +276,18 @@ def launch(fn: Callable[..., Any], world_size: int, *args: Any, backend: str | N
     kind = resolve_device(device, world_size, backend)
     if world_size == 1:
         dev = torch.device("cuda", 0) if kind == "cuda" else torch.device("cpu")
-        return [fn(DistEnv.local(dev), *args)]
+        with allocator.applied(mode):
+            return [fn(DistEnv.local(dev), *args)]
     backend = resolve_backend(backend, kind)
-    return _spawn(fn, world_size, args, backend, kind, timeout_s)
+    return _spawn(fn, world_size, args, backend, kind, timeout_s, mode)
 
 
 # ---------------------------------------------------------------- spawning
 def _worker(rank: int, world_size: int, fn: Callable, args: tuple, workdir: str, backend: str, kind: str,
-            timeout_s: float, launcher_pid: int) -> None:
+            timeout_s: float, launcher_pid: int, allocator_mode: str) -> None:
     """Body of one spawned worker: join the group, run ``fn``, write the outcome file."""
     _die_with_launcher(launcher_pid)
+    allocator.configure(allocator_mode)  # before the worker's data arrives
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole process group: the launcher stops us
     out = Path(workdir) / f"rank{rank}.pkl"
     try:
@@ -359,7 +370,8 @@ def _sigterm_exits() -> Iterator[None]:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
-def _spawn(fn: Callable, world_size: int, args: tuple, backend: str, kind: str, timeout_s: float) -> list[Any]:
+def _spawn(fn: Callable, world_size: int, args: tuple, backend: str, kind: str, timeout_s: float,
+           allocator_mode: str) -> list[Any]:
     try:
         pickle.dumps(fn)
     except Exception as err:  # noqa: BLE001 - pickling raises several types
@@ -375,7 +387,8 @@ def _spawn(fn: Callable, world_size: int, args: tuple, backend: str, kind: str, 
         try:
             for rank in range(world_size):
                 p = ctx.Process(target=_worker, name=f"graphscale-worker-{rank}", daemon=False,
-                                args=(rank, world_size, fn, args, workdir, backend, kind, timeout_s, os.getpid()))
+                                args=(rank, world_size, fn, args, workdir, backend, kind, timeout_s, os.getpid(),
+                                      allocator_mode))
                 p.start()
                 procs.append(p)
             return _collect(procs, Path(workdir))

@@ -29,6 +29,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from graphscale.nn import buffers
 from graphscale.nn.ops import Topology, _run_rows, _use_numba, topology
 
 _M32 = 0xFFFFFFFF
@@ -151,13 +152,92 @@ def _apply_node_mask(x: Tensor, ids: Tensor, p: float, h_site: int) -> Tensor:
     scale = 1.0 / (1.0 - p)
     h_col = _hash_t((torch.arange(f, device=x.device) ^ _COL_SALT) & _M32)
     if _use_numba(x, ids):
-        out = torch.empty_like(x, memory_format=torch.contiguous_format)
+        out = buffers.empty(x.shape, x.dtype)
         indptr = np.arange(0, n + 1, dtype=np.int64) * max(f, 1)  # balance rows evenly
         _run_rows(_k_node_dropout, indptr, n * f, x.detach().contiguous().numpy(), ids.contiguous().numpy(),
                   h_col.numpy(), h_site, thr, scale, out.numpy())
         return out
     keep = _hash_t(_fold_t(h_site, ids)[:, None] ^ h_col[None, :]) >= thr
     return x * keep.to(x.dtype) * scale
+
+
+@nb.njit(nogil=True, cache=True)
+def _k_keep_bits(lo, hi, ids, h_col, h_site, thr, bits):  # pragma: no cover - compiled
+    f = h_col.shape[0]
+    for i in range(lo, hi):
+        h_row = _fold_nb(h_site, ids[i])
+        for w in range(bits.shape[1]):
+            bits[i, w] = 0
+        for j in range(f):  # the same keep decision as _k_node_dropout, packed 8 columns a byte
+            if _hash_nb(h_row ^ h_col[j]) >= thr:
+                bits[i, j >> 3] |= np.uint8(1 << (j & 7))
+
+
+class RowKeep:
+    """The keep decisions of one row-keyed dropout over given rows, for kernels that apply it as they read.
+
+    Element ``(i, j)`` is kept iff :func:`node_keep_mask` says so for ``(ids[i], j)``, and kept values are
+    scaled by ``1 / (1 - p)`` (the same ``x * scale`` in ``x``'s dtype as :func:`keyed_dropout`, so a fused
+    kernel reproduces ``keyed_dropout`` bit for bit). :meth:`bits` packs the decisions 8 columns a byte
+    (``[N, ceil(F / 8)]`` uint8: 1/32 of a float32 copy), the only thing a fused kernel needs.
+
+    Args:
+        ids: int64 global vertex ids of the rows.
+        num_cols: feature columns ``F``.
+        p: drop probability in ``(0, 1)``.
+        h_site: :func:`site_state` of ``(seed, epoch, site)``.
+    """
+
+    def __init__(self, ids: Tensor, num_cols: int, p: float, h_site: int) -> None:
+        _check_ids(ids, ids.numel(), "RowKeep")
+        self.ids, self.num_cols, self.p, self.h_site = ids, int(num_cols), float(p), int(h_site)
+        self.scale = 1.0 / (1.0 - self.p)
+        self._bits: Tensor | None = None
+
+    def bits(self) -> Tensor:
+        """Packed keep bits: bit ``j % 8`` of byte ``[i, j // 8]`` (uint8 ``[N, ceil(F / 8)]``)."""
+        if self._bits is None:
+            n, f = self.ids.numel(), self.num_cols
+            h_col = _hash_t((torch.arange(f, device=self.ids.device) ^ _COL_SALT) & _M32)
+            if _use_numba(self.ids):
+                bits = torch.empty(n, (f + 7) // 8, dtype=torch.uint8)
+                indptr = np.arange(0, n + 1, dtype=np.int64) * max(f, 1)
+                _run_rows(_k_keep_bits, indptr, n * f, self.ids.contiguous().numpy(), h_col.numpy(), self.h_site,
+                          _threshold(self.p), bits.numpy())
+            else:
+                keep = _hash_t(_fold_t(self.h_site, self.ids)[:, None] ^ h_col[None, :]) >= _threshold(self.p)
+                pad = torch.zeros(n, (-f) % 8, dtype=torch.bool, device=keep.device)
+                weights = (1 << torch.arange(8, device=keep.device)).to(torch.uint8)
+                bits = (torch.cat([keep, pad], 1).view(n, -1, 8).to(torch.uint8) * weights).sum(-1)
+                bits = bits.to(torch.uint8)
+            self._bits = bits
+        return self._bits
+
+    def rows(self, k: int) -> RowKeep:
+        """The same dropout over the first ``k`` rows."""
+        return RowKeep(self.ids[:k], self.num_cols, self.p, self.h_site)
+
+    def apply(self, x: Tensor) -> Tensor:
+        """``keyed_dropout`` of ``x`` (one row per id), differentiable: ``[N, F]`` -> ``[N, F]``."""
+        if x.shape != (self.ids.numel(), self.num_cols):
+            raise ValueError(f"RowKeep.apply: x must be [{self.ids.numel()}, {self.num_cols}], got {tuple(x.shape)}")
+        return _NodeDropout.apply(x, self.ids.to(x.device), self.p, self.h_site)
+
+
+def keyed_dropout_keep(ids: Tensor, num_cols: int, p: float, seed: int, epoch: int, site: int,
+                       training: bool = True) -> RowKeep | None:
+    """The :class:`RowKeep` of ``keyed_dropout(x, ids, p, seed, epoch, site, training)`` for a kernel to apply
+    as it reads ``x``; ``None`` where that dropout is the identity (not training, or ``p == 0``).
+
+    Raises:
+        ValueError: ``p`` outside ``[0, 1)`` (``p == 1`` zeroes everything: use :func:`keyed_dropout`).
+    """
+    _threshold(p)
+    if not training or p == 0.0:
+        return None
+    if p >= 1.0:
+        raise ValueError("keyed_dropout_keep: p == 1 drops everything; use keyed_dropout")
+    return RowKeep(ids, num_cols, float(p), site_state(seed, epoch, site, _NODE_STREAM))
 
 
 class _NodeDropout(torch.autograd.Function):
@@ -300,6 +380,13 @@ class KeyedDropout(torch.nn.Module):
     def forward(self, x: Tensor, ids: Tensor) -> Tensor:
         """Apply the mask of rows ``ids``. Shapes: x ``[N, F]``, ids ``[N]`` -> ``[N, F]``."""
         return keyed_dropout(x, ids, self.p, self.seed, self.epoch, self.site, self.training)
+
+    def keep(self, ids: Tensor, num_cols: int) -> RowKeep | None:
+        """This dropout's decisions over rows ``ids`` for a fused kernel (:func:`keyed_dropout_keep`); ``None``
+        when it is the identity. ``p == 1`` is not fused (``None`` too; apply the module instead)."""
+        if self.p >= 1.0:
+            return None
+        return keyed_dropout_keep(ids, num_cols, self.p, self.seed, self.epoch, self.site, self.training)
 
     def extra_repr(self) -> str:
         return f"p={self.p}, site={self.site}"

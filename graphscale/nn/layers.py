@@ -11,6 +11,10 @@ offers three entry points:
   order (``A (X W) = (A X) W``) but equals ``update(aggregate(...))`` up to float
   rounding.
 
+``fuses_dropout`` says that ``forward`` and ``aggregate`` take ``src_dropout=``, a keyed dropout of
+``x_src`` (:class:`~graphscale.nn.dropout.RowKeep`) that the aggregation applies as it reads its rows (no dropped
+``[S, F]`` copy; bit-identical to dropping first). The model passes its step dropout this way.
+
 ``linear_aggregate`` tells strategies whether ``aggregate`` is a fixed linear
 map of ``x_src`` (GCN, SAGE, GCNII): then its backward needs only the topology
 and ``x_agg`` may be cached (HongTu's hybrid). It is ``False`` for GAT (the
@@ -63,7 +67,7 @@ def _transform_first(block, x_src: Tensor, in_dim: int, out_dim: int, weight: Te
     return tr_first < agg_first
 
 
-def gcn_aggregate(block, x_src: Tensor) -> Tensor:
+def gcn_aggregate(block, x_src: Tensor, src_dropout=None) -> Tensor:
     r"""GCN propagation with an implicit self-loop and global degrees.
 
     .. math::
@@ -72,6 +76,8 @@ def gcn_aggregate(block, x_src: Tensor) -> Tensor:
     Args:
         block: the block; ``d = block.src_deg``.
         x_src: source features.
+        src_dropout: a keyed dropout of ``x_src`` fused into the product
+            (:class:`~graphscale.nn.dropout.RowKeep`; see :func:`~graphscale.nn.ops.spmm`).
 
     Returns:
         Aggregated destination features.
@@ -80,7 +86,7 @@ def gcn_aggregate(block, x_src: Tensor) -> Tensor:
         x_src ``[S, F]`` -> ``[D, F]``.
     """
     cs, rs, ss = gcn_norm_scales(block.src_deg.to(x_src.device), block.num_dst, x_src.dtype)
-    return spmm(block, x_src, col_scale=cs, row_scale=rs, self_scale=ss)
+    return spmm(block, x_src, col_scale=cs, row_scale=rs, self_scale=ss, src_dropout=src_dropout)
 
 
 def gcn_aggregate_transpose(block, g_dst: Tensor) -> Tensor:
@@ -118,17 +124,19 @@ def attention_coefficients(topo, a_src: Tensor, a_dst: Tensor, negative_slope: f
     return segment_softmax(topo, scores, self_scores)
 
 
-def mean_aggregate(block, x_src: Tensor) -> Tensor:
+def mean_aggregate(block, x_src: Tensor, src_dropout=None) -> Tensor:
     r"""Mean over the block's in-edges of each destination (0 for rows without in-edges).
 
     .. math::
         m_v = \frac{1}{\max(|N(v)|, 1)} \sum_{u \in N(v)} x_u
 
+    ``src_dropout``: as in :func:`gcn_aggregate`.
+
     Shapes:
         x_src ``[S, F]`` -> ``[D, F]``.
     """
     counts = (block.indptr[1:] - block.indptr[:-1]).to(device=x_src.device, dtype=x_src.dtype)
-    return spmm(block, x_src, row_scale=1.0 / counts.clamp_min(1))
+    return spmm(block, x_src, row_scale=1.0 / counts.clamp_min(1), src_dropout=src_dropout)
 
 
 class GCNLayer(nn.Module):
@@ -150,6 +158,7 @@ class GCNLayer(nn.Module):
     """
 
     linear_aggregate = True
+    fuses_dropout = True
 
     def __init__(self, in_dim: int, out_dim: int, bias: bool = True) -> None:
         super().__init__()
@@ -163,22 +172,26 @@ class GCNLayer(nn.Module):
         if self.bias is not None:
             nn.init.zeros_(self.bias)
 
-    def aggregate(self, block, x_src: Tensor) -> Tensor:
-        """``A_hat x_src``: ``[S, in_dim]`` -> ``[D, in_dim]``."""
+    def aggregate(self, block, x_src: Tensor, *, src_dropout=None) -> Tensor:
+        """``A_hat x_src`` (of ``src_dropout(x_src)``, fused, when given): ``[S, in_dim]`` -> ``[D, in_dim]``."""
         _check_src(block, x_src, self.in_dim, "GCNLayer.aggregate")
-        return gcn_aggregate(block, x_src)
+        return gcn_aggregate(block, x_src, src_dropout)
 
     def update(self, x_agg: Tensor, x_dst: Tensor | None = None) -> Tensor:
         """``W x_agg + b``: ``[D, in_dim]`` -> ``[D, out_dim]`` (``x_dst`` unused)."""
         return F.linear(x_agg, self.lin.weight, self.bias)
 
-    def forward(self, block, x_src: Tensor) -> Tensor:
-        """The whole layer: ``[S, in_dim]`` -> ``[D, out_dim]``."""
+    def forward(self, block, x_src: Tensor, *, src_dropout=None) -> Tensor:
+        """The whole layer on ``x_src`` (or on ``src_dropout(x_src)``: a
+        :class:`~graphscale.nn.dropout.RowKeep`, fused into the aggregation when that comes first):
+        ``[S, in_dim]`` -> ``[D, out_dim]``."""
         _check_src(block, x_src, self.in_dim, "GCNLayer")
         if _transform_first(block, x_src, self.in_dim, self.out_dim, self.lin.weight):
+            if src_dropout is not None:
+                x_src = src_dropout.apply(x_src)
             out = gcn_aggregate(block, self.lin(x_src))
             return out if self.bias is None else out + self.bias
-        return self.update(gcn_aggregate(block, x_src))
+        return self.update(gcn_aggregate(block, x_src, src_dropout))
 
     def extra_repr(self) -> str:
         return f"{self.in_dim}, {self.out_dim}"
@@ -202,6 +215,7 @@ class SAGELayer(nn.Module):
     """
 
     linear_aggregate = True
+    fuses_dropout = True
 
     def __init__(self, in_dim: int, out_dim: int, bias: bool = True) -> None:
         super().__init__()
@@ -209,25 +223,31 @@ class SAGELayer(nn.Module):
         self.lin_l = nn.Linear(in_dim, out_dim, bias=bias)
         self.lin_r = nn.Linear(in_dim, out_dim, bias=False)
 
-    def aggregate(self, block, x_src: Tensor) -> Tensor:
-        """Neighbour mean: ``[S, in_dim]`` -> ``[D, in_dim]``."""
+    def aggregate(self, block, x_src: Tensor, *, src_dropout=None) -> Tensor:
+        """Neighbour mean (of ``src_dropout(x_src)``, fused, when given): ``[S, in_dim]`` -> ``[D, in_dim]``."""
         _check_src(block, x_src, self.in_dim, "SAGELayer.aggregate")
-        return mean_aggregate(block, x_src)
+        return mean_aggregate(block, x_src, src_dropout)
 
     def update(self, x_agg: Tensor, x_dst: Tensor) -> Tensor:
         """``W_l x_agg + b + W_r x_dst``: ``[D, in_dim]`` x2 -> ``[D, out_dim]``."""
         return self.lin_l(x_agg) + self.lin_r(x_dst)
 
-    def forward(self, block, x_src: Tensor) -> Tensor:
-        """The whole layer: ``[S, in_dim]`` -> ``[D, out_dim]``."""
+    def forward(self, block, x_src: Tensor, *, src_dropout=None) -> Tensor:
+        """The whole layer on ``x_src`` (or on ``src_dropout(x_src)``, fused into the aggregation when that
+        comes first; the destination rows' dropped copy feeds ``W_r``): ``[S, in_dim]`` -> ``[D, out_dim]``."""
         _check_src(block, x_src, self.in_dim, "SAGELayer")
+        transform_first = _transform_first(block, x_src, self.in_dim, self.out_dim, self.lin_l.weight)
+        if src_dropout is not None and transform_first:
+            x_src, src_dropout = src_dropout.apply(x_src), None
         x_dst = x_src[: block.num_dst]
-        if _transform_first(block, x_src, self.in_dim, self.out_dim, self.lin_l.weight):
+        if src_dropout is not None:
+            x_dst = src_dropout.rows(block.num_dst).apply(x_dst)
+        if transform_first:
             out = mean_aggregate(block, F.linear(x_src, self.lin_l.weight))
             if self.lin_l.bias is not None:
                 out = out + self.lin_l.bias
             return out + self.lin_r(x_dst)
-        return self.update(mean_aggregate(block, x_src), x_dst)
+        return self.update(mean_aggregate(block, x_src, src_dropout), x_dst)
 
     def extra_repr(self) -> str:
         return f"{self.in_dim}, {self.out_dim}"
@@ -337,6 +357,7 @@ class GCNIILayer(nn.Module):
     """
 
     linear_aggregate = True
+    fuses_dropout = True
 
     def __init__(self, channels: int, alpha: float, theta: float, layer: int) -> None:
         super().__init__()
@@ -350,10 +371,10 @@ class GCNIILayer(nn.Module):
     def reset_parameters(self) -> None:
         nn.init.xavier_uniform_(self.weight)
 
-    def aggregate(self, block, x_src: Tensor) -> Tensor:
-        """``A_hat x_src``: ``[S, C]`` -> ``[D, C]``."""
+    def aggregate(self, block, x_src: Tensor, *, src_dropout=None) -> Tensor:
+        """``A_hat x_src`` (of ``src_dropout(x_src)``, fused, when given): ``[S, C]`` -> ``[D, C]``."""
         _check_src(block, x_src, self.channels, "GCNIILayer.aggregate")
-        return gcn_aggregate(block, x_src)
+        return gcn_aggregate(block, x_src, src_dropout)
 
     def update(self, x_agg: Tensor, x_dst: Tensor | None, h0_dst: Tensor) -> Tensor:
         """Initial residual and identity mapping: ``[D, C]`` x2 -> ``[D, C]`` (``x_dst`` unused)."""
@@ -363,9 +384,9 @@ class GCNIILayer(nn.Module):
         z = (1.0 - self.alpha) * x_agg + self.alpha * h0_dst
         return torch.addmm(z, z, self.weight, beta=1.0 - self.beta, alpha=self.beta)
 
-    def forward(self, block, x_src: Tensor, h0_dst: Tensor) -> Tensor:
-        """The whole layer: ``[S, C]``, ``[D, C]`` -> ``[D, C]``."""
-        return self.update(self.aggregate(block, x_src), None, h0_dst)
+    def forward(self, block, x_src: Tensor, h0_dst: Tensor, *, src_dropout=None) -> Tensor:
+        """The whole layer (on ``src_dropout(x_src)``, fused, when given): ``[S, C]``, ``[D, C]`` -> ``[D, C]``."""
+        return self.update(self.aggregate(block, x_src, src_dropout=src_dropout), None, h0_dst)
 
     def extra_repr(self) -> str:
         return f"{self.channels}, alpha={self.alpha}, theta={self.theta}, layer={self.layer}"
@@ -406,7 +427,7 @@ class ResGCNPlusLayer(nn.Module):
 
     def pre(self, x: Tensor, ids: Tensor) -> Tensor:
         """Row-wise pre-activation ``drop(relu(LayerNorm(x)))`` keyed by global ids ``ids``."""
-        return self.dropout(F.relu(self.norm(x)), ids)
+        return self.dropout(F.relu(self.norm(x), inplace=True), ids)  # LayerNorm keeps its input, not its output
 
     def aggregate(self, block, x_src: Tensor) -> Tensor:
         """``A_hat pre(x_src)``: ``[S, C]`` -> ``[D, C]``."""

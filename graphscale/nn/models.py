@@ -42,6 +42,14 @@ from graphscale.nn.layers import GATLayer, GCNIILayer, GCNLayer, ResGCNPlusLayer
 from graphscale.registry import MODELS
 
 
+def relu_(out: Tensor) -> Tensor:
+    """ReLU in place on a layer's fresh output (no new ``[N, d]`` tensor; its backward needs only the result,
+    which it keeps); out of place on a view or a leaf that requires grad. Only for tensors the caller made:
+    the layers' outputs here are always new tensors that no autograd node saved (autograd's version check
+    would refuse the backward otherwise)."""
+    return F.relu(out, inplace=out._base is None and not (out.is_leaf and out.requires_grad))
+
+
 class GNN(nn.Module):
     """Base class: ``L`` message-passing layers on blocks plus row-wise input / output maps.
 
@@ -61,6 +69,9 @@ class GNN(nn.Module):
     """
 
     needs_h0: bool = False
+    #: Fuse step ``l``'s dropout into layer ``l``'s aggregation where the layer can (``fuses_dropout``) and
+    #: :meth:`pre` is the plain keyed dropout: bit-identical, without the dropped ``[S, d_l]`` copy.
+    fuse_dropout: bool = True
     #: The ``[model]`` options it reads besides ``name``, ``hidden``, ``layers`` and ``dropout`` (which every model
     #: reads); giving another is an error naming the models that read it (:func:`graphscale.validation.check_given`).
     options: frozenset[str] = frozenset()
@@ -112,8 +123,8 @@ class GNN(nn.Module):
         return self.drops[l](h, ids)
 
     def post(self, l: int, out: Tensor) -> Tensor:
-        """Activation after layer ``l`` (ReLU except after the last layer)."""
-        return out if l == self.num_layers - 1 else F.relu(out)
+        """Activation after layer ``l`` (ReLU, in place, except after the last layer)."""
+        return out if l == self.num_layers - 1 else relu_(out)
 
     # ------------------------------------------------------------ layers
     def _check_step(self, l: int, h: Tensor, h0_dst: Tensor | None, check_h0: bool = True) -> None:
@@ -147,10 +158,22 @@ class GNN(nn.Module):
         self._check_step(l, h_src, h0_dst)
         if h_src.shape[0] != block.num_src:
             raise ValueError(f"step {l}: h_src has {h_src.shape[0]} rows, the block has {block.num_src} sources")
-        z = h_src if pre_applied else self.pre(l, h_src, block.src_ids)
         layer = self.layers[l]
+        keep = None if pre_applied else self._fused_dropout(l, block, h_src)
+        if keep is not None:
+            out = layer(block, h_src, h0_dst, src_dropout=keep) if self.needs_h0 else layer(block, h_src,
+                                                                                           src_dropout=keep)
+            return self.post(l, out)
+        z = h_src if pre_applied else self.pre(l, h_src, block.src_ids)
         out = layer(block, z, h0_dst) if self.needs_h0 else layer(block, z)
         return self.post(l, out)
+
+    def _fused_dropout(self, l: int, block: Block, h_src: Tensor):
+        """Step ``l``'s dropout as a :class:`~graphscale.nn.dropout.RowKeep` for layer ``l`` to fuse, or ``None``
+        (not fusable here, or the dropout is inactive: then :meth:`pre` is applied as usual)."""
+        if not (self.fuse_dropout and getattr(self.layers[l], "fuses_dropout", False) and type(self).pre is GNN.pre):
+            return None
+        return self.drops[l].keep(block.src_ids, h_src.shape[1])
 
     def aggregate(self, l: int, block: Block, h_src: Tensor) -> Tensor:
         """Sparse half of step ``l``: ``layers[l].aggregate(block, pre(l, h_src))``.
@@ -164,6 +187,9 @@ class GNN(nn.Module):
             h_src ``[S, d_l]`` -> ``[D, *]``.
         """
         self._check_step(l, h_src, None, check_h0=False)
+        keep = self._fused_dropout(l, block, h_src)
+        if keep is not None:
+            return self.layers[l].aggregate(block, h_src, src_dropout=keep)
         return self.layers[l].aggregate(block, self.pre(l, h_src, block.src_ids))
 
     def update(self, l: int, x_agg: Tensor, h_dst: Tensor, dst_ids: Tensor, h0_dst: Tensor | None = None) -> Tensor:
@@ -312,15 +338,15 @@ class GCNII(GNN):
 
     def input_map(self, x: Tensor, ids: Tensor) -> Tensor:
         """``ReLU(Linear(drop(x)))``: ``[N, in]`` -> ``[N, hidden]``."""
-        return F.relu(self.lin_in(self.drop_in(x, ids)))
+        return relu_(self.lin_in(self.drop_in(x, ids)))
 
     def output_map(self, h: Tensor, ids: Tensor) -> Tensor:
         """``Linear(drop(h))``: ``[N, hidden]`` -> ``[N, classes]``."""
         return self.lin_out(self.drop_out(h, ids))
 
     def post(self, l: int, out: Tensor) -> Tensor:
-        """ReLU after every layer (the output map is a separate Linear)."""
-        return F.relu(out)
+        """ReLU (in place) after every layer (the output map is a separate Linear)."""
+        return relu_(out)
 
 
 @MODELS.register("resgcn")
@@ -338,11 +364,11 @@ class ResGCN(GNN):
 
     def input_map(self, x: Tensor, ids: Tensor) -> Tensor:
         """``ReLU(Linear(drop(x)))``: ``[N, in]`` -> ``[N, hidden]``."""
-        return F.relu(self.lin_in(self.drop_in(x, ids)))
+        return relu_(self.lin_in(self.drop_in(x, ids)))
 
     def output_map(self, h: Tensor, ids: Tensor) -> Tensor:
         """``Linear(drop(ReLU(LayerNorm(h))))``: ``[N, hidden]`` -> ``[N, classes]``."""
-        return self.lin_out(self.drop_out(F.relu(self.norm_out(h)), ids))
+        return self.lin_out(self.drop_out(relu_(self.norm_out(h)), ids))
 
     def pre(self, l: int, h: Tensor, ids: Tensor) -> Tensor:
         """Identity: the res+ layer applies LayerNorm, ReLU and its keyed dropout (site ``l``) itself."""

@@ -19,6 +19,10 @@ value does not depend on the thread count, and a partition block whose rows
 list the same in-edges in the same order (``Block.from_nodes``) reproduces the
 full-graph rows bit for bit.
 
+Output buffers. The CPU kernels take their outputs from :mod:`graphscale.nn.buffers`, which hands a buffer
+out again only when no tensor refers to it any more (so never one autograd saved): a full-graph epoch
+reallocates none of them after the first, and no page is faulted in again.
+
 Topology caching. :func:`topology` returns a :class:`Topology` stored on the
 block object itself (``block.__dict__``) and rebuilt if the block's
 ``indptr``/``indices`` tensors are replaced; it validates the CSR once and
@@ -34,6 +38,8 @@ import numba as nb
 import numpy as np
 import torch
 from torch import Tensor
+
+from graphscale.nn import buffers
 
 #: Below this many scalar multiply-adds a kernel runs in the calling thread only.
 _MIN_PARALLEL_WORK = 1 << 20
@@ -91,19 +97,33 @@ def _k_transpose(indptr, indices, num_cols):  # pragma: no cover - compiled
 
 
 @nb.njit(nogil=True, cache=True)
-def _k_spmm(lo, hi, indptr, indices, eperm, ew, cs, rs, ss, x, out):  # pragma: no cover - compiled
-    """out[r] = rs[r] * sum_e ew[eperm[e]] * cs[c_e] * x[c_e] + ss[r] * x[r] (absent arrays have length 0)."""
+def _k_spmm(lo, hi, indptr, indices, eperm, ew, cs, rs, ss, x, in_bits, out_bits, scale,
+            out):  # pragma: no cover - compiled
+    """out[r] = rs[r] * sum_e ew[eperm[e]] * cs[c_e] * x[c_e] + ss[r] * x[r] (absent arrays have length 0),
+    optionally with a dropout applied as it reads or writes, from packed keep bits (8 columns a byte).
+
+    ``in_bits`` (``[S, ceil(F/8)]`` or empty): every read ``x[c, j]`` becomes ``x[c, j] * m`` with ``m`` =
+    ``scale`` (in x's dtype) where bit ``(c, j)`` is set, else 0: exactly the dropped copy ``keyed_dropout``
+    would have written. ``out_bits`` (``[D, ceil(F/8)]`` or empty): every output ``out[r, j]`` is multiplied by
+    the same ``m`` of ``(r, j)`` (the dropout's backward applied to a transposed product).
+    """
     f = x.shape[1]
     has_perm = eperm.shape[0] > 0
     has_ew = ew.shape[0] > 0
     has_cs = cs.shape[0] > 0
     has_rs = rs.shape[0] > 0
+    has_in = in_bits.shape[0] > 0
+    has_out = out_bits.shape[0] > 0
     n_self = ss.shape[0]
     acc = np.empty(f, out.dtype)
+    m = np.empty(f, x.dtype)
     for r in range(lo, hi):
         acc[:] = 0
         for e in range(indptr[r], indptr[r + 1]):
             c = indices[e]
+            if has_in:
+                for j in range(f):
+                    m[j] = scale if (in_bits[c, j >> 3] >> (j & 7)) & 1 else 0
             if has_ew or has_cs:
                 if has_ew:
                     w = ew[eperm[e]] if has_perm else ew[e]
@@ -111,8 +131,15 @@ def _k_spmm(lo, hi, indptr, indices, eperm, ew, cs, rs, ss, x, out):  # pragma: 
                         w = w * cs[c]
                 else:
                     w = cs[c]
+                if has_in:
+                    for j in range(f):
+                        acc[j] += w * (x[c, j] * m[j])
+                else:
+                    for j in range(f):
+                        acc[j] += w * x[c, j]
+            elif has_in:
                 for j in range(f):
-                    acc[j] += w * x[c, j]
+                    acc[j] += x[c, j] * m[j]
             else:
                 for j in range(f):
                     acc[j] += x[c, j]
@@ -122,10 +149,22 @@ def _k_spmm(lo, hi, indptr, indices, eperm, ew, cs, rs, ss, x, out):  # pragma: 
                 acc[j] *= s
         if r < n_self:
             s = ss[r]
+            if has_in:
+                for j in range(f):
+                    m[j] = scale if (in_bits[r, j >> 3] >> (j & 7)) & 1 else 0
+                for j in range(f):
+                    acc[j] += s * (x[r, j] * m[j])
+            else:
+                for j in range(f):
+                    acc[j] += s * x[r, j]
+        if has_out:
             for j in range(f):
-                acc[j] += s * x[r, j]
-        for j in range(f):
-            out[r, j] = acc[j]
+                m[j] = scale if (out_bits[r, j >> 3] >> (j & 7)) & 1 else 0
+            for j in range(f):
+                out[r, j] = acc[j] * m[j]
+        else:
+            for j in range(f):
+                out[r, j] = acc[j]
 
 
 @nb.njit(nogil=True, cache=True)
@@ -366,16 +405,33 @@ def topology(block) -> Topology:
 # =====================================================================================
 # SpMM with scalar edge weights and row / column / self scales
 # =====================================================================================
+def _unpack_keep(bits: Tensor, num_cols: int, dtype: torch.dtype) -> Tensor:
+    """Packed keep bits (8 columns a byte) as a 0/1 ``[rows, num_cols]`` tensor of ``dtype``."""
+    shifts = torch.arange(8, device=bits.device, dtype=torch.uint8)
+    keep = (bits[:, :, None] >> shifts) & 1
+    return keep.reshape(bits.shape[0], -1)[:, :num_cols].to(dtype)
+
+
 def _spmm_forward(indptr: Tensor, indices: Tensor, eperm: Tensor | None, ew: Tensor | None, cs: Tensor | None,
-                  rs: Tensor | None, ss: Tensor | None, x: Tensor, edge_dst: Tensor | None) -> Tensor:
-    """One scaled CSR product (see :func:`spmm`); ``edge_dst`` is only used off the numba path."""
+                  rs: Tensor | None, ss: Tensor | None, x: Tensor, edge_dst: Tensor | None,
+                  in_bits: Tensor | None = None, out_bits: Tensor | None = None, scale: float = 1.0) -> Tensor:
+    """One scaled CSR product (see :func:`spmm`); ``edge_dst`` is only used off the numba path.
+
+    ``in_bits`` / ``out_bits``: packed keep bits of a dropout (scale ``scale``) applied to the input rows as they
+    are read / to the output rows as they are written (:func:`_k_spmm`).
+    """
     n = indptr.numel() - 1
     if _use_numba(x):
-        out = torch.empty(n, x.shape[1], dtype=x.dtype)
+        out = buffers.empty((n, x.shape[1]), x.dtype)
+        no_bits = np.empty((0, 1), np.uint8)
         _run_rows(_k_spmm, indptr.numpy(), (indices.numel() + n) * x.shape[1], indptr.numpy(), indices.numpy(),
                   _np(eperm, torch.int64), _np(ew, x.dtype), _np(cs, x.dtype), _np(rs, x.dtype), _np(ss, x.dtype),
-                  x.detach().contiguous().numpy(), out.numpy())
+                  x.detach().contiguous().numpy(), no_bits if in_bits is None else in_bits.contiguous().numpy(),
+                  no_bits if out_bits is None else out_bits.contiguous().numpy(), float(scale), out.numpy())
         return out
+    x = x.detach()
+    if in_bits is not None:  # the dropped copy keyed_dropout makes off the numba path
+        x = x * _unpack_keep(in_bits, x.shape[1], x.dtype) * scale
     values = torch.ones(indices.numel(), dtype=x.dtype, device=x.device)
     if ew is not None:
         values = values * (ew if eperm is None else ew[eperm]).to(x.dtype)
@@ -384,31 +440,37 @@ def _spmm_forward(indptr: Tensor, indices: Tensor, eperm: Tensor | None, ew: Ten
     if rs is not None:
         values = values * rs.to(x.dtype)[edge_dst]
     adj = _csr_tensor(indptr, indices, values, (n, x.shape[0]))
-    out = (adj @ x.detach()) if indices.numel() else torch.zeros(n, x.shape[1], dtype=x.dtype, device=x.device)
+    out = (adj @ x) if indices.numel() else torch.zeros(n, x.shape[1], dtype=x.dtype, device=x.device)
     if ss is not None and ss.numel():
         k = ss.numel()
-        out[:k] += ss.to(x.dtype)[:, None] * x.detach()[:k]
+        out[:k] += ss.to(x.dtype)[:, None] * x[:k]
+    if out_bits is not None:
+        out = out * _unpack_keep(out_bits, out.shape[1], out.dtype) * scale
     return out
 
 
 class _SpMM(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x, topo, ew, cs, rs, ss):
+    def forward(ctx, x, topo, ew, cs, rs, ss, keep_bits=None, keep_scale=1.0):
         ctx.topo = topo
-        ctx.save_for_backward(ew, cs, rs, ss)
+        ctx.keep_scale = keep_scale
+        ctx.save_for_backward(ew, cs, rs, ss, keep_bits)
         edge_dst = None if _use_numba(x) or rs is None else topo.edge_dst()
-        return _spmm_forward(topo.indptr, topo.indices, None, ew, cs, rs, ss, x, edge_dst)
+        return _spmm_forward(topo.indptr, topo.indices, None, ew, cs, rs, ss, x, edge_dst, keep_bits, None,
+                             keep_scale)
 
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, grad):
-        ew, cs, rs, ss = ctx.saved_tensors
-        return _spmm_adjoint(ctx.topo, grad, ew, cs, rs, ss), None, None, None, None, None
+        ew, cs, rs, ss, keep_bits = ctx.saved_tensors
+        gx = _spmm_adjoint(ctx.topo, grad, ew, cs, rs, ss, keep_bits, ctx.keep_scale)
+        return gx, None, None, None, None, None, None, None
 
 
 def _spmm_adjoint(topo: Topology, grad: Tensor, ew: Tensor | None, cs: Tensor | None, rs: Tensor | None,
-                  ss: Tensor | None) -> Tensor:
-    """``grad_x`` of :func:`spmm` for the output gradient ``grad``: the same kernel on the cached transpose."""
+                  ss: Tensor | None, keep_bits: Tensor | None = None, keep_scale: float = 1.0) -> Tensor:
+    """``grad_x`` of :func:`spmm` for the output gradient ``grad``: the same kernel on the cached transpose (with
+    a fused dropout's keep bits applied on write)."""
     t_indptr, t_indices, perm = topo.transpose()
     # transpose: grad_x[u] = cs[u] * sum_{v: u->v} ew * rs[v] * g[v] + ss[u] * g[u]
     t_dst = None
@@ -416,11 +478,11 @@ def _spmm_adjoint(topo: Topology, grad: Tensor, ew: Tensor | None, cs: Tensor | 
         t_dst = torch.repeat_interleave(torch.arange(topo.num_src, device=grad.device),
                                         t_indptr[1:] - t_indptr[:-1])
     return _spmm_forward(t_indptr, t_indices, perm if ew is not None else None, ew, rs, cs, ss,
-                         grad.contiguous(), t_dst)
+                         grad.contiguous(), t_dst, None, keep_bits, keep_scale)
 
 
 def spmm(block, x: Tensor, *, edge_weight: Tensor | None = None, col_scale: Tensor | None = None,
-         row_scale: Tensor | None = None, self_scale: Tensor | None = None) -> Tensor:
+         row_scale: Tensor | None = None, self_scale: Tensor | None = None, src_dropout=None) -> Tensor:
     r"""Scaled sparse-dense product over a block's in-edges.
 
     .. math::
@@ -438,6 +500,10 @@ def spmm(block, x: Tensor, *, edge_weight: Tensor | None = None, col_scale: Tens
         col_scale: per-source scale ``c``.
         row_scale: per-destination scale ``r``.
         self_scale: per-destination self-loop weight ``s`` (at most ``min(D, S)`` rows).
+        src_dropout: a dropout of the source rows fused into the product, an object with ``bits()`` (packed keep
+            bits, uint8 ``[S, ceil(F / 8)]``) and ``scale`` (:class:`graphscale.nn.dropout.RowKeep`): the result
+            is ``spmm(block, keyed_dropout(x, ...))`` bit for bit, without the dropped ``[S, F]`` copy; the
+            backward applies the same bits to the gradient rows as it writes them.
 
     Returns:
         Destination features.
@@ -460,7 +526,14 @@ def spmm(block, x: Tensor, *, edge_weight: Tensor | None = None, col_scale: Tens
             raise ValueError(f"spmm: self_scale must be 1-D with at most {min(topo.num_dst, topo.num_src)} entries")
         if self_scale.requires_grad:
             raise ValueError("spmm: gradients w.r.t. self_scale are not supported; pass a detached tensor")
-    return _SpMM.apply(x, topo, edge_weight, col_scale, row_scale, self_scale)
+    if src_dropout is None:
+        return _SpMM.apply(x, topo, edge_weight, col_scale, row_scale, self_scale)
+    bits = src_dropout.bits()
+    if bits.dtype != torch.uint8 or bits.shape != (topo.num_src, (x.shape[1] + 7) // 8):
+        raise ValueError(f"spmm: src_dropout bits must be uint8 [{topo.num_src}, {(x.shape[1] + 7) // 8}], "
+                         f"got {bits.dtype} {tuple(bits.shape)}")
+    return _SpMM.apply(x, topo, edge_weight, col_scale, row_scale, self_scale, bits.to(x.device),
+                       float(src_dropout.scale))
 
 
 def spmm_transpose(block, grad: Tensor, *, edge_weight: Tensor | None = None, col_scale: Tensor | None = None,
@@ -488,7 +561,7 @@ def _heads_forward(indptr: Tensor, indices: Tensor, eperm: Tensor | None, w: Ten
     n = indptr.numel() - 1
     nh, f = x.shape[1], x.shape[2]
     if _use_numba(x):
-        out = torch.empty(n, nh, f, dtype=x.dtype)
+        out = buffers.empty((n, nh, f), x.dtype)
         _run_rows(_k_spmm_heads, indptr.numpy(), (indices.numel() + n) * nh * f, indptr.numpy(), indices.numpy(),
                   _np(eperm, torch.int64), _np(w, x.dtype), _np(ws, x.dtype).reshape(-1, nh),
                   x.detach().contiguous().numpy(), out.numpy())
@@ -596,8 +669,8 @@ class _SegmentSoftmax(torch.autograd.Function):
         nh = scores.shape[1]
         ss = self_scores if self_scores is not None else scores.new_empty(0, nh)
         if _use_numba(scores):
-            a = torch.empty_like(scores)
-            a_self = torch.empty_like(ss)
+            a = buffers.empty(scores.shape, scores.dtype)
+            a_self = buffers.empty(ss.shape, ss.dtype)
             _run_rows(_k_softmax, topo.indptr.numpy(), 4 * (topo.num_edges + topo.num_dst) * nh,
                       topo.indptr.numpy(), scores.detach().contiguous().numpy(), ss.detach().contiguous().numpy(),
                       a.numpy(), a_self.numpy())
@@ -618,7 +691,7 @@ class _SegmentSoftmax(torch.autograd.Function):
         g = torch.zeros_like(a) if g is None else g.contiguous()
         g_self = torch.zeros_like(a_self) if g_self is None else g_self.contiguous()
         if _use_numba(a):
-            gs, gs_self = torch.empty_like(a), torch.empty_like(a_self)
+            gs, gs_self = buffers.empty(a.shape, a.dtype), buffers.empty(a_self.shape, a_self.dtype)
             _run_rows(_k_softmax_bwd, topo.indptr.numpy(), 2 * (topo.num_edges + topo.num_dst) * a.shape[1],
                       topo.indptr.numpy(), a.numpy(), a_self.numpy(), g.numpy(), g_self.numpy(), gs.numpy(),
                       gs_self.numpy())

@@ -20,14 +20,22 @@ def test_shares_split_communication_from_waiting():
 
 
 @pytest.mark.slow
-def test_bench_scaling_prints_single_and_both_graph_parallel_modes(tmp_path, capsys):
+@pytest.mark.parametrize("allocator", [None, "retain"])
+def test_bench_scaling_prints_single_and_both_graph_parallel_modes(tmp_path, capsys, allocator):
     out = tmp_path / "scaling.json"
+    extra = ["--allocator", allocator] if allocator else []
     assert main(["bench", "scaling", "--dataset", "sbm:nodes=3000,degree=6,features=16,seed=0", "--strategies",
-                 "graph-parallel", "--workers", "2", "--epochs", "1", "--json", str(out)]) == 0
+                 "graph-parallel", "--workers", "2", "--epochs", "1", "--json", str(out), *extra]) == 0
     printed = capsys.readouterr().out
-    for word in ("single", "graph-parallel overlap", "graph-parallel no-overlap", "efficiency", "vs single"):
+    for word in ("single", "graph-parallel overlap", "graph-parallel no-overlap", "efficiency", "vs single",
+                 "sys s/epoch"):
         assert word in printed
     report = json.loads(out.read_text())
+    for run in report["runs"]:  # every worker, in-process (single) or spawned, ran the asked-for malloc
+        assert all(r["allocator"]["mode"] == (allocator or "default") for r in run["results"])
+    if allocator == "retain" and all(r["allocator"]["library"] == "glibc" for run in report["runs"]
+                                 for r in run["results"]):
+        assert {row["malloc"] for row in report["rows"]} == {"glibc retaining"}
     labels = [(r["strategy"], r["W"]) for r in report["rows"]]
     assert labels == [("single", 1), ("graph-parallel overlap", 2), ("graph-parallel no-overlap", 2)]
     for run in report["runs"]:

@@ -248,3 +248,36 @@ def test_edge_masks_agree_and_are_keyed_by_ids(backend):
     assert torch.equal(pself, keep_self[nodes])
     rate = gd.edge_keep_mask(torch.arange(40_000), torch.arange(40_000) + 1, 2, 0.4, 0, 0, 0).double().mean()
     assert abs(rate.item() - 0.6) < 0.01
+
+
+# ----------------------------------------------------------------------------- dropout fused into spmm
+@pytest.mark.parametrize("kind", ["full", "part"])
+@pytest.mark.parametrize("scales", [(), ("ew",), ("cs", "rs", "ss"), ("ew", "cs", "rs", "ss")])
+@pytest.mark.parametrize("dtype", [torch.float32, F64])
+def test_fused_dropout_spmm_equals_dropout_then_spmm(kind, scales, dtype, backend):
+    """Forward and gradient equal the unfused keyed dropout + spmm: bit for bit on the numba kernels."""
+    block = _blocks(90, seed=3)[kind]
+    gen = torch.Generator().manual_seed(7)
+    num_cols = 21  # not a multiple of 8: the last byte of every row's bits is partial
+    x = torch.randn(block.num_src, num_cols, dtype=dtype, generator=gen, requires_grad=True)
+    kw = {"ew": ("edge_weight", block.num_edges), "cs": ("col_scale", block.num_src),
+          "rs": ("row_scale", block.num_dst), "ss": ("self_scale", block.num_dst)}
+    args = {kw[s][0]: torch.rand(kw[s][1], dtype=dtype, generator=gen) + 0.5 for s in scales}
+    ids = block.src_ids
+    keep = gd.keyed_dropout_keep(ids, num_cols, 0.4, seed=3, epoch=2, site=1)
+    assert torch.equal(ops._unpack_keep(keep.bits(), num_cols, torch.bool), gd.node_keep_mask(ids, num_cols, 0.4,
+                                                                                              3, 2, 1))
+    weights = torch.randn(block.num_dst, num_cols, dtype=dtype, generator=gen)
+    ref = ops.spmm(block, gd.keyed_dropout(x, ids, 0.4, 3, 2, 1), **args)
+    (g_ref,) = torch.autograd.grad((ref * weights).sum(), x)
+    out = ops.spmm(block, x, **args, src_dropout=keep)
+    (g_out,) = torch.autograd.grad((out * weights).sum(), x)
+    if backend == "numba":
+        assert torch.equal(out, ref) and torch.equal(g_out, g_ref)
+    else:
+        torch.testing.assert_close(out, ref, atol=1e-12, rtol=1e-5)
+        torch.testing.assert_close(g_out, g_ref, atol=1e-12, rtol=1e-5)
+    assert gd.keyed_dropout_keep(ids, num_cols, 0.4, 3, 2, 1, training=False) is None
+    assert gd.keyed_dropout_keep(ids, num_cols, 0.0, 3, 2, 1) is None
+    with pytest.raises(ValueError, match="bits must be uint8"):
+        ops.spmm(block, x[:, :8], **args, src_dropout=keep)

@@ -1,0 +1,29 @@
+"""`graphscale bench peers --allocator`: every process runs the asked-for malloc and says which it ran."""
+
+from __future__ import annotations
+
+import pytest
+
+from graphscale import allocator
+from graphscale.bench import peers
+from graphscale.testing.graphs import random_graph
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(allocator.loaded_library() != "glibc", reason="labels of glibc's modes")
+@pytest.mark.parametrize("mode, label", [("default", "glibc"), ("retain", "glibc retaining")])
+def test_each_process_reports_the_malloc_it_ran(mode, label):
+    g = random_graph(300, 4.0, num_features=8, num_classes=3, seed=0)
+    (row,) = peers.measure(g, hidden=8, repeats=1, warmup=1, systems=("graphscale",), mode=mode)
+    assert row["malloc"] == label
+    assert row["sys s/epoch"] >= 0 and row["user s/epoch"] >= 0 and row["faults/epoch"] >= 0
+
+
+def test_a_missing_library_is_an_error_naming_its_package():
+    g = random_graph(50, 4.0, num_features=8, num_classes=3, seed=0)
+    for name, (_, package) in allocator.PRELOAD.items():
+        try:
+            allocator.library_path(name)
+        except allocator.AllocatorUnavailable:
+            with pytest.raises(allocator.AllocatorUnavailable, match=package):
+                peers.measure(g, hidden=8, repeats=1, warmup=0, systems=("graphscale",), mode=name)

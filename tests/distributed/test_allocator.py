@@ -1,0 +1,96 @@
+"""The malloc configuration reaches every worker, read back from the workers themselves."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from graphscale import allocator
+from graphscale.distributed.launch import launch
+
+PAGES_64MIB = (64 << 20) // os.sysconf("SC_PAGE_SIZE")
+
+
+def _report(env) -> dict:
+    """A worker's own view: the state it records and the page faults of reusing a freed 64 MiB block."""
+    return {**allocator.state(), "refaults": allocator.probe_refaults(), "rank": env.rank}
+
+
+@pytest.fixture(autouse=True)
+def _no_user_tuning(monkeypatch):
+    for name in ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "MALLOC_TOP_PAD_", "MALLOC_MMAP_MAX_",
+                 "MALLOC_ARENA_MAX", "MALLOC_ARENA_TEST", "GLIBC_TUNABLES", allocator.ENV_VAR):
+        monkeypatch.delenv(name, raising=False)
+
+
+@pytest.mark.skipif(allocator.loaded_library() != "glibc", reason="the retaining configuration is glibc's")
+def test_spawned_workers_run_retain_when_asked(monkeypatch):
+    monkeypatch.setenv(allocator.ENV_VAR, "retain")
+    reports = launch(_report, 2, device="cpu", timeout_s=60)
+    assert [r["rank"] for r in reports] == [0, 1]
+    assert len({r["pid"] for r in reports} | {os.getpid()}) == 3  # really two other processes
+    for r in reports:
+        assert r["mode"] == "retain" and r["library"] == "glibc" and r["retaining"]
+        assert r["settings"] == {"mmap_threshold": allocator.RETAIN_BYTES, "trim_threshold": allocator.RETAIN_BYTES}
+        assert r["refaults"] < PAGES_64MIB // 16  # the freed block came back without new pages
+
+
+@pytest.mark.skipif(allocator.loaded_library() != "glibc", reason="glibc's default behaviour is probed")
+def test_default_and_option_over_environment(monkeypatch):
+    for r in launch(_report, 2, device="cpu", timeout_s=60):
+        assert r["mode"] == "default" and not r["retaining"] and r["settings"] == {}
+        assert r["refaults"] >= PAGES_64MIB * 0.9  # glibc munmapped it: every page is faulted in again
+    monkeypatch.setenv(allocator.ENV_VAR, "retain")
+    for r in launch(_report, 2, device="cpu", timeout_s=60, allocator_mode="default"):
+        assert r["mode"] == "default" and r["refaults"] >= PAGES_64MIB * 0.9
+
+
+@pytest.mark.skipif(allocator.loaded_library() != "glibc", reason="the retaining configuration is glibc's")
+def test_in_process_run_applies_then_restores():
+    assert allocator.state()["mode"] is None
+    (r,) = launch(_report, 1, device="cpu", allocator_mode="retain")
+    assert r["pid"] == os.getpid() and r["mode"] == "retain" and r["retaining"] and r["refaults"] < PAGES_64MIB // 16
+    after = allocator.state()
+    assert after["mode"] is None and not after["retaining"]
+    assert allocator.probe_refaults() >= PAGES_64MIB * 0.9  # the caller's process is glibc's default again
+
+
+@pytest.mark.skipif(allocator.loaded_library() != "glibc", reason="glibc tuning is what the user set")
+def test_user_malloc_settings_win(monkeypatch):
+    monkeypatch.setenv("MALLOC_ARENA_MAX", "2")  # read by glibc in the spawned worker; ours must not override
+    for r in launch(_report, 2, device="cpu", timeout_s=60, allocator_mode="retain"):
+        assert not r["retaining"] and "MALLOC_ARENA_MAX" in r["settings"]["not_applied"]
+
+
+def test_unknown_mode_and_missing_library_errors(monkeypatch):
+    with pytest.raises(ValueError, match="unknown allocator mode 'fast'"):
+        allocator.resolve_mode("fast")
+    monkeypatch.setenv(allocator.ENV_VAR, "tcmalloc")
+    with pytest.raises(ValueError, match=r"\$GRAPHSCALE_ALLOCATOR"):
+        launch(_report, 1, device="cpu")
+    if allocator.loaded_library() != "tcmalloc":
+        with pytest.raises(allocator.AllocatorUnavailable, match="must be preloaded"):
+            allocator.configure("tcmalloc")
+    for name, (_, package) in allocator.PRELOAD.items():
+        try:
+            path = allocator.library_path(name)
+        except allocator.AllocatorUnavailable as err:
+            assert package in str(err) and "apt-get install" in str(err)
+        else:
+            assert allocator.child_environment(name)["LD_PRELOAD"].startswith(path)
+
+
+@pytest.mark.parametrize("given, expected", [({}, "default"), ({"allocator": "retain"}, "retain")])
+def test_run_report_records_each_workers_allocator(given, expected):
+    from graphscale.config import build_config
+    from graphscale.run import run
+
+    config = build_config({"optim": {"epochs": 1}, "progress": False, **given,
+                           "strategy": {"name": "graph-parallel", "workers": 2}})
+    report = run(config)
+    per_worker = report["allocator_per_worker"]
+    assert len(per_worker) == 2 and len({w["pid"] for w in per_worker}) == 2
+    assert all(w["mode"] == expected for w in per_worker)
+    if allocator.loaded_library() == "glibc":
+        assert all(w["retaining"] == (expected == "retain") for w in per_worker)
