@@ -59,6 +59,7 @@ def graph():
 def make_config(workers: int = WORKERS, model: str = "gcn", layers: int = 2, decoupled: str = "on",
                 dropout: float = 0.3, **strategy) -> RunConfig:
     strategy.setdefault("t_workers", 2)
+    strategy.setdefault("chunking", "contiguous")  # the tests' hand-checked chunks (the default is METIS)
     return RunConfig(model=ModelConfig(name=model, hidden=5, layers=layers, dropout=dropout, decoupled=decoupled),
                      optim=OptimConfig(lr=0.01, weight_decay=5e-4),
                      strategy=StrategyConfig(name="task-parallel", workers=workers, **strategy),
@@ -82,7 +83,8 @@ def single_run(config: RunConfig, g, epochs: int = EPOCHS):
 def reference_run(config: RunConfig, g, epochs: int = EPOCHS):
     model = fresh_model(config, g)
     sc = config.strategy
-    ref = TaskReference(model, g, assign_chunks(g, num_chunks(config)), sc.subgraphs, sc.dependency, config.optim,
+    chunk_of = assign_chunks(g, num_chunks(config), sc.chunking, sc.partitioner, sc.balance, config.seed)
+    ref = TaskReference(model, g, chunk_of, sc.subgraphs, sc.dependency, config.optim,
                         config.seed, sc.shuffle, sc.loss_norm)
     return [ref.train_epoch(e) for e in range(epochs)], model
 
@@ -90,7 +92,7 @@ def reference_run(config: RunConfig, g, epochs: int = EPOCHS):
 # ------------------------------------------------------------------ semantics, in-process
 def test_masked_operators_follow_the_shuffle():
     g = graph()
-    chunk_of = assign_chunks(g, 8)
+    chunk_of = assign_chunks(g, 8, "contiguous")
     assert torch.equal(chunk_of, torch.arange(48) * 8 // 48)  # contiguous ranges
     lay = layout(8, 4, seed=5, epoch=2)
     assert torch.equal(lay.order, layout(8, 4, seed=5, epoch=2).order)  # a pure function of (seed, epoch)
@@ -110,7 +112,7 @@ def test_masked_operators_follow_the_shuffle():
 
 def test_keep_rate_matches_the_formula():
     g = random_graph(200, avg_degree=6.0, seed=1)
-    chunk_of = assign_chunks(g, 8)
+    chunk_of = assign_chunks(g, 8, "contiguous")
     rates = [keep_rate(g, chunk_of, layout(8, 4, 0, e).sub) for e in range(300)]
     assert abs(sum(rates) / len(rates) - expected_keep_rate(8, 2)) < 0.02
     assert expected_keep_rate(4, 2) == pytest.approx(2 / 3) and expected_keep_rate(5, 1) == 0.5
@@ -184,6 +186,14 @@ def _with_params(model, att_src, att_dst, block, x):
                                                              "--decoupled")),
     (["--workers", "2", "--dependency", "full", "--no-shuffle"], ("--shuffle is not used by strategy "
                                                                 "'task-parallel' with --dependency full and --loss-norm global")),
+    (["--workers", "2", "--task-gamma", "1.5"], "--task-gamma must lie in [0, 1], got 1.5"),
+    (["--workers", "2", "--device-flops", "-1"], "--device-flops must be a positive rate (or 0: measured)"),
+    (["--workers", "2", "--device-bandwidth", "nan"], "--device-bandwidth must be a positive rate"),
+    (["--workers", "2", "--t-workers", "1", "--device-flops", "1e12"],
+     "--device-flops is not used by strategy 'task-parallel' with --t-workers (the scheduling model does not run)"),
+    (["--workers", "2", "--model", "gat", "--heads", "4"], "--heads is not used by model 'gat' with --decoupled"),
+    (["--workers", "2", "--subgraphs", "1", "--no-shuffle"],
+     "--shuffle is not used by strategy 'task-parallel' with --subgraphs 1"),
 ])
 def test_bad_input_fails_before_any_worker_starts(argv, message, capsys):
     from graphscale.cli import main
@@ -208,6 +218,10 @@ def test_decoupled_is_refused_where_it_cannot_be_trained(capsys):
     assert main(["train", "--strategy", "graph-parallel", "--workers", "2", "--decoupled", "on", "--epochs", "1",
                  "--oversubscribe"]) == 2
     assert "is trained by strategies single, task-parallel, not by 'graph-parallel'" in capsys.readouterr().err
+    for option in ("--task-gamma", "--device-flops", "--device-bandwidth"):  # task-parallel's scheduling model
+        assert main(["train", "--strategy", "graph-parallel", "--workers", "2", option, "0.5", "--epochs", "1",
+                     "--oversubscribe"]) == 2
+        assert f"{option} is not used by strategy 'graph-parallel'" in capsys.readouterr().err
 
 
 # ------------------------------------------------------------------ the distributed runs (one spawn)
@@ -257,7 +271,7 @@ def _mirror_rows(g, config, plan, epoch: int) -> dict[int, int]:
     counted from the edges (independently of the strategy's exchange lists)."""
     sc = config.strategy
     m = num_chunks(config)
-    chunk_of = assign_chunks(g, m)
+    chunk_of = assign_chunks(g, m, sc.chunking)
     lay = layout(m, sc.subgraphs, config.seed, epoch, sc.shuffle)
     op = masked_operator(g, chunk_of, lay.sub, sc.dependency)
     dst, src = op.dst_of_edges(), op.src_ids[op.indices]
@@ -355,7 +369,7 @@ def test_a_run_trains_the_decoupled_model_by_default(tmp_path):
 
     config = build_config({"data": {"dataset": "sbm:nodes=120,degree=5,features=8,classes=3,seed=0"},
                            "model": {"hidden": 8}, "optim": {"epochs": 2},
-                           "strategy": {"name": "task-parallel", "workers": 2, "chunking": "partitioner",
+                           "strategy": {"name": "task-parallel", "workers": 2,
                                         "chunks": 8},
                            "cache_dir": str(tmp_path), "progress": False, "oversubscribe": True})
     report = run(config)

@@ -118,16 +118,23 @@ def resolve_plan(config: RunConfig, t_workers: int = 0) -> TaskPlan:
 
 def scheduled_t_workers(config: RunConfig, num_nodes: int, num_edges: int, num_features: int,
                         num_classes: int) -> int:
-    """``q`` from the scheduling model (Eqs. 5-8 with this machine's measured speeds; :func:`.plan.make_plan`
-    takes the feasible count nearest to it)."""
+    """``q`` from the scheduling model (Eqs. 5-8 with ``--task-gamma``, ``--device-flops`` and
+    ``--device-bandwidth``, the rates measured on this machine where they are 0; :func:`.plan.make_plan` takes the
+    feasible count nearest to it)."""
+    return len(scheduled_plan(config, num_nodes, num_edges, num_features, num_classes)[0].t_ranks)
+
+
+def scheduled_plan(config: RunConfig, num_nodes: int, num_edges: int, num_features: int,
+                   num_classes: int) -> tuple[TaskPlan, tuple[float, float]]:
+    """The scheduling model's plan and the costs ``(T_t, T_p)`` it was chosen from (:func:`scheduled_t_workers`)."""
     from graphscale.nn.models import is_decoupled
 
     model, sc = config.model, config.strategy
     widths = [num_features] + [model.hidden] * (model.layers - 1) + [num_classes]
     costs = task_costs(num_nodes, num_edges, widths, attention=model.name == "gat", decoupled=is_decoupled(config),
+                       gamma=sc.task_gamma, flops=sc.device_flops or None, bandwidth=sc.device_bandwidth or None,
                        dtype_bytes=torch.empty(0, dtype=getattr(torch, config.dtype)).element_size())
-    plan = make_plan(sc.workers, model.layers, p_split=sc.p_split, costs=costs)
-    return len(plan.t_ranks)
+    return make_plan(sc.workers, model.layers, p_split=sc.p_split, costs=costs), costs
 
 
 def group_sizes(plan: TaskPlan) -> list[int]:
@@ -163,6 +170,7 @@ def check_task_config(config: RunConfig) -> None:
                          f"not {model.name!r}")
     if sc.workers < 2:
         raise ValueError(f"strategy 'task-parallel' needs --workers >= 2 (T and P ranks), got {sc.workers}")
+
     if sc.t_workers < 0:
         raise ValueError(f"--t-workers must be >= 0 (0: the scheduling model decides), got {sc.t_workers}")
     if sc.chunks is not None:
@@ -233,7 +241,8 @@ class TaskParallelStrategy(Strategy):
     decoupled_models = True
     decoupled_default = True
     options = frozenset({"t_workers", "p_split", "subgraphs", "chunks", "chunking", "partitioner", "balance",
-                         "shuffle", "dependency", "t_recompute", "pipelined", "loss_norm"})
+                         "shuffle", "dependency", "t_recompute", "pipelined", "loss_norm", "task_gamma",
+                         "device_flops", "device_bandwidth"})
 
     @classmethod
     def unused_options(cls, config: RunConfig) -> dict[str, str]:
@@ -242,13 +251,23 @@ class TaskParallelStrategy(Strategy):
         if sc.chunking != "partitioner":
             unused.update({"partitioner": "without --chunking partitioner", "balance": "without --chunking "
                                                                                         "partitioner"})
+        if sc.t_workers:
+            unused.update({name: "with --t-workers (the scheduling model does not run)"
+                           for name in ("task_gamma", "device_flops", "device_bandwidth")})
         if sc.dependency == FULL and sc.loss_norm == "global":
             unused["shuffle"] = "with --dependency full and --loss-norm global (the order changes no number)"
+        elif sc.subgraphs == 1:
+            unused["shuffle"] = "with --subgraphs 1 (one subgraph: the order changes no number)"
         return unused
 
     @classmethod
     def check_config(cls, config: RunConfig) -> None:
+        from graphscale.distributed.launch import resolve_device
+
         check_task_config(config)
+        if resolve_device(config.device, config.strategy.workers) != "cpu":
+            raise ValueError(f"strategy 'task-parallel' runs on CPU only (its buffers are not placed on a GPU yet): "
+                             f"--device {config.device} resolves to cuda here; give --device cpu")
 
     @classmethod
     def shared_data_key(cls, config: RunConfig) -> dict | None:
@@ -259,21 +278,29 @@ class TaskParallelStrategy(Strategy):
         sc, model = config.strategy, config.model
         if sc.chunking != "partitioner" and sc.t_workers:
             return None
-        key = {"task_chunks": sc.chunks, "subgraphs": sc.subgraphs, "chunking": sc.chunking,
-               "t_workers": sc.t_workers, "p_split": sc.p_split, "model": model.name, "hidden": model.hidden,
+        key = {"task_chunks": sc.chunks, "subgraphs": sc.subgraphs, "chunking": sc.chunking, "workers": sc.workers,
+               "seed": config.seed, "t_workers": sc.t_workers, "p_split": sc.p_split, "model": model.name, "hidden": model.hidden,
                "layers": model.layers, "decoupled": is_decoupled(config), "dtype": config.dtype}
         if sc.chunking == "partitioner":
             key.update({"chunk_partitioner": sc.partitioner, "chunk_balance": sc.balance})
+        if not sc.t_workers:
+            key.update({"task_gamma": sc.task_gamma, "device_flops": sc.device_flops,
+                        "device_bandwidth": sc.device_bandwidth})
         return key
 
     @classmethod
     def prepare_shared(cls, graph: Graph, owner: torch.Tensor, config: RunConfig, folder: Path) -> None:
         sc = config.strategy
-        q = sc.t_workers or scheduled_t_workers(config, graph.num_nodes, graph.num_edges, graph.num_features,
-                                                graph.num_classes)
-        plan = resolve_plan(config, q)
+        record: dict = {}
+        if sc.t_workers:
+            plan = resolve_plan(config)
+        else:
+            plan, (t_t, t_p) = scheduled_plan(config, graph.num_nodes, graph.num_edges, graph.num_features,
+                                              graph.num_classes)
+            record = {"T_t": t_t, "T_p": t_p}
         check_plan(config, plan)
-        (folder / PLAN_FILE).write_text(json.dumps({"t_workers": q, "plan": plan.describe()}))
+        (folder / PLAN_FILE).write_text(json.dumps({"t_workers": len(plan.t_ranks), "plan": plan.describe(),
+                                                    **record}))
         if sc.chunking == "partitioner":
             chunk_of = assign_chunks(graph, num_chunks(config, plan), sc.chunking, sc.partitioner, sc.balance,
                                      config.seed)
