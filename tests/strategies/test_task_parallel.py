@@ -37,6 +37,7 @@ from graphscale.strategies.task_parallel.strategy import (
     TASK_FWD,
     TaskParallelStrategy,
     build_segments,
+    epoch_bytes,
     num_chunks,
     resolve_plan,
 )
@@ -376,10 +377,17 @@ def test_a_run_trains_the_decoupled_model_by_default(tmp_path):
     assert report["model_form"] == "decoupled"
     assert list((tmp_path / "shared").glob("*/chunk_of.npy"))
     assert list((tmp_path / "shared").glob("*/plan.json"))  # the scheduling model chose in the parent
+    model = build_model(config.model, 8, 3, seed=0, decoupled=True)
+    closed = epoch_bytes(model, resolve_plan(config, 1), 120, 8, 4)
+    assert closed[TASK_FWD] == closed[TASK_BWD] == 120 * 3 * 4  # N C b, one boundary
+    assert closed[H2D] == 2 * 120 * 8 * 4  # read twice: forward and recomputation
     for epoch in report["epochs"]:
-        assert epoch["bytes"][TASK_FWD] == epoch["bytes"][TASK_BWD] == 120 * 3 * 4  # N C b, one boundary
-        assert epoch["bytes"][H2D] == 2 * 120 * 8 * 4  # read twice: forward and recomputation
+        assert epoch["bytes"] == closed  # every category, exactly
         roles = [e["role"] for e in epoch["extra_per_worker"]]
         assert roles == [["T", 0, 0], ["P", 0, 0]]
         assert all(e["model_form"] == "decoupled" and e["timeline"] for e in epoch["extra_per_worker"])
+        # the tracked peak's parts sum to it: the T rank holds parameters (+ Adam), the P rank its caches
+        for extra, peak in zip(epoch["extra_per_worker"], epoch["peak_memory_per_worker"]):
+            assert sum(extra["memory"].values()) == peak
+        assert epoch["extra_per_worker"][1]["memory"]["caches"] >= 2 * 120 * 3 * 4  # P views + gradients, L = 2
     assert 0 <= report["final"]["test_acc"] <= 1

@@ -98,6 +98,11 @@ from graphscale.strategies.task_parallel.tasks import Op, P, T, TaskSplit, task_
 #: gradients, the evaluation forward's boundary rows and mirrors, the feature rows read by the first T segment.
 TASK_FWD, TASK_BWD, HALO, EVAL_STAGE, EVAL_HALO, H2D = "task_fwd", "task_bwd", "halo", "eval_stage", "eval_halo", "h2d"
 CHUNK_FILE, PLAN_FILE = "chunk_of.npy", "plan.json"
+#: memory categories of ``extra["memory"]`` (the tracked peak's parts): parameters with their gradients and Adam
+#: state; the P views (every row of a P layer: Algorithm 1's cache of earlier subgraphs' rows, the current
+#: subgraph's and, in a hybrid group, the mirrors) and the P-backward gradient rows; the T inputs a non-first T
+#: segment keeps for its recomputation; autograd's saved tensors (:data:`~graphscale.metrics.memory.SAVED`)
+PARAMETERS, CACHES, KEPT_INPUTS = "parameters", "caches", "kept T inputs"
 #: message phases (part of every tag)
 _FWD, _BWD, _EVAL = 0, 1, 2
 
@@ -232,6 +237,37 @@ def build_segments(split: TaskSplit, plan: TaskPlan) -> list[Segment]:
     return segments
 
 
+def epoch_bytes(model: torch.nn.Module, plan: TaskPlan, num_nodes: int, num_features: int, element_size: int,
+                t_recompute: bool = True) -> dict[str, int]:
+    """The Ledger's bytes of one training epoch summed over workers, by category, in closed form (the tests hold
+    the strategy to it): ``task_fwd = task_bwd`` the chain's boundaries (:func:`.tasks.chain_bytes_per_epoch` over
+    the widths leaving every segment but the last), ``h2d = N F b`` (twice with ``t_recompute``: the first T
+    segment re-reads its rows), ``allreduce`` the ring all-reduce of every T group of several ranks, ``control``
+    the loss (one float64 all-reduced over the workers).
+
+    Raises:
+        ValueError: a P group of several ranks (its mirror rows, category ``halo``, depend on the epoch's shuffle).
+    """
+    from graphscale.strategies.graph_parallel import allreduce_bytes_per_epoch
+    from graphscale.strategies.task_parallel.tasks import chain_bytes_per_epoch
+
+    if any(len(g) > 1 for g in plan.p_groups):
+        raise ValueError(f"the plan ({plan.describe()}) has a P group of several ranks: its mirror bytes depend on "
+                         "the epoch's shuffle and have no closed form here")
+    split = task_split(model)
+    segments = build_segments(split, plan)
+    chain = chain_bytes_per_epoch(num_nodes, [split.out_width(seg.ops[-1]) for seg in segments[:-1]], element_size)
+    out = {TASK_FWD: chain // 2, TASK_BWD: chain // 2, H2D: num_nodes * num_features * element_size
+           * (2 if t_recompute else 1), CONTROL: allreduce_bytes_per_epoch(1, plan.workers, 8)}
+    stage_params = [sum(p.numel() for seg in segments if seg.kind == T and seg.stage == stage for op in seg.ops
+                        for p in split.t_params(op.index)) for stage in range(len(plan.t_groups))]
+    reduce = sum(allreduce_bytes_per_epoch(n, len(g), element_size) for n, g in zip(stage_params, plan.t_groups)
+                 if len(g) > 1)
+    if reduce:
+        out["allreduce"] = reduce
+    return out
+
+
 @STRATEGIES.register("task-parallel")
 class TaskParallelStrategy(Strategy):
     """NeutronTask task parallelism (see the module docstring)."""
@@ -345,7 +381,7 @@ class TaskParallelStrategy(Strategy):
         self.stage_params = [p for seg in self.mine if seg.kind == T for op in seg.ops
                              for p in self.split.t_params(op.index)]
         self.tracker = MemoryTracker(env)
-        self.tracker.track_module("model", model)
+        self.tracker.track_module("model", model, category=PARAMETERS)
         self.timeline: list[tuple] = []
 
     def _t_workers(self, graph: Graph, shared: Path | None) -> int:
@@ -492,6 +528,7 @@ class TaskParallelStrategy(Strategy):
                 out = self._t_run(seg, h_in, ids)
             if train:
                 state[s] = {"in": h_in, "out": out} if keep_graph else {"in": None if seg.index == 0 else h_in}
+                self._track_kept(seg, state)
             if seg is self.segments[-1]:
                 self._finish(out, ids, s, ctx, state.get(s))
             else:
@@ -510,6 +547,7 @@ class TaskParallelStrategy(Strategy):
             start = time.time()
             offsets = ctx["offsets_of"][seg.index][s]
             saved = state.pop(s)
+            self._track_kept(seg, state)
             if self.config.strategy.t_recompute:  # Re_forward: before the gradient arrives (overlaps P-backward)
                 h_in = self._t_input(seg, ids, s, ctx) if seg.index == 0 else saved["in"]
                 if seg.index > 0:
@@ -528,6 +566,10 @@ class TaskParallelStrategy(Strategy):
             self._stamp(seg, "bwd", s, seg.ops[0].index, start)
         if not self.pipelined:
             self._flush()
+
+    def _track_kept(self, seg: Segment, state: dict) -> None:
+        """Count the input rows segment ``seg`` keeps for its backward (every subgraph's not yet back-propagated)."""
+        self.tracker.track(f"t_inputs_{seg.index}", *[v["in"] for v in state.values()], category=KEPT_INPUTS)
 
     # ------------------------------------------------------------ loss
     def _loss(self, out: torch.Tensor, ids: torch.Tensor, s: int, ctx: dict) -> torch.Tensor:
@@ -648,7 +690,7 @@ class TaskParallelStrategy(Strategy):
             self._flush()
         if train and not self.split.linear_p:
             prep["views"] = view  # the GAT variant re-runs its steps in backward from the vertex-sized inputs
-        self.tracker.track(f"p_views_{seg.index}", *view.values())
+        self.tracker.track(f"p_views_{seg.index}", *view.values(), category=CACHES)
         if "views" not in prep:  # linear P: nothing of the forward is kept for the backward
             self.tracker.untrack(f"p_views_{seg.index}")
 
@@ -658,6 +700,7 @@ class TaskParallelStrategy(Strategy):
         layers = [op.index for op in seg.ops]
         widths = {l: self.split.out_width(Op(P, l)) for l in layers}  # a P op keeps the width
         grads = {l: torch.zeros(self.num_nodes, widths[l], dtype=self.dtype) for l in layers}
+        self.tracker.track(f"p_grads_{seg.index}", *grads.values(), category=CACHES)
         num = lay.num_subgraphs
         last_segment = seg is self.segments[-1]
 
@@ -707,6 +750,7 @@ class TaskParallelStrategy(Strategy):
         if not self.pipelined:
             self._flush()
         self.tracker.untrack(f"p_views_{seg.index}")
+        self.tracker.untrack(f"p_grads_{seg.index}")
 
     # ------------------------------------------------------------ epochs
     def _context(self, lay: Layout, mode: str, phase: int) -> dict:
@@ -754,8 +798,9 @@ class TaskParallelStrategy(Strategy):
             group = self.groups.get((T, self.stage)) if self.kind == T else None
             if group is not None:  # a T stage's weights are replicated in its group: sum their gradients
                 allreduce_gradients(group, self.stage_params, self.tracker)
+            self.tracker.track("gradients", *[p.grad for p in self.stage_params], category=PARAMETERS)
             self.optimizer.step()
-            self.tracker.track("optimizer", *optimizer_tensors(self.optimizer))
+            self.tracker.track("optimizer", *optimizer_tensors(self.optimizer), category=PARAMETERS)
             self.tracker.untrack("gradients")
         seconds = time.perf_counter() - start
         total = torch.tensor([ctx["loss"]], dtype=torch.float64)
@@ -763,7 +808,8 @@ class TaskParallelStrategy(Strategy):
         return EpochStats(loss=float(total), seconds=seconds, bytes=self.env.ledger.since(before),
                           peak_memory=self.tracker.peak,
                           extra={"role": [self.kind, self.stage, self.member], "segments": [s.index for s in self.mine],
-                                 "timeline": self.timeline, "model_form": type(model).form})
+                                 "timeline": self.timeline, "model_form": type(model).form,
+                                 "memory": self.tracker.peak_breakdown})
 
     @torch.no_grad()
     def evaluate(self) -> dict[str, float]:
