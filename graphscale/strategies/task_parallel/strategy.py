@@ -47,7 +47,9 @@ runs the chain in ``full`` mode without gradients (categories ``eval_stage``, ``
 per-split counts.
 
 **Timestamps.** Every epoch's ``extra["timeline"]`` lists ``(segment, kind, phase, subgraph, layer, start, end)``
-(``time.time()``) of every task this rank ran, for ``graphscale bench task``.
+(``time.time()``; phases ``fwd``, ``recompute``, ``bwd``, ``eval``) of every task this rank ran, for ``graphscale
+bench task``; a stamp starts once the task's input rows (or gradient) arrived, so it spans the task's own work and
+its sends, not the wait.
 """
 
 from __future__ import annotations
@@ -521,6 +523,8 @@ class TaskParallelStrategy(Strategy):
                 continue
             start = time.time()
             h_in = self._t_input(seg, ids, s, ctx)
+            if seg.index > 0:  # the stamp leaves out the wait for the rows (the first segment's is the h2d read)
+                start = time.time()
             keep_graph = train and not self.config.strategy.t_recompute
             with torch.set_grad_enabled(keep_graph):
                 if keep_graph and seg.index > 0:
@@ -544,23 +548,27 @@ class TaskParallelStrategy(Strategy):
             ids = ctx["ids"][seg.index][s]
             if ids.numel() == 0:
                 continue
-            start = time.time()
             offsets = ctx["offsets_of"][seg.index][s]
             saved = state.pop(s)
             self._track_kept(seg, state)
             if self.config.strategy.t_recompute:  # Re_forward: before the gradient arrives (overlaps P-backward)
+                start = time.time()
                 h_in = self._t_input(seg, ids, s, ctx) if seg.index == 0 else saved["in"]
                 if seg.index > 0:
                     h_in.requires_grad_(True)
                 with torch.enable_grad():
                     out = self._t_run(seg, h_in, ids)
                     loss = self._loss(out, ids, s, ctx) if seg is self.segments[-1] else None
+                self._stamp(seg, "recompute", s, seg.ops[0].index, start)
             else:
                 h_in, out, loss = saved["in"], saved["out"], saved.get("loss")
             if seg is self.segments[-1]:
+                start = time.time()
                 loss.backward()
             else:
-                out.backward(self._recv_grad(seg, s, ctx))
+                grad = self._recv_grad(seg, s, ctx)
+                start = time.time()  # the stamp leaves out the wait for the gradient
+                out.backward(grad)
             if seg.index > 0:
                 self._send_back(seg, h_in.grad, offsets, s, ctx)
             self._stamp(seg, "bwd", s, seg.ops[0].index, start)
@@ -714,9 +722,9 @@ class TaskParallelStrategy(Strategy):
 
         def compute(l: int, s: int) -> None:
             block = prep["blocks"][s]
-            start = time.time()
+            g_out = out_grad(l, s) if block is not None else None
+            start = time.time()  # after the gradient arrived
             if block is not None:
-                g_out = out_grad(l, s)
                 if self.split.linear_p:
                     g_src = self.split.p_transpose(l, block, g_out)
                 else:
