@@ -107,7 +107,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="pipeline: graphs trained for the measured timestamps (default cora)")
     parser.add_argument("--pipeline-epochs", type=int, default=3,
                         help="pipeline: epochs of each measured run; the last one's timestamps are used (default 3)")
-    parser.add_argument("--epochs", type=int, default=100, help="accuracy / subgraphs: epochs per run (default 100)")
+    parser.add_argument("--epochs", type=int, default=50, help="accuracy / subgraphs: epochs per run (default 50)")
     parser.add_argument("--seeds", type=int, default=3, help="accuracy: seeds (default 3)")
     parser.add_argument("--subgraph-counts", type=int_list, default=[1, 2, 3, 4, 5, 6],
                         help="subgraphs: S values (default 1..6); each must divide --chunks")
