@@ -46,6 +46,11 @@ sum_l d_l x`` the mirror rows, ``allreduce`` the ring all-reduce of each T group
 runs the chain in ``full`` mode without gradients (categories ``eval_stage``, ``eval_halo``) and all-reduces the
 per-split counts.
 
+**Checkpoints.** With ``--checkpoint`` and several T stages, the first member of every other T stage sends its
+parameters and Adam state to rank 0 after every epoch (category ``checkpoint``), so rank 0's checkpoint holds the
+whole model; on ``--resume`` every rank loads the model and keeps its own stage's Adam state, and training continues
+exactly as without the interruption.
+
 **Timestamps.** Every epoch's ``extra["timeline"]`` lists ``(segment, kind, phase, subgraph, layer, start, end)``
 (``time.time()``; phases ``fwd``, ``recompute``, ``bwd``, ``eval``) of every task this rank ran, for ``graphscale
 bench task``; a stamp starts once the task's input rows (or gradient) arrived, so it spans the task's own work and
@@ -99,6 +104,8 @@ from graphscale.strategies.task_parallel.tasks import Op, P, T, TaskSplit, task_
 #: Ledger categories: segment-boundary rows (forward), their gradients (backward), P groups' mirror rows and their
 #: gradients, the evaluation forward's boundary rows and mirrors, the feature rows read by the first T segment.
 TASK_FWD, TASK_BWD, HALO, EVAL_STAGE, EVAL_HALO, H2D = "task_fwd", "task_bwd", "halo", "eval_stage", "eval_halo", "h2d"
+#: Ledger category of the parameters and Adam state the other T stages send to rank 0 for a checkpoint
+CHECKPOINT = "checkpoint"
 CHUNK_FILE, PLAN_FILE = "chunk_of.npy", "plan.json"
 #: memory categories of ``extra["memory"]`` (the tracked peak's parts): parameters with their gradients and Adam
 #: state; the P views (every row of a P layer: Algorithm 1's cache of earlier subgraphs' rows, the current
@@ -106,7 +113,7 @@ CHUNK_FILE, PLAN_FILE = "chunk_of.npy", "plan.json"
 #: segment keeps for its recomputation; autograd's saved tensors (:data:`~graphscale.metrics.memory.SAVED`)
 PARAMETERS, CACHES, KEPT_INPUTS = "parameters", "caches", "kept T inputs"
 #: message phases (part of every tag)
-_FWD, _BWD, _EVAL = 0, 1, 2
+_FWD, _BWD, _EVAL, _CKPT = 0, 1, 2, 3
 
 
 def _tag(phase: int, boundary: int, subgraph: int) -> int:
@@ -194,8 +201,7 @@ def check_plan(config: RunConfig, plan: TaskPlan) -> None:
     ``prepare_shared`` once the scheduling model chose).
 
     Raises:
-        ValueError: subgraphs not dividing the chunks, chunks not dividing among a group, idle P ranks, a
-            checkpoint of weights split over several T stages.
+        ValueError: subgraphs not dividing the chunks, chunks not dividing among a group, idle P ranks.
     """
     sc = config.strategy
     chunks = num_chunks(config, plan)
@@ -208,9 +214,6 @@ def check_plan(config: RunConfig, plan: TaskPlan) -> None:
     if plan.p_split == "subgraphs" and sc.subgraphs < len(plan.p_groups[0]):
         raise ValueError(f"--subgraphs {sc.subgraphs} leaves P ranks idle: --p-split subgraphs gives each of the "
                          f"{len(plan.p_groups[0])} P ranks whole subgraphs")
-    if (config.checkpoint or config.resume) and len(plan.t_groups) > 1:
-        raise ValueError(f"--checkpoint / --resume need every parameter on rank 0: the plan ({plan.describe()}) "
-                         f"has {len(plan.t_groups)} T stages (give --t-workers 1)")
 
 
 @dataclass
@@ -810,6 +813,8 @@ class TaskParallelStrategy(Strategy):
             self.optimizer.step()
             self.tracker.track("optimizer", *optimizer_tensors(self.optimizer), category=PARAMETERS)
             self.tracker.untrack("gradients")
+        if self.config.checkpoint and len(self.plan.t_groups) > 1:
+            self._gather_stages()
         seconds = time.perf_counter() - start
         total = torch.tensor([ctx["loss"]], dtype=torch.float64)
         self.comm.all_reduce(total, CONTROL)
@@ -832,6 +837,61 @@ class TaskParallelStrategy(Strategy):
             work.wait()
         self.pending, self.timeline = [], timeline
         return counts_to_metrics(self.comm.all_reduce(ctx["counts"], CONTROL))
+
+    # ------------------------------------------------------------ checkpoints
+    def _stage_state(self, stage: int) -> list[tuple[int, torch.nn.Parameter]]:
+        """``(index in model.parameters(), parameter)`` of T stage ``stage``'s parameters."""
+        index = {id(p): i for i, p in enumerate(self.model.parameters())}
+        params = {id(p): p for seg in self.segments if seg.kind == T and seg.stage == stage for op in seg.ops
+                  for p in self.split.t_params(op.index)}
+        return sorted((index[k], p) for k, p in params.items())
+
+    def _gather_stages(self) -> None:
+        """Every T stage's parameters and Adam state to rank 0 (which writes checkpoints; its model then holds every
+        weight, and :meth:`state_dict` every stage's optimiser state). The first member of each other T stage sends
+        one flat tensor per parameter: its values, ``exp_avg``, ``exp_avg_sq`` and ``step`` (0: no state yet)."""
+        def pack(p: torch.nn.Parameter) -> torch.Tensor:
+            st = self.optimizer.state.get(p, {})
+            if not st:
+                return torch.cat([p.detach().flatten(), torch.zeros(2 * p.numel() + 1, dtype=p.dtype)])
+            step = torch.as_tensor(st["step"], dtype=p.dtype).reshape(1)
+            return torch.cat([p.detach().flatten(), st["exp_avg"].flatten(), st["exp_avg_sq"].flatten(), step])
+
+        self.gathered_optimizer: dict[int, dict] = {}
+        pending = []
+        for stage, group in enumerate(self.plan.t_groups[1:], start=1):
+            owned = self._stage_state(stage)
+            if self.env.rank == group[0]:
+                pending += [self.comm.send(pack(p), 0, CHECKPOINT, tag=_tag(_CKPT, 0, i)) for i, p in owned]
+            elif self.env.rank == 0:
+                for i, p in owned:
+                    buf = torch.empty(3 * p.numel() + 1, dtype=p.dtype)
+                    self.comm.recv(buf, group[0], tag=_tag(_CKPT, 0, i)).wait()
+                    n = p.numel()
+                    with torch.no_grad():
+                        p.copy_(buf[:n].view_as(p))
+                    if float(buf[-1]) > 0:
+                        self.gathered_optimizer[i] = {"step": buf[-1].to(torch.float32).reshape(()),
+                                                      "exp_avg": buf[n:2 * n].view_as(p).clone(),
+                                                      "exp_avg_sq": buf[2 * n:3 * n].view_as(p).clone()}
+        for work in pending:
+            work.wait()
+
+    def state_dict(self) -> dict:
+        """The model and the Adam state of every parameter (rank 0, which writes checkpoints: with several T stages
+        the other stages' come from :meth:`_gather_stages` after every epoch)."""
+        state = super().state_dict()
+        for i, st in getattr(self, "gathered_optimizer", {}).items():
+            state["optimizer"]["state"][i] = st
+        return state
+
+    def load_state_dict(self, state: dict) -> None:
+        """Every rank loads the whole model and keeps the Adam state of its own stage's parameters only."""
+        self.model.load_state_dict(state["model"])
+        mine = {i for seg in self.mine if seg.kind == T for i, _ in self._stage_state(seg.stage)}
+        optimizer = {"state": {i: st for i, st in state["optimizer"]["state"].items() if i in mine},
+                     "param_groups": state["optimizer"]["param_groups"]}
+        self.optimizer.load_state_dict(optimizer)
 
     def teardown(self) -> None:
         for name in ("model", "optimizer"):
