@@ -57,7 +57,8 @@ TRAIN_OPTIONS = {
     "t_workers": ("strategy", "t_workers"), "p_split": ("strategy", "p_split"), "subgraphs": ("strategy", "subgraphs"),
     "chunking": ("strategy", "chunking"), "dependency": ("strategy", "dependency"),
     "t_recompute": ("strategy", "t_recompute"), "pipelined": ("strategy", "pipelined"),
-    "loss_norm": ("strategy", "loss_norm"),
+    "loss_norm": ("strategy", "loss_norm"), "task_gamma": ("strategy", "task_gamma"),
+    "device_flops": ("strategy", "device_flops"), "device_bandwidth": ("strategy", "device_bandwidth"),
     "history_period": ("strategy", "history_period"), "shuffle": ("strategy", "shuffle"),
     "history_grad": ("strategy", "history_grad"), "hybrid_width": ("strategy", "hybrid_width"),
     "hybrid_split": ("strategy", "hybrid_split"),
@@ -278,7 +279,8 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--subgraphs", type=int, metavar="S",
                    help="subgraphs streamed through the task pipeline every epoch (each --chunks / S chunks)")
     p.add_argument("--chunking", choices=["contiguous", "partitioner"],
-                   help="chunks as equal contiguous id ranges, or the --partitioner's parts (a METIS reordering)")
+                   help="chunks as the --partitioner's parts (a METIS reordering, the artifact's: few edges "
+                        "cross chunks, so causal drops few) or equal contiguous id ranges")
     p.add_argument("--dependency", choices=["full", "causal", "block_diag"],
                    help="edges a subgraph's propagation reads: every edge (exact), its own and earlier subgraphs' "
                         "(the paper's), or its own subgraph's only (the artifact's)")
@@ -289,6 +291,13 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
                         "same numbers)")
     p.add_argument("--loss-norm", choices=["global", "subgraph-mean"],
                    help="loss over the global training count, or the sum of per-subgraph means (the artifact's)")
+    p.add_argument("--task-gamma", type=float, metavar="GAMMA",
+                   help="scheduling model (without --t-workers): Eq. 6's compute / memory overlap weight, in [0, 1]")
+    p.add_argument("--device-flops", type=float, metavar="FLOPS",
+                   help="scheduling model (without --t-workers): one worker's FLOP/s, e.g. 27.8e12 (0: measured)")
+    p.add_argument("--device-bandwidth", type=float, metavar="BYTES_PER_S",
+                   help="scheduling model (without --t-workers): one worker's memory bytes/s, e.g. 768e9 (0: "
+                        "measured)")
     p.add_argument("--shm-dir", metavar="DIR",
                    help="directory of the host arrays the workers share (default /dev/shm)")
     p.add_argument("--timeout", type=float, metavar="SECONDS",

@@ -15,6 +15,7 @@ starts.
 
 from __future__ import annotations
 
+import math
 import os
 import tempfile
 from pathlib import Path
@@ -130,6 +131,12 @@ def _check_strategy_option(option: str, config: RunConfig) -> None:
         from graphscale.strategies.task_parallel import CHOICES
 
         _check_choice(option.replace("_", "-"), getattr(sc, option), CHOICES[option])
+    elif option == "task_gamma" and not 0.0 <= sc.task_gamma <= 1.0:
+        raise ValueError(f"--task-gamma must lie in [0, 1], got {sc.task_gamma}")
+    elif option in ("device_flops", "device_bandwidth"):
+        value = getattr(sc, option)
+        if not (value >= 0 and math.isfinite(value)):
+            raise ValueError(f"--{option.replace('_', '-')} must be a positive rate (or 0: measured), got {value}")
     elif option == "cache":
         from graphscale.data.feature_cache import POLICIES
 

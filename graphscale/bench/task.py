@@ -6,30 +6,39 @@ Each section is a function of the parsed arguments returning a :class:`Section` 
 the OS-measured peaks are the run's own); a run that fails is listed under its section's table with its
 configuration.
 
-* ``comm`` (Fig. 15 analogue): bytes per epoch on ``--workers`` workers for every graph and depth. Graph
-  parallelism's are its exact closed form (:func:`~graphscale.strategies.graph_parallel.halo_bytes_per_epoch` over
-  a ``--partitioner`` partition into ``--workers`` parts, plus the gradient all-reduce), which the tests hold its
-  Ledger to; graphs of at most ``--measure-nodes`` vertices are also trained for one epoch with graph-parallel,
-  task-parallel coupled (TP) and decoupled (TP+TD), whose Ledger totals are printed next to it.
-* ``memory`` (Fig. 10 / Table 1 analogue): per worker, the design's parts (node data, replicas
-  ``MR = (|B_i| + |V_i|) sum_l d_l b``, intermediates ``ID = 2 |V_i| sum_l d_{l+1} b``, parameters with their
-  gradients and Adam state) from the formulas of spec §3.2 / §3.4 for this worker's rows, what the tracked peak
-  holds beyond them, against the strategy's tracked peak (resident + autograd-saved) and the OS-measured peak
-  (``VmHWM``) and anonymous growth of a 2-epoch run.
+* ``comm`` (Fig. 15 analogue): bytes per epoch on ``--workers`` workers for every graph and depth, all in closed
+  form: graph parallelism's (:func:`~graphscale.strategies.graph_parallel.halo_bytes_per_epoch` over a
+  ``--partitioner`` partition into ``--workers`` parts, plus the gradient all-reduce and the loss), task-parallel
+  coupled (TP) and decoupled (TP+TD) by :func:`~graphscale.strategies.task_parallel.strategy.epoch_bytes` (the
+  stage chain, the ``h2d`` feature rows, the loss) for the plan the scheduling model picks at the modelled GPU's
+  speeds (:func:`tp_plan`; the train runs get it as ``--t-workers``). Graphs of at most ``--measure-nodes``
+  vertices are also trained for one epoch with each, and their Ledger is checked against the closed forms
+  category by category. The notes average the ratios over the dense and the sparse graphs, with and without
+  the ``h2d`` stream.
+* ``memory`` (Fig. 10 / Table 1 analogue): per worker, graph-parallel's formula parts (node data, replicas
+  ``MR = (|B_i| + |V_i|) sum_l d_l b``, intermediates ``ID = 2 |V_i| sum_l d_{l+1} b``, parameters) next to its
+  tracked peak; task-parallel's tracked peak in parts (``extra["memory"]``: parameters, caches, intermediates)
+  against ``MR_tp`` (P workers) and ``ID_tp`` (T workers) of spec §3.2 / §3.4; the OS-measured peak (``VmHWM``) and
+  anonymous growth of a 2-epoch run; totals over the workers against graph-parallel's.
 * ``replication`` (Table 2 analogue): ``alpha`` of a ``--partitioner`` partition into 1..64 parts
   (:func:`~graphscale.strategies.task_parallel.plan.replication_alpha`) and, for ``--hybrid-workers``, the
   ``alpha`` of graph parallelism on all of them against that of the P groups of a hybrid plan.
-* ``accuracy`` (Fig. 13 analogue): test accuracy at the best validation epoch over ``--seeds`` seeds: ``single``
-  standard GCN (the baseline), ``single`` decoupled, task-parallel decoupled and coupled.
+* ``accuracy`` (Fig. 13 analogue): test accuracy at the best validation epoch over ``--seeds`` seeds (one
+  ``--repeat`` run per variant): ``single`` standard GCN (the baseline), ``single`` decoupled, task-parallel
+  decoupled and coupled.
 * ``subgraphs`` (Fig. 14b analogue): task-parallel decoupled in ``causal`` mode with ``S`` in ``--subgraph-counts``
-  (``--chunks`` chunks), accuracy against the first ``S``, and the expected keep rate of a cross-chunk edge
-  ``(M + k - 2) / (2 (M - 1))``.
-* ``pipeline`` (Fig. 14a analogue, *modelled*): the discrete-event model
+  (``--chunks`` METIS chunks) on ``--subgraph-graphs``, accuracy against the first ``S``, the measured keep rate
+  (the fraction of cross-chunk edges the run's masks kept, :func:`~graphscale.strategies.task_parallel.chunks.
+  keep_rate` over its epochs' shuffles) against ``(M + k - 2) / (2 (M - 1))``.
+* ``pipeline`` (Fig. 14a analogue): the discrete-event model
   (:mod:`graphscale.strategies.task_parallel.simulate`) fed the Eq. 5-6 costs at the speeds of the spec's GPU
-  server (``--gpu-flops``, ``--gpu-bandwidth``, ``--link-bandwidth``): serial against pipelined makespan of
-  ``--pipeline-subgraphs`` subgraphs, per graph and depth, with the plan the scheduling model picks.
+  server (``--gpu-flops``, ``--gpu-bandwidth``, ``--link-bandwidth``), *modelled*: serial against pipelined
+  makespan of ``--pipeline-subgraphs`` subgraphs, per graph and depth, with the plan the scheduling model picks;
+  and *measured* on ``--pipeline-graphs``: the strategy's per-task timestamps (``extra["timeline"]``) of a
+  pipelined and a serial run, analysed by :func:`~graphscale.strategies.task_parallel.simulate.analyse`.
 * ``ablation`` (Fig. 12 analogue): task-parallel with dependency management only (coupled, ``causal``, one T
-  worker), + task decoupling, + task scheduling (the model's T worker count), epoch seconds here against TP+DM's.
+  worker, ``--p-split subgraphs``), + task decoupling, + task scheduling (the model's T worker count), epoch
+  seconds here against TP+DM's.
 
 Example (the defaults run in a few minutes on 2 cores)::
 
@@ -76,8 +85,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--hidden", type=int, default=128, help="hidden width (default 128, the paper's for cora)")
     parser.add_argument("--partitioner", default="metis", help="graph parallelism's partitioner (default metis)")
     parser.add_argument("--measure-nodes", type=int, default=5_000,
-                        help="comm: also train graphs of at most this many vertices and print the Ledger's bytes "
-                             "(default 5000: cora)")
+                        help="comm: also train graphs of at most this many vertices and check the Ledger's bytes "
+                             "against the closed forms (default 5000: cora)")
+    parser.add_argument("--measure-depths", type=int_list, default=[2],
+                        help="comm: the layer counts of those trained runs (default 2)")
     parser.add_argument("--memory-graphs", default="cora",
                         help="memory: comma-separated graphs trained for the memory table (default cora)")
     parser.add_argument("--parts", type=int_list, default=[1, 2, 4, 8, 16, 32, 64],
@@ -86,8 +97,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="replication: worker counts of the hybrid comparison, 2-layer TD model, half T, half P "
                              "(default 8, the paper's)")
     parser.add_argument("--accuracy-graphs", default="cora,sbm-10",
-                        help="accuracy / subgraphs: comma-separated graphs (default cora,sbm-10)")
-    parser.add_argument("--epochs", type=int, default=100, help="accuracy / subgraphs: epochs per run (default 100)")
+                        help="accuracy: comma-separated graphs (default cora,sbm-10)")
+    parser.add_argument("--accuracy-nodes", type=int, default=2_000,
+                        help="accuracy / subgraphs / ablation: vertices of their sbm-D graphs (default 2000)")
+    parser.add_argument("--ablation-graphs", default="cora", help="ablation: comma-separated graphs (default cora)")
+    parser.add_argument("--subgraph-graphs", default="cora",
+                        help="subgraphs: comma-separated graphs (default cora)")
+    parser.add_argument("--pipeline-graphs", default="cora",
+                        help="pipeline: graphs trained for the measured timestamps (default cora)")
+    parser.add_argument("--pipeline-epochs", type=int, default=3,
+                        help="pipeline: epochs of each measured run; the last one's timestamps are used (default 3)")
+    parser.add_argument("--epochs", type=int, default=50, help="accuracy / subgraphs: epochs per run (default 50)")
     parser.add_argument("--seeds", type=int, default=3, help="accuracy: seeds (default 3)")
     parser.add_argument("--subgraph-counts", type=int_list, default=[1, 2, 3, 4, 5, 6],
                         help="subgraphs: S values (default 1..6); each must divide --chunks")
@@ -123,18 +143,18 @@ class Section:
 # --------------------------------------------------------------------------------------- shared helpers
 
 
-def graph_spec(name: str, args) -> str:
-    """The dataset spec of a ``--graphs`` entry (``sbm-D`` expanded)."""
+def graph_spec(name: str, args, nodes: int | None = None) -> str:
+    """The dataset spec of a ``--graphs`` entry (``sbm-D`` expanded with ``nodes``, default ``--nodes``)."""
     if name.startswith("sbm-") and name[4:].replace(".", "", 1).isdigit():
-        return f"sbm:nodes={args.nodes},degree={name[4:]},features={args.features},seed=0"
+        return f"sbm:nodes={nodes or args.nodes},degree={name[4:]},features={args.features},seed=0"
     return name
 
 
-def load(name: str, args):
+def load(name: str, args, nodes: int | None = None):
     """The training graph of a ``--graphs`` entry, named after it."""
     from graphscale.prepare import training_graph
 
-    graph = training_graph(graph_spec(name, args))
+    graph = training_graph(graph_spec(name, args, nodes))
     graph.name = name
     return graph
 
@@ -162,10 +182,17 @@ def total_bytes(report: dict) -> int:
 def _train(args, section: Section, label: str, dataset: str, flags: Sequence[str], workers: int, epochs: int,
            layers: int = 2, seed: int = 0, extra: Sequence[str] = ()) -> dict | None:
     """One train run (``flags`` = ``["--strategy", NAME, *options]``); ``None``, and a line under the section,
-    when it failed."""
-    report = train_once(dataset, flags[1], workers, epochs, "gcn", args.hidden,
-                        extra=["--layers", str(layers), "--seed", str(seed), *flags[2:], *extra,
-                               *args.train_args.split()], timeout=args.timeout)
+    when it failed. Runs are memoised in ``args.run_cache`` (when :func:`run` set one): comm and memory train the
+    same configurations."""
+    argv = ["--layers", str(layers), "--seed", str(seed), *flags[2:], *extra, *args.train_args.split()]
+    cache = getattr(args, "run_cache", None)
+    key = (dataset, flags[1], workers, epochs, *argv)
+    if cache is not None and key in cache:
+        report = cache[key]
+    else:
+        report = train_once(dataset, flags[1], workers, epochs, "gcn", args.hidden, extra=argv, timeout=args.timeout)
+        if cache is not None:
+            cache[key] = report
     if "error" in report:
         section.failed.append(f"{label} on {dataset} ({' '.join([*flags, *extra])}, {workers} workers, {layers} "
                               f"layers, seed {seed}): {report['error']}")
@@ -176,59 +203,183 @@ def _train(args, section: Section, label: str, dataset: str, flags: Sequence[str
 # --------------------------------------------------------------------------------------- sections
 
 
+def tp_model(graph, layers: int, hidden: int, decoupled: bool):
+    """The GCN the task-parallel variants train: decoupled (TP+TD) or standard, coupled order (TP)."""
+    from graphscale.config import ModelConfig
+    from graphscale.nn.models import build_model
+
+    return build_model(ModelConfig(name="gcn", hidden=hidden, layers=layers, dropout=0.0),
+                       max(graph.num_features, 1), graph.num_classes, decoupled=decoupled)
+
+
+def tp_plan(graph, layers: int, args, decoupled: bool):
+    """The plan of the task-parallel runs: the scheduling model at the modelled GPU's speeds (``--gpu-flops``,
+    ``--gpu-bandwidth``, ``--gamma``: deterministic, unlike this machine's measured ones); the train runs get its
+    T worker count as ``--t-workers``."""
+    from graphscale.strategies.task_parallel.plan import make_plan, task_costs
+
+    widths = td_widths(graph, layers, args.hidden) if decoupled else [max(graph.num_features, 1)] + \
+        [args.hidden] * (layers - 1) + [graph.num_classes]
+    costs = task_costs(graph.num_nodes, graph.num_edges, widths, decoupled=decoupled, gamma=args.gamma,
+                       flops=args.gpu_flops, bandwidth=args.gpu_bandwidth)
+    return make_plan(args.workers, layers, costs=costs)
+
+
+def tp_flags(flags: Sequence[str], plan) -> list[str]:
+    """``flags`` with the plan's ``--t-workers``."""
+    return [*flags, "--t-workers", str(len(plan.t_ranks))]
+
+
 def comm(args) -> Section:
     """Bytes per epoch, graph parallelism against TP and TP+TD (module docstring)."""
     from graphscale.partition.base import halo_sizes
     from graphscale.prepare import build_vertex_partitioner
     from graphscale.strategies.graph_parallel import allreduce_bytes_per_epoch, halo_bytes_per_epoch
     from graphscale.strategies.pipeline.reference import learned_input
+    from graphscale.strategies.task_parallel.strategy import H2D, epoch_bytes
 
     out = Section("comm")
     rows, ratios = [], {"dense": [], "sparse": []}
+    h2d_share = []
     for name in split_specs(args.graphs):
         graph = load(name, args)
         owner = build_vertex_partitioner(args.partitioner).partition(graph, args.workers, seed=0)
         halo = halo_sizes(graph, owner, args.workers).tolist()
         alpha = 1 + sum(halo) / graph.num_nodes
         degree = graph.num_edges / graph.num_nodes
-        measure = graph.num_nodes <= args.measure_nodes
         for layers in args.depths:
+            measure = graph.num_nodes <= args.measure_nodes and layers in args.measure_depths
             model = model_of(graph, layers, args.hidden)
             params = sum(p.numel() for p in model.parameters())
             gp = (halo_bytes_per_epoch(halo, model.layer_widths(), 4, learned_input(model))
-                  + allreduce_bytes_per_epoch(params, args.workers, 4) + 2 * (args.workers - 1) * 8)  # + loss sum
+                  + allreduce_bytes_per_epoch(params, args.workers, 4) + allreduce_bytes_per_epoch(1, args.workers, 8))
+            closed = {"graph-parallel": {"total": gp}}
+            plans = {}
+            for label, decoupled in (("TP", False), ("TP+TD", True)):
+                plans[label] = tp_plan(graph, layers, args, decoupled)
+                closed[label] = epoch_bytes(tp_model(graph, layers, args.hidden, decoupled), plans[label],
+                                            graph.num_nodes, max(graph.num_features, 1), 4)
+                closed[label]["total"] = sum(closed[label].values())
             row = {"graph": name, "|V|": graph.num_nodes, "avg deg": round(degree, 1), "alpha": round(alpha, 2),
-                   "L": layers, "graph-parallel (closed form)": format_bytes(gp)}
+                   "L": layers, "TP+TD plan": plans["TP+TD"].describe()}
+            for label in ("graph-parallel", "TP", "TP+TD"):
+                row[label] = format_bytes(closed[label]["total"])
             if measure:
-                runs = {label: _train(args, out, label, graph_spec(name, args), flags, args.workers, 1, layers)
-                        for label, flags in (("graph-parallel", GP), ("TP", TP),
-                                             ("TP+TD", TP_TD))}
-                measured = {k: total_bytes(r) for k, r in runs.items() if r is not None}
+                flags = {"graph-parallel": GP, "TP": tp_flags(TP, plans["TP"]), "TP+TD": tp_flags(TP_TD, plans["TP+TD"])}
+                checks = []
                 for label in ("graph-parallel", "TP", "TP+TD"):
-                    row[f"{label} (Ledger)"] = format_bytes(measured[label]) if label in measured else ""
-                base = measured.get("graph-parallel")
-                if base is not None:
-                    row["closed form = Ledger"] = "yes" if base == gp else f"no ({base - gp:+,} B)"
-                for label in ("TP", "TP+TD"):
-                    value = measured.get(label)
-                    if value is not None and base:
-                        row[f"{label} / GP"] = value / base
-                        ratios["dense" if degree >= DENSE_DEGREE else "sparse"].append((label, value / base))
+                    report = _train(args, out, label, graph_spec(name, args), flags[label], args.workers, 2, layers)
+                    if report is None:
+                        checks.append(f"{label} failed")
+                        continue
+                    ledger = report["final"]["bytes_per_epoch"]
+                    if label == "graph-parallel":
+                        same = total_bytes(report) == gp
+                    else:
+                        same = {k: v for k, v in ledger.items() if v} == {k: v for k, v in closed[label].items()
+                                                                          if k != "total" and v}
+                    checks.append(f"{label} {'yes' if same else 'NO: ' + str(ledger)}")
+                row["closed form = Ledger (trained)"] = "; ".join(checks)
+            for label in ("TP", "TP+TD"):
+                row[f"{label} / GP"] = closed[label]["total"] / gp
+                ratios["dense" if degree >= DENSE_DEGREE else "sparse"].append(
+                    (label, closed[label]["total"] / gp, (closed[label]["total"] - closed[label][H2D]) / gp))
+            row[f"TP+TD {H2D} share"] = closed["TP+TD"][H2D] / closed["TP+TD"]["total"]
+            h2d_share.append(row[f"TP+TD {H2D} share"])
             rows.append(row)
-            out.data.setdefault("comm", []).append((f"{name} L={layers}", gp))
-    columns = ["graph", "|V|", "avg deg", "alpha", "L", "graph-parallel (closed form)", "graph-parallel (Ledger)",
-               "closed form = Ledger", "TP (Ledger)", "TP+TD (Ledger)", "TP / GP", "TP+TD / GP"]
+            out.data.setdefault("comm", []).append((f"{name} L={layers}", gp, closed["TP"]["total"],
+                                                    closed["TP+TD"]["total"]))
+    columns = ["graph", "|V|", "avg deg", "alpha", "L", "TP+TD plan", "graph-parallel", "TP", "TP+TD", "TP / GP",
+               "TP+TD / GP", f"TP+TD {H2D} share", "closed form = Ledger (trained)"]
     rows = [{c: r.get(c, "") for c in columns} for r in rows]
-    out.tables.append(((f"Bytes per epoch on {args.workers} workers, GCN H={args.hidden}, fp32 (Fig. 15 analogue); "
-                       f"graph-parallel: {args.partitioner} partition, halo + gradient all-reduce + loss sum"), rows))
-    for kind, pairs in ratios.items():
+    out.tables.append(((f"Bytes per epoch on {args.workers} workers, GCN H={args.hidden}, fp32, closed forms (Fig. 15 "
+                       f"analogue); graph-parallel: {args.partitioner} partition, halo + gradient all-reduce + loss; "
+                       f"TP (coupled) / TP+TD (decoupled): stage chain + {H2D} feature rows (read twice: T "
+                       f"recomputation) + loss; graphs of <= {args.measure_nodes} vertices also trained (2 epochs, "
+                       f"L in {args.measure_depths}), "
+                       "their Ledger checked against the closed forms category by category"), rows))
+    for kind, triples in ratios.items():
         for label in ("TP", "TP+TD"):
-            values = [v for lab, v in pairs if lab == label]
+            values = [(v, w) for lab, v, w in triples if lab == label]
             if values:
+                mean = statistics.mean(v for v, _ in values)
+                without = statistics.mean(w for _, w in values)
                 out.notes.append(f"{label} against graph-parallel on the {kind} graphs (avg deg "
-                                 f"{'>=' if kind == 'dense' else '<'} {DENSE_DEGREE}): {100 * (statistics.mean(values) - 1):+.1f}% "
-                                 "on average (paper: TP+TD -54.2%, TP above graph-parallel on sparse graphs)")
+                                 f"{'>=' if kind == 'dense' else '<'} {DENSE_DEGREE}): {100 * (mean - 1):+.1f}% on "
+                                 f"average ({100 * (without - 1):+.1f}% without the {H2D} feature stream); paper: "
+                                 "TP+TD -54.2%, TP above graph-parallel on sparse graphs")
+    if h2d_share:
+        out.notes.append(f"the {H2D} feature stream (N F b, twice with T recomputation) is {100 * min(h2d_share):.0f}-"
+                         f"{100 * max(h2d_share):.0f}% of TP+TD's bytes")
     return out
+
+
+def boundary_rows(graph, chunk_of, lay, mode: str = "causal") -> list[int]:
+    """``|B_i|`` of every subgraph ``i`` of an epoch's layout: the vertices of other subgraphs whose rows the kept
+    edges into subgraph ``i`` read (what a P worker caches for it)."""
+    import torch
+
+    from graphscale.data.block import Block
+    from graphscale.strategies.task_parallel.chunks import block_keep
+
+    full = Block.full(graph)
+    keep = block_keep(full, chunk_of, lay.sub, mode)
+    dst_sub = lay.sub[chunk_of[full.dst_of_edges()[keep]]]
+    src = full.indices[keep]
+    outside = lay.sub[chunk_of[src]] != dst_sub
+    pairs = torch.unique(dst_sub[outside] * graph.num_nodes + src[outside])
+    return torch.bincount(pairs // graph.num_nodes, minlength=lay.num_subgraphs).tolist()
+
+
+def _tp_memory_rows(args, name: str, graph, label: str, report: dict, plan, decoupled: bool, layers: int) -> list:
+    """Per worker of a task-parallel run: the tracked peak's parts (``extra["memory"]``) against MR_tp (P workers)
+    and ID_tp (T workers) of spec §3.2 / §3.4."""
+    from graphscale.metrics.memory import SAVED
+    from graphscale.strategies.task_parallel.chunks import assign_chunks, chunk_members, layout
+    from graphscale.strategies.task_parallel.strategy import CACHES, KEPT_INPUTS, PARAMETERS, group_sizes
+
+    model = tp_model(graph, layers, args.hidden, decoupled)
+    m = 4 * math.lcm(*group_sizes(plan))  # the runs' --subgraphs 4 x the largest group (num_chunks)
+    chunk_of = assign_chunks(graph, m, "partitioner", args.partitioner, "", 0)
+    lay = layout(m, 4, 0, 0)
+    sizes = [sum(chunk_members(chunk_of, m)[c].numel() for c in lay.chunks(s)) for s in range(4)]
+    boundary = boundary_rows(graph, chunk_of, lay)
+    if decoupled:
+        t_dims, p_width = model.t_dims, [graph.num_classes] * layers
+    else:
+        t_dims = [model.layers[0].in_dim] + [layer.out_dim for layer in model.layers]
+        p_width = t_dims[1:]
+    epoch = max(report["epochs"], key=lambda e: sum(e["peak_memory_per_worker"]))
+    rows = []
+    for rank, (extra, tracked) in enumerate(zip(epoch["extra_per_worker"], epoch["peak_memory_per_worker"])):
+        kind, stage, _ = extra["role"]
+        parts = extra.get("memory", {})
+        row = {"graph": name, "strategy": label, "worker": f"{rank} ({kind}{stage})",
+               "parameters": format_bytes(parts.get(PARAMETERS, 0)), "caches": format_bytes(parts.get(CACHES, 0)),
+               "intermediates": format_bytes(parts.get(SAVED, 0)), "kept T inputs": format_bytes(parts.get(KEPT_INPUTS, 0)),
+               "tracked": format_bytes(tracked)}
+        if kind == "P":
+            a, b = plan.p_layers[stage]
+            mr = (sum(sizes) + sum(boundary)) * sum(p_width[a:b]) * 4
+            row["MR formula"] = format_bytes(mr)
+            row["measured / formula"] = parts.get(CACHES, 0) / mr
+        else:
+            a, b = plan.t_layers[stage]
+            ident = max(sizes) * sum(t_dims[l] + t_dims[l + 1] for l in range(a, b)) * 4
+            row["ID formula"] = format_bytes(ident)
+            row["measured / formula"] = parts.get(SAVED, 0) / ident
+        rows.append(row)
+    return rows
+
+
+def _memory_totals(report: dict) -> tuple[int, int, int | None]:
+    """Tracked peaks summed over workers, the largest worker's, and the anonymous growth summed (None if unknown)."""
+    final = report["final"]
+    tracked = final.get("peak_memory_per_worker") or [0]
+    anon = [(m or {}).get("peak_anon", None) for m in final.get("os_memory_per_worker") or []]
+    base = [(m or {}).get("baseline_anon", None) for m in final.get("os_memory_per_worker") or []]
+    grown = (sum(a - b for a, b in zip(anon, base)) if anon and None not in anon and None not in base else None)
+    return sum(tracked), max(tracked), grown
 
 
 def memory(args) -> Section:
@@ -237,7 +388,7 @@ def memory(args) -> Section:
     from graphscale.prepare import build_vertex_partitioner
 
     out = Section("memory")
-    rows = []
+    rows, totals = [], []
     layers = 2
     for name in split_specs(args.memory_graphs):
         graph = load(name, args)
@@ -246,42 +397,54 @@ def memory(args) -> Section:
         params = sum(p.numel() for p in model.parameters())
         owner = build_vertex_partitioner(args.partitioner).partition(graph, args.workers, seed=0)
         halo, inner = halo_sizes(graph, owner, args.workers).tolist(), partition_sizes(owner, args.workers).tolist()
+        plans = {"TP": tp_plan(graph, layers, args, False), "TP+TD": tp_plan(graph, layers, args, True)}
         runs = {label: _train(args, out, label, graph_spec(name, args), flags, args.workers, 2, layers)
-                for label, flags in (("graph-parallel", GP), ("TP", TP),
-                                     ("TP+TD", TP_TD))}
+                for label, flags in (("graph-parallel", GP), ("TP", tp_flags(TP, plans["TP"])),
+                                     ("TP+TD", tp_flags(TP_TD, plans["TP+TD"])))}
         gp = runs["graph-parallel"]
         for label, report in runs.items():
             if report is None:
                 continue
             final = report["final"]
             osm = final.get("os_memory_per_worker") or [None] * args.workers
-            for rank, tracked in enumerate(final.get("peak_memory_per_worker") or []):
-                m = osm[rank] or {}
-                row = {"graph": name, "strategy": label, "worker": rank}
-                if label == "graph-parallel":
+            if label == "graph-parallel":
+                for rank, tracked in enumerate(final.get("peak_memory_per_worker") or []):
                     # spec §3.2 / §3.4 for this worker: MR = (|B_i| + |V_i|) sum_l d_l, ID = 2 |V_i| sum_l d_{l+1}
                     mr = (halo[rank] + inner[rank]) * sum(widths[:layers]) * 4
                     ids = 2 * inner[rank] * sum(widths[1:layers + 1]) * 4
-                    parts = {"node data": node_data_bytes({"nodes": inner[rank], "features": graph.num_features}),
-                             "replicas (MR)": mr, "intermediates (ID)": ids, "parameters (+grad, Adam)": 4 * params * 4}
-                    row.update({k: format_bytes(v) for k, v in parts.items()})
-                    row["formulas / tracked"] = sum(parts.values()) / tracked if tracked else None
-                    row["rest (topology, plans)"] = format_bytes(tracked - sum(parts.values()))
-                row.update({"tracked": format_bytes(tracked),
-                            "OS peak RSS": format_bytes(m["peak_rss"]) if m.get("peak_rss") else "",
-                            "anon above start": (format_bytes(m["peak_anon"] - m["baseline_anon"])
-                                                 if m.get("peak_anon") is not None and m.get("baseline_anon") is not None
-                                                 else "")})
-                if gp is not None and label != "graph-parallel":
-                    base = max(gp["final"]["peak_memory_per_worker"])
-                    row["tracked / GP max"] = tracked / base if base else None
-                rows.append(row)
-    columns = ["graph", "strategy", "worker", "node data", "replicas (MR)", "intermediates (ID)",
-               "parameters (+grad, Adam)", "rest (topology, plans)", "formulas / tracked", "tracked",
-               "tracked / GP max", "OS peak RSS", "anon above start"]
+                    rows.append({"graph": name, "strategy": label, "worker": str(rank),
+                                 "node data": format_bytes(node_data_bytes({"nodes": inner[rank],
+                                                                             "features": graph.num_features})),
+                                 "MR formula": format_bytes(mr), "ID formula": format_bytes(ids),
+                                 "parameters": format_bytes(4 * params * 4), "tracked": format_bytes(tracked)})
+            else:
+                rows += _tp_memory_rows(args, name, graph, label, report, plans[label], label == "TP+TD", layers)
+            for rank, m in enumerate(osm):
+                m = m or {}
+                rows[-len(osm) + rank].update({
+                    "OS peak RSS": format_bytes(m["peak_rss"]) if m.get("peak_rss") else "",
+                    "anon above start": (format_bytes(m["peak_anon"] - m["baseline_anon"])
+                                         if m.get("peak_anon") is not None and m.get("baseline_anon") is not None
+                                         else "")})
+            if gp is not None:
+                (tot, top, grown), (g_tot, g_top, g_grown) = _memory_totals(report), _memory_totals(gp)
+                totals.append({"graph": name, "strategy": label, "tracked, all workers": format_bytes(tot),
+                               "vs graph-parallel": tot / g_tot - 1, "largest worker": format_bytes(top),
+                               "largest vs graph-parallel": top / g_top - 1,
+                               "anon growth, all workers": format_bytes(grown) if grown is not None else "",
+                               "anon vs graph-parallel": (grown / g_grown - 1) if grown and g_grown else None})
+    columns = ["graph", "strategy", "worker", "node data", "parameters", "caches", "intermediates", "kept T inputs",
+               "MR formula", "ID formula", "measured / formula", "tracked", "OS peak RSS", "anon above start"]
     out.tables.append(((f"Peak memory per worker, {args.workers} workers, GCN {layers} layers H={args.hidden}, fp32, "
-                       "2 epochs (Fig. 10 analogue): formulas for the worker's rows against the tracked peak "
-                       "(resident + autograd-saved) and the OS"), [{c: r.get(c, "") for c in columns} for r in rows]))
+                       "2 epochs (Fig. 10 analogue). graph-parallel: the formulas for its rows (replicas MR = (|B_i| "
+                       "+ |V_i|) sum_l d_l, intermediates ID = 2 |V_i| sum_l d_l+1) next to its tracked peak; "
+                       "task-parallel: the tracked peak's parts (parameters + gradients + Adam; caches = P views and "
+                       "P-backward gradient rows; intermediates = autograd-saved; the T inputs a non-first T stage "
+                       "keeps for its recomputation) against MR_tp = sum_i (|B_i| + |V_i|) L_w d (P workers, causal, "
+                       "epoch 0: caches / MR) and ID_tp = max_i |V_i| sum_l (d_l + d_l+1) (T workers, one subgraph "
+                       "in flight, a layer's input and output: intermediates / ID)"),
+                      [{c: r.get(c, "") for c in columns} for r in rows]))
+    out.tables.append(("Total memory against graph-parallel (paper: 49-67% less)", totals))
     return out
 
 
@@ -328,66 +491,76 @@ def replication(args) -> Section:
     return out
 
 
+def _accuracy(report: dict) -> list[float]:
+    """Test accuracy (at the best validation epoch) of every seed of a ``--repeat`` report."""
+    return [r["final"]["test_acc"] for r in report["runs"]] if "runs" in report else [report["final"]["test_acc"]]
+
+
 def accuracy(args) -> Section:
     """Decoupled against coupled against ``single`` GCN over seeds (module docstring)."""
     out = Section("accuracy")
     rows = []
-    variants = [("single GCN", ["--strategy", "single"], 1),
-                ("single decoupled", ["--strategy", "single", "--decoupled", "on"], 1),
-                ("task-parallel decoupled", TP_TD, args.workers),
-                ("task-parallel coupled", TP, args.workers)]
     for name in split_specs(args.accuracy_graphs):
+        graph = load(name, args, args.accuracy_nodes)
+        variants = [("single GCN", ["--strategy", "single"], 1),
+                    ("single decoupled", ["--strategy", "single", "--decoupled", "on"], 1),
+                    ("task-parallel decoupled", tp_flags(TP_TD, tp_plan(graph, 2, args, True)), args.workers),
+                    ("task-parallel coupled", tp_flags(TP, tp_plan(graph, 2, args, False)), args.workers)]
         base = None
         for label, flags, workers in variants:
-            reports = [_train(args, out, label, graph_spec(name, args), flags, workers, args.epochs, seed=s)
-                       for s in range(args.seeds)]
-            accs = [r["final"]["test_acc"] for r in reports if r is not None]
-            if len(accs) < args.seeds:
+            report = _train(args, out, label, graph_spec(name, args, args.accuracy_nodes), flags, workers,
+                            args.epochs, extra=["--repeat", str(args.seeds)])
+            if report is None:
                 continue
+            accs = _accuracy(report)
             mean = statistics.mean(accs)
             base = mean if base is None else base
             rows.append({"graph": name, "model / strategy": label, "workers": workers, "seeds": len(accs),
-                         "test acc": 100 * mean, "std": 100 * statistics.pstdev(accs),
+                         "test acc": 100 * mean, "std": 100 * (statistics.stdev(accs) if len(accs) > 1 else 0.0),
                          "gap to single GCN (points)": 100 * (mean - base)})
-    out.tables.append(((f"Test accuracy at the best validation epoch, {args.epochs} epochs, 2-layer GCN H={args.hidden} "
-                       "(Fig. 13 analogue)"), rows))
+    out.tables.append(((f"Test accuracy at the best validation epoch, {args.epochs} epochs, 2-layer GCN H={args.hidden}, "
+                       f"{args.seeds} seeds, task-parallel causal with 4 METIS chunks in 4 subgraphs (Fig. 13 "
+                       "analogue)"), rows))
     return out
-
-
-def keep_rate(chunks: int, subgraphs: int) -> float:
-    """Expected per-epoch keep rate of a cross-chunk edge in ``causal`` mode: ``(M + k - 2) / (2 (M - 1))``,
-    ``k = M / S`` chunks per subgraph (spec §3.2)."""
-    k = chunks // subgraphs
-    return (chunks + k - 2) / (2 * (chunks - 1))
 
 
 def subgraphs(args) -> Section:
     """Accuracy against the subgraph count in ``causal`` mode, and the keep rate (module docstring)."""
+    from graphscale.strategies.task_parallel.chunks import assign_chunks, expected_keep_rate, keep_rate, layout
+
     out = Section("subgraphs")
     bad = [s for s in args.subgraph_counts if s < 1 or args.chunks % s]
     if bad:
         raise ValueError(f"--subgraph-counts {','.join(map(str, bad))} do not divide --chunks {args.chunks}")
     rows = []
-    for name in split_specs(args.accuracy_graphs):
+    for name in split_specs(args.subgraph_graphs):
+        graph = load(name, args, args.accuracy_nodes)
+        plan = tp_plan(graph, 2, args, True)
+        chunk_of = assign_chunks(graph, args.chunks, "partitioner", args.partitioner, "", 0)  # the runs' chunks
         base = None
         for count in args.subgraph_counts:
             flags = ["--subgraphs", str(count), "--chunks", str(args.chunks), "--dependency", "causal"]
-            report = _train(args, out, f"S={count}", graph_spec(name, args), TP_TD, args.workers, args.epochs,
-                            extra=flags)
+            report = _train(args, out, f"S={count}", graph_spec(name, args, args.accuracy_nodes),
+                            tp_flags(TP_TD, plan), args.workers, args.epochs, extra=flags)
             if report is None:
                 continue
             acc = report["final"]["test_acc"]
             base = acc if base is None else base
+            # the fraction of cross-chunk edges the run's masks kept, epoch by epoch (the same shuffles: seed 0)
+            kept = [keep_rate(graph, chunk_of, layout(args.chunks, count, 0, e).sub) for e in range(args.epochs)]
             rows.append({"graph": name, "S": count, "M": args.chunks, "test acc": 100 * acc,
                          "change vs first S (points)": 100 * (acc - base),
-                         "keep rate (M+k-2)/(2(M-1))": keep_rate(args.chunks, count)})
-    out.tables.append(((f"Task-parallel decoupled, causal mode, {args.chunks} chunks, {args.epochs} epochs "
-                       "(Fig. 14b analogue: paper < 1 point lost from 1 to 6 subgraphs)"), rows))
+                         "keep rate measured": statistics.mean(kept),
+                         "keep rate (M+k-2)/(2(M-1))": expected_keep_rate(args.chunks, args.chunks // count)})
+    out.tables.append(((f"Task-parallel decoupled, causal mode, {args.chunks} METIS chunks, {args.epochs} epochs, seed 0 "
+                       "(Fig. 14b analogue: paper < 1 point lost from 1 to 6 subgraphs); keep rate: cross-chunk edges "
+                       "kept per epoch, mean over the run's epochs"), rows))
     return out
 
 
 def subgraph_sizes(graph, count: int) -> tuple[list[int], list[int]]:
-    """Rows and in-edges of ``count`` contiguous, equal vertex ranges (the model's subgraphs)."""
+    """Rows and in-edges of ``count`` contiguous, equal vertex ranges (the modelled subgraphs: METIS chunks are
+    balanced, so equal sizes; the in-edges of a range stand for a subgraph's)."""
     import numpy as np
 
     bounds = np.linspace(0, graph.num_nodes, count + 1).round().astype(np.int64)
@@ -419,32 +592,82 @@ def pipeline(args) -> Section:
                          "pipelined ms": 1e3 * piped.makespan, "serial / pipelined": serial.makespan / piped.makespan,
                          "overlap": round(analyse(piped.records(ALL_KINDS))["overlap"], 3)})
             out.data.setdefault("pipeline", []).append((f"{name} L={layers}", serial.makespan, piped.makespan))
-    out.tables.append(((f"Modelled epoch (not measured): {args.pipeline_subgraphs} subgraphs, causal, recompute, on "
+    _measured_pipeline(args, out)
+    out.tables.insert(0, ((f"Modelled epoch (not measured): {args.pipeline_subgraphs} subgraphs, causal, recompute, on "
                        f"{args.workers} devices of {args.gpu_flops:g} FLOP/s and {args.gpu_bandwidth:g} B/s, links "
                        f"{args.link_bandwidth:g} B/s, gamma {args.gamma} (Fig. 14a analogue: paper 1.2-1.5x)"), rows))
     return out
+
+
+def timeline_records(epoch: dict) -> list[tuple]:
+    """An epoch's per-task timestamps of every worker (``extra["timeline"]``: ``(segment, kind, phase, subgraph,
+    layer, start, end)``) as :func:`~graphscale.strategies.task_parallel.simulate.analyse` reads them: ``(rank,
+    subgraph, kind_phase, start, end)``."""
+    return [(rank, sub, f"{kind}_{phase}", start, end)
+            for rank, extra in enumerate(epoch["extra_per_worker"])
+            for _, kind, phase, sub, _, start, end in extra.get("timeline", [])]
+
+
+def _measured_pipeline(args, out: Section) -> None:
+    """Serial against pipelined makespan from the strategy's per-task timestamps (the last of
+    ``--pipeline-epochs`` epochs), next to the modelled ratio of the same graph and plan."""
+    from graphscale.strategies.task_parallel.simulate import analyse, modelled_costs, simulate
+
+    rows = []
+    for name in split_specs(args.pipeline_graphs):
+        graph = load(name, args)
+        plan = tp_plan(graph, 2, args, True)
+        vertices, edges = subgraph_sizes(graph, args.pipeline_subgraphs)
+        costs = modelled_costs(plan, vertices, edges, td_widths(graph, 2, args.hidden), flops=args.gpu_flops,
+                               bandwidth=args.gpu_bandwidth, link_bandwidth=args.link_bandwidth, gamma=args.gamma)
+        modelled = simulate(plan, costs, serial=True).makespan / simulate(plan, costs).makespan
+        measured = {}
+        for schedule in ("pipelined", "no-pipelined"):
+            report = _train(args, out, f"pipeline {schedule}", graph_spec(name, args), tp_flags(TP_TD, plan),
+                            args.workers, args.pipeline_epochs,
+                            extra=[f"--{schedule}", "--subgraphs", str(args.pipeline_subgraphs)])
+            if report is not None:
+                measured[schedule] = analyse(timeline_records(report["epochs"][-1]))
+        if len(measured) < 2:
+            continue
+        piped, serial = measured["pipelined"], measured["no-pipelined"]
+        rows.append({"graph": name, "plan": plan.describe(), "S": args.pipeline_subgraphs,
+                     "serial makespan ms": 1e3 * serial["makespan"], "pipelined makespan ms": 1e3 * piped["makespan"],
+                     "serial / pipelined": serial["makespan"] / piped["makespan"],
+                     "overlap serial": round(serial["overlap"], 3), "overlap pipelined": round(piped["overlap"], 3),
+                     "pipelined: subgraph spans summed ms": 1e3 * piped["serial_estimate"],
+                     "modelled serial / pipelined (GPU speeds)": modelled})
+    out.tables.append(((f"Measured epoch (task timestamps of the last of {args.pipeline_epochs} epochs, {args.workers} "
+                       "CPU workers on shared cores: wall-clock ratios here say little about GPUs) against the "
+                       "modelled ratio; overlap: fraction of the makespan with two or more subgraphs in flight"), rows))
 
 
 def ablation(args) -> Section:
     """TP+DM, +TD, +TS: epoch seconds here (module docstring)."""
     out = Section("ablation")
     rows = []
-    steps = [("TP+DM", TP + ["--dependency", "causal", "--t-workers", "1"]),
-             ("+TD", TP_TD + ["--dependency", "causal", "--t-workers", "1"]),
-             ("+TS", TP_TD + ["--dependency", "causal"])]
-    for name in split_specs(args.accuracy_graphs):
+    # --p-split subgraphs (the artifact's): any T worker count fits, so the scheduling model has a choice
+    fixed = ["--dependency", "causal", "--p-split", "subgraphs"]
+    steps = [("TP+DM", TP + fixed + ["--t-workers", "1"]),
+             ("+TD", TP_TD + fixed + ["--t-workers", "1"]),
+             ("+TS", TP_TD + fixed)]
+    for name in split_specs(args.ablation_graphs):
         base = None
         for label, flags in steps:
-            report = _train(args, out, label, graph_spec(name, args), flags, args.workers, args.ablation_epochs)
+            report = _train(args, out, label, graph_spec(name, args, args.accuracy_nodes), flags, args.workers,
+                            args.ablation_epochs)
             if report is None:
                 continue
             secs = report["final"]["mean_epoch_seconds"]
             base = secs if base is None else base
-            rows.append({"graph": name, "variant": label, "s/epoch": secs, "speed-up vs TP+DM": base / secs,
+            roles = [e["role"][0] for e in report["epochs"][-1]["extra_per_worker"]]
+            rows.append({"graph": name, "variant": label, "T / P workers": f"{roles.count('T')} / {roles.count('P')}",
+                         "s/epoch": secs, "speed-up vs TP+DM": base / secs,
                          "bytes/epoch": format_bytes(total_bytes(report))})
     out.tables.append(((f"Ablation on {args.workers} CPU workers, 2-layer GCN H={args.hidden}, {args.ablation_epochs} "
-                       "epochs (Fig. 12 analogue: paper +TD 1.8-2.9x, +TS 1.35-1.39x on GPUs; CPU times on shared "
-                       "cores are indicative only)"), rows))
+                       "epochs, --p-split subgraphs (Fig. 12 analogue: paper +TD 1.8-2.9x, +TS 1.35-1.39x on GPUs; "
+                       "+TS: the scheduling model at this machine's measured speeds; CPU times on shared cores are "
+                       "indicative only)"), rows))
     return out
 
 
@@ -467,9 +690,11 @@ def plot(sections: list[Section], path: str) -> Path:
         labels = [d[0] for d in data[panel]]
         xs = range(len(labels))
         if panel == "comm":
-            ax.bar(xs, [d[1] / 2 ** 20 for d in data[panel]])
-            ax.set_ylabel("graph-parallel MiB / epoch")
-            ax.set_title("communication per epoch (closed form)")
+            for i, label in enumerate(("graph-parallel", "TP", "TP+TD")):
+                ax.bar([x + 0.27 * (i - 1) for x in xs], [d[1 + i] / 2 ** 20 for d in data[panel]], 0.27, label=label)
+            ax.set_ylabel("MiB / epoch")
+            ax.set_title("communication per epoch (closed forms)")
+            ax.legend()
         else:
             ax.bar([x - 0.2 for x in xs], [1e3 * d[1] for d in data[panel]], 0.4, label="serial")
             ax.bar([x + 0.2 for x in xs], [1e3 * d[2] for d in data[panel]], 0.4, label="pipelined")
@@ -494,7 +719,9 @@ def check_args(args) -> list[str]:
     for option, value, low in (("--workers", args.workers, 2), ("--nodes", args.nodes, 2), ("--hidden", args.hidden, 1),
                                ("--epochs", args.epochs, 1), ("--seeds", args.seeds, 1), ("--chunks", args.chunks, 1),
                                ("--pipeline-subgraphs", args.pipeline_subgraphs, 1),
-                               ("--ablation-epochs", args.ablation_epochs, 1), ("--features", args.features, 1)):
+                               ("--ablation-epochs", args.ablation_epochs, 1), ("--features", args.features, 1),
+                               ("--pipeline-epochs", args.pipeline_epochs, 1),
+                               ("--accuracy-nodes", args.accuracy_nodes, 2)):
         if value < low:
             raise ValueError(f"{option} must be >= {low}, got {value}")
     for option, values in (("--depths", args.depths), ("--parts", args.parts), ("--hybrid-workers", args.hybrid_workers),
@@ -515,6 +742,7 @@ def check_args(args) -> list[str]:
 def run(args: argparse.Namespace) -> list[Section]:
     """Run the sections asked for and print their tables (and write ``--plot``)."""
     names = check_args(args)
+    args.run_cache = {}
     sections = []
     for name in names:
         section = RUNNERS[name](args)

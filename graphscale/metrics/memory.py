@@ -374,6 +374,10 @@ def max_os_memory(records: list[dict | None]) -> dict | None:
     return out or None
 
 
+#: the :attr:`MemoryTracker.peak_breakdown` category of autograd's saved tensors
+SAVED = "saved for backward"
+
+
 def _storage_key(t: torch.Tensor) -> tuple[str, int, int]:
     storage = t.untyped_storage()
     return (str(t.device), storage.data_ptr(), storage.nbytes())
@@ -414,15 +418,22 @@ class MemoryTracker:
         self._resident: dict[str, list[tuple]] = {}
         self._current = 0
         self._peak = 0
+        self._category_of: dict[tuple, str] = {}  # storage -> the category of its first holder
+        self._by_category: dict[str, int] = {}
+        self._at_peak: dict[str, int] = {}
 
     # ----------------------------------------------------------- accounting
-    def _acquire(self, key: tuple) -> None:
+    def _acquire(self, key: tuple, category: str) -> None:
         with self._lock:
             count = self._refs.get(key, 0)
             self._refs[key] = count + 1
             if count == 0:
                 self._current += key[2]
-                self._peak = max(self._peak, self._current)
+                self._category_of[key] = category
+                self._by_category[category] = self._by_category.get(category, 0) + key[2]
+                if self._current > self._peak:
+                    self._peak = self._current
+                    self._at_peak = dict(self._by_category)
 
     def _release(self, key: tuple) -> None:
         with self._lock:
@@ -431,25 +442,28 @@ class MemoryTracker:
                 if count == 1:
                     del self._refs[key]
                     self._current -= key[2]
+                    category = self._category_of.pop(key)
+                    self._by_category[category] -= key[2]
             else:
                 self._refs[key] = count - 1
 
-    def track(self, name: str, *tensors: torch.Tensor | None) -> None:
-        """Declare ``tensors`` resident under ``name`` (replacing what ``name`` held before)."""
+    def track(self, name: str, *tensors: torch.Tensor | None, category: str | None = None) -> None:
+        """Declare ``tensors`` resident under ``name`` (replacing what ``name`` held before), counted in
+        ``category`` (default ``name``) by :attr:`peak_breakdown`."""
         self.untrack(name)
         keys = [_storage_key(t) for t in tensors if t is not None]
         self._resident[name] = keys
         for key in keys:
-            self._acquire(key)
+            self._acquire(key, category or name)
 
     def untrack(self, name: str) -> None:
         """Forget the tensors registered under ``name`` (no error if none)."""
         for key in self._resident.pop(name, []):
             self._release(key)
 
-    def track_module(self, name: str, module: torch.nn.Module) -> None:
+    def track_module(self, name: str, module: torch.nn.Module, category: str | None = None) -> None:
         """Declare a module's parameters and buffers resident (gradients are not included)."""
-        self.track(name, *module.parameters(), *module.buffers())
+        self.track(name, *module.parameters(), *module.buffers(), category=category)
 
     @property
     def current(self) -> int:
@@ -462,6 +476,12 @@ class MemoryTracker:
         return self._peak
 
     @property
+    def peak_breakdown(self) -> dict[str, int]:
+        """Bytes per category at the moment of :attr:`modelled_peak` (they sum to it): the ``track`` categories,
+        and :data:`SAVED` for autograd's saved tensors."""
+        return {k: v for k, v in self._at_peak.items() if v}
+
+    @property
     def peak(self) -> int:
         """Peak bytes of the current / last epoch: the CUDA allocator's on GPUs, else :attr:`modelled_peak`."""
         if self.device.type == "cuda":
@@ -472,13 +492,14 @@ class MemoryTracker:
         """Restart the peak from what is held now (and the CUDA allocator's peak statistics)."""
         with self._lock:
             self._peak = self._current
+            self._at_peak = dict(self._by_category)
         if self.device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(self.device)
 
     # -------------------------------------------------------------- hooks
     def _pack(self, tensor: torch.Tensor) -> _Packed:
         key = _storage_key(tensor)
-        self._acquire(key)
+        self._acquire(key, SAVED)
         return _Packed(tensor, key, self)
 
     @staticmethod

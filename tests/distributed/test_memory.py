@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from graphscale.distributed.env import DistEnv
-from graphscale.metrics.memory import MemoryTracker, peak_rss_bytes, rss_bytes
+from graphscale.metrics.memory import SAVED, MemoryTracker, peak_rss_bytes, rss_bytes
 
 F64 = 8
 
@@ -34,6 +34,25 @@ def test_peak_of_a_matmul_chain_is_its_saved_tensors(n):
     assert tracker.peak == params + (n * 20 + n * 30) * F64
     with tracker.epoch():  # a new epoch starts its peak from what is resident now
         assert tracker.peak == params
+
+
+def test_peak_breakdown_names_what_the_peak_held():
+    """The categories at the moment of the peak sum to it; later allocations below the peak do not change them."""
+    tracker = MemoryTracker("cpu")
+    w = torch.randn(10, 4, dtype=torch.float64, requires_grad=True)
+    tracker.track_module("model", torch.nn.Linear(4, 2, bias=False).double(), category="parameters")
+    cache = torch.zeros(100, dtype=torch.float64)
+    with tracker.epoch():
+        tracker.track("views", cache, category="caches")
+        tracker.track("views again", cache, category="other")  # the same storage counts once, in its first category
+        out = (torch.randn(30, 10, dtype=torch.float64) @ w).sum()  # saves the [30, 10] input
+        assert tracker.peak_breakdown == {"parameters": 8 * F64, "caches": 100 * F64, SAVED: 300 * F64}
+        out.backward()
+        tracker.untrack("views")
+        tracker.untrack("views again")
+        tracker.track("small", torch.zeros(5, dtype=torch.float64), category="caches")
+    assert sum(tracker.peak_breakdown.values()) == tracker.peak == (8 + 100 + 300) * F64
+    assert tracker.peak_breakdown["caches"] == 100 * F64
 
 
 def test_dropping_a_graph_without_backward_releases_it_and_storages_count_once():

@@ -37,6 +37,7 @@ from graphscale.strategies.task_parallel.strategy import (
     TASK_FWD,
     TaskParallelStrategy,
     build_segments,
+    epoch_bytes,
     num_chunks,
     resolve_plan,
 )
@@ -59,6 +60,7 @@ def graph():
 def make_config(workers: int = WORKERS, model: str = "gcn", layers: int = 2, decoupled: str = "on",
                 dropout: float = 0.3, **strategy) -> RunConfig:
     strategy.setdefault("t_workers", 2)
+    strategy.setdefault("chunking", "contiguous")  # the tests' hand-checked chunks (the default is METIS)
     return RunConfig(model=ModelConfig(name=model, hidden=5, layers=layers, dropout=dropout, decoupled=decoupled),
                      optim=OptimConfig(lr=0.01, weight_decay=5e-4),
                      strategy=StrategyConfig(name="task-parallel", workers=workers, **strategy),
@@ -82,7 +84,8 @@ def single_run(config: RunConfig, g, epochs: int = EPOCHS):
 def reference_run(config: RunConfig, g, epochs: int = EPOCHS):
     model = fresh_model(config, g)
     sc = config.strategy
-    ref = TaskReference(model, g, assign_chunks(g, num_chunks(config)), sc.subgraphs, sc.dependency, config.optim,
+    chunk_of = assign_chunks(g, num_chunks(config), sc.chunking, sc.partitioner, sc.balance, config.seed)
+    ref = TaskReference(model, g, chunk_of, sc.subgraphs, sc.dependency, config.optim,
                         config.seed, sc.shuffle, sc.loss_norm)
     return [ref.train_epoch(e) for e in range(epochs)], model
 
@@ -90,7 +93,7 @@ def reference_run(config: RunConfig, g, epochs: int = EPOCHS):
 # ------------------------------------------------------------------ semantics, in-process
 def test_masked_operators_follow_the_shuffle():
     g = graph()
-    chunk_of = assign_chunks(g, 8)
+    chunk_of = assign_chunks(g, 8, "contiguous")
     assert torch.equal(chunk_of, torch.arange(48) * 8 // 48)  # contiguous ranges
     lay = layout(8, 4, seed=5, epoch=2)
     assert torch.equal(lay.order, layout(8, 4, seed=5, epoch=2).order)  # a pure function of (seed, epoch)
@@ -110,7 +113,7 @@ def test_masked_operators_follow_the_shuffle():
 
 def test_keep_rate_matches_the_formula():
     g = random_graph(200, avg_degree=6.0, seed=1)
-    chunk_of = assign_chunks(g, 8)
+    chunk_of = assign_chunks(g, 8, "contiguous")
     rates = [keep_rate(g, chunk_of, layout(8, 4, 0, e).sub) for e in range(300)]
     assert abs(sum(rates) / len(rates) - expected_keep_rate(8, 2)) < 0.02
     assert expected_keep_rate(4, 2) == pytest.approx(2 / 3) and expected_keep_rate(5, 1) == 0.5
@@ -178,12 +181,18 @@ def _with_params(model, att_src, att_dst, block, x):
     (["--workers", "4", "--t-workers", "2", "--layers", "1", "--chunks", "4", "--subgraphs", "4"],
      "do not divide among a group of 2 ranks"),
     (["--workers", "1"], "needs --workers >= 2"),
-    (["--workers", "3", "--t-workers", "2", "--layers", "2", "--checkpoint", "/tmp/x.pt"],
-     "--checkpoint / --resume need every parameter on rank 0"),
     (["--workers", "2", "--last-relu", "--decoupled", "off"], ("--last-relu is not used by model 'gcn' without "
                                                              "--decoupled")),
     (["--workers", "2", "--dependency", "full", "--no-shuffle"], ("--shuffle is not used by strategy "
                                                                 "'task-parallel' with --dependency full and --loss-norm global")),
+    (["--workers", "2", "--task-gamma", "1.5"], "--task-gamma must lie in [0, 1], got 1.5"),
+    (["--workers", "2", "--device-flops", "-1"], "--device-flops must be a positive rate (or 0: measured)"),
+    (["--workers", "2", "--device-bandwidth", "nan"], "--device-bandwidth must be a positive rate"),
+    (["--workers", "2", "--t-workers", "1", "--device-flops", "1e12"],
+     "--device-flops is not used by strategy 'task-parallel' with --t-workers (the scheduling model does not run)"),
+    (["--workers", "2", "--model", "gat", "--heads", "4"], "--heads is not used by model 'gat' with --decoupled"),
+    (["--workers", "2", "--subgraphs", "1", "--no-shuffle"],
+     "--shuffle is not used by strategy 'task-parallel' with --subgraphs 1"),
 ])
 def test_bad_input_fails_before_any_worker_starts(argv, message, capsys):
     from graphscale.cli import main
@@ -208,6 +217,10 @@ def test_decoupled_is_refused_where_it_cannot_be_trained(capsys):
     assert main(["train", "--strategy", "graph-parallel", "--workers", "2", "--decoupled", "on", "--epochs", "1",
                  "--oversubscribe"]) == 2
     assert "is trained by strategies single, task-parallel, not by 'graph-parallel'" in capsys.readouterr().err
+    for option in ("--task-gamma", "--device-flops", "--device-bandwidth"):  # task-parallel's scheduling model
+        assert main(["train", "--strategy", "graph-parallel", "--workers", "2", option, "0.5", "--epochs", "1",
+                     "--oversubscribe"]) == 2
+        assert f"{option} is not used by strategy 'graph-parallel'" in capsys.readouterr().err
 
 
 # ------------------------------------------------------------------ the distributed runs (one spawn)
@@ -257,7 +270,7 @@ def _mirror_rows(g, config, plan, epoch: int) -> dict[int, int]:
     counted from the edges (independently of the strategy's exchange lists)."""
     sc = config.strategy
     m = num_chunks(config)
-    chunk_of = assign_chunks(g, m)
+    chunk_of = assign_chunks(g, m, sc.chunking)
     lay = layout(m, sc.subgraphs, config.seed, epoch, sc.shuffle)
     op = masked_operator(g, chunk_of, lay.sub, sc.dependency)
     dst, src = op.dst_of_edges(), op.src_ids[op.indices]
@@ -347,6 +360,49 @@ def test_distributed_runs_equal_their_oracles_and_move_the_closed_form_bytes():
     assert all(start <= end for *_, start, end in t_rank["timeline"])
 
 
+def _resume_worker(env: DistEnv, g, path: str) -> dict:
+    def strategy():
+        config = make_config(env.world_size, dependency="causal", t_workers=2)
+        config.checkpoint = path
+        model = build_model(config.model, g.num_features, 3, seed=0, dtype=torch.float64, decoupled=True)
+        tp = TaskParallelStrategy()
+        tp.setup(DataHandle.in_memory(g), model, env, config)
+        return tp
+
+    straight = strategy()
+    losses = [straight.train_epoch(e).loss for e in range(4)]
+    first = strategy()
+    for e in range(2):
+        first.train_epoch(e)
+    if env.rank == 0:
+        torch.save(first.state_dict(), path)
+    first.comm.barrier()
+    resumed = strategy()
+    with torch.no_grad():
+        for p in resumed.model.parameters():  # everything must come from the checkpoint
+            p.fill_(0.25)
+    resumed.load_state_dict(torch.load(path))
+    again = [resumed.train_epoch(e).loss for e in (2, 3)]
+    params = {n: (p.detach().clone(), q.detach().clone()) for (n, p), q in
+              zip(straight.model.named_parameters(), resumed.model.parameters())}
+    owned = [n for n, p in straight.model.named_parameters() if any(p is q for q in straight.stage_params)]
+    return {"losses": losses, "again": again, "params": params, "owned": owned}
+
+
+def test_checkpoint_with_several_t_stages_resumes_identically(tmp_path):
+    """Two T stages (ranks 0 and 1) and one P rank: rank 0's checkpoint gathers stage 1's weights and Adam state;
+    resuming from it continues exactly as the uninterrupted run (losses and every owner's parameters)."""
+    g = graph()
+    results = run_distributed(_resume_worker, 3, g, str(tmp_path / "tp.pt"), timeout_s=120)
+    for r in results:
+        assert r["again"] == r["losses"][2:]
+        for name in r["owned"]:
+            assert torch.equal(*r["params"][name]), name
+    assert sorted(n for r in results for n in r["owned"]) == sorted(results[0]["params"])  # every weight checked
+    saved = torch.load(tmp_path / "tp.pt")
+    assert len(saved["optimizer"]["state"]) == len(saved["model"])  # every parameter's Adam state
+
+
 def test_a_run_trains_the_decoupled_model_by_default(tmp_path):
     """``graphscale train --strategy task-parallel``: the parent writes the METIS chunks (host-shared), 1 T + 1 P
     workers train the decoupled model (the report says so), the stage bytes equal the closed form."""
@@ -355,17 +411,24 @@ def test_a_run_trains_the_decoupled_model_by_default(tmp_path):
 
     config = build_config({"data": {"dataset": "sbm:nodes=120,degree=5,features=8,classes=3,seed=0"},
                            "model": {"hidden": 8}, "optim": {"epochs": 2},
-                           "strategy": {"name": "task-parallel", "workers": 2, "chunking": "partitioner",
+                           "strategy": {"name": "task-parallel", "workers": 2,
                                         "chunks": 8},
                            "cache_dir": str(tmp_path), "progress": False, "oversubscribe": True})
     report = run(config)
     assert report["model_form"] == "decoupled"
     assert list((tmp_path / "shared").glob("*/chunk_of.npy"))
     assert list((tmp_path / "shared").glob("*/plan.json"))  # the scheduling model chose in the parent
+    model = build_model(config.model, 8, 3, seed=0, decoupled=True)
+    closed = epoch_bytes(model, resolve_plan(config, 1), 120, 8, 4)
+    assert closed[TASK_FWD] == closed[TASK_BWD] == 120 * 3 * 4  # N C b, one boundary
+    assert closed[H2D] == 2 * 120 * 8 * 4  # read twice: forward and recomputation
     for epoch in report["epochs"]:
-        assert epoch["bytes"][TASK_FWD] == epoch["bytes"][TASK_BWD] == 120 * 3 * 4  # N C b, one boundary
-        assert epoch["bytes"][H2D] == 2 * 120 * 8 * 4  # read twice: forward and recomputation
+        assert epoch["bytes"] == closed  # every category, exactly
         roles = [e["role"] for e in epoch["extra_per_worker"]]
         assert roles == [["T", 0, 0], ["P", 0, 0]]
         assert all(e["model_form"] == "decoupled" and e["timeline"] for e in epoch["extra_per_worker"])
+        # the tracked peak's parts sum to it: the T rank holds parameters (+ Adam), the P rank its caches
+        for extra, peak in zip(epoch["extra_per_worker"], epoch["peak_memory_per_worker"]):
+            assert sum(extra["memory"].values()) == peak
+        assert epoch["extra_per_worker"][1]["memory"]["caches"] >= 2 * 120 * 3 * 4  # P views + gradients, L = 2
     assert 0 <= report["final"]["test_acc"] <= 1

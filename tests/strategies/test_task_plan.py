@@ -125,7 +125,7 @@ def test_bad_input_names_the_option():
         make_plan(4, 2)
     with pytest.raises(ValueError, match="not both"):
         make_plan(4, 2, t_workers=1, costs=(1.0, 1.0))
-    with pytest.raises(ValueError, match="--gamma"):
+    with pytest.raises(ValueError, match="--task-gamma"):
         task_costs(10, 10, (3, 2), gamma=1.5, **A5000)
     with pytest.raises(ValueError, match="--device-flops"):
         task_costs(10, 10, (3, 2), flops=0.0, bandwidth=1.0)
@@ -156,3 +156,55 @@ def test_replication_alpha_is_graph_parallels_halo_count():
     assert 1.0 < replication_alpha(graph, 2) < replication_alpha(graph, 4)
     plan = make_plan(6, 2, t_workers=2)  # P groups of 2
     assert p_group_alphas(plan, graph) == [replication_alpha(graph, 2)] * 2
+
+
+def _scheduling_config(**strategy):
+    from graphscale.config import ModelConfig, RunConfig, StrategyConfig
+
+    return RunConfig(model=ModelConfig(name="gcn", hidden=16, layers=1, decoupled="on"),
+                     strategy=StrategyConfig(name="task-parallel", workers=4, **strategy))
+
+
+@pytest.mark.parametrize(("options", "t_workers"), [
+    # |V| 1000, |E| 10000 (d_bar 10), widths 64 -> 4, float32; T_t = 2 |V| 64 4 / FLOPS = 512000 / FLOPS
+    ({"task_gamma": 1.0, "device_flops": 1e9, "device_bandwidth": 1e9}, 3),  # T_p = 80000 / FLOPS: N_p 0.54 -> 1
+    ({"task_gamma": 0.0, "device_flops": 1e9, "device_bandwidth": 1e9}, 2),  # T_p = 364000 / bw: N_p 1.66 -> 2
+    ({"task_gamma": 0.0, "device_flops": 1e9, "device_bandwidth": 1e8}, 1),  # N_p 3.51 -> 4, clamped to 3
+    ({"task_gamma": 0.5, "device_flops": 1e12, "device_bandwidth": 1e9}, 1),  # fast GEMMs: P dominates
+])
+def test_the_options_of_the_scheduling_model_choose_the_split(options, t_workers, tmp_path):
+    """``--task-gamma``, ``--device-flops``, ``--device-bandwidth`` reach Eqs. 5-8 in the parent's plan."""
+    import json
+
+    from graphscale.strategies.task_parallel.strategy import TaskParallelStrategy, scheduled_plan
+
+    config = _scheduling_config(**options)
+    sc = config.strategy
+    t_t = 2 * 1000 * 64 * 4 / sc.device_flops
+    t_p = (sc.task_gamma * 2 * 1000 * 10 * 4 / sc.device_flops
+           + (1 - sc.task_gamma) * (1000 * 10 * (1 + 2 * 4) + 1000) * 4 / sc.device_bandwidth)
+    assert schedule(4, t_t, t_p)[0] == t_workers  # Eqs. 7-8 by hand
+    plan, costs = scheduled_plan(config, 1000, 10_000, 64, 4)
+    assert costs == pytest.approx((t_t, t_p)) and len(plan.t_ranks) == t_workers
+    graph = random_graph(40, 4.0, num_features=64, num_classes=4, seed=0)
+    TaskParallelStrategy.prepare_shared(graph, None, config, tmp_path)
+    written = json.loads((tmp_path / "plan.json").read_text())
+    expected = schedule(4, *task_costs(40, graph.num_edges, (64, 4), gamma=sc.task_gamma, flops=sc.device_flops,
+                                       bandwidth=sc.device_bandwidth))[0]
+    assert written["t_workers"] == expected
+    assert [written["T_t"], written["T_p"]] == pytest.approx(
+        task_costs(40, graph.num_edges, (64, 4), gamma=sc.task_gamma, flops=sc.device_flops,
+                   bandwidth=sc.device_bandwidth))
+
+
+def test_measured_rates_fill_in_the_rates_not_given(monkeypatch):
+    from graphscale.strategies.task_parallel import plan as plan_module
+    from graphscale.strategies.task_parallel.strategy import scheduled_plan
+
+    monkeypatch.setattr(plan_module, "cpu_speeds", lambda: (1e9, 1e8))
+    _, measured = scheduled_plan(_scheduling_config(task_gamma=0.0), 1000, 10_000, 64, 4)
+    _, given = scheduled_plan(_scheduling_config(task_gamma=0.0, device_flops=1e9, device_bandwidth=1e8), 1000,
+                              10_000, 64, 4)
+    assert measured == given
+    _, half = scheduled_plan(_scheduling_config(task_gamma=0.0, device_bandwidth=2e8), 1000, 10_000, 64, 4)
+    assert half == pytest.approx((given[0], given[1] / 2))

@@ -247,7 +247,7 @@ def task_costs(num_vertices: int, num_edges: int, widths: Sequence[int], *, atte
         attention: add Eq. 5's edge term (GAT).
         decoupled: P layers run at the T output width (``Y = A^L MLP(X)``); ``False``: the coupled order, P layer
             ``l`` at ``d^{l+1}``.
-        gamma: Eq. 6's compute / memory weight, in ``[0, 1]`` (``--gamma``).
+        gamma: Eq. 6's compute / memory weight, in ``[0, 1]`` (``--task-gamma``).
         flops: compute rate in FLOP/s (``--device-flops``); default this machine's (:func:`cpu_speeds`).
         bandwidth: memory bandwidth in bytes/s (``--device-bandwidth``); default this machine's.
         dtype_bytes: ``b``, bytes per element.
@@ -274,7 +274,7 @@ def layer_costs(num_vertices: int, num_edges: int, widths: Sequence[int], *, att
     if num_vertices < 1 or num_edges < 0:
         raise ValueError(f"need |V| >= 1 and |E| >= 0, got {num_vertices} and {num_edges}")
     if not 0.0 <= gamma <= 1.0:
-        raise ValueError(f"--gamma must lie in [0, 1], got {gamma}")
+        raise ValueError(f"--task-gamma must lie in [0, 1], got {gamma}")
     if dtype_bytes < 1:
         raise ValueError(f"dtype_bytes must be >= 1, got {dtype_bytes}")
     if flops is None or bandwidth is None:

@@ -46,8 +46,15 @@ sum_l d_l x`` the mirror rows, ``allreduce`` the ring all-reduce of each T group
 runs the chain in ``full`` mode without gradients (categories ``eval_stage``, ``eval_halo``) and all-reduces the
 per-split counts.
 
+**Checkpoints.** With ``--checkpoint`` and several T stages, the first member of every other T stage sends its
+parameters and Adam state to rank 0 after every epoch (category ``checkpoint``), so rank 0's checkpoint holds the
+whole model; on ``--resume`` every rank loads the model and keeps its own stage's Adam state, and training continues
+exactly as without the interruption.
+
 **Timestamps.** Every epoch's ``extra["timeline"]`` lists ``(segment, kind, phase, subgraph, layer, start, end)``
-(``time.time()``) of every task this rank ran, for ``graphscale bench task``.
+(``time.time()``; phases ``fwd``, ``recompute``, ``bwd``, ``eval``) of every task this rank ran, for ``graphscale
+bench task``; a stamp starts once the task's input rows (or gradient) arrived, so it spans the task's own work and
+its sends, not the wait.
 """
 
 from __future__ import annotations
@@ -97,9 +104,16 @@ from graphscale.strategies.task_parallel.tasks import Op, P, T, TaskSplit, task_
 #: Ledger categories: segment-boundary rows (forward), their gradients (backward), P groups' mirror rows and their
 #: gradients, the evaluation forward's boundary rows and mirrors, the feature rows read by the first T segment.
 TASK_FWD, TASK_BWD, HALO, EVAL_STAGE, EVAL_HALO, H2D = "task_fwd", "task_bwd", "halo", "eval_stage", "eval_halo", "h2d"
+#: Ledger category of the parameters and Adam state the other T stages send to rank 0 for a checkpoint
+CHECKPOINT = "checkpoint"
 CHUNK_FILE, PLAN_FILE = "chunk_of.npy", "plan.json"
+#: memory categories of ``extra["memory"]`` (the tracked peak's parts): parameters with their gradients and Adam
+#: state; the P views (every row of a P layer: Algorithm 1's cache of earlier subgraphs' rows, the current
+#: subgraph's and, in a hybrid group, the mirrors) and the P-backward gradient rows; the T inputs a non-first T
+#: segment keeps for its recomputation; autograd's saved tensors (:data:`~graphscale.metrics.memory.SAVED`)
+PARAMETERS, CACHES, KEPT_INPUTS = "parameters", "caches", "kept T inputs"
 #: message phases (part of every tag)
-_FWD, _BWD, _EVAL = 0, 1, 2
+_FWD, _BWD, _EVAL, _CKPT = 0, 1, 2, 3
 
 
 def _tag(phase: int, boundary: int, subgraph: int) -> int:
@@ -118,16 +132,23 @@ def resolve_plan(config: RunConfig, t_workers: int = 0) -> TaskPlan:
 
 def scheduled_t_workers(config: RunConfig, num_nodes: int, num_edges: int, num_features: int,
                         num_classes: int) -> int:
-    """``q`` from the scheduling model (Eqs. 5-8 with this machine's measured speeds; :func:`.plan.make_plan`
-    takes the feasible count nearest to it)."""
+    """``q`` from the scheduling model (Eqs. 5-8 with ``--task-gamma``, ``--device-flops`` and
+    ``--device-bandwidth``, the rates measured on this machine where they are 0; :func:`.plan.make_plan` takes the
+    feasible count nearest to it)."""
+    return len(scheduled_plan(config, num_nodes, num_edges, num_features, num_classes)[0].t_ranks)
+
+
+def scheduled_plan(config: RunConfig, num_nodes: int, num_edges: int, num_features: int,
+                   num_classes: int) -> tuple[TaskPlan, tuple[float, float]]:
+    """The scheduling model's plan and the costs ``(T_t, T_p)`` it was chosen from (:func:`scheduled_t_workers`)."""
     from graphscale.nn.models import is_decoupled
 
     model, sc = config.model, config.strategy
     widths = [num_features] + [model.hidden] * (model.layers - 1) + [num_classes]
     costs = task_costs(num_nodes, num_edges, widths, attention=model.name == "gat", decoupled=is_decoupled(config),
+                       gamma=sc.task_gamma, flops=sc.device_flops or None, bandwidth=sc.device_bandwidth or None,
                        dtype_bytes=torch.empty(0, dtype=getattr(torch, config.dtype)).element_size())
-    plan = make_plan(sc.workers, model.layers, p_split=sc.p_split, costs=costs)
-    return len(plan.t_ranks)
+    return make_plan(sc.workers, model.layers, p_split=sc.p_split, costs=costs), costs
 
 
 def group_sizes(plan: TaskPlan) -> list[int]:
@@ -163,6 +184,7 @@ def check_task_config(config: RunConfig) -> None:
                          f"not {model.name!r}")
     if sc.workers < 2:
         raise ValueError(f"strategy 'task-parallel' needs --workers >= 2 (T and P ranks), got {sc.workers}")
+
     if sc.t_workers < 0:
         raise ValueError(f"--t-workers must be >= 0 (0: the scheduling model decides), got {sc.t_workers}")
     if sc.chunks is not None:
@@ -179,8 +201,7 @@ def check_plan(config: RunConfig, plan: TaskPlan) -> None:
     ``prepare_shared`` once the scheduling model chose).
 
     Raises:
-        ValueError: subgraphs not dividing the chunks, chunks not dividing among a group, idle P ranks, a
-            checkpoint of weights split over several T stages.
+        ValueError: subgraphs not dividing the chunks, chunks not dividing among a group, idle P ranks.
     """
     sc = config.strategy
     chunks = num_chunks(config, plan)
@@ -193,9 +214,6 @@ def check_plan(config: RunConfig, plan: TaskPlan) -> None:
     if plan.p_split == "subgraphs" and sc.subgraphs < len(plan.p_groups[0]):
         raise ValueError(f"--subgraphs {sc.subgraphs} leaves P ranks idle: --p-split subgraphs gives each of the "
                          f"{len(plan.p_groups[0])} P ranks whole subgraphs")
-    if (config.checkpoint or config.resume) and len(plan.t_groups) > 1:
-        raise ValueError(f"--checkpoint / --resume need every parameter on rank 0: the plan ({plan.describe()}) "
-                         f"has {len(plan.t_groups)} T stages (give --t-workers 1)")
 
 
 @dataclass
@@ -224,6 +242,37 @@ def build_segments(split: TaskSplit, plan: TaskPlan) -> list[Segment]:
     return segments
 
 
+def epoch_bytes(model: torch.nn.Module, plan: TaskPlan, num_nodes: int, num_features: int, element_size: int,
+                t_recompute: bool = True) -> dict[str, int]:
+    """The Ledger's bytes of one training epoch summed over workers, by category, in closed form (the tests hold
+    the strategy to it): ``task_fwd = task_bwd`` the chain's boundaries (:func:`.tasks.chain_bytes_per_epoch` over
+    the widths leaving every segment but the last), ``h2d = N F b`` (twice with ``t_recompute``: the first T
+    segment re-reads its rows), ``allreduce`` the ring all-reduce of every T group of several ranks, ``control``
+    the loss (one float64 all-reduced over the workers).
+
+    Raises:
+        ValueError: a P group of several ranks (its mirror rows, category ``halo``, depend on the epoch's shuffle).
+    """
+    from graphscale.strategies.graph_parallel import allreduce_bytes_per_epoch
+    from graphscale.strategies.task_parallel.tasks import chain_bytes_per_epoch
+
+    if any(len(g) > 1 for g in plan.p_groups):
+        raise ValueError(f"the plan ({plan.describe()}) has a P group of several ranks: its mirror bytes depend on "
+                         "the epoch's shuffle and have no closed form here")
+    split = task_split(model)
+    segments = build_segments(split, plan)
+    chain = chain_bytes_per_epoch(num_nodes, [split.out_width(seg.ops[-1]) for seg in segments[:-1]], element_size)
+    out = {TASK_FWD: chain // 2, TASK_BWD: chain // 2, H2D: num_nodes * num_features * element_size
+           * (2 if t_recompute else 1), CONTROL: allreduce_bytes_per_epoch(1, plan.workers, 8)}
+    stage_params = [sum(p.numel() for seg in segments if seg.kind == T and seg.stage == stage for op in seg.ops
+                        for p in split.t_params(op.index)) for stage in range(len(plan.t_groups))]
+    reduce = sum(allreduce_bytes_per_epoch(n, len(g), element_size) for n, g in zip(stage_params, plan.t_groups)
+                 if len(g) > 1)
+    if reduce:
+        out["allreduce"] = reduce
+    return out
+
+
 @STRATEGIES.register("task-parallel")
 class TaskParallelStrategy(Strategy):
     """NeutronTask task parallelism (see the module docstring)."""
@@ -233,7 +282,8 @@ class TaskParallelStrategy(Strategy):
     decoupled_models = True
     decoupled_default = True
     options = frozenset({"t_workers", "p_split", "subgraphs", "chunks", "chunking", "partitioner", "balance",
-                         "shuffle", "dependency", "t_recompute", "pipelined", "loss_norm"})
+                         "shuffle", "dependency", "t_recompute", "pipelined", "loss_norm", "task_gamma",
+                         "device_flops", "device_bandwidth"})
 
     @classmethod
     def unused_options(cls, config: RunConfig) -> dict[str, str]:
@@ -242,13 +292,23 @@ class TaskParallelStrategy(Strategy):
         if sc.chunking != "partitioner":
             unused.update({"partitioner": "without --chunking partitioner", "balance": "without --chunking "
                                                                                         "partitioner"})
+        if sc.t_workers:
+            unused.update({name: "with --t-workers (the scheduling model does not run)"
+                           for name in ("task_gamma", "device_flops", "device_bandwidth")})
         if sc.dependency == FULL and sc.loss_norm == "global":
             unused["shuffle"] = "with --dependency full and --loss-norm global (the order changes no number)"
+        elif sc.subgraphs == 1:
+            unused["shuffle"] = "with --subgraphs 1 (one subgraph: the order changes no number)"
         return unused
 
     @classmethod
     def check_config(cls, config: RunConfig) -> None:
+        from graphscale.distributed.launch import resolve_device
+
         check_task_config(config)
+        if resolve_device(config.device, config.strategy.workers) != "cpu":
+            raise ValueError(f"strategy 'task-parallel' runs on CPU only (its buffers are not placed on a GPU yet): "
+                             f"--device {config.device} resolves to cuda here; give --device cpu")
 
     @classmethod
     def shared_data_key(cls, config: RunConfig) -> dict | None:
@@ -259,21 +319,29 @@ class TaskParallelStrategy(Strategy):
         sc, model = config.strategy, config.model
         if sc.chunking != "partitioner" and sc.t_workers:
             return None
-        key = {"task_chunks": sc.chunks, "subgraphs": sc.subgraphs, "chunking": sc.chunking,
-               "t_workers": sc.t_workers, "p_split": sc.p_split, "model": model.name, "hidden": model.hidden,
+        key = {"task_chunks": sc.chunks, "subgraphs": sc.subgraphs, "chunking": sc.chunking, "workers": sc.workers,
+               "seed": config.seed, "t_workers": sc.t_workers, "p_split": sc.p_split, "model": model.name, "hidden": model.hidden,
                "layers": model.layers, "decoupled": is_decoupled(config), "dtype": config.dtype}
         if sc.chunking == "partitioner":
             key.update({"chunk_partitioner": sc.partitioner, "chunk_balance": sc.balance})
+        if not sc.t_workers:
+            key.update({"task_gamma": sc.task_gamma, "device_flops": sc.device_flops,
+                        "device_bandwidth": sc.device_bandwidth})
         return key
 
     @classmethod
     def prepare_shared(cls, graph: Graph, owner: torch.Tensor, config: RunConfig, folder: Path) -> None:
         sc = config.strategy
-        q = sc.t_workers or scheduled_t_workers(config, graph.num_nodes, graph.num_edges, graph.num_features,
-                                                graph.num_classes)
-        plan = resolve_plan(config, q)
+        record: dict = {}
+        if sc.t_workers:
+            plan = resolve_plan(config)
+        else:
+            plan, (t_t, t_p) = scheduled_plan(config, graph.num_nodes, graph.num_edges, graph.num_features,
+                                              graph.num_classes)
+            record = {"T_t": t_t, "T_p": t_p}
         check_plan(config, plan)
-        (folder / PLAN_FILE).write_text(json.dumps({"t_workers": q, "plan": plan.describe()}))
+        (folder / PLAN_FILE).write_text(json.dumps({"t_workers": len(plan.t_ranks), "plan": plan.describe(),
+                                                    **record}))
         if sc.chunking == "partitioner":
             chunk_of = assign_chunks(graph, num_chunks(config, plan), sc.chunking, sc.partitioner, sc.balance,
                                      config.seed)
@@ -318,7 +386,7 @@ class TaskParallelStrategy(Strategy):
         self.stage_params = [p for seg in self.mine if seg.kind == T for op in seg.ops
                              for p in self.split.t_params(op.index)]
         self.tracker = MemoryTracker(env)
-        self.tracker.track_module("model", model)
+        self.tracker.track_module("model", model, category=PARAMETERS)
         self.timeline: list[tuple] = []
 
     def _t_workers(self, graph: Graph, shared: Path | None) -> int:
@@ -458,6 +526,8 @@ class TaskParallelStrategy(Strategy):
                 continue
             start = time.time()
             h_in = self._t_input(seg, ids, s, ctx)
+            if seg.index > 0:  # the stamp leaves out the wait for the rows (the first segment's is the h2d read)
+                start = time.time()
             keep_graph = train and not self.config.strategy.t_recompute
             with torch.set_grad_enabled(keep_graph):
                 if keep_graph and seg.index > 0:
@@ -465,6 +535,7 @@ class TaskParallelStrategy(Strategy):
                 out = self._t_run(seg, h_in, ids)
             if train:
                 state[s] = {"in": h_in, "out": out} if keep_graph else {"in": None if seg.index == 0 else h_in}
+                self._track_kept(seg, state)
             if seg is self.segments[-1]:
                 self._finish(out, ids, s, ctx, state.get(s))
             else:
@@ -480,27 +551,36 @@ class TaskParallelStrategy(Strategy):
             ids = ctx["ids"][seg.index][s]
             if ids.numel() == 0:
                 continue
-            start = time.time()
             offsets = ctx["offsets_of"][seg.index][s]
             saved = state.pop(s)
+            self._track_kept(seg, state)
             if self.config.strategy.t_recompute:  # Re_forward: before the gradient arrives (overlaps P-backward)
+                start = time.time()
                 h_in = self._t_input(seg, ids, s, ctx) if seg.index == 0 else saved["in"]
                 if seg.index > 0:
                     h_in.requires_grad_(True)
                 with torch.enable_grad():
                     out = self._t_run(seg, h_in, ids)
                     loss = self._loss(out, ids, s, ctx) if seg is self.segments[-1] else None
+                self._stamp(seg, "recompute", s, seg.ops[0].index, start)
             else:
                 h_in, out, loss = saved["in"], saved["out"], saved.get("loss")
             if seg is self.segments[-1]:
+                start = time.time()
                 loss.backward()
             else:
-                out.backward(self._recv_grad(seg, s, ctx))
+                grad = self._recv_grad(seg, s, ctx)
+                start = time.time()  # the stamp leaves out the wait for the gradient
+                out.backward(grad)
             if seg.index > 0:
                 self._send_back(seg, h_in.grad, offsets, s, ctx)
             self._stamp(seg, "bwd", s, seg.ops[0].index, start)
         if not self.pipelined:
             self._flush()
+
+    def _track_kept(self, seg: Segment, state: dict) -> None:
+        """Count the input rows segment ``seg`` keeps for its backward (every subgraph's not yet back-propagated)."""
+        self.tracker.track(f"t_inputs_{seg.index}", *[v["in"] for v in state.values()], category=KEPT_INPUTS)
 
     # ------------------------------------------------------------ loss
     def _loss(self, out: torch.Tensor, ids: torch.Tensor, s: int, ctx: dict) -> torch.Tensor:
@@ -621,7 +701,7 @@ class TaskParallelStrategy(Strategy):
             self._flush()
         if train and not self.split.linear_p:
             prep["views"] = view  # the GAT variant re-runs its steps in backward from the vertex-sized inputs
-        self.tracker.track(f"p_views_{seg.index}", *view.values())
+        self.tracker.track(f"p_views_{seg.index}", *view.values(), category=CACHES)
         if "views" not in prep:  # linear P: nothing of the forward is kept for the backward
             self.tracker.untrack(f"p_views_{seg.index}")
 
@@ -631,6 +711,7 @@ class TaskParallelStrategy(Strategy):
         layers = [op.index for op in seg.ops]
         widths = {l: self.split.out_width(Op(P, l)) for l in layers}  # a P op keeps the width
         grads = {l: torch.zeros(self.num_nodes, widths[l], dtype=self.dtype) for l in layers}
+        self.tracker.track(f"p_grads_{seg.index}", *grads.values(), category=CACHES)
         num = lay.num_subgraphs
         last_segment = seg is self.segments[-1]
 
@@ -644,9 +725,9 @@ class TaskParallelStrategy(Strategy):
 
         def compute(l: int, s: int) -> None:
             block = prep["blocks"][s]
-            start = time.time()
+            g_out = out_grad(l, s) if block is not None else None
+            start = time.time()  # after the gradient arrived
             if block is not None:
-                g_out = out_grad(l, s)
                 if self.split.linear_p:
                     g_src = self.split.p_transpose(l, block, g_out)
                 else:
@@ -680,6 +761,7 @@ class TaskParallelStrategy(Strategy):
         if not self.pipelined:
             self._flush()
         self.tracker.untrack(f"p_views_{seg.index}")
+        self.tracker.untrack(f"p_grads_{seg.index}")
 
     # ------------------------------------------------------------ epochs
     def _context(self, lay: Layout, mode: str, phase: int) -> dict:
@@ -727,16 +809,20 @@ class TaskParallelStrategy(Strategy):
             group = self.groups.get((T, self.stage)) if self.kind == T else None
             if group is not None:  # a T stage's weights are replicated in its group: sum their gradients
                 allreduce_gradients(group, self.stage_params, self.tracker)
+            self.tracker.track("gradients", *[p.grad for p in self.stage_params], category=PARAMETERS)
             self.optimizer.step()
-            self.tracker.track("optimizer", *optimizer_tensors(self.optimizer))
+            self.tracker.track("optimizer", *optimizer_tensors(self.optimizer), category=PARAMETERS)
             self.tracker.untrack("gradients")
+        if self.config.checkpoint and len(self.plan.t_groups) > 1:
+            self._gather_stages()
         seconds = time.perf_counter() - start
         total = torch.tensor([ctx["loss"]], dtype=torch.float64)
         self.comm.all_reduce(total, CONTROL)
         return EpochStats(loss=float(total), seconds=seconds, bytes=self.env.ledger.since(before),
                           peak_memory=self.tracker.peak,
                           extra={"role": [self.kind, self.stage, self.member], "segments": [s.index for s in self.mine],
-                                 "timeline": self.timeline, "model_form": type(model).form})
+                                 "timeline": self.timeline, "model_form": type(model).form,
+                                 "memory": self.tracker.peak_breakdown})
 
     @torch.no_grad()
     def evaluate(self) -> dict[str, float]:
@@ -751,6 +837,61 @@ class TaskParallelStrategy(Strategy):
             work.wait()
         self.pending, self.timeline = [], timeline
         return counts_to_metrics(self.comm.all_reduce(ctx["counts"], CONTROL))
+
+    # ------------------------------------------------------------ checkpoints
+    def _stage_state(self, stage: int) -> list[tuple[int, torch.nn.Parameter]]:
+        """``(index in model.parameters(), parameter)`` of T stage ``stage``'s parameters."""
+        index = {id(p): i for i, p in enumerate(self.model.parameters())}
+        params = {id(p): p for seg in self.segments if seg.kind == T and seg.stage == stage for op in seg.ops
+                  for p in self.split.t_params(op.index)}
+        return sorted((index[k], p) for k, p in params.items())
+
+    def _gather_stages(self) -> None:
+        """Every T stage's parameters and Adam state to rank 0 (which writes checkpoints; its model then holds every
+        weight, and :meth:`state_dict` every stage's optimiser state). The first member of each other T stage sends
+        one flat tensor per parameter: its values, ``exp_avg``, ``exp_avg_sq`` and ``step`` (0: no state yet)."""
+        def pack(p: torch.nn.Parameter) -> torch.Tensor:
+            st = self.optimizer.state.get(p, {})
+            if not st:
+                return torch.cat([p.detach().flatten(), torch.zeros(2 * p.numel() + 1, dtype=p.dtype)])
+            step = torch.as_tensor(st["step"], dtype=p.dtype).reshape(1)
+            return torch.cat([p.detach().flatten(), st["exp_avg"].flatten(), st["exp_avg_sq"].flatten(), step])
+
+        self.gathered_optimizer: dict[int, dict] = {}
+        pending = []
+        for stage, group in enumerate(self.plan.t_groups[1:], start=1):
+            owned = self._stage_state(stage)
+            if self.env.rank == group[0]:
+                pending += [self.comm.send(pack(p), 0, CHECKPOINT, tag=_tag(_CKPT, 0, i)) for i, p in owned]
+            elif self.env.rank == 0:
+                for i, p in owned:
+                    buf = torch.empty(3 * p.numel() + 1, dtype=p.dtype)
+                    self.comm.recv(buf, group[0], tag=_tag(_CKPT, 0, i)).wait()
+                    n = p.numel()
+                    with torch.no_grad():
+                        p.copy_(buf[:n].view_as(p))
+                    if float(buf[-1]) > 0:
+                        self.gathered_optimizer[i] = {"step": buf[-1].to(torch.float32).reshape(()),
+                                                      "exp_avg": buf[n:2 * n].view_as(p).clone(),
+                                                      "exp_avg_sq": buf[2 * n:3 * n].view_as(p).clone()}
+        for work in pending:
+            work.wait()
+
+    def state_dict(self) -> dict:
+        """The model and the Adam state of every parameter (rank 0, which writes checkpoints: with several T stages
+        the other stages' come from :meth:`_gather_stages` after every epoch)."""
+        state = super().state_dict()
+        for i, st in getattr(self, "gathered_optimizer", {}).items():
+            state["optimizer"]["state"][i] = st
+        return state
+
+    def load_state_dict(self, state: dict) -> None:
+        """Every rank loads the whole model and keeps the Adam state of its own stage's parameters only."""
+        self.model.load_state_dict(state["model"])
+        mine = {i for seg in self.mine if seg.kind == T for i, _ in self._stage_state(seg.stage)}
+        optimizer = {"state": {i: st for i, st in state["optimizer"]["state"].items() if i in mine},
+                     "param_groups": state["optimizer"]["param_groups"]}
+        self.optimizer.load_state_dict(optimizer)
 
     def teardown(self) -> None:
         for name in ("model", "optimizer"):
