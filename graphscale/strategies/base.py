@@ -141,9 +141,16 @@ class Strategy(ABC):
         """Release buffers and process-level resources."""
 
     def state_dict(self) -> dict:
+        """What a checkpoint records of the strategy (called on every worker; worker 0's is written)."""
         state = {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict()}
         if self.input_table is not None:
             state["input_table"] = self.input_table.state_dict()
+        return state
+
+    def full_model_state(self, state: dict | None) -> dict | None:
+        """The whole model's state from this worker's copy ``state`` (a ``model.state_dict()``), on worker 0 (called
+        on every worker with the same kind of argument). The model is whole on every worker here; a strategy that
+        spreads it over the workers gathers it."""
         return state
 
     def load_state_dict(self, state: dict) -> None:

@@ -151,8 +151,6 @@ def test_bad_plans_name_the_option():
       "--oversubscribe"], "--history-grad historical is not supported with --hybrid-width 2"),
     (["--strategy", "pipeline", "--hybrid-split", "parts-first"],
      "--hybrid-split is not used by strategy 'pipeline' without --hybrid-width"),
-    (["--strategy", "pipeline", "--workers", "2", "--checkpoint", "/tmp/x.pt", "--oversubscribe"],
-     "--checkpoint / --resume are not supported by strategy 'pipeline'"),
 ])
 def test_bad_input_fails_before_any_worker_starts(argv, message, capsys):
     from graphscale.cli import main
@@ -493,3 +491,63 @@ def test_hybrid_splits():
     assert torch.equal(assign_hybrid(g, 6, 2, "parts-first")[1], assign_chunks(g, 2))
     with pytest.raises(ValueError, match="--hybrid-split must be one of"):
         assign_hybrid(g, 6, 2, "rows-first")
+
+
+# ------------------------------------------------------------------ checkpoints
+#: (configuration, hybrid width) of the resume test on 4 workers: 4 stages with a fixed history of period 3 and
+#: historical gradients (the history, the fixed copy and the kept stale-edge gradients are all restored), and a
+#: 2 x 2 hybrid (each member's own rows)
+RESUME_CASES = [(("gcnii", 4, 8, True, 3, "historical"), 1), (("resgcn", 3, 4, True, 2, "zero"), 2)]
+
+
+def _resume_worker(env: DistEnv, g: Graph, folders: list[str], ckpt_dir: str) -> list[dict]:
+    from graphscale.distributed.comm import Comm
+    from graphscale.run import train_worker
+
+    out = []
+    for (case, width), folder in zip(RESUME_CASES, folders):
+        handle = DataHandle.in_memory(g)
+        handle.extras["shared"] = folder
+
+        def config(epochs: int, path: str, resume: bool = False, case=case, width=width) -> RunConfig:
+            c = make_config(*case, workers=env.world_size)
+            c.strategy.hybrid_width, c.optim.epochs, c.checkpoint, c.resume = width, epochs, path, resume
+            c.progress = False
+            return c
+
+        barrier = Comm(env).barrier  # worker 0 writes the checkpoint the others read next
+        straight = train_worker(env, config(5, f"{ckpt_dir}/{width}a.pt"), handle)
+        train_worker(env, config(2, f"{ckpt_dir}/{width}b.pt"), handle)
+        barrier()
+        resumed = train_worker(env, config(5, f"{ckpt_dir}/{width}b.pt", resume=True), handle)
+        barrier()
+        out.append({"straight": straight, "resumed": resumed})
+    return out
+
+
+def test_resume_continues_identically(tmp_path):
+    """A pipeline run resumed from its checkpoint (every stage's parameters, Adam state and historical rows,
+    gathered to worker 0) continues exactly as the uninterrupted run: losses, metrics and the best epoch of the
+    three epochs after the checkpoint; the checkpoint holds the whole model, each parameter as its stage trained
+    it."""
+    g = graph()
+    folders = []
+    for i, (case, width) in enumerate(RESUME_CASES):
+        chunk_of = assign_chunks(g, case[2], seed=0)
+        folders.append(str(tmp_path / f"resume{i}"))
+        handle_with_chunks(g, chunk_of, tmp_path / f"resume{i}", width)
+    results = run_distributed(_resume_worker, 4, g, folders, str(tmp_path), timeout_s=120)
+    for i, (case, width) in enumerate(RESUME_CASES):
+        for rank, r in enumerate(results):
+            straight, resumed = r[i]["straight"], r[i]["resumed"]
+            assert [h["epoch"] for h in resumed["history"]] == list(range(5))
+            for a, b in zip(straight["history"][2:], resumed["history"][2:]):
+                for key in ("loss", "train_loss", "val_loss", "test_loss", "val_acc", "test_acc"):
+                    assert_close_rel(b[key], a[key], torch.float64, what=f"{case} rank {rank} epoch {a['epoch']} {key}")
+            assert straight["best"] == resumed["best"]
+        saved = torch.load(tmp_path / f"{width}a.pt", weights_only=False)
+        ref_losses, ref_model = reference_run(g, assign_chunks(g, case[2], seed=0), make_config(*case), epochs=5)
+        for h, loss in zip(results[0][i]["straight"]["history"], ref_losses):
+            assert_close_rel(h["loss"], loss, torch.float64)
+        for name, p in ref_model.named_parameters():
+            assert_close_rel(saved["strategy"]["model"][name], p, what=f"{case} checkpoint {name}")

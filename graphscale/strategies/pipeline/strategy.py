@@ -60,6 +60,14 @@ layers (:func:`~.plan.group_halo_bytes_per_epoch`) and ``allreduce = 2 (W-1) P b
 forward through the stages on the members 0 (``eval_stage``: ``N d_i c b`` per boundary) and broadcasts the
 per-split counts; the initial history forward runs on every member's pipeline.
 
+**Checkpoints** (``--checkpoint`` / ``--resume``): :meth:`PipelineStrategy.state_dict` is collective; the
+members 0 of the groups send worker 0 their stage's parameters (:func:`stage_parameters`) and Adam state, every
+member its own rows of the historical embeddings (``view``), of the fixed history (``hist``) and of the kept
+stale-edge gradients (``late``), all through :meth:`Comm.gather_object` (category ``checkpoint``). The file holds
+the whole model and ``N`` rows per layer, so a resumed run continues exactly as the uninterrupted one (tested);
+without the rows it would start from a new exact history and diverge. The best-validation model is gathered the
+same way (:meth:`PipelineStrategy.full_model_state`).
+
 **Why not ``torch.distributed.pipelining``.** Its ``PipelineStage`` and schedules (GPipe, 1F1B, interleaved)
 split one batch into microbatches of equal shape, infer or fix the stage's input and output shapes once, and run
 each microbatch's backward from its output gradient alone. GNNPipe's chunks have unequal row counts (padding them
@@ -76,9 +84,8 @@ would arrive after ``k``'s backward. Keeping the numbers identical to GPipe woul
 saved. 1F1B is only equivalent without cross-chunk edges, where pipelining needs no history at all.
 
 **Not implemented** (issue 13): the 1F1B schedule (above), the hybrid's memory split (buffers are ``N`` rows),
-bubble timings separate from transfer time (an epoch's ``extra`` has ``idle_frac``: the share of the epoch the
-stage waited for a neighbour stage's rows or gradients, bubbles and transfers together), and checkpoints
-(``--checkpoint`` is refused before the workers start: worker 0 would save only its own stage's weights). The
+and bubble timings separate from transfer time (an epoch's ``extra`` has ``idle_frac``: the share of the epoch the
+stage waited for a neighbour stage's rows or gradients, bubbles and transfers together). The
 §3.7 cost model is :mod:`.costmodel`; ``graphscale bench pipeline`` prints the volume and accuracy tables.
 """
 
@@ -125,6 +132,8 @@ from graphscale.strategies.pipeline.reference import learned_input
 #: Ledger categories: stage-boundary rows (forward), their gradients (backward), the initial history forward,
 #: the evaluation forward, a hybrid group's ghost rows and their gradients.
 PIPE_FWD, PIPE_BWD, PIPE_INIT, EVAL_STAGE, HALO = "pipe_fwd", "pipe_bwd", "pipe_init", "eval_stage", "halo"
+#: Ledger category of the stages' states gathered to worker 0 for a checkpoint.
+CHECKPOINT = "checkpoint"
 CHUNK_FILE, SUBCHUNK_FILE = "chunk_of.npy", "sub_of.npy"
 
 
@@ -137,6 +146,24 @@ def num_chunks(config: RunConfig) -> int:
 def num_stages(config: RunConfig) -> int:
     """``S = --workers / --hybrid-width``."""
     return config.strategy.workers // max(config.strategy.hybrid_width, 1)
+
+
+def stage_parameters(model: torch.nn.Module, layers: range, first: bool, last: bool, in_dim: int) -> set[str]:
+    """Names of the parameters a stage trains: those of its layers (``layers.<l>.``), and of the others those the
+    input map uses on stage 0 (found by differentiating it on one zero row) and the rest (the output map's) on the
+    last stage."""
+    own = {n for n, _ in model.named_parameters() if n.split(".")[:1] == ["layers"] and int(n.split(".")[1]) in layers}
+    others = [(n, p) for n, p in model.named_parameters() if n.split(".")[:1] != ["layers"]]
+    used = set()
+    if others:
+        p = next(model.parameters())
+        with torch.enable_grad():
+            out = model.input_map(torch.zeros(1, in_dim, dtype=p.dtype, device=p.device),
+                                  torch.zeros(1, dtype=torch.int64, device=p.device))
+            if out.requires_grad:
+                grads = torch.autograd.grad(out.sum(), [q for _, q in others], allow_unused=True)
+                used = {n for (n, _), g in zip(others, grads) if g is not None}
+    return own | {n for n, _ in others if (n in used and first) or (n not in used and last)}
 
 
 def check_width(workers: int, width: int) -> None:
@@ -167,9 +194,6 @@ class PipelineStrategy(Strategy):
         check_width(sc.workers, sc.hybrid_width)
         check_plan(config.model.layers, num_stages(config), num_chunks(config), sc.history_period, sc.history_grad,
                    sc.hybrid_width)
-        if config.checkpoint or config.resume:
-            raise ValueError("--checkpoint / --resume are not supported by strategy 'pipeline' (each worker holds "
-                             "only its stage's weights)")
 
     @classmethod
     def shared_data_key(cls, config: RunConfig) -> dict | None:
@@ -211,6 +235,8 @@ class PipelineStrategy(Strategy):
         self.layers = stage_layers(model.num_layers, self.stages)[self.stage]
         self.first, self.last = self.stage == 0, self.stage == self.stages - 1
         self.learned = learned_input(model)
+        self.owned = stage_parameters(model, self.layers, self.first, self.last, graph.num_features)
+        self.own_ids = torch.nonzero(sub_of == self.member).flatten()  # the vertices this member computes
         device, dtype = env.device, next(model.parameters()).dtype
         self.num_nodes = graph.num_nodes
         self.num_train = int(graph.train_mask.sum())
@@ -469,6 +495,79 @@ class PipelineStrategy(Strategy):
             if self.last:
                 counts.copy_(split_counts(logits, self.y, self.masks))
         return counts_to_metrics(self.comm.broadcast(counts, (self.stages - 1) * self.width, CONTROL).cpu())
+
+    # ------------------------------------------------------------ checkpoints
+    def _gather_owned(self, model_state: dict) -> dict | None:
+        """``model_state`` (a ``model.state_dict()`` of this worker) with every parameter taken from the stage that
+        trains it (the members 0 of the groups send theirs), on worker 0; ``None`` on the others."""
+        mine = {n: t for n, t in model_state.items() if n in self.owned} if self.member == 0 else {}
+        parts = self.comm.gather_object(mine, 0, CHECKPOINT)
+        if parts is None:
+            return None
+        merged = dict(model_state)
+        for part in parts:
+            merged.update(part)
+        return merged
+
+    def full_model_state(self, state: dict | None) -> dict | None:
+        """Collective: the whole model (each stage's parameters from that stage) on worker 0."""
+        return None if state is None else self._gather_owned(state)
+
+    def state_dict(self) -> dict:
+        """Collective (every worker calls it): on worker 0 the whole run's state, ``{}`` on the others.
+
+        ``model``: every parameter from the stage that trains it; ``optimizer``: Adam's state of every parameter
+        (the same indices on every stage: every worker builds the whole model); ``rows``, ``hist``, ``late``: per
+        layer, the ``N`` rows of ``view`` (the historical embeddings, from the stage holding the layer, each
+        member's own rows in a hybrid), of the fixed history and of the stale-edge gradients kept for the next
+        epoch, so that a resumed run continues exactly as an uninterrupted one; ``initialised``: the initial
+        history forward ran.
+        """
+        names = [n for n, _ in self.model.named_parameters()]
+        opt = self.optimizer.state_dict()
+        own = self.own_ids
+        mine = {"model": None,
+                "optimizer": {i: st for i, st in opt["state"].items() if names[i] in self.owned} if self.member == 0
+                else {},
+                "rows": {l: (own, v[own]) for l, v in self.view.items()},
+                "hist": None if self.hist is None else {l: (own, v[own]) for l, v in self.hist.items()},
+                "late": {l: (own, v[own]) for l, v in self.late.items()}}
+        model = self._gather_owned(self.model.state_dict())
+        parts = self.comm.gather_object(mine, 0, CHECKPOINT)
+        if parts is None:
+            return {}
+
+        def rows(key: str) -> dict | None:
+            if any(p[key] is None for p in parts):
+                return None
+            out: dict[int, torch.Tensor] = {}
+            for part in parts:
+                for layer, (ids, values) in part[key].items():
+                    if layer not in out:
+                        out[layer] = torch.zeros(self.num_nodes, values.shape[1], dtype=values.dtype)
+                    out[layer][ids.cpu()] = values.cpu()
+            return out
+
+        return {"model": model, "optimizer": {"state": {i: st for p in parts for i, st in p["optimizer"].items()},
+                                              "param_groups": opt["param_groups"]},
+                "rows": rows("rows"), "hist": rows("hist"), "late": rows("late"), "initialised": self.initialised}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Every worker takes its stage's part of :meth:`state_dict`'s whole-run state."""
+        names = [n for n, _ in self.model.named_parameters()]
+        self.model.load_state_dict(state["model"])
+        opt = state["optimizer"]
+        self.optimizer.load_state_dict({"state": {i: st for i, st in opt["state"].items() if names[i] in self.owned},
+                                        "param_groups": opt["param_groups"]})
+        device = self.env.device
+        for layer, v in self.view.items():
+            v.copy_(state["rows"][layer].to(device))
+        if state["hist"] is not None:
+            self.hist = {l: state["hist"][l].to(device) for l in self.view}
+            self.tracker.track("history", *self.hist.values())
+        for layer, v in self.late.items():
+            v.copy_(state["late"][layer].to(device))
+        self.initialised = bool(state["initialised"])
 
     def teardown(self) -> None:
         for name in ("graph", "buffers", "history", "model", "optimizer"):
