@@ -53,7 +53,8 @@ TRAIN_OPTIONS = {
     "shm_dir": ("strategy", "shm_dir"),
     "history_period": ("strategy", "history_period"), "shuffle": ("strategy", "shuffle"),
     "history_grad": ("strategy", "history_grad"), "hybrid_width": ("strategy", "hybrid_width"),
-    "hybrid_split": ("strategy", "hybrid_split"),
+    "hybrid_split": ("strategy", "hybrid_split"), "schedule": ("strategy", "schedule"),
+    "cross_chunk_grad": ("strategy", "cross_chunk_grad"),
     "timeout": ("strategy", "timeout"),
     "cache": ("strategy", "cache"), "cache_fraction": ("strategy", "cache_fraction"),
     "seed": (None, "seed"), "dtype": (None, "dtype"), "device": (None, "device"), "json": (None, "json"),
@@ -253,6 +254,11 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--hybrid-split", choices=["chunks-first", "parts-first"],
                    help="hybrid: cut each chunk into W sub-chunks (the paper's), or W parts into the chunks' pieces "
                         "(fewer ghost rows)")
+    p.add_argument("--schedule", choices=["gpipe", "1f1b"],
+                   help="pipeline schedule: gpipe (default) or 1f1b (fewer chunks' activations held; needs "
+                        "--cross-chunk-grad none)")
+    p.add_argument("--cross-chunk-grad", choices=["fresh", "none"],
+                   help="gradients along cross-chunk edges read fresh: fresh (default, GNNPipe) or none (dropped)")
     p.add_argument("--shm-dir", metavar="DIR",
                    help="directory of the host arrays the workers share (default /dev/shm)")
     p.add_argument("--timeout", type=float, metavar="SECONDS",

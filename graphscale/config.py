@@ -122,6 +122,11 @@ class StrategyConfig:
     hybrid_split: str = "chunks-first"
     """``pipeline`` hybrid: ``chunks-first`` (each chunk cut into W sub-chunks, the paper's) or ``parts-first``
     (W parts, each cut into the K chunks' pieces: fewer ghost rows)."""
+    schedule: str = "gpipe"
+    """``pipeline``: ``gpipe`` (all forwards, then the backwards in reverse) or ``1f1b`` (one forward, one
+    backward; needs ``cross_chunk_grad = none``)."""
+    cross_chunk_grad: str = "fresh"
+    """``pipeline``: gradients along cross-chunk edges read fresh: ``fresh`` (propagated, GNNPipe) or ``none``."""
     shm_dir: str = "/dev/shm"
     """``offload``: where the host arrays shared by the workers live (a memory-backed tmpfs by default)."""
     timeout: float = DEFAULT_TIMEOUT_S

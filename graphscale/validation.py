@@ -124,6 +124,14 @@ def _check_strategy_option(option: str, config: RunConfig) -> None:
         from graphscale.strategies.pipeline.plan import HISTORY_GRADS
 
         _check_choice("history-grad", sc.history_grad, HISTORY_GRADS)
+    elif option == "schedule":
+        from graphscale.strategies.pipeline.plan import SCHEDULES
+
+        _check_choice("schedule", sc.schedule, SCHEDULES)
+    elif option == "cross_chunk_grad":
+        from graphscale.strategies.pipeline.plan import CROSS_CHUNK_GRADS
+
+        _check_choice("cross-chunk-grad", sc.cross_chunk_grad, CROSS_CHUNK_GRADS)
     elif option == "cache":
         from graphscale.data.feature_cache import POLICIES
 
