@@ -33,7 +33,17 @@ from graphscale.strategies.pipeline.plan import (
     stage_layers,
 )
 from graphscale.strategies.pipeline.reference import ChunkedReference
-from graphscale.strategies.pipeline.strategy import CHUNK_FILE, PIPE_BWD, PIPE_FWD, SUBCHUNK_FILE, PipelineStrategy
+from graphscale.strategies.pipeline.strategy import (
+    CHUNK_FILE,
+    EVAL_HALO,
+    EVAL_STAGE,
+    INIT_HALO,
+    PIPE_BWD,
+    PIPE_FWD,
+    PIPE_INIT,
+    SUBCHUNK_FILE,
+    PipelineStrategy,
+)
 from graphscale.strategies.single import SingleStrategy
 from graphscale.testing import assert_close_rel, random_graph, run_distributed
 
@@ -327,8 +337,10 @@ def _worker(env: DistEnv, jobs: list[tuple[Graph, tuple, str]], width: int = 1) 
         strategy.setup(handle, model, env, config)
         stats = [strategy.train_epoch(e) for e in range(EPOCHS)]
         owned = {n: (p.detach().clone(), p.grad.clone()) for n, p in model.named_parameters() if p.grad is not None}
+        before = env.ledger.snapshot()
+        metrics = strategy.evaluate()
         out.append({"losses": [s.loss for s in stats], "bytes": [s.bytes for s in stats], "owned": owned,
-                    "visits": strategy.visits, "metrics": strategy.evaluate(),
+                    "visits": strategy.visits, "metrics": metrics, "eval_bytes": env.ledger.since(before),
                     "widths": model.layer_widths(), "layers": stats[0].extra["stage_layers"],
                     "extra": [s.extra for s in stats], "steps": list(strategy.timeline.steps),
                     "waits": list(strategy.timeline.waits),
@@ -380,6 +392,10 @@ def test_pipeline_equals_the_chunked_reference_on_three_stages(tmp_path):
             sent = {cat: sum(r["bytes"][e].get(cat, 0) for r in per_rank) for cat in (PIPE_FWD, PIPE_BWD)}
             assert sent[PIPE_FWD] == sent[PIPE_BWD] == expected // 2
             assert all("allreduce" not in r["bytes"][e] for r in per_rank)
+        # the exact forwards (initial history in epoch 0, evaluation) move every row once per boundary
+        assert sum(r["bytes"][0].get(PIPE_INIT, 0) for r in per_rank) == expected // 2
+        assert all(PIPE_INIT not in r["bytes"][e] for r in per_rank for e in range(1, EPOCHS))
+        assert sum(r["eval_bytes"].get(EVAL_STAGE, 0) for r in per_rank) == expected // 2
         assert len({tuple(sorted(r["metrics"].items())) for r in per_rank}) == 1
         # the chunk-by-chunk evaluation through the stages is the exact forward
         assert_same_metrics(per_rank[0]["metrics"], exact_metrics(ref_model, g), f"{case} evaluation")
@@ -523,6 +539,13 @@ def test_hybrid_equals_the_chunked_reference(tmp_path):
             assert sent[PIPE_FWD] == sent[PIPE_BWD] == pipe // 2
             assert sent["halo"] == group_halo_bytes_per_epoch(ghosts, exchanged, 8)
             assert sent["allreduce"] == allreduce_bytes_per_epoch(num_params, width, 8)
+        # the exact forwards: every member's own rows once per boundary; ghosts once per layer but stage 0's first
+        # (its input map runs on the ghost rows too), forward only
+        ghost_layers = [widths[l] for l in range(1, case[1])]
+        for cat, halo_cat, sent in ((PIPE_INIT, INIT_HALO, [r["bytes"][0] for r in per_rank]),
+                                    (EVAL_STAGE, EVAL_HALO, [r["eval_bytes"] for r in per_rank])):
+            assert sum(b.get(cat, 0) for b in sent) == pipe // 2
+            assert sum(b.get(halo_cat, 0) for b in sent) == group_halo_bytes_per_epoch(ghosts, ghost_layers, 8) // 2
 
 
 #: (configuration) of the 1F1B test on 3 stages; each runs with GPipe and with 1F1B, cross-chunk gradients dropped
