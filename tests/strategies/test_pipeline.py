@@ -465,10 +465,12 @@ def test_bench_pipeline_prints_the_volume_tables(capsys):
     parser = argparse.ArgumentParser()
     bench.add_arguments(parser)
     args = parser.parse_args(["--graphs", "sbm:nodes=300,degree=8,features=8,seed=0", "--stages", "4",
-                              "--layers", "8", "--hidden", "16", "--depths", "4,8,16", "--skip-accuracy"])
+                              "--layers", "8", "--hidden", "16", "--depths", "4,8,16", "--skip-accuracy",
+                              "--skip-timing"])
     assert bench.run(args) == 0
     out = capsys.readouterr().out
-    assert "Table 5 analogue" in out and "Table 7 analogue" in out and "geometric mean" in out
+    assert "Table 5 analogue" in out and "Table 7 analogue" in out and "Table 8 analogue" in out
+    assert "geometric mean" in out
     graph = bench._load("sbm:nodes=300,degree=8,features=8,seed=0", 0)
     from graphscale.registry import PARTITIONERS
 
@@ -476,6 +478,26 @@ def test_bench_pipeline_prints_the_volume_tables(capsys):
     shallow, deep = (bench.volumes(graph, owner, "gcnii", depth, 4, 16) for depth in (8, 16))
     assert shallow["pipeline"] == deep["pipeline"] == 2 * 3 * 300 * 16 * 2 * 4  # constant in L, c = 2
     assert deep["graph"] == 2 * shallow["graph"]  # linear in L
+
+
+def test_bench_pipeline_times_and_trains(capsys):
+    """The timing runs (real pipelines: bubble, transfer, stale reads, memory per stage, GPipe vs 1F1B) and the
+    accuracy runs (chunked reference), at a toy size."""
+    import argparse
+
+    from graphscale.bench import pipeline as bench
+
+    parser = argparse.ArgumentParser()
+    bench.add_arguments(parser)
+    args = parser.parse_args(["--graphs", "sbm:nodes=200,degree=6,features=8,seed=0", "--stages", "2",
+                              "--layers", "2", "--hidden", "8", "--depths", "2", "--accuracy-layers", "2",
+                              "--timing-workers", "2", "--timing-epochs", "2", "--epochs", "2", "--chunks", "2",
+                              "--jobs", "1"])
+    assert bench.run(args) == 0
+    out = capsys.readouterr().out
+    for text in ("bubble %", "transfer %", "stale reads %", "1F1B, no cross grads", "GPipe hybrid x2",
+                 "1f1b / gpipe", "no cross-chunk grads", "exact (K=1)", "resgcn"):
+        assert text in out, text
 
 
 #: hybrid cases, 2 stages x 2-way graph parallelism (4 workers): (configuration, --hybrid-split)
