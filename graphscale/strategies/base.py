@@ -62,6 +62,13 @@ class Strategy(ABC):
         (:func:`graphscale.validation.validate`); raise ``ValueError`` naming the option."""
 
     @classmethod
+    def resume_identity(cls, config: RunConfig) -> dict:
+        """The strategy's options that change what training computes, keyed by option name: recorded in a checkpoint
+        with the run's identity (:func:`graphscale.checkpoint.identity`) and compared on ``--resume``. None here:
+        an exact strategy computes the same whatever its options."""
+        return {}
+
+    @classmethod
     def needs_vertex_partition(cls, config: RunConfig) -> bool:
         """Whether a host-shared run needs the parent to partition the vertices (``--partitioner``)."""
         return False

@@ -687,6 +687,20 @@ def _resume_worker(env: DistEnv, g: Graph, folders: list[str], ckpt_dir: str) ->
     return out
 
 
+def test_resume_with_other_semantics_is_refused():
+    """The options that change what the pipeline computes are part of a checkpoint's identity: resuming with another
+    history period or chunk count is refused in the parent, naming the options; the schedule may change."""
+    from graphscale.checkpoint import check_resume, identity
+
+    saved = {"identity": identity(make_config("gcnii", 4, 8, True, 3, "zero", workers=2))}
+    other = make_config("gcnii", 4, 6, True, 5, "zero", workers=2)
+    with pytest.raises(ValueError, match="--chunks 8 .checkpoint. vs 6; --history-period 3 .checkpoint. vs 5"):
+        check_resume(other, saved)
+    check_resume(make_config("gcnii", 4, 8, True, 3, "zero", workers=2), saved)
+    none = {"identity": identity(make_config("gcnii", 4, 8, True, 3, "zero", "gpipe", "none", workers=2))}
+    check_resume(make_config("gcnii", 4, 8, True, 3, "zero", "1f1b", "none", workers=2), none)
+
+
 def test_resume_continues_identically(tmp_path):
     """A pipeline run resumed from its checkpoint (every stage's parameters, Adam state and historical rows,
     gathered to worker 0) continues exactly as the uninterrupted run: losses, metrics and the best epoch of the

@@ -229,6 +229,16 @@ class PipelineStrategy(Strategy):
                    sc.hybrid_width, sc.schedule, sc.cross_chunk_grad)
 
     @classmethod
+    def resume_identity(cls, config: RunConfig) -> dict:
+        """What decides the chunks and the training semantics (the schedule does not: 1F1B computes GPipe's
+        numbers); ``chunks`` is the resolved ``K``."""
+        sc = config.strategy
+        return {"chunks": num_chunks(config), "partitioner": sc.partitioner, "balance": sc.balance,
+                "hybrid_width": sc.hybrid_width, "hybrid_split": sc.hybrid_split, "shuffle": sc.shuffle,
+                "history_period": sc.history_period, "history_grad": sc.history_grad,
+                "cross_chunk_grad": sc.cross_chunk_grad}
+
+    @classmethod
     def shared_data_key(cls, config: RunConfig) -> dict | None:
         sc = config.strategy
         return {"chunks": num_chunks(config), "chunk_partitioner": sc.partitioner, "chunk_balance": sc.balance,
