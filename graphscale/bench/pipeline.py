@@ -31,6 +31,9 @@ Prints:
    without cross-chunk gradients (the semantics 1F1B runs); ResGCN+ (``--accuracy-layers``): the full method and
    without cross-chunk gradients; each against exact training (one chunk): test accuracy at the best validation
    epoch, the epochs to 95% of the exact run's best validation accuracy. Runs spread over ``--jobs`` processes.
+
+``--plot PNG`` draws the Table 5 ratios (bars) and, in ``PNG``'s ``.depth`` sibling, the Table 7 volumes against
+depth.
 """
 
 from __future__ import annotations
@@ -90,6 +93,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="processes running the accuracy runs side by side (default: the CPUs, at most 2)")
     parser.add_argument("--timing-workers", type=int, default=4, help="workers of the timing runs (default 4)")
     parser.add_argument("--timing-epochs", type=int, default=6, help="epochs of each timing run (default 6)")
+    parser.add_argument("--plot", default=None, metavar="PNG",
+                        help="write graph / pipeline per graph and model here, and the GCNII volume against depth "
+                             "to NAME.depth.png beside it")
     parser.add_argument("--skip-timing", action="store_true", help="no timing / memory runs")
     parser.add_argument("--skip-accuracy", action="store_true", help="no accuracy runs")
 
@@ -144,7 +150,7 @@ def volume_tables(graphs: list, args) -> tuple[list[dict], list[dict], list[dict
     from graphscale.registry import PARTITIONERS
     from graphscale.strategies.pipeline.plan import HYBRID_SPLITS, assign_chunks, assign_hybrid
 
-    table5, table7, table8 = [], [], []
+    table5, table7, table8, depth_curves = [], [], [], {}
     ratios: dict[str, list[float]] = {"matched": [], "all": [], "closed form (matched)": []}
     for graph in graphs:
         owner = PARTITIONERS.get("metis")().partition(graph, args.stages, seed=0)
@@ -173,6 +179,7 @@ def volume_tables(graphs: list, args) -> tuple[list[dict], list[dict], list[dict
             v = volumes(graph, owner, "gcnii", depth, args.stages, args.hidden)
             row[f"L={depth} graph"] = format_bytes(v["graph"])
             row[f"L={depth} pipe"] = format_bytes(v["pipeline"])
+            depth_curves.setdefault(graph.name, []).append((depth, v["graph"], v["pipeline"]))
         table7.append(row)
         if hybrid and args.shallow_layers >= 2:  # 2 stages x stages/2-way graph parallelism, the parts' ghosts
             width = args.stages // 2
@@ -186,7 +193,38 @@ def volume_tables(graphs: list, args) -> tuple[list[dict], list[dict], list[dict
                                "graph / hybrid": round(v["graph"] / v["hybrid"], 2)})
     means = {key: _gmean(values) for key, values in ratios.items()}
     means["max"] = max(ratios["all"])
+    if args.plot:
+        plot(table5, depth_curves, args)
     return table5, table7, table8, means
+
+
+def plot(table5: list[dict], depth_curves: dict, args) -> None:
+    """``--plot``: graph / pipeline per graph and model (bars), and GCNII bytes against depth (lines)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from graphscale.bench.table import save_bar_plot, save_figure
+
+    path = Path(args.plot)
+    labels = list(dict.fromkeys(r["graph"] for r in table5))
+    series = {m: [next(r["graph / pipeline"] for r in table5 if r["graph"] == g and r["model"] == m) for g in labels]
+              for m in MODELS}
+    save_bar_plot(path, labels, series, "graph-parallel bytes / pipeline bytes",
+                  f"{args.layers} layers, {args.stages} stages / parts (Table 5 analogue)")
+    fig, ax = plt.subplots(figsize=(7.5, 4.5))
+    for name, points in depth_curves.items():
+        depths = [d for d, _, _ in points]
+        line, = ax.plot(depths, [g / MIB for _, g, _ in points], marker="o", label=f"{name} graph")
+        ax.plot(depths, [p / MIB for _, _, p in points], linestyle="--", color=line.get_color(),
+                label=f"{name} pipeline")
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("layers")
+    ax.set_ylabel("MiB per epoch")
+    ax.set_title(f"GCNII, {args.stages} stages / parts (Table 7 analogue)")
+    ax.legend(fontsize=7, ncol=2)
+    save_figure(fig, path.with_name(f"{path.stem}.depth{path.suffix}"))
 
 
 # ------------------------------------------------------------------ timings (real runs)

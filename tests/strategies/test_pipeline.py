@@ -457,7 +457,7 @@ def test_a_run_prepares_the_chunks_in_the_parent_and_trains(tmp_path):
     assert 0 <= report["final"]["test_acc"] <= 1
 
 
-def test_bench_pipeline_prints_the_volume_tables(capsys):
+def test_bench_pipeline_prints_the_volume_tables(capsys, tmp_path):
     import argparse
 
     from graphscale.bench import pipeline as bench
@@ -466,8 +466,9 @@ def test_bench_pipeline_prints_the_volume_tables(capsys):
     bench.add_arguments(parser)
     args = parser.parse_args(["--graphs", "sbm:nodes=300,degree=8,features=8,seed=0", "--stages", "4",
                               "--layers", "8", "--hidden", "16", "--depths", "4,8,16", "--skip-accuracy",
-                              "--skip-timing"])
+                              "--skip-timing", "--plot", str(tmp_path / "volume.png")])
     assert bench.run(args) == 0
+    assert (tmp_path / "volume.png").stat().st_size > 0 and (tmp_path / "volume.depth.png").stat().st_size > 0
     out = capsys.readouterr().out
     assert "Table 5 analogue" in out and "Table 7 analogue" in out and "Table 8 analogue" in out
     assert "geometric mean" in out
