@@ -21,7 +21,8 @@ Prints:
    ``--accuracy-layers`` layers, ``--timing-workers`` workers, ``K`` = 4 per stage, ``--timing-epochs`` epochs):
    GPipe with fresh and with no cross-chunk gradients, 1F1B (no cross-chunk gradients) and the 2-way hybrid. Per
    stage: the bubble and transfer fractions measured from the per-stage timestamps (the strategy's timeline; the
-   ideal GPipe bubble ``(S - 1) / (K + S - 1)`` beside them), the stale-read fraction, the peak of the saved
+   ideal GPipe bubble ``(S - 1) / (K + S - 1)`` beside them), the share of a hybrid's group halo exchanges (part
+   of the compute time, not of the bubble or transfer), the stale-read fraction, the peak of the saved
    activations (tensors autograd keeps, tracked) and the OS-measured anonymous memory the training step added
    (peak minus the worker's start); then the memory table GPipe vs 1F1B per stage.
 5. **Accuracy and ablation** (Fig. 10 analogue, unless ``--skip-accuracy``): the single-process chunked reference
@@ -254,6 +255,7 @@ def timing_rows(args) -> tuple[list[dict], list[dict]]:
             stage, member = divmod(rank, width)
             row = {"configuration": label, "stage": stage if width == 1 else f"{stage}.{member}",
                    "bubble %": round(100 * mean("bubble_frac"), 1), "transfer %": round(100 * mean("transfer_frac"), 1),
+                   "halo %": round(100 * sum(x["halo_s"] / x["schedule_s"] for x in extras) / len(extras), 1),
                    "ideal bubble %": round(100 * ideal_bubble_fraction(stages, chunks), 1),
                    "stale reads %": round(100 * mean("stale_frac"), 1),
                    "saved activations": format_bytes(max(x["activation_peak"] for x in extras)),
