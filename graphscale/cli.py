@@ -23,8 +23,8 @@ BENCHES = {
                   "edges, split time and quality (GSplit Tables 1, 2, 4, 5)")),
     "offload": ("graphscale.bench.offload",
                 "HongTu offload: replication factor, host traffic by dedup mode, memory vs K (Tables 3/8, Fig. 10)"),
-    "pipeline": ("graphscale.bench.pipeline", ("GNNPipe: bytes per epoch graph vs pipeline (Table 5/7 analogues), "
-                 "accuracy and ablation of the chunked pipeline against exact training on Cora")),
+    "pipeline": ("graphscale.bench.pipeline", ("GNNPipe: bytes per epoch graph vs pipeline vs hybrid (Table 5/7/8 "
+                 "analogues), bubble / transfer / memory per stage (GPipe vs 1F1B), accuracy and ablation on Cora")),
     "memory": ("graphscale.bench.memory", ("OS-measured memory per worker (anonymous / file-backed / RSS peak) "
                "next to the tracked design figure, single against the distributed strategies")),
     "averaging": ("graphscale.bench.averaging", ("model averaging against single (accuracy per epoch, gap) and "
