@@ -5,7 +5,9 @@ file holding the epoch, the strategy's state (model and optimiser), the best epo
 run's *identity* (:func:`identity`): everything strategy-independent that changes the model's parameters, its
 training data or its optimisation -- the dataset spec (canonical: absolute paths), ``--feature-norm``, every
 ``[model]`` field, ``--dtype``, ``--seed``, the optimiser (``adam``, ``--lr``, ``--weight-decay``) -- plus the
-strategy's name and the graph's counts (nodes, edges, features, classes).
+strategy's name, the strategy options that change what an approximate strategy computes
+(:meth:`~graphscale.strategies.base.Strategy.resume_identity`: ``pipeline``'s chunks and history options) and the
+graph's counts (nodes, edges, features, classes).
 
 Resuming continues *the same run*: :func:`check_resume` (in the parent, before any data is prepared or worker
 started) refuses a run whose identity differs, with one line naming every differing option and both values. The
@@ -47,13 +49,15 @@ def identity(config: RunConfig) -> dict:
     """The strategy-independent configuration a checkpoint was trained with (module docstring); flat, keyed by
     option name (``hidden``, ``lr``, ...). ``config.data.dataset`` must be resolved (:mod:`graphscale.prepare`)."""
     from graphscale.prepare import canonical_spec
+    from graphscale.registry import STRATEGIES
 
     model = dataclasses.asdict(config.model)
     return {"dataset": canonical_spec(config.data.dataset) if config.data.dataset else "",
             "feature_norm": config.data.feature_norm, "features": config.data.features,
             "model": model.pop("name"), **model,
             "dtype": config.dtype, "seed": config.seed, "optimizer": OPTIMIZER, "lr": config.optim.lr,
-            "weight_decay": config.optim.weight_decay, "strategy": config.strategy.name}
+            "weight_decay": config.optim.weight_decay, "strategy": config.strategy.name,
+            **STRATEGIES.get(config.strategy.name).resume_identity(config)}
 
 
 def read_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") -> dict:

@@ -23,8 +23,8 @@ BENCHES = {
                   "edges, split time and quality (GSplit Tables 1, 2, 4, 5)")),
     "offload": ("graphscale.bench.offload",
                 "HongTu offload: replication factor, host traffic by dedup mode, memory vs K (Tables 3/8, Fig. 10)"),
-    "pipeline": ("graphscale.bench.pipeline", ("GNNPipe: bytes per epoch graph vs pipeline (Table 5/7 analogues), "
-                 "accuracy and ablation of the chunked pipeline against exact training on Cora")),
+    "pipeline": ("graphscale.bench.pipeline", ("GNNPipe: bytes per epoch graph vs pipeline vs hybrid (Table 5/7/8 "
+                 "analogues), bubble / transfer / memory per stage (GPipe vs 1F1B), accuracy and ablation on Cora")),
     "memory": ("graphscale.bench.memory", ("OS-measured memory per worker (anonymous / file-backed / RSS peak) "
                "next to the tracked design figure, single against the distributed strategies")),
     "averaging": ("graphscale.bench.averaging", ("model averaging against single (accuracy per epoch, gap) and "
@@ -61,7 +61,8 @@ TRAIN_OPTIONS = {
     "device_flops": ("strategy", "device_flops"), "device_bandwidth": ("strategy", "device_bandwidth"),
     "history_period": ("strategy", "history_period"), "shuffle": ("strategy", "shuffle"),
     "history_grad": ("strategy", "history_grad"), "hybrid_width": ("strategy", "hybrid_width"),
-    "hybrid_split": ("strategy", "hybrid_split"),
+    "hybrid_split": ("strategy", "hybrid_split"), "schedule": ("strategy", "schedule"),
+    "cross_chunk_grad": ("strategy", "cross_chunk_grad"),
     "timeout": ("strategy", "timeout"),
     "cache": ("strategy", "cache"), "cache_fraction": ("strategy", "cache_fraction"),
     "seed": (None, "seed"), "dtype": (None, "dtype"), "device": (None, "device"), "backend": (None, "backend"), "json": (None, "json"),
@@ -298,6 +299,11 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device-bandwidth", type=float, metavar="BYTES_PER_S",
                    help="scheduling model (without --t-workers): one worker's memory bytes/s, e.g. 768e9 (0: "
                         "measured)")
+    p.add_argument("--schedule", choices=["gpipe", "1f1b"],
+                   help="pipeline schedule: gpipe (default) or 1f1b (fewer chunks' activations held; needs "
+                        "--cross-chunk-grad none)")
+    p.add_argument("--cross-chunk-grad", choices=["fresh", "none"],
+                   help="gradients along cross-chunk edges read fresh: fresh (default, GNNPipe) or none (dropped)")
     p.add_argument("--shm-dir", metavar="DIR",
                    help="directory of the host arrays the workers share (default /dev/shm)")
     p.add_argument("--timeout", type=float, metavar="SECONDS",

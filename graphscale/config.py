@@ -165,6 +165,11 @@ class StrategyConfig:
     device_bandwidth: float = 0.0
     """``task-parallel`` without ``t_workers``: one worker's memory bandwidth in bytes/s for the scheduling model
     (Eq. 6); 0: measured on this machine (a float32 copy)."""
+    schedule: str = "gpipe"
+    """``pipeline``: ``gpipe`` (all forwards, then the backwards in reverse) or ``1f1b`` (one forward, one
+    backward; needs ``cross_chunk_grad = none``)."""
+    cross_chunk_grad: str = "fresh"
+    """``pipeline``: gradients along cross-chunk edges read fresh: ``fresh`` (propagated, GNNPipe) or ``none``."""
     shm_dir: str = "/dev/shm"
     """``offload``: where the host arrays shared by the workers live (a memory-backed tmpfs by default)."""
     timeout: float = DEFAULT_TIMEOUT_S

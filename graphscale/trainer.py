@@ -47,14 +47,21 @@ class Trainer:
     # --------------------------------------------------------------- checkpoint
     def save_checkpoint(self, epoch: int) -> None:
         """Write model, optimiser, best-so-far, history and the run's configuration
-        (:func:`graphscale.checkpoint.identity`, the graph's counts) atomically (worker 0 only; the directory was
-        checked writable before training, and is never created)."""
-        if self.config.checkpoint is None or not self.env.is_main:
+        (:func:`graphscale.checkpoint.identity`, the graph's counts) atomically (worker 0 writes; every worker
+        calls :meth:`~graphscale.strategies.base.Strategy.state_dict` and
+        :meth:`~graphscale.strategies.base.Strategy.full_model_state`, which may gather; the directory was checked
+        writable before training, and is never created)."""
+        if self.config.checkpoint is None:
+            return
+        # on every worker: a strategy whose state is spread over its workers gathers it to worker 0 here
+        state = self.strategy.state_dict()
+        best = {**self.best, "state": self.strategy.full_model_state(self.best["state"])}
+        if not self.env.is_main:
             return
         path = Path(self.config.checkpoint)
         tmp = path.with_name(path.name + ".tmp")
         graph = {k: self.strategy.data.summary.get(k) for k in GRAPH_COUNTS}
-        torch.save({"epoch": epoch, "strategy": self.strategy.state_dict(), "best": self.best,
+        torch.save({"epoch": epoch, "strategy": state, "best": best,
                     "history": self.history, "identity": identity(self.config), "graph": graph}, tmp)
         os.replace(tmp, path)
 

@@ -137,6 +137,14 @@ def _check_strategy_option(option: str, config: RunConfig) -> None:
         value = getattr(sc, option)
         if not (value >= 0 and math.isfinite(value)):
             raise ValueError(f"--{option.replace('_', '-')} must be a positive rate (or 0: measured), got {value}")
+    elif option == "schedule":
+        from graphscale.strategies.pipeline.plan import SCHEDULES
+
+        _check_choice("schedule", sc.schedule, SCHEDULES)
+    elif option == "cross_chunk_grad":
+        from graphscale.strategies.pipeline.plan import CROSS_CHUNK_GRADS
+
+        _check_choice("cross-chunk-grad", sc.cross_chunk_grad, CROSS_CHUNK_GRADS)
     elif option == "cache":
         from graphscale.data.feature_cache import POLICIES
 

@@ -16,6 +16,8 @@ gives the bytes that crossed the wire. The byte model of each collective:
   (flat tree), so the sum over workers is ``(W-1) * nbytes``.
 * ``all_gather_v``: every rank sends its rows to each of the other ``W-1`` ranks.
 * ``exchange_counts``: one int64 per other rank, under :data:`CONTROL`.
+* ``gather_object``: every other rank sends the root its object's serialised bytes (``torch.save``) under the
+  given category, after one int64 (its length) under :data:`CONTROL`.
 
 ``world_size == 1`` never touches ``torch.distributed`` and records nothing
 (there is no other rank to send to).
@@ -27,6 +29,7 @@ never joined it says it timed out.
 
 from __future__ import annotations
 
+import io
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -234,6 +237,37 @@ class Comm:
         send = torch.cat([t] * self.world_size)
         out = self.all_to_all_v(send, [t.shape[0]] * self.world_size, counts, category)
         return list(torch.split(out, counts))
+
+    def gather_object(self, obj, root: int, category: str) -> list | None:
+        """Every rank's ``obj`` (tensors, dicts, numbers: anything ``torch.save`` writes) on rank ``root``, by
+        rank; ``None`` on the others. Each other rank sends its serialised object point to point (recorded: its
+        length under :data:`CONTROL`, the bytes under ``category``)."""
+        if not 0 <= root < self.world_size:
+            raise ValueError(f"gather_object: root={root} is not a rank of a {self.world_size}-worker group")
+        if self.world_size == 1:
+            return [obj]
+        if self.rank != root:
+            buf = io.BytesIO()
+            torch.save(obj, buf)
+            payload = torch.frombuffer(bytearray(buf.getbuffer()), dtype=torch.uint8).to(self.env.device)
+            with self._collective("gather_object", category):
+                self.send(torch.tensor([payload.numel()], dtype=torch.int64, device=self.env.device), root,
+                          CONTROL).wait()
+                self.send(payload, root, category).wait()
+            return None
+        out = []
+        with self._collective("gather_object", category):
+            for peer in range(self.world_size):
+                if peer == root:
+                    out.append(obj)
+                    continue
+                size = torch.empty(1, dtype=torch.int64, device=self.env.device)
+                self.recv(size, peer).wait()
+                payload = torch.empty(int(size), dtype=torch.uint8, device=self.env.device)
+                self.recv(payload, peer).wait()
+                out.append(torch.load(io.BytesIO(payload.cpu().numpy().tobytes()), map_location=self.env.device,
+                                      weights_only=False))
+        return out
 
     def all_reduce(self, t: torch.Tensor, category: str, op: dist.ReduceOp = dist.ReduceOp.SUM) -> torch.Tensor:
         """Reduce ``t`` in place across ranks and return it; recorded with the ring model."""

@@ -67,6 +67,13 @@ class Strategy(ABC):
         (:func:`graphscale.validation.validate`); raise ``ValueError`` naming the option."""
 
     @classmethod
+    def resume_identity(cls, config: RunConfig) -> dict:
+        """The strategy's options that change what training computes, keyed by option name: recorded in a checkpoint
+        with the run's identity (:func:`graphscale.checkpoint.identity`) and compared on ``--resume``. None here:
+        an exact strategy computes the same whatever its options."""
+        return {}
+
+    @classmethod
     def needs_vertex_partition(cls, config: RunConfig) -> bool:
         """Whether a host-shared run needs the parent to partition the vertices (``--partitioner``)."""
         return False
@@ -146,9 +153,16 @@ class Strategy(ABC):
         """Release buffers and process-level resources."""
 
     def state_dict(self) -> dict:
+        """What a checkpoint records of the strategy (called on every worker; worker 0's is written)."""
         state = {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict()}
         if self.input_table is not None:
             state["input_table"] = self.input_table.state_dict()
+        return state
+
+    def full_model_state(self, state: dict | None) -> dict | None:
+        """The whole model's state from this worker's copy ``state`` (a ``model.state_dict()``), on worker 0 (called
+        on every worker with the same kind of argument). The model is whole on every worker here; a strategy that
+        spreads it over the workers gathers it."""
         return state
 
     def load_state_dict(self, state: dict) -> None:

@@ -33,7 +33,17 @@ from graphscale.strategies.pipeline.plan import (
     stage_layers,
 )
 from graphscale.strategies.pipeline.reference import ChunkedReference
-from graphscale.strategies.pipeline.strategy import CHUNK_FILE, PIPE_BWD, PIPE_FWD, SUBCHUNK_FILE, PipelineStrategy
+from graphscale.strategies.pipeline.strategy import (
+    CHUNK_FILE,
+    EVAL_HALO,
+    EVAL_STAGE,
+    INIT_HALO,
+    PIPE_BWD,
+    PIPE_FWD,
+    PIPE_INIT,
+    SUBCHUNK_FILE,
+    PipelineStrategy,
+)
 from graphscale.strategies.single import SingleStrategy
 from graphscale.testing import assert_close_rel, random_graph, run_distributed
 
@@ -73,12 +83,15 @@ def graph() -> Graph:
     return g
 
 
-def make_config(model: str, layers: int, chunks: int, shuffle: bool, period: int, hist: str, workers: int = 1,
-                lr: float = 0.01, dropout: float = 0.3) -> RunConfig:
+def make_config(model: str, layers: int, chunks: int, shuffle: bool, period: int, hist: str,
+                schedule: str = "gpipe", cross: str = "fresh", *, workers: int = 1, lr: float = 0.01,
+                dropout: float = 0.3) -> RunConfig:
+    """A case ``(model, layers, chunks, shuffle, period, history grad[, schedule, cross-chunk grad])``."""
     return RunConfig(model=ModelConfig(name=model, hidden=5, layers=layers, dropout=dropout),
                      optim=OptimConfig(lr=lr, weight_decay=5e-4),
                      strategy=StrategyConfig(name="pipeline", workers=workers, chunks=chunks, shuffle=shuffle,
-                                             history_period=period, history_grad=hist),
+                                             history_period=period, history_grad=hist, schedule=schedule,
+                                             cross_chunk_grad=cross),
                      seed=0, dtype="float64")
 
 
@@ -97,9 +110,25 @@ def reference_run(g: Graph, chunk_of: torch.Tensor, config: RunConfig, epochs: i
     sc = config.strategy
     model = build_model(config.model, g.num_features, g.meta["num_classes"], seed=0, dtype=torch.float64)
     ref = ChunkedReference(model, g, chunk_of, config.optim, config.seed, sc.shuffle, sc.history_period,
-                           sc.history_grad)
+                           sc.history_grad, sc.cross_chunk_grad)
     losses = [ref.train_epoch(e) for e in range(epochs)]
     return losses, model
+
+
+def exact_metrics(model, g: Graph) -> dict[str, float]:
+    """Evaluation by one exact full-graph forward in eval mode (what the pipeline's evaluation must give)."""
+    from graphscale.data.block import Block
+    from graphscale.strategies.base import counts_to_metrics, split_counts
+
+    model.eval()
+    with torch.no_grad():
+        logits = model(Block.full(g), g.x)
+    return counts_to_metrics(split_counts(logits, g.y, {s: getattr(g, f"{s}_mask") for s in ("train", "val", "test")}))
+
+
+def assert_same_metrics(actual: dict, expected: dict, what: str) -> None:
+    for key, value in expected.items():
+        assert_close_rel(actual[key], value, torch.float64, what=f"{what} {key}")
 
 
 # ------------------------------------------------------------------ the plan
@@ -149,10 +178,12 @@ def test_bad_plans_name_the_option():
      "--hybrid-width 2 must be >= 1 and divide --workers 3"),
     (["--strategy", "pipeline", "--workers", "4", "--hybrid-width", "2", "--layers", "4", "--history-grad", "historical",
       "--oversubscribe"], "--history-grad historical is not supported with --hybrid-width 2"),
+    (["--strategy", "pipeline", "--workers", "2", "--schedule", "1f1b", "--oversubscribe"],
+     "--schedule 1f1b needs --cross-chunk-grad none"),
+    (["--strategy", "pipeline", "--workers", "2", "--cross-chunk-grad", "none", "--history-grad", "historical",
+      "--oversubscribe"], "--history-grad historical needs --cross-chunk-grad fresh"),
     (["--strategy", "pipeline", "--hybrid-split", "parts-first"],
      "--hybrid-split is not used by strategy 'pipeline' without --hybrid-width"),
-    (["--strategy", "pipeline", "--workers", "2", "--checkpoint", "/tmp/x.pt", "--oversubscribe"],
-     "--checkpoint / --resume are not supported by strategy 'pipeline'"),
 ])
 def test_bad_input_fails_before_any_worker_starts(argv, message, capsys):
     from graphscale.cli import main
@@ -306,9 +337,15 @@ def _worker(env: DistEnv, jobs: list[tuple[Graph, tuple, str]], width: int = 1) 
         strategy.setup(handle, model, env, config)
         stats = [strategy.train_epoch(e) for e in range(EPOCHS)]
         owned = {n: (p.detach().clone(), p.grad.clone()) for n, p in model.named_parameters() if p.grad is not None}
+        before = env.ledger.snapshot()
+        metrics = strategy.evaluate()
         out.append({"losses": [s.loss for s in stats], "bytes": [s.bytes for s in stats], "owned": owned,
-                    "visits": strategy.visits, "metrics": strategy.evaluate(),
-                    "widths": model.layer_widths(), "layers": stats[0].extra["stage_layers"]})
+                    "visits": strategy.visits, "metrics": metrics, "eval_bytes": env.ledger.since(before),
+                    "widths": model.layer_widths(), "layers": stats[0].extra["stage_layers"],
+                    "extra": [s.extra for s in stats], "steps": list(strategy.timeline.steps),
+                    "waits": list(strategy.timeline.waits),
+                    "view_rows": {l: v.shape[0] for l, v in strategy.view.items()},
+                    "local_ids": strategy.local_ids.clone()})
     return out
 
 
@@ -355,7 +392,25 @@ def test_pipeline_equals_the_chunked_reference_on_three_stages(tmp_path):
             sent = {cat: sum(r["bytes"][e].get(cat, 0) for r in per_rank) for cat in (PIPE_FWD, PIPE_BWD)}
             assert sent[PIPE_FWD] == sent[PIPE_BWD] == expected // 2
             assert all("allreduce" not in r["bytes"][e] for r in per_rank)
+        # the exact forwards (initial history in epoch 0, evaluation) move every row once per boundary
+        assert sum(r["bytes"][0].get(PIPE_INIT, 0) for r in per_rank) == expected // 2
+        assert all(PIPE_INIT not in r["bytes"][e] for r in per_rank for e in range(1, EPOCHS))
+        assert sum(r["eval_bytes"].get(EVAL_STAGE, 0) for r in per_rank) == expected // 2
         assert len({tuple(sorted(r["metrics"].items())) for r in per_rank}) == 1
+        # the chunk-by-chunk evaluation through the stages is the exact forward
+        assert_same_metrics(per_rank[0]["metrics"], exact_metrics(ref_model, g), f"{case} evaluation")
+        # timestamps: one step per (phase, chunk), a receive wait per chunk from each neighbour; the fractions split
+        # the schedule
+        k = case[2]
+        for stage, r in enumerate(per_rank):
+            assert [(p, c) for p, c, _, _ in r["steps"]] == [("F", c) for c in forward] + [("B", c) for c in backward]
+            waits = [(p, c) for p, c, _, _ in r["waits"]]
+            assert waits == [("F", c) for c in forward] * (stage > 0) + [("B", c) for c in backward] * (stage < 2)
+            for extra in r["extra"]:
+                parts = [extra[key] for key in ("compute_s", "bubble_s", "transfer_s")]
+                assert all(p >= -1e-9 for p in parts) and sum(parts) == pytest.approx(extra["schedule_s"])
+                assert 0 <= extra["bubble_frac"] + extra["transfer_frac"] <= 1 + 1e-9
+                assert extra["chunks"] == k and extra["activation_peak"] > 0
 
 
 # ------------------------------------------------------------------ the cost model (§3.7)
@@ -402,7 +457,7 @@ def test_a_run_prepares_the_chunks_in_the_parent_and_trains(tmp_path):
     assert 0 <= report["final"]["test_acc"] <= 1
 
 
-def test_bench_pipeline_prints_the_volume_tables(capsys):
+def test_bench_pipeline_prints_the_volume_tables(capsys, tmp_path):
     import argparse
 
     from graphscale.bench import pipeline as bench
@@ -410,10 +465,13 @@ def test_bench_pipeline_prints_the_volume_tables(capsys):
     parser = argparse.ArgumentParser()
     bench.add_arguments(parser)
     args = parser.parse_args(["--graphs", "sbm:nodes=300,degree=8,features=8,seed=0", "--stages", "4",
-                              "--layers", "8", "--hidden", "16", "--depths", "4,8,16", "--skip-accuracy"])
+                              "--layers", "8", "--hidden", "16", "--depths", "4,8,16", "--skip-accuracy",
+                              "--skip-timing", "--plot", str(tmp_path / "volume.png")])
     assert bench.run(args) == 0
+    assert (tmp_path / "volume.png").stat().st_size > 0 and (tmp_path / "volume.depth.png").stat().st_size > 0
     out = capsys.readouterr().out
-    assert "Table 5 analogue" in out and "Table 7 analogue" in out and "geometric mean" in out
+    assert "Table 5 analogue" in out and "Table 7 analogue" in out and "Table 8 analogue" in out
+    assert "geometric mean" in out
     graph = bench._load("sbm:nodes=300,degree=8,features=8,seed=0", 0)
     from graphscale.registry import PARTITIONERS
 
@@ -423,9 +481,30 @@ def test_bench_pipeline_prints_the_volume_tables(capsys):
     assert deep["graph"] == 2 * shallow["graph"]  # linear in L
 
 
+def test_bench_pipeline_times_and_trains(capsys):
+    """The timing runs (real pipelines: bubble, transfer, stale reads, memory per stage, GPipe vs 1F1B) and the
+    accuracy runs (chunked reference), at a toy size."""
+    import argparse
+
+    from graphscale.bench import pipeline as bench
+
+    parser = argparse.ArgumentParser()
+    bench.add_arguments(parser)
+    args = parser.parse_args(["--graphs", "sbm:nodes=200,degree=6,features=8,seed=0", "--stages", "2",
+                              "--layers", "2", "--hidden", "8", "--depths", "2", "--accuracy-layers", "2",
+                              "--timing-workers", "2", "--timing-epochs", "2", "--epochs", "2", "--chunks", "2",
+                              "--jobs", "1"])
+    assert bench.run(args) == 0
+    out = capsys.readouterr().out
+    for text in ("bubble %", "transfer %", "stale reads %", "1F1B, no cross grads", "GPipe hybrid x2",
+                 "1f1b / gpipe", "no cross-chunk grads", "exact (K=1)", "resgcn"):
+        assert text in out, text
+
+
 #: hybrid cases, 2 stages x 2-way graph parallelism (4 workers): (configuration, --hybrid-split)
 HYBRID_CASES = [(("gcn", 3, 4, True, 1, "zero"), "chunks-first"), (("gcnii", 3, 5, True, 2, "zero"), "chunks-first"),
-                (("resgcn", 3, 4, True, 1, "zero"), "parts-first")]
+                (("resgcn", 3, 4, True, 1, "zero"), "parts-first"),
+                (("gcnii", 3, 4, True, 1, "zero", "1f1b", "none"), "chunks-first")]
 
 
 def test_hybrid_equals_the_chunked_reference(tmp_path):
@@ -469,6 +548,13 @@ def test_hybrid_equals_the_chunked_reference(tmp_path):
         assert ghosts > 0
         exchanged = [widths[l] for l in range(case[1]) if l > 0 or case[0] in ("gcnii", "resgcn")]
         num_params = sum(p.numel() for p in ref_model.parameters())
+        assert_same_metrics(per_rank[0]["metrics"], exact_metrics(ref_model, g), f"{case} evaluation")
+        # memory split: a member keeps its own rows and its ghosts only, per layer
+        for rank, r in enumerate(per_rank):
+            member = rank % width
+            rows = int((sub_of == member).sum()) + int(halo_sizes(g, sub_of, width)[member])
+            assert r["local_ids"].numel() == rows < g.num_nodes
+            assert set(r["view_rows"].values()) <= {rows} and r["extra"][0]["buffer_rows"] == rows
         for e in range(EPOCHS):
             sent = {cat: sum(r["bytes"][e].get(cat, 0) for r in per_rank)
                     for cat in (PIPE_FWD, PIPE_BWD, "halo", "allreduce")}
@@ -476,6 +562,81 @@ def test_hybrid_equals_the_chunked_reference(tmp_path):
             assert sent[PIPE_FWD] == sent[PIPE_BWD] == pipe // 2
             assert sent["halo"] == group_halo_bytes_per_epoch(ghosts, exchanged, 8)
             assert sent["allreduce"] == allreduce_bytes_per_epoch(num_params, width, 8)
+        # the exact forwards: every member's own rows once per boundary; ghosts once per layer but stage 0's first
+        # (its input map runs on the ghost rows too), forward only
+        ghost_layers = [widths[l] for l in range(1, case[1])]
+        for cat, halo_cat, sent in ((PIPE_INIT, INIT_HALO, [r["bytes"][0] for r in per_rank]),
+                                    (EVAL_STAGE, EVAL_HALO, [r["eval_bytes"] for r in per_rank])):
+            assert sum(b.get(cat, 0) for b in sent) == pipe // 2
+            assert sum(b.get(halo_cat, 0) for b in sent) == group_halo_bytes_per_epoch(ghosts, ghost_layers, 8) // 2
+
+
+#: (configuration) of the 1F1B test on 3 stages; each runs with GPipe and with 1F1B, cross-chunk gradients dropped
+ONE_F_ONE_B_CASES = [("gcnii", 4, 6, True, 2, "zero"), ("resgcn", 3, 5, False, 1, "zero"), ("gcn", 3, 3, True, 1, "zero")]
+
+
+def test_1f1b_equals_gpipe_without_cross_chunk_gradients(tmp_path):
+    """With --cross-chunk-grad none both schedules compute the same numbers: 1F1B and GPipe on 3 stages give the
+    chunked reference's losses, gradients and parameters (rows of other chunks as constants), and each other's;
+    1F1B runs each chunk's backward in forward order, holds fewer chunks' activations on the first stages, and
+    moves the same bytes. Dropping the gradients changes training (so the test tests something)."""
+    g = graph()
+    jobs, chunks = [], []
+    for i, case in enumerate(ONE_F_ONE_B_CASES):
+        chunk_of = assign_chunks(g, case[2], seed=0)
+        handle_with_chunks(g, chunk_of, tmp_path / f"c{i}")
+        chunks.append(chunk_of)
+        jobs += [(g, (*case, schedule, "none"), str(tmp_path / f"c{i}")) for schedule in ("gpipe", "1f1b")]
+    results = run_distributed(_worker, 3, jobs, timeout_s=120)
+    for i, case in enumerate(ONE_F_ONE_B_CASES):
+        gpipe, onef = ([r[2 * i + j] for r in results] for j in (0, 1))
+        losses, ref_model = reference_run(g, chunks[i], make_config(*case, "gpipe", "none"))
+        fresh_losses, _ = reference_run(g, chunks[i], make_config(*case))
+        assert abs(fresh_losses[-1] - losses[-1]) > 1e-8
+        for run_ in (gpipe, onef):
+            for e in range(EPOCHS):
+                assert_close_rel(run_[0]["losses"][e], losses[e], torch.float64, what=f"{case} loss {e}")
+            for name, p in ref_model.named_parameters():
+                (value, grad), = [r["owned"][name] for r in run_ if name in r["owned"]]
+                assert_close_rel(grad, p.grad, what=f"{case} grad {name}")
+                assert_close_rel(value, p, what=f"{case} {name}")
+            assert_same_metrics(run_[0]["metrics"], exact_metrics(ref_model, g), f"{case} evaluation")
+        for a, b in zip(gpipe, onef):
+            assert [x for x, _ in b["visits"]] == [x for x, _ in a["visits"]]  # same forward order
+            assert all(fwd == bwd for fwd, bwd in b["visits"])  # 1F1B: backwards in forward order
+            assert a["bytes"] == b["bytes"]
+        k = case[2]
+        for stage in range(3):  # stage s of 3 holds at most 3 - s chunks' activations under 1F1B, GPipe all k
+            less, more = (run_[stage]["extra"][-1]["activation_peak"] for run_ in (onef, gpipe))
+            assert less < more if k > 3 - stage else less == more
+        steps = [(p, c) for p, c, _, _ in onef[0]["steps"]]
+        order = chunk_order(k, EPOCHS - 1, 0, case[3]).tolist()
+        assert steps[:3] == [("F", order[0]), ("F", order[1]), ("F", order[2])] and steps[3] == ("B", order[0])
+
+
+def test_pipeline_schedules():
+    from graphscale.strategies.pipeline.plan import pipeline_schedule
+
+    order = torch.tensor([2, 0, 3, 1])
+    assert pipeline_schedule(order, 0, 2, "gpipe") == [("F", 2), ("F", 0), ("F", 3), ("F", 1),
+                                                       ("B", 1), ("B", 3), ("B", 0), ("B", 2)]
+    assert pipeline_schedule(order, 0, 3, "1f1b") == [("F", 2), ("F", 0), ("F", 3), ("B", 2), ("F", 1), ("B", 0),
+                                                      ("B", 3), ("B", 1)]
+    assert pipeline_schedule(order, 2, 3, "1f1b") == [("F", 2), ("B", 2), ("F", 0), ("B", 0), ("F", 3), ("B", 3),
+                                                      ("F", 1), ("B", 1)]
+    assert pipeline_schedule(torch.tensor([1, 0]), 0, 4, "1f1b") == [("F", 1), ("F", 0), ("B", 1), ("B", 0)]
+
+
+def test_waits_split_at_the_peers_send():
+    """A wait is bubble until the peer sent what it waits for, transfer after."""
+    from graphscale.strategies.pipeline.timeline import ideal_bubble_fraction, split_waits
+
+    waits = [("F", 0, 1.0, 3.0), ("F", 1, 4.0, 4.5), ("B", 0, 6.0, 9.0)]
+    # chunk 0 sent at 2.5 (1.5 s bubble, 0.5 s transfer); chunk 1 sent at 3.9, before the wait (all transfer);
+    # the gradient sent at 10 (after the wait ended: all bubble)
+    assert split_waits(waits, [2.5, 3.9], [10.0, float("nan")]) == (1.5 + 3.0, 0.5 + 0.5)
+    assert split_waits([("B", 1, 0.0, 2.0)], None, [1.0, float("nan")]) == (0.0, 2.0)
+    assert ideal_bubble_fraction(8, 32) == pytest.approx(7 / 39)
 
 
 def test_hybrid_splits():
@@ -493,3 +654,77 @@ def test_hybrid_splits():
     assert torch.equal(assign_hybrid(g, 6, 2, "parts-first")[1], assign_chunks(g, 2))
     with pytest.raises(ValueError, match="--hybrid-split must be one of"):
         assign_hybrid(g, 6, 2, "rows-first")
+
+
+# ------------------------------------------------------------------ checkpoints
+#: (configuration, hybrid width) of the resume test on 4 workers: 4 stages with a fixed history of period 3 and
+#: historical gradients (the history, the fixed copy and the kept stale-edge gradients are all restored), and a
+#: 2 x 2 hybrid (each member's own rows)
+RESUME_CASES = [(("gcnii", 4, 8, True, 3, "historical"), 1), (("resgcn", 3, 4, True, 2, "zero"), 2)]
+
+
+def _resume_worker(env: DistEnv, g: Graph, folders: list[str], ckpt_dir: str) -> list[dict]:
+    from graphscale.distributed.comm import Comm
+    from graphscale.run import train_worker
+
+    out = []
+    for (case, width), folder in zip(RESUME_CASES, folders):
+        handle = DataHandle.in_memory(g)
+        handle.extras["shared"] = folder
+
+        def config(epochs: int, path: str, resume: bool = False, case=case, width=width) -> RunConfig:
+            c = make_config(*case, workers=env.world_size)
+            c.strategy.hybrid_width, c.optim.epochs, c.checkpoint, c.resume = width, epochs, path, resume
+            c.progress = False
+            return c
+
+        barrier = Comm(env).barrier  # worker 0 writes the checkpoint the others read next
+        straight = train_worker(env, config(5, f"{ckpt_dir}/{width}a.pt"), handle)
+        train_worker(env, config(2, f"{ckpt_dir}/{width}b.pt"), handle)
+        barrier()
+        resumed = train_worker(env, config(5, f"{ckpt_dir}/{width}b.pt", resume=True), handle)
+        barrier()
+        out.append({"straight": straight, "resumed": resumed})
+    return out
+
+
+def test_resume_with_other_semantics_is_refused():
+    """The options that change what the pipeline computes are part of a checkpoint's identity: resuming with another
+    history period or chunk count is refused in the parent, naming the options; the schedule may change."""
+    from graphscale.checkpoint import check_resume, identity
+
+    saved = {"identity": identity(make_config("gcnii", 4, 8, True, 3, "zero", workers=2))}
+    other = make_config("gcnii", 4, 6, True, 5, "zero", workers=2)
+    with pytest.raises(ValueError, match="--chunks 8 .checkpoint. vs 6; --history-period 3 .checkpoint. vs 5"):
+        check_resume(other, saved)
+    check_resume(make_config("gcnii", 4, 8, True, 3, "zero", workers=2), saved)
+    none = {"identity": identity(make_config("gcnii", 4, 8, True, 3, "zero", "gpipe", "none", workers=2))}
+    check_resume(make_config("gcnii", 4, 8, True, 3, "zero", "1f1b", "none", workers=2), none)
+
+
+def test_resume_continues_identically(tmp_path):
+    """A pipeline run resumed from its checkpoint (every stage's parameters, Adam state and historical rows,
+    gathered to worker 0) continues exactly as the uninterrupted run: losses, metrics and the best epoch of the
+    three epochs after the checkpoint; the checkpoint holds the whole model, each parameter as its stage trained
+    it."""
+    g = graph()
+    folders = []
+    for i, (case, width) in enumerate(RESUME_CASES):
+        chunk_of = assign_chunks(g, case[2], seed=0)
+        folders.append(str(tmp_path / f"resume{i}"))
+        handle_with_chunks(g, chunk_of, tmp_path / f"resume{i}", width)
+    results = run_distributed(_resume_worker, 4, g, folders, str(tmp_path), timeout_s=120)
+    for i, (case, width) in enumerate(RESUME_CASES):
+        for rank, r in enumerate(results):
+            straight, resumed = r[i]["straight"], r[i]["resumed"]
+            assert [h["epoch"] for h in resumed["history"]] == list(range(5))
+            for a, b in zip(straight["history"][2:], resumed["history"][2:]):
+                for key in ("loss", "train_loss", "val_loss", "test_loss", "val_acc", "test_acc"):
+                    assert_close_rel(b[key], a[key], torch.float64, what=f"{case} rank {rank} epoch {a['epoch']} {key}")
+            assert straight["best"] == resumed["best"]
+        saved = torch.load(tmp_path / f"{width}a.pt", weights_only=False)
+        ref_losses, ref_model = reference_run(g, assign_chunks(g, case[2], seed=0), make_config(*case), epochs=5)
+        for h, loss in zip(results[0][i]["straight"]["history"], ref_losses):
+            assert_close_rel(h["loss"], loss, torch.float64)
+        for name, p in ref_model.named_parameters():
+            assert_close_rel(saved["strategy"]["model"][name], p, what=f"{case} checkpoint {name}")

@@ -17,6 +17,13 @@ from graphscale.data.graph import Graph
 #: ``--history-grad`` values: drop gradients along stale edges (GNNPipe's technique 3), or apply the previous
 #: epoch's (the ablation).
 HISTORY_GRADS = ("zero", "historical")
+#: ``--schedule``: GPipe (every chunk's forward, then the backwards in reverse order) or 1F1B (one forward, one
+#: backward in the steady state, chunks' backwards in forward order).
+SCHEDULES = ("gpipe", "1f1b")
+#: ``--cross-chunk-grad``: gradients along cross-chunk edges read fresh are propagated (GNNPipe) or dropped.
+CROSS_CHUNK_GRADS = ("fresh", "none")
+#: the two phases of a schedule step
+FORWARD, BACKWARD = "F", "B"
 #: Chunks per worker when ``--chunks`` is not given (the paper's K = 4M).
 CHUNKS_PER_STAGE = 4
 #: ``--hybrid-split``: chunks first, each cut into ``W`` sub-chunks (the paper's), or ``W`` parts first, each cut
@@ -30,13 +37,26 @@ def default_chunks(workers: int) -> int:
 
 
 def check_plan(num_layers: int, stages: int, chunks: int, history_period: int, history_grad: str,
-               width: int = 1) -> None:
+               width: int = 1, schedule: str = "gpipe", cross_chunk_grad: str = "fresh") -> None:
     """Refuse a pipeline that cannot run, naming the option.
 
     Raises:
         ValueError: more stages than layers, fewer chunks than stages, a history period below 1, an unknown
-            ``--history-grad``, historical gradients in a hybrid.
+            ``--history-grad``, ``--schedule`` or ``--cross-chunk-grad``, historical gradients in a hybrid or
+            without fresh cross-chunk gradients, 1F1B with fresh cross-chunk gradients.
     """
+    if schedule not in SCHEDULES:
+        raise ValueError(f"--schedule must be one of {', '.join(SCHEDULES)}, got {schedule!r}")
+    if cross_chunk_grad not in CROSS_CHUNK_GRADS:
+        raise ValueError(f"--cross-chunk-grad must be one of {', '.join(CROSS_CHUNK_GRADS)}, got {cross_chunk_grad!r}")
+    if schedule == "1f1b" and cross_chunk_grad == "fresh":
+        raise ValueError("--schedule 1f1b needs --cross-chunk-grad none: with fresh cross-chunk gradients a chunk's "
+                         "backward needs the gradients of every later chunk that read its rows, which 1F1B runs "
+                         "after it, so it would have to keep every chunk's activations as GPipe does (no memory "
+                         "saved) or compute other numbers than GPipe")
+    if cross_chunk_grad == "none" and history_grad != "zero":
+        raise ValueError(f"--history-grad {history_grad} needs --cross-chunk-grad fresh (with none no gradient "
+                         "along a cross-chunk edge is kept)")
     if width > 1 and history_grad != "zero":
         raise ValueError(f"--history-grad {history_grad} is not supported with --hybrid-width {width} (only zero)")
     if stages > num_layers:
@@ -78,6 +98,26 @@ def chunk_order(num_chunks: int, epoch: int, seed: int, shuffle: bool) -> torch.
         return torch.arange(num_chunks)
     gen = torch.Generator().manual_seed(int(seed) * 1_000_003 + int(epoch) + 1)
     return torch.randperm(num_chunks, generator=gen)
+
+
+def pipeline_schedule(order: torch.Tensor, stage: int, stages: int, schedule: str) -> list[tuple[str, int]]:
+    """The ``(phase, chunk)`` steps stage ``stage`` of ``stages`` runs in an epoch whose chunk order is ``order``.
+
+    ``gpipe``: every forward in ``order``, then every backward in reverse. ``1f1b``: ``min(S - 1 - stage, K)``
+    warm-up forwards, then one forward and one backward (the oldest chunk's) in turn, then the remaining
+    backwards; backwards in forward order, so a stage holds at most ``S - stage`` chunks' activations.
+    """
+    chunks = order.tolist()
+    if schedule == "gpipe":
+        return [(FORWARD, k) for k in chunks] + [(BACKWARD, k) for k in reversed(chunks)]
+    if schedule != "1f1b":
+        raise ValueError(f"--schedule must be one of {', '.join(SCHEDULES)}, got {schedule!r}")
+    warmup = min(stages - 1 - stage, len(chunks))
+    steps = [(FORWARD, k) for k in chunks[:warmup]]
+    for i, k in enumerate(chunks[warmup:]):
+        steps += [(FORWARD, k), (BACKWARD, chunks[i])]
+    steps += [(BACKWARD, k) for k in chunks[len(chunks) - warmup:]]
+    return steps
 
 
 def refreshes_history(epoch: int, period: int) -> bool:

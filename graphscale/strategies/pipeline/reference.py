@@ -11,6 +11,9 @@ stages and any hybrid width (sub-chunks do not change which rows are fresh).
 * **History** (§3.4, §3.5 technique 2): one exact forward with the first epoch's weights and dropout masks fills
   every layer's rows; epoch ``e`` starts from the rows as they stood when the last refresh
   (:func:`~graphscale.strategies.pipeline.plan.refreshes_history`) took them.
+* **Cross-chunk gradients** (``cross_chunk_grad``): ``fresh`` (GNNPipe) differentiates along every edge read
+  fresh; ``none`` reads the rows of other chunks as constants too (their values are the same), so gradients flow
+  only inside a chunk, the semantics under which 1F1B is run.
 * **Historical gradients** (``history_grad="historical"``, the ablation of technique 3): the gradients an epoch
   computes along its stale edges (``d loss / d history row``) are added, one epoch later, to the gradient of the
   vertex's live row at the same layer. Here that is one extra loss term, ``sum_l <late_l, h_l>`` with the
@@ -66,14 +69,17 @@ class ChunkedReference:
         shuffle: a new chunk order every epoch.
         history_period: epochs between history refreshes.
         history_grad: ``zero`` or ``historical``.
+        cross_chunk_grad: ``fresh`` or ``none``.
     """
 
     def __init__(self, model, graph: Graph, chunk_of: torch.Tensor, optim: OptimConfig, seed: int = 0,
-                 shuffle: bool = True, history_period: int = 10, history_grad: str = "zero") -> None:
+                 shuffle: bool = True, history_period: int = 10, history_grad: str = "zero",
+                 cross_chunk_grad: str = "fresh") -> None:
         self.model, self.graph = model, graph
         self.plan = ChunkPlan.build(graph, chunk_of)
         self.optimizer = make_optimizer(model, optim)
         self.seed, self.shuffle, self.period, self.history_grad = seed, shuffle, history_period, history_grad
+        self.fresh_cross = cross_chunk_grad == "fresh"
         self.num_train = int(graph.train_mask.sum())
         self.learned = learned_input(model)
         self.view: list[torch.Tensor] | None = None
@@ -105,7 +111,10 @@ class ChunkedReference:
             if self.learned:
                 cur[0] = cur[0].index_put((ids,), h)
             for layer in range(model.num_layers):
-                h = model.step(layer, block, cur[layer][block.src_ids], h0)
+                src = cur[layer][block.src_ids]
+                if not self.fresh_cross:  # rows of other chunks enter as constants
+                    src = torch.cat([src[: block.num_dst], src[block.num_dst:].detach()])
+                h = model.step(layer, block, src, h0)
                 if layer + 1 < model.num_layers:
                     cur[layer + 1] = cur[layer + 1].index_put((ids,), h)
             logits = model.output_map(h, ids)
