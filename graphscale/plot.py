@@ -73,11 +73,14 @@ def epoch_series(report: dict) -> dict[str, list[float]]:
 
 
 def run_label(report: dict) -> str:
-    """``graph-parallel x2 / gcn`` (strategy, workers, model) for legends and TensorBoard run names."""
+    """``graph-parallel x2 / gcn`` (strategy, workers, model; ``(decoupled)`` for the decoupled form) for legends
+    and TensorBoard run names."""
     config = report["config"]
     strategy = config.get("strategy", {})
     workers = int(strategy.get("workers", 1) or 1)
-    return f"{strategy.get('name', '?')}{f' x{workers}' if workers > 1 else ''} / {config.get('model', {}).get('name', '?')}"
+    form = " (decoupled)" if report.get("model_form") == "decoupled" else ""
+    return (f"{strategy.get('name', '?')}{f' x{workers}' if workers > 1 else ''} / "
+            f"{config.get('model', {}).get('name', '?')}{form}")
 
 
 def _labels(runs: list[tuple[Path, dict]]) -> list[str]:

@@ -89,3 +89,12 @@ def test_tensorboard_logs_the_report_scalars(tmp_path):
     events.Reload()
     assert [s.value for s in events.Scalars("loss/train_epoch")] == pytest.approx([e["loss"] for e in report["epochs"]])
     assert len(events.Scalars("accuracy/val")) == 3
+
+
+def test_run_label_names_strategy_workers_model_and_form():
+    from graphscale.plot import run_label
+
+    config = {"strategy": {"name": "task-parallel", "workers": 4}, "model": {"name": "gcn"}}
+    assert run_label({"config": config, "model_form": "decoupled"}) == "task-parallel x4 / gcn (decoupled)"
+    assert run_label({"config": {**config, "strategy": {"name": "single", "workers": 1}},
+                      "model_form": "standard"}) == "single / gcn"
