@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import io
 import json
+import re
 import subprocess
 import sys
 
@@ -217,4 +218,4 @@ def test_info_reads_versions_without_importing_the_packages():
     assert ("CPU only" if torch.version.cuda is None else f"cuda {torch.version.cuda}") in printed
     printed, imported = _info_in_subprocess("--devices")
     assert imported == ["torch"]
-    assert f"torch threads    {torch.get_num_threads()}" in printed and "gloo available" in printed
+    assert re.search(r"torch threads +[1-9]", printed) and "gloo available" in printed
