@@ -66,7 +66,9 @@ def test_model_averaging_memory_follows_one_partition_not_p_over_q(tmp_path, mon
     from graphscale.bench.memory import train_once
 
     monkeypatch.setenv("GRAPHSCALE_CACHE_DIR", str(tmp_path))
-    dataset = "sbm:nodes=60000,degree=8,features=256,seed=0"  # 61 MB of features
+    # 246 MB of features: the partitions' data must dominate the worker's fixed runtime (numba's compiled
+    # kernels, autograd), whose anonymous memory varies by about 50 MB from run to run.
+    dataset = "sbm:nodes=60000,degree=8,features=1024,seed=0"
 
     def above(parts: int, workers: int) -> tuple[list[int], list[int]]:
         report = train_once(dataset, "model-averaging", workers, 2, extra=["--parts", str(parts)])
@@ -78,6 +80,7 @@ def test_model_averaging_memory_follows_one_partition_not_p_over_q(tmp_path, mon
     (two,), _ = above(2, 1)
     (eight,), (tracked_eight,) = above(8, 1)
     assert eight <= two <= one, (one, two, eight)
-    # Measured: designed drop 100 MB; OS drop 114 MB while dropout materialised a dropped copy of the features
-    # (more at p = 1), 48-67 MB since the dropout is fused into the aggregation (p = 1 itself fell by 40 MB).
+    # Measured (3 runs): above start 371-382 MB at p = 1, 300-302 MB at p = 2, 171-174 MB at p = 8; tracked
+    # 507, 366, 138 MB. The OS drop is 54-57% of the designed drop. With 256 features the designed drop
+    # (100 MB) was within the runtime's noise and p = 8 once peaked above p = 2.
     assert one - eight >= 0.4 * (tracked_one - tracked_eight), (one, eight, tracked_one, tracked_eight)
