@@ -110,6 +110,10 @@ def library_path(name: str) -> str:
         AllocatorUnavailable: not installed (the message names the Debian package).
     """
     files, package = PRELOAD[name]
+    for folder in filter(None, os.environ.get("LD_LIBRARY_PATH", "").split(os.pathsep)):
+        for file in files:  # a library unpacked without root (`dpkg -x`) is found through LD_LIBRARY_PATH
+            if os.path.exists(os.path.join(folder, file)):
+                return os.path.join(folder, file)
     try:
         listing = subprocess.run(["ldconfig", "-p"], capture_output=True, text=True, check=False).stdout
     except OSError:
@@ -123,8 +127,10 @@ def library_path(name: str) -> str:
     if found:
         return found
     raise AllocatorUnavailable(f"allocator {name!r} is not installed on this machine (none of {', '.join(files)} "
-                               f"found by ldconfig); install the Debian package {package} "
-                               f"(apt-get install {package}) or pick another --allocator")
+                               f"found in LD_LIBRARY_PATH or by ldconfig); install the Debian package {package} "
+                               f"(apt-get install {package}; without root: `apt-get download {package} && "
+                               f"dpkg -x {package}_*.deb DIR` and add DIR/usr/lib/x86_64-linux-gnu to "
+                               f"LD_LIBRARY_PATH) or pick another --allocator")
 
 
 def user_tuning() -> list[str]:

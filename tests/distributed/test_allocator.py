@@ -115,3 +115,12 @@ def test_run_report_records_each_workers_allocator(given, expected):
     assert all(w["mode"] == expected for w in per_worker)
     if allocator.loaded_library() == "glibc":
         assert all(w["retaining"] == (expected == "retain") for w in per_worker)
+
+
+def test_library_unpacked_without_root_is_found_through_ld_library_path(tmp_path, monkeypatch):
+    """`apt-get download` + `dpkg -x` leaves the library outside ldconfig's cache: LD_LIBRARY_PATH finds it."""
+    (tmp_path / "libjemalloc.so.2").write_bytes(b"")
+    monkeypatch.setenv("LD_LIBRARY_PATH", f"/nonexistent{os.pathsep}{tmp_path}")
+    assert allocator.library_path("jemalloc") == str(tmp_path / "libjemalloc.so.2")
+    assert allocator.child_environment("jemalloc")["LD_PRELOAD"].startswith(str(tmp_path / "libjemalloc.so.2"))
+
