@@ -42,6 +42,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import statistics
 import time
 from pathlib import Path
 
@@ -319,6 +320,7 @@ def accuracy_rows(args) -> list[dict]:
             rows.append({"model": model, "variant": label, "K": first["chunks"], "shuffle": first["shuffle"],
                          "period": first["period"], "gradients": first["hist"], "cross grads": first["cross"],
                          "test acc": round(100 * sum(r["test"] for r in mine) / len(mine), 1),
+                         "std": round(100 * statistics.stdev(r["test"] for r in mine), 1) if len(mine) > 1 else 0.0,
                          "epochs to 95% of exact best val": round(sum(reached) / len(reached), 1) if reached
                          else "never", "s/epoch": round(sum(r["seconds"] for r in mine) / (len(mine) * args.epochs),
                                                         3)})

@@ -89,8 +89,7 @@ class _HaloGather(torch.autograd.Function):
         if plan.halo_index is not None:  # back to received order
             halo_grad = torch.empty_like(halo_grad).index_copy_(0, plan.halo_index, halo_grad)
         back = plan.comm.all_to_all_v(halo_grad, plan.recv_counts, plan.send_counts, plan.category)
-        returned = torch.zeros_like(grad[:n]).index_add_(0, plan.send_index, back)
-        return grad[:n] + returned, None
+        return grad[:n].clone().index_add_(0, plan.send_index, back), None
 
 
 class _HaloFinish(torch.autograd.Function):
@@ -228,6 +227,8 @@ class HaloExchange:
         """
         if x_local.shape[0] != self.num_local:
             raise ValueError(f"HaloExchange.gather: expected {self.num_local} local rows, got {x_local.shape[0]}")
+        if self.comm.world_size == 1:  # no peers, no halo: the local rows are the block's sources (no copy)
+            return x_local
         return _HaloGather.apply(x_local, self)
 
     def start(self, x_local: torch.Tensor, rows: torch.Tensor | None = None):
