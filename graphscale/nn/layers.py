@@ -484,29 +484,39 @@ class GCNPropagation(nn.Module):
 class ScoredAttentionPropagation(nn.Module):
     r"""One propagation step of the decoupled GAT (spec NeutronTask §3.4): attention from per-vertex scores.
 
-    Rows are ``[z | s_src | s_dst]`` (``dim + 2`` columns): ``z`` is propagated with the attention
-    :func:`attention_coefficients` of the scores (one head, self-loop included, softmax over the block's
-    in-edges), and the destinations' score columns pass through unchanged, so every step of a stack uses the
-    attention computed once from the T output, and the scores' gradient sums every step's
-    :math:`\langle \nabla H_v^{(l+1)}, H_u^{(l)} \rangle` (exact; the backward needs the step's input rows).
+    Rows are ``[z_1 .. z_H | s_src | s_dst]`` (``H (dim + 2)`` columns: ``H`` heads of width ``dim``, then one
+    source and one destination score per head): head ``h``'s slice ``z_h`` is propagated with the attention
+    :func:`attention_coefficients` of its own scores (self-loop included, softmax over the block's in-edges), and
+    the destinations' score columns pass through unchanged, so every step of a stack uses the attention computed
+    once from the T output, and the scores' gradient sums every step's
+    :math:`\langle \nabla H_{v,h}^{(l+1)}, H_{u,h}^{(l)} \rangle` (exact; the backward needs the step's input
+    rows).
+
+    Args:
+        dim: width per head.
+        heads: attention heads ``H``.
+        negative_slope: LeakyReLU slope.
 
     Shapes:
-        x_src ``[S, dim + 2]`` -> ``[D, dim + 2]``.
+        x_src ``[S, H (dim + 2)]`` -> ``[D, H (dim + 2)]``.
     """
 
     linear_aggregate = False
 
-    def __init__(self, dim: int, negative_slope: float = 0.2) -> None:
+    def __init__(self, dim: int, heads: int = 1, negative_slope: float = 0.2) -> None:
         super().__init__()
-        self.dim, self.negative_slope = dim, negative_slope
+        if heads < 1:
+            raise ValueError(f"ScoredAttentionPropagation: heads must be >= 1, got {heads}")
+        self.dim, self.heads, self.negative_slope = dim, heads, negative_slope
 
     def aggregate(self, block, x_src: Tensor) -> Tensor:
-        _check_src(block, x_src, self.dim + 2, "ScoredAttentionPropagation")
+        nh, width = self.heads, self.heads * self.dim
+        _check_src(block, x_src, width + 2 * nh, "ScoredAttentionPropagation")
         topo = topology(block)
         d = block.num_dst
-        z, s = x_src[:, : self.dim], x_src[:, self.dim:]
-        alpha, alpha_self = attention_coefficients(topo, s[:, :1], s[:d, 1:], self.negative_slope)
-        out = spmm_heads(topo, z.reshape(-1, 1, self.dim), alpha, alpha_self).reshape(d, self.dim)
+        z, s = x_src[:, :width], x_src[:, width:]
+        alpha, alpha_self = attention_coefficients(topo, s[:, :nh], s[:d, nh:], self.negative_slope)
+        out = spmm_heads(topo, z.reshape(-1, nh, self.dim), alpha, alpha_self).reshape(d, width)
         return torch.cat([out, s[:d]], dim=1)
 
     def update(self, x_agg: Tensor, x_dst: Tensor | None = None) -> Tensor:
@@ -516,4 +526,4 @@ class ScoredAttentionPropagation(nn.Module):
         return self.aggregate(block, x_src)
 
     def extra_repr(self) -> str:
-        return f"{self.dim}"
+        return f"{self.dim}, heads={self.heads}"

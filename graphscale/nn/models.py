@@ -301,9 +301,7 @@ class GAT(GNN):
 
     @classmethod
     def unused_options(cls, config) -> dict[str, str]:
-        if is_decoupled(config):
-            return {"heads": "with --decoupled (one attention head)"}
-        return _unused_without_decoupling(config)
+        return _unused_without_decoupling(config)  # the decoupled form's propagations have --heads heads
 
     def __init__(self, cfg: ModelConfig, in_dim: int, num_classes: int, seed: int = 0) -> None:
         layers, widths, width = [], [], in_dim

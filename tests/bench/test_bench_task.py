@@ -112,3 +112,16 @@ def test_bad_options_are_named(argv, message):
 def test_subgraph_counts_must_divide_the_chunks():
     with pytest.raises(ValueError, match="--subgraph-counts 4 do not divide --chunks 6"):
         task.subgraphs(parse("--subgraph-counts", "1,4", "--chunks", "6"))
+
+
+def test_memory_totals_read_the_os_growth_above_each_workers_start():
+    """The totals next to the tracked peaks: anonymous memory above the worker's start, summed and the largest;
+    unknown when a worker's baseline was not taken at its start."""
+    def report(*workers):
+        return {"final": {"peak_memory_per_worker": [t for t, _ in workers],
+                          "os_memory_per_worker": [{"peak_anon": anon, "baseline_anon": 100, "baseline_at": at}
+                                                   for _, (anon, at) in workers]}}
+
+    start = "worker start"
+    assert task._memory_totals(report((10, (300, start)), (40, (150, start)))) == (50, 40, 250, 200)
+    assert task._memory_totals(report((10, (300, start)), (40, (150, "epoch")))) == (50, 40, None, None)

@@ -58,10 +58,11 @@ def graph():
 
 
 def make_config(workers: int = WORKERS, model: str = "gcn", layers: int = 2, decoupled: str = "on",
-                dropout: float = 0.3, **strategy) -> RunConfig:
+                dropout: float = 0.3, heads: int = 1, **strategy) -> RunConfig:
     strategy.setdefault("t_workers", 2)
     strategy.setdefault("chunking", "contiguous")  # the tests' hand-checked chunks (the default is METIS)
-    return RunConfig(model=ModelConfig(name=model, hidden=5, layers=layers, dropout=dropout, decoupled=decoupled),
+    return RunConfig(model=ModelConfig(name=model, hidden=5, layers=layers, dropout=dropout, decoupled=decoupled,
+                                       heads=heads),
                      optim=OptimConfig(lr=0.01, weight_decay=5e-4),
                      strategy=StrategyConfig(name="task-parallel", workers=workers, **strategy),
                      seed=0, dtype="float64")
@@ -128,11 +129,11 @@ def test_transposed_propagation_is_the_autograd_gradient():
     assert_close_rel(gcn_aggregate_transpose(block, grad), x.grad)
 
 
-@pytest.mark.parametrize("model", ["gcn", "gat"])
-def test_reference_full_is_single_on_the_decoupled_model(model):
+@pytest.mark.parametrize("model, heads", [("gcn", 1), ("gat", 1), ("gat", 3)])
+def test_reference_full_is_single_on_the_decoupled_model(model, heads):
     """``single`` trains the decoupled model; the reference with ``full`` equals it (losses, parameters)."""
     g = graph()
-    config = make_config(model=model, dependency="full")
+    config = make_config(model=model, dependency="full", heads=heads)
     losses, single_model = single_run(config, g)
     ref_losses, ref_model = reference_run(config, g)
     for e in range(EPOCHS):
@@ -150,14 +151,41 @@ def test_causal_with_one_subgraph_is_full_and_more_subgraphs_differ():
     assert abs(causal4[-1] - full[-1]) > 1e-6
 
 
-def test_decoupled_gat_attention_gradients_are_exact():
-    """Gradients into the attention vectors sum every propagation step's contribution (checked numerically)."""
+@pytest.mark.parametrize("heads", [1, 3])
+def test_decoupled_gat_attention_gradients_are_exact(heads):
+    """Gradients into every head's attention vectors sum every propagation step's contribution (checked
+    numerically)."""
     g = random_graph(12, avg_degree=3.0, num_features=4, num_classes=3, seed=0, dtype=torch.float64)
-    model = build_model(ModelConfig(name="gat", hidden=4, layers=3, dropout=0.0), 4, 3, seed=0,
+    model = build_model(ModelConfig(name="gat", hidden=4, layers=3, dropout=0.0, heads=heads), 4, 3, seed=0,
                         dtype=torch.float64, decoupled=True)
+    assert model.att_src.shape == (heads, 3)
     block = Block.full(g)
     inputs = (model.att_src.detach().clone().requires_grad_(True), model.att_dst.detach().clone().requires_grad_(True))
     assert torch.autograd.gradcheck(lambda a, b: _with_params(model, a, b, block, g.x), inputs)
+
+
+def test_decoupled_gat_heads_are_one_head_models_averaged():
+    """``H`` heads: head ``h`` propagates its slice of the T output with the attention of its own scores, exactly
+    as a one-head propagation of ``[z_h | z_h a_src,h | z_h a_dst,h]``; heads stay apart between the steps and the
+    output averages them (the standard GAT's output layer, ``concat=False``)."""
+    from graphscale.nn.layers import ScoredAttentionPropagation
+
+    g = random_graph(20, avg_degree=3.0, num_features=4, num_classes=3, seed=1, dtype=torch.float64)
+    heads, block = 3, Block.full(g)
+    model = build_model(ModelConfig(name="gat", hidden=4, layers=2, dropout=0.0, heads=heads), 4, 3, seed=0,
+                        dtype=torch.float64, decoupled=True)
+    assert model.t_width(1) == model.layer_widths()[0] == heads * (3 + 2)
+    with torch.no_grad():
+        z = model.input_map(g.x, block.src_ids)[:, : heads * 3]
+        one = ScoredAttentionPropagation(3)
+        per_head = []
+        for h in range(heads):
+            zh = z[:, 3 * h: 3 * h + 3]
+            rows = torch.cat([zh, (zh @ model.att_src[h])[:, None], (zh @ model.att_dst[h])[:, None]], dim=1)
+            for _ in range(2):
+                rows = one(block, rows)
+            per_head.append(rows[:, :3])
+        assert_close_rel(model(block, g.x), torch.stack(per_head).mean(0), what="averaged heads")
 
 
 def _with_params(model, att_src, att_dst, block, x):
@@ -190,7 +218,6 @@ def _with_params(model, att_src, att_dst, block, x):
     (["--workers", "2", "--device-bandwidth", "nan"], "--device-bandwidth must be a positive rate"),
     (["--workers", "2", "--t-workers", "1", "--device-flops", "1e12"],
      "--device-flops is not used by strategy 'task-parallel' with --t-workers (the scheduling model does not run)"),
-    (["--workers", "2", "--model", "gat", "--heads", "4"], "--heads is not used by model 'gat' with --decoupled"),
     (["--workers", "2", "--subgraphs", "1", "--no-shuffle"],
      "--shuffle is not used by strategy 'task-parallel' with --subgraphs 1"),
 ])
@@ -239,6 +266,14 @@ CASES = [
                                       "loss_norm": "subgraph-mean"}, "reference"),
     ("gat causal chain", {"model": "gat"}, {"dependency": "causal", "t_workers": 2}, "reference"),
     ("gat hybrid full", {"model": "gat", "layers": 1}, {"dependency": "full", "t_workers": 2}, "single"),
+    ("gat 3 heads causal chain", {"model": "gat", "heads": 3}, {"dependency": "causal", "t_workers": 2}, "reference"),
+    ("gat 3 heads full serial keep T", {"model": "gat", "heads": 3}, {"dependency": "full", "t_workers": 2,
+                                                                      "pipelined": False, "t_recompute": False},
+     "single"),
+    ("gat 2 heads causal hybrid", {"model": "gat", "heads": 2, "layers": 1},
+     {"dependency": "causal", "t_workers": 2, "subgraphs": 3}, "reference"),
+    ("gat 2 heads block_diag subgraphs", {"model": "gat", "heads": 2},
+     {"dependency": "block_diag", "t_workers": 1, "p_split": "subgraphs", "pipelined": False}, "reference"),
     ("coupled full", {"decoupled": "off"}, {"dependency": "full", "t_workers": 2}, "single"),
     ("coupled causal serial", {"decoupled": "off"}, {"dependency": "causal", "t_workers": 1, "p_split": "subgraphs",
                                                      "pipelined": False, "t_recompute": False}, "reference"),
@@ -346,10 +381,18 @@ def test_distributed_runs_equal_their_oracles_and_move_the_closed_form_bytes():
             expected_ar = sum(allreduce_bytes_per_epoch(stage_params[stage], len(group), 8)
                               for stage, group in enumerate(plan.t_groups) if len(group) > 1)
             assert sent["allreduce"] == expected_ar, f"{name}: allreduce {sent['allreduce']} != {expected_ar}"
+            if all(len(group) == 1 for group in plan.p_groups):  # the strategy's own closed form, every category
+                cats = {cat for r in per_rank for cat in r["bytes"][e]}
+                ledger = {cat: sum(r["bytes"][e].get(cat, 0) for r in per_rank) for cat in cats}
+                closed = epoch_bytes(model, plan, g.num_nodes, g.num_features, 8, config.strategy.t_recompute)
+                assert {k: v for k, v in ledger.items() if v} == closed, f"{name}: epoch {e} {ledger} != {closed}"
     # the hybrid and p_split=subgraphs runs did exchange mirrors; the hybrid T group all-reduced
     assert any(r["bytes"][0].get(HALO, 0) for r in by_name["causal hybrid"])
     assert any(r["bytes"][0].get(HALO, 0) for r in by_name["causal subgraphs"])
     assert any(r["bytes"][0].get("allreduce", 0) for r in by_name["hybrid full"])
+    # P moves every head's slice and scores: T0 -> T1 (hidden 5), T1 -> P0 and P0 -> P1 (3 heads x (3 + 2))
+    assert sum(r["bytes"][0].get(TASK_FWD, 0) for r in by_name["gat 3 heads causal chain"]) == g.num_nodes * (5 + 2 * 15) * 8
+    assert any(r["bytes"][0].get(HALO, 0) for r in by_name["gat 2 heads causal hybrid"])
     # scheduling changes no number: bit for bit
     for other in ("chain full serial", "chain full keep T"):
         assert [r["losses"] for r in by_name[other]] == [r["losses"] for r in by_name["chain full"]]

@@ -144,7 +144,8 @@ def scheduled_plan(config: RunConfig, num_nodes: int, num_edges: int, num_featur
     from graphscale.nn.models import is_decoupled
 
     model, sc = config.model, config.strategy
-    widths = [num_features] + [model.hidden] * (model.layers - 1) + [num_classes]
+    heads = model.heads if model.name == "gat" else 1  # the decoupled GAT's T output: heads x classes
+    widths = [num_features] + [model.hidden] * (model.layers - 1) + [heads * num_classes]
     costs = task_costs(num_nodes, num_edges, widths, attention=model.name == "gat", decoupled=is_decoupled(config),
                        gamma=sc.task_gamma, flops=sc.device_flops or None, bandwidth=sc.device_bandwidth or None,
                        dtype_bytes=torch.empty(0, dtype=getattr(torch, config.dtype)).element_size())
@@ -322,6 +323,8 @@ class TaskParallelStrategy(Strategy):
         key = {"task_chunks": sc.chunks, "subgraphs": sc.subgraphs, "chunking": sc.chunking, "workers": sc.workers,
                "seed": config.seed, "t_workers": sc.t_workers, "p_split": sc.p_split, "model": model.name, "hidden": model.hidden,
                "layers": model.layers, "decoupled": is_decoupled(config), "dtype": config.dtype}
+        if model.name == "gat":  # the scheduling model's P width: heads x classes
+            key["heads"] = model.heads
         if sc.chunking == "partitioner":
             key.update({"chunk_partitioner": sc.partitioner, "chunk_balance": sc.balance})
         if not sc.t_workers:

@@ -176,7 +176,8 @@ def chain_bytes_per_epoch(num_nodes: int, boundary_widths: list[int], element_si
 
 def td_boundary_widths(t_stage_outputs: list[int], t_output: int, p_stages: int) -> list[int]:
     """The TD chain's boundaries (spec §7): between T stages (each non-last stage's output width), T -> P (the MLP
-    output, ``classes``; GAT: ``classes + 2``), and between the ``p_stages`` P stages (the same width)."""
+    output, ``classes``; GAT with ``H`` heads: ``H (classes + 2)``, every head's slice and scores), and between the
+    ``p_stages`` P stages (the same width)."""
     return list(t_stage_outputs) + [t_output] * p_stages
 
 
