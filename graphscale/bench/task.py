@@ -341,7 +341,15 @@ def _tp_memory_rows(args, name: str, graph, label: str, report: dict, plan, deco
     and ID_tp (T workers) of spec §3.2 / §3.4."""
     from graphscale.metrics.memory import SAVED
     from graphscale.strategies.task_parallel.chunks import assign_chunks, chunk_members, layout
-    from graphscale.strategies.task_parallel.strategy import CACHES, KEPT_INPUTS, PARAMETERS, group_sizes
+    from graphscale.strategies.task_parallel.strategy import (
+        BLOCKS,
+        CACHES,
+        KEPT_INPUTS,
+        PARAMETERS,
+        SENDS,
+        T_ROWS,
+        group_sizes,
+    )
 
     model = tp_model(graph, layers, args.hidden, decoupled)
     m = 4 * math.lcm(*group_sizes(plan))  # the runs' --subgraphs 4 x the largest group (num_chunks)
@@ -362,6 +370,8 @@ def _tp_memory_rows(args, name: str, graph, label: str, report: dict, plan, deco
         row = {"graph": name, "strategy": label, "worker": f"{rank} ({kind}{stage})",
                "parameters": format_bytes(parts.get(PARAMETERS, 0)), "caches": format_bytes(parts.get(CACHES, 0)),
                "intermediates": format_bytes(parts.get(SAVED, 0)), "kept T inputs": format_bytes(parts.get(KEPT_INPUTS, 0)),
+               "blocks": format_bytes(parts.get(BLOCKS, 0)), "T rows in flight": format_bytes(parts.get(T_ROWS, 0)),
+               "sends in flight": format_bytes(parts.get(SENDS, 0)),
                "tracked": format_bytes(tracked)}
         if kind == "P":
             a, b = plan.p_layers[stage]
@@ -442,13 +452,16 @@ def memory(args) -> Section:
                                "OS largest vs graph-parallel": ((top_grown / g_top_grown - 1)
                                                                 if top_grown and g_top_grown else None)})
     columns = ["graph", "strategy", "worker", "node data", "parameters", "caches", "intermediates", "kept T inputs",
+               "blocks", "T rows in flight", "sends in flight",
                "MR formula", "ID formula", "measured / formula", "tracked", "anon above start", "OS peak RSS"]
     out.tables.append(((f"Peak memory per worker, {args.workers} workers, GCN {layers} layers H={args.hidden}, fp32, "
                        "2 epochs (Fig. 10 analogue). graph-parallel: the formulas for its rows (replicas MR = (|B_i| "
                        "+ |V_i|) sum_l d_l, intermediates ID = 2 |V_i| sum_l d_l+1) next to its tracked peak; "
                        "task-parallel: the tracked peak's parts (parameters + gradients + Adam; caches = P views and "
                        "P-backward gradient rows; intermediates = autograd-saved; the T inputs a non-first T stage "
-                       "keeps for its recomputation) against MR_tp = sum_i (|B_i| + |V_i|) L_w d (P workers, causal, "
+                       "keeps for its recomputation; blocks = P blocks with their cached transposes; T rows in "
+                       "flight = the rows read or received and the gradient received for one subgraph; sends in "
+                       "flight = rows sent, not yet taken) against MR_tp = sum_i (|B_i| + |V_i|) L_w d (P workers, causal, "
                        "epoch 0: caches / MR) and ID_tp = max_i |V_i| sum_l (d_l + d_l+1) (T workers, one subgraph "
                        "in flight, a layer's input and output: intermediates / ID)"),
                       [{c: r.get(c, "") for c in columns} for r in rows]))

@@ -374,6 +374,11 @@ class Topology:
                 self._transpose = (t_indptr, t_indices, perm)
         return self._transpose
 
+    def tensors(self) -> list[Tensor]:
+        """Every tensor this topology holds: the CSR, and the transpose and edge destinations once built."""
+        return [self.indptr, self.indices, *(self._transpose or ()), *([self._edge_dst] if self._edge_dst is not None
+                                                                        else [])]
+
     def edge_dst(self) -> Tensor:
         """Destination row of every edge in CSR order, int64 ``[nnz]``."""
         if self._edge_dst is None:

@@ -68,6 +68,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from graphscale import allocator
 from graphscale.config import RunConfig
 from graphscale.data.block import Block
 from graphscale.data.graph import Graph
@@ -77,6 +78,7 @@ from graphscale.distributed.env import DistEnv
 from graphscale.metrics.ledger import HOST
 from graphscale.metrics.memory import MemoryTracker
 from graphscale.metrics.stats import EpochStats
+from graphscale.nn.ops import topology
 from graphscale.registry import STRATEGIES
 from graphscale.strategies.base import (
     COUNTS_PER_SPLIT,
@@ -112,6 +114,10 @@ CHUNK_FILE, PLAN_FILE = "chunk_of.npy", "plan.json"
 #: subgraph's and, in a hybrid group, the mirrors) and the P-backward gradient rows; the T inputs a non-first T
 #: segment keeps for its recomputation; autograd's saved tensors (:data:`~graphscale.metrics.memory.SAVED`)
 PARAMETERS, CACHES, KEPT_INPUTS = "parameters", "caches", "kept T inputs"
+#: memory categories too: a P segment's blocks (the graph structure of its rows, with the transposes its backward
+#: builds); the rows a T segment works on for the current subgraph (the features it read or the rows it received,
+#: the gradient it received); the rows of the sends not yet completed
+BLOCKS, T_ROWS, SENDS = "blocks", "T rows in flight", "sends in flight"
 #: message phases (part of every tag)
 _FWD, _BWD, _EVAL, _CKPT = 0, 1, 2, 3
 
@@ -389,6 +395,7 @@ class TaskParallelStrategy(Strategy):
         self.stage_params = [p for seg in self.mine if seg.kind == T for op in seg.ops
                              for p in self.split.t_params(op.index)]
         self.tracker = MemoryTracker(env)
+        self.trim = not allocator.state()["retaining"]
         self.tracker.track_module("model", model, category=PARAMETERS)
         self.timeline: list[tuple] = []
 
@@ -449,15 +456,29 @@ class TaskParallelStrategy(Strategy):
     def _send(self, rows: torch.Tensor, dst: int, category: str, tag: int) -> None:
         message = (rows.detach().contiguous(), dst, category, tag)
         if self.pipelined:
-            self.pending.append(self.comm.send(*message[:3], tag=tag))
+            self.pending.append((self.comm.send(*message[:3], tag=tag), message[0]))
         else:
             self.deferred.append(message)
+        self._track_sends()
 
-    def _flush(self) -> None:
-        """Serial schedule: issue the sends a segment held back until it finished every subgraph."""
+    def _track_sends(self) -> None:
+        """Count the rows of the sends not yet completed (gloo holds them until the receiver took them)."""
+        self.tracker.track("sends", *[rows for _, rows in self.pending], *[m[0] for m in self.deferred],
+                           category=SENDS)
+
+    def _end_segment(self) -> None:
+        """A segment finished every subgraph: issue the sends it held back (serial schedule), then wait for all of
+        its sends, so their rows are freed before the rank's next segment (or its backward) allocates its own.
+
+        This cannot deadlock: a segment's messages go to the next segment in the phase's direction only, and the
+        receivers post their receives in subgraph order without waiting for anything of this rank's later work."""
         for rows, dst, category, tag in self.deferred:
-            self.pending.append(self.comm.send(rows, dst, category, tag=tag))
+            self.pending.append((self.comm.send(rows, dst, category, tag=tag), rows))
         self.deferred = []
+        for work, _ in self.pending:
+            work.wait()
+        self.pending = []
+        self._track_sends()
 
     def _recv(self, peers: dict[int, list[int]], width: int, tag: int) -> list[tuple[list[int], torch.Tensor]]:
         """Receive the rows of the given chunks from every peer (posted together, then waited)."""
@@ -485,10 +506,22 @@ class TaskParallelStrategy(Strategy):
                                   _tag(ctx["phase"], seg.index, s))
 
     def _recv_aligned(self, src: Segment, seg: Segment, s: int, ctx: dict, width: int, tag: int) -> torch.Tensor:
-        """My rows of subgraph ``s`` in segment ``seg`` (my chunks' order), received from their owners in ``src``."""
+        """My rows of subgraph ``s`` in segment ``seg`` (my chunks' order), received from their owners in ``src``
+        (straight into place where a peer's chunks lie back to back in my order)."""
         offsets = ctx["offsets_of"][seg.index][s]
         buf = torch.empty(ctx["ids"][seg.index][s].numel(), width, dtype=self.dtype)
-        for chunks, rows in self._recv(self._route(src, seg, ctx["owners"], ctx["lay"], s, False), width, tag):
+        works, staged = [], []
+        for peer, chunks in sorted(self._route(src, seg, ctx["owners"], ctx["lay"], s, False).items()):
+            span = self._span(offsets, chunks)
+            if span is not None:
+                works.append(self.comm.recv(buf[span[0]: span[1]], peer, tag=tag))
+            else:
+                staged.append((chunks, torch.empty(int(sum(self.members[c].numel() for c in chunks)), width,
+                                                   dtype=self.dtype)))
+                works.append(self.comm.recv(staged[-1][1], peer, tag=tag))
+        for work in works:
+            work.wait()
+        for chunks, rows in staged:
             start = 0
             for c in chunks:
                 n = self.members[c].numel()
@@ -505,15 +538,30 @@ class TaskParallelStrategy(Strategy):
         """Send my rows of subgraph ``s`` (``out``, aligned with ``offsets``) to their owners in the next segment."""
         nxt = self.segments[seg.index + 1]
         for peer, chunks in sorted(self._route(seg, nxt, ctx["owners"], ctx["lay"], s, True).items()):
-            rows = torch.cat([out[offsets[c]: offsets[c] + self.members[c].numel()] for c in chunks])
-            self._send(rows, peer, category, _tag(ctx["phase"], nxt.index, s))
+            self._send(self._rows_of(out, offsets, chunks), peer, category, _tag(ctx["phase"], nxt.index, s))
 
     def _send_back(self, seg: Segment, grad: torch.Tensor, offsets: dict, s: int, ctx: dict) -> None:
         """Send the gradient of my input rows of subgraph ``s`` to their owners in the previous segment."""
         prev = self.segments[seg.index - 1]
         for peer, chunks in sorted(self._route(seg, prev, ctx["owners"], ctx["lay"], s, True).items()):
-            rows = torch.cat([grad[offsets[c]: offsets[c] + self.members[c].numel()] for c in chunks])
-            self._send(rows, peer, TASK_BWD, _tag(_BWD, seg.index, s))
+            self._send(self._rows_of(grad, offsets, chunks), peer, TASK_BWD, _tag(_BWD, seg.index, s))
+
+    def _span(self, offsets: dict, chunks: list[int]) -> tuple[int, int] | None:
+        """``(start, end)`` of ``chunks``' rows when they lie back to back in that order (``offsets``), else None."""
+        start = end = offsets[chunks[0]]
+        for c in chunks:
+            if offsets[c] != end:
+                return None
+            end += self.members[c].numel()
+        return start, end
+
+    def _rows_of(self, rows: torch.Tensor, offsets: dict, chunks: list[int]) -> torch.Tensor:
+        """The rows of ``chunks`` (in that order) of ``rows`` (aligned with ``offsets``): a view where they lie back
+        to back (one owner in the next segment: every row), else a copy."""
+        span = self._span(offsets, chunks)
+        if span is not None:
+            return rows[span[0]: span[1]]
+        return torch.cat([rows[offsets[c]: offsets[c] + self.members[c].numel()] for c in chunks])
 
     def _recv_grad(self, seg: Segment, s: int, ctx: dict) -> torch.Tensor:
         """The gradient of my output rows of subgraph ``s`` from the next segment."""
@@ -522,64 +570,79 @@ class TaskParallelStrategy(Strategy):
 
     def _t_forward(self, seg: Segment, ctx: dict) -> None:
         state = ctx["state"].setdefault(seg.index, {})
-        train = ctx["phase"] == _FWD
         for s in range(ctx["lay"].num_subgraphs):
-            ids = ctx["ids"][seg.index][s]
-            if ids.numel() == 0:
-                continue
+            if ctx["ids"][seg.index][s].numel():
+                self._t_forward_subgraph(seg, s, ctx, state)
+        self._end_segment()
+
+    def _t_forward_subgraph(self, seg: Segment, s: int, ctx: dict, state: dict) -> None:
+        """The segment's forward of my rows of subgraph ``s`` (its rows are freed on return, before the next
+        subgraph's are read)."""
+        ids, train = ctx["ids"][seg.index][s], ctx["phase"] == _FWD
+        start = time.time()
+        h_in = self._t_input(seg, ids, s, ctx)
+        self.tracker.track(f"t_rows_{seg.index}", h_in, category=T_ROWS)
+        if seg.index > 0:  # the stamp leaves out the wait for the rows (the first segment's is the h2d read)
             start = time.time()
-            h_in = self._t_input(seg, ids, s, ctx)
-            if seg.index > 0:  # the stamp leaves out the wait for the rows (the first segment's is the h2d read)
-                start = time.time()
-            keep_graph = train and not self.config.strategy.t_recompute
-            with torch.set_grad_enabled(keep_graph):
-                if keep_graph and seg.index > 0:
-                    h_in.requires_grad_(True)
-                out = self._t_run(seg, h_in, ids)
-            if train:
-                state[s] = {"in": h_in, "out": out} if keep_graph else {"in": None if seg.index == 0 else h_in}
-                self._track_kept(seg, state)
-            if seg is self.segments[-1]:
-                self._finish(out, ids, s, ctx, state.get(s))
-            else:
-                self._send_on(seg, out, ctx["offsets_of"][seg.index][s], s, ctx,
-                              TASK_FWD if train else EVAL_STAGE)
-            self._stamp(seg, "fwd" if train else "eval", s, seg.ops[0].index, start)
-        if not self.pipelined:
-            self._flush()
+        keep_graph = train and not self.config.strategy.t_recompute
+        with torch.set_grad_enabled(keep_graph):
+            if keep_graph and seg.index > 0:
+                h_in.requires_grad_(True)
+            out = self._t_run(seg, h_in, ids)
+        if train:
+            state[s] = {"in": h_in, "out": out} if keep_graph else {"in": None if seg.index == 0 else h_in}
+            self._track_kept(seg, state)
+        if seg is self.segments[-1]:
+            self._finish(out, ids, s, ctx, state.get(s))
+        else:
+            self._send_on(seg, out, ctx["offsets_of"][seg.index][s], s, ctx, TASK_FWD if train else EVAL_STAGE)
+        self.tracker.untrack(f"t_rows_{seg.index}")
+        self._stamp(seg, "fwd" if train else "eval", s, seg.ops[0].index, start)
+        del h_in, out
+        self._give_back()
 
     def _t_backward(self, seg: Segment, ctx: dict) -> None:
         state = ctx["state"][seg.index]
         for s in reversed(range(ctx["lay"].num_subgraphs)):
-            ids = ctx["ids"][seg.index][s]
-            if ids.numel() == 0:
-                continue
-            offsets = ctx["offsets_of"][seg.index][s]
-            saved = state.pop(s)
-            self._track_kept(seg, state)
-            if self.config.strategy.t_recompute:  # Re_forward: before the gradient arrives (overlaps P-backward)
-                start = time.time()
-                h_in = self._t_input(seg, ids, s, ctx) if seg.index == 0 else saved["in"]
-                if seg.index > 0:
-                    h_in.requires_grad_(True)
-                with torch.enable_grad():
-                    out = self._t_run(seg, h_in, ids)
-                    loss = self._loss(out, ids, s, ctx) if seg is self.segments[-1] else None
-                self._stamp(seg, "recompute", s, seg.ops[0].index, start)
-            else:
-                h_in, out, loss = saved["in"], saved["out"], saved.get("loss")
-            if seg is self.segments[-1]:
-                start = time.time()
-                loss.backward()
-            else:
-                grad = self._recv_grad(seg, s, ctx)
-                start = time.time()  # the stamp leaves out the wait for the gradient
-                out.backward(grad)
+            if ctx["ids"][seg.index][s].numel():
+                self._t_backward_subgraph(seg, s, ctx, state)
+        self._end_segment()
+
+    def _t_backward_subgraph(self, seg: Segment, s: int, ctx: dict, state: dict) -> None:
+        """The segment's backward of my rows of subgraph ``s`` (recomputing its forward first with
+        ``--t-recompute``); what it allocated is freed on return."""
+        ids, offsets = ctx["ids"][seg.index][s], ctx["offsets_of"][seg.index][s]
+        rows = f"t_rows_{seg.index}"
+        saved = state.pop(s)
+        self._track_kept(seg, state)
+        if self.config.strategy.t_recompute:  # Re_forward: before the gradient arrives (overlaps P-backward)
+            start = time.time()
+            h_in = self._t_input(seg, ids, s, ctx) if seg.index == 0 else saved["in"]
+            self.tracker.track(rows, h_in, category=T_ROWS)
             if seg.index > 0:
-                self._send_back(seg, h_in.grad, offsets, s, ctx)
-            self._stamp(seg, "bwd", s, seg.ops[0].index, start)
-        if not self.pipelined:
-            self._flush()
+                h_in.requires_grad_(True)
+            with torch.enable_grad():
+                out = self._t_run(seg, h_in, ids)
+                loss = self._loss(out, ids, s, ctx) if seg is self.segments[-1] else None
+            self._stamp(seg, "recompute", s, seg.ops[0].index, start)
+        else:
+            h_in, out, loss = saved["in"], saved["out"], saved.get("loss")
+            self.tracker.track(rows, h_in, out, category=T_ROWS)
+        if seg is self.segments[-1]:
+            start = time.time()
+            loss.backward()
+        else:
+            grad = self._recv_grad(seg, s, ctx)
+            self.tracker.track(rows, h_in, grad, *([] if self.config.strategy.t_recompute else [out]),
+                               category=T_ROWS)
+            start = time.time()  # the stamp leaves out the wait for the gradient
+            out.backward(grad)
+        if seg.index > 0:
+            self._send_back(seg, h_in.grad, offsets, s, ctx)
+        self.tracker.untrack(rows)
+        self._stamp(seg, "bwd", s, seg.ops[0].index, start)
+        del saved, h_in, out, loss
+        self._give_back()
 
     def _track_kept(self, seg: Segment, state: dict) -> None:
         """Count the input rows segment ``seg`` keeps for its backward (every subgraph's not yet back-propagated)."""
@@ -612,8 +675,11 @@ class TaskParallelStrategy(Strategy):
         """The segment's blocks (my rows of every subgraph, the mode's edges) and its mirror lists this epoch."""
         lay, mode = ctx["lay"], ctx["mode"]
         owner = ctx["owners"][seg.index]
-        blocks = [masked_block(Block.from_nodes(self.graph, ids), self.chunk_of, lay.sub, mode) if ids.numel()
-                  else None for ids in ctx["ids"][seg.index]]
+        blocks = []
+        for ids in ctx["ids"][seg.index]:
+            blocks.append(masked_block(Block.from_nodes(self.graph, ids), self.chunk_of, lay.sub, mode)
+                          if ids.numel() else None)
+            self._give_back()  # a block's construction temporaries, before the next one's
         size = len(seg.group)
         mirrors: dict[int, tuple[list[torch.Tensor], list[torch.Tensor]]] = {}
         if size > 1:  # (u, reader) pairs: reader's kept edges read u, owned by another member
@@ -660,6 +726,8 @@ class TaskParallelStrategy(Strategy):
         layers = [op.index for op in seg.ops]
         prep = self._p_prepare(seg, ctx)
         ctx["state"][seg.index] = prep
+        self._track_blocks(seg, prep)
+        self._give_back()
         widths = {l: self.split.out_width(Op(P, l)) for l in layers}  # a P op keeps the width
         view = {l: torch.zeros(self.num_nodes, widths[l], dtype=self.dtype) for l in layers}
         halo = HALO if train else EVAL_HALO
@@ -667,9 +735,13 @@ class TaskParallelStrategy(Strategy):
         num = lay.num_subgraphs
 
         def ready_input(s: int) -> None:
-            for chunks, rows in self._recv(self._route(prev, seg, ctx["owners"], lay, s, False), widths[layers[0]],
-                                           _tag(ctx["phase"], seg.index, s)):
+            received = self._recv(self._route(prev, seg, ctx["owners"], lay, s, False), widths[layers[0]],
+                                  _tag(ctx["phase"], seg.index, s))
+            self.tracker.track("p_received", *[rows for _, rows in received], category=CACHES)
+            for chunks, rows in received:
                 view[layers[0]][self._ids(chunks)] = rows
+            self.tracker.untrack("p_received")
+            del received
             self._exchange(prep, view[layers[0]], s, halo)
 
         def compute(l: int, s: int) -> None:
@@ -700,13 +772,16 @@ class TaskParallelStrategy(Strategy):
                 ready_input(s)
                 for l in layers:
                     compute(l, s)
-        if not self.pipelined:
-            self._flush()
+        self._end_segment()
         if train and not self.split.linear_p:
             prep["views"] = view  # the GAT variant re-runs its steps in backward from the vertex-sized inputs
         self.tracker.track(f"p_views_{seg.index}", *view.values(), category=CACHES)
         if "views" not in prep:  # linear P: nothing of the forward is kept for the backward
             self.tracker.untrack(f"p_views_{seg.index}")
+        if not train:  # evaluation keeps nothing for a backward
+            self.tracker.untrack(f"p_blocks_{seg.index}")
+        else:
+            self._track_blocks(seg, prep)  # with the topologies the forward built
 
     def _p_backward(self, seg: Segment, ctx: dict) -> None:
         lay = ctx["lay"]
@@ -729,6 +804,7 @@ class TaskParallelStrategy(Strategy):
         def compute(l: int, s: int) -> None:
             block = prep["blocks"][s]
             g_out = out_grad(l, s) if block is not None else None
+            self.tracker.track("p_grad_in", g_out, category=CACHES)
             start = time.time()  # after the gradient arrived
             if block is not None:
                 if self.split.linear_p:
@@ -739,6 +815,8 @@ class TaskParallelStrategy(Strategy):
                         self.split.p_op(l, block, h_src).backward(g_out)
                     g_src = h_src.grad
                 grads[l].index_add_(0, block.src_ids, g_src)
+                self._track_blocks(seg, prep)  # with the transpose the backward built
+            self.tracker.untrack("p_grad_in")
             self._stamp(seg, "bwd", s, l, start)
 
         def done(l: int, s: int) -> None:
@@ -761,10 +839,32 @@ class TaskParallelStrategy(Strategy):
                 for l in reversed(layers):
                     compute(l, s)
                     done(l, s)
-        if not self.pipelined:
-            self._flush()
+                prep["blocks"][s] = None  # subgraph s is done: its block (and transpose) go
+                self._track_blocks(seg, prep)
+                self._give_back()
+        self._end_segment()
         self.tracker.untrack(f"p_views_{seg.index}")
         self.tracker.untrack(f"p_grads_{seg.index}")
+        self.tracker.untrack(f"p_blocks_{seg.index}")
+
+    def _give_back(self) -> None:
+        """Return the memory malloc keeps after a subgraph's buffers were freed (:func:`graphscale.allocator.trim`),
+        unless the run asked malloc to retain it (``--allocator retain``, tcmalloc, jemalloc).
+
+        Why: a subgraph's tensors are tens of MiB, below glibc's dynamic mmap threshold once the first of them was
+        freed, so they come from the heap, and the heap keeps the holes they leave (measured on a 200k-vertex SBM:
+        a T worker held 3-4x its tracked peak). Trimming after every subgraph bounds what the worker holds to what
+        it uses, for a few page faults per subgraph."""
+        if self.trim:
+            allocator.trim()
+
+    def _track_blocks(self, seg: Segment, prep: dict) -> None:
+        """Count the blocks a P segment holds (the graph structure of its rows: CSR, global ids and degrees, and
+        the transposes and edge lists the kernels cached on them) and its mirror lists."""
+        tensors = [t for block in prep["blocks"] if block is not None
+                   for t in (block.src_ids, block.src_deg, block.edge_weight, *topology(block).tensors())]
+        tensors += [t for send, recv in prep["mirrors"].values() for t in (*send, *recv)]
+        self.tracker.track(f"p_blocks_{seg.index}", *tensors, category=BLOCKS)
 
     # ------------------------------------------------------------ epochs
     def _context(self, lay: Layout, mode: str, phase: int) -> dict:
@@ -806,9 +906,6 @@ class TaskParallelStrategy(Strategy):
             self._forward(ctx)
             for seg in reversed(self.mine):
                 (self._t_backward if seg.kind == T else self._p_backward)(seg, ctx)
-            for work in self.pending:
-                work.wait()
-            self.pending = []
             group = self.groups.get((T, self.stage)) if self.kind == T else None
             if group is not None:  # a T stage's weights are replicated in its group: sum their gradients
                 allreduce_gradients(group, self.stage_params, self.tracker)
@@ -836,9 +933,7 @@ class TaskParallelStrategy(Strategy):
         ctx = self._context(layout(self.num_chunks, sc.subgraphs, self.config.seed, 0, shuffle=False), FULL, _EVAL)
         ctx["counts"] = torch.zeros(COUNTS_PER_SPLIT * len(SPLITS), dtype=torch.float64)
         self._forward(ctx)
-        for work in self.pending:
-            work.wait()
-        self.pending, self.timeline = [], timeline
+        self.timeline = timeline
         return counts_to_metrics(self.comm.all_reduce(ctx["counts"], CONTROL))
 
     # ------------------------------------------------------------ checkpoints
