@@ -20,7 +20,7 @@ import os
 import tempfile
 from pathlib import Path
 
-from graphscale.config import DTYPES, RunConfig
+from graphscale.config import DTYPES, FEATURE_DTYPES, RunConfig
 
 _PLURALS = {"strategy": "strategies", "model": "models"}
 
@@ -45,7 +45,9 @@ def check_given(config: RunConfig, given: dict[tuple[str | None, str], str]) -> 
     """
     from graphscale.registry import MODELS, STRATEGIES
 
-    chosen = {"strategy": (STRATEGIES, config.strategy.name), "model": (MODELS, config.model.name)}
+    # a [data] option that some strategies declare in their ``options`` (``feature_dtype``) is checked as theirs
+    chosen = {"strategy": (STRATEGIES, config.strategy.name), "data": (STRATEGIES, config.strategy.name),
+              "model": (MODELS, config.model.name)}
     for (section, field), where in given.items():
         if section not in chosen:
             continue
@@ -224,6 +226,16 @@ def _check_features(config: RunConfig, strategy) -> None:
                          "--features learnable:D)")
 
 
+def _check_feature_dtype(config: RunConfig) -> None:
+    """``--feature-dtype``: a known dtype; bfloat16 storage only under float32 computation (the rows are upcast
+    to the parameters' dtype; under float64 the 1e-10 exactness of the reference would be lost for no saving)."""
+    _check_choice("feature-dtype", config.data.feature_dtype, FEATURE_DTYPES)
+    if config.data.feature_dtype == "bfloat16" and config.dtype != "float32":
+        raise ValueError(f"--feature-dtype bfloat16 needs --dtype float32 (the features are upcast to the "
+                         f"parameters' dtype where they enter the model), got --dtype {config.dtype}; drop "
+                         "--feature-dtype or use --dtype float32")
+
+
 def _check_decoupled(config: RunConfig, strategy) -> None:
     """A decoupled model (``--decoupled``, or ``auto`` with task-parallel) must exist for the model and be trained
     by the strategy."""
@@ -259,6 +271,7 @@ def validate(config: RunConfig) -> None:
     check_model_config(config.model)
     _check_decoupled(config, strategy)
     _check_choice("dtype", config.dtype, DTYPES)
+    _check_feature_dtype(config)
     _check_choice("backend", config.backend, ("auto", "gloo", "nccl"))
     if config.backend == "nccl" and config.device == "cpu":
         raise ValueError("--backend nccl needs --device cuda (or auto on a machine with GPUs); CPU workers use gloo")
