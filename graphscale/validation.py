@@ -2,7 +2,8 @@
 
 * :func:`check_given` (called by :func:`graphscale.config.build_config`): an option the user gave that the
   chosen strategy or model does not read is an error naming the strategies (models) that read it. What each reads
-  is declared once, by its class: ``Strategy.options`` less ``Strategy.unused_options(config)``, and
+  is declared once, by its class: ``Strategy.options`` (``[strategy]`` options, and ``[data]`` options only some
+  strategies read, such as ``feature_dtype``) less ``Strategy.unused_options(config)``, and
   ``GNN.options``; a new strategy or model declares its options there and nowhere else.
 * :func:`validate` (called by :func:`graphscale.run.run`, so by ``graphscale train`` and the Python API): every
   option's range and its fit with the strategy and the model, the workers against the cores, the output paths.
