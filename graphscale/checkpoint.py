@@ -54,6 +54,7 @@ def identity(config: RunConfig) -> dict:
     model = dataclasses.asdict(config.model)
     return {"dataset": canonical_spec(config.data.dataset) if config.data.dataset else "",
             "feature_norm": config.data.feature_norm, "features": config.data.features,
+            "feature_dtype": config.data.feature_dtype,
             "model": model.pop("name"), **model,
             "dtype": config.dtype, "seed": config.seed, "optimizer": OPTIMIZER, "lr": config.optim.lr,
             "weight_decay": config.optim.weight_decay, "strategy": config.strategy.name,

@@ -38,6 +38,7 @@ BENCHES = {
 #: command-line flag -> (config section or None for top level, field)
 TRAIN_OPTIONS = {
     "dataset": ("data", "dataset"), "feature_norm": ("data", "feature_norm"), "features": ("data", "features"),
+    "feature_dtype": ("data", "feature_dtype"),
     "model": ("model", "name"),
     "hidden": ("model", "hidden"), "layers": ("model", "layers"), "dropout": ("model", "dropout"),
     "heads": ("model", "heads"), "alpha": ("model", "alpha"), "theta": ("model", "theta"),
@@ -133,7 +134,7 @@ def _readers(dest: str) -> str:
     from graphscale import registry
 
     section, field = TRAIN_OPTIONS.get(dest, (None, ""))
-    table = {"strategy": registry.STRATEGIES, "model": registry.MODELS}.get(section)
+    table = {"strategy": registry.STRATEGIES, "data": registry.STRATEGIES, "model": registry.MODELS}.get(section)
     readers = [name for name in table.names() if field in table.get(name).options] if table else []
     return f"read by {', '.join(readers)}" if readers else ""
 
@@ -188,6 +189,12 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
                    help="input features: degree (log(1 + degree)), onehot (identity, small graphs), random:D (seeded "
                         "normal), learnable:D (a trainable [N, D] table; single, graph-parallel); empty: the "
                         "dataset's own (a featureless dataset needs one of these)")
+    from graphscale.config import FEATURE_DTYPES
+
+    p.add_argument("--feature-dtype", choices=FEATURE_DTYPES,
+                   help="dtype the input features are stored, gathered and exchanged in: bfloat16 halves their "
+                        "memory and bytes moved, computation stays float32 (rows upcast where they enter the "
+                        "model; needs --dtype float32)")
     p.add_argument("--model", help="GNN model")
     p.add_argument("--hidden", type=int, help="hidden width (per attention head for gat)")
     p.add_argument("--layers", type=int, help="message-passing layers")

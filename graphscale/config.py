@@ -23,6 +23,8 @@ import tomllib
 DEFAULT_TIMEOUT_S = 600.0
 #: the values of ``RunConfig.dtype`` (the parameter and feature dtype of a run)
 DTYPES = ("float32", "float64")
+#: the values of ``DataConfig.feature_dtype``: the dtype the input features are stored and moved in
+FEATURE_DTYPES = ("float32", "bfloat16")
 
 
 #: What a METIS partition balances (``--balance``); :data:`DEFAULT_BALANCE` is the training default.
@@ -41,6 +43,10 @@ class DataConfig:
     features: str = ""
     """Input features (:mod:`graphscale.data.features`): empty = the dataset's own; ``degree``, ``onehot``,
     ``random:D`` (computed by the parent) or ``learnable:D`` (a trainable [N, D] table, row-sharded)."""
+    feature_dtype: str = "float32"
+    """The dtype the input features are stored in, gathered and exchanged in: ``float32`` or ``bfloat16`` (half
+    the bytes; computation stays float32: the rows are upcast where they enter the model; needs ``--dtype
+    float32``). Read by the strategies that declare it (``Strategy.options``)."""
 
 
 @dataclass
@@ -283,6 +289,11 @@ def given_options(values: dict, where: str) -> dict[tuple[str | None, str], str]
         else:
             out[(None, key)] = where
     return out
+
+
+def stored_feature_dtype(config: RunConfig) -> str:
+    """The dtype a run stores its input features in: ``--feature-dtype bfloat16``, else the run's ``--dtype``."""
+    return "bfloat16" if config.data.feature_dtype == "bfloat16" else config.dtype
 
 
 def to_dict(config: RunConfig) -> dict:

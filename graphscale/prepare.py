@@ -6,8 +6,9 @@ the strategy's view needs exactly once:
 
 * ``memory`` (``single``): the dataset is loaded, checked (features finite,
   labels in ``[0, C)`` or ``-1``: :func:`~graphscale.data.datasets.untrainable_reason`),
-  its features normalised and cast to the run's dtype, in this process (the
-  worker runs in it too); every dataset a run loads is checked so;
+  its features normalised and cast to the run's dtype (``--feature-dtype
+  bfloat16``: stored in bfloat16), in this process (the worker runs in it too);
+  every dataset a run loads is checked so;
 * ``partition-local`` (``graph-parallel``): the store given by ``--partitions``
   is validated (format, every part's arrays, its part count against
   ``--workers``, its dataset against ``--dataset``, its inner rows' features
@@ -16,7 +17,8 @@ the strategy's view needs exactly once:
   writes a store into the cache directory, or reuses the one a previous run
   wrote. Stores hold raw features: workers row-normalise their own rows when
   ``--feature-norm`` asks for it (``auto`` is decided here, by scanning the
-  stored inner rows once);
+  stored inner rows once) and keep them in the run's dtype, or in bfloat16
+  with ``--feature-dtype bfloat16``;
 * ``host-shared`` (``offload``, ``data-parallel``, ``split-parallel``): the
   normalised, cast graph is written once as a graph directory in the cache
   directory, which every worker memory-maps; a strategy that needs a vertex
@@ -47,7 +49,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from graphscale.config import RunConfig
+from graphscale.config import RunConfig, stored_feature_dtype
 from graphscale.data.graph import Graph
 from graphscale.data.handle import HOST_SHARED, MEMORY, PARTITION_LOCAL, DataHandle
 
@@ -317,7 +319,8 @@ def _partition_local(config: RunConfig, cache: Path | None, strategy) -> DataHan
         path, meta = _cached_store(config, cache, strategy.store_parts(config, lambda: _dataset_bytes(config, cache)))
     from graphscale.data.features import effective_norm, learnable_dim
 
-    handle = store_handle(path, effective_norm(config.data.features, config.data.feature_norm), config.dtype, meta,
+    handle = store_handle(path, effective_norm(config.data.features, config.data.feature_norm),
+                          stored_feature_dtype(config), meta,
                           learnable=bool(learnable_dim(config.data.features)))
     strategy.prepare_partitions(config, handle)
     if sc.partitions:  # a store the user gave; the cache's stores were written from checked graphs
@@ -443,9 +446,9 @@ def prepare_data(config: RunConfig) -> DataHandle:
         return _partition_local(config, None, cls)
     config.data.dataset = config.data.dataset or DEFAULT_DATASET
     if view == MEMORY:
+        dtype = stored_feature_dtype(config)  # --feature-dtype bfloat16: the graph holds its features so
         return DataHandle.in_memory(load_training_graph(config.data.dataset, config.data.feature_norm,
-                                                        config.dtype, config.data.features, config.seed),
-                                    dtype=config.dtype)
+                                                        dtype, config.data.features, config.seed), dtype=dtype)
     cache = resolve_cache_dir(config)
     if view == PARTITION_LOCAL:
         return _partition_local(config, cache, cls)

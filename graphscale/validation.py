@@ -2,7 +2,8 @@
 
 * :func:`check_given` (called by :func:`graphscale.config.build_config`): an option the user gave that the
   chosen strategy or model does not read is an error naming the strategies (models) that read it. What each reads
-  is declared once, by its class: ``Strategy.options`` less ``Strategy.unused_options(config)``, and
+  is declared once, by its class: ``Strategy.options`` (``[strategy]`` options, and ``[data]`` options only some
+  strategies read, such as ``feature_dtype``) less ``Strategy.unused_options(config)``, and
   ``GNN.options``; a new strategy or model declares its options there and nowhere else.
 * :func:`validate` (called by :func:`graphscale.run.run`, so by ``graphscale train`` and the Python API): every
   option's range and its fit with the strategy and the model, the workers against the cores, the output paths.
@@ -20,7 +21,7 @@ import os
 import tempfile
 from pathlib import Path
 
-from graphscale.config import DTYPES, RunConfig
+from graphscale.config import DTYPES, FEATURE_DTYPES, RunConfig
 
 _PLURALS = {"strategy": "strategies", "model": "models"}
 
@@ -45,7 +46,9 @@ def check_given(config: RunConfig, given: dict[tuple[str | None, str], str]) -> 
     """
     from graphscale.registry import MODELS, STRATEGIES
 
-    chosen = {"strategy": (STRATEGIES, config.strategy.name), "model": (MODELS, config.model.name)}
+    # a [data] option that some strategies declare in their ``options`` (``feature_dtype``) is checked as theirs
+    chosen = {"strategy": (STRATEGIES, config.strategy.name), "data": (STRATEGIES, config.strategy.name),
+              "model": (MODELS, config.model.name)}
     for (section, field), where in given.items():
         if section not in chosen:
             continue
@@ -224,6 +227,16 @@ def _check_features(config: RunConfig, strategy) -> None:
                          "--features learnable:D)")
 
 
+def _check_feature_dtype(config: RunConfig) -> None:
+    """``--feature-dtype``: a known dtype; bfloat16 storage only under float32 computation (the rows are upcast
+    to the parameters' dtype; under float64 the 1e-10 exactness of the reference would be lost for no saving)."""
+    _check_choice("feature-dtype", config.data.feature_dtype, FEATURE_DTYPES)
+    if config.data.feature_dtype == "bfloat16" and config.dtype != "float32":
+        raise ValueError(f"--feature-dtype bfloat16 needs --dtype float32 (the features are upcast to the "
+                         f"parameters' dtype where they enter the model), got --dtype {config.dtype}; drop "
+                         "--feature-dtype or use --dtype float32")
+
+
 def _check_decoupled(config: RunConfig, strategy) -> None:
     """A decoupled model (``--decoupled``, or ``auto`` with task-parallel) must exist for the model and be trained
     by the strategy."""
@@ -259,6 +272,7 @@ def validate(config: RunConfig) -> None:
     check_model_config(config.model)
     _check_decoupled(config, strategy)
     _check_choice("dtype", config.dtype, DTYPES)
+    _check_feature_dtype(config)
     _check_choice("backend", config.backend, ("auto", "gloo", "nccl"))
     if config.backend == "nccl" and config.device == "cpu":
         raise ValueError("--backend nccl needs --device cuda (or auto on a machine with GPUs); CPU workers use gloo")

@@ -56,7 +56,8 @@ class DataHandle:
         owner_parts: number of parts of ``owner_path``.
         feature_norm: ``partition-local``: ``row`` when a worker must row-normalise its feature rows (the store
             holds raw features), else ``none``; graph directories and in-memory graphs are already normalised.
-        dtype: feature dtype the model runs in (``float32`` / ``float64``).
+        dtype: feature dtype the worker stores its features in (``float32`` / ``float64``, or ``bfloat16`` with
+            ``--feature-dtype bfloat16``: the model upcasts the rows it reads).
         extras: strategy-specific prepared data (``shared``: the folder of ``Strategy.prepare_shared``).
     """
 

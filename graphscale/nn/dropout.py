@@ -146,13 +146,20 @@ def _k_node_dropout(lo, hi, x, ids, h_col, h_site, thr, scale, out):  # pragma: 
 
 
 def _apply_node_mask(x: Tensor, ids: Tensor, p: float, h_site: int) -> Tensor:
-    """``x * keep / (1 - p)`` with the keep mask recomputed from ``ids``."""
+    """``x * keep / (1 - p)`` with the keep mask recomputed from ``ids``.
+
+    Rows stored in bfloat16 (``--feature-dtype``) come out in float32: they are upcast (exactly) into the float32
+    output buffer, which the mask then scales in place (the float32 dropout of the upcast rows, with no other
+    float32 copy of them)."""
     n, f = x.shape
     thr = _threshold(p)
     scale = 1.0 / (1.0 - p)
     h_col = _hash_t((torch.arange(f, device=x.device) ^ _COL_SALT) & _M32)
+    out = None
+    if x.dtype == torch.bfloat16:
+        x = out = x.to(torch.float32)
     if _use_numba(x, ids):
-        out = buffers.empty(x.shape, x.dtype)
+        out = buffers.empty(x.shape, x.dtype) if out is None else out
         indptr = np.arange(0, n + 1, dtype=np.int64) * max(f, 1)  # balance rows evenly
         _run_rows(_k_node_dropout, indptr, n * f, x.detach().contiguous().numpy(), ids.contiguous().numpy(),
                   h_col.numpy(), h_site, thr, scale, out.numpy())
@@ -269,7 +276,8 @@ def keyed_dropout(x: Tensor, ids: Tensor, p: float, seed: int, epoch: int, site:
         training: identity when ``False``.
 
     Returns:
-        The dropped-out features (``x`` itself when inactive).
+        The dropped-out features (``x`` itself when inactive); bfloat16 rows (stored features, ``--feature-dtype``)
+        come out in float32, the dropout of their exact upcast.
 
     Shapes:
         x ``[N, F]``, ids ``[N]`` -> ``[N, F]``.

@@ -9,6 +9,9 @@ whole (:meth:`GNN.forward`), one layer at a time (:meth:`GNN.step`), or by halve
     h   = step(l, blocks[l], h, h0[:blocks[l].num_dst])          # l = 0 .. L-1
     out = output_map(h, blocks[-1].dst_ids)                     # row-wise
 
+Input features stored in bfloat16 (``--feature-dtype``) are upcast to the parameters' dtype where they enter
+the model (:meth:`GNN.upcast`: the input map's input, or step 0's dropout): every computation is in that dtype.
+
 Dropout everywhere is keyed by global vertex ids (:mod:`graphscale.nn.dropout`):
 step ``l`` drops its source rows at site ``l``, ``input_map`` uses site ``L``
 and ``output_map`` site ``L + 1``; GAT's attention dropout uses the edge stream
@@ -110,6 +113,23 @@ class GNN(nn.Module):
         return list(self._widths)
 
     # ------------------------------------------------------------ row-wise
+    @property
+    def learned_input_map(self) -> bool:
+        """Whether :meth:`input_map` is learned (GCNII, ResGCN+): else step 0 reads the input features themselves."""
+        return type(self).input_map is not GNN.input_map
+
+    def upcast(self, x: Tensor) -> Tensor:
+        """Input feature rows as the model computes on them: rows stored in bfloat16 (``--feature-dtype``) upcast
+        to the parameters' dtype (exact), right where they enter the model; other rows as they are.
+
+        A learned :meth:`input_map` gets upcast rows (:meth:`forward`); otherwise step 0 takes the stored rows
+        (from :meth:`forward`, or gathered by a strategy) and its keyed dropout reads them into a float32 output
+        (:func:`~graphscale.nn.dropout.keyed_dropout`: no separate float32 copy), or :meth:`step` upcasts them
+        where the dropout is the identity."""
+        if x.dtype != torch.bfloat16:
+            return x
+        return x.to(next(self.parameters()).dtype)
+
     def input_map(self, x: Tensor, ids: Tensor) -> Tensor:
         """Row-wise map of the input features (identity here). Shapes: ``[N, in]`` -> ``[N, d_0]``."""
         return x
@@ -159,12 +179,13 @@ class GNN(nn.Module):
         if h_src.shape[0] != block.num_src:
             raise ValueError(f"step {l}: h_src has {h_src.shape[0]} rows, the block has {block.num_src} sources")
         layer = self.layers[l]
-        keep = None if pre_applied else self._fused_dropout(l, block, h_src)
+        stored = h_src.dtype == torch.bfloat16  # stored rows: the keyed dropout reads them into float32
+        keep = None if pre_applied or stored else self._fused_dropout(l, block, h_src)
         if keep is not None:
             out = layer(block, h_src, h0_dst, src_dropout=keep) if self.needs_h0 else layer(block, h_src,
                                                                                            src_dropout=keep)
             return self.post(l, out)
-        z = h_src if pre_applied else self.pre(l, h_src, block.src_ids)
+        z = self.upcast(h_src if pre_applied else self.pre(l, h_src, block.src_ids))  # upcast: pre the identity
         out = layer(block, z, h0_dst) if self.needs_h0 else layer(block, z)
         return self.post(l, out)
 
@@ -234,7 +255,7 @@ class GNN(nn.Module):
             if blocks[l].num_src != blocks[l - 1].num_dst:
                 raise ValueError(f"blocks do not chain: blocks[{l}] has {blocks[l].num_src} sources but "
                                  f"blocks[{l - 1}] has {blocks[l - 1].num_dst} destinations")
-        h = self.input_map(x, blocks[0].src_ids)
+        h = self.input_map(self.upcast(x) if self.learned_input_map else x, blocks[0].src_ids)
         h0 = h if self.needs_h0 else None
         for l, block in enumerate(blocks):
             h = self.step(l, block, h, None if h0 is None else h0[: block.num_dst])

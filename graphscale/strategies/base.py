@@ -37,7 +37,8 @@ class Strategy(ABC):
     #: opens ``part-r`` of a partition store).
     data_view: str = HOST_SHARED
     #: The ``[strategy]`` options it reads (:class:`~graphscale.config.StrategyConfig` fields besides ``name`` and
-    #: ``workers``, which every strategy reads). An option the user gives that the chosen strategy does not read
+    #: ``workers``, which every strategy reads), and the ``[data]`` options only some strategies read
+    #: (``feature_dtype``: the strategy stores and moves its input features in ``--feature-dtype``). An option the user gives that the chosen strategy does not read
     #: is an error naming the strategies that do (:func:`graphscale.validation.check_given`); the parent checks
     #: the values of the options read (:func:`graphscale.validation.validate`).
     options: frozenset[str] = frozenset()
@@ -123,6 +124,13 @@ class Strategy(ABC):
         self.model, self.env, self.config = model, env, config
         self.optimizer = make_optimizer(model, config.optim)
 
+    def feature_dtype(self) -> torch.dtype:
+        """The dtype this worker stores its input features in: bfloat16 with ``--feature-dtype bfloat16`` (the
+        model upcasts the rows it reads, :meth:`~graphscale.nn.models.GNN.upcast`), else the parameters'."""
+        if self.config.data.feature_dtype == "bfloat16":
+            return torch.bfloat16
+        return next(self.model.parameters()).dtype
+
     def learnable_table(self, ids: torch.Tensor) -> torch.nn.Parameter:
         """The learnable input rows of vertices ``ids`` (``--features learnable:D``): a table built from the ids
         (:class:`~graphscale.nn.embedding.LearnableInput`), added to the optimiser as a parameter group of its own
@@ -170,6 +178,17 @@ class Strategy(ABC):
         if self.input_table is not None:
             self.input_table.load_state_dict(state["input_table"])
         self.optimizer.load_state_dict(state["optimizer"])
+
+
+def unused_feature_options(config: RunConfig) -> dict[str, str]:
+    """``feature_dtype`` is unread with a learnable input table (``--features learnable:D``: no stored features);
+    for the ``unused_options`` of the strategies that read it."""
+    from graphscale.data.features import learnable_dim
+
+    if learnable_dim(config.data.features):
+        return {"feature_dtype": f"with --features {config.data.features} (a trainable table in the parameters' "
+                                 "dtype, no stored features)"}
+    return {}
 
 
 def make_optimizer(model: torch.nn.Module, optim: OptimConfig) -> torch.optim.Optimizer:

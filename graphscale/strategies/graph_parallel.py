@@ -55,7 +55,11 @@ step ``l``)::
 
 For GCN, GraphSAGE and GAT ``input_map`` is the identity, so step 0 exchanges
 raw feature rows whose gradient autograd never asks for: the backward exchange
-of layer 0 is skipped (``k_0 = 1``). GCNII's ``input_map`` is a learned
+of layer 0 is skipped (``k_0 = 1``). With ``--feature-dtype bfloat16`` the worker
+holds its feature rows in bfloat16 and step 0 exchanges them as stored (``b_0 =
+2``; the step upcasts its source rows and applies its dropout after the exchange,
+keyed by the same ids, so the rows are those of ``single``); a learned
+``input_map`` reads its upcast rows locally and exchanges float32 rows as usual. GCNII's ``input_map`` is a learned
 projection, so its layer-0 exchange runs in both directions. With ``rho =
 sum_i |B_i| / N`` and all ``d_l = H`` this is GNNPipe's ``V_g = 2 rho L N H b``
 (minus the skipped backward).
@@ -105,6 +109,7 @@ from graphscale.strategies.base import (
     masked_loss_sum,
     optimizer_tensors,
     split_counts,
+    unused_feature_options,
 )
 
 HALO = "halo"
@@ -112,7 +117,7 @@ SETUP = "setup"
 
 
 def halo_bytes_per_epoch(halo_sizes: Sequence[int], widths: Sequence[int], element_size: int,
-                         first_backward: bool) -> int:
+                         first_backward: bool, input_element_size: int | None = None) -> int:
     """The closed-form halo volume of one training epoch, summed over workers (module docstring).
 
     Args:
@@ -120,9 +125,12 @@ def halo_bytes_per_epoch(halo_sizes: Sequence[int], widths: Sequence[int], eleme
         widths: ``d_l`` for every layer (``model.layer_widths()``).
         element_size: bytes per element.
         first_backward: whether the input of step 0 requires grad (then layer 0 exchanges gradients too).
+        input_element_size: bytes per element of step 0's exchange when it moves the stored feature rows in
+            another dtype (``--feature-dtype bfloat16``: 2); default ``element_size``.
     """
     rows = int(sum(int(s) for s in halo_sizes))
-    return sum((2 if (layer > 0 or first_backward) else 1) * rows * int(d) * element_size
+    first = element_size if input_element_size is None else input_element_size
+    return sum((2 if (layer > 0 or first_backward) else 1) * rows * int(d) * (first if layer == 0 else element_size)
                for layer, d in enumerate(widths))
 
 
@@ -247,7 +255,7 @@ class GraphParallel(Strategy):
 
     data_view = PARTITION_LOCAL
     learnable_input = True
-    options = frozenset({"partitioner", "balance", "partitions"})
+    options = frozenset({"partitioner", "balance", "partitions", "feature_dtype"})
 
     def __init__(self, overlap: bool = False) -> None:
         #: overlap each layer's halo exchange with the interior rows' step (:class:`OverlapPlan`); off by default:
@@ -257,10 +265,11 @@ class GraphParallel(Strategy):
 
     @classmethod
     def unused_options(cls, config: RunConfig) -> dict[str, str]:
+        unused = unused_feature_options(config)
         if not config.strategy.partitions:
-            return {}
+            return unused
         why = "with --partitions (the store is partitioned already)"
-        return {"partitioner": why, "balance": why}
+        return {**unused, "partitioner": why, "balance": why}
 
     def setup(self, data: DataHandle, model: torch.nn.Module, env: DistEnv, config: RunConfig) -> None:
         super().setup(data, model, env, config)
@@ -290,14 +299,15 @@ class GraphParallel(Strategy):
             self.plan, self.block = None, block.to(device)
         del plan
         self.inner_ids = block.dst_ids.to(device)
-        dtype = next(model.parameters()).dtype
         if learnable:  # the rows of the learnable input this worker owns; halo rows come through the exchange
             self.x = self.learnable_table(self.inner_ids.cpu())
         else:
             x = local.x[:n_inner]
             if self.data.feature_norm == "row":
                 x = row_normalize(x)
-            self.x = x.to(device=device, dtype=dtype)
+            self.x = x.to(device=device, dtype=self.feature_dtype())
+        #: step 0 exchanges the stored feature rows (bfloat16 bytes), upcast in the step, instead of their dropout
+        self.raw_exchange = self.x.dtype == torch.bfloat16 and not model.learned_input_map
         self.y = local.y[:n_inner].to(device)
         self.masks = {}
         for split in SPLITS:
@@ -329,30 +339,33 @@ class GraphParallel(Strategy):
     def forward(self) -> torch.Tensor:
         """This worker's logits, ``[|P_i|, C]`` in the order of :attr:`inner_ids` (a collective)."""
         model = self.model
-        h = model.input_map(self.x, self.inner_ids)
+        h = self.x if self.raw_exchange else model.input_map(model.upcast(self.x), self.inner_ids)
         h0 = h if model.needs_h0 else None
         for layer in range(model.num_layers):
-            # pre (keyed dropout) is row-wise: apply it to the owned rows, then exchange (same rows, less memory)
-            z = model.pre(layer, h, self.inner_ids)
+            # pre (keyed dropout) is row-wise: apply it to the owned rows, then exchange (same rows, less memory);
+            # stored bfloat16 rows cross as they are and the step applies pre after upcasting them
+            raw = self.raw_exchange and layer == 0
+            z = h if raw else model.pre(layer, h, self.inner_ids)
             if self.plan is not None:
-                h = self._overlapped_step(layer, z, h0)
+                h = self._overlapped_step(layer, z, h0, pre_applied=not raw)
             else:
-                h = model.step(layer, self.block, self.halo.gather(z), h0, pre_applied=True)
+                h = model.step(layer, self.block, self.halo.gather(z), h0, pre_applied=not raw)
         return model.output_map(h, self.inner_ids)
 
-    def _overlapped_step(self, layer: int, z: torch.Tensor, h0: torch.Tensor | None) -> torch.Tensor:
+    def _overlapped_step(self, layer: int, z: torch.Tensor, h0: torch.Tensor | None,
+                         pre_applied: bool = True) -> torch.Tensor:
         """Step ``layer`` with its halo exchange in flight while the interior rows are computed."""
         model, plan = self.model, self.plan
         pending = self.halo.start(z, plan.boundary_src)  # the boundary block's sources: local part, then the halo
         h0_i = None if h0 is None else h0.index_select(0, plan.interior_src[: plan.num_interior])
         z_i = z.index_select(0, plan.interior_src)  # the interior block's sources (a copy while it runs)
         self.tracker.track("interior sources", z_i)
-        out_i = model.step(layer, plan.interior, z_i, h0_i, pre_applied=True)
+        out_i = model.step(layer, plan.interior, z_i, h0_i, pre_applied=pre_applied)
         self.tracker.untrack("interior sources")
         del z_i
         src = self.halo.finish(z, pending, plan.boundary_src)
         h0_b = None if h0 is None else h0.index_select(0, plan.boundary_src[: plan.boundary.num_dst])
-        out_b = model.step(layer, plan.boundary, src, h0_b, pre_applied=True)
+        out_b = model.step(layer, plan.boundary, src, h0_b, pre_applied=pre_applied)
         return torch.cat([out_i, out_b]).index_select(0, plan.inverse)
 
     def train_epoch(self, epoch: int) -> EpochStats:

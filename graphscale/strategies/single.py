@@ -20,7 +20,14 @@ from graphscale.data.sampler import MiniBatchLoader, NeighborSampler
 from graphscale.metrics.memory import MemoryTracker
 from graphscale.metrics.stats import EpochStats
 from graphscale.registry import STRATEGIES
-from graphscale.strategies.base import Strategy, counts_to_metrics, masked_loss_sum, optimizer_tensors, split_counts
+from graphscale.strategies.base import (
+    Strategy,
+    counts_to_metrics,
+    masked_loss_sum,
+    optimizer_tensors,
+    split_counts,
+    unused_feature_options,
+)
 
 
 @STRATEGIES.register("single")
@@ -30,12 +37,13 @@ class SingleStrategy(Strategy):
     data_view = MEMORY
     learnable_input = True
     decoupled_models = True
-    options = frozenset({"minibatch", "fanouts", "batch_size"})
+    options = frozenset({"minibatch", "fanouts", "batch_size", "feature_dtype"})
 
     @classmethod
     def unused_options(cls, config) -> dict[str, str]:
-        return {} if config.strategy.minibatch else {"fanouts": "without --minibatch",
-                                                     "batch_size": "without --minibatch"}
+        unused = unused_feature_options(config)
+        return unused if config.strategy.minibatch else {**unused, "fanouts": "without --minibatch",
+                                                         "batch_size": "without --minibatch"}
 
     def setup(self, data, model, env, config) -> None:
         super().setup(data, model, env, config)
@@ -46,7 +54,7 @@ class SingleStrategy(Strategy):
         if learnable_dim(config.data.features):  # the input is a trainable [N, D] table
             self.x = self.learnable_table(torch.arange(graph.num_nodes))
         else:
-            self.x = graph.x.to(device)
+            self.x = graph.x.to(device=device, dtype=self.feature_dtype())
         self.y = graph.y.to(device)
         self.masks = {"train": graph.train_mask.to(device), "val": graph.val_mask.to(device),
                       "test": graph.test_mask.to(device)}
