@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from graphscale.bench import memory
 from graphscale.bench.table import split_specs
 from graphscale.cli import main
@@ -50,6 +52,24 @@ def test_a_failing_run_reports_its_error():
     assert "unknown strategy 'no-such-strategy'" in result["error"]
     (row,) = memory.worker_rows("d", "no-such-strategy", result)
     assert memory.display_rows([row])[0]["tracked"] == result["error"]
+
+
+def test_offload_runs_get_the_device_budget(monkeypatch):
+    """Only the offload runs get ``--memory-budget`` (a GPU's memory holds their device buffers); ``none`` drops
+    it, and a bad size fails before any run, naming the option."""
+    seen = {}
+
+    def train_once(dataset, strategy, workers, epochs, model, hidden, device, extra, timeout):
+        seen[strategy] = extra
+        return {"error": "not run"}
+
+    monkeypatch.setattr(memory, "train_once", train_once)
+    memory.measure(["d"], ["data-parallel", "offload"], 2, 1, extra=["--seed", "1"], offload_budget="64MiB")
+    assert seen == {"data-parallel": ["--seed", "1"], "offload": ["--seed", "1", "--memory-budget", "64MiB"]}
+    memory.measure(["d"], ["offload"], 2, 1, offload_budget="none")
+    assert seen["offload"] == []
+    with pytest.raises(ValueError, match="--offload-budget"):
+        memory.measure(["d"], ["offload"], 2, 1, offload_budget="lots")
 
 
 def test_split_specs_keeps_commas_inside_a_spec():
