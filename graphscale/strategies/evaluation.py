@@ -37,7 +37,7 @@ and the all-reduced float64 loss sums to float reassociation. On the device a wo
 ``|O_r|`` output rows (and ``h0``) and one batch: never the whole graph. Finding ``B_r`` takes an ``N``-byte
 mask and one batch of CSR rows at a time.
 
-Every worker issues the same collectives in the same order (plan, one gather per layer, the count
+Every worker issues the same collectives in the same order (plan, one halo exchange per layer, the count
 all-reduce), also when it owns no vertices (it then runs empty batches).
 
 **Ledger.** The halo rows sent per layer are recorded under ``eval_halo`` (:data:`EVAL_HALO`, forward
