@@ -29,7 +29,9 @@ device buffers are anonymous host memory too, so without a budget (one chunk
 per worker: buffers as wide as the input features for every owned and halo
 row) the table would count as host memory what a GPU holds; the budget keeps
 the device set as small as a GPU's memory would. The summary line says which
-budget and how many chunks the run used.
+budget and how many chunks the run used, and the host part: the workers'
+anonymous memory above their baselines less their tracked device sets (peak
+minus peak, summed).
 
 Every worker process also holds the interpreter and the torch runtime (a few
 hundred MiB of anonymous memory), which ``single`` holds once: the
@@ -267,6 +269,10 @@ def run(args: argparse.Namespace) -> list[dict]:
                 if node_bytes:
                     parts.append(f"workers' anon above base, summed: {format_bytes(above)} = "
                                  f"{above / node_bytes:.2f}x one copy of the node data ({format_bytes(node_bytes)})")
+            if strategy == "offload" and node_bytes and all(r.get("baseline_anon") is not None for r in ws):
+                host = sum(r["anon"] - r["baseline_anon"] - r["tracked"] for r in ws)
+                parts.append(f"less each worker's tracked device set (a GPU's memory): {format_bytes(host)} = "
+                             f"{host / node_bytes:.2f}x")
             if strategy == "offload":
                 report = reports.get(f"{dataset}/offload", {})
                 chunks = ((report.get("epochs") or [{}])[-1].get("extra_per_worker") or [{}])[0].get("chunks")
