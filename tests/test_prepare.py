@@ -237,7 +237,7 @@ def test_failed_store_write_leaves_nothing(tmp_path):
 def test_offload_layout_is_planned_once_in_the_parent(tmp_path):
     from graphscale.nn.models import build_model
     from graphscale.strategies.offload.cost import Bandwidths, probe_dims
-    from graphscale.strategies.offload.plan import ChunkSets
+    from graphscale.strategies.offload.plan import ChunkSets, WorkerPlan, build_worker_plan, plan_folder
     from graphscale.strategies.offload.strategy import plan_layout
 
     config = config_for("offload", 2, tmp_path, chunks=2)
@@ -252,6 +252,13 @@ def test_offload_layout_is_planned_once_in_the_parent(tmp_path):
     for kind in ("dst", "nbr", "trans"):
         for row_a, row_b in zip(getattr(stored, kind), getattr(fresh, kind)):
             assert all(torch.equal(a, b) for a, b in zip(row_a, row_b)), kind
+    for rank in range(2):  # and every worker's plan, which the worker maps instead of building it
+        got = WorkerPlan.load(plan_folder(handle.extras["shared"], rank))
+        want = build_worker_plan(graph, fresh, rank, config.strategy.dedup)
+        assert (got.capacity, got.recv_capacity, len(got.batches)) == (want.capacity, want.recv_capacity, 2)
+        for x, y in zip(got.batches, want.batches):
+            assert torch.equal(x.block.indices, y.block.indices) and torch.equal(x.src_index, y.src_index)
+            assert x.send_counts == y.send_counts and torch.equal(x.flush_slots, y.flush_slots)
     offload = run(config_for("offload", 2, tmp_path, chunks=2))  # workers map the parent's layout
     single = run(config_for("single", 1, tmp_path))
     for mine, ref in zip(offload["epochs"], single["epochs"]):

@@ -22,6 +22,17 @@ Per worker the table shows, from the report's ``final.os_memory_per_worker``
 * ``tracked/single``: the same ratio as the design predicts it (tracked bytes of
   the worker over tracked bytes of ``single``), to read against ``anon/single``.
 
+``offload`` runs with ``--memory-budget`` (``--offload-budget``, default
+:data:`DEFAULT_OFFLOAD_BUDGET`): HongTu places a chunk's working set and its
+transition buffers on the GPU and the vertex data in host memory. On CPU those
+device buffers are anonymous host memory too, so without a budget (one chunk
+per worker: buffers as wide as the input features for every owned and halo
+row) the table would count as host memory what a GPU holds; the budget keeps
+the device set as small as a GPU's memory would. The summary line says which
+budget and how many chunks the run used, and the host part: the workers'
+anonymous memory above their baselines less their tracked device sets (peak
+minus peak, summed).
+
 Every worker process also holds the interpreter and the torch runtime (a few
 hundred MiB of anonymous memory), which ``single`` holds once: the
 ``anon/single`` of a small graph is therefore close to 1 whatever the strategy;
@@ -50,6 +61,8 @@ from graphscale.bench.table import format_bytes, format_table, split_specs
 
 STRATEGIES = ("single", "graph-parallel", "offload", "data-parallel", "split-parallel")
 DEFAULT_DATASET = "sbm:nodes=200000,degree=10,features=128"
+#: offload's device budget per worker (module docstring): its device set stays small, as on a GPU
+DEFAULT_OFFLOAD_BUDGET = "128MiB"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -67,6 +80,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", choices=["auto", "cpu", "cuda"], default=None, help="device of the runs")
     parser.add_argument("--train-args", default="",
                         help="extra `graphscale train` options passed to every run, e.g. '--chunks 4'")
+    parser.add_argument("--offload-budget", default=DEFAULT_OFFLOAD_BUDGET, metavar="SIZE",
+                        help="--memory-budget of the offload runs (default %(default)s; 'none': no budget, one chunk "
+                             "per worker unless --train-args says otherwise). On CPU offload's device buffers are "
+                             "anonymous host memory; on a GPU they are device memory, which the budget stands for")
     parser.add_argument("--timeout", type=float, default=900, help="seconds per run before it is stopped (default 900)")
     parser.add_argument("--json", default=None, metavar="PATH", help="also write the rows and reports as JSON")
     parser.add_argument("--plot", default=None, metavar="PATH",
@@ -143,19 +160,35 @@ def add_ratios(rows: list[dict]) -> list[dict]:
     return rows
 
 
+def offload_options(budget: str | None) -> list[str]:
+    """The ``graphscale train`` options of the offload runs: ``--memory-budget`` unless ``budget`` is ``none``.
+
+    Raises:
+        ValueError: not a size (names ``--offload-budget``).
+    """
+    from graphscale.strategies.offload.memory import parse_bytes
+
+    if budget is None or str(budget).strip().lower() == "none":
+        return []
+    parse_bytes(budget, "--offload-budget")
+    return ["--memory-budget", str(budget)]
+
+
 def measure(datasets: list[str], strategies: list[str], workers: int, epochs: int, model: str = "gcn",
             hidden: int | None = None, device: str | None = None, extra: list[str] | None = None,
-            timeout: float = 900) -> tuple[list[dict], dict]:
-    """Run every (dataset, strategy) once; returns the per-worker rows and the reports by ``dataset/strategy``."""
+            timeout: float = 900, offload_budget: str | None = None) -> tuple[list[dict], dict]:
+    """Run every (dataset, strategy) once; returns the per-worker rows and the reports by ``dataset/strategy``.
+    The offload runs add :func:`offload_options` of ``offload_budget``."""
     if workers < 1 or epochs < 1:
         raise ValueError(f"--workers and --epochs must be >= 1, got {workers} and {epochs}")
     if not datasets or not strategies:
         raise ValueError("--datasets and --strategies must each name at least one")
+    offload = offload_options(offload_budget)
     rows, reports = [], {}
     for dataset in datasets:
         for strategy in strategies:
             report = train_once(dataset, strategy, 1 if strategy == "single" else workers, epochs, model, hidden,
-                                device, extra, timeout)
+                                device, list(extra or []) + (offload if strategy == "offload" else []), timeout)
             reports[f"{dataset}/{strategy}"] = report
             rows += worker_rows(dataset, strategy, report)
     return add_ratios(rows), reports
@@ -200,7 +233,7 @@ def run(args: argparse.Namespace) -> list[dict]:
     datasets = split_specs(args.datasets)
     strategies = [s.strip() for s in args.strategies.split(",") if s.strip()]
     rows, reports = measure(datasets, strategies, args.workers, args.epochs, args.model, args.hidden, args.device,
-                            shlex.split(args.train_args), args.timeout)
+                            shlex.split(args.train_args), args.timeout, args.offload_budget)
     columns = ["strategy", "worker", "tracked", "train anon", "anon", "file", "RSS peak", "base anon", "anon +base",
                "single anon", "anon/single", "tracked/single", "s/epoch"]
     for dataset in datasets:
@@ -236,12 +269,24 @@ def run(args: argparse.Namespace) -> list[dict]:
                 if node_bytes:
                     parts.append(f"workers' anon above base, summed: {format_bytes(above)} = "
                                  f"{above / node_bytes:.2f}x one copy of the node data ({format_bytes(node_bytes)})")
+            if strategy == "offload" and node_bytes and all(r.get("baseline_anon") is not None for r in ws):
+                host = sum(r["anon"] - r["baseline_anon"] - r["tracked"] for r in ws)
+                parts.append(f"less each worker's tracked device set (a GPU's memory): {format_bytes(host)} = "
+                             f"{host / node_bytes:.2f}x")
+            if strategy == "offload":
+                report = reports.get(f"{dataset}/offload", {})
+                chunks = ((report.get("epochs") or [{}])[-1].get("extra_per_worker") or [{}])[0].get("chunks")
+                budget = offload_options(args.offload_budget)
+                parts.append(f"ran with --memory-budget {budget[1]} ({chunks} chunks per worker): its device "
+                             "buffers, anonymous host memory on CPU, stay within the budget a GPU's memory sets"
+                             if budget else f"ran without --memory-budget ({chunks} chunks per worker): on CPU its "
+                             "device buffers are anonymous host memory, which a GPU would hold")
             print(f"{strategy}: " + "; ".join(parts))
         print()
     if args.json:
         write_json_atomic(args.json, {"datasets": datasets, "strategies": strategies, "workers": args.workers,
-                                      "epochs": args.epochs, "model": args.model, "rows": rows,
-                                      "reports": reports})
+                                      "epochs": args.epochs, "model": args.model,
+                                      "offload_budget": args.offload_budget, "rows": rows, "reports": reports})
         print(f"JSON written to {args.json}")
     if args.plot:
         ok = [r for r in rows if not r.get("error") and r["anon"] is not None]

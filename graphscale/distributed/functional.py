@@ -259,6 +259,15 @@ class HaloExchange:
         ``x_local`` requires grad, as :meth:`gather`)."""
         return _HaloFinish.apply(x_local, self, pending, rows)
 
+    def halo_rows(self, x_local: torch.Tensor) -> torch.Tensor:
+        """The halo rows alone, in *received* order (grouped by owner): halo row ``j`` is row ``halo_index[j]``
+        (row ``j`` when ``halo_index`` is ``None``). No copy of the local rows and no reordering copy, for callers
+        that index the halo rows themselves. Forward only (no autograd); the bytes are those of :meth:`gather`."""
+        if x_local.shape[0] != self.num_local:
+            raise ValueError(f"HaloExchange.halo_rows: expected {self.num_local} local rows, got {x_local.shape[0]}")
+        send = x_local.detach().index_select(0, self.send_index)
+        return self.comm.all_to_all_v(send, self.send_counts, self.recv_counts, self.category)
+
     def volume(self, width: int, element_size: int) -> int:
         """Bytes this worker sends in one forward :meth:`gather` of rows ``width`` wide."""
         return sum(c for p, c in enumerate(self.send_counts) if p != self.comm.rank) * width * element_size

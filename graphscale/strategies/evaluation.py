@@ -21,10 +21,10 @@ labels and split masks of ``O_r``, never a copy of its part of the topology.
 
     h  = input_map(x[O_r], O_r);  h0 = h                          # GCNII's initial residual
     for l in 0 .. L-1:
-        h_src = halo.gather(h)    # [|O_r| + |B_r|, d_l]; at l = 0 with an identity input map each
-                                  # batch reads its raw source rows from the host-shared x instead
+        halo = halo_rows(h)       # [|B_r|, d_l] from their owners; at l = 0 with an identity input map
+                                  # each batch reads its raw source rows from the host-shared x instead
         for each batch [a, b) of at most batch_rows owned rows:    # one bounded block at a time
-            h_next[a:b] = step(l, batch_block, h_src[rows], h0[a:b])
+            h_next[a:b] = step(l, batch_block, [h; halo][rows], h0[a:b])  # rows read from h and halo
         h = h_next                                                 # [|O_r|, d_{l+1}]
     counts = split_counts(output_map(h, O_r), y[O_r], masks[O_r]); all_reduce(counts)  (control)
 
@@ -33,9 +33,11 @@ row), with *global* ids (``src_ids``: dropout keys, GCNII / ResGCN input maps) a
 (``src_deg``: GCN normalisation). Every destination keeps its full in-neighbourhood in CSR order, so the
 sparse part of every row is bit for bit the full-graph row; dense row-wise maps agree to float rounding,
 and the all-reduced float64 loss sums to float reassociation. On the device a worker holds one layer's
-``|O_r| + |B_r|`` input rows, its ``|O_r|`` output rows (and ``h0``) and one batch: never the whole graph.
+``|O_r|`` input rows, its ``|B_r|`` halo rows (as received: never copied into one ``[O_r; B_r]`` buffer), its
+``|O_r|`` output rows (and ``h0``) and one batch: never the whole graph. Finding ``B_r`` takes an ``N``-byte
+mask and one batch of CSR rows at a time.
 
-Every worker issues the same collectives in the same order (plan, one gather per layer, the count
+Every worker issues the same collectives in the same order (plan, one halo exchange per layer, the count
 all-reduce), also when it owns no vertices (it then runs empty batches).
 
 **Ledger.** The halo rows sent per layer are recorded under ``eval_halo`` (:data:`EVAL_HALO`, forward
@@ -74,15 +76,17 @@ def contiguous_bounds(num_nodes: int, world_size: int) -> torch.Tensor:
 
 
 def halo_of(graph: Graph, owned: torch.Tensor, batch_rows: int = DEFAULT_BATCH_ROWS) -> torch.Tensor:
-    """Ascending global ids of the in-neighbours of ``owned`` (ascending) that are not owned.
+    """Ascending global ids of the in-neighbours of ``owned`` that are not owned.
 
-    The CSR rows of ``owned`` are read ``batch_rows`` at a time, so memory is the halo plus one batch.
+    The CSR rows of ``owned`` are read ``batch_rows`` at a time and marked in a ``[N]`` byte mask, so memory is
+    ``N`` bytes, the halo and one batch (never a list of every batch's in-neighbours).
     """
-    parts = [torch.zeros(0, dtype=torch.int64)]
+    seen = torch.zeros(graph.num_nodes, dtype=torch.bool)
     for start in range(0, owned.numel(), batch_rows):
         _, src = csr_rows(graph, owned[start: start + batch_rows])
-        parts.append(torch.unique(src[source_rows(owned, None, src) < 0]))
-    return torch.unique(torch.cat(parts))
+        seen[src] = True
+    seen[owned] = False
+    return torch.nonzero(seen).flatten()
 
 
 def source_rows(owned: torch.Tensor, halo: torch.Tensor | None, ids: torch.Tensor) -> torch.Tensor:
@@ -218,20 +222,32 @@ class LayerwiseEvaluator:
         self.max_batch_dst = 0
         for l in range(model.num_layers):
             direct = l == 0 and self.raw_first_layer
-            h_src = None if direct else self.halo.gather(h)
+            halo = None if direct else self.halo.halo_rows(h)  # [|B_r|, d_l], received order
             out = None
             for a, b in self.batches(model.layer_widths()[l]):
                 sub, rows = batch_block(self.graph, self.owned, self.halo_ids, a, b)
                 self.max_batch_dst = max(self.max_batch_dst, sub.num_dst)
-                x_src = (self._feature_rows(sub.src_ids) if direct
-                         else h_src.index_select(0, rows.to(self.device)))
+                x_src = self._feature_rows(sub.src_ids) if direct else self._source_rows(h, halo, rows)
                 y = model.step(l, sub.to(self.device), x_src, None if h0 is None else h0[a:b])
                 if out is None:
                     out = y.new_empty((self.num_owned, *y.shape[1:]))
                 out[a:b] = y
-            del h_src
+            del halo
             h = out
         return model.output_map(h, self.owned_dev)
+
+    def _source_rows(self, h: torch.Tensor, halo: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+        """Rows ``rows`` of the layout ``[owned; halo]``, read from the owned rows ``h`` and the halo rows as
+        received (:meth:`HaloExchange.halo_rows`), without building that layout."""
+        rows = rows.to(self.device)
+        n = self.num_owned
+        remote = rows >= n
+        mine, theirs = torch.nonzero(~remote).flatten(), torch.nonzero(remote).flatten()
+        x = h.new_empty((rows.numel(), *h.shape[1:]))
+        x[mine] = h.index_select(0, rows[mine])
+        j = rows[theirs] - n
+        x[theirs] = halo.index_select(0, j if self.halo.halo_index is None else self.halo.halo_index[j])
+        return x
 
     @torch.no_grad()
     def evaluate(self) -> dict[str, float]:

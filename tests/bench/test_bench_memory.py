@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from graphscale.bench import memory
 from graphscale.bench.table import split_specs
 from graphscale.cli import main
@@ -50,6 +52,44 @@ def test_a_failing_run_reports_its_error():
     assert "unknown strategy 'no-such-strategy'" in result["error"]
     (row,) = memory.worker_rows("d", "no-such-strategy", result)
     assert memory.display_rows([row])[0]["tracked"] == result["error"]
+
+
+def test_offload_runs_get_the_device_budget(monkeypatch):
+    """Only the offload runs get ``--memory-budget`` (a GPU's memory holds their device buffers); ``none`` drops
+    it, and a bad size fails before any run, naming the option."""
+    seen = {}
+
+    def train_once(dataset, strategy, workers, epochs, model, hidden, device, extra, timeout):
+        seen[strategy] = extra
+        return {"error": "not run"}
+
+    monkeypatch.setattr(memory, "train_once", train_once)
+    memory.measure(["d"], ["data-parallel", "offload"], 2, 1, extra=["--seed", "1"], offload_budget="64MiB")
+    assert seen == {"data-parallel": ["--seed", "1"], "offload": ["--seed", "1", "--memory-budget", "64MiB"]}
+    memory.measure(["d"], ["offload"], 2, 1, offload_budget="none")
+    assert seen["offload"] == []
+    with pytest.raises(ValueError, match="--offload-budget"):
+        memory.measure(["d"], ["offload"], 2, 1, offload_budget="lots")
+
+
+def test_offload_summary_names_its_budget_and_host_part(monkeypatch, capsys):
+    """The offload line says which budget and chunks the run used, and the host part: anonymous memory above the
+    baselines less the tracked device set (the buffers a GPU would hold)."""
+    def train_once(dataset, strategy, *args, **kwargs):
+        os_memory = {"peak_anon": 300 * MiB, "baseline_anon": 100 * MiB, "baseline_at": "worker start"}
+        return {"graph": {"nodes": 1000, "edges": 4000, "features": 8}, "config": {"dtype": "float32"},
+                "epochs": [{"extra_per_worker": [{"chunks": 4}]}],
+                "final": {"peak_memory_per_worker": [50 * MiB] * 2, "os_memory_per_worker": [os_memory] * 2,
+                          "mean_epoch_seconds": 1.0}}
+
+    monkeypatch.setattr(memory, "train_once", train_once)
+    assert main(["bench", "memory", "--datasets", "d", "--strategies", "offload", "--workers", "2",
+                 "--offload-budget", "64MiB"]) == 0
+    printed = capsys.readouterr().out
+    node_bytes = 1000 * (8 * 4 + 8 + 3)
+    assert f"summed: 400.0 MiB = {400 * MiB / node_bytes:.2f}x one copy" in printed
+    assert f"tracked device set (a GPU's memory): 300.0 MiB = {300 * MiB / node_bytes:.2f}x" in printed
+    assert "ran with --memory-budget 64MiB (4 chunks per worker)" in printed
 
 
 def test_split_specs_keeps_commas_inside_a_spec():

@@ -15,7 +15,9 @@ Margins (measured on a 2-core machine; 2M-vertex figures are in the issue's clos
 * host-shared (data-parallel), the node data live once in the page cache: the workers' anonymous memory
   above their baselines, summed over both workers, stays below one copy of the node data (a copy per
   worker would be two; ``single``, which loads the graph, holds more than one). Each worker's fixed
-  runtime (numba's compiled kernels, gloo, autograd) is about 110 MB above its baseline here.
+  runtime (numba's compiled kernels, gloo, autograd) is about 110 MB above its baseline here. split-parallel
+  stays below 1.5 copies, issue 9's bound (at this size the bound catches a per-worker copy of the node data;
+  the per-worker evaluation buffers the 2M-vertex measurement found are too small here to matter).
 * task-parallel against graph-parallel on the same graph and 4 workers (NeutronTask: no replicas, the graph streamed
   through every worker in subgraphs; paper: 49-67% less memory): the workers' anonymous memory above their
   baselines, summed, is at most 0.75x graph-parallel's (0.59-0.60x measured in 3 runs at this size, 0.55x at 200k
@@ -62,6 +64,16 @@ def test_host_shared_workers_share_one_copy_of_the_node_data():
     assert single[0] - single[1] > node_bytes
     workers = _per_worker(_run(dataset, "data-parallel", 2, batch_size=64, fanouts=[5, 5]))
     assert sum(anon - base for anon, base, _ in workers) < node_bytes, workers
+
+
+def test_split_parallel_workers_share_one_copy_of_the_node_data():
+    """Issue 9's bound at a size where the node data dominate: split-parallel's workers' anonymous memory above
+    their baselines, summed over training and evaluation, stays below 1.5 copies of the node data (a copy per
+    worker would be two; measured 0.6x here, on a loaded 2-core machine)."""
+    dataset = "sbm:nodes=40000,degree=8,features=4096,seed=0"
+    node_bytes = 40000 * 4096 * 4
+    workers = _per_worker(_run(dataset, "split-parallel", 2, batch_size=64, fanouts=[5, 5]))
+    assert sum(anon - base for anon, base, _ in workers) < 1.5 * node_bytes, workers
 
 
 def test_model_averaging_memory_follows_one_partition_not_p_over_q(tmp_path, monkeypatch):

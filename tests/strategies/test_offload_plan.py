@@ -16,6 +16,7 @@ from graphscale.partition.metrics import balance
 from graphscale.strategies.offload.cost import Bandwidths, layer_pass_rows, pass_cost
 from graphscale.strategies.offload.plan import (
     ChunkSets,
+    WorkerPlan,
     build_worker_plan,
     check_dedup,
     neighbour_sets,
@@ -171,6 +172,33 @@ def test_slot_plans_deliver_every_source_row(layout, dedup):
     assert all(not g for g in grads), "every gradient contribution reached the host"
     assert (loaded, reused, flushed) == (rows.h2d_local, rows.reuse, rows.d2h_grad)
 
+
+
+def assert_same_plan(a: WorkerPlan, b: WorkerPlan) -> None:
+    """Every field of two worker plans, batch by batch (tensors by value and dtype)."""
+    assert (a.rank, a.dedup, a.capacity, a.recv_capacity) == (b.rank, b.dedup, b.capacity, b.recv_capacity)
+    assert torch.equal(a.owned, b.owned) and len(a.batches) == len(b.batches)
+    for x, y in zip(a.batches, b.batches):
+        for name in ("indptr", "indices", "src_ids", "src_deg"):
+            assert torch.equal(getattr(x.block, name), getattr(y.block, name)), name
+        for name in ("src_local", "src_index", "load_ids", "load_slots", "send_slots", "flush_ids", "flush_slots"):
+            got, want = getattr(x, name), getattr(y, name)
+            assert got.dtype == want.dtype and torch.equal(got, want), name
+        assert (x.num_reused, x.num_trans, x.send_counts, x.recv_counts) == \
+            (y.num_reused, y.num_trans, y.send_counts, y.recv_counts)
+
+
+@pytest.mark.parametrize("dedup", ["baseline", "reorg"])
+def test_worker_plans_round_trip_through_files(layout, dedup, tmp_path):
+    """What the parent writes (``WorkerPlan.save``) is what a worker maps (``WorkerPlan.load``), field by field."""
+    graph, owner, chunk = layout
+    sets = ChunkSets.build(graph, owner, chunk, M, K)
+    sets.save(tmp_path)
+    assert ChunkSets.load(tmp_path).num_chunks == K
+    for i in range(M):
+        plan = build_worker_plan(graph, sets, i, dedup)
+        plan.save(tmp_path / str(i))
+        assert_same_plan(WorkerPlan.load(tmp_path / str(i)), plan)
 
 def test_neighbour_sets_and_errors():
     graph = Graph.from_edges(torch.tensor([0, 1, 2, 3]), torch.tensor([1, 2, 3, 0]), 5)

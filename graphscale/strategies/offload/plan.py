@@ -63,6 +63,7 @@ the same ones, so no requests are exchanged at run time.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -134,6 +135,31 @@ def two_level_partition(graph: Graph, num_parts: int, num_chunks: int, partition
 
 
 # ----------------------------------------------------------------------------- chunk sets
+def _read(folder: Path, name: str) -> torch.Tensor:
+    """``folder/name.npy`` memory-mapped copy-on-write (pages are shared with every process mapping the file)."""
+    return torch.from_numpy(np.load(folder / f"{name}.npy", mmap_mode="c"))
+
+
+def save_ragged(folder: Path, name: str, parts: list[torch.Tensor]) -> None:
+    """Write ``parts`` (1-D tensors of one dtype) as ``name.npy``, their concatenation, and ``name_offsets.npy``."""
+    offsets = np.zeros(len(parts) + 1, np.int64)
+    np.cumsum([t.numel() for t in parts], out=offsets[1:])
+    np.save(folder / f"{name}.npy", torch.cat(parts).numpy() if parts else np.zeros(0, np.int64))
+    np.save(folder / f"{name}_offsets.npy", offsets)
+
+
+def load_ragged(folder: Path, name: str, count: int) -> list[torch.Tensor]:
+    """The ``count`` parts :func:`save_ragged` wrote, as views of the memory-mapped concatenation.
+
+    Raises:
+        ValueError: the file holds another number of parts.
+    """
+    flat, offsets = _read(folder, name), _read(folder, f"{name}_offsets").tolist()
+    if len(offsets) != count + 1:
+        raise ValueError(f"{folder / (name + '_offsets.npy')}: expected {count + 1} offsets, found {len(offsets)}")
+    return [flat[offsets[g]: offsets[g + 1]] for g in range(count)]
+
+
 #: the three kinds of per-chunk vertex sets of :class:`ChunkSets`
 _SET_KINDS = ("dst", "nbr", "trans")
 
@@ -220,30 +246,20 @@ class ChunkSets:
         np.save(folder / "batch.npy", self.batch.numpy())
         np.save(folder / "num_edges.npy", self.num_edges.numpy())
         for kind in _SET_KINDS:
-            flat = [s for row in getattr(self, kind) for s in row]
-            offsets = np.zeros(len(flat) + 1, np.int64)
-            np.cumsum([s.numel() for s in flat], out=offsets[1:])
-            np.save(folder / f"{kind}.npy", torch.cat(flat).numpy() if flat else np.zeros(0, np.int64))
-            np.save(folder / f"{kind}_offsets.npy", offsets)
+            save_ragged(folder, kind, [s for row in getattr(self, kind) for s in row])
 
     @classmethod
     def load(cls, folder: Path) -> ChunkSets:
         """The sets :meth:`save` wrote, memory-mapped: every set is a view of one shared file."""
         folder = Path(folder)
-
-        def read(name: str) -> torch.Tensor:
-            return torch.from_numpy(np.load(folder / f"{name}.npy", mmap_mode="c"))
-
-        num_edges = read("num_edges")
+        num_edges = _read(folder, "num_edges")
         m, k = (int(v) for v in num_edges.shape)
         sets = {}
         for kind in _SET_KINDS:
-            flat, offsets = read(kind), read(f"{kind}_offsets").tolist()
-            if len(offsets) != m * k + 1:
-                raise ValueError(f"{folder / (kind + '_offsets.npy')}: expected {m * k + 1} offsets")
-            views = [flat[offsets[g]: offsets[g + 1]] for g in range(m * k)]
+            views = load_ragged(folder, kind, m * k)
             sets[kind] = [views[i * k:(i + 1) * k] for i in range(m)]
-        return cls(m, k, read("owner"), read("batch"), sets["dst"], sets["nbr"], sets["trans"], num_edges)
+        return cls(m, k, _read(folder, "owner"), _read(folder, "batch"), sets["dst"], sets["nbr"], sets["trans"],
+                   num_edges)
 
     def alpha(self) -> float:
         """Replication factor ``sum_{i,j} |N_{i,j}| / |V|``."""
@@ -292,6 +308,12 @@ class BatchPlan:
         return sum(self.recv_counts)
 
 
+#: the index arrays of a :class:`BatchPlan`'s block (in :class:`Block`'s order) and of the batch plan itself
+#: (:meth:`WorkerPlan.save`)
+_BLOCK_ARRAYS = ("indptr", "indices", "src_ids", "src_deg")
+_BATCH_ARRAYS = ("src_local", "src_index", "load_ids", "load_slots", "send_slots", "flush_ids", "flush_slots")
+
+
 @dataclass
 class WorkerPlan:
     """All batch plans of one worker for one dedup mode.
@@ -319,6 +341,46 @@ class WorkerPlan:
     @property
     def buffer_rows(self) -> int:
         return self.capacity + self.recv_capacity
+
+    def save(self, folder: Path) -> None:
+        """Write the plan into the (new) ``folder``: per index array of :class:`BatchPlan` (and of its block) the
+        concatenation over batches with offsets (:func:`save_ragged`), the per-batch counts, and ``meta.json``."""
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=False)
+        for name in _BLOCK_ARRAYS:
+            save_ragged(folder, name, [getattr(bp.block, name) for bp in self.batches])
+        for name in _BATCH_ARRAYS:
+            save_ragged(folder, name, [getattr(bp, name) for bp in self.batches])
+        m = len(self.batches[0].send_counts) if self.batches else 0
+        counts = np.array([[bp.num_reused, bp.num_trans, *bp.send_counts, *bp.recv_counts] for bp in self.batches],
+                          np.int64).reshape(len(self.batches), 2 + 2 * m)
+        np.save(folder / "counts.npy", counts)
+        np.save(folder / "owned.npy", self.owned.numpy())
+        (folder / "meta.json").write_text(json.dumps({"rank": self.rank, "dedup": self.dedup, "capacity": self.capacity,
+                                                      "recv_capacity": self.recv_capacity, "parts": m}))
+
+    @classmethod
+    def load(cls, folder: Path) -> WorkerPlan:
+        """The plan :meth:`save` wrote, memory-mapped: every index tensor is a view of a file the page cache holds
+        (HongTu keeps the chunks' topology in host memory and copies it to the device per use)."""
+        folder = Path(folder)
+        meta = json.loads((folder / "meta.json").read_text())
+        counts = np.load(folder / "counts.npy")
+        k, m = counts.shape[0], int(meta["parts"])
+        arrays = {name: load_ragged(folder, name, k) for name in _BLOCK_ARRAYS + _BATCH_ARRAYS}
+        plan = cls(int(meta["rank"]), meta["dedup"], int(meta["capacity"]), int(meta["recv_capacity"]),
+                   owned=_read(folder, "owned"))
+        for j in range(k):
+            row = [int(c) for c in counts[j]]
+            plan.batches.append(BatchPlan(Block(*(arrays[name][j] for name in _BLOCK_ARRAYS)), num_reused=row[0],
+                                          num_trans=row[1], send_counts=row[2:2 + m], recv_counts=row[2 + m:],
+                                          **{name: arrays[name][j] for name in _BATCH_ARRAYS}))
+        return plan
+
+
+def plan_folder(folder: str | Path, rank: int) -> Path:
+    """Where a host-shared layout in ``folder`` keeps worker ``rank``'s :class:`WorkerPlan`."""
+    return Path(folder) / "plans" / str(rank)
 
 
 def _np64(t: torch.Tensor) -> np.ndarray:

@@ -14,8 +14,9 @@ per worker), cuts each part into
 reorganises the schedule (``--dedup reorg``,
 :mod:`~graphscale.strategies.offload.reorg`) or picks ``K`` from a device
 memory budget (``--memory-budget``) (:func:`plan_layout`), and writes the chunk
-sets into the cache directory, which every worker memory-maps (one copy per
-host). Given an in-memory graph instead (tests, the Python API), rank 0 plans
+sets and every worker's plan (its chunk blocks and slot plans,
+:class:`~graphscale.strategies.offload.plan.WorkerPlan`) into the cache directory, which every worker
+memory-maps (one copy per host, in the page cache). Given an in-memory graph instead (tests, the Python API), rank 0 plans
 the layout and broadcasts ``owner`` and ``batch`` (category ``"setup"``). Batch ``j`` = chunk ``(i, j)`` on every worker ``i``.
 
 **Epoch** (the spec's Algorithm 1). Layer by layer, batch by batch, with a
@@ -151,6 +152,7 @@ from graphscale.strategies.offload.plan import (
     WorkerPlan,
     build_worker_plan,
     check_dedup,
+    plan_folder,
     two_level_partition,
 )
 from graphscale.strategies.offload.reorg import random_schedule, reorganize
@@ -219,18 +221,25 @@ class OffloadStrategy(Strategy):
     @classmethod
     def shared_data_key(cls, config: RunConfig) -> dict | None:
         return {"chunks": offload_chunks(config), "memory_budget": config.strategy.memory_budget,
-                "dedup": config.strategy.dedup, "model": dataclasses.asdict(config.model), "dtype": config.dtype}
+                "dedup": config.strategy.dedup, "model": dataclasses.asdict(config.model), "dtype": config.dtype,
+                "worker_plans": True}  # folders written before the plans were shared lack them: a new key
 
     @classmethod
     def prepare_shared(cls, graph: Graph, owner: torch.Tensor, config: RunConfig, folder: Path) -> None:
-        """The parent plans the layout (:func:`plan_layout`) and writes the chunk sets into ``folder``, which
-        every worker memory-maps: no worker waits while rank 0 chunks, and the sets exist once per host."""
+        """The parent plans the layout (:func:`plan_layout`) and writes the chunk sets and every worker's plan
+        (:class:`WorkerPlan`: chunk blocks, slot plans) into ``folder``, which the workers memory-map: no worker
+        waits while rank 0 chunks, and the plans live once per host, in the page cache, not in each worker's heap."""
         dtype = getattr(torch, config.dtype)
         model = build_model(config.model, graph.num_features, graph.num_classes, seed=config.seed, dtype=dtype)
         dims = probe_dims(model, graph.num_features, dtype)
         world = config.strategy.workers
         owner, batch, chunks = plan_layout(graph, owner, world, config, model, dims, Bandwidths())
-        ChunkSets.build(graph, owner, batch, world, chunks).save(folder)
+        sets = ChunkSets.build(graph, owner, batch, world, chunks)
+        sets.save(folder)
+        degrees = graph.in_degrees()
+        for rank in range(world):
+            build_worker_plan(graph, sets, rank, check_dedup(config.strategy.dedup), degrees).save(
+                plan_folder(folder, rank))
 
     def setup(self, data: DataHandle | Graph, model: torch.nn.Module, env: DistEnv, config: RunConfig) -> None:
         super().setup(data, model, env, config)
@@ -249,17 +258,19 @@ class OffloadStrategy(Strategy):
         self.elem = torch.empty(0, dtype=self.dtype).element_size()
         self.dims = probe_dims(model, graph.num_features, self.dtype)
         self.num_layers = model.num_layers
-        self.degrees = graph.in_degrees()
         shared = self.data.extras.get("shared")
-        if shared is not None and self.order_seed is None:  # the parent planned the layout: map its sets
+        if shared is not None and self.order_seed is None:  # the parent planned the layout: map its sets and plan
             self.sets = ChunkSets.load(shared)
             if self.sets.num_parts != env.world_size:
                 raise ValueError(f"{shared}: an offload layout for {self.sets.num_parts} workers, not {env.world_size}")
+            self.plan: WorkerPlan = WorkerPlan.load(plan_folder(shared, env.rank))
+            if self.plan.dedup != self.dedup:
+                raise ValueError(f"{shared}: a plan for --dedup {self.plan.dedup}, not {self.dedup}")
         else:
             owner, batch, chunks = self._layout(graph, config)
             self.sets = ChunkSets.build(graph, owner, batch, env.world_size, chunks)
+            self.plan = build_worker_plan(graph, self.sets, env.rank, self.dedup)
         self.num_chunks = self.sets.num_chunks
-        self.plan: WorkerPlan = build_worker_plan(graph, self.sets, env.rank, self.dedup, self.degrees)
         self.rows = layer_pass_rows(self.sets, self.dedup)
         self.modes = layer_modes(sc.recompute, self.dims, self.rows, graph.num_nodes, self.elem, self.bandwidths)
         self.owned = self.plan.owned
