@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import functools
 import os
 import resource
 import subprocess
@@ -89,9 +90,11 @@ def resolve_mode(mode: str | None) -> str:
     return value
 
 
+@functools.cache
 def loaded_library() -> str:
     """The malloc this process runs: ``tcmalloc``, ``jemalloc`` or ``glibc``, from the libraries mapped into it
-    (``/proc/self/maps``; ``glibc`` where that cannot be read)."""
+    (``/proc/self/maps``; ``glibc`` where that cannot be read). Read once: a malloc is chosen when the process
+    starts (``LD_PRELOAD``), and :func:`trim` runs on training's hot path."""
     try:
         with open("/proc/self/maps") as maps:
             text = maps.read()
