@@ -194,3 +194,29 @@ def test_layer_input_errors():
         GCNIILayer(8, 0.1, 0.5, 1)(Block.full(g), g.x.float(), None)
     with pytest.raises(ValueError, match="1-based"):
         GCNIILayer(8, 0.1, 0.5, 0)
+
+
+def _halo_block(num_dst: int, num_src: int, degree: int) -> Block:
+    gen = torch.Generator().manual_seed(0)
+    indices = torch.randint(0, num_src, (num_dst * degree,), generator=gen)
+    indptr = torch.arange(0, num_dst * degree + 1, degree)
+    return Block(indptr, indices, torch.arange(num_src), torch.full((num_src,), degree))
+
+
+def test_layer_order_prices_sparse_work_above_dense():
+    """A partition block with a large halo (sources 1.5x its rows), 128 features narrowed to 16: equal flops
+    would aggregate the 128-wide rows first, but a gathered multiply-add costs ~20 dense ones, so the cost model
+    transforms first; a narrow-to-wide layer still aggregates first. Both orders give the same values."""
+    from graphscale.nn.layers import _transform_first
+
+    block = _halo_block(num_dst=2000, num_src=3000, degree=10)
+    w = torch.zeros(16, 128, requires_grad=True)
+    x = torch.randn(3000, 128)
+    assert _transform_first(block, x, 128, 16, w)
+    assert not _transform_first(block, torch.randn(3000, 16), 16, 128, torch.zeros(128, 16, requires_grad=True))
+    layer = GCNLayer(128, 16).double()
+    xd = x.double()
+    with torch.no_grad():
+        out = layer(block, xd)
+        agg_first = layer.update(layer.aggregate(block, xd))
+    torch.testing.assert_close(out, agg_first, rtol=1e-10, atol=1e-12)
