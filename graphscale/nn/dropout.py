@@ -145,8 +145,9 @@ def _k_node_dropout(lo, hi, x, ids, h_col, h_site, thr, scale, out):  # pragma: 
             out[i, j] = x[i, j] * row_scale[j]
 
 
-def _apply_node_mask(x: Tensor, ids: Tensor, p: float, h_site: int) -> Tensor:
-    """``x * keep / (1 - p)`` with the keep mask recomputed from ``ids``.
+def _apply_node_mask(x: Tensor, ids: Tensor, p: float, h_site: int, out: Tensor | None = None) -> Tensor:
+    """``x * keep / (1 - p)`` with the keep mask recomputed from ``ids`` (into ``out`` when given: a contiguous
+    tensor of ``x``'s shape, ``x`` itself for in place).
 
     Rows stored in bfloat16 (``--feature-dtype``) come out in float32: they are upcast (exactly) into the float32
     output buffer, which the mask then scales in place (the float32 dropout of the upcast rows, with no other
@@ -155,9 +156,8 @@ def _apply_node_mask(x: Tensor, ids: Tensor, p: float, h_site: int) -> Tensor:
     thr = _threshold(p)
     scale = 1.0 / (1.0 - p)
     h_col = _hash_t((torch.arange(f, device=x.device) ^ _COL_SALT) & _M32)
-    out = None
     if x.dtype == torch.bfloat16:
-        x = out = x.to(torch.float32)
+        x = out = x.to(torch.float32) if out is None else out.copy_(x)
     if _use_numba(x, ids):
         out = buffers.empty(x.shape, x.dtype) if out is None else out
         indptr = np.arange(0, n + 1, dtype=np.int64) * max(f, 1)  # balance rows evenly
@@ -165,7 +165,9 @@ def _apply_node_mask(x: Tensor, ids: Tensor, p: float, h_site: int) -> Tensor:
                   h_col.numpy(), h_site, thr, scale, out.numpy())
         return out
     keep = _hash_t(_fold_t(h_site, ids)[:, None] ^ h_col[None, :]) >= thr
-    return x * keep.to(x.dtype) * scale
+    if out is None:
+        return x * keep.to(x.dtype) * scale
+    return torch.mul(x, keep.to(x.dtype), out=out).mul_(scale)
 
 
 @nb.njit(nogil=True, cache=True)
@@ -226,9 +228,20 @@ class RowKeep:
 
     def apply(self, x: Tensor) -> Tensor:
         """``keyed_dropout`` of ``x`` (one row per id), differentiable: ``[N, F]`` -> ``[N, F]``."""
-        if x.shape != (self.ids.numel(), self.num_cols):
-            raise ValueError(f"RowKeep.apply: x must be [{self.ids.numel()}, {self.num_cols}], got {tuple(x.shape)}")
+        self._check(x, "apply")
         return _NodeDropout.apply(x, self.ids.to(x.device), self.p, self.h_site)
+
+    def linear(self, x: Tensor, weight: Tensor) -> Tensor:
+        """``apply(x) @ weight.T`` without a dropped copy of ``x``: the dropped rows exist one block of
+        :data:`LINEAR_BLOCK_BYTES` at a time, in the forward and again in the backward (recomputed from the ids,
+        as :meth:`apply`'s backward does), so autograd keeps ``x`` (which the layer before holds anyway) and not
+        a second ``[N, F]`` tensor. Differentiable in ``x`` and ``weight``: ``[N, F]`` x ``[O, F]`` -> ``[N, O]``."""
+        self._check(x, "linear")
+        return _DroppedLinear.apply(x, weight, self.ids.to(x.device), self.p, self.h_site)
+
+    def _check(self, x: Tensor, what: str) -> None:
+        if x.shape != (self.ids.numel(), self.num_cols):
+            raise ValueError(f"RowKeep.{what}: x must be [{self.ids.numel()}, {self.num_cols}], got {tuple(x.shape)}")
 
 
 def keyed_dropout_keep(ids: Tensor, num_cols: int, p: float, seed: int, epoch: int, site: int,
@@ -259,6 +272,50 @@ class _NodeDropout(torch.autograd.Function):
     def backward(ctx, grad):
         (ids,) = ctx.saved_tensors
         return _apply_node_mask(grad.contiguous(), ids, ctx.p, ctx.h_site), None, None, None
+
+
+#: Bytes of dropped rows :meth:`RowKeep.linear` holds at a time (one row block).
+LINEAR_BLOCK_BYTES = 4 << 20
+
+
+def _row_blocks(x: Tensor) -> range:
+    rows = max(1, LINEAR_BLOCK_BYTES // max(1, x.shape[1] * 4))
+    return range(0, x.shape[0], rows)
+
+
+class _DroppedLinear(torch.autograd.Function):
+    """``keyed_dropout(x) @ weight.T`` block by block (:meth:`RowKeep.linear`)."""
+
+    @staticmethod
+    def forward(ctx, x, weight, ids, p, h_site):
+        x = x.detach()
+        weight_t = weight.detach().t()
+        out = torch.empty(x.shape[0], weight.shape[0], dtype=weight.dtype, device=x.device)
+        step = _row_blocks(x).step
+        for lo in _row_blocks(x):
+            rows = slice(lo, lo + step)
+            torch.mm(_apply_node_mask(x[rows], ids[rows], p, h_site), weight_t, out=out[rows])
+        ctx.save_for_backward(x, weight, ids)
+        ctx.p, ctx.h_site = p, h_site
+        return out
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad):
+        x, weight, ids = ctx.saved_tensors
+        p, h_site = ctx.p, ctx.h_site
+        grad = grad.contiguous()
+        grad_x = torch.empty(x.shape, dtype=weight.dtype, device=x.device) if ctx.needs_input_grad[0] else None
+        grad_w = torch.zeros_like(weight) if ctx.needs_input_grad[1] else None
+        step = _row_blocks(x).step
+        for lo in _row_blocks(x):
+            rows = slice(lo, lo + step)
+            if grad_x is not None:  # the dropout's backward is the same mask on the gradient
+                block = torch.mm(grad[rows], weight, out=grad_x[rows])
+                _apply_node_mask(block, ids[rows], p, h_site, out=block)
+            if grad_w is not None:
+                grad_w.addmm_(grad[rows].t(), _apply_node_mask(x[rows], ids[rows], p, h_site))
+        return grad_x, grad_w, None, None, None
 
 
 def keyed_dropout(x: Tensor, ids: Tensor, p: float, seed: int, epoch: int, site: int,

@@ -208,9 +208,8 @@ class GCNLayer(nn.Module):
         ``[S, in_dim]`` -> ``[D, out_dim]``."""
         _check_src(block, x_src, self.in_dim, "GCNLayer")
         if _transform_first(block, x_src, self.in_dim, self.out_dim, self.lin.weight):
-            if src_dropout is not None:
-                x_src = src_dropout.apply(x_src)
-            out = gcn_aggregate(block, self.lin(x_src))
+            z = self.lin(x_src) if src_dropout is None else src_dropout.linear(x_src, self.lin.weight)
+            out = gcn_aggregate(block, z)
             return out if self.bias is None else out + self.bias
         return self.update(gcn_aggregate(block, x_src, src_dropout))
 
@@ -258,16 +257,19 @@ class SAGELayer(nn.Module):
         comes first; the destination rows' dropped copy feeds ``W_r``): ``[S, in_dim]`` -> ``[D, out_dim]``."""
         _check_src(block, x_src, self.in_dim, "SAGELayer")
         transform_first = _transform_first(block, x_src, self.in_dim, self.out_dim, self.lin_l.weight)
-        if src_dropout is not None and transform_first:
-            x_src, src_dropout = src_dropout.apply(x_src), None
         x_dst = x_src[: block.num_dst]
-        if src_dropout is not None:
-            x_dst = src_dropout.rows(block.num_dst).apply(x_dst)
         if transform_first:
-            out = mean_aggregate(block, F.linear(x_src, self.lin_l.weight))
+            if src_dropout is None:
+                z, root = F.linear(x_src, self.lin_l.weight), self.lin_r(x_dst)
+            else:  # dropped rows one block at a time, for both products
+                z = src_dropout.linear(x_src, self.lin_l.weight)
+                root = src_dropout.rows(block.num_dst).linear(x_dst, self.lin_r.weight)
+            out = mean_aggregate(block, z)
             if self.lin_l.bias is not None:
                 out = out + self.lin_l.bias
-            return out + self.lin_r(x_dst)
+            return out + root
+        if src_dropout is not None:
+            x_dst = src_dropout.rows(block.num_dst).apply(x_dst)
         return self.update(mean_aggregate(block, x_src, src_dropout), x_dst)
 
     def extra_repr(self) -> str:

@@ -281,3 +281,30 @@ def test_fused_dropout_spmm_equals_dropout_then_spmm(kind, scales, dtype, backen
     assert gd.keyed_dropout_keep(ids, num_cols, 0.0, 3, 2, 1) is None
     with pytest.raises(ValueError, match="bits must be uint8"):
         ops.spmm(block, x[:, :8], **args, src_dropout=keep)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, F64])
+@pytest.mark.parametrize("block_bytes", [4 << 20, 7 * 21 * 4])  # one block; blocks of 7 rows (the last partial)
+def test_dropped_linear_equals_dropout_then_linear(dtype, block_bytes, monkeypatch):
+    """``RowKeep.linear`` (dropped rows one block at a time, recomputed in the backward) gives the forward and
+    both gradients of ``keyed_dropout`` then ``x @ W.T``; autograd keeps no dropped copy of ``x``."""
+    monkeypatch.setattr(gd, "LINEAR_BLOCK_BYTES", block_bytes)
+    gen = torch.Generator().manual_seed(5)
+    ids = torch.randperm(200, generator=gen)[:45] * 3
+    x = torch.randn(45, 21, dtype=dtype, generator=gen, requires_grad=True)
+    w = torch.randn(6, 21, dtype=dtype, generator=gen, requires_grad=True)
+    g = torch.randn(45, 6, dtype=dtype, generator=gen)
+    ref = gd.keyed_dropout(x, ids, 0.4, 3, 2, 1) @ w.t()
+    ref_grads = torch.autograd.grad(ref, (x, w), g)
+    keep = gd.keyed_dropout_keep(ids, 21, 0.4, seed=3, epoch=2, site=1)
+    saved = []
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t) or t, lambda t: t):
+        out = keep.linear(x, w)
+    assert all(t.data_ptr() in (x.data_ptr(), w.data_ptr(), ids.data_ptr()) for t in saved)
+    grads = torch.autograd.grad(out, (x, w), g)
+    tol = {"rtol": 1e-5, "atol": 1e-6} if dtype == torch.float32 else {"rtol": 1e-12, "atol": 1e-12}
+    torch.testing.assert_close(out, ref, **tol)
+    for got, want in zip(grads, ref_grads):
+        torch.testing.assert_close(got, want, **tol)
+    with pytest.raises(ValueError, match=r"RowKeep.linear: x must be \[45, 21\]"):
+        keep.linear(x[:, :20], w[:, :20])
