@@ -30,7 +30,7 @@ import torch
 from torch import Tensor
 
 from graphscale.nn import buffers
-from graphscale.nn.ops import Topology, _run_rows, _use_numba, topology
+from graphscale.nn.ops import Topology, _run_rows, _use_numba, keep_bytes, topology
 
 _M32 = 0xFFFFFFFF
 _NODE_STREAM = 0x3C6EF372
@@ -188,7 +188,7 @@ class RowKeep:
     Element ``(i, j)`` is kept iff :func:`node_keep_mask` says so for ``(ids[i], j)``, and kept values are
     scaled by ``1 / (1 - p)`` (the same ``x * scale`` in ``x``'s dtype as :func:`keyed_dropout`, so a fused
     kernel reproduces ``keyed_dropout`` bit for bit). :meth:`bits` packs the decisions 8 columns a byte
-    (``[N, ceil(F / 8)]`` uint8: 1/32 of a float32 copy), the only thing a fused kernel needs.
+    (uint8 ``[N, keep_bytes(F)]``: about 1/32 of a float32 copy), the only thing a fused kernel needs.
 
     Args:
         ids: int64 global vertex ids of the rows.
@@ -204,18 +204,19 @@ class RowKeep:
         self._bits: Tensor | None = None
 
     def bits(self) -> Tensor:
-        """Packed keep bits: bit ``j % 8`` of byte ``[i, j // 8]`` (uint8 ``[N, ceil(F / 8)]``)."""
+        """Packed keep bits: bit ``j % 8`` of byte ``[i, j // 8]`` (uint8 ``[N, keep_bytes(F)]``: rows padded with
+        zero bytes to whole 64-bit words, which the kernels read)."""
         if self._bits is None:
             n, f = self.ids.numel(), self.num_cols
             h_col = _hash_t((torch.arange(f, device=self.ids.device) ^ _COL_SALT) & _M32)
             if _use_numba(self.ids):
-                bits = torch.empty(n, (f + 7) // 8, dtype=torch.uint8)
+                bits = torch.empty(n, keep_bytes(f), dtype=torch.uint8)
                 indptr = np.arange(0, n + 1, dtype=np.int64) * max(f, 1)
                 _run_rows(_k_keep_bits, indptr, n * f, self.ids.contiguous().numpy(), h_col.numpy(), self.h_site,
                           _threshold(self.p), bits.numpy())
             else:
                 keep = _hash_t(_fold_t(self.h_site, self.ids)[:, None] ^ h_col[None, :]) >= _threshold(self.p)
-                pad = torch.zeros(n, (-f) % 8, dtype=torch.bool, device=keep.device)
+                pad = torch.zeros(n, 8 * keep_bytes(f) - f, dtype=torch.bool, device=keep.device)
                 weights = (1 << torch.arange(8, device=keep.device)).to(torch.uint8)
                 bits = (torch.cat([keep, pad], 1).view(n, -1, 8).to(torch.uint8) * weights).sum(-1)
                 bits = bits.to(torch.uint8)

@@ -96,15 +96,22 @@ def _k_transpose(indptr, indices, num_cols):  # pragma: no cover - compiled
     return t_indptr, t_indices, perm
 
 
+def keep_bytes(num_cols: int) -> int:
+    """Bytes of one row's packed keep bits: 8 columns a byte, in whole 64-bit words (the kernels read a word and
+    select its 64 columns from it, which vectorises; unpacking byte by byte cost more than the product)."""
+    return 8 * ((num_cols + 63) // 64)
+
+
 @nb.njit(nogil=True, cache=True)
 def _k_spmm(lo, hi, indptr, indices, eperm, ew, cs, rs, ss, x, in_bits, out_bits, scale,
             out):  # pragma: no cover - compiled
     """out[r] = rs[r] * sum_e ew[eperm[e]] * cs[c_e] * x[c_e] + ss[r] * x[r] (absent arrays have length 0),
-    optionally with a dropout applied as it reads or writes, from packed keep bits (8 columns a byte).
+    optionally with a dropout applied as it reads or writes, from packed keep bits (uint64 words, 64 columns
+    each: bit ``j % 64`` of word ``j // 64``; :func:`keep_bytes`).
 
-    ``in_bits`` (``[S, ceil(F/8)]`` or empty): every read ``x[c, j]`` becomes ``x[c, j] * m`` with ``m`` =
+    ``in_bits`` (``[S, ceil(F/64)]`` or empty): every read ``x[c, j]`` becomes ``x[c, j] * m`` with ``m`` =
     ``scale`` (in x's dtype) where bit ``(c, j)`` is set, else 0: exactly the dropped copy ``keyed_dropout``
-    would have written. ``out_bits`` (``[D, ceil(F/8)]`` or empty): every output ``out[r, j]`` is multiplied by
+    would have written. ``out_bits`` (``[D, ceil(F/64)]`` or empty): every output ``out[r, j]`` is multiplied by
     the same ``m`` of ``(r, j)`` (the dropout's backward applied to a transposed product).
     """
     f = x.shape[1]
@@ -116,14 +123,14 @@ def _k_spmm(lo, hi, indptr, indices, eperm, ew, cs, rs, ss, x, in_bits, out_bits
     has_out = out_bits.shape[0] > 0
     n_self = ss.shape[0]
     acc = np.empty(f, out.dtype)
-    m = np.empty(f, x.dtype)
+    typed = np.empty(1, x.dtype)
+    typed[0] = scale
+    keep, drop = typed[0], typed[0] - typed[0]  # m of a kept / dropped element, in x's dtype
+    one = np.uint64(1)
     for r in range(lo, hi):
         acc[:] = 0
         for e in range(indptr[r], indptr[r + 1]):
             c = indices[e]
-            if has_in:
-                for j in range(f):
-                    m[j] = scale if (in_bits[c, j >> 3] >> (j & 7)) & 1 else 0
             if has_ew or has_cs:
                 if has_ew:
                     w = ew[eperm[e]] if has_perm else ew[e]
@@ -132,14 +139,20 @@ def _k_spmm(lo, hi, indptr, indices, eperm, ew, cs, rs, ss, x, in_bits, out_bits
                 else:
                     w = cs[c]
                 if has_in:
-                    for j in range(f):
-                        acc[j] += w * (x[c, j] * m[j])
+                    for q in range(in_bits.shape[1]):
+                        word, base = in_bits[c, q], 64 * q
+                        for k in range(min(64, f - base)):
+                            m = keep if (word >> np.uint64(k)) & one else drop
+                            acc[base + k] += w * (x[c, base + k] * m)
                 else:
                     for j in range(f):
                         acc[j] += w * x[c, j]
             elif has_in:
-                for j in range(f):
-                    acc[j] += x[c, j] * m[j]
+                for q in range(in_bits.shape[1]):
+                    word, base = in_bits[c, q], 64 * q
+                    for k in range(min(64, f - base)):
+                        m = keep if (word >> np.uint64(k)) & one else drop
+                        acc[base + k] += x[c, base + k] * m
             else:
                 for j in range(f):
                     acc[j] += x[c, j]
@@ -150,18 +163,20 @@ def _k_spmm(lo, hi, indptr, indices, eperm, ew, cs, rs, ss, x, in_bits, out_bits
         if r < n_self:
             s = ss[r]
             if has_in:
-                for j in range(f):
-                    m[j] = scale if (in_bits[r, j >> 3] >> (j & 7)) & 1 else 0
-                for j in range(f):
-                    acc[j] += s * (x[r, j] * m[j])
+                for q in range(in_bits.shape[1]):
+                    word, base = in_bits[r, q], 64 * q
+                    for k in range(min(64, f - base)):
+                        m = keep if (word >> np.uint64(k)) & one else drop
+                        acc[base + k] += s * (x[r, base + k] * m)
             else:
                 for j in range(f):
                     acc[j] += s * x[r, j]
         if has_out:
-            for j in range(f):
-                m[j] = scale if (out_bits[r, j >> 3] >> (j & 7)) & 1 else 0
-            for j in range(f):
-                out[r, j] = acc[j] * m[j]
+            for q in range(out_bits.shape[1]):
+                word, base = out_bits[r, q], 64 * q
+                for k in range(min(64, f - base)):
+                    m = keep if (word >> np.uint64(k)) & one else drop
+                    out[r, base + k] = acc[base + k] * m
         else:
             for j in range(f):
                 out[r, j] = acc[j]
@@ -417,6 +432,11 @@ def _unpack_keep(bits: Tensor, num_cols: int, dtype: torch.dtype) -> Tensor:
     return keep.reshape(bits.shape[0], -1)[:, :num_cols].to(dtype)
 
 
+def _words(bits: Tensor) -> np.ndarray:
+    """Packed keep bits (uint8 ``[rows, keep_bytes(F)]``) as the uint64 words the kernels read."""
+    return bits.contiguous().numpy().view(np.uint64)
+
+
 def _spmm_forward(indptr: Tensor, indices: Tensor, eperm: Tensor | None, ew: Tensor | None, cs: Tensor | None,
                   rs: Tensor | None, ss: Tensor | None, x: Tensor, edge_dst: Tensor | None,
                   in_bits: Tensor | None = None, out_bits: Tensor | None = None, scale: float = 1.0) -> Tensor:
@@ -428,11 +448,11 @@ def _spmm_forward(indptr: Tensor, indices: Tensor, eperm: Tensor | None, ew: Ten
     n = indptr.numel() - 1
     if _use_numba(x):
         out = buffers.empty((n, x.shape[1]), x.dtype)
-        no_bits = np.empty((0, 1), np.uint8)
+        no_bits = np.empty((0, 1), np.uint64)
         _run_rows(_k_spmm, indptr.numpy(), (indices.numel() + n) * x.shape[1], indptr.numpy(), indices.numpy(),
                   _np(eperm, torch.int64), _np(ew, x.dtype), _np(cs, x.dtype), _np(rs, x.dtype), _np(ss, x.dtype),
-                  x.detach().contiguous().numpy(), no_bits if in_bits is None else in_bits.contiguous().numpy(),
-                  no_bits if out_bits is None else out_bits.contiguous().numpy(), float(scale), out.numpy())
+                  x.detach().contiguous().numpy(), no_bits if in_bits is None else _words(in_bits),
+                  no_bits if out_bits is None else _words(out_bits), float(scale), out.numpy())
         return out
     x = x.detach()
     if in_bits is not None:  # the dropped copy keyed_dropout makes off the numba path
@@ -506,7 +526,7 @@ def spmm(block, x: Tensor, *, edge_weight: Tensor | None = None, col_scale: Tens
         row_scale: per-destination scale ``r``.
         self_scale: per-destination self-loop weight ``s`` (at most ``min(D, S)`` rows).
         src_dropout: a dropout of the source rows fused into the product, an object with ``bits()`` (packed keep
-            bits, uint8 ``[S, ceil(F / 8)]``) and ``scale`` (:class:`graphscale.nn.dropout.RowKeep`): the result
+            bits, uint8 ``[S, keep_bytes(F)]``) and ``scale`` (:class:`graphscale.nn.dropout.RowKeep`): the result
             is ``spmm(block, keyed_dropout(x, ...))`` bit for bit, without the dropped ``[S, F]`` copy; the
             backward applies the same bits to the gradient rows as it writes them.
 
@@ -534,9 +554,10 @@ def spmm(block, x: Tensor, *, edge_weight: Tensor | None = None, col_scale: Tens
     if src_dropout is None:
         return _SpMM.apply(x, topo, edge_weight, col_scale, row_scale, self_scale)
     bits = src_dropout.bits()
-    if bits.dtype != torch.uint8 or bits.shape != (topo.num_src, (x.shape[1] + 7) // 8):
-        raise ValueError(f"spmm: src_dropout bits must be uint8 [{topo.num_src}, {(x.shape[1] + 7) // 8}], "
-                         f"got {bits.dtype} {tuple(bits.shape)}")
+    cols = getattr(src_dropout, "num_cols", x.shape[1])
+    if bits.dtype != torch.uint8 or bits.shape != (topo.num_src, keep_bytes(x.shape[1])) or cols != x.shape[1]:
+        raise ValueError(f"spmm: src_dropout bits must be uint8 [{topo.num_src}, {keep_bytes(x.shape[1])}] for "
+                         f"{x.shape[1]} columns, got {bits.dtype} {tuple(bits.shape)} for {cols} columns")
     return _SpMM.apply(x, topo, edge_weight, col_scale, row_scale, self_scale, bits.to(x.device),
                        float(src_dropout.scale))
 

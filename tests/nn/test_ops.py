@@ -254,11 +254,11 @@ def test_edge_masks_agree_and_are_keyed_by_ids(backend):
 @pytest.mark.parametrize("kind", ["full", "part"])
 @pytest.mark.parametrize("scales", [(), ("ew",), ("cs", "rs", "ss"), ("ew", "cs", "rs", "ss")])
 @pytest.mark.parametrize("dtype", [torch.float32, F64])
-def test_fused_dropout_spmm_equals_dropout_then_spmm(kind, scales, dtype, backend):
+@pytest.mark.parametrize("num_cols", [21, 100])  # one partial 64-bit word; a full word and a partial one
+def test_fused_dropout_spmm_equals_dropout_then_spmm(kind, scales, dtype, num_cols, backend):
     """Forward and gradient equal the unfused keyed dropout + spmm: bit for bit on the numba kernels."""
     block = _blocks(90, seed=3)[kind]
     gen = torch.Generator().manual_seed(7)
-    num_cols = 21  # not a multiple of 8: the last byte of every row's bits is partial
     x = torch.randn(block.num_src, num_cols, dtype=dtype, generator=gen, requires_grad=True)
     kw = {"ew": ("edge_weight", block.num_edges), "cs": ("col_scale", block.num_src),
           "rs": ("row_scale", block.num_dst), "ss": ("self_scale", block.num_dst)}
