@@ -189,10 +189,16 @@ class GNN(nn.Module):
         out = layer(block, z, h0_dst) if self.needs_h0 else layer(block, z)
         return self.post(l, out)
 
+    def fuses_pre(self, l: int) -> bool:
+        """Whether :meth:`step` ``l`` fuses :meth:`pre` into layer ``l``'s first product when given raw inputs
+        (``pre_applied=False``): then a strategy may pass it raw rows (its own and received ones) instead of
+        materialising ``pre`` of its rows first."""
+        return bool(self.fuse_dropout and getattr(self.layers[l], "fuses_dropout", False) and type(self).pre is GNN.pre)
+
     def _fused_dropout(self, l: int, block: Block, h_src: Tensor):
         """Step ``l``'s dropout as a :class:`~graphscale.nn.dropout.RowKeep` for layer ``l`` to fuse, or ``None``
         (not fusable here, or the dropout is inactive: then :meth:`pre` is applied as usual)."""
-        if not (self.fuse_dropout and getattr(self.layers[l], "fuses_dropout", False) and type(self).pre is GNN.pre):
+        if not self.fuses_pre(l):
             return None
         return self.drops[l].keep(block.src_ids, h_src.shape[1])
 

@@ -16,11 +16,12 @@ it, since a store holds raw features). The
 store's ``halo_owner`` and ids, agreed with the owners (category ``"control"``);
 the global training count is one all-reduce (category ``"setup"``).
 
-**Epoch.** ``h = input_map(x_i)``; for every layer ``l``:
-``h_src = halo.gather(model.pre(l, h))`` then ``h = model.step(l, block, h_src, h0_dst, pre_applied=True)``
-(the row-wise, id-keyed ``pre`` (dropout) runs on the worker's own rows before the exchange, so the worker
-holds one dropped copy of its inner rows rather than of all its source rows; the rows are the same);
-``logits = output_map(h)``.
+**Epoch.** ``h = input_map(x_i)``; for every layer ``l``: where the model fuses ``pre`` (the row-wise,
+id-keyed dropout) into the layer's first product (:meth:`GNN.fuses_pre`), ``h = model.step(l, block,
+halo.gather(h), h0_dst)``: raw rows cross and the step drops them as it reads them, so no dropped copy exists;
+otherwise ``h = model.step(l, block, halo.gather(model.pre(l, h)), h0_dst, pre_applied=True)``: ``pre`` runs on
+the worker's own rows before the exchange (one dropped copy of its inner rows rather than of all its source
+rows; the rows are the same). ``logits = output_map(h)``.
 
 **Overlap.** With ``GraphParallel(overlap=True)`` each layer's exchange runs while the worker computes:
 the rows are cut once at setup (:class:`OverlapPlan`) into *interior* rows, whose in-neighbours are all local,
@@ -342,9 +343,11 @@ class GraphParallel(Strategy):
         h = self.x if self.raw_exchange else model.input_map(model.upcast(self.x), self.inner_ids)
         h0 = h if model.needs_h0 else None
         for layer in range(model.num_layers):
-            # pre (keyed dropout) is row-wise: apply it to the owned rows, then exchange (same rows, less memory);
-            # stored bfloat16 rows cross as they are and the step applies pre after upcasting them
-            raw = self.raw_exchange and layer == 0
+            # pre (keyed dropout, keyed by global ids) is row-wise: where the step fuses it into the layer's first
+            # product, the raw rows cross and no dropped copy is made; otherwise apply it to the owned rows, then
+            # exchange (fewer rows than after the exchange). Stored bfloat16 rows cross as they are and the step
+            # applies pre after upcasting them.
+            raw = (self.raw_exchange and layer == 0) or model.fuses_pre(layer)
             z = h if raw else model.pre(layer, h, self.inner_ids)
             if self.plan is not None:
                 h = self._overlapped_step(layer, z, h0, pre_applied=not raw)
