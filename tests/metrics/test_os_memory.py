@@ -156,17 +156,18 @@ def test_single_os_anonymous_peak_is_within_margin_of_the_design():
     """The design says a `single` GCN epoch holds its tracked peak: graph, model, optimiser and autograd's saved
     tensors. The OS must confirm it: the worker's anonymous memory during the training step grows by at least
     that much above its baseline (the interpreter, torch and the compiled kernels, read before the data is
-    loaded), and by at most 1.75x that much.
+    loaded), and by at most 2x that much.
 
-    Measured on the 2-core development machine for this graph (200k nodes, ~2M edges, 128 features; tracked
-    peak ~245 MiB): growth / tracked = 1.30 to 1.53 over repeated runs. For sbm graphs from 100k to 400k nodes
-    with 64 or 128 features the ratio lay between 1.33 and 1.79: the excess is memory the tracker does not
-    count by design, mostly the block's cached transpose (16 bytes per edge plus 8 per vertex), gradient
-    temporaries autograd does not save, and heap the allocator keeps after freeing. The lower bound is 0.95x:
-    every tracked byte is real anonymous memory (the graph is generated in memory here), less a 5% slack for
-    sampling.
+    Measured on the 2-core development machine for this graph (300k nodes, ~3M edges, 128 features; tracked
+    peak 203 MiB): growth / tracked = 1.64 to 1.82 over 4 runs. The excess, 130-165 MiB, is memory the tracker
+    does not count by design: the block's cached transpose (16 bytes per edge plus 8 per vertex, ~50 MiB here),
+    gradient temporaries autograd does not save, and heap the allocator keeps after freeing. (Before keyed
+    dropout was fused into the first dense product, the tracked figure also held a dropped copy of the
+    features, which the OS saw too: 200k nodes, tracked ~245 MiB, 1.30-1.53 with a 1.75x bound.) The lower
+    bound is 0.95x: every tracked byte is real anonymous memory (the graph is generated in memory here), less
+    a 5% slack for sampling.
     """
-    spec = "sbm:nodes=200000,degree=10,features=128"
+    spec = "sbm:nodes=300000,degree=10,features=128"
     out = subprocess.run([sys.executable, "-c", f"SPEC = {spec!r}\n" + _SCRIPT], capture_output=True, text=True, check=False,
                          timeout=120)
     assert out.returncode == 0, out.stderr
@@ -175,6 +176,6 @@ def test_single_os_anonymous_peak_is_within_margin_of_the_design():
     grown = result["train_peak_anon"] - result["baseline_anon"]
     assert result["baseline_at"] == "worker start"
     assert tracked > 200 * MiB  # the data dominates the interpreter's own noise
-    assert 0.95 * tracked <= grown <= 1.75 * tracked, (grown / tracked, result)
+    assert 0.95 * tracked <= grown <= 2.0 * tracked, (grown / tracked, result)
     # the kernel's exact peak of the whole resident set bounds the sampled anonymous peak
     assert result["peak_rss"] - result["baseline_rss"] >= grown - 4 * MiB
