@@ -10,8 +10,10 @@ Margins (measured on a 2-core machine; 2M-vertex figures are in the issue's clos
 
 * graph-parallel, per worker: ``anon <= 1.2 * (baseline + tracked)`` (measured 0.94-0.98 at this size,
   0.76-0.92 at 2M vertices) and ``anon - baseline >= 0.5 * tracked`` (the design is not a fiction); the
-  largest worker's anonymous peak is at most 0.8x ``single``'s on the same graph (0.65x measured here,
-  0.47x at 2M vertices with 4 workers);
+  largest worker's anonymous peak is at most 0.9x ``single``'s on the same graph (a worker that loaded the
+  whole graph would hold at least as much as ``single``). Measured 0.77-0.79x here on an idle machine, up to
+  0.80x under load, and 0.59x at 2M vertices with 4 workers, since keyed dropout is fused into the first dense
+  product and ``single`` no longer holds a dropped copy of the features (before: 0.65x here, 0.47x at 2M);
 * host-shared (data-parallel), the node data live once in the page cache: the workers' anonymous memory
   above their baselines, summed over both workers, stays below one copy of the node data (a copy per
   worker would be two; ``single``, which loads the graph, holds more than one). Each worker's fixed
@@ -54,7 +56,7 @@ def test_graph_parallel_workers_hold_their_part_as_designed():
     for anon, base, tracked in workers:
         assert anon <= 1.2 * (base + tracked), (anon, base, tracked)
         assert anon - base >= 0.5 * tracked, (anon, base, tracked)
-    assert max(anon for anon, _, _ in workers) <= 0.8 * single_anon, (workers, single_anon)
+    assert max(anon for anon, _, _ in workers) <= 0.9 * single_anon, (workers, single_anon)
 
 
 def test_host_shared_workers_share_one_copy_of_the_node_data():
