@@ -171,15 +171,25 @@ def _apply_node_mask(x: Tensor, ids: Tensor, p: float, h_site: int, out: Tensor 
 
 
 @nb.njit(nogil=True, cache=True)
-def _k_keep_bits(lo, hi, ids, h_col, h_site, thr, bits):  # pragma: no cover - compiled
+def _k_keep_bits(lo, hi, ids, h_col, h_site, thr, words):  # pragma: no cover - compiled
+    """The same keep decisions as :func:`_k_node_dropout`, packed into uint64 words (bit ``j % 64`` of word
+    ``j // 64``); a word is OR-ed together from its 64 columns' hashes, which vectorises (setting one bit at a
+    time did not: 0.70 s against 0.05 s for 1M rows of 128 columns)."""
     f = h_col.shape[0]
     for i in range(lo, hi):
         h_row = _fold_nb(h_site, ids[i])
-        for w in range(bits.shape[1]):
-            bits[i, w] = 0
-        for j in range(f):  # the same keep decision as _k_node_dropout, packed 8 columns a byte
-            if _hash_nb(h_row ^ h_col[j]) >= thr:
-                bits[i, j >> 3] |= np.uint8(1 << (j & 7))
+        for q in range(words.shape[1]):
+            base = 64 * q
+            word = np.uint64(0)
+            for k in range(min(64, f - base)):
+                v = h_row ^ h_col[base + k]  # the hash inlined, as in _k_node_dropout
+                v ^= v >> 16
+                v = (v * 0x7FEB352D) & 0xFFFFFFFF
+                v ^= v >> 15
+                v = (v * 0x846CA68B) & 0xFFFFFFFF
+                v ^= v >> 16
+                word |= np.uint64(v >= thr) << np.uint64(k)
+            words[i, q] = word
 
 
 class RowKeep:
@@ -213,7 +223,7 @@ class RowKeep:
                 bits = torch.empty(n, keep_bytes(f), dtype=torch.uint8)
                 indptr = np.arange(0, n + 1, dtype=np.int64) * max(f, 1)
                 _run_rows(_k_keep_bits, indptr, n * f, self.ids.contiguous().numpy(), h_col.numpy(), self.h_site,
-                          _threshold(self.p), bits.numpy())
+                          _threshold(self.p), bits.numpy().view(np.uint64))
             else:
                 keep = _hash_t(_fold_t(self.h_site, self.ids)[:, None] ^ h_col[None, :]) >= _threshold(self.p)
                 pad = torch.zeros(n, 8 * keep_bytes(f) - f, dtype=torch.bool, device=keep.device)
