@@ -15,6 +15,11 @@ offers three entry points:
 ``x_src`` (:class:`~graphscale.nn.dropout.RowKeep`) that the aggregation applies as it reads its rows (no dropped
 ``[S, F]`` copy; bit-identical to dropping first). The model passes its step dropout this way.
 
+``fuses_relu`` says that ``forward`` takes ``relu=True`` and returns the layer's output after a ReLU: where the
+layer ends in its dense product (:func:`linear_relu`) the ReLU's backward runs block by block inside that product's
+backward, so no ``[D, out_dim]`` gradient of the pre-activation is ever held. The model passes its hidden layers'
+activation this way.
+
 ``linear_aggregate`` tells strategies whether ``aggregate`` is a fixed linear
 map of ``x_src`` (GCN, SAGE, GCNII): then its backward needs only the topology
 and ``x_agg`` may be cached (HongTu's hybrid). It is ``False`` for GAT (the
@@ -42,7 +47,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from graphscale.nn.dropout import EdgeDropout, KeyedDropout
+from graphscale.nn.dropout import LINEAR_BLOCK_BYTES, EdgeDropout, KeyedDropout
 from graphscale.nn.ops import gcn_norm_scales, segment_softmax, spmm, spmm_heads, spmm_transpose, topology
 
 
@@ -86,6 +91,49 @@ def _transform_first(block, x_src: Tensor, in_dim: int, out_dim: int, weight: Te
     tr_first = (_dense_cost(rows_src, in_dim, out_dim) * (1 + int(x_grad) + int(w_grad))
                 + _sparse_cost(nnz, out_dim) * (1 + int(x_grad or w_grad)))
     return tr_first < agg_first
+
+
+class _LinearReLU(torch.autograd.Function):
+    """``relu(x @ weight.T + bias)`` with the ReLU's backward applied block by block (:func:`linear_relu`)."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias):
+        y = F.linear(x, weight, bias).relu_()
+        ctx.save_for_backward(x, weight, y)
+        ctx.has_bias = bias is not None
+        return y
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad):
+        x, weight, y = ctx.saved_tensors
+        grad = grad.contiguous()
+        grad_x = torch.empty(x.shape, dtype=x.dtype, device=x.device) if ctx.needs_input_grad[0] else None
+        grad_w = torch.zeros_like(weight) if ctx.needs_input_grad[1] else None
+        grad_b = torch.zeros_like(weight[:, 0]) if ctx.has_bias and ctx.needs_input_grad[2] else None
+        step = max(1, LINEAR_BLOCK_BYTES // max(1, grad.shape[1] * grad.element_size()))
+        for lo in range(0, grad.shape[0], step):
+            rows = slice(lo, lo + step)
+            g = torch.where(y[rows] <= 0, 0.0, grad[rows])  # ReLU's backward (threshold_backward), one block
+            if grad_x is not None:
+                torch.mm(g, weight, out=grad_x[rows])
+            if grad_w is not None:
+                grad_w.addmm_(g.t(), x[rows])
+            if grad_b is not None:
+                grad_b += g.sum(0)
+        return grad_x, grad_w, grad_b
+
+
+def linear_relu(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
+    """``relu(F.linear(x, weight, bias))`` whose backward never holds the pre-activation's ``[N, out]`` gradient:
+    it masks the incoming gradient one block of :data:`~graphscale.nn.dropout.LINEAR_BLOCK_BYTES` at a time and
+    accumulates the weight and bias gradients from the blocks (the same values as ReLU then ``F.linear`` up to
+    float summation order; tested). Autograd keeps ``x`` and the output, as ``F.linear`` and ReLU do.
+
+    Shapes:
+        x ``[N, in]``, weight ``[out, in]``, bias ``[out]`` -> ``[N, out]``.
+    """
+    return _LinearReLU.apply(x, weight, bias)
 
 
 def gcn_aggregate(block, x_src: Tensor, src_dropout=None) -> Tensor:
@@ -180,6 +228,7 @@ class GCNLayer(nn.Module):
 
     linear_aggregate = True
     fuses_dropout = True
+    fuses_relu = True
 
     def __init__(self, in_dim: int, out_dim: int, bias: bool = True) -> None:
         super().__init__()
@@ -202,16 +251,19 @@ class GCNLayer(nn.Module):
         """``W x_agg + b``: ``[D, in_dim]`` -> ``[D, out_dim]`` (``x_dst`` unused)."""
         return F.linear(x_agg, self.lin.weight, self.bias)
 
-    def forward(self, block, x_src: Tensor, *, src_dropout=None) -> Tensor:
+    def forward(self, block, x_src: Tensor, *, src_dropout=None, relu: bool = False) -> Tensor:
         """The whole layer on ``x_src`` (or on ``src_dropout(x_src)``: a
-        :class:`~graphscale.nn.dropout.RowKeep`, fused into the aggregation when that comes first):
+        :class:`~graphscale.nn.dropout.RowKeep`, fused into the aggregation when that comes first), followed by
+        a ReLU when ``relu`` (fused into the dense product when that comes last: :func:`linear_relu`):
         ``[S, in_dim]`` -> ``[D, out_dim]``."""
         _check_src(block, x_src, self.in_dim, "GCNLayer")
         if _transform_first(block, x_src, self.in_dim, self.out_dim, self.lin.weight):
             z = self.lin(x_src) if src_dropout is None else src_dropout.linear(x_src, self.lin.weight)
             out = gcn_aggregate(block, z)
-            return out if self.bias is None else out + self.bias
-        return self.update(gcn_aggregate(block, x_src, src_dropout))
+            out = out if self.bias is None else out + self.bias
+            return out.relu_() if relu else out  # a fresh tensor no autograd node saved
+        x_agg = gcn_aggregate(block, x_src, src_dropout)
+        return linear_relu(x_agg, self.lin.weight, self.bias) if relu else self.update(x_agg)
 
     def extra_repr(self) -> str:
         return f"{self.in_dim}, {self.out_dim}"

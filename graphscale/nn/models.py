@@ -181,13 +181,19 @@ class GNN(nn.Module):
         layer = self.layers[l]
         stored = h_src.dtype == torch.bfloat16  # stored rows: the keyed dropout reads them into float32
         keep = None if pre_applied or stored else self._fused_dropout(l, block, h_src)
+        relu = self._fuses_relu(l)
+        kwargs = {"relu": True} if relu else {}
         if keep is not None:
-            out = layer(block, h_src, h0_dst, src_dropout=keep) if self.needs_h0 else layer(block, h_src,
-                                                                                           src_dropout=keep)
-            return self.post(l, out)
-        z = self.upcast(h_src if pre_applied else self.pre(l, h_src, block.src_ids))  # upcast: pre the identity
-        out = layer(block, z, h0_dst) if self.needs_h0 else layer(block, z)
-        return self.post(l, out)
+            kwargs["src_dropout"] = keep
+        else:
+            h_src = self.upcast(h_src if pre_applied else self.pre(l, h_src, block.src_ids))  # upcast: pre the identity
+        out = layer(block, h_src, h0_dst, **kwargs) if self.needs_h0 else layer(block, h_src, **kwargs)
+        return out if relu else self.post(l, out)
+
+    def _fuses_relu(self, l: int) -> bool:
+        """Whether :meth:`step` ``l`` lets layer ``l`` apply :meth:`post`'s ReLU itself (``fuses_relu``)."""
+        return (type(self).post is GNN.post and l < self.num_layers - 1
+                and getattr(self.layers[l], "fuses_relu", False))
 
     def fuses_pre(self, l: int) -> bool:
         """Whether :meth:`step` ``l`` fuses :meth:`pre` into layer ``l``'s first product when given raw inputs

@@ -220,3 +220,34 @@ def test_layer_order_prices_sparse_work_above_dense():
         out = layer(block, xd)
         agg_first = layer.update(layer.aggregate(block, xd))
     torch.testing.assert_close(out, agg_first, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, F64])
+@pytest.mark.parametrize("block_bytes", [4 << 20, 7 * 6 * 8])  # one block; blocks of 7 / 14 rows, the last partial
+@pytest.mark.parametrize("bias", [True, False])
+def test_linear_relu_equals_relu_of_linear(dtype, block_bytes, bias, monkeypatch):
+    """``linear_relu`` (the ReLU's backward one block at a time inside the product's backward) gives the forward
+    and every gradient of ``relu(F.linear(...))``, zero pre-activations included; autograd keeps only ``x``, the
+    weight and the output (no pre-activation, no ``[N, out]`` gradient)."""
+    import graphscale.nn.layers as layers_module
+
+    monkeypatch.setattr(layers_module, "LINEAR_BLOCK_BYTES", block_bytes)
+    gen = torch.Generator().manual_seed(4)
+    x = torch.randn(45, 21, dtype=dtype, generator=gen)
+    x[:5] = 0  # rows whose pre-activation is exactly the bias (0 without one): ReLU's gradient there is 0
+    x.requires_grad_(True)
+    w = torch.randn(6, 21, dtype=dtype, generator=gen, requires_grad=True)
+    b = torch.randn(6, dtype=dtype, generator=gen, requires_grad=True) if bias else None
+    g = torch.randn(45, 6, dtype=dtype, generator=gen)
+    inputs = (x, w) + ((b,) if bias else ())
+    ref = torch.relu(torch.nn.functional.linear(x, w, b))
+    ref_grads = torch.autograd.grad(ref, inputs, g)
+    saved = []
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t) or t, lambda t: t):
+        out = layers_module.linear_relu(x, w, b)
+    assert {t.data_ptr() for t in saved} == {x.data_ptr(), w.data_ptr(), out.data_ptr()}
+    grads = torch.autograd.grad(out, inputs, g)
+    tol = {"rtol": 1e-5, "atol": 1e-6} if dtype == torch.float32 else {"rtol": 1e-12, "atol": 1e-12}
+    torch.testing.assert_close(out, ref, **tol)
+    for got, want in zip(grads, ref_grads):
+        torch.testing.assert_close(got, want, **tol)

@@ -177,3 +177,26 @@ def test_torch_fallback_path_matches_numba_kernels(name, monkeypatch):
     for a, c in zip(grads_t, grads_nb):
         if a is not None or c is not None:
             torch.testing.assert_close(a, c, **TOL)
+
+
+@pytest.mark.parametrize("in_dim", [3, 12])  # hidden 6: aggregate first (ReLU in the dense product) / transform first
+def test_fused_hidden_relu_equals_relu_after_the_layer(in_dim, monkeypatch):
+    """GCN's hidden layers apply their ReLU inside the layer (``fuses_relu``); outputs and every gradient equal
+    the model applying ``post``'s ReLU after the layer, on both layer orders."""
+    g = random_graph(60, 4.0, num_features=in_dim, num_classes=4, seed=1, dtype=F64, isolated=3)
+    block = Block.full(g)
+
+    def run(fused: bool):
+        model = build_model(_cfg("gcn", layers=3), in_dim, 4, seed=2).to(F64)
+        monkeypatch.setattr(GNN, "_fuses_relu", lambda self, l: fused and l < self.num_layers - 1)
+        model.set_epoch(1)
+        out = model(block, g.x)
+        grads = torch.autograd.grad((out * torch.linspace(-1, 1, out.numel(), dtype=F64).view_as(out)).sum(),
+                                    list(model.parameters()))
+        return out, grads
+
+    out, grads = run(True)
+    ref, ref_grads = run(False)
+    torch.testing.assert_close(out, ref, **TOL)
+    for got, want in zip(grads, ref_grads):
+        torch.testing.assert_close(got, want, **TOL)
