@@ -357,6 +357,9 @@ class GATLayer(nn.Module):
         x_src ``[S, in_dim]`` -> ``aggregate`` ``[D, H * out_dim]`` -> ``[D, H * out_dim]`` or ``[D, out_dim]``.
     """
 
+    #: its products read per-edge weights (attention), so its backward needs the transpose's permutation
+    edge_weighted = True
+
     linear_aggregate = False
 
     def __init__(self, in_dim: int, out_dim: int, heads: int = 1, concat: bool = True, negative_slope: float = 0.2,
@@ -575,6 +578,9 @@ class ScoredAttentionPropagation(nn.Module):
     Shapes:
         x_src ``[S, H (dim + 2)]`` -> ``[D, H (dim + 2)]``.
     """
+
+    #: its products read per-edge weights (attention), so its backward needs the transpose's permutation
+    edge_weighted = True
 
     linear_aggregate = False
 

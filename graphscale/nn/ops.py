@@ -83,8 +83,8 @@ def _k_bounds(indptr, num_chunks):  # pragma: no cover - compiled
 
 
 @nb.njit(nogil=True, cache=True)
-def _k_transpose(indptr, indices, num_cols):  # pragma: no cover - compiled
-    """Counting-sort transpose of a CSR: returns (t_indptr, t_indices, perm)."""
+def _k_transpose(indptr, indices, num_cols, with_indices, with_perm):  # pragma: no cover - compiled
+    """Counting-sort transpose of a CSR: (t_indptr, t_indices, perm); t_indices / perm are empty unless asked for."""
     n = indptr.shape[0] - 1
     nnz = indices.shape[0]
     t_indptr = np.zeros(num_cols + 1, np.int64)
@@ -93,16 +93,42 @@ def _k_transpose(indptr, indices, num_cols):  # pragma: no cover - compiled
     for c in range(num_cols):
         t_indptr[c + 1] += t_indptr[c]
     pos = t_indptr[:num_cols].copy()
-    t_indices = np.empty(nnz, np.int64)
-    perm = np.empty(nnz, np.int64)
+    t_indices = np.empty(nnz if with_indices else 0, np.int64)
+    perm = np.empty(nnz if with_perm else 0, np.int64)
     for r in range(n):
         for e in range(indptr[r], indptr[r + 1]):
             c = indices[e]
             p = pos[c]
-            t_indices[p] = r
-            perm[p] = e
+            if with_indices:
+                t_indices[p] = r
+            if with_perm:
+                perm[p] = e
             pos[c] = p + 1
     return t_indptr, t_indices, perm
+
+
+@nb.njit(nogil=True, cache=True)
+def _k_is_own_transpose(indptr, indices, num_cols):  # pragma: no cover - compiled
+    """Whether the CSR equals its transpose (:func:`_k_transpose`'s t_indptr and t_indices): a square CSR whose
+    in-degrees equal its row lengths and whose every entry sits where the counting sort would put it (so a
+    symmetric graph with ascending rows). Needs two length-``n`` temporaries only."""
+    n = indptr.shape[0] - 1
+    if num_cols != n:
+        return False
+    in_deg = np.zeros(n, np.int64)
+    for e in range(indices.shape[0]):
+        in_deg[indices[e]] += 1
+    for r in range(n):
+        if in_deg[r] != indptr[r + 1] - indptr[r]:
+            return False
+    pos = indptr[:n].copy()
+    for r in range(n):
+        for e in range(indptr[r], indptr[r + 1]):
+            c = indices[e]
+            if indices[pos[c]] != r:
+                return False
+            pos[c] += 1
+    return True
 
 
 def keep_bytes(num_cols: int) -> int:
@@ -428,7 +454,8 @@ class Topology:
         self.indptr = indptr.contiguous()
         self.indices = indices.contiguous()
         self.num_src = int(num_src)
-        self._transpose: tuple[Tensor, Tensor, Tensor] | None = None
+        self._transpose: tuple[Tensor, Tensor] | None = None
+        self._perm: Tensor | None = None
         self._edge_dst: Tensor | None = None
 
     @property
@@ -443,28 +470,47 @@ class Topology:
     def device(self) -> torch.device:
         return self.indptr.device
 
-    def transpose(self) -> tuple[Tensor, Tensor, Tensor]:
-        """The CSC of the block: ``(t_indptr [S+1], t_indices [nnz], perm [nnz])``.
+    def transpose(self) -> tuple[Tensor, Tensor]:
+        """The CSC of the block: ``(t_indptr [S+1], t_indices [nnz])``; row ``u`` of the transpose lists the
+        destinations ``v`` of ``u``'s out-edges (ascending).
 
-        Row ``u`` of the transpose lists the destinations ``v`` of ``u``'s out-edges
-        (ascending), and ``perm[k]`` is the CSR position of the ``k``-th CSC entry.
+        A CSR that is its own transpose (a symmetric graph's full block with ascending rows: the usual full-graph
+        case) is returned itself, so the backward holds no second copy of the graph (on CPU; checked without
+        building the copy).
         """
         if self._transpose is None:
             if self.device.type == "cpu":
-                t = _k_transpose(self.indptr.numpy(), self.indices.numpy(), self.num_src)
-                self._transpose = tuple(torch.from_numpy(a) for a in t)
+                indptr, indices = self.indptr.numpy(), self.indices.numpy()
+                if _k_is_own_transpose(indptr, indices, self.num_src):
+                    self._transpose = (self.indptr, self.indices)
+                else:
+                    t_indptr, t_indices, _ = _k_transpose(indptr, indices, self.num_src, True, False)
+                    self._transpose = (torch.from_numpy(t_indptr), torch.from_numpy(t_indices))
             else:
-                perm = torch.argsort(self.indices, stable=True)
-                t_indices = self.edge_dst()[perm]
+                t_indices = self.edge_dst()[self.transpose_perm()]
                 t_indptr = torch.zeros(self.num_src + 1, dtype=torch.int64, device=self.device)
                 torch.cumsum(torch.bincount(self.indices, minlength=self.num_src), 0, out=t_indptr[1:])
-                self._transpose = (t_indptr, t_indices, perm)
+                self._transpose = (t_indptr, t_indices)
         return self._transpose
 
+    def transpose_perm(self) -> Tensor:
+        """``perm [nnz]``: ``perm[k]`` is the CSR position of the ``k``-th CSC entry (how per-edge weights are read
+        in the transpose); built on first use, since only edge-weighted products need it."""
+        if self._perm is None:
+            if self.device.type == "cpu":
+                _, _, perm = _k_transpose(self.indptr.numpy(), self.indices.numpy(), self.num_src, False, True)
+                self._perm = torch.from_numpy(perm)
+            else:
+                self._perm = torch.argsort(self.indices, stable=True)
+        return self._perm
+
     def tensors(self) -> list[Tensor]:
-        """Every tensor this topology holds: the CSR, and the transpose and edge destinations once built."""
-        return [self.indptr, self.indices, *(self._transpose or ()), *([self._edge_dst] if self._edge_dst is not None
-                                                                        else [])]
+        """Every tensor this topology holds: the CSR, and the transpose, its permutation and the edge destinations
+        once built."""
+        built = [*(self._transpose or ()), self._perm, self._edge_dst]
+        out = [self.indptr, self.indices]
+        out += [t for t in built if t is not None and all(t is not u for u in out)]  # an own transpose: once
+        return out
 
     def edge_dst(self) -> Tensor:
         """Destination row of every edge in CSR order, int64 ``[nnz]``."""
@@ -568,13 +614,14 @@ def _spmm_adjoint(topo: Topology, grad: Tensor, ew: Tensor | None, cs: Tensor | 
                   ss: Tensor | None, keep_bits: Tensor | None = None, keep_scale: float = 1.0) -> Tensor:
     """``grad_x`` of :func:`spmm` for the output gradient ``grad``: the same kernel on the cached transpose (with
     a fused dropout's keep bits applied on write)."""
-    t_indptr, t_indices, perm = topo.transpose()
+    t_indptr, t_indices = topo.transpose()
+    perm = topo.transpose_perm() if ew is not None else None
     # transpose: grad_x[u] = cs[u] * sum_{v: u->v} ew * rs[v] * g[v] + ss[u] * g[u]
     t_dst = None
     if not _use_numba(grad) and cs is not None:
         t_dst = torch.repeat_interleave(torch.arange(topo.num_src, device=grad.device),
                                         t_indptr[1:] - t_indptr[:-1])
-    return _spmm_forward(t_indptr, t_indices, perm if ew is not None else None, ew, rs, cs, ss,
+    return _spmm_forward(t_indptr, t_indices, perm, ew, rs, cs, ss,
                          grad.contiguous(), t_dst, None, keep_bits, keep_scale)
 
 
@@ -712,8 +759,8 @@ class _SpMMHeads(torch.autograd.Function):
         grad = grad.contiguous()
         gx = gw = gws = None
         if ctx.needs_input_grad[0]:
-            t_indptr, t_indices, perm = topo.transpose()
-            gx = _heads_forward(t_indptr, t_indices, perm, w, ws, grad)
+            t_indptr, t_indices = topo.transpose()
+            gx = _heads_forward(t_indptr, t_indices, topo.transpose_perm(), w, ws, grad)
         if ctx.needs_input_grad[1] or (ctx.has_ws and ctx.needs_input_grad[2]):
             gw, gws = _sddmm(topo, grad, x, ws.shape[0] if ctx.has_ws else 0)
             if not ctx.has_ws:

@@ -322,9 +322,13 @@ class GraphParallel(Strategy):
         self.tracker = MemoryTracker(env)
         self.halo.tracker = self.tracker
         arrays = []
+        edge_weighted = any(getattr(layer, "edge_weighted", False) for layer in model.layers)
         for b in self.blocks:
-            transpose = topology(b).transpose()  # the backward's CSC, built once and kept with the block
-            arrays += [b.indptr, b.indices, b.src_ids, b.src_deg, *transpose]
+            topo = topology(b)
+            topo.transpose()  # the backward's CSC, built once and kept with the block
+            if edge_weighted:
+                topo.transpose_perm()
+            arrays += [b.src_ids, b.src_deg, *topo.tensors()]
         if self.plan is not None:
             arrays += [self.plan.interior_src, self.plan.boundary_src, self.plan.inverse]
         self.tracker.track("partition", self.x, self.y, *self.masks.values(), *arrays, self.halo.send_index,

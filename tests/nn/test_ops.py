@@ -114,7 +114,8 @@ def test_topology_cache_and_transpose():
     b = _blocks()["part"]
     topo = ops.topology(b)
     assert ops.topology(b) is topo
-    t_indptr, t_indices, perm = topo.transpose()
+    t_indptr, t_indices = topo.transpose()
+    perm = topo.transpose_perm()
     assert t_indptr.numel() == b.num_src + 1 and int(t_indptr[-1]) == b.num_edges
     src_of_t = torch.repeat_interleave(torch.arange(b.num_src), t_indptr[1:] - t_indptr[:-1])
     assert torch.equal(b.indices[perm], src_of_t)
@@ -122,6 +123,20 @@ def test_topology_cache_and_transpose():
     # a new indptr / indices tensor invalidates the cache
     b.indices = b.indices.clone()
     assert ops.topology(b) is not topo
+
+
+@pytest.mark.parametrize("symmetric", [True, False])
+def test_a_symmetric_csr_is_its_own_transpose(symmetric):
+    """A full block of a symmetric graph (ascending rows) is its own CSC: ``transpose`` returns the block's own
+    arrays (no second copy); any other CSR gets a built one. Both equal a transpose made by sorting."""
+    g = random_graph(80, 5.0, num_features=2, seed=4, symmetric=symmetric)
+    topo = ops.topology(Block.full(g))
+    t_indptr, t_indices = topo.transpose()
+    assert (t_indices is topo.indices) == symmetric and (t_indptr is topo.indptr) == symmetric
+    perm = torch.argsort(topo.indices, stable=True)
+    assert torch.equal(t_indices, topo.edge_dst()[perm]) and torch.equal(topo.transpose_perm(), perm)
+    assert torch.equal(t_indptr[1:] - t_indptr[:-1], torch.bincount(topo.indices, minlength=topo.num_src))
+    assert len(topo.tensors()) == len({t.data_ptr() for t in topo.tensors()})
 
 
 # ----------------------------------------------------------------------------- heads + softmax
