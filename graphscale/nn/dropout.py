@@ -285,13 +285,16 @@ class _NodeDropout(torch.autograd.Function):
         return _apply_node_mask(grad.contiguous(), ids, ctx.p, ctx.h_site), None, None, None
 
 
-#: Bytes of dropped rows :meth:`RowKeep.linear` holds at a time (one row block).
+#: Bytes of a row block that a blocked dense product holds at a time (:meth:`RowKeep.linear`'s dropped rows,
+#: :func:`~graphscale.nn.layers.linear_relu`'s masked gradient rows).
 LINEAR_BLOCK_BYTES = 4 << 20
 
 
-def _row_blocks(x: Tensor) -> range:
-    rows = max(1, LINEAR_BLOCK_BYTES // max(1, x.shape[1] * 4))
-    return range(0, x.shape[0], rows)
+def row_blocks(rows: int, cols: int, dtype: torch.dtype) -> list[slice]:
+    """``rows`` rows of ``cols`` columns of ``dtype`` in blocks of at most :data:`LINEAR_BLOCK_BYTES` (at least one
+    row each), as slices."""
+    step = max(1, LINEAR_BLOCK_BYTES // max(1, cols * torch.empty(0, dtype=dtype).element_size()))
+    return [slice(lo, lo + step) for lo in range(0, rows, step)]
 
 
 class _DroppedLinear(torch.autograd.Function):
@@ -302,9 +305,7 @@ class _DroppedLinear(torch.autograd.Function):
         x = x.detach()
         weight_t = weight.detach().t()
         out = torch.empty(x.shape[0], weight.shape[0], dtype=weight.dtype, device=x.device)
-        step = _row_blocks(x).step
-        for lo in _row_blocks(x):
-            rows = slice(lo, lo + step)
+        for rows in row_blocks(x.shape[0], x.shape[1], weight.dtype):  # the dropped rows are in the weight's dtype
             torch.mm(_apply_node_mask(x[rows], ids[rows], p, h_site), weight_t, out=out[rows])
         ctx.save_for_backward(x, weight, ids)
         ctx.p, ctx.h_site = p, h_site
@@ -318,9 +319,7 @@ class _DroppedLinear(torch.autograd.Function):
         grad = grad.contiguous()
         grad_x = torch.empty(x.shape, dtype=weight.dtype, device=x.device) if ctx.needs_input_grad[0] else None
         grad_w = torch.zeros_like(weight) if ctx.needs_input_grad[1] else None
-        step = _row_blocks(x).step
-        for lo in _row_blocks(x):
-            rows = slice(lo, lo + step)
+        for rows in row_blocks(x.shape[0], x.shape[1], weight.dtype):
             if grad_x is not None:  # the dropout's backward is the same mask on the gradient
                 block = torch.mm(grad[rows], weight, out=grad_x[rows])
                 _apply_node_mask(block, ids[rows], p, h_site, out=block)

@@ -47,7 +47,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from graphscale.nn.dropout import LINEAR_BLOCK_BYTES, EdgeDropout, KeyedDropout
+from graphscale.nn.dropout import EdgeDropout, KeyedDropout, row_blocks
 from graphscale.nn.ops import gcn_norm_scales, segment_softmax, spmm, spmm_heads, spmm_transpose, topology
 
 
@@ -111,9 +111,7 @@ class _LinearReLU(torch.autograd.Function):
         grad_x = torch.empty(x.shape, dtype=x.dtype, device=x.device) if ctx.needs_input_grad[0] else None
         grad_w = torch.zeros_like(weight) if ctx.needs_input_grad[1] else None
         grad_b = torch.zeros_like(weight[:, 0]) if ctx.has_bias and ctx.needs_input_grad[2] else None
-        step = max(1, LINEAR_BLOCK_BYTES // max(1, grad.shape[1] * grad.element_size()))
-        for lo in range(0, grad.shape[0], step):
-            rows = slice(lo, lo + step)
+        for rows in row_blocks(grad.shape[0], grad.shape[1], grad.dtype):
             g = torch.where(y[rows] <= 0, 0.0, grad[rows])  # ReLU's backward (threshold_backward), one block
             if grad_x is not None:
                 torch.mm(g, weight, out=grad_x[rows])

@@ -229,9 +229,10 @@ def test_linear_relu_equals_relu_of_linear(dtype, block_bytes, bias, monkeypatch
     """``linear_relu`` (the ReLU's backward one block at a time inside the product's backward) gives the forward
     and every gradient of ``relu(F.linear(...))``, zero pre-activations included; autograd keeps only ``x``, the
     weight and the output (no pre-activation, no ``[N, out]`` gradient)."""
+    import graphscale.nn.dropout as dropout_module
     import graphscale.nn.layers as layers_module
 
-    monkeypatch.setattr(layers_module, "LINEAR_BLOCK_BYTES", block_bytes)
+    monkeypatch.setattr(dropout_module, "LINEAR_BLOCK_BYTES", block_bytes)
     gen = torch.Generator().manual_seed(4)
     x = torch.randn(45, 21, dtype=dtype, generator=gen)
     x[:5] = 0  # rows whose pre-activation is exactly the bias (0 without one): ReLU's gradient there is 0

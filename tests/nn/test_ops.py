@@ -299,7 +299,7 @@ def test_fused_dropout_spmm_equals_dropout_then_spmm(kind, scales, dtype, num_co
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, F64])
-@pytest.mark.parametrize("block_bytes", [4 << 20, 7 * 21 * 4])  # one block; blocks of 7 rows (the last partial)
+@pytest.mark.parametrize("block_bytes", [4 << 20, 7 * 21 * 4])  # one block; blocks of 7 (float64: 3) rows, the last partial
 def test_dropped_linear_equals_dropout_then_linear(dtype, block_bytes, monkeypatch):
     """``RowKeep.linear`` (dropped rows one block at a time, recomputed in the backward) gives the forward and
     both gradients of ``keyed_dropout`` then ``x @ W.T``; autograd keeps no dropped copy of ``x``."""
