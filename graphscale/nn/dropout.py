@@ -304,7 +304,7 @@ class _DroppedLinear(torch.autograd.Function):
     def forward(ctx, x, weight, ids, p, h_site):
         x = x.detach()
         weight_t = weight.detach().t()
-        out = torch.empty(x.shape[0], weight.shape[0], dtype=weight.dtype, device=x.device)
+        out = buffers.empty((x.shape[0], weight.shape[0]), weight.dtype, x.device)
         for rows in row_blocks(x.shape[0], x.shape[1], weight.dtype):  # the dropped rows are in the weight's dtype
             torch.mm(_apply_node_mask(x[rows], ids[rows], p, h_site), weight_t, out=out[rows])
         ctx.save_for_backward(x, weight, ids)
@@ -317,7 +317,7 @@ class _DroppedLinear(torch.autograd.Function):
         x, weight, ids = ctx.saved_tensors
         p, h_site = ctx.p, ctx.h_site
         grad = grad.contiguous()
-        grad_x = torch.empty(x.shape, dtype=weight.dtype, device=x.device) if ctx.needs_input_grad[0] else None
+        grad_x = buffers.empty(x.shape, weight.dtype, x.device) if ctx.needs_input_grad[0] else None
         grad_w = torch.zeros_like(weight) if ctx.needs_input_grad[1] else None
         for rows in row_blocks(x.shape[0], x.shape[1], weight.dtype):
             if grad_x is not None:  # the dropout's backward is the same mask on the gradient

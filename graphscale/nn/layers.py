@@ -47,6 +47,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from graphscale.nn import buffers
 from graphscale.nn.dropout import EdgeDropout, KeyedDropout, row_blocks
 from graphscale.nn.ops import gcn_norm_scales, segment_softmax, spmm, spmm_heads, spmm_transpose, topology
 
@@ -98,7 +99,12 @@ class _LinearReLU(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, weight, bias):
-        y = F.linear(x, weight, bias).relu_()
+        y = buffers.empty((x.shape[0], weight.shape[0]), weight.dtype, x.device)
+        if bias is None:
+            torch.mm(x, weight.t(), out=y)
+        else:
+            torch.addmm(bias, x, weight.t(), out=y)  # F.linear's own product
+        y.relu_()
         ctx.save_for_backward(x, weight, y)
         ctx.has_bias = bias is not None
         return y
