@@ -25,11 +25,12 @@ MiB and counts the minor page faults of touching it again (:func:`probe_refaults
 went back to the kernel, about 0 when it was retained).
 
 Cost, and why ``retain`` is not the default. Retained memory stays resident after it is freed, and a heap
-fragments where mmap'd blocks cannot, which raises the peak: measured with ``bench peers`` (200k-vertex SBM, hidden
-128) graphscale's peak grew from 449 to 651 MiB (PyG-CSR's from 822 to 1103 MiB), and a graph-parallel worker's
-anonymous peak exceeded 1.2x its designed figure. Since graphscale's kernels already reuse their own output buffers
-(:mod:`graphscale.nn.buffers`), ``retain`` only saves the page faults of the few tensors torch allocates (0.13 s
-of 1.45 s CPU per epoch there), so it is opt-in: for runs that trade memory for the last of that system time.
+fragments where mmap'd blocks cannot, which raises the peak: on a 1M-vertex GCN (hidden 128, one thread) the RSS
+peak above the data was 1,953 MiB with ``retain`` against 1,601 MiB without, and a graph-parallel worker's anonymous
+peak exceeded 1.2x its designed figure (1.27x at 300k vertices). The large per-epoch tensors come from
+:mod:`graphscale.nn.buffers` instead, which keeps them across epochs without a heap (page faults per epoch 393k ->
+6k there, no peak cost), so ``retain`` only saves the page faults of the smaller tensors torch allocates: opt-in,
+for runs that trade memory for the last of that system time.
 
 The launcher applies the run's mode in every spawned worker and, for a one-worker run, in the calling process
 for the duration of the run (:func:`applied`: glibc's default thresholds are restored afterwards and the retained
