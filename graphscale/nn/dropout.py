@@ -293,7 +293,7 @@ LINEAR_BLOCK_BYTES = 4 << 20
 def row_blocks(rows: int, cols: int, dtype: torch.dtype) -> list[slice]:
     """``rows`` rows of ``cols`` columns of ``dtype`` in blocks of at most :data:`LINEAR_BLOCK_BYTES` (at least one
     row each), as slices."""
-    step = max(1, LINEAR_BLOCK_BYTES // max(1, cols * torch.empty(0, dtype=dtype).element_size()))
+    step = max(1, LINEAR_BLOCK_BYTES // max(1, cols * dtype.itemsize))
     return [slice(lo, lo + step) for lo in range(0, rows, step)]
 
 

@@ -19,8 +19,9 @@ value does not depend on the thread count, and a partition block whose rows
 list the same in-edges in the same order (``Block.from_nodes``) reproduces the
 full-graph rows bit for bit.
 
-Output buffers. The CPU kernels take their outputs from :mod:`graphscale.nn.buffers`, which (when switched on;
-off by default) hands a buffer out again only when no tensor refers to it any more (so never one autograd saved).
+Output buffers. The CPU kernels take their outputs from :mod:`graphscale.nn.buffers`, which (on by default) keeps
+them across calls and hands a buffer out again only when no tensor refers to it any more (so never one autograd
+saved).
 
 Memory latency. A source row is a random read, so the products prefetch the rows :data:`PREFETCH_DISTANCE` edges
 ahead; threads come from one pool kept across calls (:func:`_kernel_pool`).
