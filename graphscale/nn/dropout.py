@@ -242,6 +242,11 @@ class RowKeep:
         self._check(x, "apply")
         return _NodeDropout.apply(x, self.ids.to(x.device), self.p, self.h_site)
 
+    def apply_rows(self, x: Tensor, rows: slice, out: Tensor | None = None) -> Tensor:
+        """``keyed_dropout`` of ``x``, the rows ``rows`` of this dropout's rows (a block of a blocked product; no
+        autograd), into ``out`` when given (``x`` itself for in place): ``[len(rows), F]`` -> ``[len(rows), F]``."""
+        return _apply_node_mask(x, self.ids[rows], self.p, self.h_site, out=out)
+
     def linear(self, x: Tensor, weight: Tensor) -> Tensor:
         """``apply(x) @ weight.T`` without a dropped copy of ``x``: the dropped rows exist one block of
         :data:`LINEAR_BLOCK_BYTES` at a time, in the forward and again in the backward (recomputed from the ids,

@@ -18,7 +18,10 @@ offers three entry points:
 ``fuses_relu`` says that ``forward`` takes ``relu=True`` and returns the layer's output after a ReLU: where the
 layer ends in its dense product (:func:`linear_relu`) the ReLU's backward runs block by block inside that product's
 backward, so no ``[D, out_dim]`` gradient of the pre-activation is ever held. The model passes its hidden layers'
-activation this way.
+activation this way. With ``defer_relu=True`` as well, it returns them unevaluated (:class:`DeferredLinearReLU`);
+a layer with ``takes_deferred`` that transforms first takes that as its input and runs both dense products block by
+block (:func:`linear_relu_linear`), so the hidden rows' ``[D, out_dim]`` gradient is never held whole either
+(:meth:`~graphscale.nn.models.GNN.forward` defers where the next step takes it).
 
 ``linear_aggregate`` tells strategies whether ``aggregate`` is a fixed linear
 map of ``x_src`` (GCN, SAGE, GCNII): then its backward needs only the topology
@@ -42,6 +45,7 @@ Numerical equivalents (tested in float64): :class:`GCNLayer` = PyG
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -52,8 +56,8 @@ from graphscale.nn.dropout import EdgeDropout, KeyedDropout, row_blocks
 from graphscale.nn.ops import gcn_norm_scales, segment_softmax, spmm, spmm_heads, spmm_transpose, topology
 
 
-def _check_src(block, x_src: Tensor, in_dim: int, who: str) -> None:
-    if x_src.dim() != 2 or x_src.shape[0] != block.num_src or x_src.shape[1] != in_dim:
+def _check_src(block, x_src, in_dim: int, who: str) -> None:
+    if len(x_src.shape) != 2 or x_src.shape[0] != block.num_src or x_src.shape[1] != in_dim:
         raise ValueError(f"{who}: x_src must be [num_src={block.num_src}, {in_dim}], got {tuple(x_src.shape)}")
 
 
@@ -138,6 +142,112 @@ def linear_relu(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
         x ``[N, in]``, weight ``[out, in]``, bias ``[out]`` -> ``[N, out]``.
     """
     return _LinearReLU.apply(x, weight, bias)
+
+
+class DeferredLinearReLU(NamedTuple):
+    """``linear_relu(x, weight, bias)`` not computed yet: what a layer ending in :func:`linear_relu` returns when
+    asked to defer it (``defer_relu=True``), so that a next layer starting with a dense product of these rows
+    (``takes_deferred``) runs both products block by block (:func:`linear_relu_linear`) and the hidden rows'
+    gradient never exists whole. :meth:`compute` gives the tensor to a layer that needs it."""
+
+    x: Tensor
+    weight: Tensor
+    bias: Tensor | None
+
+    @property
+    def shape(self) -> torch.Size:
+        return torch.Size((self.x.shape[0], self.weight.shape[0]))
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.weight.dtype
+
+    @property
+    def requires_grad(self) -> bool:
+        return any(t is not None and t.requires_grad for t in self)
+
+    def compute(self) -> Tensor:
+        """The rows themselves: ``linear_relu(x, weight, bias)``."""
+        return linear_relu(self.x, self.weight, self.bias)
+
+
+def _hidden_rows(x: Tensor, w0: Tensor, b0: Tensor | None, rows: slice, out: Tensor | None = None) -> Tensor:
+    """``relu(x[rows] @ w0.T + b0)`` (into ``out`` when given), as :class:`_LinearReLU` computes it."""
+    h = torch.mm(x[rows], w0.t(), out=out) if b0 is None else torch.addmm(b0, x[rows], w0.t(), out=out)
+    return h.relu_()
+
+
+def _linear_relu_linear_forward(x, w0, b0, w1, keep, hidden: Tensor | None) -> Tensor:
+    """``keep(relu(x @ w0.T + b0)) @ w1.T`` one row block at a time, writing the hidden rows into ``hidden`` when
+    given (the backward needs them)."""
+    z = buffers.empty((x.shape[0], w1.shape[0]), w1.dtype, x.device)
+    for rows in row_blocks(x.shape[0], max(x.shape[1], w0.shape[0]), w0.dtype):
+        h = _hidden_rows(x, w0, b0, rows, None if hidden is None else hidden[rows])
+        if keep is not None:  # a dropped copy of the block when the hidden rows are kept, else in place
+            h = keep.apply_rows(h, rows, out=None if hidden is not None else h)
+        torch.mm(h, w1.t(), out=z[rows])
+    return z
+
+
+class _LinearReLULinear(torch.autograd.Function):
+    """``keep(relu(x @ w0.T + b0)) @ w1.T`` with both backward products one row block at a time
+    (:func:`linear_relu_linear`)."""
+
+    @staticmethod
+    def forward(ctx, x, w0, b0, w1, keep):
+        hidden = buffers.empty((x.shape[0], w0.shape[0]), w0.dtype, x.device)
+        z = _linear_relu_linear_forward(x, w0, b0, w1, keep, hidden)
+        ctx.save_for_backward(x, w0, w1, hidden)
+        ctx.keep, ctx.has_bias = keep, b0 is not None
+        return z
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad):
+        x, w0, w1, hidden = ctx.saved_tensors
+        keep = ctx.keep
+        grad = grad.contiguous()
+        need_x, need_w0, need_b0, need_w1 = ctx.needs_input_grad[:4]
+        grad_x = torch.empty(x.shape, dtype=x.dtype, device=x.device) if need_x else None
+        grad_w0 = torch.zeros_like(w0) if need_w0 else None
+        grad_b0 = torch.zeros_like(w0[:, 0]) if ctx.has_bias and need_b0 else None
+        grad_w1 = torch.zeros_like(w1) if need_w1 else None
+        for rows in row_blocks(x.shape[0], max(x.shape[1], w0.shape[0]), w0.dtype):
+            h = hidden[rows]
+            if grad_w1 is not None:
+                grad_w1.addmm_(grad[rows].t(), h if keep is None else keep.apply_rows(h, rows))
+            if grad_x is None and grad_w0 is None and grad_b0 is None:
+                continue
+            g = torch.mm(grad[rows], w1)  # the hidden block's gradient: dropout's backward, then ReLU's
+            if keep is not None:
+                keep.apply_rows(g, rows, out=g)
+            g.masked_fill_(h <= 0, 0.0)
+            if grad_x is not None:
+                torch.mm(g, w0, out=grad_x[rows])
+            if grad_w0 is not None:
+                grad_w0.addmm_(g.t(), x[rows])
+            if grad_b0 is not None:
+                grad_b0 += g.sum(0)
+        return grad_x, grad_w0, grad_b0, grad_w1, None
+
+
+def linear_relu_linear(hidden: DeferredLinearReLU, keep, weight: Tensor) -> Tensor:
+    """``keep.apply(hidden.compute()) @ weight.T`` (``keep``: a :class:`~graphscale.nn.dropout.RowKeep` or
+    ``None``) computed one row block of :data:`~graphscale.nn.dropout.LINEAR_BLOCK_BYTES` at a time, in the forward
+    and the backward: autograd keeps ``hidden.x`` and the hidden rows (which both products' weight gradients need),
+    and the hidden rows' ``[N, width]`` gradient is never held whole (the two layers' backward products meet block
+    by block). Without autograd, the hidden rows are not held either. The same values as computing the hidden rows
+    first up to float summation order (tested).
+
+    Shapes:
+        hidden ``[N, width]`` (deferred), weight ``[out, width]`` -> ``[N, out]``.
+    """
+    if keep is not None:
+        keep._check(hidden, "linear_relu_linear")
+    x, w0, b0 = hidden
+    if torch.is_grad_enabled() and (hidden.requires_grad or weight.requires_grad):
+        return _LinearReLULinear.apply(x, w0, b0, weight, keep)
+    return _linear_relu_linear_forward(x, w0, b0, weight, keep, None)
 
 
 def gcn_aggregate(block, x_src: Tensor, src_dropout=None) -> Tensor:
@@ -233,6 +343,7 @@ class GCNLayer(nn.Module):
     linear_aggregate = True
     fuses_dropout = True
     fuses_relu = True
+    takes_deferred = True
 
     def __init__(self, in_dim: int, out_dim: int, bias: bool = True) -> None:
         super().__init__()
@@ -255,18 +366,27 @@ class GCNLayer(nn.Module):
         """``W x_agg + b``: ``[D, in_dim]`` -> ``[D, out_dim]`` (``x_dst`` unused)."""
         return F.linear(x_agg, self.lin.weight, self.bias)
 
-    def forward(self, block, x_src: Tensor, *, src_dropout=None, relu: bool = False) -> Tensor:
+    def forward(self, block, x_src: Tensor | DeferredLinearReLU, *, src_dropout=None, relu: bool = False,
+                defer_relu: bool = False) -> Tensor | DeferredLinearReLU:
         """The whole layer on ``x_src`` (or on ``src_dropout(x_src)``: a
         :class:`~graphscale.nn.dropout.RowKeep`, fused into the aggregation when that comes first), followed by
-        a ReLU when ``relu`` (fused into the dense product when that comes last: :func:`linear_relu`):
-        ``[S, in_dim]`` -> ``[D, out_dim]``."""
+        a ReLU when ``relu`` (fused into the dense product when that comes last: :func:`linear_relu`, returned
+        as a :class:`DeferredLinearReLU` when ``defer_relu``). ``x_src`` may be a previous layer's
+        :class:`DeferredLinearReLU` (``takes_deferred``): transform first, both dense products run block by block
+        (:func:`linear_relu_linear`). ``[S, in_dim]`` -> ``[D, out_dim]``."""
         _check_src(block, x_src, self.in_dim, "GCNLayer")
+        deferred = isinstance(x_src, DeferredLinearReLU)
         if _transform_first(block, x_src, self.in_dim, self.out_dim, self.lin.weight):
-            z = self.lin(x_src) if src_dropout is None else src_dropout.linear(x_src, self.lin.weight)
+            if deferred:
+                z = linear_relu_linear(x_src, src_dropout, self.lin.weight)
+            else:
+                z = self.lin(x_src) if src_dropout is None else src_dropout.linear(x_src, self.lin.weight)
             out = gcn_aggregate(block, z)
             out = out if self.bias is None else out + self.bias
             return out.relu_() if relu else out  # a fresh tensor no autograd node saved
-        x_agg = gcn_aggregate(block, x_src, src_dropout)
+        x_agg = gcn_aggregate(block, x_src.compute() if deferred else x_src, src_dropout)
+        if relu and defer_relu:
+            return DeferredLinearReLU(x_agg, self.lin.weight, self.bias)
         return linear_relu(x_agg, self.lin.weight, self.bias) if relu else self.update(x_agg)
 
     def extra_repr(self) -> str:

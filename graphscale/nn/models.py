@@ -41,7 +41,7 @@ from torch import Tensor, nn
 from graphscale.config import ModelConfig
 from graphscale.data.block import Block
 from graphscale.nn.dropout import KeyedDropout
-from graphscale.nn.layers import GATLayer, GCNIILayer, GCNLayer, ResGCNPlusLayer, SAGELayer
+from graphscale.nn.layers import DeferredLinearReLU, GATLayer, GCNIILayer, GCNLayer, ResGCNPlusLayer, SAGELayer
 from graphscale.registry import MODELS
 
 
@@ -147,27 +147,30 @@ class GNN(nn.Module):
         return out if l == self.num_layers - 1 else relu_(out)
 
     # ------------------------------------------------------------ layers
-    def _check_step(self, l: int, h: Tensor, h0_dst: Tensor | None, check_h0: bool = True) -> None:
+    def _check_step(self, l: int, h, h0_dst: Tensor | None, check_h0: bool = True) -> None:
         if not 0 <= l < self.num_layers:
             raise ValueError(f"layer index {l} out of range for a {self.num_layers}-layer model")
-        if h.dim() != 2 or h.shape[1] != self._widths[l]:
+        if len(h.shape) != 2 or h.shape[1] != self._widths[l]:
             raise ValueError(f"step {l}: input must be [rows, {self._widths[l]}], got {tuple(h.shape)}")
         if check_h0 and self.needs_h0 and h0_dst is None:
             raise ValueError(f"step {l}: {type(self).__name__} needs h0_dst (the input_map output of the "
                              "destination rows)")
 
-    def step(self, l: int, block: Block, h_src: Tensor, h0_dst: Tensor | None = None, *,
-             pre_applied: bool = False) -> Tensor:
+    def step(self, l: int, block: Block, h_src: Tensor | DeferredLinearReLU, h0_dst: Tensor | None = None, *,
+             pre_applied: bool = False, defer_relu: bool = False) -> Tensor | DeferredLinearReLU:
         """Run layer ``l`` on ``block``: pre (dropout keyed by ``block.src_ids``), layer, activation.
 
         Args:
             l: layer index in ``[0, L)``.
             block: the layer's block.
-            h_src: inputs of the block's source rows.
+            h_src: inputs of the block's source rows; or step ``l - 1``'s deferred output (``defer_relu``).
             h0_dst: ``input_map`` output of the destination rows (GCNII only).
             pre_applied: ``h_src`` already is ``pre(l, ., src_ids)`` of the inputs. ``pre`` is row-wise and keyed
                 by global ids, so a strategy may apply it to the rows it owns before exchanging them (one
                 transformed copy of its own rows instead of one of every source row).
+            defer_relu: where layer ``l`` ends in its dense product and ReLU, return them unevaluated
+                (:class:`~graphscale.nn.layers.DeferredLinearReLU`) for step ``l + 1`` on the same rows to fuse
+                with its own first product (:meth:`forward` does this when :meth:`takes_deferred` ``(l + 1)``).
 
         Returns:
             The destinations' outputs.
@@ -179,13 +182,15 @@ class GNN(nn.Module):
         if h_src.shape[0] != block.num_src:
             raise ValueError(f"step {l}: h_src has {h_src.shape[0]} rows, the block has {block.num_src} sources")
         layer = self.layers[l]
+        if isinstance(h_src, DeferredLinearReLU) and (pre_applied or not self.takes_deferred(l)):
+            h_src = h_src.compute()
         stored = h_src.dtype == torch.bfloat16  # stored rows: the keyed dropout reads them into float32
         keep = None if pre_applied or stored else self._fused_dropout(l, block, h_src)
         relu = self._fuses_relu(l)
-        kwargs = {"relu": True} if relu else {}
+        kwargs = {"relu": True, "defer_relu": defer_relu} if relu else {}
         if keep is not None:
             kwargs["src_dropout"] = keep
-        else:
+        elif not isinstance(h_src, DeferredLinearReLU):  # (deferred: pre fuses, and is the identity here)
             h_src = self.upcast(h_src if pre_applied else self.pre(l, h_src, block.src_ids))  # upcast: pre the identity
         out = layer(block, h_src, h0_dst, **kwargs) if self.needs_h0 else layer(block, h_src, **kwargs)
         return out if relu else self.post(l, out)
@@ -194,6 +199,12 @@ class GNN(nn.Module):
         """Whether :meth:`step` ``l`` lets layer ``l`` apply :meth:`post`'s ReLU itself (``fuses_relu``)."""
         return (type(self).post is GNN.post and l < self.num_layers - 1
                 and getattr(self.layers[l], "fuses_relu", False))
+
+    def takes_deferred(self, l: int) -> bool:
+        """Whether :meth:`step` ``l`` fuses step ``l - 1``'s deferred dense product and ReLU (``defer_relu``) into
+        its own first product: :meth:`pre` fuses into layer ``l``, which takes deferred inputs
+        (``takes_deferred``)."""
+        return self.fuses_pre(l) and getattr(self.layers[l], "takes_deferred", False)
 
     def fuses_pre(self, l: int) -> bool:
         """Whether :meth:`step` ``l`` fuses :meth:`pre` into layer ``l``'s first product when given raw inputs
@@ -270,7 +281,8 @@ class GNN(nn.Module):
         h = self.input_map(self.upcast(x) if self.learned_input_map else x, blocks[0].src_ids)
         h0 = h if self.needs_h0 else None
         for l, block in enumerate(blocks):
-            h = self.step(l, block, h, None if h0 is None else h0[: block.num_dst])
+            defer = l + 1 < self.num_layers and self.takes_deferred(l + 1)
+            h = self.step(l, block, h, None if h0 is None else h0[: block.num_dst], defer_relu=defer)
         return self.output_map(h, blocks[-1].dst_ids)
 
 

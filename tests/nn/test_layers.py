@@ -252,3 +252,65 @@ def test_linear_relu_equals_relu_of_linear(dtype, block_bytes, bias, monkeypatch
     torch.testing.assert_close(out, ref, **tol)
     for got, want in zip(grads, ref_grads):
         torch.testing.assert_close(got, want, **tol)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, F64])
+@pytest.mark.parametrize("block_bytes", [4 << 20, 7 * 6 * 8])  # one block; blocks of 7 / 14 rows, the last partial
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("dropout", [True, False])
+@pytest.mark.parametrize("x_grad", [True, False])
+def test_linear_relu_linear_equals_the_two_products_apart(dtype, block_bytes, bias, dropout, x_grad, monkeypatch):
+    """``linear_relu_linear`` (a deferred ``linear_relu`` fused into the next dropped product, both backward products
+    one block at a time) gives the forward and every gradient of ``keep.linear(linear_relu(...), w1)``; autograd
+    keeps the input, both weights and the hidden rows only, and without autograd it keeps nothing."""
+    import graphscale.nn.dropout as dropout_module
+    import graphscale.nn.layers as layers_module
+
+    monkeypatch.setattr(dropout_module, "LINEAR_BLOCK_BYTES", block_bytes)
+    gen = torch.Generator().manual_seed(5)
+    x = torch.randn(45, 5, dtype=dtype, generator=gen)
+    x[:5] = 0  # zero pre-activations (0 without a bias): ReLU's gradient there is 0
+    x.requires_grad_(x_grad)
+    w0 = torch.randn(6, 5, dtype=dtype, generator=gen, requires_grad=True)
+    b0 = torch.randn(6, dtype=dtype, generator=gen, requires_grad=True) if bias else None
+    w1 = torch.randn(3, 6, dtype=dtype, generator=gen, requires_grad=True)
+    keep = dropout_module.keyed_dropout_keep(torch.arange(100, 145), 6, 0.4, seed=3, epoch=2, site=1) if dropout else None
+    g = torch.randn(45, 3, dtype=dtype, generator=gen)
+    inputs = ((x,) if x_grad else ()) + (w0,) + ((b0,) if bias else ()) + (w1,)
+    hidden = layers_module.linear_relu(x, w0, b0)
+    ref = hidden @ w1.t() if keep is None else keep.linear(hidden, w1)
+    ref_grads = torch.autograd.grad(ref, inputs, g)
+    deferred = layers_module.DeferredLinearReLU(x, w0, b0)
+    assert deferred.shape == (45, 6) and deferred.requires_grad
+    saved = []
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t) or t, lambda t: t):
+        out = layers_module.linear_relu_linear(deferred, keep, w1)
+    assert {t.data_ptr() for t in saved} == {x.data_ptr(), w0.data_ptr(), w1.data_ptr(), _hidden_ptr(saved, 45, 6)}
+    grads = torch.autograd.grad(out, inputs, g)
+    tol = {"rtol": 1e-5, "atol": 1e-6} if dtype == torch.float32 else {"rtol": 1e-12, "atol": 1e-12}
+    torch.testing.assert_close(out, ref, **tol)
+    for got, want in zip(grads, ref_grads):
+        torch.testing.assert_close(got, want, **tol)
+    with torch.no_grad():
+        plain = layers_module.linear_relu_linear(deferred, keep, w1)
+    assert plain.grad_fn is None
+    torch.testing.assert_close(plain, ref.detach(), **tol)
+
+
+def _hidden_ptr(saved, rows, cols):
+    """The address of the one saved ``[rows, cols]`` tensor (the hidden rows)."""
+    (ptr,) = [t.data_ptr() for t in saved if t.shape == (rows, cols)]
+    return ptr
+
+
+def test_a_deferred_relu_is_computed_where_the_next_layer_aggregates_first():
+    """A layer that aggregates first takes a deferred ``linear_relu`` as the rows it stands for."""
+    from graphscale.nn.layers import DeferredLinearReLU, linear_relu
+
+    g = _graph(2, 12)
+    block = Block.full(g)
+    gen = torch.Generator().manual_seed(1)
+    x, w, b = (torch.randn(g.num_nodes, 12, dtype=F64, generator=gen), torch.randn(30, 12, dtype=F64, generator=gen),
+               torch.randn(30, dtype=F64, generator=gen))
+    layer = GCNLayer(30, 40).double()  # widening: aggregate first
+    torch.testing.assert_close(layer(block, DeferredLinearReLU(x, w, b)), layer(block, linear_relu(x, w, b)), **TOL)

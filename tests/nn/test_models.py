@@ -200,3 +200,36 @@ def test_fused_hidden_relu_equals_relu_after_the_layer(in_dim, monkeypatch):
     torch.testing.assert_close(out, ref, **TOL)
     for got, want in zip(grads, ref_grads):
         torch.testing.assert_close(got, want, **TOL)
+
+
+@pytest.mark.parametrize("layers", [2, 3])
+@pytest.mark.parametrize("training", [True, False])
+def test_deferred_relu_fused_into_the_next_layer_equals_layer_by_layer(layers, training, monkeypatch):
+    """``forward`` hands a hidden layer's dense product and ReLU to the next layer unevaluated where that layer
+    transforms first (``takes_deferred``: the hidden rows' gradient is never held whole); outputs and every
+    gradient equal running the layers one by one, in training (dropout fused) and in evaluation."""
+    import graphscale.nn.layers as layers_module
+
+    g = random_graph(60, 4.0, num_features=12, num_classes=4, seed=1, dtype=F64, isolated=3)
+    block = Block.full(g)
+    fused = []
+    real = layers_module.linear_relu_linear
+    monkeypatch.setattr(layers_module, "linear_relu_linear", lambda *a: fused.append(1) or real(*a))
+
+    def run(defer: bool):
+        model = build_model(_cfg("gcn", layers=layers), 12, 4, seed=2).to(F64)
+        model.train(training)
+        monkeypatch.setattr(GNN, "takes_deferred", lambda self, l: defer and GNN.fuses_pre(self, l))
+        model.set_epoch(1)
+        out = model(block, g.x)
+        grads = torch.autograd.grad((out * torch.linspace(-1, 1, out.numel(), dtype=F64).view_as(out)).sum(),
+                                    list(model.parameters()))
+        return out, grads
+
+    out, grads = run(True)
+    assert fused == [1]  # the last layer (6 -> 4) transforms first
+    ref, ref_grads = run(False)
+    assert fused == [1]
+    torch.testing.assert_close(out, ref, **TOL)
+    for got, want in zip(grads, ref_grads):
+        torch.testing.assert_close(got, want, **TOL)
