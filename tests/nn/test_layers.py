@@ -261,8 +261,9 @@ def test_linear_relu_equals_relu_of_linear(dtype, block_bytes, bias, monkeypatch
 @pytest.mark.parametrize("x_grad", [True, False])
 def test_linear_relu_linear_equals_the_two_products_apart(dtype, block_bytes, bias, dropout, x_grad, monkeypatch):
     """``linear_relu_linear`` (a deferred ``linear_relu`` fused into the next dropped product, both backward products
-    one block at a time) gives the forward and every gradient of ``keep.linear(linear_relu(...), w1)``; autograd
-    keeps the input, both weights and the hidden rows only, and without autograd it keeps nothing."""
+    one block at a time, no mask recomputed) gives the forward and every gradient of
+    ``keep.linear(linear_relu(...), w1)``, zero pre-activations included; autograd keeps the input, both weights
+    and the dropped hidden rows only, and without autograd it keeps nothing."""
     import graphscale.nn.dropout as dropout_module
     import graphscale.nn.layers as layers_module
 
@@ -298,7 +299,7 @@ def test_linear_relu_linear_equals_the_two_products_apart(dtype, block_bytes, bi
 
 
 def _hidden_ptr(saved, rows, cols):
-    """The address of the one saved ``[rows, cols]`` tensor (the hidden rows)."""
+    """The address of the one saved ``[rows, cols]`` tensor (the dropped hidden rows)."""
     (ptr,) = [t.data_ptr() for t in saved if t.shape == (rows, cols)]
     return ptr
 
