@@ -18,16 +18,17 @@ buffers that no call has taken for :data:`IDLE_CALLS` calls are dropped, and at 
 are kept, so memory held idle stays bounded where nothing recurs, while a full-graph epoch, whose sizes recur
 every epoch, reallocates nothing after the first.
 
-Switch: on by default; :func:`set_enabled` or the environment variable ``GRAPHSCALE_BUFFER_POOL=0`` turns it off.
-The large outputs it serves on a full-graph epoch are the aggregations, :func:`~graphscale.nn.layers.linear_relu`'s
+Switch: on by default; :func:`set_enabled` or the environment variable ``GRAPHSCALE_BUFFER_POOL=0`` turns it off. The
+large outputs it serves on a full-graph epoch are the aggregations, :func:`~graphscale.nn.layers.linear_relu`'s
 output, :func:`~graphscale.nn.layers.linear_relu_linear`'s dropped hidden rows and
 :meth:`~graphscale.nn.dropout.RowKeep.linear`'s output and input gradient (where a layer's input is not fused that
-way). Measured on a 1M-vertex GCN
-(hidden 128, one thread, glibc's malloc): page faults per epoch 393k -> 6k, epoch 4.2-4.6 s -> 3.5-3.6 s, RSS peak
-above the data 1,581 -> 1,601 MiB (a retaining malloc configuration, ``--allocator retain``, reached 3.3-3.4 s but
-1,953 MiB: its heap fragments). Its idle buffers are bounded (above) and the OS-measured memory tests of every
-strategy hold with it (it was off by default while it raised a graph-parallel worker's anonymous peak to 1.24x its
-design figure, before the fused dropout and ReLU removed most of the per-epoch outputs).
+way). Measured on a 1M-vertex GCN (hidden 128, one thread, glibc's malloc): page faults per epoch 393k -> 6k, epoch
+4.2-4.6 s -> 3.5-3.6 s, RSS peak above the data 1,581 -> 1,601 MiB (a retaining malloc configuration, ``--allocator
+retain``, reached 3.3-3.4 s but 1,953 MiB: its heap fragments; both before the fused dense products of
+:func:`~graphscale.nn.layers.linear_relu_linear`, which took the peak to about 1,145 MiB). Its idle buffers are
+bounded (above) and the OS-measured memory tests of every strategy hold with it (it was off by default while it raised
+a graph-parallel worker's anonymous peak to 1.24x its design figure, before the fused dropout and ReLU removed most of
+the per-epoch outputs).
 """
 
 from __future__ import annotations
