@@ -124,18 +124,28 @@ class _LinearReLU(torch.autograd.Function):
     def backward(ctx, grad):
         x, weight, y = ctx.saved_tensors
         grad = grad.contiguous()
-        grad_x = torch.empty(x.shape, dtype=x.dtype, device=x.device) if ctx.needs_input_grad[0] else None
-        grad_w = torch.zeros_like(weight) if ctx.needs_input_grad[1] else None
-        grad_b = torch.zeros_like(weight[:, 0]) if ctx.has_bias and ctx.needs_input_grad[2] else None
+        grads = _linear_grads(x, weight, ctx.has_bias, ctx.needs_input_grad[:3])
         for rows in row_blocks(grad.shape[0], grad.shape[1], grad.dtype):
-            g = _relu_backward(grad[rows], y[rows])  # one block
-            if grad_x is not None:
-                torch.mm(g, weight, out=grad_x[rows])
-            if grad_w is not None:
-                grad_w.addmm_(g.t(), x[rows])
-            if grad_b is not None:
-                grad_b += g.sum(0)
-        return grad_x, grad_w, grad_b
+            _add_linear_grads(_relu_backward(grad[rows], y[rows]), x, weight, rows, *grads)  # one block
+        return grads
+
+
+def _linear_grads(x: Tensor, weight: Tensor, has_bias: bool, needed) -> tuple[Tensor | None, ...]:
+    """Buffers for the gradients of ``F.linear(x, weight, bias)``'s inputs that ``needed`` (three flags) asks for:
+    ``x``'s (written block by block), the weight's and the bias's (zeros, accumulated)."""
+    return (torch.empty(x.shape, dtype=x.dtype, device=x.device) if needed[0] else None,
+            torch.zeros_like(weight) if needed[1] else None,
+            torch.zeros_like(weight[:, 0]) if has_bias and needed[2] else None)
+
+
+def _add_linear_grads(g: Tensor, x: Tensor, weight: Tensor, rows: slice, grad_x, grad_w, grad_b) -> None:
+    """The contribution of the output gradient rows ``g`` (rows ``rows``) to ``F.linear``'s input gradients."""
+    if grad_x is not None:
+        torch.mm(g, weight, out=grad_x[rows])
+    if grad_w is not None:
+        grad_w.addmm_(g.t(), x[rows])
+    if grad_b is not None:
+        grad_b += g.sum(0)
 
 
 def linear_relu(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
@@ -217,26 +227,16 @@ class _LinearReLULinear(torch.autograd.Function):
     def backward(ctx, grad):
         x, w0, w1, dropped = ctx.saved_tensors
         grad = grad.contiguous()
-        need_x, need_w0, need_b0, need_w1 = ctx.needs_input_grad[:4]
-        grad_x = torch.empty(x.shape, dtype=x.dtype, device=x.device) if need_x else None
-        grad_w0 = torch.zeros_like(w0) if need_w0 else None
-        grad_b0 = torch.zeros_like(w0[:, 0]) if ctx.has_bias and need_b0 else None
-        grad_w1 = torch.zeros_like(w1) if need_w1 else None
+        grads = _linear_grads(x, w0, ctx.has_bias, ctx.needs_input_grad[:3])
+        grad_w1 = torch.zeros_like(w1) if ctx.needs_input_grad[3] else None
         w1_scaled = w1 * ctx.scale  # the dropout's backward scale, on the [out, width] weight instead of each block
         for rows in row_blocks(x.shape[0], max(x.shape[1], w0.shape[0]), w0.dtype):
             d = dropped[rows]
             if grad_w1 is not None:
                 grad_w1.addmm_(grad[rows].t(), d)
-            if grad_x is None and grad_w0 is None and grad_b0 is None:
-                continue
-            g = _relu_backward(torch.mm(grad[rows], w1_scaled), d)  # the hidden block's pre-activation gradient
-            if grad_x is not None:
-                torch.mm(g, w0, out=grad_x[rows])
-            if grad_w0 is not None:
-                grad_w0.addmm_(g.t(), x[rows])
-            if grad_b0 is not None:
-                grad_b0 += g.sum(0)
-        return grad_x, grad_w0, grad_b0, grad_w1, None
+            if any(t is not None for t in grads):  # the hidden block's pre-activation gradient
+                _add_linear_grads(_relu_backward(torch.mm(grad[rows], w1_scaled), d), x, w0, rows, *grads)
+        return *grads, grad_w1, None
 
 
 def linear_relu_linear(hidden: DeferredLinearReLU, keep, weight: Tensor) -> Tensor:

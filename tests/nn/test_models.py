@@ -189,17 +189,23 @@ def test_fused_hidden_relu_equals_relu_after_the_layer(in_dim, monkeypatch):
     def run(fused: bool):
         model = build_model(_cfg("gcn", layers=3), in_dim, 4, seed=2).to(F64)
         monkeypatch.setattr(GNN, "_fuses_relu", lambda self, l: fused and l < self.num_layers - 1)
-        model.set_epoch(1)
-        out = model(block, g.x)
-        grads = torch.autograd.grad((out * torch.linspace(-1, 1, out.numel(), dtype=F64).view_as(out)).sum(),
-                                    list(model.parameters()))
-        return out, grads
+        return _output_and_grads(model, block, g.x)
 
-    out, grads = run(True)
-    ref, ref_grads = run(False)
-    torch.testing.assert_close(out, ref, **TOL)
-    for got, want in zip(grads, ref_grads):
-        torch.testing.assert_close(got, want, **TOL)
+    _assert_same_output_and_grads(run(True), run(False))
+
+
+def _output_and_grads(model, block, x):
+    """The model's output at epoch 1 and the gradients of a fixed weighting of it w.r.t. every parameter."""
+    model.set_epoch(1)
+    out = model(block, x)
+    weights = torch.linspace(-1, 1, out.numel(), dtype=out.dtype).view_as(out)
+    return out, torch.autograd.grad((out * weights).sum(), list(model.parameters()))
+
+
+def _assert_same_output_and_grads(got, want):
+    torch.testing.assert_close(got[0], want[0], **TOL)
+    for a, b in zip(got[1], want[1]):
+        torch.testing.assert_close(a, b, **TOL)
 
 
 @pytest.mark.parametrize("layers", [2, 3])
@@ -220,16 +226,10 @@ def test_deferred_relu_fused_into_the_next_layer_equals_layer_by_layer(layers, t
         model = build_model(_cfg("gcn", layers=layers), 12, 4, seed=2).to(F64)
         model.train(training)
         monkeypatch.setattr(GNN, "takes_deferred", lambda self, l: defer and GNN.fuses_pre(self, l))
-        model.set_epoch(1)
-        out = model(block, g.x)
-        grads = torch.autograd.grad((out * torch.linspace(-1, 1, out.numel(), dtype=F64).view_as(out)).sum(),
-                                    list(model.parameters()))
-        return out, grads
+        return _output_and_grads(model, block, g.x)
 
-    out, grads = run(True)
+    deferred = run(True)
     assert fused == [1]  # the last layer (6 -> 4) transforms first
-    ref, ref_grads = run(False)
+    layer_by_layer = run(False)
     assert fused == [1]
-    torch.testing.assert_close(out, ref, **TOL)
-    for got, want in zip(grads, ref_grads):
-        torch.testing.assert_close(got, want, **TOL)
+    _assert_same_output_and_grads(deferred, layer_by_layer)
