@@ -24,13 +24,13 @@ it (``/proc/self/maps``), the settings this module applied, and optionally a pro
 MiB and counts the minor page faults of touching it again (:func:`probe_refaults`: about 16,000 when freed memory
 went back to the kernel, about 0 when it was retained).
 
-Cost, and why ``retain`` is not the default. Retained memory stays resident after it is freed, and a heap
-fragments where mmap'd blocks cannot, which raises the peak: on a 1M-vertex GCN (hidden 128, one thread) the RSS
-peak above the data was 1,953 MiB with ``retain`` against 1,601 MiB without (since the hidden layer's gradient is no
-longer held whole, :func:`~graphscale.nn.layers.linear_relu_linear`: 1,124-1,231 against 1,135-1,175 MiB), and a
-graph-parallel worker's anonymous peak exceeded 1.2x its designed figure (1.27x at 300k vertices). The large per-epoch tensors come from
-:mod:`graphscale.nn.buffers` instead, which keeps them across epochs without a heap (page faults per epoch 393k ->
-6k there, no peak cost), so ``retain`` only saves the page faults of the smaller tensors torch allocates: opt-in,
+Cost, and why ``retain`` is not the default. Retained memory stays resident after it is freed, and a heap fragments
+where mmap'd blocks cannot, which raises the peak: on a 1M-vertex GCN (hidden 128, one thread) the RSS peak above the
+data was 1,953 MiB with ``retain`` against 1,601 MiB without (since the hidden layer's gradient is no longer held
+whole, :func:`~graphscale.nn.layers.linear_relu_linear`: 1,124-1,231 against 1,135-1,175 MiB), and a graph-parallel
+worker's anonymous peak exceeded 1.2x its designed figure (1.27x at 300k vertices). The large per-epoch tensors come
+from :mod:`graphscale.nn.buffers` instead, which keeps them across epochs without a heap (page faults per epoch 393k
+-> 6k there, no peak cost), so ``retain`` only saves the page faults of the smaller tensors torch allocates: opt-in,
 for runs that trade memory for the last of that system time.
 
 The launcher applies the run's mode in every spawned worker and, for a one-worker run, in the calling process

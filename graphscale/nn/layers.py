@@ -104,17 +104,19 @@ def _relu_backward(grad: Tensor, out: Tensor) -> Tensor:
     return torch.ops.aten.threshold_backward(grad, out, 0)
 
 
+def _linear_relu_rows(x: Tensor, weight: Tensor, bias: Tensor | None, rows: slice, out: Tensor | None = None) -> Tensor:
+    """``relu(x[rows] @ weight.T + bias)`` (``F.linear``'s own product; into ``out`` when given), no autograd."""
+    y = torch.mm(x[rows], weight.t(), out=out) if bias is None else torch.addmm(bias, x[rows], weight.t(), out=out)
+    return y.relu_()
+
+
 class _LinearReLU(torch.autograd.Function):
     """``relu(x @ weight.T + bias)`` with the ReLU's backward applied block by block (:func:`linear_relu`)."""
 
     @staticmethod
     def forward(ctx, x, weight, bias):
         y = buffers.empty((x.shape[0], weight.shape[0]), weight.dtype, x.device)
-        if bias is None:
-            torch.mm(x, weight.t(), out=y)
-        else:
-            torch.addmm(bias, x, weight.t(), out=y)  # F.linear's own product
-        y.relu_()
+        _linear_relu_rows(x, weight, bias, slice(None), out=y)
         ctx.save_for_backward(x, weight, y)
         ctx.has_bias = bias is not None
         return y
@@ -187,18 +189,12 @@ class DeferredLinearReLU(NamedTuple):
         return linear_relu(self.x, self.weight, self.bias)
 
 
-def _hidden_rows(x: Tensor, w0: Tensor, b0: Tensor | None, rows: slice, out: Tensor | None = None) -> Tensor:
-    """``relu(x[rows] @ w0.T + b0)`` (into ``out`` when given), as :class:`_LinearReLU` computes it."""
-    h = torch.mm(x[rows], w0.t(), out=out) if b0 is None else torch.addmm(b0, x[rows], w0.t(), out=out)
-    return h.relu_()
-
-
 def _linear_relu_linear_forward(x, w0, b0, w1, keep, dropped: Tensor | None) -> Tensor:
     """``keep(relu(x @ w0.T + b0)) @ w1.T`` one row block at a time (the dropout in place on each hidden block),
     writing the dropped hidden rows into ``dropped`` when given (the backward needs them)."""
     z = buffers.empty((x.shape[0], w1.shape[0]), w1.dtype, x.device)
     for rows in row_blocks(x.shape[0], max(x.shape[1], w0.shape[0]), w0.dtype):
-        h = _hidden_rows(x, w0, b0, rows, None if dropped is None else dropped[rows])
+        h = _linear_relu_rows(x, w0, b0, rows, None if dropped is None else dropped[rows])
         if keep is not None:
             keep.apply_rows(h, rows, out=h)
         torch.mm(h, w1.t(), out=z[rows])
@@ -230,11 +226,12 @@ class _LinearReLULinear(torch.autograd.Function):
         grads = _linear_grads(x, w0, ctx.has_bias, ctx.needs_input_grad[:3])
         grad_w1 = torch.zeros_like(w1) if ctx.needs_input_grad[3] else None
         w1_scaled = w1 * ctx.scale  # the dropout's backward scale, on the [out, width] weight instead of each block
+        hidden_grad = any(t is not None for t in grads)
         for rows in row_blocks(x.shape[0], max(x.shape[1], w0.shape[0]), w0.dtype):
             d = dropped[rows]
             if grad_w1 is not None:
                 grad_w1.addmm_(grad[rows].t(), d)
-            if any(t is not None for t in grads):  # the hidden block's pre-activation gradient
+            if hidden_grad:  # the hidden block's pre-activation gradient
                 _add_linear_grads(_relu_backward(torch.mm(grad[rows], w1_scaled), d), x, w0, rows, *grads)
         return *grads, grad_w1, None
 
@@ -245,8 +242,7 @@ def linear_relu_linear(hidden: DeferredLinearReLU, keep, weight: Tensor) -> Tens
     and the backward: autograd keeps ``hidden.x`` and the dropped hidden rows (which both products' weight gradients
     need), and the hidden rows' ``[N, width]`` gradient is never held whole (the two layers' backward products meet
     block by block); the backward recomputes no dropout mask. Without autograd, the hidden rows are not held
-    either. The same values as computing the hidden rows
-    first up to float summation order (tested).
+    either. The same values as computing the hidden rows first, up to float summation order (tested).
 
     Shapes:
         hidden ``[N, width]`` (deferred), weight ``[out, width]`` -> ``[N, out]``.

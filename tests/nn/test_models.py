@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+
 import pytest
 import torch
 
@@ -219,13 +223,14 @@ def test_deferred_relu_fused_into_the_next_layer_equals_layer_by_layer(layers, t
     g = random_graph(60, 4.0, num_features=12, num_classes=4, seed=1, dtype=F64, isolated=3)
     block = Block.full(g)
     fused = []
+    takes_deferred = GNN.takes_deferred
     real = layers_module.linear_relu_linear
     monkeypatch.setattr(layers_module, "linear_relu_linear", lambda *a: fused.append(1) or real(*a))
 
     def run(defer: bool):
         model = build_model(_cfg("gcn", layers=layers), 12, 4, seed=2).to(F64)
         model.train(training)
-        monkeypatch.setattr(GNN, "takes_deferred", lambda self, l: defer and GNN.fuses_pre(self, l))
+        monkeypatch.setattr(GNN, "takes_deferred", lambda self, l: defer and takes_deferred(self, l))
         return _output_and_grads(model, block, g.x)
 
     deferred = run(True)
@@ -233,3 +238,48 @@ def test_deferred_relu_fused_into_the_next_layer_equals_layer_by_layer(layers, t
     layer_by_layer = run(False)
     assert fused == [1]
     _assert_same_output_and_grads(deferred, layer_by_layer)
+
+
+# A GCN epoch in a fresh interpreter, deferral on or off, printing the OS-measured peak growth of its first epoch.
+_DEFER_SCRIPT = """
+import json, sys
+import torch
+import torch.nn.functional as F
+from graphscale.config import ModelConfig
+from graphscale.data.block import Block
+from graphscale.data.synthetic import generate
+from graphscale.metrics.memory import os_memory, reset_peak_rss
+from graphscale.nn.models import GNN, build_model
+
+torch.set_num_threads(1)
+if sys.argv[1] == "off":
+    GNN.takes_deferred = lambda self, l: False
+
+def epoch(spec):
+    g = generate(spec)
+    block, x = Block.full(g), g.x.float()
+    model = build_model(ModelConfig(name="gcn", hidden=128, layers=2, dropout=0.5), g.num_features, g.num_classes)
+    base = os_memory().rss
+    exact = reset_peak_rss()
+    F.cross_entropy(model(block, x), g.y).backward()
+    return os_memory().peak_rss - base, exact
+
+epoch("sbm:nodes=2000,degree=10,features=32")  # loads the compiled kernels: code, not data
+print(json.dumps(epoch("sbm:nodes=200000,degree=10,features=32")))
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc/self/clear_refs is Linux only")
+def test_deferral_saves_the_hidden_gradient_as_the_os_measures_it():
+    """The OS confirms what deferral is for: a 2-layer GCN epoch (200k vertices, hidden 128) peaks lower with it than
+    layer by layer by about one ``[N, 128]`` float32 tensor, the hidden rows' gradient (97.7 MiB). Measured on the
+    2-core development machine: 96-104 MiB less. The bound asks for 3/4 of it."""
+    growth = {}
+    for mode in ("on", "off"):
+        out = subprocess.run([sys.executable, "-c", _DEFER_SCRIPT, mode], capture_output=True, text=True, timeout=300,
+                             check=False)
+        assert out.returncode == 0, out.stderr
+        growth[mode], exact = json.loads(out.stdout.strip().splitlines()[-1])
+        if not exact:
+            pytest.skip("this kernel refuses to reset the peak resident set (/proc/self/clear_refs)")
+    assert growth["off"] - growth["on"] >= 0.75 * 200_000 * 128 * 4, growth
