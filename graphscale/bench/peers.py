@@ -91,7 +91,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 # ----------------------------------------------------------------------------- memory probes
-def _rss_bytes() -> int:
+def rss_bytes() -> int:
     """Current resident set size of this process (``VmRSS``; falls back to ``ru_maxrss``)."""
     try:
         with open("/proc/self/status") as status:
@@ -109,18 +109,18 @@ def _peak_bytes() -> int:
 
 
 # ----------------------------------------------------------------------------- systems
-def _graphscale_epoch(data: dict, hidden: int, dropout: float):
+def _graphscale_epoch(data: dict, hidden: int, dropout: float, device: str = "cpu", foreach: bool | None = None):
     from graphscale.config import ModelConfig
     from graphscale.data.block import Block
     from graphscale.data.graph import Graph
     from graphscale.nn.models import build_model
 
     graph = Graph(data["indptr"], data["indices"])
-    block = Block.full(graph)
-    x, y, train = data["x"], data["y"], data["train"]
+    block = Block.full(graph).to(device)
+    x, y, train = (data[k].to(device) for k in ("x", "y", "train"))
     model = build_model(ModelConfig(name="gcn", hidden=hidden, layers=2, dropout=dropout), x.shape[1],
-                        data["classes"], seed=0)
-    opt = torch.optim.Adam(model.parameters(), lr=0.01)
+                        data["classes"], seed=0).to(device)
+    opt = torch.optim.Adam(model.parameters(), lr=0.01, foreach=foreach)
 
     def epoch(i: int) -> float:
         model.train()
@@ -134,19 +134,18 @@ def _graphscale_epoch(data: dict, hidden: int, dropout: float):
     return epoch
 
 
-def _pyg_epoch(data: dict, hidden: int, dropout: float, layout: str):
+def _pyg_epoch(data: dict, hidden: int, dropout: float, layout: str, device: str = "cpu", foreach: bool | None = None):
     import torch.nn.functional as F
     from torch_geometric.nn import GCNConv
 
-    x, y, train = data["x"], data["y"], data["train"]
-    indptr, indices = data["indptr"], data["indices"]
+    x, y, train, indptr, indices = (data[k].to(device) for k in ("x", "y", "train", "indptr", "indices"))
     n = indptr.numel() - 1
     if layout == "edge_index":
-        dst = torch.repeat_interleave(torch.arange(n), indptr[1:] - indptr[:-1])
+        dst = torch.repeat_interleave(torch.arange(n, device=device), indptr[1:] - indptr[:-1])
         adj = torch.stack([indices, dst])
         del dst
     else:  # adj_t: rows = destinations, columns = sources; exactly the graph's CSR
-        adj = torch.sparse_csr_tensor(indptr, indices, torch.ones(indices.numel()), (n, n))
+        adj = torch.sparse_csr_tensor(indptr, indices, torch.ones(indices.numel(), device=device), (n, n))
 
     class Net(torch.nn.Module):
         def __init__(self) -> None:
@@ -161,8 +160,8 @@ def _pyg_epoch(data: dict, hidden: int, dropout: float, layout: str):
             return self.conv2(h, adj)
 
     torch.manual_seed(0)
-    model = Net()
-    opt = torch.optim.Adam(model.parameters(), lr=0.01)
+    model = Net().to(device)
+    opt = torch.optim.Adam(model.parameters(), lr=0.01, foreach=foreach)
 
     def epoch(i: int) -> float:
         model.train()
@@ -175,7 +174,7 @@ def _pyg_epoch(data: dict, hidden: int, dropout: float, layout: str):
     return epoch
 
 
-def _toy_data(num_classes: int = 3) -> dict:
+def toy_data(num_classes: int = 3) -> dict:
     """A tiny graph in the layout :func:`_child` loads, to warm the libraries up before the baseline."""
     from graphscale.testing.graphs import random_graph
 
@@ -184,10 +183,14 @@ def _toy_data(num_classes: int = 3) -> dict:
             "classes": num_classes}
 
 
-def _make_epoch(system: str, data: dict, hidden: int, dropout: float):
+def make_epoch(system: str, data: dict, hidden: int, dropout: float, device: str = "cpu",
+               foreach: bool | None = None):
+    """One training epoch of ``system`` (:data:`SYSTEMS`) on ``data`` (the dict :func:`measure` saves), on
+    ``device``: a function of the epoch number returning the loss. ``foreach``: Adam's (``None``: torch's default
+    for the device)."""
     if system == "graphscale":
-        return _graphscale_epoch(data, hidden, dropout)
-    return _pyg_epoch(data, hidden, dropout, system.split("-", 1)[1])
+        return _graphscale_epoch(data, hidden, dropout, device, foreach)
+    return _pyg_epoch(data, hidden, dropout, system.split("-", 1)[1], device, foreach)
 
 
 def _child(system: str, path: str, hidden: int, dropout: float, warmup: int, repeats: int, threads: int,
@@ -201,13 +204,13 @@ def _child(system: str, path: str, hidden: int, dropout: float, warmup: int, rep
         torch.set_num_threads(threads)
     # import the system's libraries and load its compiled kernels on a toy graph, so that the
     # baseline below holds code and the peak measures data-dependent memory only
-    toy = _make_epoch(system, _toy_data(), 4, dropout)
+    toy = make_epoch(system, toy_data(), 4, dropout)
     toy(0)
     del toy
     data = torch.load(path)
-    baseline = _rss_bytes()
+    baseline = rss_bytes()
     exact_reset = reset_peak_rss()
-    epoch = _make_epoch(system, data, hidden, dropout)
+    epoch = make_epoch(system, data, hidden, dropout)
     times, user, system_s, faults, loss = [], [], [], [], float("nan")
     for i in range(warmup + repeats):
         before = resource.getrusage(resource.RUSAGE_SELF)

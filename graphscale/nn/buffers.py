@@ -42,6 +42,8 @@ from contextlib import contextmanager
 import torch
 from torch import Tensor
 
+from graphscale.nn.backend import kernel_setting
+
 #: Buffers smaller than this are not pooled.
 MIN_BYTES = 1 << 20
 #: A free buffer serves a request of at least ``1 / FIT`` of its size (a partition's inner-row and inner-plus-halo
@@ -64,14 +66,14 @@ def _use_count(storage: torch.UntypedStorage) -> int:
 
 def empty(shape: tuple[int, ...] | list[int], dtype: torch.dtype, device: torch.device | None = None) -> Tensor:
     """An uninitialised contiguous tensor, on CPU from the pool when one of the same byte size is free (on any
-    other ``device``, a plain ``torch.empty``).
+    other ``device``, or on the device kernel backend (:mod:`graphscale.nn.backend`), a plain ``torch.empty``).
 
     The caller must write every element (as ``torch.empty``'s callers do).
     """
     global _calls
     shape = tuple(int(s) for s in shape)
-    if device is not None and torch.device(device).type != "cpu":
-        return torch.empty(shape, dtype=dtype, device=device)
+    if (device is not None and torch.device(device).type != "cpu") or kernel_setting() == "torch":
+        return torch.empty(shape, dtype=dtype, device=device)  # the device allocator caches; the pool is the CPU's
     nbytes = math.prod(shape) * torch.empty(0, dtype=dtype).element_size()
     if not _enabled or nbytes < MIN_BYTES:
         return torch.empty(shape, dtype=dtype)

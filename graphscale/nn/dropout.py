@@ -29,83 +29,14 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from graphscale.nn import buffers
-from graphscale.nn.ops import Topology, _run_rows, _use_numba, keep_bytes, topology
-
-_M32 = 0xFFFFFFFF
-_NODE_STREAM = 0x3C6EF372
-_EDGE_STREAM = 0xA54FF53A
-_COL_SALT = 0x68E31DA4
-_HEAD_SALT = 0x1B56C4E9
-
-
-# ----------------------------------------------------------------- the hash, three ways
-def _hash_int(x: int) -> int:
-    """lowbias32 on a Python int in ``[0, 2^32)``."""
-    x ^= x >> 16
-    x = (x * 0x7FEB352D) & _M32
-    x ^= x >> 15
-    x = (x * 0x846CA68B) & _M32
-    return x ^ (x >> 16)
-
-
-def _hash_t(x: Tensor) -> Tensor:
-    """lowbias32 on an int64 tensor of values in ``[0, 2^32)``, overflow-free."""
-    x = x ^ (x >> 16)
-    x = ((((x * 0x7FEB) & 0xFFFF) << 16) + x * 0x352D) & _M32
-    x = x ^ (x >> 15)
-    x = ((((x * 0x846C) & 0xFFFF) << 16) + x * 0xA68B) & _M32
-    return x ^ (x >> 16)
-
-
-@nb.njit(nogil=True, cache=True)
-def _hash_nb(x):  # pragma: no cover - compiled
-    # int64 products wrap modulo 2^64 in LLVM (no nsw flag), so the low 32 bits are exact.
-    x ^= x >> 16
-    x = (x * 0x7FEB352D) & 0xFFFFFFFF
-    x ^= x >> 15
-    x = (x * 0x846CA68B) & 0xFFFFFFFF
-    return x ^ (x >> 16)
-
-
-def _fold_int(h: int, value: int) -> int:
-    value &= (1 << 64) - 1
-    h = _hash_int(h ^ (value & _M32))
-    return _hash_int(h ^ (value >> 32))
-
-
-def _fold_t(h: Tensor | int, value: Tensor) -> Tensor:
-    """Fold non-negative int64 ``value`` (two 32-bit words) into state ``h``."""
-    h = _hash_t(h ^ (value & _M32))
-    return _hash_t(h ^ ((value >> 32) & _M32))
-
-
-@nb.njit(nogil=True, cache=True)
-def _fold_nb(h, value):  # pragma: no cover - compiled
-    h = _hash_nb(h ^ (value & 0xFFFFFFFF))
-    return _hash_nb(h ^ ((value >> 32) & 0xFFFFFFFF))
-
-
-def site_state(seed: int, epoch: int, site: int, stream: int = _NODE_STREAM) -> int:
-    """The 32-bit hash state of ``(stream, seed, epoch, site)``; every mask at that site starts from it."""
-    h = _hash_int(stream)
-    for value in (seed, epoch, site):
-        h = _fold_int(h, int(value))
-    return h
-
-
-def _threshold(p: float) -> int:
-    if not 0.0 <= p <= 1.0:
-        raise ValueError(f"dropout probability must lie in [0, 1], got {p}")
-    return min(round(p * 2.0**32), 1 << 32)
-
-
-def _check_ids(ids: Tensor, n: int, what: str) -> None:
-    if ids.dim() != 1 or ids.numel() != n:
-        raise ValueError(f"{what}: ids must be 1-D with one entry per row ({n}), got {tuple(ids.shape)}")
-    if ids.dtype != torch.int64:
-        raise ValueError(f"{what}: ids must be int64, got {ids.dtype}")
-
+from graphscale.nn import fused
+from graphscale.nn.backend import uses_numba
+from graphscale.nn.dense import dropped_linear
+from graphscale.nn.fused import column_states, node_dropout_into
+from graphscale.nn.hashing import (_COL_SALT, _EDGE_STREAM, _HEAD_SALT, _M32, _NODE_STREAM, _check_ids,  # noqa: F401
+                                   _fold_int, _fold_nb, _fold_t, _hash_int, _hash_nb, _hash_t, _threshold, site_state)
+from graphscale.nn.kernels import _run_rows, keep_bytes
+from graphscale.nn.topology import Topology, topology
 
 # ----------------------------------------------------------------- node (row, col) masks
 def node_keep_mask(ids: Tensor, num_cols: int, p: float, seed: int, epoch: int, site: int) -> Tensor:
@@ -125,49 +56,6 @@ def node_keep_mask(ids: Tensor, num_cols: int, p: float, seed: int, epoch: int, 
     h_row = _fold_t(h_site, ids)
     h_col = _hash_t((torch.arange(num_cols, device=ids.device) ^ _COL_SALT) & _M32)
     return _hash_t(h_row[:, None] ^ h_col[None, :]) >= _threshold(p)
-
-
-@nb.njit(nogil=True, cache=True)
-def _k_node_dropout(lo, hi, x, ids, h_col, h_site, thr, scale, out):  # pragma: no cover - compiled
-    f = x.shape[1]
-    row_scale = np.empty(f, x.dtype)
-    for i in range(lo, hi):
-        h_row = _fold_nb(h_site, ids[i])
-        for j in range(f):  # the hash inlined here vectorises; a call would not
-            v = h_row ^ h_col[j]
-            v ^= v >> 16
-            v = (v * 0x7FEB352D) & 0xFFFFFFFF
-            v ^= v >> 15
-            v = (v * 0x846CA68B) & 0xFFFFFFFF
-            v ^= v >> 16
-            row_scale[j] = scale if v >= thr else 0
-        for j in range(f):
-            out[i, j] = x[i, j] * row_scale[j]
-
-
-def _apply_node_mask(x: Tensor, ids: Tensor, p: float, h_site: int, out: Tensor | None = None) -> Tensor:
-    """``x * keep / (1 - p)`` with the keep mask recomputed from ``ids`` (into ``out`` when given: a contiguous
-    tensor of ``x``'s shape, ``x`` itself for in place).
-
-    Rows stored in bfloat16 (``--feature-dtype``) come out in float32: they are upcast (exactly) into the float32
-    output buffer, which the mask then scales in place (the float32 dropout of the upcast rows, with no other
-    float32 copy of them)."""
-    n, f = x.shape
-    thr = _threshold(p)
-    scale = 1.0 / (1.0 - p)
-    h_col = _hash_t((torch.arange(f, device=x.device) ^ _COL_SALT) & _M32)
-    if x.dtype == torch.bfloat16:
-        x = out = x.to(torch.float32) if out is None else out.copy_(x)
-    if _use_numba(x, ids):
-        out = buffers.empty(x.shape, x.dtype) if out is None else out
-        indptr = np.arange(0, n + 1, dtype=np.int64) * max(f, 1)  # balance rows evenly
-        _run_rows(_k_node_dropout, indptr, n * f, x.detach().contiguous().numpy(), ids.contiguous().numpy(),
-                  h_col.numpy(), h_site, thr, scale, out.numpy())
-        return out
-    keep = _hash_t(_fold_t(h_site, ids)[:, None] ^ h_col[None, :]) >= thr
-    if out is None:
-        return x * keep.to(x.dtype) * scale
-    return torch.mul(x, keep.to(x.dtype), out=out).mul_(scale)
 
 
 @nb.njit(nogil=True, cache=True)
@@ -218,8 +106,8 @@ class RowKeep:
         zero bytes to whole 64-bit words, which the kernels read)."""
         if self._bits is None:
             n, f = self.ids.numel(), self.num_cols
-            h_col = _hash_t((torch.arange(f, device=self.ids.device) ^ _COL_SALT) & _M32)
-            if _use_numba(self.ids):
+            h_col = column_states(f, self.ids.device)
+            if uses_numba(self.ids):
                 bits = torch.empty(n, keep_bytes(f), dtype=torch.uint8)
                 indptr = np.arange(0, n + 1, dtype=np.int64) * max(f, 1)
                 _run_rows(_k_keep_bits, indptr, n * f, self.ids.contiguous().numpy(), h_col.numpy(), self.h_site,
@@ -239,23 +127,24 @@ class RowKeep:
 
     def apply(self, x: Tensor) -> Tensor:
         """``keyed_dropout`` of ``x`` (one row per id), differentiable: ``[N, F]`` -> ``[N, F]``."""
-        self._check(x, "apply")
-        return _NodeDropout.apply(x, self.ids.to(x.device), self.p, self.h_site)
+        self.check(x, "apply")
+        return fused.keyed_dropout(x, self.ids.to(x.device), self.p, self.h_site)
 
     def apply_rows(self, x: Tensor, rows: slice, out: Tensor | None = None) -> Tensor:
         """``keyed_dropout`` of ``x``, the rows ``rows`` of this dropout's rows (a block of a blocked product; no
         autograd), into ``out`` when given (``x`` itself for in place): ``[len(rows), F]`` -> ``[len(rows), F]``."""
-        return _apply_node_mask(x, self.ids[rows], self.p, self.h_site, out=out)
+        return node_dropout_into(x, self.ids[rows], self.p, self.h_site, out=out)
 
     def linear(self, x: Tensor, weight: Tensor) -> Tensor:
         """``apply(x) @ weight.T`` without a dropped copy of ``x``: the dropped rows exist one block of
         :data:`LINEAR_BLOCK_BYTES` at a time, in the forward and again in the backward (recomputed from the ids,
         as :meth:`apply`'s backward does), so autograd keeps ``x`` (which the layer before holds anyway) and not
         a second ``[N, F]`` tensor. Differentiable in ``x`` and ``weight``: ``[N, F]`` x ``[O, F]`` -> ``[N, O]``."""
-        self._check(x, "linear")
-        return _DroppedLinear.apply(x, weight, self.ids.to(x.device), self.p, self.h_site)
+        self.check(x, "linear")
+        return dropped_linear(x, weight, self.ids.to(x.device), self.p, self.h_site)
 
-    def _check(self, x: Tensor, what: str) -> None:
+    def check(self, x: Tensor, what: str) -> None:
+        """Raise a ValueError naming ``what`` unless ``x`` has one row per id and :attr:`num_cols` columns."""
         if x.shape != (self.ids.numel(), self.num_cols):
             raise ValueError(f"RowKeep.{what}: x must be [{self.ids.numel()}, {self.num_cols}], got {tuple(x.shape)}")
 
@@ -274,63 +163,6 @@ def keyed_dropout_keep(ids: Tensor, num_cols: int, p: float, seed: int, epoch: i
     if p >= 1.0:
         raise ValueError("keyed_dropout_keep: p == 1 drops everything; use keyed_dropout")
     return RowKeep(ids, num_cols, float(p), site_state(seed, epoch, site, _NODE_STREAM))
-
-
-class _NodeDropout(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x, ids, p, h_site):
-        ctx.save_for_backward(ids)
-        ctx.p, ctx.h_site = p, h_site
-        return _apply_node_mask(x.detach(), ids, p, h_site)
-
-    @staticmethod
-    @torch.autograd.function.once_differentiable
-    def backward(ctx, grad):
-        (ids,) = ctx.saved_tensors
-        return _apply_node_mask(grad.contiguous(), ids, ctx.p, ctx.h_site), None, None, None
-
-
-#: Bytes of a row block that a blocked dense product holds at a time (:meth:`RowKeep.linear`'s dropped rows,
-#: :func:`~graphscale.nn.layers.linear_relu`'s masked gradient rows).
-LINEAR_BLOCK_BYTES = 4 << 20
-
-
-def row_blocks(rows: int, cols: int, dtype: torch.dtype) -> list[slice]:
-    """``rows`` rows of ``cols`` columns of ``dtype`` in blocks of at most :data:`LINEAR_BLOCK_BYTES` (at least one
-    row each), as slices."""
-    step = max(1, LINEAR_BLOCK_BYTES // max(1, cols * dtype.itemsize))
-    return [slice(lo, lo + step) for lo in range(0, rows, step)]
-
-
-class _DroppedLinear(torch.autograd.Function):
-    """``keyed_dropout(x) @ weight.T`` block by block (:meth:`RowKeep.linear`)."""
-
-    @staticmethod
-    def forward(ctx, x, weight, ids, p, h_site):
-        x = x.detach()
-        weight_t = weight.detach().t()
-        out = buffers.empty((x.shape[0], weight.shape[0]), weight.dtype, x.device)
-        for rows in row_blocks(x.shape[0], x.shape[1], weight.dtype):  # the dropped rows are in the weight's dtype
-            torch.mm(_apply_node_mask(x[rows], ids[rows], p, h_site), weight_t, out=out[rows])
-        ctx.save_for_backward(x, weight, ids)
-        ctx.p, ctx.h_site = p, h_site
-        return out
-
-    @staticmethod
-    @torch.autograd.function.once_differentiable
-    def backward(ctx, grad):
-        x, weight, ids = ctx.saved_tensors
-        p, h_site = ctx.p, ctx.h_site
-        grad = grad.contiguous()
-        grad_x = buffers.empty(x.shape, weight.dtype, x.device) if ctx.needs_input_grad[0] else None
-        grad_w = torch.zeros_like(weight) if ctx.needs_input_grad[1] else None
-        for rows in row_blocks(x.shape[0], x.shape[1], weight.dtype):
-            if grad_x is not None:  # the dropout's backward is the same mask on the gradient
-                block = torch.mm(grad[rows], weight, out=grad_x[rows])
-                _apply_node_mask(block, ids[rows], p, h_site, out=block)
-            if grad_w is not None:
-                grad_w.addmm_(grad[rows].t(), _apply_node_mask(x[rows], ids[rows], p, h_site))
-        return grad_x, grad_w, None, None, None
 
 
 def keyed_dropout(x: Tensor, ids: Tensor, p: float, seed: int, epoch: int, site: int,
@@ -362,7 +194,7 @@ def keyed_dropout(x: Tensor, ids: Tensor, p: float, seed: int, epoch: int, site:
     _check_ids(ids, x.shape[0], "keyed_dropout")
     if p == 1.0:
         return x * 0
-    return _NodeDropout.apply(x, ids.to(x.device), float(p), site_state(seed, epoch, site, _NODE_STREAM))
+    return fused.keyed_dropout(x, ids.to(x.device), float(p), site_state(seed, epoch, site, _NODE_STREAM))
 
 
 # ----------------------------------------------------------------- edge (attention) masks
@@ -424,7 +256,7 @@ def block_edge_keep_mask(block, src_ids: Tensor, heads: int, p: float, seed: int
     thr = _threshold(p)
     h_site = site_state(seed, epoch, site, _EDGE_STREAM)
     h_head = _hash_t((torch.arange(heads, device=src_ids.device) ^ _HEAD_SALT) & _M32)
-    if _use_numba(topo.indptr, src_ids):
+    if uses_numba(topo.indptr, src_ids):
         keep = torch.empty(topo.num_edges, heads, dtype=torch.bool)
         keep_self = torch.empty(num_self, heads, dtype=torch.bool)
         _run_rows(_k_edge_keep, topo.indptr.numpy(), 8 * (topo.num_edges + topo.num_dst) * heads,

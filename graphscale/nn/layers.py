@@ -45,15 +45,14 @@ Numerical equivalents (tested in float64): :class:`GCNLayer` = PyG
 from __future__ import annotations
 
 import math
-from typing import NamedTuple
-
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from graphscale.nn import buffers
-from graphscale.nn.dropout import EdgeDropout, KeyedDropout, row_blocks
-from graphscale.nn.ops import gcn_norm_scales, segment_softmax, spmm, spmm_heads, spmm_transpose, topology
+from graphscale.nn.backend import uses_numba
+from graphscale.nn.dense import DeferredLinearReLU, linear_relu, linear_relu_linear
+from graphscale.nn.dropout import EdgeDropout, KeyedDropout
+from graphscale.nn.ops import gcn_norm_scales, propagate, propagate_transpose, segment_softmax, spmm_heads, topology
 
 
 def _check_src(block, x_src, in_dim: int, who: str) -> None:
@@ -98,161 +97,13 @@ def _transform_first(block, x_src: Tensor, in_dim: int, out_dim: int, weight: Te
     return tr_first < agg_first
 
 
-def _relu_backward(grad: Tensor, out: Tensor) -> Tensor:
-    """ReLU's backward from its output: ``grad`` where ``out > 0``, else 0 (autograd's own kernel for it; 6x faster
-    than ``torch.where(out <= 0, 0, grad)`` on one thread)."""
-    return torch.ops.aten.threshold_backward(grad, out, 0)
+def _gcn_scales(block, like: Tensor):
+    """GCN's normalisation of ``block`` as :func:`~graphscale.nn.ops.propagate`'s scales (from global degrees)."""
+    def scales():
+        cs, rs, ss = gcn_norm_scales(block.src_deg.to(like.device), block.num_dst, like.dtype)
+        return None, cs, rs, ss
 
-
-def _linear_relu_rows(x: Tensor, weight: Tensor, bias: Tensor | None, rows: slice, out: Tensor | None = None) -> Tensor:
-    """``relu(x[rows] @ weight.T + bias)`` (``F.linear``'s own product; into ``out`` when given), no autograd."""
-    y = torch.mm(x[rows], weight.t(), out=out) if bias is None else torch.addmm(bias, x[rows], weight.t(), out=out)
-    return y.relu_()
-
-
-class _LinearReLU(torch.autograd.Function):
-    """``relu(x @ weight.T + bias)`` with the ReLU's backward applied block by block (:func:`linear_relu`)."""
-
-    @staticmethod
-    def forward(ctx, x, weight, bias):
-        y = buffers.empty((x.shape[0], weight.shape[0]), weight.dtype, x.device)
-        _linear_relu_rows(x, weight, bias, slice(None), out=y)
-        ctx.save_for_backward(x, weight, y)
-        ctx.has_bias = bias is not None
-        return y
-
-    @staticmethod
-    @torch.autograd.function.once_differentiable
-    def backward(ctx, grad):
-        x, weight, y = ctx.saved_tensors
-        grad = grad.contiguous()
-        grads = _linear_grads(x, weight, ctx.has_bias, ctx.needs_input_grad[:3])
-        for rows in row_blocks(grad.shape[0], grad.shape[1], grad.dtype):
-            _add_linear_grads(_relu_backward(grad[rows], y[rows]), x, weight, rows, *grads)  # one block
-        return grads
-
-
-def _linear_grads(x: Tensor, weight: Tensor, has_bias: bool, needed) -> tuple[Tensor | None, ...]:
-    """Buffers for the gradients of ``F.linear(x, weight, bias)``'s inputs that ``needed`` (three flags) asks for:
-    ``x``'s (written block by block), the weight's and the bias's (zeros, accumulated)."""
-    return (torch.empty(x.shape, dtype=x.dtype, device=x.device) if needed[0] else None,
-            torch.zeros_like(weight) if needed[1] else None,
-            torch.zeros_like(weight[:, 0]) if has_bias and needed[2] else None)
-
-
-def _add_linear_grads(g: Tensor, x: Tensor, weight: Tensor, rows: slice, grad_x, grad_w, grad_b) -> None:
-    """The contribution of the output gradient rows ``g`` (rows ``rows``) to ``F.linear``'s input gradients."""
-    if grad_x is not None:
-        torch.mm(g, weight, out=grad_x[rows])
-    if grad_w is not None:
-        grad_w.addmm_(g.t(), x[rows])
-    if grad_b is not None:
-        grad_b += g.sum(0)
-
-
-def linear_relu(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
-    """``relu(F.linear(x, weight, bias))`` whose backward never holds the pre-activation's ``[N, out]`` gradient:
-    it masks the incoming gradient one block of :data:`~graphscale.nn.dropout.LINEAR_BLOCK_BYTES` at a time and
-    accumulates the weight and bias gradients from the blocks (the same values as ReLU then ``F.linear`` up to
-    float summation order; tested). Autograd keeps ``x`` and the output, as ``F.linear`` and ReLU do.
-
-    Shapes:
-        x ``[N, in]``, weight ``[out, in]``, bias ``[out]`` -> ``[N, out]``.
-    """
-    return _LinearReLU.apply(x, weight, bias)
-
-
-class DeferredLinearReLU(NamedTuple):
-    """``linear_relu(x, weight, bias)`` not computed yet: what a layer ending in :func:`linear_relu` returns when
-    asked to defer it (``defer_relu=True``), so that a next layer starting with a dense product of these rows
-    (``takes_deferred``) runs both products block by block (:func:`linear_relu_linear`) and the hidden rows'
-    gradient never exists whole. :meth:`compute` gives the tensor to a layer that needs it."""
-
-    x: Tensor
-    weight: Tensor
-    bias: Tensor | None
-
-    @property
-    def shape(self) -> torch.Size:
-        return torch.Size((self.x.shape[0], self.weight.shape[0]))
-
-    @property
-    def dtype(self) -> torch.dtype:
-        return self.weight.dtype
-
-    @property
-    def requires_grad(self) -> bool:
-        return any(t is not None and t.requires_grad for t in self)
-
-    def compute(self) -> Tensor:
-        """The rows themselves: ``linear_relu(x, weight, bias)``."""
-        return linear_relu(self.x, self.weight, self.bias)
-
-
-def _linear_relu_linear_forward(x, w0, b0, w1, keep, dropped: Tensor | None) -> Tensor:
-    """``keep(relu(x @ w0.T + b0)) @ w1.T`` one row block at a time (the dropout in place on each hidden block),
-    writing the dropped hidden rows into ``dropped`` when given (the backward needs them)."""
-    z = buffers.empty((x.shape[0], w1.shape[0]), w1.dtype, x.device)
-    for rows in row_blocks(x.shape[0], max(x.shape[1], w0.shape[0]), w0.dtype):
-        h = _linear_relu_rows(x, w0, b0, rows, None if dropped is None else dropped[rows])
-        if keep is not None:
-            keep.apply_rows(h, rows, out=h)
-        torch.mm(h, w1.t(), out=z[rows])
-    return z
-
-
-class _LinearReLULinear(torch.autograd.Function):
-    """``keep(relu(x @ w0.T + b0)) @ w1.T`` with both backward products one row block at a time
-    (:func:`linear_relu_linear`).
-
-    It keeps the dropped hidden rows ``d = keep(h)``, which are all the backward needs: ``w1``'s gradient is
-    ``g_z^T d``, and the hidden pre-activation's gradient ``[h > 0] * keep(g_z w1)`` is ``[d > 0] * (g_z (s w1))``
-    with ``s`` the dropout's scale, since a dropped element's gradient is 0 whatever ``h`` is and a kept one has
-    ``d > 0`` exactly where ``h > 0``. So the backward applies no mask and hashes nothing."""
-
-    @staticmethod
-    def forward(ctx, x, w0, b0, w1, keep):
-        dropped = buffers.empty((x.shape[0], w0.shape[0]), w0.dtype, x.device)
-        z = _linear_relu_linear_forward(x, w0, b0, w1, keep, dropped)
-        ctx.save_for_backward(x, w0, w1, dropped)
-        ctx.scale, ctx.has_bias = 1.0 if keep is None else keep.scale, b0 is not None
-        return z
-
-    @staticmethod
-    @torch.autograd.function.once_differentiable
-    def backward(ctx, grad):
-        x, w0, w1, dropped = ctx.saved_tensors
-        grad = grad.contiguous()
-        grads = _linear_grads(x, w0, ctx.has_bias, ctx.needs_input_grad[:3])
-        grad_w1 = torch.zeros_like(w1) if ctx.needs_input_grad[3] else None
-        w1_scaled = w1 * ctx.scale  # the dropout's backward scale, on the [out, width] weight instead of each block
-        hidden_grad = any(t is not None for t in grads)
-        for rows in row_blocks(x.shape[0], max(x.shape[1], w0.shape[0]), w0.dtype):
-            d = dropped[rows]
-            if grad_w1 is not None:
-                grad_w1.addmm_(grad[rows].t(), d)
-            if hidden_grad:  # the hidden block's pre-activation gradient
-                _add_linear_grads(_relu_backward(torch.mm(grad[rows], w1_scaled), d), x, w0, rows, *grads)
-        return *grads, grad_w1, None
-
-
-def linear_relu_linear(hidden: DeferredLinearReLU, keep, weight: Tensor) -> Tensor:
-    """``keep.apply(hidden.compute()) @ weight.T`` (``keep``: a :class:`~graphscale.nn.dropout.RowKeep` or
-    ``None``) computed one row block of :data:`~graphscale.nn.dropout.LINEAR_BLOCK_BYTES` at a time, in the forward
-    and the backward: autograd keeps ``hidden.x`` and the dropped hidden rows (which both products' weight gradients
-    need), and the hidden rows' ``[N, width]`` gradient is never held whole (the two layers' backward products meet
-    block by block); the backward recomputes no dropout mask. Without autograd, the hidden rows are not held
-    either. The same values as computing the hidden rows first, up to float summation order (tested).
-
-    Shapes:
-        hidden ``[N, width]`` (deferred), weight ``[out, width]`` -> ``[N, out]``.
-    """
-    if keep is not None:
-        keep._check(hidden, "linear_relu_linear")
-    x, w0, b0 = hidden
-    if torch.is_grad_enabled() and (hidden.requires_grad or weight.requires_grad):
-        return _LinearReLULinear.apply(x, w0, b0, weight, keep)
-    return _linear_relu_linear_forward(x, w0, b0, weight, keep, None)
+    return scales
 
 
 def gcn_aggregate(block, x_src: Tensor, src_dropout=None) -> Tensor:
@@ -273,8 +124,7 @@ def gcn_aggregate(block, x_src: Tensor, src_dropout=None) -> Tensor:
     Shapes:
         x_src ``[S, F]`` -> ``[D, F]``.
     """
-    cs, rs, ss = gcn_norm_scales(block.src_deg.to(x_src.device), block.num_dst, x_src.dtype)
-    return spmm(block, x_src, col_scale=cs, row_scale=rs, self_scale=ss, src_dropout=src_dropout)
+    return propagate(block, x_src, "gcn", _gcn_scales(block, x_src), symmetric=True, src_dropout=src_dropout)
 
 
 def gcn_aggregate_transpose(block, g_dst: Tensor) -> Tensor:
@@ -285,8 +135,7 @@ def gcn_aggregate_transpose(block, g_dst: Tensor) -> Tensor:
     Shapes:
         g_dst ``[D, F]`` -> ``[S, F]``.
     """
-    cs, rs, ss = gcn_norm_scales(block.src_deg.to(g_dst.device), block.num_dst, g_dst.dtype)
-    return spmm_transpose(block, g_dst, col_scale=cs, row_scale=rs, self_scale=ss)
+    return propagate_transpose(block, g_dst, "gcn", _gcn_scales(block, g_dst), symmetric=True)
 
 
 def attention_coefficients(topo, a_src: Tensor, a_dst: Tensor, negative_slope: float) -> tuple[Tensor, Tensor]:
@@ -323,8 +172,11 @@ def mean_aggregate(block, x_src: Tensor, src_dropout=None) -> Tensor:
     Shapes:
         x_src ``[S, F]`` -> ``[D, F]``.
     """
-    counts = (block.indptr[1:] - block.indptr[:-1]).to(device=x_src.device, dtype=x_src.dtype)
-    return spmm(block, x_src, row_scale=1.0 / counts.clamp_min(1), src_dropout=src_dropout)
+    def scales():
+        counts = (block.indptr[1:] - block.indptr[:-1]).to(device=x_src.device, dtype=x_src.dtype)
+        return None, None, 1.0 / counts.clamp_min(1), None
+
+    return propagate(block, x_src, "mean", scales, src_dropout=src_dropout)
 
 
 class GCNLayer(nn.Module):

@@ -1,544 +1,35 @@
-"""Sparse kernels for GNN layers on blocks: SpMM, multi-head SpMM, SDDMM, segment softmax.
+"""Sparse products for GNN layers on blocks: SpMM, named propagations, multi-head SpMM, SDDMM, segment softmax.
 
-Every product here runs over a block's CSR-by-destination topology and has a
-hand-written backward that uses the *transposed* CSR (CSC) of the same block,
-so no per-edge ``[E, F]`` message tensor is ever materialised, in the forward
-or the backward pass.
+Every product here runs over a block's CSR-by-destination topology (:mod:`graphscale.nn.topology`) and has a
+hand-written backward that uses the *transposed* CSR (CSC) of the same block, so no per-edge ``[E, F]`` message
+tensor is ever materialised, in the forward or the backward pass.
 
-Backends. On CPU the kernels are numba functions compiled with ``nogil=True``
-and run on row ranges balanced by work (``edges + rows``) in
-``torch.get_num_threads()`` Python threads. Plain threads rather than numba's
-``parallel=True`` keeps the kernels fork-safe (numba's OpenMP layer terminates a
-forked child that used it) and thread-safe, and honours
-``torch.set_num_threads``. On every other device (or for dtypes numba does not
-handle) the same products run through ``torch.sparse_csr_tensor`` matmuls and
-``index_add_``; results agree with the CPU kernels to float rounding.
-
-Determinism. Each output row is summed by one thread in CSR order, so a row's
-value does not depend on the thread count, and a partition block whose rows
-list the same in-edges in the same order (``Block.from_nodes``) reproduces the
-full-graph rows bit for bit.
-
-Output buffers. The CPU kernels take their outputs from :mod:`graphscale.nn.buffers`, which (on by default) keeps
-them across calls and hands a buffer out again only when no tensor refers to it any more (so never one autograd
-saved).
-
-Memory latency. A source row is a random read, so the products prefetch the rows :data:`PREFETCH_DISTANCE` edges
-ahead; threads come from one pool kept across calls (:func:`_kernel_pool`).
-
-Topology caching. :func:`topology` returns a :class:`Topology` stored on the
-block object itself (``block.__dict__``) and rebuilt if the block's
-``indptr``/``indices`` tensors are replaced; it validates the CSR once and
-builds the transpose lazily on the first backward pass.
+Backends (:mod:`graphscale.nn.backend` decides, per call). The CPU backend runs the numba kernels of
+:mod:`graphscale.nn.kernels` on row ranges in threads, with a keyed dropout of the source rows applied as the
+kernel reads them (packed keep bits) and outputs from :mod:`graphscale.nn.buffers`. The device backend runs
+whole-tensor torch operations: a named propagation (:func:`propagate`: GCN's and the mean's normalisations) is one
+sparse-dense product per direction with the normalised operator cached on the topology
+(:meth:`~graphscale.nn.topology.Topology.operator`; cuSPARSE through torch sparse CSR on CUDA), its fused dropout
+one :mod:`graphscale.nn.fused` op; attention products take one sparse product per head. Results agree with the
+CPU kernels to float rounding, and the dropout masks bit for bit.
 """
 
 from __future__ import annotations
 
-import os
-import threading
-import warnings
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable
 
-import numba as nb
 import numpy as np
 import torch
-from llvmlite import ir
-from numba import types
-from numba.core import cgutils
-from numba.extending import intrinsic
 from torch import Tensor
 
-from graphscale.nn import buffers
+from graphscale.nn import buffers, fused
+from graphscale.nn.backend import uses_numba
+from graphscale.nn.kernels import (_k_sddmm_heads, _k_softmax, _k_softmax_bwd, _k_spmm, _k_spmm_heads, _np,
+                                   _run_rows, keep_bytes)
+from graphscale.nn.topology import Scales, Topology, csr_tensor, topology
 
-#: Below this many scalar multiply-adds a kernel runs in the calling thread only (a few milliseconds of work: handing
-#: it to threads that torch's OpenMP workers compete with for the cores cost more than it saved).
-_MIN_PARALLEL_WORK = 1 << 22
-#: Chunks per thread (small over-decomposition absorbs uneven row costs and busy cores).
-_CHUNKS_PER_THREAD = 4
-_NUMBA_DTYPES = (torch.float32, torch.float64)
-_CACHE_ATTR = "_graphscale_topology"
-
-
-# =====================================================================================
-# numba kernels (serial over a row range [lo, hi); parallelism comes from _run_rows)
-# =====================================================================================
-@nb.njit(nogil=True, cache=True)
-def _k_bounds(indptr, num_chunks):  # pragma: no cover - compiled
-    """Row boundaries splitting rows into chunks of roughly equal ``edges + rows``."""
-    n = indptr.shape[0] - 1
-    total = indptr[n] + n
-    bounds = np.empty(num_chunks + 1, np.int64)
-    bounds[0] = 0
-    for k in range(1, num_chunks):
-        target = (total * k) // num_chunks
-        lo, hi = bounds[k - 1], n
-        while lo < hi:  # first row r with indptr[r] + r >= target
-            mid = (lo + hi) // 2
-            if indptr[mid] + mid < target:
-                lo = mid + 1
-            else:
-                hi = mid
-        bounds[k] = lo
-    bounds[num_chunks] = n
-    return bounds
-
-
-@nb.njit(nogil=True, cache=True)
-def _k_transpose(indptr, indices, num_cols, with_indices, with_perm):  # pragma: no cover - compiled
-    """Counting-sort transpose of a CSR: (t_indptr, t_indices, perm); t_indices / perm are empty unless asked for."""
-    n = indptr.shape[0] - 1
-    nnz = indices.shape[0]
-    t_indptr = np.zeros(num_cols + 1, np.int64)
-    for e in range(nnz):
-        t_indptr[indices[e] + 1] += 1
-    for c in range(num_cols):
-        t_indptr[c + 1] += t_indptr[c]
-    pos = t_indptr[:num_cols].copy()
-    t_indices = np.empty(nnz if with_indices else 0, np.int64)
-    perm = np.empty(nnz if with_perm else 0, np.int64)
-    for r in range(n):
-        for e in range(indptr[r], indptr[r + 1]):
-            c = indices[e]
-            p = pos[c]
-            if with_indices:
-                t_indices[p] = r
-            if with_perm:
-                perm[p] = e
-            pos[c] = p + 1
-    return t_indptr, t_indices, perm
-
-
-@nb.njit(nogil=True, cache=True)
-def _k_is_own_transpose(indptr, indices, num_cols):  # pragma: no cover - compiled
-    """Whether the CSR equals its transpose (:func:`_k_transpose`'s t_indptr and t_indices): a square CSR whose
-    in-degrees equal its row lengths and whose every entry sits where the counting sort would put it (so a
-    symmetric graph with ascending rows). Needs two length-``n`` temporaries only."""
-    n = indptr.shape[0] - 1
-    if num_cols != n:
-        return False
-    in_deg = np.zeros(n, np.int64)
-    for e in range(indices.shape[0]):
-        in_deg[indices[e]] += 1
-    for r in range(n):
-        if in_deg[r] != indptr[r + 1] - indptr[r]:
-            return False
-    pos = indptr[:n].copy()
-    for r in range(n):
-        for e in range(indptr[r], indptr[r + 1]):
-            c = indices[e]
-            if indices[pos[c]] != r:
-                return False
-            pos[c] += 1
-    return True
-
-
-def keep_bytes(num_cols: int) -> int:
-    """Bytes of one row's packed keep bits: 8 columns a byte, in whole 64-bit words (the kernels read a word and
-    select its 64 columns from it, which vectorises; unpacking byte by byte cost more than the product)."""
-    return 8 * ((num_cols + 63) // 64)
-
-
-#: Edges ahead whose source row the CSR kernels prefetch: a source row is a random access (a cache miss on any
-#: graph larger than the cache), and its latency, not arithmetic, bounds a product; measured on a 1M-vertex SBM,
-#: 3 to 16 ahead all cut a 128-wide product by 20-30% (8 is in the middle).
-PREFETCH_DISTANCE = 8
-
-
-@intrinsic
-def _prefetch_row(typingctx, a, i):  # pragma: no cover - compiled
-    """Hint the CPU to load every cache line of row ``i`` of C-contiguous array ``a`` (``strides[0]`` bytes from
-    ``a[i]``); no effect on results. An index past the end prefetches nothing useful but faults nothing
-    (prefetches never fault)."""
-
-    def codegen(context, builder, sig, args):
-        aryty = sig.args[0]
-        ary = context.make_array(aryty)(context, builder, args[0])
-        zeros = [context.get_constant(types.intp, 0)] * (aryty.ndim - 1)
-        ptr = cgutils.get_item_pointer(context, builder, aryty, ary, [args[1], *zeros], wraparound=False)
-        i8p = ir.IntType(8).as_pointer()
-        i32 = ir.IntType(32)
-        fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32]),
-                                            "llvm.prefetch.p0")
-        base = builder.bitcast(ptr, i8p)
-        row_bytes = cgutils.unpack_tuple(builder, ary.strides, aryty.ndim)[0]
-        step = context.get_constant(types.intp, 64)
-        with cgutils.for_range_slice(builder, context.get_constant(types.intp, 0), row_bytes, step) as (off, _):
-            # read access, maximal temporal locality, data cache
-            builder.call(fn, [builder.gep(base, [off]), ir.Constant(i32, 0), ir.Constant(i32, 3), ir.Constant(i32, 1)])
-        return context.get_dummy_value()
-
-    return types.void(a, i), codegen
-
-
-@nb.njit(nogil=True, cache=True)
-def _k_spmm(lo, hi, indptr, indices, eperm, ew, cs, rs, ss, x, in_bits, out_bits, scale,
-            out):  # pragma: no cover - compiled
-    """out[r] = rs[r] * sum_e ew[eperm[e]] * cs[c_e] * x[c_e] + ss[r] * x[r] (absent arrays have length 0),
-    optionally with a dropout applied as it reads or writes, from packed keep bits (uint64 words, 64 columns
-    each: bit ``j % 64`` of word ``j // 64``; :func:`keep_bytes`).
-
-    ``in_bits`` (``[S, ceil(F/64)]`` or empty): every read ``x[c, j]`` becomes ``x[c, j] * m`` with ``m`` =
-    ``scale`` (in x's dtype) where bit ``(c, j)`` is set, else 0: exactly the dropped copy ``keyed_dropout``
-    would have written. ``out_bits`` (``[D, ceil(F/64)]`` or empty): every output ``out[r, j]`` is multiplied by
-    the same ``m`` of ``(r, j)`` (the dropout's backward applied to a transposed product). An edge without a
-    weight or column scale adds ``1 * x[c]``, which is ``x[c]`` exactly.
-    """
-    f = x.shape[1]
-    nnz = indices.shape[0]
-    has_perm = eperm.shape[0] > 0
-    has_ew = ew.shape[0] > 0
-    has_cs = cs.shape[0] > 0
-    has_rs = rs.shape[0] > 0
-    has_in = in_bits.shape[0] > 0
-    n_self = ss.shape[0]
-    acc = np.empty(f, out.dtype)
-    typed = np.empty(2, x.dtype)
-    typed[0], typed[1] = scale, 1
-    keep, unit = typed[0], typed[1]
-    drop = keep - keep  # m of a kept / dropped element, in x's dtype
-    one = np.uint64(1)
-    for r in range(lo, hi):
-        acc[:] = 0
-        end = indptr[r + 1]
-        for e in range(indptr[r], end + (1 if r < n_self else 0)):
-            # edge e, or (e == end) the self-loop: acc += w * x[c], of x[c] * m when dropped on read (the loops
-            # are written out here: called as a helper they did not vectorise)
-            if e < end:
-                if e + PREFETCH_DISTANCE < nnz:
-                    ahead = indices[e + PREFETCH_DISTANCE]
-                    _prefetch_row(x, ahead)
-                    if has_in:
-                        _prefetch_row(in_bits, ahead)
-                c = indices[e]
-                w = unit
-                if has_ew:
-                    w = ew[eperm[e]] if has_perm else ew[e]
-                    if has_cs:
-                        w = w * cs[c]
-                elif has_cs:
-                    w = cs[c]
-            else:
-                if has_rs:
-                    s = rs[r]
-                    for j in range(f):
-                        acc[j] *= s
-                c = r
-                w = ss[r]
-            if has_in:
-                for q in range(in_bits.shape[1]):
-                    word, base = in_bits[c, q], 64 * q
-                    for k in range(min(64, f - base)):
-                        m = keep if (word >> np.uint64(k)) & one else drop
-                        acc[base + k] += w * (x[c, base + k] * m)
-            else:
-                for j in range(f):
-                    acc[j] += w * x[c, j]
-        if has_rs and r >= n_self:
-            s = rs[r]
-            for j in range(f):
-                acc[j] *= s
-        if out_bits.shape[0] > 0:
-            for q in range(out_bits.shape[1]):
-                word, base = out_bits[r, q], 64 * q
-                for k in range(min(64, f - base)):
-                    m = keep if (word >> np.uint64(k)) & one else drop
-                    out[r, base + k] = acc[base + k] * m
-        else:
-            for j in range(f):
-                out[r, j] = acc[j]
-
-
-@nb.njit(nogil=True, cache=True)
-def _k_spmm_heads(lo, hi, indptr, indices, eperm, w, ws, x, out):  # pragma: no cover - compiled
-    """out[r, h] = sum_e w[eperm[e], h] * x[c_e, h] + ws[r, h] * x[r, h]."""
-    nh = x.shape[1]
-    f = x.shape[2]
-    has_perm = eperm.shape[0] > 0
-    n_self = ws.shape[0]
-    nnz = indices.shape[0]
-    acc = np.empty((nh, f), out.dtype)
-    for r in range(lo, hi):
-        acc[:, :] = 0
-        for e in range(indptr[r], indptr[r + 1]):
-            if e + PREFETCH_DISTANCE < nnz:
-                _prefetch_row(x, indices[e + PREFETCH_DISTANCE])
-            c = indices[e]
-            k = eperm[e] if has_perm else e
-            for h in range(nh):
-                a = w[k, h]
-                for j in range(f):
-                    acc[h, j] += a * x[c, h, j]
-        if r < n_self:
-            for h in range(nh):
-                a = ws[r, h]
-                for j in range(f):
-                    acc[h, j] += a * x[r, h, j]
-        for h in range(nh):
-            for j in range(f):
-                out[r, h, j] = acc[h, j]
-
-
-@nb.njit(nogil=True, cache=True)
-def _k_sddmm_heads(lo, hi, indptr, indices, g, x, gw, gws):  # pragma: no cover - compiled
-    """gw[e, h] = <g[r_e, h], x[c_e, h]>;  gws[r, h] = <g[r, h], x[r, h]> for r < len(gws)."""
-    nh = x.shape[1]
-    f = x.shape[2]
-    n_self = gws.shape[0]
-    nnz = indices.shape[0]
-    for r in range(lo, hi):
-        for e in range(indptr[r], indptr[r + 1]):
-            if e + PREFETCH_DISTANCE < nnz:
-                _prefetch_row(x, indices[e + PREFETCH_DISTANCE])
-            c = indices[e]
-            for h in range(nh):
-                s = 0.0
-                for j in range(f):
-                    s += g[r, h, j] * x[c, h, j]
-                gw[e, h] = s
-        if r < n_self:
-            for h in range(nh):
-                s = 0.0
-                for j in range(f):
-                    s += g[r, h, j] * x[r, h, j]
-                gws[r, h] = s
-
-
-@nb.njit(nogil=True, cache=True)
-def _k_softmax(lo, hi, indptr, s, ss, a, a_self):  # pragma: no cover - compiled
-    """Row-segment softmax over the row's edges plus (optionally) one self entry per row."""
-    nh = s.shape[1]
-    n_self = ss.shape[0]
-    for r in range(lo, hi):
-        b, t = indptr[r], indptr[r + 1]
-        for h in range(nh):
-            has_self = r < n_self
-            if b == t and not has_self:
-                continue
-            m = ss[r, h] if has_self else s[b, h]
-            for e in range(b, t):
-                m = max(m, s[e, h])
-            z = m * 0
-            for e in range(b, t):
-                v = np.exp(s[e, h] - m)
-                a[e, h] = v
-                z += v
-            if has_self:
-                v = np.exp(ss[r, h] - m)
-                a_self[r, h] = v
-                z += v
-            for e in range(b, t):
-                a[e, h] /= z
-            if has_self:
-                a_self[r, h] /= z
-
-
-@nb.njit(nogil=True, cache=True)
-def _k_softmax_bwd(lo, hi, indptr, a, a_self, g, g_self, gs, gs_self):  # pragma: no cover - compiled
-    """Softmax backward per segment: gs = a * (g - sum(a * g))."""
-    nh = a.shape[1]
-    n_self = a_self.shape[0]
-    for r in range(lo, hi):
-        b, t = indptr[r], indptr[r + 1]
-        has_self = r < n_self
-        for h in range(nh):
-            d = 0.0
-            for e in range(b, t):
-                d += a[e, h] * g[e, h]
-            if has_self:
-                d += a_self[r, h] * g_self[r, h]
-            for e in range(b, t):
-                gs[e, h] = a[e, h] * (g[e, h] - d)
-            if has_self:
-                gs_self[r, h] = a_self[r, h] * (g_self[r, h] - d)
-
-
-# =====================================================================================
-# running kernels on balanced row chunks in threads
-# =====================================================================================
-def _run_rows(kernel, indptr: np.ndarray, work: int, *args) -> None:
-    """Run ``kernel(lo, hi, *args)`` over all CSR rows, split across threads when worth it.
-
-    Args:
-        kernel: a nogil numba kernel taking a row range first.
-        indptr: the CSR row pointer the rows are balanced by.
-        work: approximate number of scalar multiply-adds (decides whether to thread).
-        *args: the kernel's remaining arguments.
-    """
-    n = indptr.shape[0] - 1
-    threads = max(1, torch.get_num_threads())
-    if threads == 1 or work < _MIN_PARALLEL_WORK or n < 2:
-        kernel(0, n, *args)
-        return
-    bounds = _k_bounds(indptr, min(n, threads * _CHUNKS_PER_THREAD))
-    ranges = [(int(bounds[i]), int(bounds[i + 1])) for i in range(len(bounds) - 1) if bounds[i + 1] > bounds[i]]
-    pool = _kernel_pool(threads)
-    for future in [pool.submit(kernel, lo, hi, *args) for lo, hi in ranges]:
-        future.result()
-
-
-_pool: ThreadPoolExecutor | None = None
-_pool_threads = 0
-_pool_lock = threading.Lock()
-
-
-def _kernel_pool(threads: int) -> ThreadPoolExecutor:
-    """The kernels' worker threads, kept across calls (starting a pool per call cost more than the kernel on
-    small calls: 740 thread starts, 0.8 s, in a 1M-vertex epoch's dropped linear at 2 threads); remade when the
-    thread count changes, and dropped in a forked child (its threads do not exist there)."""
-    global _pool, _pool_threads
-    with _pool_lock:
-        if _pool is None or _pool_threads != threads:
-            if _pool is not None:
-                _pool.shutdown(wait=False)
-            _pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="graphscale-kernel")
-            _pool_threads = threads
-        return _pool
-
-
-def _forget_pool() -> None:
-    global _pool, _pool_lock
-    _pool, _pool_lock = None, threading.Lock()
-
-
-os.register_at_fork(after_in_child=_forget_pool)
-
-
-def _np(t: Tensor | None, dtype: torch.dtype | None = None) -> np.ndarray:
-    """A contiguous CPU numpy view (length-0 array standing in for ``None``)."""
-    if t is None:
-        return np.empty(0, dtype=torch.empty(0, dtype=dtype).numpy().dtype)
-    if dtype is not None and t.dtype != dtype:
-        t = t.to(dtype)
-    return t.detach().contiguous().numpy()
-
-
-def _csr_tensor(indptr: Tensor, indices: Tensor, values: Tensor, shape: tuple[int, int]) -> Tensor:
-    """A ``torch.sparse_csr_tensor`` without the beta-state warning."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UserWarning)
-        return torch.sparse_csr_tensor(indptr, indices, values, shape, check_invariants=False)
-
-
-def _use_numba(*tensors: Tensor) -> bool:
-    """Whether the numba kernels handle these tensors (CPU; float32/float64 or integer)."""
-    return all(t.device.type == "cpu" and (t.dtype in _NUMBA_DTYPES or not t.is_floating_point()) for t in tensors)
-
-
-# =====================================================================================
-# topology: validated CSR + lazily built transpose, cached on the block
-# =====================================================================================
-class Topology:
-    """A validated CSR-by-destination topology with its lazily built transpose.
-
-    Args:
-        indptr: int64 ``[D+1]`` row pointers.
-        indices: int64 ``[nnz]`` source rows in ``[0, num_src)``.
-        num_src: number of source rows ``S`` (columns).
-
-    Raises:
-        ValueError: if the arrays are not a valid CSR over ``num_src`` columns.
-    """
-
-    def __init__(self, indptr: Tensor, indices: Tensor, num_src: int) -> None:
-        if indptr.dim() != 1 or indptr.numel() < 1 or indices.dim() != 1:
-            raise ValueError("Topology: indptr must be 1-D with >= 1 entry and indices 1-D")
-        if indptr.dtype != torch.int64 or indices.dtype != torch.int64:
-            raise ValueError(f"Topology: indptr/indices must be int64, got {indptr.dtype}/{indices.dtype}")
-        if int(indptr[0]) != 0 or int(indptr[-1]) != indices.numel():
-            raise ValueError(f"Topology: indptr must run from 0 to nnz={indices.numel()}, "
-                             f"got {int(indptr[0])}..{int(indptr[-1])}")
-        if indptr.numel() > 1 and bool((indptr[1:] < indptr[:-1]).any()):
-            raise ValueError("Topology: indptr must be non-decreasing")
-        if indices.numel() and (int(indices.min()) < 0 or int(indices.max()) >= num_src):
-            raise ValueError(f"Topology: indices must lie in [0, num_src={num_src}), "
-                             f"got [{int(indices.min())}, {int(indices.max())}]")
-        self.indptr = indptr.contiguous()
-        self.indices = indices.contiguous()
-        self.num_src = int(num_src)
-        self._transpose: tuple[Tensor, Tensor] | None = None
-        self._perm: Tensor | None = None
-        self._edge_dst: Tensor | None = None
-
-    @property
-    def num_dst(self) -> int:
-        return self.indptr.numel() - 1
-
-    @property
-    def num_edges(self) -> int:
-        return self.indices.numel()
-
-    @property
-    def device(self) -> torch.device:
-        return self.indptr.device
-
-    def transpose(self) -> tuple[Tensor, Tensor]:
-        """The CSC of the block: ``(t_indptr [S+1], t_indices [nnz])``; row ``u`` of the transpose lists the
-        destinations ``v`` of ``u``'s out-edges (ascending).
-
-        A CSR that is its own transpose (a symmetric graph's full block with ascending rows: the usual full-graph
-        case) is returned itself, so the backward holds no second copy of the graph (on CPU; checked without
-        building the copy).
-        """
-        if self._transpose is None:
-            if self.device.type == "cpu":
-                indptr, indices = self.indptr.numpy(), self.indices.numpy()
-                if _k_is_own_transpose(indptr, indices, self.num_src):
-                    self._transpose = (self.indptr, self.indices)
-                else:
-                    t_indptr, t_indices, _ = _k_transpose(indptr, indices, self.num_src, True, False)
-                    self._transpose = (torch.from_numpy(t_indptr), torch.from_numpy(t_indices))
-            else:
-                t_indices = self.edge_dst()[self.transpose_perm()]
-                t_indptr = torch.zeros(self.num_src + 1, dtype=torch.int64, device=self.device)
-                torch.cumsum(torch.bincount(self.indices, minlength=self.num_src), 0, out=t_indptr[1:])
-                self._transpose = (t_indptr, t_indices)
-        return self._transpose
-
-    def transpose_perm(self) -> Tensor:
-        """``perm [nnz]``: ``perm[k]`` is the CSR position of the ``k``-th CSC entry (how per-edge weights are read
-        in the transpose); built on first use, since only edge-weighted products need it."""
-        if self._perm is None:
-            if self.device.type == "cpu":
-                _, _, perm = _k_transpose(self.indptr.numpy(), self.indices.numpy(), self.num_src, False, True)
-                self._perm = torch.from_numpy(perm)
-            else:
-                self._perm = torch.argsort(self.indices, stable=True)
-        return self._perm
-
-    def tensors(self) -> list[Tensor]:
-        """Every tensor this topology holds: the CSR, and the transpose, its permutation and the edge destinations
-        once built."""
-        built = [*(self._transpose or ()), self._perm, self._edge_dst]
-        out = [self.indptr, self.indices]
-        out += [t for t in built if t is not None and all(t is not u for u in out)]  # an own transpose: once
-        return out
-
-    def edge_dst(self) -> Tensor:
-        """Destination row of every edge in CSR order, int64 ``[nnz]``."""
-        if self._edge_dst is None:
-            counts = self.indptr[1:] - self.indptr[:-1]
-            self._edge_dst = torch.repeat_interleave(torch.arange(self.num_dst, device=self.device), counts)
-        return self._edge_dst
-
-
-def topology(block) -> Topology:
-    """The cached :class:`Topology` of a block (or ``block`` itself if it is one).
-
-    The cache lives on the block object and is rebuilt when its ``indptr`` or
-    ``indices`` tensors are replaced. In-place edits of those tensors are not
-    detected: build a new block instead.
-    """
-    if isinstance(block, Topology):
-        return block
-    store = getattr(block, "__dict__", None)  # no cache on objects without an instance dict
-    cached = None if store is None else store.get(_CACHE_ATTR)
-    if cached is not None and cached[0] is block.indptr and cached[1] is block.indices \
-            and cached[2].num_src == block.num_src:
-        return cached[2]
-    topo = Topology(block.indptr, block.indices, block.num_src)
-    if store is not None:
-        store[_CACHE_ATTR] = (block.indptr, block.indices, topo)
-    return topo
+__all__ = ["Topology", "topology", "keep_bytes", "spmm", "spmm_transpose", "propagate", "propagate_transpose",
+           "spmm_heads", "segment_softmax", "gcn_norm_scales"]
 
 
 # =====================================================================================
@@ -565,7 +56,7 @@ def _spmm_forward(indptr: Tensor, indices: Tensor, eperm: Tensor | None, ew: Ten
     are read / to the output rows as they are written (:func:`_k_spmm`).
     """
     n = indptr.numel() - 1
-    if _use_numba(x):
+    if uses_numba(x):
         out = buffers.empty((n, x.shape[1]), x.dtype)
         no_bits = np.empty((0, 1), np.uint64)
         _run_rows(_k_spmm, indptr.numpy(), (indices.numel() + n) * x.shape[1], indptr.numpy(), indices.numpy(),
@@ -583,7 +74,7 @@ def _spmm_forward(indptr: Tensor, indices: Tensor, eperm: Tensor | None, ew: Ten
         values = values * cs.to(x.dtype)[indices]
     if rs is not None:
         values = values * rs.to(x.dtype)[edge_dst]
-    adj = _csr_tensor(indptr, indices, values, (n, x.shape[0]))
+    adj = csr_tensor(indptr, indices, values, (n, x.shape[0]))
     out = (adj @ x) if indices.numel() else torch.zeros(n, x.shape[1], dtype=x.dtype, device=x.device)
     if ss is not None and ss.numel():
         k = ss.numel()
@@ -599,7 +90,7 @@ class _SpMM(torch.autograd.Function):
         ctx.topo = topo
         ctx.keep_scale = keep_scale
         ctx.save_for_backward(ew, cs, rs, ss, keep_bits)
-        edge_dst = None if _use_numba(x) or rs is None else topo.edge_dst()
+        edge_dst = None if uses_numba(x) or rs is None else topo.edge_dst()
         return _spmm_forward(topo.indptr, topo.indices, None, ew, cs, rs, ss, x, edge_dst, keep_bits, None,
                              keep_scale)
 
@@ -619,7 +110,7 @@ def _spmm_adjoint(topo: Topology, grad: Tensor, ew: Tensor | None, cs: Tensor | 
     perm = topo.transpose_perm() if ew is not None else None
     # transpose: grad_x[u] = cs[u] * sum_{v: u->v} ew * rs[v] * g[v] + ss[u] * g[u]
     t_dst = None
-    if not _use_numba(grad) and cs is not None:
+    if not uses_numba(grad) and cs is not None:
         t_dst = torch.repeat_interleave(torch.arange(topo.num_src, device=grad.device),
                                         t_indptr[1:] - t_indptr[:-1])
     return _spmm_forward(t_indptr, t_indices, perm, ew, rs, cs, ss,
@@ -699,6 +190,81 @@ def spmm_transpose(block, grad: Tensor, *, edge_weight: Tensor | None = None, co
     return _spmm_adjoint(topo, grad, edge_weight, col_scale, row_scale, self_scale)
 
 
+class _Propagate(torch.autograd.Function):
+    """``M keep(x)`` with a cached operator ``M`` (the device backend's :func:`propagate`); backward ``keep(M^T g)``."""
+
+    @staticmethod
+    def forward(ctx, x, operator, keep):
+        ctx.operator, ctx.keep = operator, keep
+        if keep is not None:
+            x = fused.keyed_dropout(x, keep.ids.to(x.device), keep.p, keep.h_site)
+        return torch.mm(operator.matrix, x)
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad):
+        gx = torch.mm(ctx.operator.adjoint(), grad)
+        keep = ctx.keep
+        if keep is not None:
+            fused.keyed_dropout_(gx, keep.ids.to(gx.device), keep.p, keep.h_site)
+        return gx, None, None
+
+
+def _check_propagated(topo: Topology, x: Tensor, rows: int, who: str) -> None:
+    if x.dim() != 2 or x.shape[0] != rows:
+        raise ValueError(f"{who}: x must be [{rows}, F], got {tuple(x.shape)}")
+
+
+def propagate(block, x: Tensor, norm: str, scales: Callable[[], Scales], *, symmetric: bool = False,
+              src_dropout=None) -> Tensor:
+    r"""A named normalised propagation: ``spmm(block, x, edge_weight=w, col_scale=c, row_scale=r, self_scale=s,
+    src_dropout=...)`` for ``(w, c, r, s) = scales()``.
+
+    On the device backend the operator ``diag(r) A diag(c) + diag(s)`` is built from ``scales()`` once and cached
+    on the block's topology under ``(norm, dtype)`` (:meth:`~graphscale.nn.topology.Topology.operator`): the
+    propagation is one sparse-dense product, its backward one more with the cached transpose (the operator itself
+    when ``symmetric`` and the CSR is its own transpose), and a fused source dropout one keyed-dropout op each way.
+    On the CPU backend it is :func:`spmm` with ``scales()`` (the numba kernel applies the dropout as it reads).
+
+    Args:
+        block: a :class:`~graphscale.data.block.Block` or :class:`Topology`.
+        x: source features.
+        norm: the normalisation's name (one operator per name and dtype on a topology: the scales of a name must
+            not change for a block).
+        scales: returns ``(edge_weight, col_scale, row_scale, self_scale)`` (any ``None``).
+        symmetric: ``M[u, v] = M[v, u]`` wherever the CSR is symmetric (GCN's normalisation on a whole graph).
+        src_dropout: a :class:`~graphscale.nn.dropout.RowKeep` of the source rows, or ``None``.
+
+    Shapes:
+        x ``[S, F]`` -> ``[D, F]``.
+    """
+    topo = topology(block)
+    if uses_numba(x):
+        ew, cs, rs, ss = scales()
+        return spmm(topo, x, edge_weight=ew, col_scale=cs, row_scale=rs, self_scale=ss, src_dropout=src_dropout)
+    _check_propagated(topo, x, topo.num_src, "propagate")
+    if x.dtype == torch.bfloat16:
+        x = x.float()
+    return _Propagate.apply(x, topo.operator(norm, x.dtype, scales, symmetric), src_dropout)
+
+
+def propagate_transpose(block, grad: Tensor, norm: str, scales: Callable[[], Scales], *,
+                        symmetric: bool = False) -> Tensor:
+    """The adjoint of :func:`propagate` (without dropout): the sources' gradient for the destinations' ``grad``,
+    needing only the topology and the scales (:func:`spmm_transpose`; on the device backend one product with the
+    cached operator's transpose).
+
+    Shapes:
+        grad ``[D, F]`` -> ``[S, F]``.
+    """
+    topo = topology(block)
+    if uses_numba(grad):
+        ew, cs, rs, ss = scales()
+        return spmm_transpose(topo, grad, edge_weight=ew, col_scale=cs, row_scale=rs, self_scale=ss)
+    _check_propagated(topo, grad, topo.num_dst, "propagate_transpose")
+    return torch.mm(topo.operator(norm, grad.dtype, scales, symmetric).adjoint(), grad.contiguous())
+
+
 # =====================================================================================
 # multi-head SpMM (attention) with its SDDMM backward
 # =====================================================================================
@@ -706,7 +272,7 @@ def _heads_forward(indptr: Tensor, indices: Tensor, eperm: Tensor | None, w: Ten
                    x: Tensor) -> Tensor:
     n = indptr.numel() - 1
     nh, f = x.shape[1], x.shape[2]
-    if _use_numba(x):
+    if uses_numba(x):
         out = buffers.empty((n, nh, f), x.dtype)
         _run_rows(_k_spmm_heads, indptr.numpy(), (indices.numel() + n) * nh * f, indptr.numpy(), indices.numpy(),
                   _np(eperm, torch.int64), _np(w, x.dtype), _np(ws, x.dtype).reshape(-1, nh),
@@ -716,7 +282,7 @@ def _heads_forward(indptr: Tensor, indices: Tensor, eperm: Tensor | None, w: Ten
     w = w if eperm is None else w[eperm]
     if indices.numel():
         for h in range(nh):
-            adj = _csr_tensor(indptr, indices, w[:, h].contiguous(), (n, x.shape[0]))
+            adj = csr_tensor(indptr, indices, w[:, h].contiguous(), (n, x.shape[0]))
             out[:, h] = adj @ x[:, h].contiguous()
     if ws is not None and ws.numel():
         k = ws.shape[0]
@@ -729,16 +295,15 @@ def _sddmm(topo: Topology, g: Tensor, x: Tensor, n_self: int) -> tuple[Tensor, T
     nh = x.shape[1]
     gw = torch.empty(topo.num_edges, nh, dtype=x.dtype, device=x.device)
     gws = torch.empty(n_self, nh, dtype=x.dtype, device=x.device)
-    if _use_numba(x):
+    if uses_numba(x):
         _run_rows(_k_sddmm_heads, topo.indptr.numpy(), (topo.num_edges + n_self) * nh * x.shape[2],
                   topo.indptr.numpy(), topo.indices.numpy(), g.contiguous().numpy(), x.detach().contiguous().numpy(),
                   gw.numpy(), gws.numpy())
         return gw, gws
-    dst = topo.edge_dst()
-    step = max(1, (1 << 24) // max(1, nh * x.shape[2]))  # bound the [chunk, H, F] temporary
-    for lo in range(0, topo.num_edges, step):
-        hi = min(topo.num_edges, lo + step)
-        gw[lo:hi] = (g[dst[lo:hi]] * x[topo.indices[lo:hi]]).sum(-1)
+    pattern = topo.operator("pattern", x.dtype, lambda: (torch.zeros(topo.num_edges, dtype=x.dtype,
+                                                                      device=x.device), None, None, None)).matrix
+    for h in range(nh):  # per head: the dot products on the CSR's pattern (no [E, H, F] tensor)
+        gw[:, h] = torch.sparse.sampled_addmm(pattern, g[:, h], x[:, h].t(), beta=0.0).values()
     if n_self:
         gws.copy_((g[:n_self] * x[:n_self]).sum(-1))
     return gw, gws
@@ -814,7 +379,7 @@ class _SegmentSoftmax(torch.autograd.Function):
     def forward(ctx, scores, self_scores, topo):
         nh = scores.shape[1]
         ss = self_scores if self_scores is not None else scores.new_empty(0, nh)
-        if _use_numba(scores):
+        if uses_numba(scores):
             a = buffers.empty(scores.shape, scores.dtype)
             a_self = buffers.empty(ss.shape, ss.dtype)
             _run_rows(_k_softmax, topo.indptr.numpy(), 4 * (topo.num_edges + topo.num_dst) * nh,
@@ -836,7 +401,7 @@ class _SegmentSoftmax(torch.autograd.Function):
         topo = ctx.topo
         g = torch.zeros_like(a) if g is None else g.contiguous()
         g_self = torch.zeros_like(a_self) if g_self is None else g_self.contiguous()
-        if _use_numba(a):
+        if uses_numba(a):
             gs, gs_self = buffers.empty(a.shape, a.dtype), buffers.empty(a_self.shape, a_self.dtype)
             _run_rows(_k_softmax_bwd, topo.indptr.numpy(), 2 * (topo.num_edges + topo.num_dst) * a.shape[1],
                       topo.indptr.numpy(), a.numpy(), a_self.numpy(), g.numpy(), g_self.numpy(), gs.numpy(),

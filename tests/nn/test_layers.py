@@ -223,16 +223,18 @@ def test_layer_order_prices_sparse_work_above_dense():
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, F64])
-@pytest.mark.parametrize("block_bytes", [4 << 20, 7 * 6 * 8])  # one block; blocks of 7 / 14 rows, the last partial
+@pytest.mark.parametrize("block_bytes", [4 << 20, 7 * 6 * 8, None])  # one block; blocks of 7 / 14 rows, the last
+# partial; None: the device backend (whole tensors)
 @pytest.mark.parametrize("bias", [True, False])
 def test_linear_relu_equals_relu_of_linear(dtype, block_bytes, bias, monkeypatch):
     """``linear_relu`` (the ReLU's backward one block at a time inside the product's backward) gives the forward
     and every gradient of ``relu(F.linear(...))``, zero pre-activations included; autograd keeps only ``x``, the
     weight and the output (no pre-activation, no ``[N, out]`` gradient)."""
+    import graphscale.nn.dense as dense_module
     import graphscale.nn.dropout as dropout_module
     import graphscale.nn.layers as layers_module
 
-    monkeypatch.setattr(dropout_module, "LINEAR_BLOCK_BYTES", block_bytes)
+    _kernels(monkeypatch, dense_module, block_bytes)
     gen = torch.Generator().manual_seed(4)
     x = torch.randn(45, 21, dtype=dtype, generator=gen)
     x[:5] = 0  # rows whose pre-activation is exactly the bias (0 without one): ReLU's gradient there is 0
@@ -255,7 +257,8 @@ def test_linear_relu_equals_relu_of_linear(dtype, block_bytes, bias, monkeypatch
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, F64])
-@pytest.mark.parametrize("block_bytes", [4 << 20, 7 * 6 * 8])  # one block; blocks of 7 / 14 rows, the last partial
+@pytest.mark.parametrize("block_bytes", [4 << 20, 7 * 6 * 8, None])  # one block; blocks of 7 / 14 rows, the last
+# partial; None: the device backend (whole tensors)
 @pytest.mark.parametrize("bias", [True, False])
 @pytest.mark.parametrize("dropout", [True, False])
 @pytest.mark.parametrize("x_grad", [True, False])
@@ -264,10 +267,11 @@ def test_linear_relu_linear_equals_the_two_products_apart(dtype, block_bytes, bi
     one block at a time, no mask recomputed) gives the forward and every gradient of
     ``keep.linear(linear_relu(...), w1)``, zero pre-activations included; autograd keeps the input, both weights
     and the dropped hidden rows only, and without autograd it keeps nothing."""
+    import graphscale.nn.dense as dense_module
     import graphscale.nn.dropout as dropout_module
     import graphscale.nn.layers as layers_module
 
-    monkeypatch.setattr(dropout_module, "LINEAR_BLOCK_BYTES", block_bytes)
+    _kernels(monkeypatch, dense_module, block_bytes)
     gen = torch.Generator().manual_seed(5)
     x = torch.randn(45, 5, dtype=dtype, generator=gen)
     x[:5] = 0  # zero pre-activations (0 without a bias): ReLU's gradient there is 0
@@ -296,6 +300,14 @@ def test_linear_relu_linear_equals_the_two_products_apart(dtype, block_bytes, bi
         plain = layers_module.linear_relu_linear(deferred, keep, w1)
     assert plain.grad_fn is None
     torch.testing.assert_close(plain, ref.detach(), **tol)
+
+
+def _kernels(monkeypatch, dense_module, block_bytes: int | None) -> None:
+    """The CPU backend with row blocks of ``block_bytes``, or (``None``) the device backend on CPU tensors."""
+    if block_bytes is None:
+        monkeypatch.setenv("GRAPHSCALE_KERNELS", "torch")
+    else:
+        monkeypatch.setattr(dense_module, "LINEAR_BLOCK_BYTES", block_bytes)
 
 
 def _hidden_ptr(saved, rows, cols):

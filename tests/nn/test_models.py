@@ -160,9 +160,6 @@ def test_model_errors():
 @pytest.mark.parametrize("name", NAMES)
 def test_torch_fallback_path_matches_numba_kernels(name, monkeypatch):
     """The path non-CPU devices take (torch sparse / index ops) gives the same model, forward and backward."""
-    from graphscale.nn import dropout as gd
-    from graphscale.nn import ops
-
     g = _graph(5)
     model = build_model(_cfg(name), 7, 4, seed=1, dtype=F64)
     model.set_epoch(3)
@@ -174,8 +171,7 @@ def test_torch_fallback_path_matches_numba_kernels(name, monkeypatch):
         return out, torch.autograd.grad(out, params, torch.ones_like(out), allow_unused=True)
 
     out_nb, grads_nb = run()
-    monkeypatch.setattr(ops, "_use_numba", lambda *tensors: False)
-    monkeypatch.setattr(gd, "_use_numba", lambda *tensors: False)
+    monkeypatch.setenv("GRAPHSCALE_KERNELS", "torch")
     out_t, grads_t = run()
     torch.testing.assert_close(out_t, out_nb, **TOL)
     for a, c in zip(grads_t, grads_nb):

@@ -7,7 +7,7 @@ import torch
 
 from graphscale.data.block import Block
 from graphscale.nn import dropout as gd
-from graphscale.nn import ops
+from graphscale.nn import dense, ops
 from graphscale.testing.graphs import random_graph
 
 F64 = torch.float64
@@ -36,8 +36,7 @@ def _dense(block: Block, values: torch.Tensor) -> torch.Tensor:
 def backend(request, monkeypatch):
     """Run a test on the numba kernels and on the torch fallback (the path non-CPU devices take)."""
     if request.param == "torch":
-        monkeypatch.setattr(ops, "_use_numba", lambda *tensors: False)
-        monkeypatch.setattr(gd, "_use_numba", lambda *tensors: False)
+        monkeypatch.setenv("GRAPHSCALE_KERNELS", "torch")
     return request.param
 
 
@@ -299,11 +298,15 @@ def test_fused_dropout_spmm_equals_dropout_then_spmm(kind, scales, dtype, num_co
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, F64])
-@pytest.mark.parametrize("block_bytes", [4 << 20, 7 * 21 * 4])  # one block; blocks of 7 (float64: 3) rows, the last partial
+@pytest.mark.parametrize("block_bytes", [4 << 20, 7 * 21 * 4, None])  # one block; blocks of 7 (float64: 3) rows, the
+# last partial; None: the device backend (whole tensors)
 def test_dropped_linear_equals_dropout_then_linear(dtype, block_bytes, monkeypatch):
     """``RowKeep.linear`` (dropped rows one block at a time, recomputed in the backward) gives the forward and
     both gradients of ``keyed_dropout`` then ``x @ W.T``; autograd keeps no dropped copy of ``x``."""
-    monkeypatch.setattr(gd, "LINEAR_BLOCK_BYTES", block_bytes)
+    if block_bytes is None:
+        monkeypatch.setenv("GRAPHSCALE_KERNELS", "torch")
+    else:
+        monkeypatch.setattr(dense, "LINEAR_BLOCK_BYTES", block_bytes)
     gen = torch.Generator().manual_seed(5)
     ids = torch.randperm(200, generator=gen)[:45] * 3
     x = torch.randn(45, 21, dtype=dtype, generator=gen, requires_grad=True)
