@@ -16,6 +16,8 @@ from graphscale.metrics.ledger import moved_bytes
 #: ``graphscale bench NAME`` -> module with ``add_arguments(parser)`` and ``run(args)``.
 BENCHES = {
     "peers": ("graphscale.bench.peers", "2-layer GCN epoch: graphscale against PyG (time and peak memory)"),
+    "device": ("graphscale.bench.device", ("2-layer GCN epoch on one device (GPU, or the device path on CPU): "
+               "graphscale against PyG-CSR and PyG edge_index (time, peak memory, ops and kernels per epoch)")),
     "sampler": ("graphscale.bench.sampler", "neighbour-sampler throughput in sampled edges per second"),
     "partition": ("graphscale.bench.partition",
                   "partitioner replication factor, peak memory, pass throughput, time ratios"),

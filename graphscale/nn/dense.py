@@ -31,6 +31,18 @@ from graphscale.nn.backend import uses_numba
 LINEAR_BLOCK_BYTES = 4 << 20
 
 
+#: Row chunks of the device backend's backward of :func:`linear_relu_linear`: a fixed number, so the operations per
+#: layer do not depend on ``N``, while the hidden rows' gradient exists a quarter at a time (the backward's peak is
+#: then the saved input and dropped hidden rows plus a quarter, not three whole ``[N, width]`` tensors).
+DEVICE_ROW_CHUNKS = 4
+
+
+def row_chunks(rows: int, chunks: int = DEVICE_ROW_CHUNKS) -> list[slice]:
+    """``rows`` rows in ``chunks`` near-equal slices (fewer when there are fewer rows)."""
+    bounds = sorted({rows * i // chunks for i in range(chunks + 1)})
+    return [slice(lo, hi) for lo, hi in zip(bounds, bounds[1:])] or [slice(0, 0)]
+
+
 def row_blocks(rows: int, cols: int, dtype: torch.dtype) -> list[slice]:
     """``rows`` rows of ``cols`` columns of ``dtype`` in blocks of at most :data:`LINEAR_BLOCK_BYTES` (at least one
     row each), as slices."""
@@ -196,16 +208,17 @@ class _LinearReLULinear(torch.autograd.Function):
         grad = grad.contiguous()
         needed = ctx.needs_input_grad[:3]
         w1_scaled = w1 * ctx.scale  # the dropout's backward scale, on the [out, width] weight instead of the rows
-        if not uses_numba(grad):
-            grad_w1 = torch.mm(grad.t(), dropped) if ctx.needs_input_grad[3] else None
-            grads = (None,) * 3
-            if any(needed):  # the hidden pre-activation's gradient, masked in place
-                g = torch.mm(grad, w1_scaled)
-                grads = _whole_linear_grads(_relu_backward(g, dropped, into=g), x, w0, ctx.has_bias, needed)
-            return *grads, grad_w1, None
         grads = _linear_grads(x, w0, ctx.has_bias, needed)
         grad_w1 = torch.zeros_like(w1) if ctx.needs_input_grad[3] else None
         hidden_grad = any(t is not None for t in grads)
+        if not uses_numba(grad):  # DEVICE_ROW_CHUNKS chunks; the hidden gradient masked in place
+            if grad_w1 is not None:
+                torch.mm(grad.t(), dropped, out=grad_w1)
+            for rows in row_chunks(x.shape[0]) if hidden_grad else ():
+                g = torch.mm(grad[rows], w1_scaled)
+                _add_linear_grads(_relu_backward(g, dropped[rows], into=g), x, w0, rows, *grads)
+                del g  # before the next chunk's product: one chunk alive at a time
+            return *grads, grad_w1, None
         for rows in row_blocks(x.shape[0], max(x.shape[1], w0.shape[0]), w0.dtype):
             d = dropped[rows]
             if grad_w1 is not None:

@@ -213,10 +213,7 @@ def edge_keep_mask(dst_ids: Tensor, src_ids: Tensor, heads: int, p: float, seed:
     """
     _check_ids(dst_ids, dst_ids.numel(), "edge_keep_mask")
     _check_ids(src_ids, dst_ids.numel(), "edge_keep_mask")
-    h_site = site_state(seed, epoch, site, _EDGE_STREAM)
-    h_edge = _fold_t(_fold_t(h_site, dst_ids), src_ids)
-    h_head = _hash_t((torch.arange(heads, device=dst_ids.device) ^ _HEAD_SALT) & _M32)
-    return _hash_t(h_edge[:, None] ^ h_head[None, :]) >= _threshold(p)
+    return fused.edge_keep(dst_ids, src_ids, heads, float(p), site_state(seed, epoch, site, _EDGE_STREAM))
 
 
 @nb.njit(nogil=True, cache=True)
@@ -255,20 +252,17 @@ def block_edge_keep_mask(block, src_ids: Tensor, heads: int, p: float, seed: int
     _check_ids(src_ids, topo.num_src, "block_edge_keep_mask")
     thr = _threshold(p)
     h_site = site_state(seed, epoch, site, _EDGE_STREAM)
-    h_head = _hash_t((torch.arange(heads, device=src_ids.device) ^ _HEAD_SALT) & _M32)
     if uses_numba(topo.indptr, src_ids):
+        h_head = _hash_t((torch.arange(heads, device=src_ids.device) ^ _HEAD_SALT) & _M32)
         keep = torch.empty(topo.num_edges, heads, dtype=torch.bool)
         keep_self = torch.empty(num_self, heads, dtype=torch.bool)
         _run_rows(_k_edge_keep, topo.indptr.numpy(), 8 * (topo.num_edges + topo.num_dst) * heads,
                   topo.indptr.numpy(), topo.indices.numpy(), src_ids.contiguous().numpy(), h_head.numpy(), h_site,
                   thr, num_self, keep.numpy(), keep_self.numpy())
         return keep, keep_self
-    dst_g = src_ids[topo.edge_dst()]
-    src_g = src_ids[topo.indices]
-    keep = _hash_t(_fold_t(_fold_t(h_site, dst_g), src_g)[:, None] ^ h_head[None, :]) >= thr
     loops = src_ids[:num_self]
-    keep_self = _hash_t(_fold_t(_fold_t(h_site, loops), loops)[:, None] ^ h_head[None, :]) >= thr
-    return keep, keep_self
+    keep = fused.edge_keep(src_ids[topo.edge_dst()], src_ids[topo.indices], heads, float(p), h_site)
+    return keep, fused.edge_keep(loops, loops, heads, float(p), h_site)
 
 
 # ----------------------------------------------------------------- modules

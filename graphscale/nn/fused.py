@@ -1,6 +1,7 @@
 """Keyed dropout as fused kernels, registered as ``torch.library`` custom ops (one op per tensor on every device).
 
-``graphscale::keyed_dropout(x, ids, p, h_site)`` returns ``x * keep / (1 - p)`` with the keep mask of row
+``graphscale::edge_keep(dst_ids, src_ids, heads, p, h_site)`` gives an attention dropout's keep decisions per edge
+and head. ``graphscale::keyed_dropout(x, ids, p, h_site)`` returns ``x * keep / (1 - p)`` with the keep mask of row
 ``ids[i]``, column ``j`` recomputed from the hash of :mod:`graphscale.nn.hashing` (the state ``h_site`` of
 ``(seed, epoch, site)`` folded with the row id, then with the column's state); its backward is the same op on the
 gradient. ``graphscale::keyed_dropout_`` does the same in place (no autograd: for the fused products' own
@@ -29,7 +30,7 @@ import torch
 from torch import Tensor
 
 from graphscale.nn import buffers
-from graphscale.nn.hashing import _COL_SALT, _M32, _fold_nb, _fold_t, _hash_t, _threshold
+from graphscale.nn.hashing import _COL_SALT, _HEAD_SALT, _M32, _fold_nb, _fold_t, _hash_t, _threshold
 from graphscale.nn.kernels import _run_rows
 
 
@@ -63,32 +64,36 @@ def dropout_chain(x: Tensor, ids: Tensor, h_site: int, thr: int, scale: float, o
     return out.copy_(x * keep.to(x.dtype) * scale)
 
 
-_compiled: dict[str, object] = {}
+def edge_keep_chain(dst_ids: Tensor, src_ids: Tensor, h_site: int, thr: int, num_heads: int) -> Tensor:
+    """The keep decisions of an edge-keyed (attention) dropout as one elementwise chain: bool ``[E, H]``, edge
+    ``(dst_ids[e], src_ids[e])``, head ``h``."""
+    h_head = _hash_t((torch.arange(num_heads, device=dst_ids.device) ^ _HEAD_SALT) & _M32)
+    return _hash_t(_fold_t(_fold_t(h_site, dst_ids), src_ids)[:, None] ^ h_head[None, :]) >= thr
 
 
-def _device_chain():
-    """:func:`dropout_chain` compiled (once per process; dynamic shapes, so one compilation serves every size), or
-    the eager chain where compilation is unavailable (warned once)."""
-    if "chain" not in _compiled:
+_compiled: dict[object, object] = {}
+
+
+def _run_compiled(chain, *args):
+    """``chain(*args)`` compiled by :func:`torch.compile` (once per process and chain; dynamic shapes, so one
+    compilation serves every size), or eager where compilation is unavailable (warned once)."""
+    fn = _compiled.get(chain)
+    if fn is None:
         try:
-            _compiled["chain"] = torch.compile(dropout_chain, dynamic=True, fullgraph=True)
+            fn = torch.compile(chain, dynamic=True, fullgraph=True)
         except Exception as err:  # noqa: BLE001 - no compiler for this device: the eager chain, same bits
-            warnings.warn(f"keyed dropout runs uncompiled ({type(err).__name__}: {err})", stacklevel=2)
-            _compiled["chain"] = dropout_chain
-    return _compiled["chain"]
-
-
-def _run_compiled(x, ids, h_site, thr, scale, out) -> Tensor:
-    chain = _device_chain()
-    if chain is dropout_chain:
-        return chain(x, ids, h_site, thr, scale, out)
+            warnings.warn(f"{chain.__name__} runs uncompiled ({type(err).__name__}: {err})", stacklevel=2)
+            fn = chain
+        _compiled[chain] = fn
+    if fn is chain:
+        return chain(*args)
     try:
-        return chain(x, ids, h_site, thr, scale, out)
+        return fn(*args)
     except Exception as err:  # noqa: BLE001 - compilation failed on first call (no Triton, no C++ compiler)
-        warnings.warn(f"keyed dropout runs uncompiled ({type(err).__name__}: {str(err).splitlines()[0]})",
+        warnings.warn(f"{chain.__name__} runs uncompiled ({type(err).__name__}: {str(err).splitlines()[0]})",
                       stacklevel=2)
-        _compiled["chain"] = dropout_chain
-        return dropout_chain(x, ids, h_site, thr, scale, out)
+        _compiled[chain] = chain
+        return chain(*args)
 
 
 def node_dropout_into(x: Tensor, ids: Tensor, p: float, h_site: int, out: Tensor | None = None) -> Tensor:
@@ -111,7 +116,7 @@ def node_dropout_into(x: Tensor, ids: Tensor, p: float, h_site: int, out: Tensor
         return out
     if x.device.type == "cpu":  # a dtype numba does not handle: the eager chain
         return dropout_chain(x.detach(), ids, h_site, thr, scale, out)
-    return _run_compiled(x.detach(), ids, h_site, thr, scale, out)
+    return _run_compiled(dropout_chain, x.detach(), ids, h_site, thr, scale, out)
 
 
 def _out_dtype(x: Tensor) -> torch.dtype:
@@ -148,3 +153,18 @@ keyed_dropout.register_autograd(_backward, setup_context=_setup)
 def keyed_dropout_(x: Tensor, ids: Tensor, p: float, h_site: int) -> None:
     """:func:`keyed_dropout` of ``x`` in place (float32 / float64 rows; no autograd)."""
     node_dropout_into(x, ids, p, h_site, out=x)
+
+
+@torch.library.custom_op("graphscale::edge_keep", mutates_args=())
+def edge_keep(dst_ids: Tensor, src_ids: Tensor, num_heads: int, p: float, h_site: int) -> Tensor:
+    """The keep decisions (bool ``[E, H]``) of an edge-keyed dropout of the edges ``(dst_ids[e], src_ids[e])``
+    (global ids) at the site whose state is ``h_site``."""
+    thr = _threshold(p)
+    if dst_ids.device.type == "cpu":
+        return edge_keep_chain(dst_ids, src_ids, h_site, thr, num_heads)
+    return _run_compiled(edge_keep_chain, dst_ids, src_ids, h_site, thr, num_heads)
+
+
+@edge_keep.register_fake
+def _(dst_ids, src_ids, num_heads, p, h_site):
+    return dst_ids.new_empty((dst_ids.shape[0], num_heads), dtype=torch.bool)
