@@ -1,10 +1,12 @@
 """The CUDA path of every strategy and of the kernels, against the same run on CPU (marker ``gpu``: skipped where
 torch sees no CUDA device; ``pytest -m gpu`` on a GPU machine runs them).
 
-A run with more workers than GPUs uses gloo with the workers sharing the GPUs (``--backend gloo``: every transfer
-staged through host memory); with one GPU per worker, NCCL. float64 on both devices: the losses, accuracies and
-bytes of every epoch agree within the float64 tolerance (summation order differs between the numba kernels on CPU
-and torch's sparse kernels on CUDA).
+Every multi-worker case runs twice on CUDA: with gloo, the workers sharing the GPUs (``--backend gloo``: every
+transfer staged through host memory; runs on one GPU), and with NCCL where the machine has a GPU per worker
+(``--backend nccl``: only device tensors can be sent or reduced, so a buffer, a loss or a count left on the host
+fails there; skipped with fewer GPUs than workers). float64 on both devices: the losses, accuracies and bytes of
+every epoch agree within the float64 tolerance (summation order differs between the numba kernels on CPU and
+torch's sparse kernels on CUDA).
 """
 
 from __future__ import annotations
@@ -23,7 +25,16 @@ from graphscale.testing import assert_close_rel
 #: (strategy, workers, strategy options): every registered strategy, one or more ways
 CASES = [("single", 1, {}), ("graph-parallel", 2, {}), ("offload", 1, {}), ("offload", 2, {}),
          ("data-parallel", 2, {"batch_size": 256}), ("split-parallel", 2, {"batch_size": 256}),
-         ("model-averaging", 2, {}), ("pipeline", 2, {}), ("task-parallel", 2, {})]
+         ("model-averaging", 2, {}), ("model-averaging", 2, {"average_optimizer": True}), ("pipeline", 2, {}),
+         ("task-parallel", 2, {})]
+#: (case, backend) of the CUDA runs: single-worker cases with the default, multi-worker ones with gloo and NCCL
+RUNS = [(case, backend) for case in CASES for backend in (("auto",) if case[1] == 1 else ("gloo", "nccl"))]
+
+
+def _run_id(case: tuple, backend: str) -> str:
+    name, workers, options = case
+    return "-".join([name, str(workers), *(k.replace("_", "-") for k in sorted(options) if options[k] is True),
+                     *([] if backend == "auto" else [backend])])
 
 
 def test_every_strategy_has_a_cuda_case():
@@ -31,9 +42,7 @@ def test_every_strategy_has_a_cuda_case():
     assert {name for name, _, _ in CASES} == set(STRATEGIES.names())
 
 
-def _report(device: str, name: str, workers: int, options: dict) -> dict:
-    gpus = torch.cuda.device_count() if device == "cuda" else 0
-    backend = "auto" if device == "cpu" or gpus >= workers else "gloo"
+def _report(device: str, name: str, workers: int, options: dict, backend: str = "auto") -> dict:
     config = build_config({"strategy": {"name": name, "workers": workers, **options}, "optim": {"epochs": 3},
                            "dtype": "float64", "device": device, "backend": backend, "progress": False,
                            "oversubscribe": True})
@@ -41,9 +50,13 @@ def _report(device: str, name: str, workers: int, options: dict) -> dict:
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("name, workers, options", CASES, ids=[f"{n}-{w}" for n, w, _ in CASES])
-def test_strategy_on_cuda_equals_cpu(name, workers, options):
-    cpu, cuda = (_report(device, name, workers, options) for device in ("cpu", "cuda"))
+@pytest.mark.parametrize("case, backend", RUNS, ids=[_run_id(c, b) for c, b in RUNS])
+def test_strategy_on_cuda_equals_cpu(case, backend):
+    name, workers, options = case
+    if backend == "nccl" and torch.cuda.device_count() < workers:
+        pytest.skip(f"NCCL needs a GPU per worker: {workers} workers, {torch.cuda.device_count()} GPU(s)")
+    cpu = _report("cpu", name, workers, options)  # gloo on the host
+    cuda = _report("cuda", name, workers, options, backend)
     for got, want in zip(cuda["epochs"], cpu["epochs"], strict=True):
         for key in ("loss", "train_acc", "val_acc", "test_acc"):
             assert got[key] == pytest.approx(want[key], rel=1e-9, abs=1e-10), key

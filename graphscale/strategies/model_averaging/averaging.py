@@ -35,11 +35,14 @@ def adam_moments(optimizer: torch.optim.Optimizer, params: list[torch.nn.Paramet
     return out
 
 
-def flatten(tensors: list[torch.Tensor], dtype: torch.dtype) -> torch.Tensor:
-    """One contiguous copy of ``tensors`` (``dtype``); empty for no tensors."""
+def flatten(tensors: list[torch.Tensor], dtype: torch.dtype, device: torch.device | None = None) -> torch.Tensor:
+    """One contiguous copy of ``tensors`` (``dtype``) on ``device`` (the strategy passes the run's, where the
+    all-reduce reads it; by default the first tensor's, the host for none); empty for no tensors."""
+    if device is None:
+        device = tensors[0].device if tensors else torch.device("cpu")
     if not tensors:
-        return torch.zeros(0, dtype=dtype)
-    return torch.cat([t.detach().reshape(-1).to(dtype) for t in tensors])
+        return torch.zeros(0, dtype=dtype, device=device)
+    return torch.cat([t.detach().reshape(-1).to(device=device, dtype=dtype) for t in tensors])
 
 
 def unflatten_into(flat: torch.Tensor, tensors: list[torch.Tensor]) -> None:
@@ -60,7 +63,7 @@ def alphas(train_counts: list[int] | torch.Tensor) -> torch.Tensor:
     Raises:
         ValueError: no partition holds a training vertex.
     """
-    counts = torch.as_tensor(train_counts, dtype=torch.float64)
+    counts = torch.as_tensor(train_counts, dtype=torch.float64, device=torch.device("cpu"))  # a host table
     total = float(counts.sum())
     if total <= 0:
         raise ValueError("model averaging: no partition holds a training vertex")

@@ -119,13 +119,22 @@ class RowServer:
         """Input rows of home vertices ``global_ids`` (row-normalised when the run normalises)."""
         parts = self.part_of(global_ids)
         first = next(iter(self.locals.values())).graph.x
-        out = torch.empty(global_ids.size, first.shape[1], dtype=self.dtype)
+        out = torch.empty(global_ids.size, first.shape[1], dtype=self.dtype, device=first.device)  # host rows
         for s in np.unique(parts):
             at = np.flatnonzero(parts == s)
             rows = torch.from_numpy(global_ids[at] - self.boundaries[s])
             x = self.locals[int(s)].graph.x[rows]
             out[torch.from_numpy(at)] = (row_normalize(x) if self.feature_norm == "row" else x).to(self.dtype)
         return out
+
+
+def _dev(comm: Comm, array: np.ndarray) -> torch.Tensor:
+    """A host array as a tensor on the run's device (NCCL exchanges device tensors only)."""
+    return torch.from_numpy(np.ascontiguousarray(array)).to(comm.env.device)
+
+
+def _host(t: torch.Tensor) -> np.ndarray:
+    return t.cpu().numpy()
 
 
 def _ask(comm: Comm, server: RowServer, ids: np.ndarray) -> tuple[np.ndarray, list[int], list[int], np.ndarray]:
@@ -135,7 +144,7 @@ def _ask(comm: Comm, server: RowServer, ids: np.ndarray) -> tuple[np.ndarray, li
     order = np.argsort(dest, kind="stable")
     send_counts = np.bincount(dest, minlength=comm.world_size).tolist()
     recv_counts = comm.exchange_counts(send_counts)
-    asked = comm.all_to_all_v(torch.from_numpy(ids[order]), send_counts, recv_counts, CORRECTION).numpy()
+    asked = _host(comm.all_to_all_v(_dev(comm, ids[order]), send_counts, recv_counts, CORRECTION))
     return order, send_counts, recv_counts, asked
 
 
@@ -155,9 +164,9 @@ def sample_blocks(comm: Comm, server: RowServer, targets: np.ndarray, fanouts: l
         order, send_counts, recv_counts, asked = _ask(comm, server, dst[:, 1])
         counts, table = server.rows(asked, fanouts[layer], seed, key, layer)
         # replies travel back in the order the requests arrived: counts first, then the neighbour triples
-        got_counts = comm.all_to_all_v(torch.from_numpy(counts), recv_counts, send_counts, CORRECTION).numpy()
-        got = comm.all_to_all_v(torch.from_numpy(table), _segment_sums(counts, recv_counts),
-                                _segment_sums(got_counts, send_counts), CORRECTION).numpy()
+        got_counts = _host(comm.all_to_all_v(_dev(comm, counts), recv_counts, send_counts, CORRECTION))
+        got = _host(comm.all_to_all_v(_dev(comm, table), _segment_sums(counts, recv_counts),
+                                      _segment_sums(got_counts, send_counts), CORRECTION))
         # request i (sorted by worker) is dst row order[i]: gather every dst row's neighbours in dst order
         position = np.empty_like(order)
         position[order] = np.arange(order.size)
@@ -180,9 +189,9 @@ def sample_blocks(comm: Comm, server: RowServer, targets: np.ndarray, fanouts: l
 def fetch_features(comm: Comm, server: RowServer, global_ids: np.ndarray) -> torch.Tensor:
     """Input rows of ``global_ids`` from their home workers."""
     order, send_counts, recv_counts, asked = _ask(comm, server, global_ids)
-    got = comm.all_to_all_v(server.features(asked), recv_counts, send_counts, CORRECTION)
+    got = comm.all_to_all_v(server.features(asked).to(comm.env.device), recv_counts, send_counts, CORRECTION)
     out = torch.empty_like(got)
-    out[torch.from_numpy(order)] = got
+    out[torch.from_numpy(order).to(got.device)] = got
     return out
 
 

@@ -56,6 +56,7 @@ from graphscale.metrics.memory import MemoryTracker
 from graphscale.metrics.stats import EpochStats
 from graphscale.registry import STRATEGIES
 from graphscale.strategies.base import (
+    COUNTS_PER_SPLIT,
     SPLITS,
     Strategy,
     counts_to_metrics,
@@ -201,7 +202,8 @@ class ModelAveraging(Strategy):
         self.dtype = next(model.parameters()).dtype
         self.params = [p for p in model.parameters() if p.requires_grad]
         self.float_state = float_tensors(model)
-        self.global_flat = flatten(self.float_state, self.dtype)  # identical on every worker (same seed)
+        self.device = env.device  # the model, the averaged buffers and every reduced tensor
+        self.global_flat = flatten(self.float_state, self.dtype, self.device)  # identical on every worker
         self.global_opt: torch.Tensor | None = None
         folder = handle.extras.get("state_dir")
         self.states = PartitionStates(folder, self.identity(config, handle), writer=env.is_main)
@@ -233,7 +235,8 @@ class ModelAveraging(Strategy):
         masks = {}
         for split in SPLITS:  # the store sets masks on home (inner) vertices only
             mask = getattr(g, f"{split}_mask")
-            masks[split] = (torch.zeros(g.num_nodes, dtype=torch.bool) if mask is None else mask).to(device)
+            masks[split] = (torch.zeros(g.num_nodes, dtype=torch.bool, device=device) if mask is None
+                            else mask.to(device))
         data = LocalData(part, block, x.to(device=device, dtype=self.dtype), g.y.to(device), masks, n_inner,
                          int(masks["train"].sum()), local.orig_ids)
         sc = self.config.strategy
@@ -279,7 +282,7 @@ class ModelAveraging(Strategy):
             blocks = [dataclasses.replace(b, src_ids=data.orig_ids[b.src_ids]).to(self.env.device) for b in blocks]
             opt.zero_grad(set_to_none=True)
             logits = model(blocks, x)
-            every = torch.ones(targets.numel(), dtype=torch.bool, device=logits.device)
+            every = torch.ones(targets.numel(), dtype=torch.bool, device=self.device)
             loss_sum = masked_loss_sum(logits, data.y[targets.to(data.y.device)], every)
             (loss_sum / targets.numel()).backward()
             opt.step()
@@ -295,7 +298,7 @@ class ModelAveraging(Strategy):
         loss_sum = 0.0
         weights = torch.zeros_like(self.global_flat)
         moments = torch.zeros(2 * sum(p.numel() for p in self.params) if sc.average_optimizer else 0,
-                              dtype=self.dtype)
+                              dtype=self.dtype, device=self.device)
         with self.tracker.epoch():
             for part in self.parts:
                 if self.part_train[part] == 0:
@@ -306,10 +309,11 @@ class ModelAveraging(Strategy):
                 self._restore(part)
                 loss_sum += self._train_partition(data, epoch)
                 self.tracker.track("optimizer", *optimizer_tensors(self.optimizer))
-                local = flatten(self.float_state, self.dtype)
+                local = flatten(self.float_state, self.dtype, self.device)
                 weights += float(self.alpha[part]) * local
                 if sc.average_optimizer:
-                    moments += float(self.alpha[part]) * flatten(adam_moments(self.optimizer, self.params), self.dtype)
+                    moments += float(self.alpha[part]) * flatten(adam_moments(self.optimizer, self.params), self.dtype,
+                                                                 self.device)
                 self.states.save(part, epoch, {"weights": local, "optimizer": self.optimizer.state_dict()})
                 if data is not self.resident:
                     self.tracker.untrack("partition")
@@ -325,7 +329,7 @@ class ModelAveraging(Strategy):
                     correction_loss = self._correct(epoch)
             self.last_epoch = epoch
             unflatten_into(self.global_flat, self.float_state)  # evaluation and checkpoints see the global model
-        total = self.comm.all_reduce(torch.tensor([loss_sum], dtype=torch.float64), CONTROL)
+        total = self.comm.all_reduce(torch.tensor([loss_sum], dtype=torch.float64, device=self.device), CONTROL)
         return EpochStats(loss=float(total) / sum(self.part_train), seconds=time.perf_counter() - start,
                           bytes=self.env.ledger.since(before), peak_memory=self.tracker.peak,
                           extra={"partitions": len(self.parts), "averaged": averaged_after(epoch, sc.average_every),
@@ -347,21 +351,20 @@ class ModelAveraging(Strategy):
             loss_sum = correction_step(self.comm, self.server, model, self.correction_opt, triples, labels,
                                        sum(sizes), sc.fanouts, self.config.seed,
                                        step_key(epoch, step, sc.correction_steps), self.env.device)
-        self.global_flat = flatten(self.float_state, self.dtype)
-        total = self.comm.all_reduce(torch.tensor([loss_sum], dtype=torch.float64), CONTROL)
+        self.global_flat = flatten(self.float_state, self.dtype, self.device)
+        total = self.comm.all_reduce(torch.tensor([loss_sum], dtype=torch.float64, device=self.device), CONTROL)
         return float(total) / sum(sizes)
 
     # ------------------------------------------------------------ evaluation
     @torch.no_grad()
     def evaluate(self) -> dict[str, float]:
         self.model.eval()
-        counts = None
+        counts = torch.zeros(COUNTS_PER_SPLIT * len(SPLITS), dtype=torch.float64, device=self.device)
         for part in self.parts:
             data = self._data(part)
             logits = self.model(data.block, data.x)
-            c = split_counts(logits, data.y, data.masks)
-            counts = c if counts is None else counts + c
-        return counts_to_metrics(self.comm.all_reduce(counts.to(self.env.device), CONTROL).cpu())
+            counts += split_counts(logits, data.y, data.masks).to(self.device)
+        return counts_to_metrics(self.comm.all_reduce(counts, CONTROL).cpu())
 
     # ------------------------------------------------------------ checkpoints
     def state_dict(self) -> dict:
@@ -370,7 +373,8 @@ class ModelAveraging(Strategy):
 
     def load_state_dict(self, state: dict) -> None:
         self.model.load_state_dict(state["model"])  # after every epoch the model holds the global weights
-        self.global_flat, self.global_opt = flatten(self.float_state, self.dtype), state["global_opt"]
+        self.global_flat = flatten(self.float_state, self.dtype, self.device)
+        self.global_opt = None if state["global_opt"] is None else state["global_opt"].to(self.device)
         self.last_epoch = int(state["last_epoch"])
         if self.correction_opt is not None and state.get("correction_opt") is not None:
             self.correction_opt.load_state_dict(state["correction_opt"])
