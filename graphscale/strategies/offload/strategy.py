@@ -156,6 +156,8 @@ from graphscale.strategies.offload.plan import (
     two_level_partition,
 )
 from graphscale.strategies.offload.reorg import random_schedule, reorganize
+from graphscale.strategies.offload.resident import DevicePlan, block_tensors
+from graphscale.strategies.offload.transfer import Request, Transfers, check_mode, pipelined
 
 SETUP = "setup"
 
@@ -208,10 +210,15 @@ class OffloadStrategy(Strategy):
     def unused_options(cls, config: RunConfig) -> dict[str, str]:
         return {"chunks": "with --memory-budget (which picks the chunks)"} if config.strategy.memory_budget else {}
 
-    def __init__(self, order_seed: int | None = None, bandwidths: Bandwidths | None = None) -> None:
+    def __init__(self, order_seed: int | None = None, bandwidths: Bandwidths | None = None,
+                 transfer: str = "auto", resident_topology: bool | None = None, trace: list | None = None) -> None:
         self.order_seed = order_seed
         self.bandwidths = bandwidths or Bandwidths()
+        self.transfer_mode = check_mode(transfer)
+        self.resident_topology = resident_topology
+        self.trace = trace
         self.host: HostArrays | None = None
+        self.transfers: Transfers | None = None
 
     # ------------------------------------------------------------------ setup
     @classmethod
@@ -283,6 +290,7 @@ class OffloadStrategy(Strategy):
         self.params = [p for p in model.parameters() if p.requires_grad]
         self.tracker = MemoryTracker(env)
         self.tracker.track_module("model", model)
+        self._setup_transfers()
         self.retained: list[list[tuple]] = [[] for _ in range(self.num_layers)]
 
     def _layout(self, graph: Graph, config: RunConfig) -> tuple[torch.Tensor, torch.Tensor, int]:
@@ -320,55 +328,78 @@ class OffloadStrategy(Strategy):
         self.host[first][self.owned] = graph.x[self.owned].to(self.dtype)
         self.comm.barrier()  # peers may read these rows as soon as setup returns
 
+    def _setup_transfers(self) -> None:
+        """The device side of the plan (resident by default on an accelerator without ``--memory-budget``) and
+        the transfer pipeline (:mod:`~graphscale.strategies.offload.transfer`), staging slots preallocated."""
+        resident = self.resident_topology
+        if resident is None:
+            resident = self.device.type != "cpu" and not self.config.strategy.memory_budget
+        self.dplan = DevicePlan(self.plan, self.device, resident)
+        if resident:
+            self._record(H2D_TOPO, self.dplan.setup_bytes)  # once, outside any epoch
+            self.tracker.track("topology", *self.dplan.tensors())
+        self.transfers = Transfers(self.host.arrays, self.device, self.transfer_mode, device_ids=resident,
+                                   trace=self.trace)
+        widest = max(t.shape[1] for t in self.host.arrays.values())
+        self.transfers.reserve(max((bp.block.num_src + 4 * bp.num_dst for bp in self.plan.batches), default=0)
+                               * widest)
+
     # ---------------------------------------------------------------- transfers
     def _record(self, category: str, nbytes: int) -> None:
         self.comm.record(category, nbytes)
 
-    def _gather(self, name: str, ids: torch.Tensor, category: str) -> torch.Tensor:
-        rows = self.host.gather(name, ids)
-        self._record(category, _nbytes(rows))
-        return rows
+    def _barrier(self) -> None:
+        """Every transfer landed (host rows current), then the workers' barrier."""
+        self.transfers.flush()
+        self.comm.barrier()
 
-    def _write(self, name: str, ids: torch.Tensor, rows: torch.Tensor, category: str) -> None:
-        self.host.write(name, ids, rows)
+    def _req(self, key: str, name: str, j: int, ids: torch.Tensor, dev: str, category: str) -> Request:
+        """A gather of host rows ``ids`` of ``name`` (recorded now, under ``category``)."""
+        self._record(category, ids.numel() * self.host[name].shape[1] * self.elem)
+        return Request(key, name, ids, self.dplan.ids(j, dev))
+
+    def _put(self, add: bool, name: str, j: int, ids: torch.Tensor, dev_ids: torch.Tensor | None,
+             rows: torch.Tensor, category: str) -> None:
+        (self.transfers.accumulate if add else self.transfers.write)(name, ids, dev_ids, rows)
         self._record(category, _nbytes(rows))
 
-    def _accumulate(self, name: str, ids: torch.Tensor, rows: torch.Tensor, category: str) -> None:
-        self.host.accumulate(name, ids, rows)
-        self._record(category, _nbytes(rows))
+    def _put_dst(self, add: bool, name: str, j: int, bp: BatchPlan, rows: torch.Tensor, category: str) -> None:
+        self._put(add, name, j, bp.block.dst_ids, self.dplan.ids(j, "dst_ids"), rows, category)
 
-    def _package(self, bp: BatchPlan, block: bool, slots: tuple[str, ...]) -> tuple[Block | None, dict]:
-        """Move the chunk's topology and the named plan indices to the device (``h2d_topo``)."""
-        moved = {}
-        nbytes = 0
-        dev_block = None
-        if block:
-            b = bp.block
-            dev_block = b if self.device.type == "cpu" else b.to(self.device)
-            nbytes += _nbytes(b.indptr, b.indices, b.src_ids, b.src_deg)
-        for name in slots:
-            t = getattr(bp, name)
-            moved[name] = t.to(self.device, non_blocking=True)
-            nbytes += _nbytes(t)
-        self._record(H2D_TOPO, nbytes)
+    def _package(self, j: int, bp: BatchPlan, block: bool, slots: tuple[str, ...]) -> tuple[Block | None, dict]:
+        """The chunk's topology and the named plan indices on the device (``h2d_topo`` when streamed)."""
+        dev_block, moved, nbytes = self.dplan.package(j, bp, block, slots)
+        if not self.dplan.resident:
+            self._record(H2D_TOPO, nbytes)
         return dev_block, moved
 
-    def _block_tensors(self, block: Block | None) -> tuple:
-        return () if block is None else (block.indptr, block.indices, block.src_ids, block.src_deg)
+    def _topo_tensors(self, block: Block | None, idx: dict) -> tuple:
+        """The chunk's topology tensors to track as chunk memory (none when resident: tracked once)."""
+        return () if self.dplan.resident else (*block_tensors(block), *idx.values())
 
-    def _load_neighbours(self, layer: int, bp: BatchPlan, idx: dict, buffer: torch.Tensor | None) -> torch.Tensor:
-        """``H^l`` rows of the chunk's sources, in block order (the spec's DedupLoad, Algorithm 2)."""
+    def _neighbour_requests(self, layer: int, j: int, bp: BatchPlan) -> list[Request]:
+        """The host reads of the chunk's source rows ``H^l[N_{i,j}]`` (the spec's DedupLoad, Algorithm 2)."""
         name = f"H{layer}"
         if self.dedup == "baseline":
             ids = bp.block.src_ids
-            rows = self.host.gather(name, ids)
-            row_bytes = rows.shape[1] * self.elem
+            row_bytes = self.host[name].shape[1] * self.elem
             local = int(bp.src_local.sum())
             self._record(H2D_LOCAL, local * row_bytes)
             self._record(H2D_REMOTE, (ids.numel() - local) * row_bytes)
-            return rows
+            return [Request("xn", name, ids, self.dplan.ids(j, "src_ids"))]
         if bp.load_ids.numel():
-            buffer[idx["load_slots"]] = self._gather(name, bp.load_ids, H2D_LOCAL)
+            return [self._req("load", name, j, bp.load_ids, "load_ids", H2D_LOCAL)]
+        return []
+
+    def _h0_requests(self, j: int, bp: BatchPlan) -> list[Request]:
+        return [self._req("h0", "H0", j, bp.block.dst_ids, "dst_ids", H2D_DST)] if self.dims.needs_h0 else []
+
+    def _load_neighbours(self, bp: BatchPlan, idx: dict, buffer: torch.Tensor | None, rows: dict) -> torch.Tensor:
+        """The chunk's source matrix in block order, from the gathered rows, the buffer and the peers."""
+        if self.dedup == "baseline":
+            return rows["xn"]
+        if "load" in rows:
+            buffer[idx["load_slots"]] = rows["load"]
         self._record(REUSE, bp.num_reused * buffer.shape[1] * self.elem)
         if self.env.world_size > 1:
             send = buffer.index_select(0, idx["send_slots"])
@@ -377,17 +408,21 @@ class OffloadStrategy(Strategy):
             buffer[cap: cap + recv.shape[0]] = recv
         return buffer.index_select(0, idx["src_index"])
 
-    def _push_gradients(self, layer: int, bp: BatchPlan, idx: dict, gbuffer: torch.Tensor | None,
+    def _push_gradients(self, layer: int, j: int, bp: BatchPlan, idx: dict, gbuffer: torch.Tensor | None,
                         g_src: torch.Tensor) -> None:
         """Source-row gradients to their owners, accumulated into ``G^l`` (the spec's Algorithm 3)."""
         name = f"G{layer}"
         if self.dedup == "baseline":
             ids, local = bp.block.src_ids, bp.src_local
+            dev_ids, dev_local = self.dplan.ids(j, "src_ids"), self.dplan.ids(j, "src_local")
+            mask = local.to(g_src.device) if dev_local is None else dev_local
             for rank in range(self.env.world_size):  # host writes of shared rows, serialised rank by rank
                 if rank == self.env.rank:
-                    self._accumulate(name, ids[local], g_src[local.to(g_src.device)], D2H_GRAD)
-                    self._accumulate(name, ids[~local], g_src[(~local).to(g_src.device)], D2H_GRAD_REMOTE)
-                self.comm.barrier()
+                    self._put(True, name, j, ids[local], None if dev_ids is None else dev_ids[mask], g_src[mask],
+                              D2H_GRAD)
+                    self._put(True, name, j, ids[~local], None if dev_ids is None else dev_ids[~mask],
+                              g_src[~mask], D2H_GRAD_REMOTE)
+                self._barrier()
             return
         gbuffer.index_add_(0, idx["src_index"], g_src)
         if self.env.world_size > 1:
@@ -398,7 +433,8 @@ class OffloadStrategy(Strategy):
             area.zero_()
         if bp.flush_ids.numel():
             slots = idx["flush_slots"]
-            self._accumulate(name, bp.flush_ids, gbuffer.index_select(0, slots), D2H_GRAD)
+            self._put(True, name, j, bp.flush_ids, self.dplan.ids(j, "flush_ids"), gbuffer.index_select(0, slots),
+                      D2H_GRAD)
             gbuffer.index_fill_(0, slots, 0)
 
     def _buffer(self, layer: int, zero: bool) -> torch.Tensor | None:
@@ -408,32 +444,36 @@ class OffloadStrategy(Strategy):
         make = torch.zeros if zero else torch.empty
         return make(shape, dtype=self.dtype, device=self.device)
 
+    def _batches(self, requests_of) -> object:
+        """The plan's batches with batch ``j+1``'s host reads in flight while ``j`` computes: ``(j, bp, rows)``."""
+        return pipelined(self.transfers, enumerate(self.plan.batches), lambda item: requests_of(*item))
+
     # ------------------------------------------------------------------ passes
     def _input_pass(self, backward: bool) -> None:
         """A learned input map: ``H^0 = input_map(X)`` chunk by chunk, or its backward from ``G^0``."""
-        for bp in self.plan.batches:
+        def requests(j: int, bp: BatchPlan) -> list[Request]:
             ids = bp.block.dst_ids
-            dev_ids = ids.to(self.device)
-            self._record(H2D_TOPO, _nbytes(ids))
-            x = self._gather("X", ids, H2D_DST)
+            out = [self._req("x", "X", j, ids, "dst_ids", H2D_DST)]
+            return out + [self._req("grad", "G0", j, ids, "dst_ids", H2D_GRAD)] if backward else out
+
+        for _, (j, bp), rows in self._batches(requests):
+            dev_ids = self.dplan.ids(j, "dst_ids")
+            if dev_ids is None:
+                ids = bp.block.dst_ids
+                dev_ids = ids.to(self.device)
+                self._record(H2D_TOPO, _nbytes(ids))
+            x = rows["x"]
             if backward:
-                grad = self._gather("G0", ids, H2D_GRAD)
                 with torch.enable_grad():
                     h0 = self.model.input_map(x, dev_ids)
-                self.tracker.track("chunk", x, grad, h0)
-                torch.autograd.backward(h0, grad)
+                self.tracker.track("chunk", x, rows["grad"], h0)
+                torch.autograd.backward(h0, rows["grad"])
             else:
                 with torch.no_grad():
                     h0 = self.model.input_map(x, dev_ids)
                 self.tracker.track("chunk", x, h0)
-                self._write("H0", ids, h0, D2H)
+                self._put_dst(False, "H0", j, bp, h0, D2H)
             self.tracker.untrack("chunk")
-
-    def _h0(self, bp: BatchPlan, grad: bool) -> torch.Tensor | None:
-        if not self.dims.needs_h0:
-            return None
-        h0 = self._gather("H0", bp.block.dst_ids, H2D_DST)
-        return h0.requires_grad_(grad and self.dims.learned_input)
 
     def _forward_layer(self, layer: int, train: bool, counts: list) -> None:
         mode = self.modes[layer] if train else "eval"
@@ -442,11 +482,17 @@ class OffloadStrategy(Strategy):
         buffer = self._buffer(layer, zero=False)
         self.tracker.track("buffers", buffer)
         last = layer == self.num_layers - 1
-        for bp in self.plan.batches:
-            block, idx = self._package(bp, True, slots)
+
+        def requests(j: int, bp: BatchPlan) -> list[Request]:
+            return self._neighbour_requests(layer, j, bp) + self._h0_requests(j, bp)
+
+        for _, (j, bp), rows in self._batches(requests):
+            block, idx = self._package(j, bp, True, slots)
             ids = block.dst_ids
-            xn = self._load_neighbours(layer, bp, idx, buffer)
-            h0 = self._h0(bp, grad=mode == "none")
+            xn = self._load_neighbours(bp, idx, buffer, rows)
+            h0 = rows.get("h0")
+            if h0 is not None:
+                h0.requires_grad_(mode == "none" and self.dims.learned_input)
             d = bp.num_dst
             if mode == "none":
                 xn.requires_grad_(need)
@@ -459,17 +505,17 @@ class OffloadStrategy(Strategy):
                 with torch.no_grad():
                     agg = self.model.aggregate(layer, block, xn)
                     out = self.model.update(layer, agg, xn[:d], ids, h0)
-            self.tracker.track("chunk", *self._block_tensors(block), *idx.values(), xn, h0, agg, out)
+            self.tracker.track("chunk", *self._topo_tensors(block, idx), xn, h0, agg, out)
             if mode == "hybrid":
-                self._write(f"A{layer}", bp.block.dst_ids, agg, D2H_CACHE)
-            self._write(f"H{layer + 1}", bp.block.dst_ids, out, D2H)
+                self._put_dst(False, f"A{layer}", j, bp, agg, D2H_CACHE)
+            self._put_dst(False, f"H{layer + 1}", j, bp, out, D2H)
             if last:
-                self._head(bp, out, ids, train, counts)
+                self._head(j, bp, out, ids, train, counts)
             self.tracker.untrack("chunk")
         self.tracker.untrack("buffers")
-        self.comm.barrier()
+        self._barrier()
 
-    def _head(self, bp: BatchPlan, out: torch.Tensor, ids: torch.Tensor, train: bool, counts: list) -> None:
+    def _head(self, j: int, bp: BatchPlan, out: torch.Tensor, ids: torch.Tensor, train: bool, counts: list) -> None:
         """The fused output map and loss of a chunk (training) or its per-split counts (evaluation)."""
         host_ids = bp.block.dst_ids
         y = self.y[host_ids].to(self.device)
@@ -485,7 +531,19 @@ class OffloadStrategy(Strategy):
             loss_sum = masked_loss_sum(logits, y, self.masks["train"][host_ids].to(self.device))
         (loss_sum / self.num_train).backward()
         counts.append(float(loss_sum.detach()))
-        self._write(f"G{self.num_layers}", host_ids, leaf.grad, D2H_GRAD)
+        self._put_dst(False, f"G{self.num_layers}", j, bp, leaf.grad, D2H_GRAD)
+
+    def _backward_requests(self, layer: int, mode: str, j: int, bp: BatchPlan) -> list[Request]:
+        ids = bp.block.dst_ids
+        out = [self._req("gout", f"G{layer + 1}", j, ids, "dst_ids", H2D_GRAD)]
+        if mode == "hybrid":
+            out.append(self._req("agg", f"A{layer}", j, ids, "dst_ids", H2D_CACHE))
+            if self.dims.uses_dst[layer]:
+                out.append(self._req("h_dst", f"H{layer}", j, ids, "dst_ids", H2D_DST))
+            out += self._h0_requests(j, bp)
+        elif mode == "recompute":
+            out += self._neighbour_requests(layer, j, bp) + self._h0_requests(j, bp)
+        return out
 
     def _backward_layer(self, layer: int) -> None:
         mode = self.modes[layer]
@@ -495,30 +553,31 @@ class OffloadStrategy(Strategy):
         grads = self._buffer(layer, zero=True) if need else None
         self.tracker.track("buffers", data, grads)
         push = ("src_index", "send_slots", "flush_slots") if need and dedup else ()
-        for j, bp in enumerate(self.plan.batches):
-            host_ids = bp.block.dst_ids
+        for _, (j, bp), rows in self._batches(lambda j, bp: self._backward_requests(layer, mode, j, bp)):
             d = bp.num_dst
-            gout = self._gather(f"G{layer + 1}", host_ids, H2D_GRAD)
+            gout = rows["gout"]
+            h0 = rows.get("h0")
+            if h0 is not None:
+                h0.requires_grad_(self.dims.learned_input)
             g_src = None
             if mode == "none":
                 out, xn, h0, block = self.retained[layer][j]
-                _, idx = self._package(bp, False, push)
-                self.tracker.track("chunk", *idx.values(), gout)
+                _, idx = self._package(j, bp, False, push)
+                self.tracker.track("chunk", *self._topo_tensors(None, idx), gout)
                 torch.autograd.backward(out, gout)
                 g_src = xn.grad if need else None
                 self.retained[layer][j] = None
             elif mode == "hybrid":
-                block, idx = self._package(bp, True, push)
+                block, idx = self._package(j, bp, True, push)
                 ids = block.dst_ids
-                agg = self._gather(f"A{layer}", host_ids, H2D_CACHE).requires_grad_(True)
+                agg = rows["agg"].requires_grad_(True)
                 if self.dims.uses_dst[layer]:
-                    h_dst = self._gather(f"H{layer}", host_ids, H2D_DST).requires_grad_(need)
+                    h_dst = rows["h_dst"].requires_grad_(need)
                 else:  # the update ignores it; a device-side placeholder of the right shape
                     h_dst = torch.zeros(d, self.dims.widths[layer], dtype=self.dtype, device=self.device)
-                h0 = self._h0(bp, grad=True)
                 with torch.enable_grad():
                     out = self.model.update(layer, agg, h_dst, ids, h0)
-                self.tracker.track("chunk", *self._block_tensors(block), *idx.values(), gout, agg, h_dst, h0, out)
+                self.tracker.track("chunk", *self._topo_tensors(block, idx), gout, agg, h_dst, h0, out)
                 torch.autograd.backward(out, gout)
                 if need:
                     zero = torch.zeros(bp.block.num_src, self.dims.widths[layer], dtype=self.dtype,
@@ -530,28 +589,27 @@ class OffloadStrategy(Strategy):
             else:
                 slots = ("src_index", "load_slots", "send_slots") + (("flush_slots",) if need else ()) \
                     if dedup else ()
-                block, idx = self._package(bp, True, slots)
+                block, idx = self._package(j, bp, True, slots)
                 ids = block.dst_ids
-                xn = self._load_neighbours(layer, bp, idx, data).requires_grad_(need)
-                h0 = self._h0(bp, grad=True)
+                xn = self._load_neighbours(bp, idx, data, rows).requires_grad_(need)
                 with torch.enable_grad():
                     agg = self.model.aggregate(layer, block, xn)
                     out = self.model.update(layer, agg, xn[:d], ids, h0)
-                self.tracker.track("chunk", *self._block_tensors(block), *idx.values(), gout, xn, h0, agg, out)
+                self.tracker.track("chunk", *self._topo_tensors(block, idx), gout, xn, h0, agg, out)
                 torch.autograd.backward(out, gout)
                 g_src = xn.grad if need else None
             if self.dims.needs_h0 and self.dims.learned_input:
-                self._accumulate("G0", host_ids, h0.grad, D2H_GRAD)
+                self._put_dst(True, "G0", j, bp, h0.grad, D2H_GRAD)
             if need:
                 self.tracker.track("chunk_grad", g_src)
-                self._push_gradients(layer, bp, idx, grads, g_src)
+                self._push_gradients(layer, j, bp, idx, grads, g_src)
                 self.tracker.untrack("chunk_grad")
             self.tracker.untrack("chunk")
         if mode == "none":
             self.retained[layer] = []
             self._track_retained()
         self.tracker.untrack("buffers")
-        self.comm.barrier()
+        self._barrier()
 
     def _track_retained(self) -> None:
         """Count the autograd graphs kept by ``--recompute none`` (outputs, inputs, topology) as resident."""
@@ -560,7 +618,7 @@ class OffloadStrategy(Strategy):
             for item in chunks:
                 if item is not None:
                     out, xn, h0, block = item
-                    tensors += [out, xn, h0, *self._block_tensors(block)]
+                    tensors += [out, xn, h0, *block_tensors(block)]
         self.tracker.track("retained", *tensors)
 
     # ------------------------------------------------------------------- epoch
@@ -580,13 +638,14 @@ class OffloadStrategy(Strategy):
             self._zero_host_gradients()
             if self.dims.learned_input:
                 self._input_pass(backward=False)
-                self.comm.barrier()
+                self._barrier()
             for layer in range(self.num_layers):
                 self._forward_layer(layer, True, losses)
             for layer in reversed(range(self.num_layers)):
                 self._backward_layer(layer)
             if self.dims.learned_input:
                 self._input_pass(backward=True)
+            self.transfers.flush()
             allreduce_gradients(self.comm, self.params, self.tracker)
             self.optimizer.step()
             self.tracker.track("optimizer", *optimizer_tensors(self.optimizer))
@@ -607,16 +666,19 @@ class OffloadStrategy(Strategy):
         counts: list = []
         if self.dims.learned_input:
             self._input_pass(backward=False)
-            self.comm.barrier()
+            self._barrier()
         for layer in range(self.num_layers):
             self._forward_layer(layer, False, counts)
         total = torch.stack(counts).sum(0) if counts else torch.zeros(COUNTS_PER_SPLIT * len(SPLITS), dtype=torch.float64)
         return counts_to_metrics(self.comm.all_reduce(total.to(self.device), CONTROL).cpu())
 
     def teardown(self) -> None:
-        for name in ("model", "optimizer", "gradients", "buffers", "chunk", "chunk_grad", "retained"):
+        for name in ("model", "optimizer", "gradients", "buffers", "chunk", "chunk_grad", "retained", "topology"):
             self.tracker.untrack(name)
         self.retained = [[] for _ in range(self.num_layers)]
+        if getattr(self, "transfers", None) is not None:
+            self.transfers.close()
+            self.transfers = None
         if self.host is not None:
             self.host.close()
             self.host = None
