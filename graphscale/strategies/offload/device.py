@@ -62,34 +62,38 @@ class DeviceKit:
         device = torch.device(device)
         self.accelerated = device.type != "cpu"
         if self.accelerated and device.index is None:
-            device = torch.device(device.type, torch.accelerator.current_device_index())
+            device = torch.device(device.type, getattr(torch, device.type).current_device())
         self.device = device
         self.is_cuda = self.device.type == "cuda"
 
     # ---------------------------------------------------------------- streams / events
+    @property
+    def _module(self):
+        """The device's torch module (``torch.cuda``, ``torch.xpu``, ...)."""
+        return getattr(torch, self.device.type)
+
     def new_stream(self):
         """A side stream (``None`` on CPU)."""
-        return torch.Stream(device=self.device) if self.accelerated else None
+        return self._module.Stream(device=self.device) if self.accelerated else None
 
     def current_stream(self):
-        """The stream compute is issued on (``None`` on CPU)."""
-        return torch.accelerator.current_stream(self.device) if self.accelerated else None
+        """The stream compute is issued on (``None`` on CPU); call it from the thread that computes."""
+        return self._module.current_stream(self.device) if self.accelerated else None
 
     def on_stream(self, stream):
         """Context manager issuing work on ``stream`` from this thread (device set too); a no-op on CPU."""
         if not self.accelerated:
             return contextlib.nullcontext()
         stack = contextlib.ExitStack()
-        module = getattr(torch, self.device.type)
-        stack.enter_context(module.device(self.device))
-        stack.enter_context(module.stream(stream))
+        stack.enter_context(self._module.device(self.device))
+        stack.enter_context(self._module.stream(stream))
         return stack
 
     def event(self, stream=None):
         """An event recorded now on ``stream`` (default: the current one)."""
         if not self.accelerated:
             return HostEvent()
-        event = torch.Event(device=self.device)
+        event = self._module.Event()
         event.record(stream if stream is not None else self.current_stream())
         return event
 
@@ -106,7 +110,7 @@ class DeviceKit:
     def synchronize(self) -> None:
         """Wait for every stream of the device."""
         if self.accelerated:
-            torch.accelerator.synchronize(self.device)
+            self._module.synchronize(self.device)
 
     # ---------------------------------------------------------------- memory
     def staging(self, numel: int, dtype: torch.dtype) -> torch.Tensor:

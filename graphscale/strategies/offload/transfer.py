@@ -11,7 +11,7 @@ mechanisms, chosen once per run (:attr:`Transfers.mode`):
   straight from the host arrays, issues the copies to the device on a *copy stream* and records an event.
   :meth:`Transfers.wait` makes the compute stream wait for that event (device-side; the host does not block on
   the copy) and marks the tensors as used there (``record_stream``). Writes are asynchronous too: the rows are
-  copied device-to-host into page-locked memory on the copy stream (after the compute that produced them), and
+  copied device-to-host into page-locked memory on a *write stream* (after the compute that produced them), and
   the worker thread, once that copy's event fires, scatters them into the host array (``index_copy_`` /
   ``index_add_``). The one FIFO thread orders every gather and write of a run, so a read of a row submitted after
   its write sees the write. On CPU the same thread, slots and order run; the "device copy" is a copy out of the
@@ -99,7 +99,8 @@ class Transfers:
         self._seq = itertools.count()
         self._lock = threading.Lock()
         self._counter = itertools.count()
-        self.copy_stream = self.kit.new_stream()
+        self.copy_stream = self.kit.new_stream()  # host-to-device
+        self.write_stream = self.kit.new_stream()  # device-to-host (the other direction of the link)
         self.aliases: dict[str, torch.Tensor] = {}
         if mode == "uva" and not device_ids:
             raise ValueError("offload transfer mode 'uva' needs the device-resident plan (device ids)")
@@ -224,14 +225,14 @@ class Transfers:
                 rows = alias.index_select(0, dev_ids) + rows
             alias.index_copy_(0, dev_ids, rows)
             return
-        if self.kit.accelerated:  # device -> pinned host, on the copy stream after the compute that made rows
+        if self.kit.accelerated:  # device -> pinned host, on the write stream after the compute that made rows
             compute = self.kit.current_stream()
             staged = self.kit.staging(rows.numel(), host.dtype)[: rows.numel()].view(rows.shape)
-            with self.kit.on_stream(self.copy_stream):
-                self.kit.wait(self.copy_stream, self.kit.event(compute))
+            with self.kit.on_stream(self.write_stream):
+                self.kit.wait(self.write_stream, self.kit.event(compute))
                 staged.copy_(rows, non_blocking=True)
-                self.kit.keep_for(rows, self.copy_stream)
-                event = self.kit.event(self.copy_stream)
+                self.kit.keep_for(rows, self.write_stream)
+                event = self.kit.event(self.write_stream)
         else:  # CPU: the "device-to-host copy" (the caller may reuse rows' memory afterwards)
             staged, event = rows.clone(), None
         self._writes.append(self._pool.submit(self._scatter, host, ids.cpu(), staged, event, add))
