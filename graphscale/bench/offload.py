@@ -23,7 +23,8 @@ Prints four tables:
    contiguous page-locked buffer, the transfer pipeline's gathers of random rows (``uva`` where the device
    offers it, and ``staged``; :mod:`graphscale.strategies.offload.transfer`), and the effective rate of
    offload training epochs (Ledger host-to-device bytes / epoch seconds, in-process, one worker) on
-   ``--link-graph``; every rate also as a fraction of the plain copy's. On CPU the "device" is the host: the
+   ``--link-graph``, with the default streamed topology and with the resident one (which lets ``auto`` take
+   ``uva``); every rate also as a fraction of the plain copy's. On CPU the "device" is the host: the
    rates are memory-copy rates.
 
 Synthetic graphs are chosen for replication factors like the paper's:
@@ -283,7 +284,7 @@ def link_rows(device: str, rows: int, width: int, batch: int, batches: int = 8, 
     return out
 
 
-def epoch_rate_row(device: str, spec: str, chunks: int, plain_gbs: float) -> dict:
+def epoch_rate_row(device: str, spec: str, chunks: int, plain_gbs: float, resident: bool = False) -> dict:
     """Effective host-to-device rate of offload training epochs: the Ledger's h2d bytes / epoch seconds."""
     import torch
 
@@ -297,7 +298,7 @@ def epoch_rate_row(device: str, spec: str, chunks: int, plain_gbs: float) -> dic
     config = RunConfig(model=ModelConfig(name="gcn", hidden=128, layers=2),
                        strategy=StrategyConfig(name="offload", workers=1, chunks=chunks))
     model = build_model(config.model, graph.num_features, graph.num_classes, seed=0).to(device)
-    strategy = OffloadStrategy()
+    strategy = OffloadStrategy(resident_topology=resident)
     strategy.setup(graph, model, DistEnv.local(device), config)
     strategy.train_epoch(0)  # warm-up: allocations, staging slots
     stats = [strategy.train_epoch(e) for e in (1, 2)]
@@ -338,7 +339,9 @@ def run(args: argparse.Namespace) -> int:
     if not args.skip_link:
         link = link_rows(args.device, args.link_rows, args.link_width, args.link_batch)
         if args.link_graph != "none":
-            link.append(epoch_rate_row(args.device, args.link_graph, args.link_chunks, link[0]["GB/s"]))
+            for resident in (False, True):
+                link.append(epoch_rate_row(args.device, args.link_graph, args.link_chunks, link[0]["GB/s"],
+                                           resident))
         print(format_table(link, title=f"MEASURED host-to-device rate on {args.device}, this run: plain pinned copy vs "
                                        f"the offload transfer pipeline ({args.link_batch} random rows x "
                                        f"{args.link_width} fp32 per batch)"))

@@ -89,18 +89,23 @@ def test_bad_transfer_options_fail_clearly():
         OffloadStrategy(transfer="fast")
     with pytest.raises(ValueError, match="'uva' needs the device-resident plan"):
         Transfers({"H": torch.zeros(2, 2)}, "cpu", mode="uva", device_ids=False)
+    with pytest.raises(ValueError, match="'uva' needs the device-resident plan"):
+        _run("gcn", "intra", "hybrid", transfer="uva")
+    with pytest.raises(ValueError, match="resident topology is not covered by --memory-budget"):
+        _run("gcn", "intra", "hybrid", resident_topology=True, memory_budget="1GiB")
 
 
-def _config(model: str, dedup: str, recompute: str) -> RunConfig:
+def _config(model: str, dedup: str, recompute: str, memory_budget: str | None) -> RunConfig:
+    chunks = None if memory_budget else 4
     return RunConfig(model=ModelConfig(name=model, hidden=4, layers=2, dropout=0.5, heads=2),
                      optim=OptimConfig(lr=0.01, weight_decay=5e-4),
-                     strategy=StrategyConfig(name="offload", workers=1, partitioner="metis", chunks=4,
-                                             dedup=dedup, recompute=recompute), seed=0)
+                     strategy=StrategyConfig(name="offload", workers=1, partitioner="metis", chunks=chunks,
+                                             dedup=dedup, recompute=recompute, memory_budget=memory_budget), seed=0)
 
 
-def _run(model_name: str, dedup: str, recompute: str, **kwargs) -> dict:
+def _run(model_name: str, dedup: str, recompute: str, memory_budget: str | None = None, **kwargs) -> dict:
     graph = random_graph(90, avg_degree=4.0, num_features=5, num_classes=3, seed=1, dtype=torch.float64, isolated=1)
-    config = _config(model_name, dedup, recompute)
+    config = _config(model_name, dedup, recompute, memory_budget)
     model = build_model(config.model, graph.num_features, graph.num_classes, seed=0, dtype=torch.float64)
     strategy = OffloadStrategy(**kwargs)
     env = DistEnv.local()

@@ -3,17 +3,19 @@
 Every chunk pass needs its block (``indptr``, ``indices``, ``src_ids``, ``src_deg``) and some of its slot
 plans (``src_index``, ``load_slots``, ``send_slots``, ``flush_slots``) on the device. Two policies:
 
-* **streamed** (HongTu's, and the default on CPU or with ``--memory-budget``, whose memory model counts one
-  chunk's topology at a time): :meth:`DevicePlan.package` moves the block and the named slot plans for every
-  chunk pass and returns their bytes, which the strategy records as ``h2d_topo`` (the closed form of
+* **streamed** (HongTu's, and the default on every device, so the Ledger's closed form and the equality of CPU
+  and CUDA byte counts hold; ``--memory-budget``'s memory model counts one chunk's topology at a time):
+  :meth:`DevicePlan.package` moves the block and the named slot plans for every chunk pass and returns their
+  bytes, which the strategy records as ``h2d_topo`` (the closed form of
   :func:`~graphscale.strategies.offload.cost.epoch_bytes`). The gathers read host ids (``staged`` transfers).
-* **resident** (the default on an accelerator without ``--memory-budget``): every batch's block, slot plans and
-  the ids the transfers index with (``load_ids``, ``flush_ids``, ``src_local``) are moved once, at setup
-  (:attr:`DevicePlan.setup_bytes`, recorded by the strategy as ``h2d_topo`` outside any epoch), and reused by
-  every layer, pass and epoch: nothing is re-sent, and the device block keeps its cached
+* **resident** (``OffloadStrategy(resident_topology=True)``; not with ``--memory-budget``): every batch's block,
+  slot plans and the ids the transfers index with (``load_ids``, ``flush_ids``, ``src_local``) are moved once,
+  at setup (:attr:`DevicePlan.setup_bytes`, recorded by the strategy as ``h2d_topo`` outside any epoch), and
+  reused by every layer, pass and epoch: nothing is re-sent, and the device block keeps its cached
   :class:`~graphscale.nn.ops.Topology` (the transpose is built once per chunk, not per pass). An epoch then
   moves no ``h2d_topo`` bytes (``epoch_bytes(..., resident_topology=True)``); the whole plan stays tracked as
-  device memory (category ``"topology"``). ``uva`` transfers need it: their kernels index with device ids.
+  device memory (category ``"topology"``), which ``--memory-budget``'s model does not cover. ``uva`` transfers
+  need it: their kernels index with device ids.
 
 On CPU a resident block is the host block itself (device and host memory are the same RAM).
 """

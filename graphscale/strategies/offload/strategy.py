@@ -94,12 +94,13 @@ and copy them on a copy stream with events; ``uva`` transfers (CUDA, behind a ca
 resident plan) gather and scatter host rows in place by GPU kernels. Writes go out asynchronously (``staged``:
 device-to-host into page-locked memory on the copy stream, scattered by the worker thread; ``uva``: in place);
 every barrier is preceded by a flush. The host arrays are page-locked once (``cudaHostRegister``). The chunk
-topology and plan indices are *streamed* per chunk pass (``h2d_topo`` in every epoch, as the closed form counts;
-the default on CPU and with ``--memory-budget``) or *resident* (moved once at setup, each device block keeping its
-cached transpose; the default on an accelerator otherwise). ``OffloadStrategy(transfer=..., resident_topology=...)``
-overrides the choices. On CPU workers host and device memory are the same RAM; the staging thread, the double
-buffering, the buffers, the schedule and the byte counts are the real ones. The accelerator paths have not been
-run here (no GPU was available). Peak memory counts device-resident tensors only (buffers, the current chunk,
+topology and plan indices are *streamed* per chunk pass by default (``h2d_topo`` in every epoch, as the closed
+form counts, on every device: CPU and CUDA runs record the same bytes) or, with ``resident_topology=True``, moved
+once at setup and kept on the device, each device block keeping its cached transpose (epochs then record no
+``h2d_topo``; ``uva`` needs it, ``transfer="auto"`` takes ``uva`` only then). ``OffloadStrategy(transfer=...,
+resident_topology=...)`` overrides the choices. On CPU workers host and device memory are the same RAM; the
+staging thread, the double buffering, the buffers, the schedule and the byte counts are the real ones. The
+accelerator paths have not been run here (no GPU was available). Peak memory counts device-resident tensors only (buffers, the current chunk,
 the resident plan, parameters, optimiser state, autograd's saved tensors), never host arrays.
 """
 
@@ -190,6 +191,11 @@ class OffloadStrategy(OffloadPasses, Strategy):
             batches are additionally permuted at random with this seed (for
             testing that results do not depend on the schedule).
         bandwidths: link speeds of the cost model (``auto`` modes, reorganisation, modelled time).
+        transfer: ``auto`` (``uva`` where available with a resident topology, else ``staged``), ``staged`` or
+            ``uva`` (:mod:`~graphscale.strategies.offload.transfer`).
+        resident_topology: move the chunk topology and plan indices to the device once (not with
+            ``--memory-budget``); epochs then record no ``h2d_topo`` (:mod:`~graphscale.strategies.offload.resident`).
+        trace: a list the transfer pipeline appends ordering events to (tests).
     """
 
     exact = True
@@ -201,7 +207,7 @@ class OffloadStrategy(OffloadPasses, Strategy):
         return {"chunks": "with --memory-budget (which picks the chunks)"} if config.strategy.memory_budget else {}
 
     def __init__(self, order_seed: int | None = None, bandwidths: Bandwidths | None = None,
-                 transfer: str = "auto", resident_topology: bool | None = None, trace: list | None = None) -> None:
+                 transfer: str = "auto", resident_topology: bool = False, trace: list | None = None) -> None:
         self.order_seed = order_seed
         self.bandwidths = bandwidths or Bandwidths()
         self.transfer_mode = check_mode(transfer)
@@ -249,6 +255,9 @@ class OffloadStrategy(OffloadPasses, Strategy):
         sc = config.strategy
         self.dedup = check_dedup(sc.dedup)
         check_recompute(sc.recompute)
+        if self.resident_topology and sc.memory_budget:
+            raise ValueError("offload: a resident topology is not covered by --memory-budget's memory model; "
+                             "leave resident_topology off with --memory-budget")
         self.comm = Comm(env)
         self.device = env.device
         self.dtype = next(model.parameters()).dtype
@@ -319,11 +328,9 @@ class OffloadStrategy(OffloadPasses, Strategy):
         self.comm.barrier()  # peers may read these rows as soon as setup returns
 
     def _setup_transfers(self) -> None:
-        """The device side of the plan (resident by default on an accelerator without ``--memory-budget``) and
-        the transfer pipeline (:mod:`~graphscale.strategies.offload.transfer`), staging slots preallocated."""
-        resident = self.resident_topology
-        if resident is None:
-            resident = self.device.type != "cpu" and not self.config.strategy.memory_budget
+        """The device side of the plan (streamed unless ``resident_topology``) and the transfer pipeline
+        (:mod:`~graphscale.strategies.offload.transfer`), staging slots preallocated."""
+        resident = bool(self.resident_topology)
         self.dplan = DevicePlan(self.plan, self.device, resident)
         if resident:
             self._record(H2D_TOPO, self.dplan.setup_bytes)  # once, outside any epoch
