@@ -19,6 +19,14 @@ Prints four tables:
    host traffic per layer pass of each dedup mode, and whether every measured
    Ledger category equals its closed form.
 
+5. **Host-to-device rate** (``--device``, e.g. ``cuda``; measured in the same run): a plain copy of one
+   contiguous page-locked buffer, the transfer pipeline's gathers of random rows (``uva`` where the device
+   offers it, and ``staged``; :mod:`graphscale.strategies.offload.transfer`), and the effective rate of
+   offload training epochs (Ledger host-to-device bytes / epoch seconds, in-process, one worker) on
+   ``--link-graph``, with the default streamed topology and with the resident one (which lets ``auto`` take
+   ``uva``); every rate also as a fraction of the plain copy's. On CPU the "device" is the host: the
+   rates are memory-copy rates.
+
 Synthetic graphs are chosen for replication factors like the paper's:
 ``it-like`` (a strongly clustered SBM: α 1.2 -> 1.6, it-2004 1.23 -> 1.71),
 ``paper-like`` and ``friendster-like`` (R-MAT: α grows to ~9 and ~11 at 128
@@ -60,6 +68,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="K of the measured memory sweep (default 1,2,4,8,16,32)")
     parser.add_argument("--model", default="gcn", help="model of the measured runs (default gcn)")
     parser.add_argument("--skip-measured", action="store_true", help="print only the closed-form tables")
+    parser.add_argument("--device", default="cpu", help="device of the host-to-device rate table (default cpu)")
+    parser.add_argument("--link-rows", type=int, default=1_000_000,
+                        help="rows of the host array the gathers read (default 1000000)")
+    parser.add_argument("--link-width", type=int, default=128, help="row width (fp32) of that array (default 128)")
+    parser.add_argument("--link-batch", type=int, default=200_000, help="rows per gathered batch (default 200000)")
+    parser.add_argument("--link-graph", default="sbm:nodes=20000,degree=10,features=128,seed=0",
+                        help="graph of the effective-rate training epochs ('none' skips them)")
+    parser.add_argument("--link-chunks", type=int, default=8, help="--chunks of those epochs (default 8)")
+    parser.add_argument("--skip-link", action="store_true", help="skip the host-to-device rate table")
 
 
 def _load(name: str, nodes: int):
@@ -207,6 +224,96 @@ def measured_tables(spec: str, workers: int, model_name: str, chunks: list[int])
     return memory, traffic
 
 
+# ----------------------------------------------------------------------------- host-to-device rate
+def _timed(kit, fn) -> float:
+    kit.synchronize()
+    start = time.perf_counter()
+    fn()
+    kit.synchronize()
+    return time.perf_counter() - start
+
+
+def link_rows(device: str, rows: int, width: int, batch: int, batches: int = 8, repeats: int = 3) -> list[dict]:
+    """Rates (GB/s) of a plain pinned copy and of the pipeline's gathers, measured here, best of ``repeats``."""
+    import torch
+
+    from graphscale.strategies.offload.device import DeviceKit
+    from graphscale.strategies.offload.transfer import Request, Transfers, pipelined
+
+    if min(rows, width, batch) < 1:
+        raise ValueError("--link-rows, --link-width and --link-batch must be >= 1")
+    kit = DeviceKit(device)
+    gen = torch.Generator().manual_seed(0)
+    host = torch.randn(rows, width, generator=gen)
+    registered = kit.register(host)
+    ids = [torch.randint(0, rows, (batch,), generator=gen) for _ in range(batches)]
+    dev_ids = [i.to(kit.device) for i in ids]
+    nbytes = batches * batch * width * 4
+    plain = kit.staging(batch * width, torch.float32)
+    plain_s = min(_timed(kit, lambda: [kit.to_device(plain) for _ in range(batches)]) for _ in range(repeats))
+    base = nbytes / plain_s / 1e9
+    out = [{"device": str(kit.device), "mechanism": "plain pinned copy (contiguous)", "GB/s": round(base, 2),
+            "x plain": 1.0, "check": "-"}]
+    for mode in ("uva", "staged"):
+        if mode == "uva" and not kit.accelerated:  # forced on CPU it would read the host array itself
+            out.append({"device": str(kit.device), "mechanism": "pipeline gather (uva)", "GB/s": "n/a",
+                        "x plain": "-", "check": "-"})
+            continue
+        try:
+            transfers = Transfers({"H": host}, kit.device, mode=mode, device_ids=True)
+        except ValueError:
+            out.append({"device": str(kit.device), "mechanism": f"pipeline gather ({mode})", "GB/s": "n/a",
+                        "x plain": "-", "check": "-"})
+            continue
+        got: list = []
+
+        def gather() -> None:
+            got.clear()
+            for _, j, rows_ in pipelined(transfers, range(batches),
+                                         lambda j: [Request("x", "H", ids[j], dev_ids[j])]):
+                got.append(rows_["x"])
+
+        seconds = min(_timed(kit, gather) for _ in range(repeats))
+        same = all(bool((g.cpu() == host.index_select(0, i)).all()) for g, i in zip(got, ids))
+        transfers.close()
+        rate = nbytes / seconds / 1e9
+        out.append({"device": str(kit.device), "mechanism": f"pipeline gather ({mode})", "GB/s": round(rate, 2),
+                    "x plain": round(rate / base, 2), "check": "yes" if same else "NO"})
+    if registered:
+        kit.unregister(host)
+    return out
+
+
+def epoch_rate_row(device: str, spec: str, chunks: int, plain_gbs: float, resident: bool = False) -> dict:
+    """Effective host-to-device rate of offload training epochs: the Ledger's h2d bytes / epoch seconds."""
+    import torch
+
+    from graphscale.config import ModelConfig, RunConfig, StrategyConfig
+    from graphscale.data.datasets import load_dataset
+    from graphscale.distributed.env import DistEnv
+    from graphscale.nn.models import build_model
+    from graphscale.strategies.offload import OffloadStrategy
+
+    graph = load_dataset(spec)
+    config = RunConfig(model=ModelConfig(name="gcn", hidden=128, layers=2),
+                       strategy=StrategyConfig(name="offload", workers=1, chunks=chunks))
+    model = build_model(config.model, graph.num_features, graph.num_classes, seed=0).to(device)
+    strategy = OffloadStrategy(resident_topology=resident)
+    strategy.setup(graph, model, DistEnv.local(device), config)
+    strategy.train_epoch(0)  # warm-up: allocations, staging slots
+    stats = [strategy.train_epoch(e) for e in (1, 2)]
+    mode, resident = strategy.transfers.mode, strategy.dplan.resident
+    strategy.teardown()
+    h2d = sum(n for c, n in stats[-1].bytes.items() if c.startswith("h2d"))
+    seconds = min(s.seconds for s in stats)
+    rate = h2d / seconds / 1e9
+    del torch
+    return {"device": device, "mechanism": f"offload epoch, {spec}, K={chunks} ({mode}, "
+                                           f"{'resident' if resident else 'streamed'} topology)",
+            "GB/s": round(rate, 2), "x plain": round(rate / plain_gbs, 2) if plain_gbs else "-",
+            "check": f"{h2d / 2**30:.2f} GiB h2d in {seconds:.3f} s"}
+
+
 def run(args: argparse.Namespace) -> int:
     """Print the tables (module docstring)."""
     if args.workers < 1 or args.train_workers < 1:
@@ -229,6 +336,15 @@ def run(args: argparse.Namespace) -> int:
                                       "asserted equal to the measured Ledger in the tests)"))
     print(format_table(modelled, title=f"MODELLED transfer time of one layer pass, width {args.hidden}, fp32, "
                                        "A100-class links (B_H 25 GB/s, B_P 200 GB/s, B_R 1.5 TB/s)"))
+    if not args.skip_link:
+        link = link_rows(args.device, args.link_rows, args.link_width, args.link_batch)
+        if args.link_graph != "none":
+            for resident in (False, True):
+                link.append(epoch_rate_row(args.device, args.link_graph, args.link_chunks, link[0]["GB/s"],
+                                           resident))
+        print(format_table(link, title=f"MEASURED host-to-device rate on {args.device}, this run: plain pinned copy vs "
+                                       f"the offload transfer pipeline ({args.link_batch} random rows x "
+                                       f"{args.link_width} fp32 per batch)"))
     if args.skip_measured:
         return 0
     memory, measured = [], []

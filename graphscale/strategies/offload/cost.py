@@ -258,7 +258,7 @@ def layer_modes(option: str, dims: ModelDims, rows: PassRows, num_nodes: int, el
 
 # ----------------------------------------------------------------------------- epoch closed form
 def epoch_bytes(sets: ChunkSets, dedup: str, modes: list[str], dims: ModelDims, element_size: int,
-                num_params: int) -> dict[str, int]:
+                num_params: int, resident_topology: bool = False) -> dict[str, int]:
     """Bytes of every Ledger category in one training epoch, summed over workers.
 
     With ``V = |V|``, ``E = |E|``, ``b`` bytes per element, the pass rows of
@@ -284,7 +284,9 @@ def epoch_bytes(sets: ChunkSets, dedup: str, modes: list[str], dims: ModelDims, 
       ``α V + Σ|R| + Σ sends`` (``src_index``, load and send slots) and a
       gradient pass adds ``Σ|F|`` (flush slots), plus ``α V + Σ sends`` when
       they were not moved by a load in the same chunk pass (hybrid, none); an
-      input-map pass moves ``V`` ids;
+      input-map pass moves ``V`` ids; with ``resident_topology`` (the plan moved
+      once at setup, :mod:`~graphscale.strategies.offload.resident`) an epoch
+      moves none;
     * ``allreduce = 2 (M-1) P b`` (ring), ``control = 2 (M-1) 8`` (loss).
     """
     check_dedup(dedup)
@@ -355,4 +357,6 @@ def epoch_bytes(sets: ChunkSets, dedup: str, modes: list[str], dims: ModelDims, 
     if m > 1:
         out[ALLREDUCE] += 2 * (m - 1) * num_params * b
         out[CONTROL] += 2 * (m - 1) * 8
+    if resident_topology:
+        out.pop(H2D_TOPO, None)
     return {c: n for c, n in sorted(out.items()) if n}

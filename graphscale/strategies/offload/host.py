@@ -24,14 +24,12 @@ through zero-copy access to pinned memory. The *ownership discipline* of the
 strategy (only the owner of ``v`` writes row ``v`` of ``H`` and ``G``) is what
 makes this race-free, as in HongTu; the array object does not enforce it.
 
-Host <-> device copies. On CPU workers host and device memory are the same RAM:
-:meth:`HostArrays.gather` returns a fresh tensor (the "device copy") and
-:meth:`HostArrays.write` / :meth:`HostArrays.accumulate` copy rows back. On
-CUDA the mapped arrays are page-locked with ``cudaHostRegister`` and gathers
-go through a pair of pinned staging buffers with ``non_blocking`` copies
-(each staging buffer is reused only after the event of its previous copy);
-device-to-host copies are synchronous. The CUDA path is written
-device-agnostically but has not been run (no GPU was available).
+Host <-> device copies are not this module's: the transfer pipeline
+(:mod:`~graphscale.strategies.offload.transfer`) reads and writes the arrays.
+On an accelerator the mapped arrays are page-locked once, in place
+(``cudaHostRegister``, :class:`~graphscale.strategies.offload.device.DeviceKit`),
+so copies from and to them are asynchronous and kernels can read them through
+UVA. That path has not been run here (no GPU was available).
 
 The byte accounting is the caller's: the strategy records every copy in its
 Ledger with the category and owner it belongs to.
@@ -48,6 +46,7 @@ import torch
 
 from graphscale.bench.table import format_bytes
 from graphscale.distributed.comm import Comm
+from graphscale.strategies.offload.device import DeviceKit
 
 _PATH_BYTES = 1024
 
@@ -73,34 +72,6 @@ def check_free_space(shm_dir: str, needed: int) -> None:
                          f"with room (a larger tmpfs, or a disk directory: slower) or free space in {shm_dir}")
 
 
-class _PinnedStaging:
-    """Two pinned host buffers used alternately for non-blocking host-to-device copies (CUDA only)."""
-
-    def __init__(self, device: torch.device) -> None:
-        self.device = device
-        self.buffers: list[torch.Tensor | None] = [None, None]
-        self.events: list[torch.cuda.Event | None] = [None, None]
-        self.turn = 0
-
-    def to_device(self, rows: torch.Tensor) -> torch.Tensor:
-        i = self.turn
-        self.turn ^= 1
-        if self.events[i] is not None:
-            self.events[i].synchronize()  # the previous copy out of this buffer has finished
-        need = rows.numel()
-        buf = self.buffers[i]
-        if buf is None or buf.numel() < need or buf.dtype != rows.dtype:
-            buf = torch.empty(max(need, 1), dtype=rows.dtype).pin_memory()
-            self.buffers[i] = buf
-        staged = buf[:need].view_as(rows)
-        staged.copy_(rows)
-        out = staged.to(self.device, non_blocking=True)
-        event = torch.cuda.Event()
-        event.record(torch.cuda.current_stream(self.device))
-        self.events[i] = event
-        return out
-
-
 class HostArrays:
     """Named ``[rows, width]`` host arrays in shared memory, mapped by every worker.
 
@@ -123,7 +94,7 @@ class HostArrays:
         self.dtype = dtype
         self.arrays: dict[str, torch.Tensor] = {}
         self._registered: list[torch.Tensor] = []
-        self._staging = _PinnedStaging(self.device) if self.device.type == "cuda" else None
+        self._kit = DeviceKit(self.device)
         elem = torch.empty(0, dtype=dtype).element_size()
         path = self._agree_on_directory(comm, shm_dir, sum(rows * width for rows, width in specs.values()) * elem)
         try:
@@ -142,14 +113,9 @@ class HostArrays:
         finally:
             if comm.rank == 0:
                 shutil.rmtree(path, ignore_errors=True)  # mappings outlive the files
-        if self.device.type == "cuda":
-            cudart = torch.cuda.cudart()
-            for t in self.arrays.values():
-                if t.numel():
-                    err = cudart.cudaHostRegister(t.data_ptr(), t.numel() * t.element_size(), 0)
-                    if int(err) != 0:
-                        raise RuntimeError(f"cudaHostRegister of a host array failed with error {int(err)}")
-                    self._registered.append(t)
+        for t in self.arrays.values():
+            if self._kit.register(t):  # page-locked in place on an accelerator (pinned once, for the whole run)
+                self._registered.append(t)
 
     @staticmethod
     def _agree_on_directory(comm: Comm, shm_dir: str, needed: int) -> str:
@@ -184,31 +150,14 @@ class HostArrays:
         """Bytes of host memory held by all arrays."""
         return sum(t.numel() * t.element_size() for t in self.arrays.values())
 
-    # ------------------------------------------------------------------ transfers
-    def gather(self, name: str, ids: torch.Tensor) -> torch.Tensor:
-        """Host rows ``ids`` of array ``name`` copied to the device, ``[len(ids), width]``."""
-        rows = self.arrays[name].index_select(0, ids.cpu())
-        if self._staging is None:
-            return rows
-        return self._staging.to_device(rows)
-
-    def write(self, name: str, ids: torch.Tensor, rows: torch.Tensor) -> None:
-        """Overwrite host rows ``ids`` of ``name`` with device rows ``rows``."""
-        self.arrays[name].index_copy_(0, ids.cpu(), rows.detach().to("cpu", self.dtype))
-
-    def accumulate(self, name: str, ids: torch.Tensor, rows: torch.Tensor) -> None:
-        """Add device rows ``rows`` to host rows ``ids`` of ``name`` (ids must be distinct)."""
-        self.arrays[name].index_add_(0, ids.cpu(), rows.detach().to("cpu", self.dtype))
-
+    # ------------------------------------------------------------------ host-side edits
     def zero_rows(self, name: str, ids: torch.Tensor) -> None:
         """Set host rows ``ids`` of ``name`` to zero (a host-side operation, no transfer)."""
         self.arrays[name].index_fill_(0, ids.cpu(), 0)
 
     def close(self) -> None:
         """Unregister pinned pages (CUDA) and drop the mappings."""
-        if self._registered:
-            cudart = torch.cuda.cudart()
-            for t in self._registered:
-                cudart.cudaHostUnregister(t.data_ptr())
-            self._registered.clear()
+        for t in self._registered:
+            self._kit.unregister(t)
+        self._registered.clear()
         self.arrays.clear()

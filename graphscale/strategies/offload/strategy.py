@@ -86,12 +86,22 @@ gather of the merged buffer (the layers need the block layout, destinations
 first), which costs ``|N_{i,j}| d_l`` more device memory than kernels reading
 the buffer in place; host rows are not placed per NUMA node.
 
-**Devices.** On CPU workers host and device memory are the same RAM; the
-buffers, the schedule and the byte counts are the real ones. On CUDA the host
-arrays are pinned and host-to-device copies are non-blocking (see
-:mod:`~graphscale.strategies.offload.host`); that path has not been run here.
-Peak memory counts device-resident tensors only (buffers, the current chunk,
-parameters, optimiser state, autograd's saved tensors), never host arrays.
+**Transfers and devices** (:mod:`~graphscale.strategies.offload.transfer`,
+:mod:`~graphscale.strategies.offload.resident`, :mod:`~graphscale.strategies.offload.device`). The passes
+(:mod:`~graphscale.strategies.offload.passes`) submit batch ``j+1``'s host reads before computing batch ``j``:
+``staged`` transfers fill two preallocated staging buffers (page-locked on an accelerator) from a worker thread
+and copy them on a copy stream with events; ``uva`` transfers (CUDA, behind a capability probe, with the
+resident plan) gather and scatter host rows in place by GPU kernels. Writes go out asynchronously (``staged``:
+device-to-host into page-locked memory on the copy stream, scattered by the worker thread; ``uva``: in place);
+every barrier is preceded by a flush. The host arrays are page-locked once (``cudaHostRegister``). The chunk
+topology and plan indices are *streamed* per chunk pass by default (``h2d_topo`` in every epoch, as the closed
+form counts, on every device: CPU and CUDA runs record the same bytes) or, with ``resident_topology=True``, moved
+once at setup and kept on the device, each device block keeping its cached transpose (epochs then record no
+``h2d_topo``; ``uva`` needs it, ``transfer="auto"`` takes ``uva`` only then). ``OffloadStrategy(transfer=...,
+resident_topology=...)`` overrides the choices. On CPU workers host and device memory are the same RAM; the
+staging thread, the double buffering, the buffers, the schedule and the byte counts are the real ones. The
+accelerator paths have not been run here (no GPU was available). Peak memory counts device-resident tensors only (buffers, the current chunk,
+the resident plan, parameters, optimiser state, autograd's saved tensors), never host arrays.
 """
 
 from __future__ import annotations
@@ -103,7 +113,6 @@ from pathlib import Path
 import torch
 
 from graphscale.config import RunConfig
-from graphscale.data.block import Block
 from graphscale.data.graph import Graph
 from graphscale.data.handle import DataHandle
 from graphscale.distributed.comm import Comm
@@ -118,25 +127,11 @@ from graphscale.strategies.base import (
     Strategy,
     allreduce_gradients,
     counts_to_metrics,
-    masked_loss_sum,
     optimizer_tensors,
-    split_counts,
 )
 from graphscale.strategies.offload.cost import (
     CONTROL,
-    D2H,
-    D2H_CACHE,
-    D2H_GRAD,
-    D2H_GRAD_REMOTE,
-    H2D_CACHE,
-    H2D_DST,
-    H2D_GRAD,
-    H2D_LOCAL,
-    H2D_REMOTE,
     H2D_TOPO,
-    P2P,
-    P2P_GRAD,
-    REUSE,
     Bandwidths,
     check_recompute,
     layer_modes,
@@ -147,7 +142,6 @@ from graphscale.strategies.offload.cost import (
 from graphscale.strategies.offload.host import HostArrays
 from graphscale.strategies.offload.memory import choose_chunks, parse_bytes
 from graphscale.strategies.offload.plan import (
-    BatchPlan,
     ChunkSets,
     WorkerPlan,
     build_worker_plan,
@@ -155,13 +149,12 @@ from graphscale.strategies.offload.plan import (
     plan_folder,
     two_level_partition,
 )
+from graphscale.strategies.offload.passes import OffloadPasses
 from graphscale.strategies.offload.reorg import random_schedule, reorganize
+from graphscale.strategies.offload.resident import DevicePlan
+from graphscale.strategies.offload.transfer import Transfers, check_mode
 
 SETUP = "setup"
-
-
-def _nbytes(*tensors: torch.Tensor | None) -> int:
-    return sum(t.numel() * t.element_size() for t in tensors if t is not None)
 
 
 def offload_chunks(config: RunConfig) -> int:
@@ -190,7 +183,7 @@ def plan_layout(graph: Graph, owner: torch.Tensor, world: int, config: RunConfig
 
 
 @STRATEGIES.register("offload")
-class OffloadStrategy(Strategy):
+class OffloadStrategy(OffloadPasses, Strategy):
     """HongTu-style offloaded full-graph training (see the module docstring).
 
     Args:
@@ -198,6 +191,11 @@ class OffloadStrategy(Strategy):
             batches are additionally permuted at random with this seed (for
             testing that results do not depend on the schedule).
         bandwidths: link speeds of the cost model (``auto`` modes, reorganisation, modelled time).
+        transfer: ``auto`` (``uva`` where available with a resident topology, else ``staged``), ``staged`` or
+            ``uva`` (:mod:`~graphscale.strategies.offload.transfer`).
+        resident_topology: move the chunk topology and plan indices to the device once (not with
+            ``--memory-budget``); epochs then record no ``h2d_topo`` (:mod:`~graphscale.strategies.offload.resident`).
+        trace: a list the transfer pipeline appends ordering events to (tests).
     """
 
     exact = True
@@ -208,10 +206,15 @@ class OffloadStrategy(Strategy):
     def unused_options(cls, config: RunConfig) -> dict[str, str]:
         return {"chunks": "with --memory-budget (which picks the chunks)"} if config.strategy.memory_budget else {}
 
-    def __init__(self, order_seed: int | None = None, bandwidths: Bandwidths | None = None) -> None:
+    def __init__(self, order_seed: int | None = None, bandwidths: Bandwidths | None = None,
+                 transfer: str = "auto", resident_topology: bool = False, trace: list | None = None) -> None:
         self.order_seed = order_seed
         self.bandwidths = bandwidths or Bandwidths()
+        self.transfer_mode = check_mode(transfer)
+        self.resident_topology = resident_topology
+        self.trace = trace
         self.host: HostArrays | None = None
+        self.transfers: Transfers | None = None
 
     # ------------------------------------------------------------------ setup
     @classmethod
@@ -252,6 +255,9 @@ class OffloadStrategy(Strategy):
         sc = config.strategy
         self.dedup = check_dedup(sc.dedup)
         check_recompute(sc.recompute)
+        if self.resident_topology and sc.memory_budget:
+            raise ValueError("offload: a resident topology is not covered by --memory-budget's memory model; "
+                             "leave resident_topology off with --memory-budget")
         self.comm = Comm(env)
         self.device = env.device
         self.dtype = next(model.parameters()).dtype
@@ -283,6 +289,7 @@ class OffloadStrategy(Strategy):
         self.params = [p for p in model.parameters() if p.requires_grad]
         self.tracker = MemoryTracker(env)
         self.tracker.track_module("model", model)
+        self._setup_transfers()
         self.retained: list[list[tuple]] = [[] for _ in range(self.num_layers)]
 
     def _layout(self, graph: Graph, config: RunConfig) -> tuple[torch.Tensor, torch.Tensor, int]:
@@ -320,248 +327,19 @@ class OffloadStrategy(Strategy):
         self.host[first][self.owned] = graph.x[self.owned].to(self.dtype)
         self.comm.barrier()  # peers may read these rows as soon as setup returns
 
-    # ---------------------------------------------------------------- transfers
-    def _record(self, category: str, nbytes: int) -> None:
-        self.comm.record(category, nbytes)
-
-    def _gather(self, name: str, ids: torch.Tensor, category: str) -> torch.Tensor:
-        rows = self.host.gather(name, ids)
-        self._record(category, _nbytes(rows))
-        return rows
-
-    def _write(self, name: str, ids: torch.Tensor, rows: torch.Tensor, category: str) -> None:
-        self.host.write(name, ids, rows)
-        self._record(category, _nbytes(rows))
-
-    def _accumulate(self, name: str, ids: torch.Tensor, rows: torch.Tensor, category: str) -> None:
-        self.host.accumulate(name, ids, rows)
-        self._record(category, _nbytes(rows))
-
-    def _package(self, bp: BatchPlan, block: bool, slots: tuple[str, ...]) -> tuple[Block | None, dict]:
-        """Move the chunk's topology and the named plan indices to the device (``h2d_topo``)."""
-        moved = {}
-        nbytes = 0
-        dev_block = None
-        if block:
-            b = bp.block
-            dev_block = b if self.device.type == "cpu" else b.to(self.device)
-            nbytes += _nbytes(b.indptr, b.indices, b.src_ids, b.src_deg)
-        for name in slots:
-            t = getattr(bp, name)
-            moved[name] = t.to(self.device, non_blocking=True)
-            nbytes += _nbytes(t)
-        self._record(H2D_TOPO, nbytes)
-        return dev_block, moved
-
-    def _block_tensors(self, block: Block | None) -> tuple:
-        return () if block is None else (block.indptr, block.indices, block.src_ids, block.src_deg)
-
-    def _load_neighbours(self, layer: int, bp: BatchPlan, idx: dict, buffer: torch.Tensor | None) -> torch.Tensor:
-        """``H^l`` rows of the chunk's sources, in block order (the spec's DedupLoad, Algorithm 2)."""
-        name = f"H{layer}"
-        if self.dedup == "baseline":
-            ids = bp.block.src_ids
-            rows = self.host.gather(name, ids)
-            row_bytes = rows.shape[1] * self.elem
-            local = int(bp.src_local.sum())
-            self._record(H2D_LOCAL, local * row_bytes)
-            self._record(H2D_REMOTE, (ids.numel() - local) * row_bytes)
-            return rows
-        if bp.load_ids.numel():
-            buffer[idx["load_slots"]] = self._gather(name, bp.load_ids, H2D_LOCAL)
-        self._record(REUSE, bp.num_reused * buffer.shape[1] * self.elem)
-        if self.env.world_size > 1:
-            send = buffer.index_select(0, idx["send_slots"])
-            recv = self.comm.all_to_all_v(send, bp.send_counts, bp.recv_counts, P2P)
-            cap = self.plan.capacity
-            buffer[cap: cap + recv.shape[0]] = recv
-        return buffer.index_select(0, idx["src_index"])
-
-    def _push_gradients(self, layer: int, bp: BatchPlan, idx: dict, gbuffer: torch.Tensor | None,
-                        g_src: torch.Tensor) -> None:
-        """Source-row gradients to their owners, accumulated into ``G^l`` (the spec's Algorithm 3)."""
-        name = f"G{layer}"
-        if self.dedup == "baseline":
-            ids, local = bp.block.src_ids, bp.src_local
-            for rank in range(self.env.world_size):  # host writes of shared rows, serialised rank by rank
-                if rank == self.env.rank:
-                    self._accumulate(name, ids[local], g_src[local.to(g_src.device)], D2H_GRAD)
-                    self._accumulate(name, ids[~local], g_src[(~local).to(g_src.device)], D2H_GRAD_REMOTE)
-                self.comm.barrier()
-            return
-        gbuffer.index_add_(0, idx["src_index"], g_src)
-        if self.env.world_size > 1:
-            cap = self.plan.capacity
-            area = gbuffer[cap: cap + bp.num_recv]
-            recv = self.comm.all_to_all_v(area.contiguous(), bp.recv_counts, bp.send_counts, P2P_GRAD)
-            gbuffer.index_add_(0, idx["send_slots"], recv)
-            area.zero_()
-        if bp.flush_ids.numel():
-            slots = idx["flush_slots"]
-            self._accumulate(name, bp.flush_ids, gbuffer.index_select(0, slots), D2H_GRAD)
-            gbuffer.index_fill_(0, slots, 0)
-
-    def _buffer(self, layer: int, zero: bool) -> torch.Tensor | None:
-        if self.dedup == "baseline":
-            return None
-        shape = (self.plan.buffer_rows, self.dims.widths[layer])
-        make = torch.zeros if zero else torch.empty
-        return make(shape, dtype=self.dtype, device=self.device)
-
-    # ------------------------------------------------------------------ passes
-    def _input_pass(self, backward: bool) -> None:
-        """A learned input map: ``H^0 = input_map(X)`` chunk by chunk, or its backward from ``G^0``."""
-        for bp in self.plan.batches:
-            ids = bp.block.dst_ids
-            dev_ids = ids.to(self.device)
-            self._record(H2D_TOPO, _nbytes(ids))
-            x = self._gather("X", ids, H2D_DST)
-            if backward:
-                grad = self._gather("G0", ids, H2D_GRAD)
-                with torch.enable_grad():
-                    h0 = self.model.input_map(x, dev_ids)
-                self.tracker.track("chunk", x, grad, h0)
-                torch.autograd.backward(h0, grad)
-            else:
-                with torch.no_grad():
-                    h0 = self.model.input_map(x, dev_ids)
-                self.tracker.track("chunk", x, h0)
-                self._write("H0", ids, h0, D2H)
-            self.tracker.untrack("chunk")
-
-    def _h0(self, bp: BatchPlan, grad: bool) -> torch.Tensor | None:
-        if not self.dims.needs_h0:
-            return None
-        h0 = self._gather("H0", bp.block.dst_ids, H2D_DST)
-        return h0.requires_grad_(grad and self.dims.learned_input)
-
-    def _forward_layer(self, layer: int, train: bool, counts: list) -> None:
-        mode = self.modes[layer] if train else "eval"
-        need = self.dims.needs_src_grad(layer)
-        slots = () if self.dedup == "baseline" else ("src_index", "load_slots", "send_slots")
-        buffer = self._buffer(layer, zero=False)
-        self.tracker.track("buffers", buffer)
-        last = layer == self.num_layers - 1
-        for bp in self.plan.batches:
-            block, idx = self._package(bp, True, slots)
-            ids = block.dst_ids
-            xn = self._load_neighbours(layer, bp, idx, buffer)
-            h0 = self._h0(bp, grad=mode == "none")
-            d = bp.num_dst
-            if mode == "none":
-                xn.requires_grad_(need)
-                with torch.enable_grad():
-                    agg = self.model.aggregate(layer, block, xn)
-                    out = self.model.update(layer, agg, xn[:d], ids, h0)
-                self.retained[layer].append((out, xn, h0, block))
-                self._track_retained()
-            else:
-                with torch.no_grad():
-                    agg = self.model.aggregate(layer, block, xn)
-                    out = self.model.update(layer, agg, xn[:d], ids, h0)
-            self.tracker.track("chunk", *self._block_tensors(block), *idx.values(), xn, h0, agg, out)
-            if mode == "hybrid":
-                self._write(f"A{layer}", bp.block.dst_ids, agg, D2H_CACHE)
-            self._write(f"H{layer + 1}", bp.block.dst_ids, out, D2H)
-            if last:
-                self._head(bp, out, ids, train, counts)
-            self.tracker.untrack("chunk")
-        self.tracker.untrack("buffers")
-        self.comm.barrier()
-
-    def _head(self, bp: BatchPlan, out: torch.Tensor, ids: torch.Tensor, train: bool, counts: list) -> None:
-        """The fused output map and loss of a chunk (training) or its per-split counts (evaluation)."""
-        host_ids = bp.block.dst_ids
-        y = self.y[host_ids].to(self.device)
-        if not train:
-            masks = {split: mask[host_ids].to(self.device) for split, mask in self.masks.items()}
-            with torch.no_grad():
-                logits = self.model.output_map(out, ids)
-            counts.append(split_counts(logits, y, masks))
-            return
-        leaf = out.detach().requires_grad_(True)
-        with torch.enable_grad():
-            logits = self.model.output_map(leaf, ids)
-            loss_sum = masked_loss_sum(logits, y, self.masks["train"][host_ids].to(self.device))
-        (loss_sum / self.num_train).backward()
-        counts.append(float(loss_sum.detach()))
-        self._write(f"G{self.num_layers}", host_ids, leaf.grad, D2H_GRAD)
-
-    def _backward_layer(self, layer: int) -> None:
-        mode = self.modes[layer]
-        need = self.dims.needs_src_grad(layer)
-        dedup = self.dedup != "baseline"
-        data = self._buffer(layer, zero=False) if mode == "recompute" else None
-        grads = self._buffer(layer, zero=True) if need else None
-        self.tracker.track("buffers", data, grads)
-        push = ("src_index", "send_slots", "flush_slots") if need and dedup else ()
-        for j, bp in enumerate(self.plan.batches):
-            host_ids = bp.block.dst_ids
-            d = bp.num_dst
-            gout = self._gather(f"G{layer + 1}", host_ids, H2D_GRAD)
-            g_src = None
-            if mode == "none":
-                out, xn, h0, block = self.retained[layer][j]
-                _, idx = self._package(bp, False, push)
-                self.tracker.track("chunk", *idx.values(), gout)
-                torch.autograd.backward(out, gout)
-                g_src = xn.grad if need else None
-                self.retained[layer][j] = None
-            elif mode == "hybrid":
-                block, idx = self._package(bp, True, push)
-                ids = block.dst_ids
-                agg = self._gather(f"A{layer}", host_ids, H2D_CACHE).requires_grad_(True)
-                if self.dims.uses_dst[layer]:
-                    h_dst = self._gather(f"H{layer}", host_ids, H2D_DST).requires_grad_(need)
-                else:  # the update ignores it; a device-side placeholder of the right shape
-                    h_dst = torch.zeros(d, self.dims.widths[layer], dtype=self.dtype, device=self.device)
-                h0 = self._h0(bp, grad=True)
-                with torch.enable_grad():
-                    out = self.model.update(layer, agg, h_dst, ids, h0)
-                self.tracker.track("chunk", *self._block_tensors(block), *idx.values(), gout, agg, h_dst, h0, out)
-                torch.autograd.backward(out, gout)
-                if need:
-                    zero = torch.zeros(bp.block.num_src, self.dims.widths[layer], dtype=self.dtype,
-                                       device=self.device, requires_grad=True)
-                    with torch.enable_grad():
-                        (g_src,) = torch.autograd.grad(self.model.aggregate(layer, block, zero), zero, agg.grad)
-                    if self.dims.uses_dst[layer]:
-                        g_src[:d] += h_dst.grad
-            else:
-                slots = ("src_index", "load_slots", "send_slots") + (("flush_slots",) if need else ()) \
-                    if dedup else ()
-                block, idx = self._package(bp, True, slots)
-                ids = block.dst_ids
-                xn = self._load_neighbours(layer, bp, idx, data).requires_grad_(need)
-                h0 = self._h0(bp, grad=True)
-                with torch.enable_grad():
-                    agg = self.model.aggregate(layer, block, xn)
-                    out = self.model.update(layer, agg, xn[:d], ids, h0)
-                self.tracker.track("chunk", *self._block_tensors(block), *idx.values(), gout, xn, h0, agg, out)
-                torch.autograd.backward(out, gout)
-                g_src = xn.grad if need else None
-            if self.dims.needs_h0 and self.dims.learned_input:
-                self._accumulate("G0", host_ids, h0.grad, D2H_GRAD)
-            if need:
-                self.tracker.track("chunk_grad", g_src)
-                self._push_gradients(layer, bp, idx, grads, g_src)
-                self.tracker.untrack("chunk_grad")
-            self.tracker.untrack("chunk")
-        if mode == "none":
-            self.retained[layer] = []
-            self._track_retained()
-        self.tracker.untrack("buffers")
-        self.comm.barrier()
-
-    def _track_retained(self) -> None:
-        """Count the autograd graphs kept by ``--recompute none`` (outputs, inputs, topology) as resident."""
-        tensors = []
-        for chunks in self.retained:
-            for item in chunks:
-                if item is not None:
-                    out, xn, h0, block = item
-                    tensors += [out, xn, h0, *self._block_tensors(block)]
-        self.tracker.track("retained", *tensors)
+    def _setup_transfers(self) -> None:
+        """The device side of the plan (streamed unless ``resident_topology``) and the transfer pipeline
+        (:mod:`~graphscale.strategies.offload.transfer`), staging slots preallocated."""
+        resident = bool(self.resident_topology)
+        self.dplan = DevicePlan(self.plan, self.device, resident)
+        if resident:
+            self._record(H2D_TOPO, self.dplan.setup_bytes)  # once, outside any epoch
+            self.tracker.track("topology", *self.dplan.tensors())
+        self.transfers = Transfers(self.host.arrays, self.device, self.transfer_mode, device_ids=resident,
+                                   trace=self.trace)
+        widest = max(t.shape[1] for t in self.host.arrays.values())
+        self.transfers.reserve(max((bp.block.num_src + 4 * bp.num_dst for bp in self.plan.batches), default=0)
+                               * widest)
 
     # ------------------------------------------------------------------- epoch
     def _zero_host_gradients(self) -> None:
@@ -580,13 +358,14 @@ class OffloadStrategy(Strategy):
             self._zero_host_gradients()
             if self.dims.learned_input:
                 self._input_pass(backward=False)
-                self.comm.barrier()
+                self._barrier()
             for layer in range(self.num_layers):
                 self._forward_layer(layer, True, losses)
             for layer in reversed(range(self.num_layers)):
                 self._backward_layer(layer)
             if self.dims.learned_input:
                 self._input_pass(backward=True)
+            self.transfers.flush()
             allreduce_gradients(self.comm, self.params, self.tracker)
             self.optimizer.step()
             self.tracker.track("optimizer", *optimizer_tensors(self.optimizer))
@@ -607,16 +386,19 @@ class OffloadStrategy(Strategy):
         counts: list = []
         if self.dims.learned_input:
             self._input_pass(backward=False)
-            self.comm.barrier()
+            self._barrier()
         for layer in range(self.num_layers):
             self._forward_layer(layer, False, counts)
         total = torch.stack(counts).sum(0) if counts else torch.zeros(COUNTS_PER_SPLIT * len(SPLITS), dtype=torch.float64)
         return counts_to_metrics(self.comm.all_reduce(total.to(self.device), CONTROL).cpu())
 
     def teardown(self) -> None:
-        for name in ("model", "optimizer", "gradients", "buffers", "chunk", "chunk_grad", "retained"):
+        for name in ("model", "optimizer", "gradients", "buffers", "chunk", "chunk_grad", "retained", "topology"):
             self.tracker.untrack(name)
         self.retained = [[] for _ in range(self.num_layers)]
+        if getattr(self, "transfers", None) is not None:
+            self.transfers.close()
+            self.transfers = None
         if self.host is not None:
             self.host.close()
             self.host = None
