@@ -267,7 +267,7 @@ def link_rows(device: str, rows: int, width: int, batch: int, batches: int = 8, 
             continue
         got: list = []
 
-        def gather() -> None:
+        def gather(got=got, transfers=transfers) -> None:
             got.clear()
             for _, j, rows_ in pipelined(transfers, range(batches),
                                          lambda j: [Request("x", "H", ids[j], dev_ids[j])]):

@@ -18,6 +18,7 @@ block per launch would cost a dozen launches per 4 MiB on a GPU.
 
 from __future__ import annotations
 
+from itertools import pairwise
 from typing import NamedTuple
 
 import torch
@@ -40,7 +41,7 @@ DEVICE_ROW_CHUNKS = 4
 def row_chunks(rows: int, chunks: int = DEVICE_ROW_CHUNKS) -> list[slice]:
     """``rows`` rows in ``chunks`` near-equal slices (fewer when there are fewer rows)."""
     bounds = sorted({rows * i // chunks for i in range(chunks + 1)})
-    return [slice(lo, hi) for lo, hi in zip(bounds, bounds[1:])] or [slice(0, 0)]
+    return [slice(lo, hi) for lo, hi in pairwise(bounds)] or [slice(0, 0)]
 
 
 def row_blocks(rows: int, cols: int, dtype: torch.dtype) -> list[slice]:
@@ -155,6 +156,10 @@ class DeferredLinearReLU(NamedTuple):
     @property
     def requires_grad(self) -> bool:
         return any(t is not None and t.requires_grad for t in self)
+
+    @property
+    def device(self) -> torch.device:
+        return self.x.device
 
     def compute(self) -> Tensor:
         """The rows themselves: ``linear_relu(x, weight, bias)``."""

@@ -33,10 +33,25 @@ from graphscale.nn import fused
 from graphscale.nn.backend import uses_numba
 from graphscale.nn.dense import dropped_linear
 from graphscale.nn.fused import column_states, node_dropout_into
-from graphscale.nn.hashing import (_COL_SALT, _EDGE_STREAM, _HEAD_SALT, _M32, _NODE_STREAM, _check_ids,  # noqa: F401
-                                   _fold_int, _fold_nb, _fold_t, _hash_int, _hash_nb, _hash_t, _threshold, site_state)
+from graphscale.nn.hashing import (  # noqa: F401
+    _COL_SALT,
+    _EDGE_STREAM,
+    _HEAD_SALT,
+    _M32,
+    _NODE_STREAM,
+    _check_ids,
+    _fold_int,
+    _fold_nb,
+    _fold_t,
+    _hash_int,
+    _hash_nb,
+    _hash_t,
+    _threshold,
+    site_state,
+)
 from graphscale.nn.kernels import _run_rows, keep_bytes
 from graphscale.nn.topology import Topology, topology
+
 
 # ----------------------------------------------------------------- node (row, col) masks
 def node_keep_mask(ids: Tensor, num_cols: int, p: float, seed: int, epoch: int, site: int) -> Tensor:

@@ -45,11 +45,12 @@ Numerical equivalents (tested in float64): :class:`GCNLayer` = PyG
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from graphscale.nn.backend import uses_numba
 from graphscale.nn.dense import DeferredLinearReLU, linear_relu, linear_relu_linear
 from graphscale.nn.dropout import EdgeDropout, KeyedDropout
 from graphscale.nn.ops import gcn_norm_scales, propagate, propagate_transpose, segment_softmax, spmm_heads, topology
@@ -60,27 +61,44 @@ def _check_src(block, x_src, in_dim: int, who: str) -> None:
         raise ValueError(f"{who}: x_src must be [num_src={block.num_src}, {in_dim}], got {tuple(x_src.shape)}")
 
 
-#: Costs of :func:`_transform_first`, in dense multiply-adds (a GEMM's inner step): a sparse product pays per
-#: stored entry (index read, a random row fetch) and per entry and column (a gathered multiply-add), a dense one
-#: per row and column for streaming its input and output. Measured single-threaded on a 1M-vertex SBM block
-#: (``X W``: 0.045 ns per multiply-add; SpMM: about 25 ns per entry plus 0.9 ns per entry and column); the
-#: choice only needs the order of magnitude: a gathered multiply-add is some 20 dense ones, not one.
-SPARSE_ENTRY_COST, SPARSE_ELEMENT_COST, DENSE_ELEMENT_COST = 500, 20, 5
+class ProductCosts(NamedTuple):
+    """Costs of :func:`_transform_first`'s two orders on one device, in dense multiply-adds (a GEMM's inner step):
+    a sparse product pays per stored entry (index read, a random row fetch) and per entry and column (a gathered
+    multiply-add), a dense one per row and column for streaming its input and output. The choice only needs their
+    order of magnitude."""
+
+    sparse_entry: int
+    sparse_element: int
+    dense_element: int
 
 
-def _sparse_cost(nnz: int, width: int) -> int:
-    return nnz * (SPARSE_ENTRY_COST + SPARSE_ELEMENT_COST * width)
+#: Per device type. ``cpu``: measured single-threaded on a 1M-vertex SBM block (``X W``: 0.045 ns per multiply-add;
+#: SpMM: about 25 ns per entry plus 0.9 ns per entry and column): a gathered multiply-add is some 20 dense ones.
+#: ``cuda``: from an H100's datasheet, not measured here (no GPU was lent): a GEMM's multiply-add at about 50 TFLOP/s
+#: (0.02 ns) against a gathered one bound by HBM (3 TB/s: 1.3 ps per 4-byte read, some 100 multiply-adds) and a
+#: streamed element at the same bandwidth (about 70); an entry's index read and row start about 200. Devices not
+#: listed take the ``cuda`` figures (tensor-core GEMMs against gathered reads).
+PRODUCT_COSTS = {"cpu": ProductCosts(500, 20, 5), "cuda": ProductCosts(200, 100, 70)}
 
 
-def _dense_cost(rows: int, in_dim: int, out_dim: int) -> int:
-    return rows * (in_dim * out_dim + DENSE_ELEMENT_COST * (in_dim + out_dim))
+def _costs(device: torch.device) -> ProductCosts:
+    return PRODUCT_COSTS.get(device.type, PRODUCT_COSTS["cuda"])
+
+
+def _sparse_cost(costs: ProductCosts, nnz: int, width: int) -> int:
+    return nnz * (costs.sparse_entry + costs.sparse_element * width)
+
+
+def _dense_cost(costs: ProductCosts, rows: int, in_dim: int, out_dim: int) -> int:
+    return rows * (in_dim * out_dim + costs.dense_element * (in_dim + out_dim))
 
 
 def _transform_first(block, x_src: Tensor, in_dim: int, out_dim: int, weight: Tensor) -> bool:
     """Whether ``A (X W)`` is cheaper than ``(A X) W`` for this call.
 
-    Both orders' forward and, when autograd will run, backward products, priced by the cost constants above
-    (a sparse product's multiply-adds cost an order of magnitude more than a GEMM's): the aggregation's
+    Both orders' forward and, when autograd will run, backward products, priced by the costs of the input's device
+    (:data:`PRODUCT_COSTS`: a sparse product's multiply-adds cost one to two orders of magnitude more than a
+    GEMM's): the aggregation's
     backward runs when its input requires grad (or, transform first, when the weight does), the dense
     backward products for each of the input and the weight that requires grad. A partition block (sources =
     its rows plus a halo) pays the transform for every source row, so the order can differ from the whole
@@ -89,11 +107,12 @@ def _transform_first(block, x_src: Tensor, in_dim: int, out_dim: int, weight: Te
     grad = torch.is_grad_enabled()
     x_grad = grad and x_src.requires_grad
     w_grad = grad and weight.requires_grad
+    costs = _costs(x_src.device)
     nnz, rows_src, rows_dst = block.num_edges + block.num_dst, block.num_src, block.num_dst
-    agg_first = (_sparse_cost(nnz, in_dim) * (1 + int(x_grad))
-                 + _dense_cost(rows_dst, in_dim, out_dim) * (1 + int(x_grad) + int(w_grad)))
-    tr_first = (_dense_cost(rows_src, in_dim, out_dim) * (1 + int(x_grad) + int(w_grad))
-                + _sparse_cost(nnz, out_dim) * (1 + int(x_grad or w_grad)))
+    agg_first = (_sparse_cost(costs, nnz, in_dim) * (1 + int(x_grad))
+                 + _dense_cost(costs, rows_dst, in_dim, out_dim) * (1 + int(x_grad) + int(w_grad)))
+    tr_first = (_dense_cost(costs, rows_src, in_dim, out_dim) * (1 + int(x_grad) + int(w_grad))
+                + _sparse_cost(costs, nnz, out_dim) * (1 + int(x_grad or w_grad)))
     return tr_first < agg_first
 
 

@@ -24,12 +24,30 @@ from torch import Tensor
 
 from graphscale.nn import buffers, fused
 from graphscale.nn.backend import uses_numba
-from graphscale.nn.kernels import (_k_sddmm_heads, _k_softmax, _k_softmax_bwd, _k_spmm, _k_spmm_heads, _np,
-                                   _run_rows, keep_bytes)
+from graphscale.nn.kernels import (
+    _k_sddmm_heads,
+    _k_softmax,
+    _k_softmax_bwd,
+    _k_spmm,
+    _k_spmm_heads,
+    _np,
+    _run_rows,
+    keep_bytes,
+)
 from graphscale.nn.topology import Scales, Topology, csr_tensor, topology
 
-__all__ = ["Topology", "topology", "keep_bytes", "spmm", "spmm_transpose", "propagate", "propagate_transpose",
-           "spmm_heads", "segment_softmax", "gcn_norm_scales"]
+__all__ = [
+    "Topology",
+    "gcn_norm_scales",
+    "keep_bytes",
+    "propagate",
+    "propagate_transpose",
+    "segment_softmax",
+    "spmm",
+    "spmm_heads",
+    "spmm_transpose",
+    "topology",
+]
 
 
 # =====================================================================================

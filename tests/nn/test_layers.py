@@ -231,7 +231,6 @@ def test_linear_relu_equals_relu_of_linear(dtype, block_bytes, bias, monkeypatch
     and every gradient of ``relu(F.linear(...))``, zero pre-activations included; autograd keeps only ``x``, the
     weight and the output (no pre-activation, no ``[N, out]`` gradient)."""
     import graphscale.nn.dense as dense_module
-    import graphscale.nn.dropout as dropout_module
     import graphscale.nn.layers as layers_module
 
     _kernels(monkeypatch, dense_module, block_bytes)

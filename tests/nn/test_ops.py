@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from graphscale.data.block import Block
-from graphscale.nn import dropout as gd
 from graphscale.nn import dense, ops
+from graphscale.nn import dropout as gd
 from graphscale.testing.graphs import random_graph
 
 F64 = torch.float64

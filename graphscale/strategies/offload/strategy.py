@@ -141,6 +141,7 @@ from graphscale.strategies.offload.cost import (
 )
 from graphscale.strategies.offload.host import HostArrays
 from graphscale.strategies.offload.memory import choose_chunks, parse_bytes
+from graphscale.strategies.offload.passes import OffloadPasses
 from graphscale.strategies.offload.plan import (
     ChunkSets,
     WorkerPlan,
@@ -149,7 +150,6 @@ from graphscale.strategies.offload.plan import (
     plan_folder,
     two_level_partition,
 )
-from graphscale.strategies.offload.passes import OffloadPasses
 from graphscale.strategies.offload.reorg import random_schedule, reorganize
 from graphscale.strategies.offload.resident import DevicePlan
 from graphscale.strategies.offload.transfer import Transfers, check_mode

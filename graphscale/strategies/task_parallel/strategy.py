@@ -511,9 +511,8 @@ class TaskParallelStrategy(Exchange, StageCheckpoint, Strategy):
             """The gradient of every row of subgraph ``s`` at layer ``l`` is complete on the members: collect the
             mirrors' shares at the owners; the segment's input gradient goes back."""
             self._exchange_grad(prep, grads[l], s)
-            if l == layers[0]:
-                if ctx["ids"][seg.index][s].numel():
-                    self._send_back(seg, grads[l][prep["ids"][s]], ctx["offsets_of"][seg.index][s], s, ctx)
+            if l == layers[0] and ctx["ids"][seg.index][s].numel():
+                self._send_back(seg, grads[l][prep["ids"][s]], ctx["offsets_of"][seg.index][s], s, ctx)
 
         if ctx["mode"] == FULL:
             for l in reversed(layers):
