@@ -50,16 +50,27 @@ def train_worker(env: DistEnv, config: RunConfig, data: DataHandle, parent_basel
                         seed=config.seed, dtype=dtype, decoupled=is_decoupled(config))
     model = model.to(env.device)
     strategy = STRATEGIES.get(config.strategy.name)()
-    strategy.setup(data, model, env, config)
-    if allocator.state()["retaining"]:
-        allocator.trim()  # setup's temporaries go back to the OS instead of staying resident through training
     try:
-        result = Trainer(strategy, env, config, memory_baseline=baseline).fit()
-    finally:
-        strategy.teardown()
+        strategy.setup(data, model, env, config)
+        if allocator.state()["retaining"]:
+            allocator.trim()  # setup's temporaries go back to the OS instead of staying resident through training
+        try:
+            result = Trainer(strategy, env, config, memory_baseline=baseline).fit()
+        finally:
+            strategy.teardown()
+    except torch.cuda.OutOfMemoryError as err:
+        raise ValueError(device_memory_message(env.device, config, err)) from None
     result["graph"] = dict(data.summary)
     result["allocator"] = allocator.state()  # what this worker's process really ran (library, settings)
     return result
+
+
+def device_memory_message(device: torch.device, config: RunConfig, err: Exception) -> str:
+    """One line for a run that does not fit its device's memory, naming the fixes."""
+    first = str(err).splitlines()[0] if str(err) else type(err).__name__
+    return (f"the run does not fit in the memory of {device} with --strategy {config.strategy.name} "
+            f"({first}); keep vertex data in host memory with --strategy offload (more --chunks), split the graph "
+            "over more --workers, or lower --hidden / use --feature-dtype bfloat16")
 
 
 def merge_histories(results: list[dict]) -> list[dict]:
@@ -91,8 +102,10 @@ def merge_histories(results: list[dict]) -> list[dict]:
 
 
 def environment() -> dict:
+    from graphscale.nn.backend import kernel_setting
+
     return {"graphscale": __version__, "torch": torch.__version__, "python": platform.python_version(),
-            "cuda": torch.cuda.is_available(), "host": platform.node()}
+            "cuda": torch.cuda.is_available(), "host": platform.node(), "kernels": kernel_setting()}
 
 
 def run(config: RunConfig) -> dict:

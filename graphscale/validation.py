@@ -279,6 +279,9 @@ def validate(config: RunConfig) -> None:
     from graphscale.allocator import resolve_mode
 
     resolve_mode(config.allocator)  # --allocator, or $GRAPHSCALE_ALLOCATOR
+    from graphscale.nn.backend import kernel_setting
+
+    kernel_setting()  # $GRAPHSCALE_KERNELS, before any worker reads it
     _check_choice("feature-norm", config.data.feature_norm, FEATURE_NORMS)
     _check_features(config, strategy)
     reason = config.data.dataset and untrainable_reason(config.data.dataset, features=config.data.features)

@@ -161,7 +161,8 @@ def resolve_device(device: str | torch.device, world_size: int, backend: str | N
                      else f"world_size={world_size}")
             raise ValueError(f"device='cuda' needs one GPU per worker: {where}, found {gpus} GPU(s) (the gloo "
                              "backend lets workers share GPUs: --backend gloo)" if gpus else
-                             "device='cuda' but torch sees no CUDA device")
+                             "--device cuda: torch sees no CUDA device here (a CPU build of torch, or no GPU); use "
+                             "--device cpu (GRAPHSCALE_KERNELS=torch runs the GPU's kernel path on CPU tensors)")
         return "cuda"
     raise ValueError(f"device must be 'auto', 'cpu' or 'cuda', got {device!r}")
 

@@ -82,3 +82,41 @@ def test_model_forward_and_gradients_on_cuda_equal_cpu(model_name):
     assert_close_rel(results["cuda"][0], results["cpu"][0], torch.float64, what=f"{model_name} logits")
     for g, g_ref in zip(results["cuda"][1], results["cpu"][1], strict=True):
         assert_close_rel(g, g_ref, torch.float64, what=f"{model_name} gradient")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_compiled_keyed_dropout_on_cuda_gives_the_cpu_kernels_bits(dtype):
+    """The CUDA implementation of ``graphscale::keyed_dropout`` (one ``torch.compile``d kernel) keeps, drops and
+    scales exactly as the numba kernel on CPU; so does its in-place form and the attention dropout's keep op."""
+    from graphscale.nn import fused
+    from graphscale.nn.hashing import site_state
+
+    gen = torch.Generator().manual_seed(3)
+    x = torch.randn(5001, 130, dtype=dtype, generator=gen)
+    ids = torch.randperm(20000, generator=gen)[:5001]
+    h = site_state(3, 2, 1)
+    want = fused.keyed_dropout(x, ids, 0.4, h)
+    got = fused.keyed_dropout(x.cuda(), ids.cuda(), 0.4, h).cpu()
+    as_int = torch.int64 if dtype == torch.float64 else torch.int32
+    assert torch.equal(got.view(as_int), want.view(as_int))
+    inplace = x.cuda()
+    fused.keyed_dropout_(inplace, ids.cuda(), 0.4, h)
+    assert torch.equal(inplace.cpu().view(as_int), want.view(as_int))
+    dst, src = ids[:3000], ids[1:3001]
+    assert torch.equal(fused.edge_keep(dst.cuda(), src.cuda(), 4, 0.3, h).cpu(), fused.edge_keep(dst, src, 4, 0.3, h))
+
+
+@pytest.mark.gpu
+def test_bench_device_on_cuda_issues_the_cpu_traces_ops():
+    """The device path issues the same ops per epoch on CUDA as on CPU tensors (what the CPU tests count), and
+    its peak device memory stays below PyG-CSR's."""
+    from graphscale.bench.device import bench_data, run_system
+
+    data = bench_data(load_dataset("sbm:nodes=20000,degree=10,features=128"))
+    cpu = run_system("graphscale", data, "cpu", 128, 0.5, warmup=1, repeats=1)
+    cuda = run_system("graphscale", data, "cuda", 128, 0.5, warmup=2, repeats=3)
+    pyg = run_system("pyg-csr", data, "cuda", 128, 0.5, warmup=2, repeats=3)
+    assert cuda["ops"] == cpu["ops"]
+    assert cuda["launches"] is not None and cuda["launches"] > 0
+    assert cuda["peak"] < pyg["peak"]

@@ -148,3 +148,21 @@ def test_edge_keep_op_equals_the_cpu_block_kernel(monkeypatch):
     assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
     dst = torch.repeat_interleave(torch.arange(80), block.indptr[1:] - block.indptr[:-1])
     assert torch.equal(edge_keep_mask(dst, block.indices, 3, 0.3, 5, 1, 2), want[0])
+
+
+def test_an_unknown_kernel_backend_is_refused_before_training(monkeypatch):
+    from graphscale.config import build_config
+    from graphscale.validation import validate
+
+    monkeypatch.setenv("GRAPHSCALE_KERNELS", "cuda")
+    with pytest.raises(ValueError, match=r"GRAPHSCALE_KERNELS='cuda' is not a kernel backend"):
+        validate(build_config({"optim": {"epochs": 1}}))
+
+
+def test_a_run_that_does_not_fit_the_device_names_the_fixes():
+    from graphscale.config import build_config
+    from graphscale.run import device_memory_message
+
+    line = device_memory_message(torch.device("cuda", 0), build_config({}),
+                                 torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2 GiB\nmore"))
+    assert "\n" not in line and "does not fit in the memory of cuda:0" in line and "--strategy offload" in line
