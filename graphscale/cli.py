@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import math
 import re
 import shutil
 import statistics
@@ -79,8 +80,11 @@ REGISTRY_OPTIONS = {"model": "MODELS", "strategy": "STRATEGIES", "partitioner": 
 
 def int_list(text: str) -> list[int]:
     """``"10,5"`` -> ``[10, 5]`` (an option type)."""
+    fields = text.split(",")
+    if any(not field.strip() for field in fields):
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r} (an empty field)")
     try:
-        return [int(v) for v in text.split(",") if v.strip()]
+        return [int(v) for v in fields]
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
 
@@ -356,7 +360,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     from graphscale.checkpoint import check_resume, read_checkpoint, seed_path
     from graphscale.config import build_config
     from graphscale.run import run, write_json
-    from graphscale.validation import validate
+    from graphscale.validation import check_path_conflicts, validate
 
     base = build_config(overrides_from_args(args), args.config)
     if args.repeat < 1:
@@ -373,8 +377,16 @@ def cmd_train(args: argparse.Namespace) -> int:
                 config.checkpoint = seed_path(config.checkpoint, config.seed)
         validate(config)  # every seed's checkpoint before the first run
         if config.resume:
-            check_resume(config, read_checkpoint(config.checkpoint))
+            saved = read_checkpoint(config.checkpoint)
+            check_resume(config, saved)
+            done = int(saved["epoch"]) + 1
+            if done >= config.optim.epochs:
+                print(f"graphscale: notice: checkpoint {config.checkpoint} has trained {done} epoch(s) and --epochs "
+                      f"is {config.optim.epochs} (the total, not more epochs): nothing to train; reporting the "
+                      "checkpoint's run (a larger --epochs continues it)", file=sys.stderr)
         configs.append(config)
+    outputs = [("--checkpoint", c.checkpoint) for c in configs] + [("--json", base.json)]
+    check_path_conflicts(base, outputs, args.config)  # every seed's checkpoint, the report, the TOML file
     rows, reports = [], []
     for config in configs:
         report = run(config)
@@ -382,7 +394,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         final = report["final"]
         os_mem = max((m for m in final.get("os_memory_per_worker") or [] if m), default=None,
                      key=lambda m: m["peak_rss"])  # the OS figures of the worker with the largest resident set
-        rows.append({"seed": config.seed, "best epoch": final["best_epoch"],
+        rows.append({"seed": config.seed, "best epoch": "-" if final["best_epoch"] is None else final["best_epoch"],
                      "final loss": report["epochs"][-1]["loss"] if report["epochs"] else float("nan"),
                      "val acc": final["val_acc"], "test acc": final["test_acc"], "s/epoch": final["mean_epoch_seconds"],
                      "bytes/epoch": format_bytes(moved_bytes(final["bytes_per_epoch"])),
@@ -398,11 +410,15 @@ def cmd_train(args: argparse.Namespace) -> int:
     metric = reports[0].get("metric", "accuracy")  # reported under the acc columns (micro-f1 for multi-label)
     form = " (decoupled)" if reports[0].get("model_form") == "decoupled" else ""
     title = (f"{base.model.name}{form} on {graph['name']} ({graph['nodes']:,} nodes, {graph['edges']:,} edges), "
-             f"strategy {base.strategy.name}, {base.strategy.workers} worker(s), {base.optim.epochs} epochs, "
-             f"metric: {metric}")
+             f"strategy {base.strategy.name}, {base.strategy.workers} worker(s), "
+             f"{_epochs_trained(reports, base.optim.epochs)}, metric: {metric}")
     print(format_table(rows, title=title))
+    for warning in dict.fromkeys(w for r in reports for w in r.get("warnings", [])):
+        print(f"graphscale: warning: {warning}", file=sys.stderr)
     tests = [r["final"]["test_acc"] for r in reports]
-    if len(tests) > 1:
+    if any(math.isnan(t) for t in tests):
+        print(f"no test {metric}: the test split is empty")
+    elif len(tests) > 1:
         print(f"test {metric} over {len(tests)} seeds: {statistics.mean(tests):.4f} +- {statistics.stdev(tests):.4f}")
         if base.json:
             write_json({"runs": reports, "metric": metric, "test_acc_mean": statistics.mean(tests),
@@ -410,6 +426,14 @@ def cmd_train(args: argparse.Namespace) -> int:
     else:
         print(f"test {metric} at best validation: {tests[0]:.4f}")
     return 0
+
+
+def _epochs_trained(reports: list[dict], epochs: int) -> str:
+    """``200 epochs``; what a resumed run's reports hold when it is not ``--epochs`` (a checkpoint past it)."""
+    held = {len(r["epochs"]) for r in reports}
+    if held == {epochs}:
+        return f"{epochs} epochs"
+    return f"{'/'.join(map(str, sorted(held)))} epochs (the checkpoint's; --epochs {epochs})"
 
 
 def terminal_width() -> int:
@@ -501,7 +525,13 @@ def bench_named(argv: list[str]) -> str | None:
 def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     """The ``graphscale`` parser. With ``argv``, only the bench that ``argv`` runs imports its module to declare
     its options (every bench module imports torch: `graphscale info` would pay for that); without, all do."""
+    from graphscale import __version__
+
     parser = Parser(prog="graphscale", description="Scalable GNN training on torch.distributed")
+    parser.add_argument("--version", action="version", version=f"graphscale {__version__}")
+    parser.add_argument("--debug", action="store_true",
+                        help="on an unexpected error (or a worker's), print its whole traceback instead of one line "
+                             "and the path of a log file holding it")
     sub = parser.add_subparsers(dest="command", required=True)
     train = sub.add_parser("train", help="train a model", description="Train a GNN with a chosen strategy. Options a "
                            "strategy or model does not read are refused.", formatter_class=TrainHelpFormatter)
@@ -539,27 +569,65 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     return parser
 
 
+def write_error_log(text: str) -> Path:
+    """Keep a traceback the user was shown one line of: ``$TMPDIR/graphscale-error-PID.log``."""
+    import os
+    import tempfile
+
+    path = Path(tempfile.gettempdir()) / f"graphscale-error-{os.getpid()}.log"
+    path.write_text(text)
+    return path
+
+
+def _one_line_with_log(line: str, traceback_text: str, debug: bool) -> str:
+    """``line`` and where its traceback is (a log file; with ``--debug`` the traceback itself, printed before)."""
+    if debug:
+        print(traceback_text.rstrip(), file=sys.stderr)
+        return line
+    try:
+        return f"{line} (traceback in {write_error_log(traceback_text)}; --debug prints it)"
+    except OSError:
+        return f"{line} (--debug prints the traceback)"
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run ``graphscale ARGV``; a bad option or input prints one line ``graphscale: error: ...`` on stderr and
-    returns 2, a failed worker prints its traceback and returns 1."""
+    returns 2; a failed run (a worker's error, a diverged loss, an environment problem) prints one line too and
+    returns 1, its traceback kept in a log file whose path the line names (``--debug``: printed instead)."""
+    import traceback
+
+    from graphscale.errors import RunError
+
     argv = sys.argv[1:] if argv is None else argv
     parser = build_parser(argv)
     args = parser.parse_args(argv)
+    debug = getattr(args, "debug", False)
     try:
         return args.func(args) or 0
     except (ValueError, KeyError, FileNotFoundError, FileExistsError) as err:
         message = err.args[0] if isinstance(err, KeyError) and err.args else err
+        if debug:
+            traceback.print_exc()
         print(f"graphscale: error: {message}", file=sys.stderr)
         return 2
-    except RuntimeError as err:
-        launch = sys.modules.get("graphscale.distributed.launch")  # not imported: nothing could raise WorkerError
-        if launch is None or not isinstance(err, launch.WorkerError):
-            raise
-        print(f"graphscale: error: {err}", file=sys.stderr)
-        return 1
     except KeyboardInterrupt:
         print("graphscale: interrupted", file=sys.stderr)
         return 130
+    except RunError as err:  # its message is complete (graphscale.errors)
+        if debug:
+            traceback.print_exc()
+        print(f"graphscale: error: {err}", file=sys.stderr)
+        return 1
+    except Exception as err:  # noqa: BLE001 - one line for the user, the traceback kept (module docstring)
+        launch = sys.modules.get("graphscale.distributed.launch")  # not imported: nothing could raise WorkerError
+        if launch is not None and isinstance(err, launch.WorkerError):
+            line, text = err.one_line(), str(err)
+        else:
+            from graphscale.distributed.launch import summarize_exception
+
+            line, text = summarize_exception(err)[0], traceback.format_exc()
+        print(f"graphscale: error: {_one_line_with_log(line, text, debug)}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

@@ -240,6 +240,39 @@ def _check_store_node_data(path: Path, meta: dict) -> None:
                                     ids=arrays["orig_ids"])
         if problem:
             raise ValueError(f"partition store {path}, part {s}: {problem}")
+        problem = _structure_problem(folder, int(part["num_inner"]) + int(part.get("num_halo", 0)),
+                                     int(part["num_edges"]))
+        if problem:
+            raise ValueError(f"partition store {path}, part {s}: {problem} (a damaged store: write it again with "
+                             "`graphscale partition`)")
+
+
+#: edges of a part read at a time by :func:`_structure_problem`
+_CHECK_CHUNK = 1 << 24
+
+
+def _structure_problem(folder: Path, rows: int, edges: int) -> str | None:
+    """What is wrong with a part's adjacency (``indptr.npy``, ``indices.npy``, memory-mapped): lengths that do not
+    match its metadata, a decreasing ``indptr``, or neighbour ids outside ``[0, rows)`` (``rows``: inner and halo
+    vertices); ``None`` when it is sound."""
+    files = {name: folder / f"{name}.npy" for name in ("indptr", "indices")}
+    if not all(f.is_file() for f in files.values()):
+        return None  # a store without a CSR here: its reader checks what it has
+    indptr = np.load(files["indptr"], mmap_mode="r")
+    indices = np.load(files["indices"], mmap_mode="r")
+    if len(indptr) != rows + 1 or len(indices) != edges:
+        return (f"indptr.npy has {len(indptr)} entries and indices.npy {len(indices)}, but its metadata says "
+                f"{rows} vertices ({rows + 1} indptr entries) and {edges} edges")
+    if rows and (int(indptr[0]) != 0 or int(indptr[-1]) != edges or bool((np.diff(indptr) < 0).any())):
+        return "indptr.npy is not a CSR row pointer (it must rise from 0 to the edge count)"
+    for start in range(0, edges, _CHECK_CHUNK):
+        chunk = np.asarray(indices[start: start + _CHECK_CHUNK])
+        low, high = int(chunk.min()), int(chunk.max())
+        if low < 0 or high >= rows:
+            bad = start + int(np.flatnonzero((chunk < 0) | (chunk >= rows))[0])
+            return (f"neighbour id {int(indices[bad])} at edge {bad} of indices.npy is out of range [0, {rows}) (its "
+                    f"{rows} inner and halo vertices)")
+    return None
 
 
 # ------------------------------------------------------------ the views
@@ -257,6 +290,10 @@ def write_training_store(graph: Graph, path: str | Path, parts: int, partitioner
     from graphscale.partition.store import check_partition_store, write_partition_store
     from graphscale.partition.streaming import GraphEdges
 
+    if parts > graph.num_nodes:
+        raise ValueError(f"{parts} parts (--parts, or --workers when --parts is not given) exceed the "
+                         f"{graph.num_nodes:,} vertices of {dataset or graph.name}; every part needs at least one "
+                         "vertex: use fewer")
     owner = build_vertex_partitioner(partitioner, balance).partition(graph, parts, seed=seed)
     sizes = torch.bincount(owner, minlength=parts)
     if bool((sizes == 0).any()):
