@@ -289,6 +289,9 @@ def _check_strategy_option(option: str, config: RunConfig) -> None:
         parse_bytes(sc.device_memory, "--device-memory")
     elif option == "parts" and sc.parts < 0:
         raise ValueError(f"--parts must be >= 1 (or 0: one per worker), got {sc.parts}")
+    elif option == "shm_dir" and not (os.path.isdir(sc.shm_dir) and os.access(sc.shm_dir, os.W_OK | os.X_OK)):
+        raise ValueError(f"--shm-dir {sc.shm_dir} is not a writable directory; point --shm-dir at one (a "
+                         "memory-backed tmpfs such as /dev/shm)")
     elif option == "partitioner":  # with --balance, which the partitioner checks
         from graphscale.prepare import build_vertex_partitioner
 
