@@ -254,20 +254,20 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--memory-budget", metavar="SIZE",
                    help="per-worker device-memory budget, e.g. 256MiB; picks the smallest K that fits (then no "
                         "--chunks)")
-    p.add_argument("--parts", type=int, help="partitions of the store the run writes (default: "
+    p.add_argument("--parts", type=int, help="partitions of the store the run writes (0: "
                                              "one per worker; more than --workers trains them in turn)")
-    p.add_argument("--average-every", type=int, help="average the models every N epochs (default 1)")
+    p.add_argument("--average-every", type=int, help="average the models every N epochs")
     p.add_argument("--average-optimizer", action="store_true", default=None,
-                   help="also average Adam's moments (default: kept per partition, as SDT-GNN)")
+                   help="also average Adam's moments (off: kept per partition, as SDT-GNN)")
     p.add_argument("--halo-hops", type=int, help="hops of in-neighbourhood each partition of the store the run "
-                                                 "writes holds (default 1; = --layers makes full-neighbour "
+                                                 "writes holds (= --layers makes full-neighbour "
                                                  "training exact for home vertices)")
     p.add_argument("--device-memory", metavar="SIZE",
                    help="one worker's device memory, e.g. 16GiB: without --parts the run writes one partition per "
                         "worker if the data fits in a third of it, else ceil(data / (M / 3)) (default: measured)")
     p.add_argument("--correction-steps", type=int,
                    help="global correction: mini-batch steps on neighbourhoods sampled across partitions after "
-                        "each averaging round (default 0: none)")
+                        "each averaging round (0: none)")
     p.add_argument("--state-dir", metavar="DIR", help="keep the per-partition states on disk here (without it: "
                                                       "under the cache directory when a worker trains several "
                                                       "partitions or the run keeps checkpoints, else in memory)")
@@ -311,14 +311,14 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
                    help="scheduling model (without --t-workers): one worker's memory bytes/s, e.g. 768e9 (0: "
                         "measured)")
     p.add_argument("--schedule", choices=["gpipe", "1f1b"],
-                   help="pipeline schedule: gpipe (default) or 1f1b (fewer chunks' activations held; needs "
+                   help="pipeline schedule: gpipe or 1f1b (fewer chunks' activations held; needs "
                         "--cross-chunk-grad none)")
     p.add_argument("--cross-chunk-grad", choices=["fresh", "none"],
-                   help="gradients along cross-chunk edges read fresh: fresh (default, GNNPipe) or none (dropped)")
+                   help="gradients along cross-chunk edges read fresh: fresh (GNNPipe) or none (dropped)")
     p.add_argument("--shm-dir", metavar="DIR",
-                   help="directory of the host arrays the workers share (default /dev/shm)")
+                   help="directory of the host arrays the workers share")
     p.add_argument("--timeout", type=float, metavar="SECONDS",
-                   help="seconds a collective waits for every worker before the run fails (default 600)")
+                   help="seconds a collective waits for every worker before the run fails, at least 1 (workers need that long to connect)")
     p.add_argument("--cache", choices=["none", "pagraph", "quiver"],
                    help="feature cache: none (DGL-like), pagraph, quiver")
     p.add_argument("--cache-fraction", type=float,

@@ -43,6 +43,8 @@ import json
 import os
 import re
 import shutil
+import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -96,6 +98,22 @@ def _locked(cache: Path, key: str) -> Iterator[None]:
             yield
         finally:
             fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+# ------------------------------------------------------------ setup progress
+@contextlib.contextmanager
+def setup_step(config: RunConfig, what: str):
+    """A line on stderr when a slow setup step starts and one when it ends, with its time (``--progress``, the
+    process that prints: partitioning a 200k-vertex graph takes seconds that would otherwise pass in silence)."""
+    from graphscale.distributed.launch import is_main_process
+
+    show = config.progress and is_main_process()
+    if show:
+        print(f"graphscale: setup: {what} ...", file=sys.stderr, flush=True)
+    start = time.perf_counter()
+    yield
+    if show:
+        print(f"graphscale: setup: {what}: done in {time.perf_counter() - start:.1f} s", file=sys.stderr, flush=True)
 
 
 # ------------------------------------------------------------ dataset identity
@@ -276,6 +294,15 @@ def _structure_problem(folder: Path, rows: int, edges: int) -> str | None:
 
 
 # ------------------------------------------------------------ the views
+def short_list(ids, limit: int = 10) -> str:
+    """``[0, 1, 2]``, or ``[0, 1, ..., 799] (800 in all)`` for a list longer than ``limit`` (for messages)."""
+    ids = [int(i) for i in ids]
+    if len(ids) <= limit:
+        return str(ids)
+    head = ", ".join(map(str, ids[: limit - 1]))
+    return f"[{head}, ..., {ids[-1]}] ({len(ids)} in all)"
+
+
 def write_training_store(graph: Graph, path: str | Path, parts: int, partitioner: str = "metis", seed: int = 0,
                          balance: str = "", dataset: str = "", extra: dict | None = None, halo_hops: int = 1) -> dict:
     """Partition ``graph`` into ``parts`` with ``partitioner`` / ``balance`` and write a store (every part non-empty).
@@ -297,7 +324,7 @@ def write_training_store(graph: Graph, path: str | Path, parts: int, partitioner
     owner = build_vertex_partitioner(partitioner, balance).partition(graph, parts, seed=seed)
     sizes = torch.bincount(owner, minlength=parts)
     if bool((sizes == 0).any()):
-        raise ValueError(f"partitioner {partitioner!r} left part(s) {torch.nonzero(sizes == 0).flatten().tolist()} "
+        raise ValueError(f"partitioner {partitioner!r} left part(s) {short_list(torch.nonzero(sizes == 0).flatten())} "
                          f"empty for {parts} workers; use fewer workers or --partitioner random")
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     write_partition_store(path, GraphEdges(graph), owner.numpy(), parts, node_data=node_data_of(graph),
@@ -380,9 +407,12 @@ def _cached_store(config: RunConfig, cache: Path, parts: int) -> tuple[Path, dic
         with contextlib.suppress(FileNotFoundError, ValueError):
             return path, check_partition_store(path)
         build_vertex_partitioner(sc.partitioner, sc.balance)  # a bad name fails before the dataset loads
-        graph = training_graph(spec, config.data.features, config.seed)
-        meta = write_training_store(graph, path, parts, sc.partitioner, config.seed, sc.balance, spec,
-                                    extra={"cache_key": fields}, halo_hops=sc.halo_hops)
+        with setup_step(config, f"loading {config.data.dataset}"):
+            graph = training_graph(spec, config.data.features, config.seed)
+        with setup_step(config, f"partitioning {graph.num_nodes:,} vertices into {parts} parts ({sc.partitioner}) "
+                                f"and writing the partition store"):
+            meta = write_training_store(graph, path, parts, sc.partitioner, config.seed, sc.balance, spec,
+                                        extra={"cache_key": fields}, halo_hops=sc.halo_hops)
         return path, meta
 
 
@@ -418,10 +448,12 @@ def _host_shared(config: RunConfig, cache: Path, strategy) -> DataHandle:
     graph = None
     with _locked(cache, digest):
         if not is_graph_dir(path):
-            graph = load_training_graph(spec, config.data.feature_norm, config.dtype, config.data.features,
-                                        config.seed)
-            path.parent.mkdir(parents=True, exist_ok=True)
-            save_graph_dir(graph, path, overwrite=True)
+            with setup_step(config, f"loading {config.data.dataset}"):
+                graph = load_training_graph(spec, config.data.feature_norm, config.dtype, config.data.features,
+                                            config.seed)
+            with setup_step(config, "writing the graph directory the workers share"):
+                path.parent.mkdir(parents=True, exist_ok=True)
+                save_graph_dir(graph, path, overwrite=True)
     if graph is None:
         graph = load_graph_dir(path)
     summary = {**graph.summary(), "name": graph.name}
@@ -435,8 +467,10 @@ def _host_shared(config: RunConfig, cache: Path, strategy) -> DataHandle:
         owner_path = cache / "owners" / f"{owner_name}.npy"
         with _locked(cache, owner_digest):
             if not owner_path.is_file():
-                owner = build_vertex_partitioner(sc.partitioner, sc.balance).partition(graph, sc.workers,
-                                                                                      seed=config.seed)
+                with setup_step(config, f"partitioning {graph.num_nodes:,} vertices into {sc.workers} parts "
+                                        f"({sc.partitioner})"):
+                    owner = build_vertex_partitioner(sc.partitioner, sc.balance).partition(graph, sc.workers,
+                                                                                          seed=config.seed)
                 owner_path.parent.mkdir(parents=True, exist_ok=True)
                 tmp = owner_path.with_name(f".{owner_path.name}.tmp-{os.getpid()}.npy")
                 np.save(tmp, owner.numpy().astype(np.int64))

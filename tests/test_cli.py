@@ -520,3 +520,59 @@ def test_multilabel_training_beats_the_label_frequency_baseline(tmp_path, capsys
     baseline = 2 * tp / (2 * tp + (int(test.sum()) - tp) + (float(y[test].sum()) - tp))
     assert report["final"]["test_acc"] >= baseline + MULTILABEL_MARGIN, (report["final"], baseline)
     assert report["final"]["best_epoch"] > 0 and not report["warnings"]
+
+
+def test_temporary_directories_of_dead_writers_are_removed_by_the_next_writer(tmp_path):
+    """A writer SIGKILLed while writing leaves its ``.NAME.tmp-HOST-PID-*`` sibling; the next writer of NAME removes
+    it (its PID is gone) and keeps a live writer's."""
+    import os
+
+    from graphscale.data.formats import _HOST, write_json_atomic
+
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True,
+                          check=True)
+    dead_pid = int(dead.stdout)  # a process that has exited
+    left = tmp_path / f".r.json.tmp-{_HOST}-{dead_pid}-0123abcd"
+    left.mkdir()
+    (left / "part").write_text("half written")
+    live = tmp_path / f".r.json.tmp-{_HOST}-{os.getppid()}-0123abcd"
+    live.write_text("a live writer's")
+    write_json_atomic(tmp_path / "r.json", {"ok": 1})
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([live.name, "r.json"])
+
+
+def test_long_part_lists_are_shortened_and_metis_prints_nothing(capsys, tmp_path):
+    import os
+
+    from graphscale.partition.metis import c_stdout_captured
+    from graphscale.prepare import short_list
+
+    assert short_list(range(3)) == "[0, 1, 2]"
+    assert short_list(range(800)) == "[0, 1, 2, 3, 4, 5, 6, 7, 8, ..., 799] (800 in all)"
+    with c_stdout_captured() as captured:
+        os.write(1, b"***Cannot bisect a graph with 0 vertices!\n")
+    assert captured == ["***Cannot bisect a graph with 0 vertices!"]
+    assert "Cannot bisect" not in capsys.readouterr().out
+
+
+def test_setup_steps_print_progress_lines(tmp_path, capsys, monkeypatch):
+    def stop(*args, **kwargs):
+        raise KeyboardInterrupt  # the setup is what this test looks at
+
+    monkeypatch.setattr(graphscale.run, "launch", stop)
+    assert main(["train", "--strategy", "graph-parallel", "--workers", "2", "--epochs", "1", "--cache-dir",
+                 str(tmp_path), "--partitioner", "random"]) == 130
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[:4] == ["graphscale: setup: loading cora ...", lines[1],
+                         "graphscale: setup: partitioning 2,708 vertices into 2 parts (random) and writing the "
+                         "partition store ...", lines[3]]
+    assert re.fullmatch(r"graphscale: setup: loading cora: done in \d+\.\d s", lines[1])
+    assert re.fullmatch(r"graphscale: setup: partitioning .*: done in \d+\.\d s", lines[3])
+
+
+def test_train_help_shows_each_default_once(capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "250")
+    with pytest.raises(SystemExit):
+        main(["train", "--help"])
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.count("default") > 1]
+    assert lines == [line for line in lines if line.lstrip().startswith("--chunks")], lines  # K has two defaults
