@@ -416,13 +416,15 @@ def cmd_train(args: argparse.Namespace) -> int:
     for warning in dict.fromkeys(w for r in reports for w in r.get("warnings", [])):
         print(f"graphscale: warning: {warning}", file=sys.stderr)
     tests = [r["final"]["test_acc"] for r in reports]
-    if any(math.isnan(t) for t in tests):
+    scored = not any(math.isnan(t) for t in tests)
+    if len(tests) > 1 and base.json:  # null mean and std (strict JSON) when a split is empty
+        write_json({"runs": reports, "metric": metric,
+                    "test_acc_mean": statistics.mean(tests) if scored else float("nan"),
+                    "test_acc_std": statistics.stdev(tests) if scored else float("nan")}, base.json)
+    if not scored:
         print(f"no test {metric}: the test split is empty")
     elif len(tests) > 1:
         print(f"test {metric} over {len(tests)} seeds: {statistics.mean(tests):.4f} +- {statistics.stdev(tests):.4f}")
-        if base.json:
-            write_json({"runs": reports, "metric": metric, "test_acc_mean": statistics.mean(tests),
-                        "test_acc_std": statistics.stdev(tests)}, base.json)
     else:
         print(f"test {metric} at best validation: {tests[0]:.4f}")
     return 0

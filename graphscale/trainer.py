@@ -20,6 +20,7 @@ import torch
 from graphscale.checkpoint import GRAPH_COUNTS, check_resume, identity, read_checkpoint
 from graphscale.config import RunConfig
 from graphscale.distributed.env import DistEnv
+from graphscale.data.formats import temp_sibling
 from graphscale.errors import RunError
 from graphscale.metrics.memory import EpochMemory, OSMemory
 from graphscale.progress import EpochProgress
@@ -61,11 +62,15 @@ class Trainer:
         if not self.env.is_main:
             return
         path = Path(self.config.checkpoint)
-        tmp = path.with_name(path.name + ".tmp")
+        tmp = temp_sibling(path, "tmp")  # a writer killed mid-write leaves it; the next writer removes it
         graph = {k: self.strategy.data.summary.get(k) for k in GRAPH_COUNTS}
-        torch.save({"epoch": epoch, "strategy": state, "best": best,
-                    "history": self.history, "identity": identity(self.config), "graph": graph}, tmp)
-        os.replace(tmp, path)
+        try:
+            torch.save({"epoch": epoch, "strategy": state, "best": best,
+                        "history": self.history, "identity": identity(self.config), "graph": graph}, tmp)
+            os.replace(tmp, path)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
 
     def load_checkpoint(self) -> None:
         """Restore the state saved by :meth:`save_checkpoint`; training continues at the next epoch. The parent

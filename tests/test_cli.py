@@ -18,6 +18,7 @@ from graphscale.config import build_config
 from graphscale.distributed.launch import cpu_count
 from graphscale.progress import EpochProgress
 from graphscale.registry import MODELS, PARTITIONERS, STRATEGIES
+from graphscale.testing.graphs import tiny_npz
 from graphscale.validation import validate
 
 
@@ -414,24 +415,10 @@ def test_diverging_training_stops_with_one_line_and_keeps_the_last_good_checkpoi
     assert not report.exists() and sorted(p.name for p in tmp_path.iterdir()) == ["c.pt"]
 
 
-def _tiny_npz(path, class_ids, per_class):
-    """A ring graph with ``per_class`` vertices of each class id (features: one-hot of the class)."""
-    import numpy as np
-    import scipy.sparse as sp
-
-    labels = np.repeat(np.asarray(class_ids), per_class)
-    n = labels.size
-    adj = sp.csr_matrix((np.ones(2 * n), (np.r_[np.arange(n), (np.arange(n) + 1) % n],
-                                           np.r_[(np.arange(n) + 1) % n, np.arange(n)])), shape=(n, n))
-    np.savez(path, adj_data=adj.data, adj_indices=adj.indices, adj_indptr=adj.indptr, adj_shape=adj.shape,
-             attr_matrix=np.eye(max(class_ids) + 1, dtype=np.float32)[labels], labels=labels)
-    return path
-
-
 def test_empty_splits_are_reported_as_missing_not_as_numbers(tmp_path, capsys):
     """Classes of 15 vertices are all training vertices (20 per class): no validation or test split. The report
     says null, the table '-', warnings name the splits, the best epoch is chosen by the training loss."""
-    spec = f"npz:{_tiny_npz(tmp_path / 'g.npz', [0, 1, 2], 15)}"
+    spec = f"npz:{tiny_npz(tmp_path / 'g.npz', [0, 1, 2], 15)}"
     out = tmp_path / "r.json"
     assert main(["train", "--dataset", spec, "--epochs", "4", "--no-progress", "--json", str(out)]) == 0
     captured = capsys.readouterr()
@@ -475,7 +462,7 @@ def test_labels_are_never_misread(tmp_path, capsys):
         load_dataset(f"edgelist:{edges}:{labels}")
     labels.write_text("node label\n0 1\n1 0\n2 1\n")  # a real header is still skipped
     assert load_dataset(f"edgelist:{edges}:{labels}").num_classes == 2
-    graph = load_dataset(f"npz:{_tiny_npz(tmp_path / 'gaps.npz', [0, 1, 2, 3, 7], 4)}")
+    graph = load_dataset(f"npz:{tiny_npz(tmp_path / 'gaps.npz', [0, 1, 2, 3, 7], 4)}")
     assert graph.meta["num_classes"] == 5 and graph.meta["class_names"] == ["0", "1", "2", "3", "7"]
     assert sorted(graph.y.unique().tolist()) == [0, 1, 2, 3, 4]
 
@@ -576,3 +563,75 @@ def test_train_help_shows_each_default_once(capsys, monkeypatch):
         main(["train", "--help"])
     lines = [line for line in capsys.readouterr().out.splitlines() if line.count("default") > 1]
     assert lines == [line for line in lines if line.lstrip().startswith("--chunks")], lines  # K has two defaults
+
+
+def _marked_processes(marker: str) -> list[int]:
+    """PIDs of this user's processes whose environment holds ``GRAPHSCALE_FAULT_MARK=marker``."""
+    import os
+
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/environ", "rb") as f:
+                if f"GRAPHSCALE_FAULT_MARK={marker}".encode() in f.read().split(b"\0"):
+                    found.append(int(entry))
+        except OSError:
+            continue
+    return found
+
+
+@pytest.mark.slow
+def test_killing_the_launcher_or_a_worker_at_seeded_points_leaves_nothing_behind(tmp_path):
+    """Fault injection (seeded, 4 kills, about a minute): SIGKILL the launcher or a worker at a random moment of
+    setup (store writing), training or checkpoint writing; afterwards no process of the run survives, its launch
+    directory is gone, every output present is complete, and the next run removes the dead writers' temporaries."""
+    import os
+    import random
+    import signal
+    import time
+    import uuid
+
+    import torch
+
+    rng = random.Random(29)
+    marker = uuid.uuid4().hex
+    out, cache, tmp = tmp_path / "out", tmp_path / "cache", tmp_path / "tmp"
+    out.mkdir()
+    tmp.mkdir()
+    argv = [sys.executable, "-m", "graphscale.cli", "train", "--strategy", "graph-parallel", "--workers", "2",
+            "--epochs", "40", "--no-progress", "--checkpoint", str(out / "c.pt"), "--json", str(out / "r.json"),
+            "--cache-dir", str(cache)]
+    env = {**os.environ, "GRAPHSCALE_FAULT_MARK": marker, "TMPDIR": str(tmp)}
+
+    def outputs_complete():
+        if (out / "r.json").exists():
+            json.loads((out / "r.json").read_text())
+        if (out / "c.pt").exists():
+            assert "identity" in torch.load(out / "c.pt", weights_only=False)
+
+    for target in ("launcher", "worker", "launcher", "worker"):
+        proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        time.sleep(rng.uniform(2.0, 7.0))
+        if target == "launcher":
+            proc.kill()
+        else:
+            workers = [pid for pid in _marked_processes(marker) if pid != proc.pid]
+            if workers:
+                os.kill(max(workers), signal.SIGKILL)  # the last started: a worker, else the janitor
+        err = proc.communicate(timeout=120)[1]
+        if target == "worker" and proc.returncode == 1:
+            assert err.count("\n") == 1 and err.startswith("graphscale: error: worker"), err
+        deadline = time.monotonic() + 15
+        while _marked_processes(marker) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert _marked_processes(marker) == []
+        assert [p.name for p in tmp.iterdir() if p.name.startswith("graphscale-launch-")] == []
+        outputs_complete()
+    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    outputs_complete()
+    leftovers = [p for p in tmp_path.rglob("*") if ".tmp-" in p.name]
+    assert leftovers == []
+    assert _marked_processes(marker) == []
