@@ -318,7 +318,8 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--shm-dir", metavar="DIR",
                    help="directory of the host arrays the workers share")
     p.add_argument("--timeout", type=float, metavar="SECONDS",
-                   help="seconds a collective waits for every worker before the run fails, at least 1 (workers need that long to connect)")
+                   help="seconds a collective waits for every worker before the run fails, at least 1 (workers "
+                        "need that long to connect)")
     p.add_argument("--cache", choices=["none", "pagraph", "quiver"],
                    help="feature cache: none (DGL-like), pagraph, quiver")
     p.add_argument("--cache-fraction", type=float,

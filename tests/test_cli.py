@@ -265,7 +265,8 @@ def test_outputs_never_overwrite_each_other_or_an_input(tmp_path, capsys, nothin
     store.mkdir()
     (store / "meta.json").write_text('{"format": "graphscale-partitions"}')
     _refused(["--strategy", "graph-parallel", "--workers", "2", "--partitions", str(store),
-              "--json", str(store / "meta.json")], capsys, f"--json {store / 'meta.json'} lies inside --partitions {store}")
+              "--json", str(store / "meta.json")], capsys,
+             f"--json {store / 'meta.json'} lies inside --partitions {store}")
     assert (store / "meta.json").read_text() == '{"format": "graphscale-partitions"}'
     data = tmp_path / "g.npz"
     data.write_bytes(b"PK\x03\x04 not read")
@@ -635,3 +636,51 @@ def test_killing_the_launcher_or_a_worker_at_seeded_points_leaves_nothing_behind
     leftovers = [p for p in tmp_path.rglob("*") if ".tmp-" in p.name]
     assert leftovers == []
     assert _marked_processes(marker) == []
+
+
+def test_joining_the_group_names_the_timeout(tmp_path):
+    """Rank 0 of 2 alone: init_process_group times out after --timeout; the error says so and names the option."""
+    from datetime import timedelta
+
+    from graphscale.distributed.launch import CollectiveTimeout, _join_group, summarize_exception
+
+    with pytest.raises(CollectiveTimeout) as info:
+        _join_group("gloo", 0, 2, timedelta(seconds=1), f"file://{tmp_path}/store")
+    message = str(info.value)
+    assert message.startswith("rank 0: the 2 workers did not all join the process group within the collective "
+                              "timeout (1 s after ") and message.endswith("; --timeout raises it)")
+    assert summarize_exception(info.value) == (message, False)  # a cause, never a consequence
+
+
+def test_report_warnings_say_what_the_numbers_do_not():
+    from graphscale.run import report_warnings
+
+    nan = float("nan")
+    flat = [{"epoch": e, "loss": 1.0, "val_acc": 0.5 - e / 100, "test_acc": 0.4, "train_acc": 0.0} for e in range(6)]
+    warnings = report_warnings(flat, {"epoch": 0, "val_acc": 0.5, "by": "val_acc"}, "micro-f1")
+    assert warnings == ["validation micro-f1 never improved after epoch 1 of 6 (last epoch: 0.4500): the reported "
+                        "scores are those of a barely trained model; check --lr, --features and the labels",
+                        "the model predicts no label for any training vertex at the last epoch (micro-f1 0): it has "
+                        "collapsed to all-negative outputs"]
+    improving = [{**e, "val_acc": 0.5 + e["epoch"] / 100, "train_acc": 0.6} for e in flat]
+    assert report_warnings(improving, {"epoch": 5, "val_acc": 0.55, "by": "val_acc"}, "micro-f1") == []
+    empty = [{**e, "val_acc": nan, "test_acc": nan} for e in improving]
+    assert report_warnings(empty, {"epoch": 5, "val_acc": nan, "by": "train_loss"}, "accuracy") == [
+        "the validation split is empty: no validation score; the best epoch is the one with the lowest training loss",
+        "the test split is empty: no test score is reported"]
+
+
+def test_resume_refusal_lists_only_real_differences():
+    """A single checkpoint resumed as pipeline: the strategy is the difference, not pipeline's own options the
+    checkpoint never recorded (listed first before, as '--chunks None (checkpoint) vs 4')."""
+    from graphscale.checkpoint import check_resume, identity
+
+    single = build_config({"data": {"dataset": "cora"}})
+    saved = {"identity": identity(single), "graph": None}
+    pipeline = build_config({"data": {"dataset": "cora"}, "strategy": {"name": "pipeline", "workers": 2}})
+    with pytest.raises(ValueError) as info:
+        check_resume(pipeline, saved)
+    message = str(info.value)
+    assert "another configuration: --strategy 'single' (checkpoint) vs 'pipeline' (only exact strategies resume " \
+           "each other's checkpoints); resume with" in message
+    assert "None (checkpoint)" not in message
