@@ -398,6 +398,11 @@ def test_out_of_memory_is_one_line(capsys):
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "graphscale: error: out of memory (an allocation of" in err
     assert "--hidden" in err
+    log = re.search(r"traceback in (\S+); --debug prints it\)$", err.strip()).group(1)
+    assert "Traceback (most recent call last)" in open(log).read()
+    import os
+
+    os.unlink(log)
 
 
 def test_diverging_training_stops_with_one_line_and_keeps_the_last_good_checkpoint(tmp_path, capsys):
