@@ -262,8 +262,15 @@ def build_config(overrides: dict, config_file: str | Path | None = None) -> RunC
             file_values = tomllib.loads(path.read_text())
         except FileNotFoundError:
             raise ValueError(f"--config: file {path} does not exist") from None
+        except IsADirectoryError:
+            raise ValueError(f"--config {path} is a directory; give a TOML file") from None
+        except UnicodeDecodeError as err:
+            raise ValueError(f"--config: {path} is not a TOML file (not UTF-8 text: byte {err.start} is "
+                             f"{err.object[err.start:err.start + 1]!r})") from None
         except tomllib.TOMLDecodeError as err:
             raise ValueError(f"--config: {path} is not valid TOML: {err}") from None
+        except OSError as err:
+            raise ValueError(f"--config: {path} cannot be read ({err.strerror or err})") from None
     def model_name_in(values: dict):
         section = values.get("model")
         return section.get("name") if isinstance(section, dict) else None

@@ -80,7 +80,27 @@ def build_partitioner(text: str, option: str = "--method", **extra):
     if unknown:
         raise ValueError(f"{option} {text!r}: {name} has no option {', '.join(unknown)}; "
                          f"it accepts {', '.join(accepted) or 'no options'}")
+    parameters = inspect.signature(cls.__init__).parameters
+    for key, value in options.items():
+        _check_option_type(text, option, name, key, value, parameters[key])
     return cls(**options), name, options
+
+
+def _check_option_type(text: str, option: str, name: str, key: str, value, parameter: inspect.Parameter) -> None:
+    """A partitioner option's value has the type its constructor declares (``int``, ``float``, ``bool``, ``str``):
+    ``metis:ufactor=abc`` is refused here, naming the option, not later by a bare ``int()``."""
+    hint = parameter.annotation if isinstance(parameter.annotation, str) else getattr(parameter.annotation,
+                                                                                      "__name__", "")
+    kinds = {part.strip() for part in str(hint).split("|")} - {"None"}
+    if not kinds or "str" in kinds or kinds - {"int", "float", "bool"}:
+        return  # a string, or a type this check does not know
+    ok = (isinstance(value, bool) if kinds == {"bool"} else
+          (isinstance(value, int) and not isinstance(value, bool)) if kinds == {"int"} else
+          isinstance(value, (int, float)) and not isinstance(value, bool))
+    if not ok:
+        expected = {"bool": "true or false", "int": "an integer"}.get(next(iter(kinds)) if len(kinds) == 1 else "",
+                                                                      "a number")
+        raise ValueError(f"{option} {text!r}: {name} option {key} must be {expected}, got {value!r}")
 
 
 def resolve_input(dataset: str, num_vertices: int | None = None, edge_dtype: str | None = None,
