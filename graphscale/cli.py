@@ -52,7 +52,8 @@ TRAIN_OPTIONS = {
     "partitions": ("strategy", "partitions"), "cache_dir": (None, "cache_dir"), "minibatch": ("strategy", "minibatch"),
     "fanouts": ("strategy", "fanouts"), "batch_size": ("strategy", "batch_size"),
     "chunks": ("strategy", "chunks"), "dedup": ("strategy", "dedup"), "recompute": ("strategy", "recompute"),
-    "memory_budget": ("strategy", "memory_budget"),
+    "memory_budget": ("strategy", "memory_budget"), "offload_topology": ("strategy", "offload_topology"),
+    "offload_transfer": ("strategy", "offload_transfer"),
     "parts": ("strategy", "parts"), "average_every": ("strategy", "average_every"),
     "average_optimizer": ("strategy", "average_optimizer"), "state_dir": ("strategy", "state_dir"),
     "halo_hops": ("strategy", "halo_hops"), "device_memory": ("strategy", "device_memory"),
@@ -253,6 +254,12 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
                    help="host-device communication dedup, each adding to the previous")
     p.add_argument("--recompute", choices=["auto", "hybrid", "recompute", "none"],
                    help="intermediate data per layer (auto: the cost model decides)")
+    p.add_argument("--offload-topology", choices=["streamed", "resident"],
+                   help="offload: chunk topology sent with each batch (streamed, HongTu's) or kept on the device "
+                        "(resident: no per-epoch topology traffic; not with --memory-budget)")
+    p.add_argument("--offload-transfer", choices=["auto", "staged", "uva"],
+                   help="offload: host-device transfers (auto: uva where the GPU can read pinned host rows and the "
+                        "topology is resident, else staged: pinned double buffers filled by a thread)")
     p.add_argument("--memory-budget", metavar="SIZE",
                    help="per-worker device-memory budget, e.g. 256MiB; picks the smallest K that fits (then no "
                         "--chunks)")

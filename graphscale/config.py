@@ -107,6 +107,14 @@ class StrategyConfig:
     """``offload`` communication dedup: ``baseline``, ``inter``, ``intra`` or ``reorg`` (each adds to the previous)."""
     recompute: str = "auto"
     """``offload`` intermediate data per layer: ``auto`` (cost model), ``hybrid``, ``recompute`` or ``none``."""
+    offload_topology: str = "streamed"
+    """``offload``: ``streamed`` (HongTu's: each batch's chunk topology and plan indices go to the device with it and
+    are freed after) or ``resident`` (sent once at setup and kept on the device; epochs move no ``h2d_topo`` bytes, and
+    GPU gathers can read the pinned host rows in place; not with ``memory_budget``)."""
+    offload_transfer: str = "auto"
+    """``offload`` host-device transfers: ``auto`` (``uva`` where a GPU can read the registered host memory and the
+    topology is resident, else ``staged``), ``staged`` (a worker thread fills two pinned staging buffers, copies on a
+    copy stream, double-buffered) or ``uva`` (GPU kernels gather and scatter the host rows in place)."""
     memory_budget: str = ""
     """``offload``: per-worker device-memory budget (e.g. ``256MiB``); picks the smallest K that fits."""
     parts: int = 0

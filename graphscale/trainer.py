@@ -19,8 +19,8 @@ import torch
 
 from graphscale.checkpoint import GRAPH_COUNTS, check_resume, identity, read_checkpoint
 from graphscale.config import RunConfig
-from graphscale.distributed.env import DistEnv
 from graphscale.data.formats import temp_sibling
+from graphscale.distributed.env import DistEnv
 from graphscale.errors import RunError
 from graphscale.metrics.memory import EpochMemory, OSMemory
 from graphscale.progress import EpochProgress

@@ -100,7 +100,7 @@ def _inside(path: Path, folder: Path) -> bool:
 def dataset_paths(spec: str) -> list[Path]:
     """The existing files and directories a dataset spec names (``npz:FILE``, ``graphdir:DIR``,
     ``planetoid:DIR:NAME``, ...): what a run reads and must never write into."""
-    kind, sep, arg = (spec or "").strip().partition(":")
+    _kind, sep, arg = (spec or "").strip().partition(":")
     if not sep:
         return []
     return [_resolved(part) for part in arg.split(":") if part and "=" not in part and Path(part).exists()]
@@ -185,7 +185,7 @@ def check_finite(option: str, value, *, positive: bool = False, nonnegative: boo
         ValueError: names the option, the value and what was expected.
     """
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ValueError(f"{option} must be a number, got {value!r}")
+        raise ValueError(f"{option} must be a number, got {value!r}")  # noqa: TRY004 - the CLI reports ValueErrors
     if not math.isfinite(value):
         expected = "a finite number > 0" if positive else "a finite number >= 0" if nonnegative else "a finite number"
         raise ValueError(f"{option} must be {expected}, got {value}")
@@ -275,6 +275,18 @@ def _check_strategy_option(option: str, config: RunConfig) -> None:
         from graphscale.strategies.offload.cost import check_recompute
 
         check_recompute(sc.recompute)
+    elif option == "offload_topology":
+        _check_choice("offload-topology", sc.offload_topology, ("streamed", "resident"))
+        if sc.offload_topology == "resident" and sc.memory_budget:
+            raise ValueError("--offload-topology resident is not covered by --memory-budget's memory model: use "
+                             "--chunks with it, or --offload-topology streamed")
+    elif option == "offload_transfer":
+        from graphscale.strategies.offload.transfer import MODES
+
+        _check_choice("offload-transfer", sc.offload_transfer, MODES)
+        if sc.offload_transfer == "uva" and sc.offload_topology != "resident":
+            raise ValueError("--offload-transfer uva needs --offload-topology resident (its GPU kernels index with "
+                             "ids already on the device)")
     elif option == "memory_budget" and sc.memory_budget:
         from graphscale.strategies.offload.memory import parse_bytes
 

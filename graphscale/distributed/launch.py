@@ -167,7 +167,7 @@ def _join_group(backend: str, rank: int, world_size: int, timeout: timedelta, in
     start = time.monotonic()
     try:
         dist.init_process_group(backend, init_method=init_method, rank=rank, world_size=world_size, timeout=timeout)
-    except Exception as err:  # noqa: BLE001 - torch raises RuntimeError / DistStoreError / DistNetworkError
+    except Exception as err:
         text = str(err)
         if "timeout" in text.lower() or "timed out" in text.lower():
             raise CollectiveTimeout(f"rank {rank}: the {world_size} workers did not all join the process group "
