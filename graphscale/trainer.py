@@ -24,7 +24,7 @@ from graphscale.distributed.env import DistEnv
 from graphscale.errors import RunError
 from graphscale.metrics.memory import EpochMemory, OSMemory
 from graphscale.progress import EpochProgress
-from graphscale.strategies.base import Strategy
+from graphscale.strategies.base import NonFiniteGradient, Strategy
 
 
 class Trainer:
@@ -87,16 +87,23 @@ class Trainer:
         """Stop the run when the epoch's loss (or a parameter) is not finite: one line naming the epoch and the likely
         causes; the checkpoint of the last good epoch (written after it) is kept, this epoch's is never written.
 
+        A non-finite gradient is caught earlier, before the optimiser step (``single`` checks its gradients, every
+        other strategy's :func:`~graphscale.strategies.base.allreduce_gradients` its reduced flat buffer, both
+        raising :class:`~graphscale.strategies.base.NonFiniteGradient`, reported by :meth:`diverged`). The
+        parameter check here is the net for steps taken without that all-reduce (model-averaging's local steps):
+        Adam carries a NaN or infinite gradient into its moments and so into every parameter it updates, so a
+        non-finite gradient always shows here, one step late.
+
         Raises:
             RunError: the loss or a parameter is NaN or infinite.
         """
-        what = None
         if not math.isfinite(loss):
-            what = f"the training loss is {loss}"
-        elif not all(bool(torch.isfinite(p).all()) for p in self.strategy.model.parameters()):
-            what = "a model parameter became non-finite (NaN or infinite)"
-        if what is None:
-            return
+            self.diverged(epoch, f"the training loss is {loss}")
+        if not all(bool(torch.isfinite(p).all()) for p in self.strategy.model.parameters()):
+            self.diverged(epoch, "a model parameter became non-finite (NaN or infinite)")
+
+    def diverged(self, epoch: int, what: str) -> None:
+        """Raise the one-line divergence error of epoch ``epoch`` (0-based) for cause ``what``."""
         kept = (f"; checkpoint {self.config.checkpoint} keeps epoch {epoch}"
                 if self.config.checkpoint and epoch > 0 else "")
         raise RunError(f"training diverged at epoch {epoch + 1}: {what} (likely causes: too large a learning rate, "
@@ -125,7 +132,10 @@ class Trainer:
                                  enabled=self.config.progress and self.env.is_main)
         for epoch in range(self.start_epoch, total):
             with self.os_memory.measure() as os_memory:
-                stats = self.strategy.train_epoch(epoch)
+                try:
+                    stats = self.strategy.train_epoch(epoch)
+                except NonFiniteGradient as err:  # raised before the optimiser step: the parameters are intact
+                    self.diverged(epoch, str(err))
                 self.check_finite(epoch, stats.loss)
                 self.os_memory.end_training()
                 metrics = self.strategy.evaluate()

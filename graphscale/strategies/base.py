@@ -9,6 +9,7 @@ here so each strategy module holds only what is specific to it.
 
 from __future__ import annotations
 
+import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from pathlib import Path
@@ -21,6 +22,7 @@ from graphscale.data.graph import Graph
 from graphscale.data.handle import HOST_SHARED, DataHandle
 from graphscale.distributed.comm import ALLREDUCE, Comm
 from graphscale.distributed.env import DistEnv
+from graphscale.errors import RunError
 from graphscale.metrics.memory import MemoryTracker
 from graphscale.metrics.stats import EpochStats
 
@@ -202,7 +204,8 @@ def allreduce_gradients(comm: Comm, params: list[torch.nn.Parameter], tracker: M
 
     Missing gradients count as zeros, so every worker issues the same collective even when it
     computed nothing; afterwards every ``p.grad`` is a view into the reduced buffer (tracked as
-    ``"gradients"`` while it lives).
+    ``"gradients"`` while it lives). A non-finite sum raises :class:`NonFiniteGradient` on every worker before
+    the caller's optimiser step (one fused ``isfinite`` over the flat buffer).
     """
     grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
     flat = torch.cat([g.reshape(-1) for g in grads]) if grads else torch.zeros(0)
@@ -211,11 +214,39 @@ def allreduce_gradients(comm: Comm, params: list[torch.nn.Parameter], tracker: M
     if tracker is not None:
         tracker.track("gradients", flat)
     comm.all_reduce(flat, ALLREDUCE)
+    check_gradients([flat])  # every worker holds the same sum, so every worker stops (or none does)
     offset = 0
     for p in params:
         n = p.numel()
         p.grad = flat[offset: offset + n].view_as(p)
         offset += n
+
+
+class NonFiniteGradient(RunError):
+    """A gradient is NaN or infinite; raised before the optimiser step, so the parameters are still those of the
+    last finite step. :class:`~graphscale.trainer.Trainer` turns it into its one-line divergence error.
+
+    Attributes:
+        loss: the loss the gradient came from, where the raiser knew it (``None`` otherwise).
+    """
+
+    def __init__(self, loss: float | None = None) -> None:
+        super().__init__("a gradient is non-finite (NaN or infinite)" if loss is None or math.isfinite(loss)
+                         else f"the training loss is {loss}")
+        self.loss = loss
+
+
+def check_gradients(grads: list[torch.Tensor], loss: torch.Tensor | None = None) -> None:
+    """Raise :class:`NonFiniteGradient` when any of ``grads`` (``None`` entries skipped) holds a NaN or an
+    infinity; one host synchronisation.
+
+    Adam (:func:`make_optimizer`) would otherwise carry the non-finite value into its moments and every parameter
+    it touches, for good; the trainer's after-epoch parameter check would catch that one epoch later, with the
+    parameters already lost.
+    """
+    grads = [g for g in grads if g is not None]
+    if grads and not bool(torch.stack([torch.isfinite(g).all() for g in grads]).all()):
+        raise NonFiniteGradient(None if loss is None else float(loss.detach()))
 
 
 def optimizer_tensors(optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:

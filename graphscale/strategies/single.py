@@ -23,6 +23,7 @@ from graphscale.registry import STRATEGIES
 from graphscale.strategies.base import (
     Strategy,
     counts_to_metrics,
+    check_gradients,
     masked_loss_sum,
     optimizer_tensors,
     split_counts,
@@ -86,6 +87,7 @@ class SingleStrategy(Strategy):
         dst = (blocks[-1] if isinstance(blocks, list) else blocks).dst_ids
         loss = masked_loss_sum(logits, self.y[dst], target_mask) / normaliser
         loss.backward()
+        check_gradients([p.grad for p in self.model.parameters()], loss)  # before the step can spoil the parameters
         self.optimizer.step()
         self.tracker.track("optimizer", *optimizer_tensors(self.optimizer))
         return loss.item()
