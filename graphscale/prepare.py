@@ -43,8 +43,6 @@ import json
 import os
 import re
 import shutil
-import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -101,19 +99,14 @@ def _locked(cache: Path, key: str) -> Iterator[None]:
 
 
 # ------------------------------------------------------------ setup progress
-@contextlib.contextmanager
-def setup_step(config: RunConfig, what: str):
-    """A line on stderr when a slow setup step starts and one when it ends, with its time (``--progress``, the
-    process that prints: partitioning a 200k-vertex graph takes seconds that would otherwise pass in silence)."""
+def setup_step(config: RunConfig, what: str, stream=None):
+    """Progress of a slow setup step on stderr (``--progress``, the process that prints: partitioning a 200k-vertex
+    graph takes seconds that would otherwise pass in silence): a bar on a terminal, else a line when it starts and
+    one with its time when it ends (:func:`graphscale.progress.setup_progress`)."""
     from graphscale.distributed.launch import is_main_process
+    from graphscale.progress import setup_progress
 
-    show = config.progress and is_main_process()
-    if show:
-        print(f"graphscale: setup: {what} ...", file=sys.stderr, flush=True)
-    start = time.perf_counter()
-    yield
-    if show:
-        print(f"graphscale: setup: {what}: done in {time.perf_counter() - start:.1f} s", file=sys.stderr, flush=True)
+    return setup_progress(what, enabled=config.progress and is_main_process(), stream=stream)
 
 
 # ------------------------------------------------------------ dataset identity
@@ -448,7 +441,7 @@ def _host_shared(config: RunConfig, cache: Path, strategy) -> DataHandle:
     graph = None
     with _locked(cache, digest):
         if not is_graph_dir(path):
-            with setup_step(config, f"loading {config.data.dataset}"):
+            with setup_step(config, f"loading {config.data.dataset} and preparing its features"):
                 graph = load_training_graph(spec, config.data.feature_norm, config.dtype, config.data.features,
                                             config.seed)
             with setup_step(config, "writing the graph directory the workers share"):

@@ -38,7 +38,9 @@ leaves no orphans; SIGTERM to the launcher stops the workers and removes the
 directory before it exits (code 143); workers ignore SIGINT, so Ctrl-C (which
 reaches the whole process group) is handled by the launcher alone, which stops
 them and raises ``KeyboardInterrupt``. A tiny janitor process removes the
-launch directory after the launcher is gone, whatever ended it.
+launch directory after the launcher is gone, whatever ended it. Files a worker creates outside it (offload's
+shared-memory arrays) are registered first with :func:`remove_with_run`; the launcher removes them when the run
+ends, and the janitor when the launcher could not.
 """
 
 from __future__ import annotations
@@ -77,9 +79,28 @@ _KILL_GRACE_S = 2.0
 #: how long the launcher waits for a primary failure once only consequences (connection resets) are known
 _CAUSE_GRACE_S = 3.0
 _PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
-#: Removes the launch directory once the launcher is gone: its stdin is a pipe from the launcher, which reaches
-#: end-of-file when the launcher exits, also by SIGKILL, when it cannot clean up itself.
-_JANITOR = "import shutil, sys; sys.stdin.buffer.read(); shutil.rmtree(sys.argv[1], ignore_errors=True)"
+#: Removes the launch directory, and every path a worker registered with :func:`remove_with_run`, once the launcher
+#: is gone: its stdin is a pipe from the launcher, which reaches end-of-file when the launcher exits, also by SIGKILL,
+#: when it cannot clean up itself. The kernel kills the workers just after closing the launcher's files, so a
+#: directory still there (the launcher did not clean up) is read after a moment, when they can register no more.
+_JANITOR = """import os, shutil, sys, time
+sys.stdin.buffer.read()
+work = sys.argv[1]
+if os.path.isdir(work):
+    time.sleep(0.5)
+    marks = os.path.join(work, "remove")
+    for name in (os.listdir(marks) if os.path.isdir(marks) else []):
+        if name.endswith(".tmp"):  # being written: not a whole path
+            continue
+        try:
+            with open(os.path.join(marks, name)) as f:
+                shutil.rmtree(f.read(), ignore_errors=True)
+        except OSError:
+            pass
+shutil.rmtree(work, ignore_errors=True)
+"""
+#: the launch directory of a spawned worker's run (set in each worker), where :func:`remove_with_run` registers paths
+LAUNCH_DIR_ENV = "GRAPHSCALE_LAUNCH_DIR"
 
 
 class WorkerError(RuntimeError):
@@ -361,6 +382,7 @@ def _worker(rank: int, world_size: int, fn: Callable, args: tuple, workdir: str,
             timeout_s: float, launcher_pid: int, allocator_mode: str) -> None:
     """Body of one spawned worker: join the group, run ``fn``, write the outcome file."""
     _die_with_launcher(launcher_pid)
+    os.environ[LAUNCH_DIR_ENV] = workdir  # where remove_with_run registers what the launcher must remove
     allocator.configure(allocator_mode)  # before the worker's data arrives
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole process group: the launcher stops us
     out = Path(workdir) / f"rank{rank}.pkl"
@@ -392,6 +414,25 @@ def _worker(rank: int, world_size: int, fn: Callable, args: tuple, workdir: str,
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(0)
+
+
+def remove_with_run(path: str | Path) -> None:
+    """Have the launcher of this spawned worker remove directory ``path`` when the run ends, however it ends (the
+    launcher's cleanup, else its janitor after the launcher was killed). Register before creating ``path``.
+    Outside a spawned worker (one worker in-process, torchrun) nothing is registered: the caller removes its own."""
+    workdir = os.environ.get(LAUNCH_DIR_ENV)
+    if workdir and os.path.isdir(workdir):
+        marks = Path(workdir) / "remove"
+        marks.mkdir(exist_ok=True)
+        _write_atomic(marks / f"{os.getpid()}-{time.monotonic_ns()}", str(path).encode())
+
+
+def _remove_registered(workdir: Path) -> None:
+    """Remove the paths the run's workers registered (:func:`remove_with_run`)."""
+    marks = workdir / "remove"
+    for mark in sorted(marks.glob("*")) if marks.is_dir() else []:
+        if mark.suffix != ".tmp":
+            shutil.rmtree(mark.read_text(), ignore_errors=True)
 
 
 def _die_with_launcher(launcher_pid: int) -> None:
@@ -469,6 +510,7 @@ def _spawn(fn: Callable, world_size: int, args: tuple, backend: str, kind: str, 
             return _collect(procs, Path(workdir))
         finally:
             _stop(procs)
+            _remove_registered(Path(workdir))
             shutil.rmtree(workdir, ignore_errors=True)
             janitor.stdin.close()
             janitor.wait()

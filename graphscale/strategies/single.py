@@ -22,8 +22,8 @@ from graphscale.metrics.stats import EpochStats
 from graphscale.registry import STRATEGIES
 from graphscale.strategies.base import (
     Strategy,
-    counts_to_metrics,
     check_gradients,
+    counts_to_metrics,
     masked_loss_sum,
     optimizer_tensors,
     split_counts,
