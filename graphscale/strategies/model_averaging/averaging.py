@@ -3,8 +3,8 @@
 ``alpha_i = n_train_i / sum_j n_train_j`` with ``n_train_i`` the training vertices partition ``i`` owns,
 so the alphas sum to 1 and a partition without training vertices contributes nothing. What is averaged
 is every *floating* tensor of the model's ``state_dict`` (parameters and floating buffers; integer buffers
-such as counters are left alone) and, optionally, Adam's two moments (SDT-GNN keeps them local, the
-default). A worker holding several partitions first sums its own
+such as counters are left alone) and, with ``--optimizer-state averaged`` (the default), Adam's two moments
+(SDT-GNN keeps them local: ``--optimizer-state local``). A worker holding several partitions first sums its own
 ``alpha_j w_j``, then one all-reduce of a single flat buffer (Ledger category ``allreduce``, ring model)
 adds the workers' sums; every worker ends with bit-identical weights.
 """
@@ -21,7 +21,7 @@ def float_tensors(model: torch.nn.Module) -> list[torch.Tensor]:
     return [t for t in model.state_dict().values() if torch.is_floating_point(t)]
 
 
-#: Adam's per-parameter moments, what ``--average-optimizer`` averages (each partition keeps its ``step``)
+#: Adam's per-parameter moments, what ``--optimizer-state averaged`` averages (each partition keeps its ``step``)
 MOMENTS = ("exp_avg", "exp_avg_sq")
 
 
