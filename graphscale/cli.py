@@ -231,7 +231,8 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
 
     p.add_argument("--balance", choices=BALANCE_CHOICES,
                    help="metis: what the parts balance: vertex counts, in-edges (computation), or in-edges and "
-                        "training vertices as a second constraint (empty: edges+train)")
+                        "training vertices as a second constraint (empty: edges+train); spring: vertices (the "
+                        "paper's LPT) or edges (empty: edges, for a store built for training)")
     p.add_argument("--partitions", metavar="DIR",
                    help="train from this partition store (written by `graphscale partition`; its part count must "
                         "equal --workers); empty: partition into the cache directory")

@@ -87,7 +87,8 @@ class StrategyConfig:
     workers: int = 1
     partitioner: str = "metis"
     balance: str = ""
-    """What a ``metis`` partition balances: ``vertices``, ``edges`` or ``edges+train`` (the default when empty)."""
+    """What a ``metis`` partition balances: ``vertices``, ``edges`` or ``edges+train`` (the default when empty); a
+    ``spring`` one: ``vertices`` or ``edges`` (the default when empty)."""
     partitions: str = ""
     """Train from this partition store (``graphscale partition``); empty: partition into the cache directory."""
     minibatch: bool = False

@@ -383,13 +383,27 @@ class SpringPartitioner(EdgePartitioner):
         volume_cap: ``tau_vol`` as a fraction of ``|E| / p`` (default 0.1).
         lpt: what the LPT packing balances: ``vertices`` (the paper, default), ``edges`` (cluster volumes = the
             records each partition gets) or ``mix`` (``|C| / |V| + vol(C) / M``).
+        balance: the same as ``lpt`` under the name ``--balance`` gives it (as for METIS); both given must agree.
+
+    A store built for training (``graphscale partition``, the run's own store, a strategy's chunks: every caller
+    of :func:`graphscale.partition.command.build_partitioner` with ``training=True``) balances ``edges`` unless
+    told otherwise (:attr:`training_defaults`): a partition's records are its aggregation work, so the most
+    loaded partition sets an averaging round's time; the paper's vertex balance stays available as
+    ``lpt=vertices`` / ``--balance vertices``.
     """
 
     name = "spring"
     vertex_cut_is_home = True
+    #: options a store built for training uses when neither they nor an alias are given
+    training_defaults = {"lpt": "edges"}
+    #: option aliases: ``--balance`` sets ``lpt``
+    aliases = {"balance": "lpt"}
 
     def __init__(self, merge: str = "paper", beta: float = DEFAULT_BETA,
-                 volume_cap: float = DEFAULT_VOLUME_CAP, lpt: str = "vertices") -> None:
+                 volume_cap: float = DEFAULT_VOLUME_CAP, lpt: str = "", balance: str = "") -> None:
+        if lpt and balance and lpt != balance:
+            raise ValueError(f"spring: --balance {balance} and lpt={lpt} disagree; give one")
+        lpt = balance or lpt or "vertices"
         _check_modes(merge, lpt)
         if beta <= 0 or volume_cap <= 0:
             raise ValueError(f"spring: beta and volume_cap must be > 0, got {beta} and {volume_cap}")

@@ -1,0 +1,55 @@
+"""Accuracy of every approximate strategy against ``single`` on Cora (test accuracy at the best validation epoch,
+the mean over seeds; the same seeds for both sides). The spreads in the docstrings were measured on the 2-core
+development machine; the bounds are the issue's."""
+
+from __future__ import annotations
+
+import statistics
+
+import pytest
+import torch
+
+from graphscale.config import build_config
+from graphscale.partition.store import write_partition_store  # noqa: F401  (the store comes from `partition`)
+from graphscale.run import run
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def one_thread():
+    """Cora is too small to gain from threads; one thread per process keeps these steady on a busy machine."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def cora(seed: int, epochs: int, model: dict, strategy: dict, cache_dir) -> dict:
+    config = build_config({"model": model, "optim": {"epochs": epochs}, "seed": seed, "strategy": strategy,
+                           "progress": False, "cache_dir": str(cache_dir), "oversubscribe": True})
+    return run(config)["final"]
+
+
+def mean_test(seeds, epochs, model, strategy, cache_dir) -> tuple[float, list[float]]:
+    accs = [cora(s, epochs, model, strategy, cache_dir)["test_acc"] for s in seeds]
+    return statistics.mean(accs), accs
+
+
+def test_model_averaging_defaults_are_within_one_point_of_single(tmp_path, one_thread):
+    """`graphscale train --strategy model-averaging --partitions DIR --workers 2` (DIR: 4 SPRING parts of Cora), no
+    other flags (200 epochs, averaged Adam moments, exact evaluation), against `single`, seeds 0-2.
+
+    Measured (single / model-averaging test accuracy): seed 0 0.818 / 0.821, seed 1 SEED1, seed 2 SEED2; means
+    MEANS (gap GAP points). With `--optimizer-state local` (SDT-GNN's local Adam) seed 0 gives 0.669 (-14.9
+    points): this test fails for it."""
+    from graphscale.cli import main
+
+    store = tmp_path / "cora4"
+    assert main(["partition", "--dataset", "cora", "--method", "spring", "--parts", "4", "--out", str(store),
+                 "--no-progress"]) == 0
+    seeds, model = range(3), {"name": "gcn"}
+    single, singles = mean_test(seeds, 200, model, {"name": "single"}, tmp_path)
+    strategy = {"name": "model-averaging", "partitions": str(store), "workers": 2}
+    averaged, averageds = mean_test(seeds, 200, model, strategy, tmp_path)
+    assert abs(averaged - single) <= 0.01, (singles, averageds)
