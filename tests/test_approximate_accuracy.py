@@ -53,3 +53,25 @@ def test_model_averaging_defaults_are_within_one_point_of_single(tmp_path, one_t
     strategy = {"name": "model-averaging", "partitions": str(store), "workers": 2}
     averaged, averageds = mean_test(seeds, 200, model, strategy, tmp_path)
     assert abs(averaged - single) <= 0.01, (singles, averageds)
+
+
+def test_task_parallel_decoupled_gcn_is_within_one_point_of_single_decoupled(tmp_path, one_thread):
+    """`graphscale train --strategy task-parallel --workers 4 --oversubscribe` (decoupled GCN, 2 T + 2 P, causal,
+    METIS chunks) against `single --decoupled on`, EPOCHS epochs, seeds 0-2.
+
+    Measured (single decoupled / task-parallel): TPMEASURED."""
+    seeds, model = range(3), {"name": "gcn", "decoupled": "on"}
+    single, singles = mean_test(seeds, TP_EPOCHS, model, {"name": "single"}, tmp_path)
+    parallel, parallels = mean_test(seeds, TP_EPOCHS, model, {"name": "task-parallel", "workers": 4}, tmp_path)
+    assert abs(parallel - single) <= 0.01, (singles, parallels)
+
+
+def test_pipeline_gcnii_16_on_4_stages_is_within_two_points_of_single(tmp_path, one_thread):
+    """`graphscale train --strategy pipeline --workers 4 --model gcnii --layers 16 --oversubscribe` (GNNPipe: 4
+    stages, 16 chunks, historical embeddings refreshed every 10 epochs) against `single`, EPOCHS epochs, seeds 0-2.
+
+    Measured (single / pipeline): PIPEMEASURED."""
+    seeds, model = range(3), {"name": "gcnii", "layers": 16}
+    single, singles = mean_test(seeds, PIPE_EPOCHS, model, {"name": "single"}, tmp_path)
+    pipeline, pipelines = mean_test(seeds, PIPE_EPOCHS, model, {"name": "pipeline", "workers": 4}, tmp_path)
+    assert abs(pipeline - single) <= 0.02, (singles, pipelines)

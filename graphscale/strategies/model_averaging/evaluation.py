@@ -71,7 +71,7 @@ def eval_targets(local: LocalPartition) -> tuple[np.ndarray, torch.Tensor, dict[
     masks = {}
     for split in SPLITS:
         mask = getattr(g, f"{split}_mask")
-        masks[split] = torch.zeros(n, dtype=torch.bool) if mask is None else mask[:n].bool()
+        masks[split] = torch.zeros(n, dtype=torch.bool, device="cpu") if mask is None else mask[:n].bool()
     rows = torch.nonzero(masks["train"] | masks["val"] | masks["test"]).flatten()
     triples = torch.stack([local.orig_ids[rows], local.global_ids[rows], local.degree[rows]], dim=1)
     return triples.numpy().astype(np.int64), g.y[rows].clone(), {s: m[rows] for s, m in masks.items()}
