@@ -55,6 +55,7 @@ chunk size.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numba
 import numpy as np
@@ -402,9 +403,9 @@ class SpringPartitioner(EdgePartitioner):
     name = "spring"
     vertex_cut_is_home = True
     #: options a store built for training uses when neither they nor an alias are given
-    training_defaults = {"lpt": "edges"}
+    training_defaults: ClassVar[dict] = {"lpt": "edges"}
     #: option aliases: ``--balance`` sets ``lpt``
-    aliases = {"balance": "lpt"}
+    aliases: ClassVar[dict] = {"balance": "lpt"}
 
     def __init__(self, merge: str = "paper", beta: float = DEFAULT_BETA,
                  volume_cap: float = DEFAULT_VOLUME_CAP, lpt: str = "", balance: str = "",
