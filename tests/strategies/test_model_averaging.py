@@ -67,7 +67,8 @@ def test_one_partition_equals_single(tmp_path):
 
 def offline_averaging(config, handle, epochs: int):
     """Reference: every partition takes one Adam step per epoch from the averaged model, with its own Adam
-    state carried across epochs (the averaged moments with --optimizer-state averaged, the default); weighted
+    state carried across epochs (with --optimizer-state averaged, the default, the moments Adam would keep stepping
+    on the weighted average of the partitions' gradients, computed here from the gradients themselves); weighted
     average."""
     meta, dtype, parts = handle.summary, torch.float64, int(handle.summary["parts"])
     model = build_model(config.model, meta["features"], meta["classes"], seed=0, dtype=dtype)
@@ -82,7 +83,7 @@ def offline_averaging(config, handle, epochs: int):
     counts = [int(mask.sum()) for *_, mask in locals_]
     assert min(counts) > 0
     for epoch in range(epochs):
-        total, moments = 0, 0
+        total, grad = 0, 0
         for part, (block, x, y, mask) in enumerate(locals_):
             ref = build_model(config.model, meta["features"], meta["classes"], seed=0, dtype=dtype)
             unflatten_into(global_w, float_tensors(ref))
@@ -94,12 +95,21 @@ def offline_averaging(config, handle, epochs: int):
                 if global_m is not None:
                     unflatten_into(global_m, adam_moments(opt, list(ref.parameters())))
             (masked_loss_sum(ref(block, x), y, mask) / counts[part]).backward()
+            # the gradient Adam steps on (weight decay added), before the step changes the weights
+            grad = grad + flatten([p.grad + config.optim.weight_decay * p for p in ref.parameters()], dtype) * counts[part]
             opt.step()
             opt_states[part] = copy.deepcopy(opt.state_dict())
             total = total + flatten(float_tensors(ref), dtype) * counts[part]
-            moments = moments + flatten(adam_moments(opt, list(ref.parameters())), dtype) * counts[part]
         global_w = total / sum(counts)
-        global_m = moments / sum(counts) if config.strategy.optimizer_state == "averaged" else None
+        if config.strategy.optimizer_state == "averaged":  # Adam's moments of the averaged gradient
+            grad = grad / sum(counts)
+            before = global_m if global_m is not None else torch.zeros(2 * grad.numel(), dtype=dtype)
+            global_m, offset = torch.empty_like(before), 0
+            for p in ref.parameters():
+                n, g = p.numel(), grad[offset // 2: offset // 2 + p.numel()]
+                global_m[offset: offset + n] = 0.9 * before[offset: offset + n] + 0.1 * g
+                global_m[offset + n: offset + 2 * n] = 0.999 * before[offset + n: offset + 2 * n] + 0.001 * g * g
+                offset += 2 * n
     return global_w, global_m
 
 

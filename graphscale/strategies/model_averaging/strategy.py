@@ -7,7 +7,9 @@ by ``graphscale partition --method spring``, or one the run writes into the cach
 **An epoch.** Every worker trains each of its partitions for one epoch, one partition at a time and with no
 inter-worker traffic: the model starts from the partition's own weights (the averaged model right after an
 averaging round), the partition's own optimiser state is restored (with ``--optimizer-state averaged``, the
-default, its Adam moments replaced by the averaged ones right after an averaging round; its step count is its own), and the loss is the mean over the
+default, its Adam moments replaced by the averaged ones right after an averaging round; its step count is its own;
+with one step per round, full-graph and ``--average-every 1``, the second moment is that of the averaged gradient,
+:func:`.averaging.moments_of_mean_gradient`), and the loss is the mean over the
 partition's training vertices (its home vertices: masks are set on inner vertices only). Full-neighbour
 training (the default) runs the model on the partition's whole local graph (home vertices with their full
 in-neighbourhoods, halo vertices with their edges to home vertices); ``--minibatch`` samples mini-batches of
@@ -77,6 +79,7 @@ from graphscale.strategies.model_averaging.averaging import (
     alphas,
     flatten,
     float_tensors,
+    moments_of_mean_gradient,
     unflatten_into,
 )
 from graphscale.strategies.model_averaging.correction import (
@@ -258,6 +261,9 @@ class ModelAveraging(Strategy):
         if self.resident is not None:
             self.tracker.track("partition", *self.resident.tensors())
         self.average_moments = optimizer_state(config.strategy) == "averaged"
+        # one optimiser step per partition between averaging rounds: the averaged gradient is recoverable
+        self.one_step_rounds = not config.strategy.minibatch and config.strategy.average_every == 1
+        self.betas = tuple(make_optimizer(model, config.optim).param_groups[0]["betas"])
         self.eval_mode = evaluation_mode(config.strategy.evaluation, int(handle.summary.get("halo_hops", 1)),
                                          config.model.layers)
         self.correction_opt = None
@@ -372,7 +378,11 @@ class ModelAveraging(Strategy):
             if averaged_after(epoch, sc.average_every):
                 if self.average_moments:
                     buffer = all_reduce_average(self.comm, torch.cat([weights, moments]))
-                    self.global_flat, self.global_opt = buffer[: weights.numel()], buffer[weights.numel():]
+                    self.global_flat, averaged = buffer[: weights.numel()], buffer[weights.numel():]
+                    if self.one_step_rounds:  # the second moment of the averaged gradient
+                        averaged = moments_of_mean_gradient(averaged, self.global_opt,
+                                                            [p.numel() for p in self.params], self.betas)
+                    self.global_opt = averaged
                 else:
                     self.global_flat = all_reduce_average(self.comm, weights)
                 if sc.correction_steps:
