@@ -130,6 +130,12 @@ def test_averaged_optimizer_state_is_the_default_and_bad_values_are_named(tmp_pa
     with pytest.raises(ValueError, match="this one holds 1: partition with --halo-hops 2, or use --evaluation exact"):
         prepare_data(config)
     validate(config_for(tmp_path, evaluation="halo", halo_hops=2))
+    # a checkpoint of one optimiser state does not resume with the other
+    from graphscale.checkpoint import identity
+
+    assert identity(config_for(tmp_path))["optimizer_state"] == "averaged"
+    assert identity(config_for(tmp_path, average_optimizer=True))["optimizer_state"] == "averaged"
+    assert identity(config_for(tmp_path, optimizer_state="local"))["optimizer_state"] == "local"
 
 
 @pytest.mark.parametrize("argv, message", [

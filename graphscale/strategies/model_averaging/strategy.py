@@ -165,6 +165,11 @@ class ModelAveraging(Strategy):
 
     # ------------------------------------------------------------ parent side
     @classmethod
+    def resume_identity(cls, config: RunConfig) -> dict:
+        """``--optimizer-state`` changes what training computes: a checkpoint resumes only with its own."""
+        return {"optimizer_state": optimizer_state(config.strategy)}
+
+    @classmethod
     def check_config(cls, config: RunConfig) -> None:
         import sys
 
