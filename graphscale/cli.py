@@ -262,7 +262,7 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--optimizer-state", metavar="{local,averaged}",
                    help="model-averaging: Adam's moments averaged with the model, weighted by training vertices "
                         "(averaged, the default), or kept per partition as SDT-GNN does (local: on Cora, 4 SPRING "
-                        "parts on 2 workers, it settles about 18 points below single)")
+                        "parts on 2 workers, it ends about 22 points below single)")
     p.add_argument("--evaluation", metavar="{exact,halo,truncated}",
                    help="model-averaging: exact (default: every home vertex on its full L-hop neighbourhood, from a "
                         "K >= L halo or with the missing rows fetched from their owners), halo (exact from the "
