@@ -59,7 +59,8 @@ def test_model_averaging_defaults_are_within_one_point_of_single(tmp_path, one_t
 
 def test_task_parallel_decoupled_gcn_is_within_one_point_of_single_decoupled(tmp_path, one_thread):
     """`graphscale train --strategy task-parallel --workers 4 --oversubscribe` (decoupled GCN, 2 T + 2 P, causal,
-    METIS chunks) against `single --decoupled on`, 100 epochs, seeds 0-2 (3.6 minutes measured on the 2 shared cores).
+    METIS chunks) against `single --decoupled on`, 100 epochs, seeds 0-2 (3.6 minutes measured on the 2 shared
+    cores).
 
     Measured (single decoupled / task-parallel test accuracy at the best validation epoch of the first 100):
     seed 0 0.827 / 0.829, seed 1 0.815 / 0.818, seed 2 0.828 / 0.828; means 0.823 / 0.825 (+0.2 points; per-seed
@@ -72,7 +73,8 @@ def test_task_parallel_decoupled_gcn_is_within_one_point_of_single_decoupled(tmp
 
 def test_pipeline_gcnii_16_on_4_stages_is_within_two_points_of_single(tmp_path, one_thread):
     """`graphscale train --strategy pipeline --workers 4 --model gcnii --layers 16 --oversubscribe` (GNNPipe: 4
-    stages, 16 chunks, historical embeddings refreshed every 10 epochs) against `single`, 200 epochs, seeds 0-2 (17 minutes measured on the 2 shared cores under load).
+    stages, 16 chunks, historical embeddings refreshed every 10 epochs) against `single`, 200 epochs, seeds 0-2
+    (17 minutes measured on the 2 shared cores under load).
 
     Measured (single / pipeline test accuracy at the best validation epoch): seed 0 0.781 / 0.785, seed 1 0.804 /
     0.810, seed 2 0.770 / 0.800; means 0.785 / 0.798 (+1.3 points; per seed +0.4 to +3.0). At 100 epochs the
