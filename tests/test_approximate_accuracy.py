@@ -44,7 +44,8 @@ def test_model_averaging_defaults_are_within_one_point_of_single(tmp_path, one_t
     Measured (single / model-averaging): seed 0 0.818 / 0.809, seed 1 0.813 / 0.822, seed 2 0.831 / 0.821; means
     0.821 / 0.817 (-0.3 points; per seed -1.0 to +0.9). Seeds 3-4: 0.820 / 0.820, 0.813 / 0.814 (5-seed mean
     -0.2). With the second moments averaged as they are (before ``moments_of_mean_gradient``) seeds 0-2 gave 0.820 /
-    0.795 / 0.810 (-1.2 points: this test failed), with `--optimizer-state local` 0.619 / 0.560 / 0.634 (-21.6 points)."""
+    0.795 / 0.810 (-1.2 points: this test failed), with `--optimizer-state local` 0.619 / 0.560 / 0.634 (-21.6
+    points)."""
     from graphscale.cli import main
 
     store = tmp_path / "cora4"

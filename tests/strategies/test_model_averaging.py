@@ -96,7 +96,8 @@ def offline_averaging(config, handle, epochs: int):
                     unflatten_into(global_m, adam_moments(opt, list(ref.parameters())))
             (masked_loss_sum(ref(block, x), y, mask) / counts[part]).backward()
             # the gradient Adam steps on (weight decay added), before the step changes the weights
-            grad = grad + flatten([p.grad + config.optim.weight_decay * p for p in ref.parameters()], dtype) * counts[part]
+            wd = config.optim.weight_decay
+            grad = grad + flatten([p.grad + wd * p for p in ref.parameters()], dtype) * counts[part]
             opt.step()
             opt_states[part] = copy.deepcopy(opt.state_dict())
             total = total + flatten(float_tensors(ref), dtype) * counts[part]

@@ -6,7 +6,8 @@ is every *floating* tensor of the model's ``state_dict`` (parameters and floatin
 such as counters are left alone) and, with ``--optimizer-state averaged`` (the default), Adam's two moments
 (SDT-GNN keeps them local: ``--optimizer-state local``). Where every partition takes one step per round
 (full-graph training, ``--average-every 1``) the second moment is then recomputed from the averaged gradient
-(:func:`moments_of_mean_gradient`), so the moments are exactly those of Adam stepping on the global gradient. A worker holding several partitions first sums its own
+(:func:`moments_of_mean_gradient`), so the moments are exactly those of Adam stepping on the global gradient.
+A worker holding several partitions first sums its own
 ``alpha_j w_j``, then one all-reduce of a single flat buffer (Ledger category ``allreduce``, ring model)
 adds the workers' sums; every worker ends with bit-identical weights.
 """

@@ -26,8 +26,9 @@ not depend on ``q`` (T3).
 parameter with ``--optimizer-state averaged``, the default: ``3 P`` for a model whose state is its parameters).
 Why averaged by default: each partition's Adam normalises its own gradient, so a weight with a data gradient in
 one partition only takes a full-size step towards zero in every other; with ``--optimizer-state local`` (SDT-GNN's
-choice) the averaged model settles at a different fixed point (on Cora, far below ``single``). The epoch's loss sum is all-reduced under ``control``
-(``2 (q - 1) 8`` bytes). Nothing else moves: halo rows are local copies.
+choice) the averaged model settles at a different fixed point (on Cora, far below ``single``). The epoch's loss
+sum is all-reduced under ``control`` (``2 (q - 1) 8`` bytes). Nothing else moves in training: halo rows are local
+copies (the exact evaluation's fetched rows go under ``evaluation``, below).
 
 **More partitions than workers** (``p > q``): a worker holds one partition's data, model and optimiser state
 at a time; the others' states are on disk (:mod:`.state`), written atomically after every epoch. States are
