@@ -58,6 +58,7 @@ TRAIN_OPTIONS = {
     "average_optimizer": ("strategy", "average_optimizer"), "state_dir": ("strategy", "state_dir"),
     "halo_hops": ("strategy", "halo_hops"), "device_memory": ("strategy", "device_memory"),
     "correction_steps": ("strategy", "correction_steps"),
+    "optimizer_state": ("strategy", "optimizer_state"), "evaluation": ("strategy", "evaluation"),
     "shm_dir": ("strategy", "shm_dir"),
     "t_workers": ("strategy", "t_workers"), "p_split": ("strategy", "p_split"), "subgraphs": ("strategy", "subgraphs"),
     "chunking": ("strategy", "chunking"), "dependency": ("strategy", "dependency"),
@@ -235,7 +236,8 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
 
     p.add_argument("--balance", choices=BALANCE_CHOICES,
                    help="metis: what the parts balance: vertex counts, in-edges (computation), or in-edges and "
-                        "training vertices as a second constraint (empty: edges+train)")
+                        "training vertices as a second constraint (empty: edges+train); spring: vertices (the "
+                        "paper's LPT) or edges (empty: edges, for a store built for training)")
     p.add_argument("--partitions", metavar="DIR",
                    help="train from this partition store (written by `graphscale partition`; its part count must "
                         "equal --workers); empty: partition into the cache directory")
@@ -267,7 +269,16 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
                                              "one per worker; more than --workers trains them in turn)")
     p.add_argument("--average-every", type=int, help="average the models every N epochs")
     p.add_argument("--average-optimizer", action="store_true", default=None,
-                   help="also average Adam's moments (off: kept per partition, as SDT-GNN)")
+                   help="deprecated: = --optimizer-state averaged, now the default")
+    p.add_argument("--optimizer-state", metavar="{local,averaged}",
+                   help="model-averaging: Adam's moments averaged with the model, weighted by training vertices "
+                        "(averaged, the default), or kept per partition as SDT-GNN does (local: on Cora, 4 SPRING "
+                        "parts on 2 workers, it ends about 22 points below single)")
+    p.add_argument("--evaluation", metavar="{exact,halo,truncated}",
+                   help="model-averaging: exact (default: every home vertex on its full L-hop neighbourhood, from a "
+                        "K >= L halo or with the missing rows fetched from their owners), halo (exact from the "
+                        "store's halo only; needs --halo-hops >= --layers), truncated (the partition-local "
+                        "forward, as trained: not the model's accuracy for L > K)")
     p.add_argument("--halo-hops", type=int, help="hops of in-neighbourhood each partition of the store the run "
                                                  "writes holds (= --layers makes full-neighbour "
                                                  "training exact for home vertices)")

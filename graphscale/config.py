@@ -87,7 +87,8 @@ class StrategyConfig:
     workers: int = 1
     partitioner: str = "metis"
     balance: str = ""
-    """What a ``metis`` partition balances: ``vertices``, ``edges`` or ``edges+train`` (the default when empty)."""
+    """What a ``metis`` partition balances: ``vertices``, ``edges`` or ``edges+train`` (the default when empty); a
+    ``spring`` one: ``vertices`` or ``edges`` (the default when empty)."""
     partitions: str = ""
     """Train from this partition store (``graphscale partition``); empty: partition into the cache directory."""
     minibatch: bool = False
@@ -122,7 +123,15 @@ class StrategyConfig:
     average_every: int = 1
     """``model-averaging``: average the partitions' models every this many epochs."""
     average_optimizer: bool = False
-    """``model-averaging``: also average the optimiser's moments (SDT-GNN keeps them local)."""
+    """``model-averaging``: deprecated spelling of ``optimizer_state = "averaged"`` (now the default); with
+    ``optimizer_state = "local"`` it is an error."""
+    optimizer_state: str = "averaged"
+    """``model-averaging``: Adam's moments ``averaged`` with the model, weighted the same way (default), or kept
+    ``local`` per partition (SDT-GNN's choice; on Cora it settles at a lower accuracy, see the README)."""
+    evaluation: str = "exact"
+    """``model-averaging``: ``exact`` (home vertices on their full L-hop neighbourhood: the store's halo when
+    ``K >= L``, else rows fetched from their owners), ``halo`` (exact from a ``K >= L`` halo only, no traffic) or
+    ``truncated`` (the partition-local forward; not the model's accuracy for ``L > K``)."""
     halo_hops: int = 1
     """``model-averaging``: hops of in-neighbourhood each partition of the store the run writes holds (K = layers
     makes full-neighbour training exact for home vertices)."""

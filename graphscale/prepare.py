@@ -159,7 +159,7 @@ def build_vertex_partitioner(text: str, balance: str = ""):
     """
     from graphscale.partition.command import build_partitioner
 
-    return build_partitioner(text, "--partitioner", **({"balance": balance} if balance else {}))[0]
+    return build_partitioner(text, "--partitioner", training=True, **({"balance": balance} if balance else {}))[0]
 
 
 # ------------------------------------------------------------ loading

@@ -56,12 +56,14 @@ def parse_method(text: str) -> tuple[str, dict]:
     return name.strip().lower(), options
 
 
-def build_partitioner(text: str, option: str = "--method", **extra):
+def build_partitioner(text: str, option: str = "--method", training: bool = False, **extra):
     """A partitioner instance from a ``--method`` string (see :func:`parse_method`).
 
     Args:
         text: ``NAME[:key=value,...]``.
         option: the command-line option ``text`` came from (for messages).
+        training: the partition is for training (a store, a strategy's chunks): the class's
+            ``training_defaults`` fill the options not given (under their own name or an ``aliases`` name).
         **extra: more constructor options (e.g. ``balance`` from ``--balance``), checked like the others.
 
     Raises:
@@ -75,6 +77,9 @@ def build_partitioner(text: str, option: str = "--method", **extra):
     name, options = parse_method(text)
     options.update(extra)
     cls = PARTITIONERS.get(name)
+    if training:
+        given = set(options) | {getattr(cls, "aliases", {}).get(k, k) for k in options}
+        options = {**{k: v for k, v in getattr(cls, "training_defaults", {}).items() if k not in given}, **options}
     accepted = [p for p in inspect.signature(cls.__init__).parameters if p != "self"]
     unknown = sorted(set(options) - set(accepted))
     if unknown:
@@ -225,7 +230,7 @@ def partition_dataset(args: argparse.Namespace) -> dict:
     from graphscale.prepare import canonical_spec
 
     start = time.perf_counter()
-    partitioner, name, options = build_partitioner(args.method)
+    partitioner, name, options = build_partitioner(args.method, training=True)
     if args.chunk_edges < 1 or args.feature_chunk_mb < 1:
         raise ValueError(f"--chunk-edges and --feature-chunk-mb must be >= 1, got {args.chunk_edges} and "
                          f"{args.feature_chunk_mb}")
@@ -284,7 +289,9 @@ def partition_dataset(args: argparse.Namespace) -> dict:
     metrics = summary.metrics
     metrics.seconds = time.perf_counter() - start
     metrics.peak_rss_bytes = peak_rss_bytes()
-    return {"method": args.method, "parts": args.parts, "dataset": label, "out": str(out),
+    defaults = {k: v for k, v in options.items() if k not in parse_method(args.method)[1]}  # training defaults
+    method = args.method + (f" ({', '.join(f'{k}={v}' for k, v in defaults.items())})" if defaults else "")
+    return {"method": method, "options": options, "parts": args.parts, "dataset": label, "out": str(out),
             "partition_seconds": partition_seconds, "store_seconds": summary.seconds,
             "metrics": metrics.to_dict(), "info": info, "halo_hops": args.halo_hops,
             **({"allocation": {**dataclasses.asdict(allocation), "why": allocation.why()}} if allocation else {})}
