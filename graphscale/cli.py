@@ -269,7 +269,7 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
                                              "one per worker; more than --workers trains them in turn)")
     p.add_argument("--average-every", type=int, help="average the models every N epochs")
     p.add_argument("--average-optimizer", action="store_true", default=None,
-                   help="deprecated: = --optimizer-state averaged, now the default")
+                   help="deprecated: the same as --optimizer-state averaged")
     p.add_argument("--optimizer-state", metavar="{local,averaged}",
                    help="model-averaging: Adam's moments averaged with the model, weighted by training vertices "
                         "(averaged, the default), or kept per partition as SDT-GNN does (local: on Cora, 4 SPRING "
