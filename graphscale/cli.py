@@ -531,6 +531,10 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
                           formatter_class=ChoicesHelpFormatter)
     importlib.import_module("graphscale.partition.command").add_arguments(part)
     part.set_defaults(func=lambda a: importlib.import_module("graphscale.partition.command").run(a) and 0)
+    advise = sub.add_parser("advise", help="predict every strategy's time, memory and bytes; recommend one",
+                            description=importlib.import_module("graphscale.advise.command").__doc__.splitlines()[0])
+    importlib.import_module("graphscale.advise.command").add_arguments(advise)
+    advise.set_defaults(func=lambda a: importlib.import_module("graphscale.advise.command").run(a))
     bench = sub.add_parser("bench", help="benchmarks that print tables (and can write plots)")
     bench_sub = bench.add_subparsers(dest="bench", required=True)
     for name, (module, text) in BENCHES.items():

@@ -110,9 +110,8 @@ def num_params(model) -> int:
 def dims(model, config, data):
     """The model's per-layer widths (offload's shape probe :func:`~graphscale.strategies.offload.cost.probe_dims`):
     ``widths`` ``d_l`` entering each step, ``out`` ``o_l`` leaving it."""
-    from graphscale.strategies.offload.cost import probe_dims
-
     from graphscale.data.features import input_width
+    from graphscale.strategies.offload.cost import probe_dims
 
     return probe_dims(model, input_width(config.data.features, data.num_features), next(model.parameters()).dtype)
 

@@ -182,7 +182,7 @@ def _spmm_costs(device: str, tiny: bool, seconds: float) -> tuple[float, float, 
     for width in (16, 128):
         x = torch.randn(block.num_src, width, device=device)
         sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
-        times[width] = _best(lambda: (spmm(block, x), sync()), seconds)
+        times[width] = _best(lambda x=x, sync=sync: (spmm(block, x), sync()), seconds)
     per_col = max((times[128] - times[16]) / (112 * e), 0.0)
     per_edge = max(times[16] / e - 16 * per_col, 1e-12)
     return per_edge, per_col, (f"spmm over a random graph of {n} vertices and {e} edges at widths 16 and 128, "

@@ -239,8 +239,15 @@ def predict(data, model, config, machine, epoch: int = 0):
     micro-batches' input rows and blocks are a function of the seed; no feature row is read), each worker's
     cache classified as its setup builds it."""
     from graphscale.advise.predict import (
-        Prediction, activation_bytes, dims, element_size, layer_seconds, node_data_bytes, num_params,
-        prediction_time, state_bytes,
+        Prediction,
+        activation_bytes,
+        dims,
+        element_size,
+        layer_seconds,
+        node_data_bytes,
+        num_params,
+        prediction_time,
+        state_bytes,
     )
     from graphscale.strategies.graph_parallel import allreduce_bytes_per_epoch
 

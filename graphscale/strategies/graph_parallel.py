@@ -413,8 +413,15 @@ def predict(data, model, config, machine):
     :func:`halo_bytes_per_epoch` and :func:`allreduce_bytes_per_epoch` (the closed forms the tests hold the Ledger
     to), the slowest part's rows and edges priced on the machine profile."""
     from graphscale.advise.predict import (
-        Prediction, activation_bytes, dims, element_size, layer_seconds, node_data_bytes, num_params,
-        prediction_time, state_bytes,
+        Prediction,
+        activation_bytes,
+        dims,
+        element_size,
+        layer_seconds,
+        node_data_bytes,
+        num_params,
+        prediction_time,
+        state_bytes,
     )
     from graphscale.partition.store import read_store_meta
 

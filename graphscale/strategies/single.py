@@ -112,8 +112,15 @@ def predict(data, model, config, machine):
     """The prediction of a ``single`` run (:mod:`graphscale.advise.predict`): no bytes move; the whole graph's rows
     and edges on one worker (mini-batch: the sampled rows, bounded by the fanouts)."""
     from graphscale.advise.predict import (
-        Prediction, activation_bytes, dims, element_size, layer_seconds, node_data_bytes, num_params,
-        prediction_time, state_bytes,
+        Prediction,
+        activation_bytes,
+        dims,
+        element_size,
+        layer_seconds,
+        node_data_bytes,
+        num_params,
+        prediction_time,
+        state_bytes,
     )
 
     d, elem = dims(model, config, data), element_size(model)

@@ -10,7 +10,14 @@ parts'; its memory the largest part's. ``--correction-steps`` is not modelled (i
 from __future__ import annotations
 
 from graphscale.advise.predict import (
-    Prediction, activation_bytes, dims, element_size, layer_seconds, node_data_bytes, num_params, prediction_time,
+    Prediction,
+    activation_bytes,
+    dims,
+    element_size,
+    layer_seconds,
+    node_data_bytes,
+    num_params,
+    prediction_time,
     state_bytes,
 )
 from graphscale.strategies.model_averaging.averaging import float_tensors
@@ -41,5 +48,5 @@ def predict(data, model, config, machine):
                       max(peaks), peaks, out, seconds, exact=False,
                       semantics="each partition trains on its own subgraph (edges between partitions dropped), "
                                 f"models averaged every {sc.average_every} epoch(s) (SDT-GNN)",
-                      notes=["bytes: allreduce_bytes_per_epoch of the floating state and the loss, on averaging "
-                             "epochs"])
+                      notes=[("bytes: allreduce_bytes_per_epoch of the floating state and the loss, on averaging "
+                             "epochs")])

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import torch
 
-from graphscale.advise.predict import Prediction, dims as model_dims, element_size, layer_seconds, num_params
+from graphscale.advise.predict import Prediction, element_size, layer_seconds, num_params
+from graphscale.advise.predict import dims as model_dims
 from graphscale.strategies.offload.cost import Bandwidths, epoch_bytes, layer_modes, layer_pass_rows, modelled_seconds
 from graphscale.strategies.offload.memory import fit_phases, modelled_peaks
 from graphscale.strategies.offload.plan import ChunkSets, build_worker_plan, check_dedup
@@ -47,4 +48,4 @@ def predict(data, model, config, machine):
                                       "memory: offload.memory.modelled_peaks (device side; host arrays excluded)"])
 
 
-__all__ = ["predict", "offload_chunks", "torch"]
+__all__ = ["offload_chunks", "predict", "torch"]

@@ -10,7 +10,14 @@ plus the GPipe bubble (``(S - 1) / K`` of a stage's time) and the boundary trans
 from __future__ import annotations
 
 from graphscale.advise.predict import (
-    Prediction, activation_bytes, dims, element_size, layer_seconds, node_data_bytes, num_params, prediction_time,
+    Prediction,
+    activation_bytes,
+    dims,
+    element_size,
+    layer_seconds,
+    node_data_bytes,
+    num_params,
+    prediction_time,
     state_bytes,
 )
 from graphscale.strategies.pipeline.plan import pipeline_bytes_per_epoch, stage_layers

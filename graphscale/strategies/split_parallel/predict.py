@@ -6,7 +6,14 @@ structure; no feature row is read."""
 from __future__ import annotations
 
 from graphscale.advise.predict import (
-    Prediction, activation_bytes, dims, element_size, layer_seconds, node_data_bytes, num_params, prediction_time,
+    Prediction,
+    activation_bytes,
+    dims,
+    element_size,
+    layer_seconds,
+    node_data_bytes,
+    num_params,
+    prediction_time,
     state_bytes,
 )
 from graphscale.data.sampler import MiniBatchLoader, NeighborSampler
@@ -58,5 +65,5 @@ def predict(data, model, config, machine, epoch: int = 0):
                               len(batches))
     return Prediction("split-parallel", world, {"batch_size": sc.batch_size}, max(mem), mem, out, seconds,
                       exact=False, semantics="sampled mini-batch training (equal to single --minibatch, not to "
-                      "full-graph training)", notes=[f"bytes: the closed forms over epoch {epoch}'s replayed "
-                                                     "samples and their splits"])
+                      "full-graph training)", notes=[(f"bytes: the closed forms over epoch {epoch}'s replayed "
+                                                      "samples and their splits")])
