@@ -33,6 +33,8 @@ BENCHES = {
                   "graph-parallel (bytes), memory per worker against the partition count")),
     "scaling": ("graphscale.bench.scaling", ("epoch time of single (W threads) against each distributed strategy "
                 "(W workers x 1 thread), communication / waiting / compute per worker, parallel efficiency")),
+    "advise": ("graphscale.bench.advise", ("graphscale advise checked: every predicted strategy run on Cora, an SBM "
+               "and an R-MAT; predicted against measured bytes, memory and epoch time, Spearman of the ranking")),
     "task": ("graphscale.bench.task", ("NeutronTask task parallelism: bytes graph-parallel vs TP vs TP+TD, memory "
              "parts per worker, replication vs partitions, accuracy, subgraphs, modelled pipeline, ablation")),
 }
@@ -214,7 +216,8 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--epochs", type=int,
                    help="training epochs, each followed by an evaluation; the reported test accuracy is that of the "
                         "epoch with the best validation accuracy")
-    p.add_argument("--strategy", help="training strategy")
+    p.add_argument("--strategy", help="training strategy, or auto: the one `graphscale advise` recommends (the "
+                                      "report records its prediction next to the measurement)")
     p.add_argument("--workers", type=int,
                    help="worker processes (gloo on CPU, NCCL with one GPU each); at most the CPU cores unless "
                         "--oversubscribe")
@@ -360,7 +363,12 @@ def cmd_train(args: argparse.Namespace) -> int:
     from graphscale.run import run, write_json
     from graphscale.validation import validate
 
-    base = build_config(overrides_from_args(args), args.config)
+    overrides, advice = overrides_from_args(args), None
+    if overrides.get("strategy", {}).get("name") == "auto":  # graphscale advise's recommendation
+        from graphscale.advise.auto import resolve
+
+        overrides, advice = resolve(overrides, args.config)
+    base = build_config(overrides, args.config)
     if args.repeat < 1:
         raise ValueError(f"--repeat must be >= 1, got {args.repeat}")
     if args.repeat > 1 and base.checkpoint:
@@ -368,7 +376,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     validate(base)  # before the first run: also the --json path of a combined report
     configs = []
     for i in range(args.repeat):
-        config = build_config({**overrides_from_args(args), "seed": base.seed + i}, args.config)
+        config = build_config({**overrides, "seed": base.seed + i}, args.config)
         if args.repeat > 1:
             config.json = None  # one combined report below
             if config.checkpoint:  # one checkpoint per seed
@@ -380,6 +388,12 @@ def cmd_train(args: argparse.Namespace) -> int:
     rows, reports = [], []
     for config in configs:
         report = run(config)
+        if advice is not None:  # the prediction next to the measurement
+            from graphscale.advise.auto import record, summary
+
+            print(summary(record(report, advice)))
+            if config.json:
+                write_json(report, config.json)
         reports.append(report)
         final = report["final"]
         os_mem = max((m for m in final.get("os_memory_per_worker") or [] if m), default=None,

@@ -87,3 +87,51 @@ def test_a_profile_from_another_host_is_stale(tmp_path):
     save_profile(machine, tmp_path / "p.json")
     loaded, why = load_profile(tmp_path / "p.json")
     assert loaded is None and "another-host" in why and "stale" in why and "\n" not in why
+
+
+def test_predicted_os_memory_adds_the_process_baseline(tmp_path):
+    machine = synthetic()
+    prediction = predict_config(_config("graph-parallel", tmp_path), machine)
+    assert prediction.os_memory == prediction.memory + machine.process_rss
+
+
+def test_fixed_costs_scale_with_the_passes():
+    from graphscale.advise.predict import layer_seconds
+
+    machine = synthetic()
+    one = layer_seconds(machine, 0, 0, [8, 8], [8, 4])
+    four = layer_seconds(machine, 0, 0, [8, 8], [8, 4], calls=4)
+    assert one == pytest.approx(2 * machine.layer_call_s) and four == pytest.approx(4 * one)
+
+
+def test_spearman():
+    from graphscale.bench.advise import spearman
+
+    assert spearman([1, 2, 3], [10, 20, 30]) == pytest.approx(1.0)
+    assert spearman([1, 2, 3], [3, 2, 1]) == pytest.approx(-1.0)
+    assert spearman([1], [2]) is None and spearman([1, 1], [1, 2]) is None
+
+
+def test_bench_advise_prints_predicted_against_measured(tmp_path, capsys):
+    code = main(["bench", "advise", "--datasets", SBM, "--strategies", "single,graph-parallel", "--epochs", "2",
+                 "--hidden", "8", "--synthetic-profile", "--cache-dir", str(tmp_path / "cache")])
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "single" in out and "graph-parallel" in out and "Spearman" in out
+    assert out.count(" yes ") >= 2  # bytes predicted exactly
+
+
+def test_train_strategy_auto_records_the_prediction(tmp_path, capsys):
+    from graphscale.advise.profile import profile_path
+
+    cache = tmp_path / "cache"
+    save_profile(synthetic(), profile_path(cache, "cpu"))
+    out = tmp_path / "run.json"
+    code = main(["train", "--strategy", "auto", "--workers", "2", "--dataset", SBM, "--hidden", "8", "--epochs", "2",
+                 "--cache-dir", str(cache), "--json", str(out), "--no-progress"])
+    assert code == 0
+    report = json.loads(out.read_text())
+    advice = report["advise"]
+    assert report["config"]["strategy"]["name"] == advice["predicted"]["strategy"]
+    assert advice["predicted"]["fits"] and advice["measured"]["seconds"] > 0
+    assert "advise predicted" in capsys.readouterr().out

@@ -85,11 +85,16 @@ def advise(args: argparse.Namespace) -> dict:
     """Predict every candidate; returns ``{"predictions": [...], "recommended": index, "budget": bytes}``."""
     config = base_config(args)
     machine = machine_profile(args, config)
-    budget = budget_of(args, machine)
+    return rank(config, args.workers, machine, budget_of(args, machine), args.partitions)
+
+
+def rank(config, workers: int, machine, budget: int, partitions: str = "") -> dict:
+    """Predict every candidate of ``config`` on ``workers`` workers against the per-worker ``budget`` and pick the
+    recommendation (module docstring); ``partitions``: a store the partition-local strategies read."""
     predictions, configs = [], []
-    for candidate in candidates(config, args.workers):
-        if args.partitions and candidate.strategy.name in ("graph-parallel", "model-averaging"):
-            candidate.strategy.partitions = args.partitions
+    for candidate in candidates(config, workers):
+        if partitions and candidate.strategy.name in ("graph-parallel", "model-averaging"):
+            candidate.strategy.partitions = partitions
             candidate.strategy.parts = 0
         if candidate.strategy.name == "single":  # first: a bad dataset fails here, naming the option
             try:
@@ -123,14 +128,11 @@ def advise(args: argparse.Namespace) -> dict:
             "machine": machine, "ranking": order}
 
 
-def command_line(config, args: argparse.Namespace) -> str:
-    """The ``graphscale train`` line that runs ``config``."""
-    sc = config.strategy
-    words = ["graphscale", "train", "--strategy", sc.name, "--workers", str(sc.workers), "--model", args.model]
+def option_words(config, args: argparse.Namespace) -> list[str]:
+    """The ``graphscale train`` flags of ``config`` beyond strategy, workers, model and dataset."""
+    sc, words = config.strategy, []
     if args.partitions and sc.partitions:
         words += ["--partitions", args.partitions]
-    elif config.data.dataset:
-        words += ["--dataset", config.data.dataset]
     if args.hidden is not None:
         words += ["--hidden", str(args.hidden)]
     if args.layers is not None:
@@ -139,7 +141,16 @@ def command_line(config, args: argparse.Namespace) -> str:
         words += ["--parts", str(sc.parts)]
     if args.device != "cpu":
         words += ["--device", args.device]
-    return " ".join(words)
+    return words
+
+
+def command_line(config, args: argparse.Namespace) -> str:
+    """The ``graphscale train`` line that runs ``config``."""
+    sc = config.strategy
+    words = ["graphscale", "train", "--strategy", sc.name, "--workers", str(sc.workers), "--model", args.model]
+    if not (args.partitions and sc.partitions) and config.data.dataset:
+        words += ["--dataset", config.data.dataset]
+    return " ".join(words + option_words(config, args))
 
 
 def reason(prediction, best, fastest) -> str:

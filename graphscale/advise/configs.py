@@ -56,4 +56,6 @@ def predict_config(config: RunConfig, machine) -> Prediction:
         data = prepare_data(config)
     model = build_model(config.model, input_width(config.data.features, data.num_features), data.num_classes,
                         seed=config.seed, dtype=getattr(torch, config.dtype), decoupled=is_decoupled(config))
-    return predictor(config.strategy.name)(data, model, config, machine)
+    prediction = predictor(config.strategy.name)(data, model, config, machine)
+    prediction.os_memory = prediction.memory + machine.process_rss
+    return prediction

@@ -32,10 +32,6 @@ PREDICTORS = {
     "model-averaging": "graphscale.strategies.model_averaging.predict:predict",
 }
 
-#: fixed per-step overhead of one optimiser step and its loss (Python, autograd bookkeeping), seconds
-STEP_OVERHEAD_S = 2e-3
-
-
 @dataclass
 class Prediction:
     """What one configuration is predicted to cost.
@@ -46,6 +42,10 @@ class Prediction:
         options: the key options of the configuration (``--chunks``, ``--t-workers``, ...), as ``train`` flags.
         memory: the largest worker's peak memory in bytes (tracked figure: resident data, parameters, optimiser
             state, autograd's saved tensors).
+        os_memory: ``memory`` plus the profile's per-worker process baseline (``process_rss``): the predicted
+            peak resident set the OS measures (set by :func:`graphscale.advise.configs.predict_config`).
+        bytes_epoch: the epoch whose bytes ``bytes`` are, where they vary with the epoch (the sampled
+            strategies); ``None``: every epoch after the first.
         memory_per_worker: every worker's peak.
         bytes: bytes moved per training epoch by Ledger category, summed over workers (closed forms).
         seconds: predicted epoch time.
@@ -68,6 +68,8 @@ class Prediction:
     fits: bool = True
     reason: str = ""
     notes: list[str] = field(default_factory=list)
+    os_memory: int = 0
+    bytes_epoch: int | None = None
 
     @property
     def moved(self) -> int:
@@ -117,24 +119,35 @@ def dims(model, config, data):
 
 
 def prediction_time(machine, compute: float, nbytes: float, messages: int, steps: int = 1) -> float:
-    """An epoch's time: the slowest worker's compute, its transfers and ``steps`` optimiser steps."""
-    return compute + transfer_seconds(machine, nbytes, messages) + steps * STEP_OVERHEAD_S
+    """An epoch's time: the slowest worker's compute, its transfers and ``steps`` optimiser steps (each the
+    profile's fixed ``step_s``)."""
+    return compute + transfer_seconds(machine, nbytes, messages) + steps * machine.step_s
 
 
 def layer_seconds(machine, rows: float, edges: float, widths: list[int], outs: list[int],
-                  backward: bool = True) -> float:
-    """One worker's compute time for ``rows`` destination rows over ``edges`` edges through every layer: a dense
-    product ``2 rows d o`` FLOPs at the GEMM rate, the sparse product at the SpMM cost per edge and per edge-column
-    (on the narrower of the layer's two widths, as the layers transform first when it shrinks the product), and
-    the elementwise passes (dropout, activation, their gradients) at the memory bandwidth. Backward costs twice
-    the forward's products."""
+                  backward: bool = True, calls: float = 1, workers: int = 1, input_grad: bool = False) -> float:
+    """One worker's compute time for ``rows`` destination rows over ``edges`` edges through every layer, in
+    ``calls`` passes (chunks, mini-batches), when ``workers`` workers share the host's cores: a dense product
+    ``2 rows d o`` FLOPs at the GEMM rate, the sparse product at the SpMM cost per edge and per edge-column (on the
+    narrower of the layer's two widths, as the layers transform first when it shrinks the product), and the
+    elementwise passes (dropout, activation) at the memory bandwidth, four float32 passes over the layer's input
+    and output rows. Backward costs twice the forward's products, except in the first layer, whose input needs no
+    gradient (its weight gradient only: one product more, no elementwise pass over the input; ``input_grad``: it
+    does, as a later pipeline stage's). The profile's
+    rates were measured with its ``threads``; a worker gets ``threads // workers`` of them (linear scaling).
+    Every pass of every layer adds the profile's fixed ``layer_call_s`` (a third of it forward only)."""
+    scale = machine.threads / max(1, machine.threads // max(workers, 1))
     total = 0.0
-    for d, o in zip(widths, outs):
-        dense = 2.0 * rows * d * o / machine.gemm_flops
-        sparse = edges * (machine.spmm_edge_s + machine.spmm_edge_col_s * min(d, o))
-        elementwise = 4.0 * rows * (d + o) * 4 / machine.memory_bandwidth
-        total += (dense + sparse + elementwise) * (3.0 if backward else 1.0)
-    return total
+    for i, (d, o) in enumerate(zip(widths, outs)):
+        products = 2.0 * rows * d * o / machine.gemm_flops + edges * (machine.spmm_edge_s
+                                                                       + machine.spmm_edge_col_s * min(d, o))
+        into, out_of = 16.0 * rows * d / machine.memory_bandwidth, 16.0 * rows * o / machine.memory_bandwidth
+        first = i == 0 and not input_grad
+        if backward:
+            total += products * (2.0 if first else 3.0) + into * (1.0 if first else 3.0) + 3.0 * out_of
+        else:
+            total += products + into + out_of
+    return scale * total + calls * len(widths) * machine.layer_call_s / (1.0 if backward else 3.0)
 
 
 def transfer_seconds(machine, nbytes: float, messages: int) -> float:

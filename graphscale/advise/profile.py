@@ -8,6 +8,11 @@ Figures (each recorded with how it was measured, :attr:`Machine.how`):
 * ``memory_bandwidth``: a float32 copy (:func:`~graphscale.strategies.task_parallel.plan.measure_bandwidth`);
 * ``collective_latency_s`` / ``collective_bandwidth``: an all-reduce between 2 workers (gloo on CPU, NCCL on
   CUDA) of a small and a large buffer, through :func:`graphscale.distributed.launch.launch`;
+* ``layer_call_s`` / ``step_s``: the fixed cost of one layer's forward and backward (Python, dispatch, autograd
+  bookkeeping: what does not scale with rows or edges) and of one optimiser step with its loss, timed on a
+  2-layer GCN over a 16-vertex graph (where the work itself is negligible) and a line through 2 and 4 layers;
+* ``process_rss``: the peak resident set of a spawned worker after its process group, the training modules and
+  a few tiny training steps (interpreter, torch runtime, graphscale: what every worker holds besides its data);
 * ``h2d_bandwidth``: a pinned host-to-device copy (CUDA only; ``0`` on CPU, where host and device are one);
 * ``free_memory``: ``MemAvailable`` (CPU) or ``cudaMemGetInfo`` (CUDA) when measured.
 
@@ -25,7 +30,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 #: version of the profile's fields; a file of another version is measured again
-PROFILE_VERSION = 1
+PROFILE_VERSION = 2
 
 
 @dataclass
@@ -46,6 +51,9 @@ class Machine:
     measured_at: float = 0.0
     how: dict = field(default_factory=dict)
     version: int = PROFILE_VERSION
+    layer_call_s: float = 0.0
+    step_s: float = 0.0
+    process_rss: int = 0
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -53,7 +61,7 @@ class Machine:
     @classmethod
     def from_dict(cls, d: dict) -> Machine:
         names = {f for f in cls.__dataclass_fields__}
-        missing = sorted(names - set(d) - {"how", "measured_at", "version"})
+        missing = sorted(names - set(d) - {"how", "measured_at", "version", "layer_call_s", "step_s", "process_rss"})
         if missing:
             raise ValueError(f"machine profile lacks {', '.join(missing)}")
         return cls(**{k: v for k, v in d.items() if k in names})
@@ -63,7 +71,9 @@ def synthetic(device: str = "cpu", free_memory: int = 8 << 30) -> Machine:
     """A fixed profile (tests, and predictions that must not depend on this machine): a few-core CPU's rates."""
     how = {k: "synthetic (not measured)" for k in ("gemm_flops", "spmm", "memory_bandwidth", "collective",
                                                   "h2d_bandwidth", "free_memory")}
-    return Machine(platform.node(), device, 5e10, 5e-9, 1e-9, 1e10, 1e-4, 1e9, 0.0, free_memory, 1, time.time(), how)
+    how.update({k: "synthetic (not measured)" for k in ("fixed_costs", "process_rss")})
+    return Machine(platform.node(), device, 5e10, 5e-9, 1e-9, 1e10, 1e-4, 1e9, 0.0, free_memory, 1, time.time(), how,
+                   layer_call_s=2e-4, step_s=1e-3, process_rss=300 << 20)
 
 
 def profile_path(cache: Path, device: str) -> Path:
@@ -136,10 +146,14 @@ def measure(device: str = "cpu", tiny: bool = False) -> Machine:
         how["free_memory"] = "MemAvailable of /proc/meminfo"
     edge_s, edge_col_s, spmm_how = _spmm_costs(device, tiny, seconds)
     how["spmm"] = spmm_how
-    latency, coll_bw, coll_how = _collective(device, tiny)
+    latency, coll_bw, process_rss, coll_how = _collective(device, tiny)
     how["collective"] = coll_how
+    how["process_rss"] = ("peak resident set (VmHWM) of a spawned worker after its all-reduces, importing "
+                          "graphscale.run and a few tiny training steps (the larger of the 2)")
+    layer_call, step, how["fixed_costs"] = _fixed_costs(device, seconds)
     return Machine(platform.node(), device, flops, edge_s, edge_col_s, bandwidth, latency, coll_bw, h2d, free,
-                   torch.get_num_threads(), time.time(), how)
+                   torch.get_num_threads(), time.time(), how, layer_call_s=layer_call, step_s=step,
+                   process_rss=process_rss)
 
 
 def _mem_available() -> int:
@@ -154,15 +168,17 @@ def _mem_available() -> int:
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
 
 
-def _best(fn, seconds: float) -> float:
+def _best(fn, seconds: float, at_least: int = 1) -> float:
+    """The shortest of repetitions of ``fn`` over ``seconds`` and at least ``at_least`` of them (the best of
+    many: a shared machine's other load only ever adds time)."""
     fn()
-    best, deadline = float("inf"), time.perf_counter() + seconds
+    best, deadline, count = float("inf"), time.perf_counter() + seconds, 0
     while True:
         start = time.perf_counter()
         fn()
         end = time.perf_counter()
-        best = min(best, end - start)
-        if end >= deadline:
+        best, count = min(best, end - start), count + 1
+        if end >= deadline and count >= at_least:
             return best
 
 
@@ -189,8 +205,58 @@ def _spmm_costs(device: str, tiny: bool, seconds: float) -> tuple[float, float, 
                                "best of repetitions, a line through the two")
 
 
-def _collective(device: str, tiny: bool) -> tuple[float, float, str]:
-    """Latency and bandwidth of a 2-worker all-reduce (the backend of ``device``)."""
+def _tiny_steps(device: str) -> dict:
+    """Training steps (forward, loss, backward, Adam) of a GCN of 2 and of 4 layers on a 16-vertex graph, warm."""
+    import torch
+
+    from graphscale.config import build_config
+    from graphscale.data.block import Block
+    from graphscale.nn.models import build_model
+    from graphscale.strategies.base import masked_loss_sum
+    from graphscale.testing import random_graph
+
+    graph = random_graph(16, 3.0, num_features=8, seed=0)
+    block = Block.full(graph).to(torch.device(device))
+    x, y = graph.x.to(device), graph.y.to(device)
+    mask = torch.ones(graph.num_nodes, dtype=torch.bool, device=device)
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    steps = {}
+    for layers in (2, 4):
+        model = build_model(build_config({"model": {"name": "gcn", "hidden": 8, "layers": layers}}).model, 8,
+                            int(graph.y.max()) + 1, seed=0).to(device)
+        opt = torch.optim.Adam(model.parameters(), lr=0.01)
+
+        def step(model=model, opt=opt):
+            opt.zero_grad(set_to_none=True)
+            masked_loss_sum(model(block, x), y, mask).backward()
+            opt.step()
+            sync()
+        steps[layers] = step
+        for _ in range(3):  # warm up
+            step()
+    return steps
+
+
+def _fixed_costs(device: str, seconds: float) -> tuple[float, float, str]:
+    """Seconds of one layer's forward + backward and of one optimiser step (with its loss), on a graph so small
+    that only the fixed costs remain: training steps of a GCN of 2 and of 4 layers, a line through the two."""
+    steps = _tiny_steps(device)
+    times = {2: float("inf"), 4: float("inf")}
+    deadline, count = time.perf_counter() + seconds, 0
+    while count < 200 or time.perf_counter() < deadline:  # interleaved: both see the same background load
+        for layers, step in steps.items():
+            start = time.perf_counter()
+            step()
+            times[layers] = min(times[layers], time.perf_counter() - start)
+        count += 1
+    layer = max((times[4] - times[2]) / 2, 0.0)
+    return layer, max(times[2] - 2 * layer, 0.0), ("training steps (forward, loss, backward, Adam) of a GCN of 2 "
+                                                   "and 4 layers on a 16-vertex graph, best of repetitions; per "
+                                                   "layer = half the difference, per step = the rest")
+
+
+def _collective(device: str, tiny: bool) -> tuple[float, float, int, str]:
+    """Latency and bandwidth of a 2-worker all-reduce (the backend of ``device``), and a worker's resident set."""
     from graphscale.distributed.launch import launch
 
     small, large = 1, (1 << 16 if tiny else 1 << 22)
@@ -198,14 +264,16 @@ def _collective(device: str, tiny: bool) -> tuple[float, float, str]:
     t_small, t_large = max(r[0] for r in results), max(r[1] for r in results)
     bandwidth = 4 * (large - small) / max(t_large - t_small, 1e-9)
     backend = "nccl" if device == "cuda" else "gloo"
-    return t_small, bandwidth, (f"{backend} all_reduce between 2 workers of 1 and {large} float32 elements, best "
+    return t_small, bandwidth, max(r[2] for r in results), (f"{backend} all_reduce between 2 workers of 1 and {large} float32 elements, best "
                                 "of repetitions; latency = the small one, bandwidth = the difference's bytes over "
                                 "the difference's time")
 
 
-def _allreduce_worker(env, small: int, large: int, repeats: int) -> tuple[float, float]:  # pragma: no cover - spawned
+def _allreduce_worker(env, small: int, large: int, repeats: int) -> tuple:  # pragma: no cover - spawned
     import torch
     import torch.distributed as dist
+
+    from graphscale.metrics.memory import os_memory
 
     out = []
     for n in (small, large):
@@ -220,7 +288,11 @@ def _allreduce_worker(env, small: int, large: int, repeats: int) -> tuple[float,
                 torch.cuda.synchronize()
             best = min(best, time.perf_counter() - start)
         out.append(best)
-    return out[0], out[1]
+    import graphscale.run  # noqa: F401 - what a training worker imports
+
+    for step in _tiny_steps(env.device.type).values():  # the runtime's first-use allocations (threads, autograd)
+        step()
+    return out[0], out[1], os_memory().peak_rss or 0
 
 
 def _cuda_rates(tiny: bool) -> tuple[float, float, float, int]:  # pragma: no cover - needs a GPU

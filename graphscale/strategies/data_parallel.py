@@ -290,10 +290,12 @@ def predict(data, model, config, machine, epoch: int = 0):
     widths, outs = list(d.widths), list(d.out)
     mem = [node_data_bytes(c.ids.numel(), data.num_features, elem) + activation_bytes(busiest, widths, outs, elem)
            + busiest * data.num_features * elem + state_bytes(params, elem) for c in caches]
-    seconds = max(layer_seconds(machine, r_rows, r_edges, widths, outs) for r_rows, r_edges in rows)
+    seconds = max(layer_seconds(machine, r_rows, r_edges, widths, outs, calls=len(iterations), workers=world)
+                  for r_rows, r_edges in rows)
     seconds = prediction_time(machine, seconds + out.get("h2d", 0) / world / machine.memory_bandwidth,
                               sum(out.values()) / world - out.get("h2d", 0) / world, len(iterations), len(iterations))
     return Prediction("data-parallel", world, {"cache": sc.cache, "batch_size": sc.batch_size}, max(mem), mem, out,
                       seconds, exact=False, semantics="sampled mini-batch training (equal to single --minibatch "
                       "over the union of the micro-batches, not to full-graph training)",
-                      notes=[f"bytes: the closed forms over epoch {epoch}'s replayed schedule and samples"])
+                      notes=[f"bytes: the closed forms over epoch {epoch}'s replayed schedule and samples"],
+                      bytes_epoch=epoch)

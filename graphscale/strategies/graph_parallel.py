@@ -441,7 +441,8 @@ def predict(data, model, config, machine):
         peaks.append(node_data_bytes(local, data.num_features, elem) + 8 * (local + 1 + edges)
                      + activation_bytes(local, list(d.widths), list(d.out), elem) + state_bytes(params, elem))
         sent = sum(out.values()) / workers
-        seconds.append(prediction_time(machine, layer_seconds(machine, inner, edges, list(d.widths), list(d.out)),
+        seconds.append(prediction_time(machine, layer_seconds(machine, inner, edges, list(d.widths), list(d.out),
+                                                                     workers=workers),
                                        sent, 2 * len(d.widths) + 2))
     return Prediction("graph-parallel", workers, {}, max(peaks), peaks, out, max(seconds),
                       notes=["bytes: halo_bytes_per_epoch + allreduce_bytes_per_epoch over the store's halo counts"])

@@ -129,7 +129,8 @@ def predict(data, model, config, machine):
     if config.strategy.minibatch:
         steps = -(-data.num_train // config.strategy.batch_size)
         rows = min(n, data.num_train * (1 + sum(_fanout_product(config.strategy.fanouts, n))))
-        compute = layer_seconds(machine, rows, rows * max(1, e // max(n, 1)), list(d.widths), list(d.out))
+        compute = layer_seconds(machine, rows, rows * max(1, e // max(n, 1)), list(d.widths), list(d.out),
+                                calls=steps)
         peak = data_bytes + activation_bytes(min(n, rows / steps), list(d.widths), list(d.out), elem)
         semantics = "sampled mini-batch training (neighbour sampling: not full-graph gradients)"
     else:

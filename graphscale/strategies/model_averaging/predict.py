@@ -42,8 +42,8 @@ def predict(data, model, config, machine):
         need = (node_data_bytes(local, data.num_features, elem) + 8 * (local + 1 + edges)
                 + activation_bytes(local, w, o, elem) + state_bytes(params, elem))
         peaks[j % world] = max(peaks[j % world], need)
-        times[j % world] += layer_seconds(machine, inner, edges, w, o) + 2e-3
-    seconds = prediction_time(machine, max(times), sum(out.values()) / world, 2)
+        times[j % world] += layer_seconds(machine, inner, edges, w, o, workers=world) + machine.step_s
+    seconds = prediction_time(machine, max(times), sum(out.values()) / world, 2, 0)
     return Prediction("model-averaging", world, {"parts": len(parts), "average_every": sc.average_every},
                       max(peaks), peaks, out, seconds, exact=False,
                       semantics="each partition trains on its own subgraph (edges between partitions dropped), "

@@ -9,14 +9,12 @@ edges on the machine profile plus the transfers at the profile's host-device (CU
 
 from __future__ import annotations
 
-import torch
-
 from graphscale.advise.predict import Prediction, element_size, layer_seconds, num_params
 from graphscale.advise.predict import dims as model_dims
 from graphscale.strategies.offload.cost import Bandwidths, epoch_bytes, layer_modes, layer_pass_rows, modelled_seconds
 from graphscale.strategies.offload.memory import fit_phases, modelled_peaks
 from graphscale.strategies.offload.plan import ChunkSets, build_worker_plan, check_dedup
-from graphscale.strategies.offload.strategy import offload_chunks, plan_layout
+from graphscale.strategies.offload.strategy import plan_layout
 
 
 def predict(data, model, config, machine):
@@ -40,12 +38,11 @@ def predict(data, model, config, machine):
     bw = Bandwidths(host=link, peer=machine.collective_bandwidth, reuse=machine.memory_bandwidth)
     n, e = graph.num_nodes, graph.num_edges
     recomputes = sum(1 for m in modes if m == "recompute")
-    compute = layer_seconds(machine, n / world, (e + n) / world, list(dims.widths), list(dims.out))
+    compute = layer_seconds(machine, n / world, (e + n) / world, list(dims.widths), list(dims.out),
+                            calls=sets.num_chunks, workers=world)
     compute *= 1 + recomputes / (3 * max(len(modes), 1))
-    seconds = compute + modelled_seconds(out, bw) / world + sets.num_chunks * len(modes) * 2e-4
+    seconds = compute + modelled_seconds(out, bw) / world + machine.step_s
     return Prediction("offload", world, {"chunks": sets.num_chunks, "dedup": dedup}, max(peaks), peaks, out,
                       seconds, notes=[f"bytes: offload.cost.epoch_bytes with modes {modes}",
                                       "memory: offload.memory.modelled_peaks (device side; host arrays excluded)"])
 
-
-__all__ = ["offload_chunks", "predict", "torch"]

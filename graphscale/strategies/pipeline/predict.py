@@ -44,7 +44,7 @@ def predict(data, model, config, machine):
         keep = n * sum(w) * elem + activation_bytes(n, w, o, elem)
         data_rows = node_data_bytes(n, data.num_features, elem) if s == 0 else 0
         peaks.append(keep + data_rows + 8 * (n + 1 + e) + state_bytes(params, elem))
-        times.append(layer_seconds(machine, n, e + n, w, o))
+        times.append(layer_seconds(machine, n, e + n, w, o, calls=chunks, workers=world, input_grad=s > 0))
     compute = max(times) * (1 + (stages - 1) / chunks)
     seconds = prediction_time(machine, compute, sum(out.values()) / max(stages - 1, 1), 4 * chunks)
     return Prediction("pipeline", world, {"chunks": chunks}, max(peaks), peaks, out, seconds, exact=False,

@@ -60,10 +60,11 @@ def predict(data, model, config, machine, epoch: int = 0):
     cached = [plan.cached_ids(r).numel() for r in range(world)]
     mem = [node_data_bytes(c, data.num_features, elem) + activation_bytes(busiest / world, w, o, elem)
            + state_bytes(params, elem) for c in cached]
-    compute = layer_seconds(machine, busiest * len(batches) / world, edges / world, w, o)
+    compute = layer_seconds(machine, busiest * len(batches) / world, edges / world, w, o, calls=len(batches),
+                            workers=world)
     seconds = prediction_time(machine, compute, sum(out.values()) / world, len(batches) * (2 * len(w) + 1),
                               len(batches))
     return Prediction("split-parallel", world, {"batch_size": sc.batch_size}, max(mem), mem, out, seconds,
                       exact=False, semantics="sampled mini-batch training (equal to single --minibatch, not to "
                       "full-graph training)", notes=[(f"bytes: the closed forms over epoch {epoch}'s replayed "
-                                                      "samples and their splits")])
+                                                      "samples and their splits")], bytes_epoch=epoch)

@@ -44,7 +44,9 @@ def predict(data, model, config, machine):
     w, o = list(d.widths), list(d.out)
     from graphscale.advise.predict import layer_seconds, prediction_time
 
-    seconds = prediction_time(machine, layer_seconds(machine, n, e + n, w, o) / plan.workers,
+    compute = layer_seconds(machine, n / plan.workers, (e + n) / plan.workers, w, o, calls=max(sc.subgraphs, 1),
+                            workers=sc.workers)
+    seconds = prediction_time(machine, compute,
                               sum(out.values()) / plan.workers, 2 * sc.subgraphs * len(w))
     peak = (node_data_bytes(n, data.num_features, elem) // max(len(plan.t_ranks), 1)
             + activation_bytes(n / max(sc.subgraphs, 1), w, o, elem) + n * max(w + o) * elem
