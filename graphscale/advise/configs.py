@@ -43,7 +43,7 @@ def predict_config(config: RunConfig, machine) -> Prediction:
     from graphscale.data.features import input_width
     from graphscale.data.handle import MEMORY
     from graphscale.nn.models import build_model, is_decoupled
-    from graphscale.prepare import _host_shared, prepare_data, resolve_cache_dir
+    from graphscale.prepare import host_shared_data, prepare_data
     from graphscale.registry import STRATEGIES
 
     cls = STRATEGIES.get(config.strategy.name)
@@ -51,7 +51,7 @@ def predict_config(config: RunConfig, machine) -> Prediction:
         from graphscale.prepare import DEFAULT_DATASET
 
         config.data.dataset = config.data.dataset or DEFAULT_DATASET
-        data = _host_shared(config, resolve_cache_dir(config), cls)
+        data = host_shared_data(config, cls)
     else:
         data = prepare_data(config)
     model = build_model(config.model, input_width(config.data.features, data.num_features), data.num_classes,

@@ -130,18 +130,19 @@ def layer_seconds(machine, rows: float, edges: float, widths: list[int], outs: l
     ``calls`` passes (chunks, mini-batches), when ``workers`` workers share the host's cores: a dense product
     ``2 rows d o`` FLOPs at the GEMM rate, the sparse product at the SpMM cost per edge and per edge-column (on the
     narrower of the layer's two widths, as the layers transform first when it shrinks the product), and the
-    elementwise passes (dropout, activation) at the memory bandwidth, four float32 passes over the layer's input
-    and output rows. Backward costs twice the forward's products, except in the first layer, whose input needs no
+    elementwise passes (keyed dropout, activation, allocations) at the profile's measured cost per element of the
+    layer's input and output rows. Backward costs twice the forward's products, except in the first layer, whose input needs no
     gradient (its weight gradient only: one product more, no elementwise pass over the input; ``input_grad``: it
     does, as a later pipeline stage's). The profile's
     rates were measured with its ``threads``; a worker gets ``threads // workers`` of them (linear scaling).
+    The elementwise cost is calibrated against this formula (:func:`graphscale.advise.profile.measure`).
     Every pass of every layer adds the profile's fixed ``layer_call_s`` (a third of it forward only)."""
     scale = machine.threads / max(1, machine.threads // max(workers, 1))
     total = 0.0
     for i, (d, o) in enumerate(zip(widths, outs)):
         products = 2.0 * rows * d * o / machine.gemm_flops + edges * (machine.spmm_edge_s
                                                                        + machine.spmm_edge_col_s * min(d, o))
-        into, out_of = 16.0 * rows * d / machine.memory_bandwidth, 16.0 * rows * o / machine.memory_bandwidth
+        into, out_of = rows * d * machine.elementwise_s, rows * o * machine.elementwise_s
         first = i == 0 and not input_grad
         if backward:
             total += products * (2.0 if first else 3.0) + into * (1.0 if first else 3.0) + 3.0 * out_of

@@ -11,6 +11,8 @@ Figures (each recorded with how it was measured, :attr:`Machine.how`):
 * ``layer_call_s`` / ``step_s``: the fixed cost of one layer's forward and backward (Python, dispatch, autograd
   bookkeeping: what does not scale with rows or edges) and of one optimiser step with its loss, timed on a
   2-layer GCN over a 16-vertex graph (where the work itself is negligible) and a line through 2 and 4 layers;
+* ``elementwise_s``: seconds per element of a layer's elementwise passes (keyed dropout, activation, gradients,
+  allocations): a 2-layer GCN training step on a 5000-vertex random graph, less the products and fixed costs;
 * ``process_rss``: the peak resident set of a spawned worker after its process group, the training modules and
   a few tiny training steps (interpreter, torch runtime, graphscale: what every worker holds besides its data);
 * ``h2d_bandwidth``: a pinned host-to-device copy (CUDA only; ``0`` on CPU, where host and device are one);
@@ -54,6 +56,7 @@ class Machine:
     layer_call_s: float = 0.0
     step_s: float = 0.0
     process_rss: int = 0
+    elementwise_s: float = 0.0
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -61,7 +64,8 @@ class Machine:
     @classmethod
     def from_dict(cls, d: dict) -> Machine:
         names = {f for f in cls.__dataclass_fields__}
-        missing = sorted(names - set(d) - {"how", "measured_at", "version", "layer_call_s", "step_s", "process_rss"})
+        missing = sorted(names - set(d) - {"how", "measured_at", "version", "layer_call_s", "step_s", "process_rss",
+                                             "elementwise_s"})
         if missing:
             raise ValueError(f"machine profile lacks {', '.join(missing)}")
         return cls(**{k: v for k, v in d.items() if k in names})
@@ -73,7 +77,7 @@ def synthetic(device: str = "cpu", free_memory: int = 8 << 30) -> Machine:
                                                   "h2d_bandwidth", "free_memory")}
     how.update({k: "synthetic (not measured)" for k in ("fixed_costs", "process_rss")})
     return Machine(platform.node(), device, 5e10, 5e-9, 1e-9, 1e10, 1e-4, 1e9, 0.0, free_memory, 1, time.time(), how,
-                   layer_call_s=2e-4, step_s=1e-3, process_rss=300 << 20)
+                   layer_call_s=2e-4, step_s=1e-3, process_rss=300 << 20, elementwise_s=2e-9)
 
 
 def profile_path(cache: Path, device: str) -> Path:
@@ -127,7 +131,7 @@ def measure(device: str = "cpu", tiny: bool = False) -> Machine:
 
     from graphscale.strategies.task_parallel.plan import measure_bandwidth, measure_flops
 
-    seconds = 0.05 if tiny else 0.3
+    seconds = 0.05 if tiny else 1.0  # best of 1 s of repetitions: a shared machine has quiet moments
     how = {}
     if device == "cuda":
         flops, bandwidth, h2d, free = _cuda_rates(tiny)
@@ -151,9 +155,11 @@ def measure(device: str = "cpu", tiny: bool = False) -> Machine:
     how["process_rss"] = ("peak resident set (VmHWM) of a spawned worker after its all-reduces, importing "
                           "graphscale.run and a few tiny training steps (the larger of the 2)")
     layer_call, step, how["fixed_costs"] = _fixed_costs(device, seconds)
-    return Machine(platform.node(), device, flops, edge_s, edge_col_s, bandwidth, latency, coll_bw, h2d, free,
-                   torch.get_num_threads(), time.time(), how, layer_call_s=layer_call, step_s=step,
-                   process_rss=process_rss)
+    machine = Machine(platform.node(), device, flops, edge_s, edge_col_s, bandwidth, latency, coll_bw, h2d, free,
+                      torch.get_num_threads(), time.time(), how, layer_call_s=layer_call, step_s=step,
+                      process_rss=process_rss)
+    machine.elementwise_s, how["elementwise"] = _elementwise_cost(machine, tiny, seconds)
+    return machine
 
 
 def _mem_available() -> int:
@@ -253,6 +259,45 @@ def _fixed_costs(device: str, seconds: float) -> tuple[float, float, str]:
     return layer, max(times[2] - 2 * layer, 0.0), ("training steps (forward, loss, backward, Adam) of a GCN of 2 "
                                                    "and 4 layers on a 16-vertex graph, best of repetitions; per "
                                                    "layer = half the difference, per step = the rest")
+
+
+def _elementwise_cost(machine: Machine, tiny: bool, seconds: float) -> tuple[float, str]:
+    """Seconds per element of a layer's elementwise passes (keyed dropout, activation, their gradients, the
+    allocations): a GCN training step on a random graph, less what :func:`~graphscale.advise.predict.layer_seconds`
+    prices without them (products and fixed costs), over the elements it counts."""
+    import torch
+
+    from graphscale.advise.predict import layer_seconds
+    from graphscale.config import build_config
+    from graphscale.data.block import Block
+    from graphscale.nn.models import build_model
+    from graphscale.strategies.base import masked_loss_sum
+    from graphscale.testing import random_graph
+
+    (n, features), device = ((1000, 64) if tiny else (5000, 256)), machine.device
+    graph = random_graph(n, 8.0, num_features=features, seed=0)
+    block = Block.full(graph).to(torch.device(device))
+    x, y = graph.x.to(device), graph.y.to(device)
+    mask = torch.ones(n, dtype=torch.bool, device=device)
+    model = build_model(build_config({"model": {"name": "gcn", "hidden": 16, "layers": 2}}).model, features,
+                        int(graph.y.max()) + 1, seed=0).to(device)
+    opt = torch.optim.Adam(model.parameters(), lr=0.01)
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        masked_loss_sum(model(block, x), y, mask).backward()
+        opt.step()
+        sync()
+    taken = _best(step, seconds, at_least=20)
+    widths, outs = [features, 16], [16, int(graph.y.max()) + 1]
+    edges = block.num_edges if hasattr(block, "num_edges") else int(block.indices.numel())
+    priced = layer_seconds(machine, n, edges + n, widths, outs) + machine.step_s
+    per = taken - priced  # layer_seconds so far priced the elementwise passes at elementwise_s = 0
+    elements = n * (widths[0] + 3 * outs[0] + 3 * widths[1] + 3 * outs[1])
+    return max(per / elements, 1e-12), (f"a 2-layer GCN training step on a random graph of {n} vertices and "
+                                        f"{features} features, best of repetitions, less the products and fixed "
+                                        "costs layer_seconds prices, per element it counts")
 
 
 def _collective(device: str, tiny: bool) -> tuple[float, float, int, str]:
