@@ -102,19 +102,21 @@ def check_resume(config: RunConfig, saved: dict, summary: dict | None = None) ->
 
     recorded, current, recorded_graph = saved["identity"], identity(config), saved.get("graph")
     differing = []
-    for key in current:
-        if key == "dataset" and not current[key]:
-            continue
-        if key == "strategy":
-            continue
-        if recorded.get(key) != current[key]:
-            differing.append(f"--{key.replace('_', '-')} {_show(recorded.get(key))} (checkpoint) vs "
-                             f"{_show(current[key])}")
     before, now = recorded.get("strategy"), current["strategy"]
     if before != now and not (before in STRATEGIES.names() and STRATEGIES.get(before).exact
                               and STRATEGIES.get(now).exact):
         differing.append(f"--strategy {before!r} (checkpoint) vs {now!r} (only exact strategies resume each "
                          "other's checkpoints)")
+    for key in current:
+        if key == "dataset" and not current[key]:
+            continue
+        if key == "strategy":
+            continue
+        if key not in recorded and before != now:  # an option of this run's strategy only: not a difference
+            continue
+        if recorded.get(key) != current[key]:
+            differing.append(f"--{key.replace('_', '-')} {_show(recorded.get(key))} (checkpoint) vs "
+                             f"{_show(current[key])}")
     if summary is not None and recorded_graph is not None:
         for key in GRAPH_COUNTS:
             if key in recorded_graph and recorded_graph[key] != summary.get(key):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import math
 import re
 import shutil
 import statistics
@@ -53,11 +54,13 @@ TRAIN_OPTIONS = {
     "partitions": ("strategy", "partitions"), "cache_dir": (None, "cache_dir"), "minibatch": ("strategy", "minibatch"),
     "fanouts": ("strategy", "fanouts"), "batch_size": ("strategy", "batch_size"),
     "chunks": ("strategy", "chunks"), "dedup": ("strategy", "dedup"), "recompute": ("strategy", "recompute"),
-    "memory_budget": ("strategy", "memory_budget"),
+    "memory_budget": ("strategy", "memory_budget"), "offload_topology": ("strategy", "offload_topology"),
+    "offload_transfer": ("strategy", "offload_transfer"),
     "parts": ("strategy", "parts"), "average_every": ("strategy", "average_every"),
     "average_optimizer": ("strategy", "average_optimizer"), "state_dir": ("strategy", "state_dir"),
     "halo_hops": ("strategy", "halo_hops"), "device_memory": ("strategy", "device_memory"),
     "correction_steps": ("strategy", "correction_steps"),
+    "optimizer_state": ("strategy", "optimizer_state"), "evaluation": ("strategy", "evaluation"),
     "shm_dir": ("strategy", "shm_dir"),
     "t_workers": ("strategy", "t_workers"), "p_split": ("strategy", "p_split"), "subgraphs": ("strategy", "subgraphs"),
     "chunking": ("strategy", "chunking"), "dependency": ("strategy", "dependency"),
@@ -83,8 +86,11 @@ REGISTRY_OPTIONS = {"model": "MODELS", "strategy": "STRATEGIES", "partitioner": 
 
 def int_list(text: str) -> list[int]:
     """``"10,5"`` -> ``[10, 5]`` (an option type)."""
+    fields = text.split(",")
+    if any(not field.strip() for field in fields):
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r} (an empty field)")
     try:
-        return [int(v) for v in text.split(",") if v.strip()]
+        return [int(v) for v in fields]
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
 
@@ -233,7 +239,8 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
 
     p.add_argument("--balance", choices=BALANCE_CHOICES,
                    help="metis: what the parts balance: vertex counts, in-edges (computation), or in-edges and "
-                        "training vertices as a second constraint (empty: edges+train)")
+                        "training vertices as a second constraint (empty: edges+train); spring: vertices (the "
+                        "paper's LPT) or edges (empty: edges, for a store built for training)")
     p.add_argument("--partitions", metavar="DIR",
                    help="train from this partition store (written by `graphscale partition`; its part count must "
                         "equal --workers); empty: partition into the cache directory")
@@ -252,23 +259,38 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
                    help="host-device communication dedup, each adding to the previous")
     p.add_argument("--recompute", choices=["auto", "hybrid", "recompute", "none"],
                    help="intermediate data per layer (auto: the cost model decides)")
+    p.add_argument("--offload-topology", choices=["streamed", "resident"],
+                   help="offload: chunk topology sent with each batch (streamed, HongTu's) or kept on the device "
+                        "(resident: no per-epoch topology traffic; not with --memory-budget)")
+    p.add_argument("--offload-transfer", choices=["auto", "staged", "uva"],
+                   help="offload: host-device transfers (auto: uva where the GPU can read pinned host rows and the "
+                        "topology is resident, else staged: pinned double buffers filled by a thread)")
     p.add_argument("--memory-budget", metavar="SIZE",
                    help="per-worker device-memory budget, e.g. 256MiB; picks the smallest K that fits (then no "
                         "--chunks)")
-    p.add_argument("--parts", type=int, help="partitions of the store the run writes (default: "
+    p.add_argument("--parts", type=int, help="partitions of the store the run writes (0: "
                                              "one per worker; more than --workers trains them in turn)")
-    p.add_argument("--average-every", type=int, help="average the models every N epochs (default 1)")
+    p.add_argument("--average-every", type=int, help="average the models every N epochs")
     p.add_argument("--average-optimizer", action="store_true", default=None,
-                   help="also average Adam's moments (default: kept per partition, as SDT-GNN)")
+                   help="deprecated: = --optimizer-state averaged, now the default")
+    p.add_argument("--optimizer-state", metavar="{local,averaged}",
+                   help="model-averaging: Adam's moments averaged with the model, weighted by training vertices "
+                        "(averaged, the default), or kept per partition as SDT-GNN does (local: on Cora, 4 SPRING "
+                        "parts on 2 workers, it ends about 22 points below single)")
+    p.add_argument("--evaluation", metavar="{exact,halo,truncated}",
+                   help="model-averaging: exact (default: every home vertex on its full L-hop neighbourhood, from a "
+                        "K >= L halo or with the missing rows fetched from their owners), halo (exact from the "
+                        "store's halo only; needs --halo-hops >= --layers), truncated (the partition-local "
+                        "forward, as trained: not the model's accuracy for L > K)")
     p.add_argument("--halo-hops", type=int, help="hops of in-neighbourhood each partition of the store the run "
-                                                 "writes holds (default 1; = --layers makes full-neighbour "
+                                                 "writes holds (= --layers makes full-neighbour "
                                                  "training exact for home vertices)")
     p.add_argument("--device-memory", metavar="SIZE",
                    help="one worker's device memory, e.g. 16GiB: without --parts the run writes one partition per "
                         "worker if the data fits in a third of it, else ceil(data / (M / 3)) (default: measured)")
     p.add_argument("--correction-steps", type=int,
                    help="global correction: mini-batch steps on neighbourhoods sampled across partitions after "
-                        "each averaging round (default 0: none)")
+                        "each averaging round (0: none)")
     p.add_argument("--state-dir", metavar="DIR", help="keep the per-partition states on disk here (without it: "
                                                       "under the cache directory when a worker trains several "
                                                       "partitions or the run keeps checkpoints, else in memory)")
@@ -312,14 +334,15 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
                    help="scheduling model (without --t-workers): one worker's memory bytes/s, e.g. 768e9 (0: "
                         "measured)")
     p.add_argument("--schedule", choices=["gpipe", "1f1b"],
-                   help="pipeline schedule: gpipe (default) or 1f1b (fewer chunks' activations held; needs "
+                   help="pipeline schedule: gpipe or 1f1b (fewer chunks' activations held; needs "
                         "--cross-chunk-grad none)")
     p.add_argument("--cross-chunk-grad", choices=["fresh", "none"],
-                   help="gradients along cross-chunk edges read fresh: fresh (default, GNNPipe) or none (dropped)")
+                   help="gradients along cross-chunk edges read fresh: fresh (GNNPipe) or none (dropped)")
     p.add_argument("--shm-dir", metavar="DIR",
-                   help="directory of the host arrays the workers share (default /dev/shm)")
+                   help="directory of the host arrays the workers share")
     p.add_argument("--timeout", type=float, metavar="SECONDS",
-                   help="seconds a collective waits for every worker before the run fails (default 600)")
+                   help="seconds a collective waits for every worker before the run fails, at least 1 (workers "
+                        "need that long to connect)")
     p.add_argument("--cache", choices=["none", "pagraph", "quiver"],
                    help="feature cache: none (DGL-like), pagraph, quiver")
     p.add_argument("--cache-fraction", type=float,
@@ -361,7 +384,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     from graphscale.checkpoint import check_resume, read_checkpoint, seed_path
     from graphscale.config import build_config
     from graphscale.run import run, write_json
-    from graphscale.validation import validate
+    from graphscale.validation import check_path_conflicts, validate
 
     overrides, advice = overrides_from_args(args), None
     if overrides.get("strategy", {}).get("name") == "auto":  # graphscale advise's recommendation
@@ -383,8 +406,16 @@ def cmd_train(args: argparse.Namespace) -> int:
                 config.checkpoint = seed_path(config.checkpoint, config.seed)
         validate(config)  # every seed's checkpoint before the first run
         if config.resume:
-            check_resume(config, read_checkpoint(config.checkpoint))
+            saved = read_checkpoint(config.checkpoint)
+            check_resume(config, saved)
+            done = int(saved["epoch"]) + 1
+            if done >= config.optim.epochs:
+                print(f"graphscale: notice: checkpoint {config.checkpoint} has trained {done} epoch(s) and --epochs "
+                      f"is {config.optim.epochs} (the total, not more epochs): nothing to train; reporting the "
+                      "checkpoint's run (a larger --epochs continues it)", file=sys.stderr)
         configs.append(config)
+    outputs = [("--checkpoint", c.checkpoint) for c in configs] + [("--json", base.json)]
+    check_path_conflicts(base, outputs, args.config)  # every seed's checkpoint, the report, the TOML file
     rows, reports = [], []
     for config in configs:
         report = run(config)
@@ -398,7 +429,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         final = report["final"]
         os_mem = max((m for m in final.get("os_memory_per_worker") or [] if m), default=None,
                      key=lambda m: m["peak_rss"])  # the OS figures of the worker with the largest resident set
-        rows.append({"seed": config.seed, "best epoch": final["best_epoch"],
+        rows.append({"seed": config.seed, "best epoch": "-" if final["best_epoch"] is None else final["best_epoch"],
                      "final loss": report["epochs"][-1]["loss"] if report["epochs"] else float("nan"),
                      "val acc": final["val_acc"], "test acc": final["test_acc"], "s/epoch": final["mean_epoch_seconds"],
                      "bytes/epoch": format_bytes(moved_bytes(final["bytes_per_epoch"])),
@@ -414,18 +445,32 @@ def cmd_train(args: argparse.Namespace) -> int:
     metric = reports[0].get("metric", "accuracy")  # reported under the acc columns (micro-f1 for multi-label)
     form = " (decoupled)" if reports[0].get("model_form") == "decoupled" else ""
     title = (f"{base.model.name}{form} on {graph['name']} ({graph['nodes']:,} nodes, {graph['edges']:,} edges), "
-             f"strategy {base.strategy.name}, {base.strategy.workers} worker(s), {base.optim.epochs} epochs, "
-             f"metric: {metric}")
+             f"strategy {base.strategy.name}, {base.strategy.workers} worker(s), "
+             f"{_epochs_trained(reports, base.optim.epochs)}, metric: {metric}")
     print(format_table(rows, title=title))
+    for warning in dict.fromkeys(w for r in reports for w in r.get("warnings", [])):
+        print(f"graphscale: warning: {warning}", file=sys.stderr)
     tests = [r["final"]["test_acc"] for r in reports]
-    if len(tests) > 1:
+    scored = not any(math.isnan(t) for t in tests)
+    if len(tests) > 1 and base.json:  # null mean and std (strict JSON) when a split is empty
+        write_json({"runs": reports, "metric": metric,
+                    "test_acc_mean": statistics.mean(tests) if scored else float("nan"),
+                    "test_acc_std": statistics.stdev(tests) if scored else float("nan")}, base.json)
+    if not scored:
+        print(f"no test {metric}: the test split is empty")
+    elif len(tests) > 1:
         print(f"test {metric} over {len(tests)} seeds: {statistics.mean(tests):.4f} +- {statistics.stdev(tests):.4f}")
-        if base.json:
-            write_json({"runs": reports, "metric": metric, "test_acc_mean": statistics.mean(tests),
-                        "test_acc_std": statistics.stdev(tests)}, base.json)
     else:
         print(f"test {metric} at best validation: {tests[0]:.4f}")
     return 0
+
+
+def _epochs_trained(reports: list[dict], epochs: int) -> str:
+    """``200 epochs``; what a resumed run's reports hold when it is not ``--epochs`` (a checkpoint past it)."""
+    held = {len(r["epochs"]) for r in reports}
+    if held == {epochs}:
+        return f"{epochs} epochs"
+    return f"{'/'.join(map(str, sorted(held)))} epochs (the checkpoint's; --epochs {epochs})"
 
 
 def terminal_width() -> int:
@@ -517,7 +562,13 @@ def bench_named(argv: list[str]) -> str | None:
 def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     """The ``graphscale`` parser. With ``argv``, only the bench that ``argv`` runs imports its module to declare
     its options (every bench module imports torch: `graphscale info` would pay for that); without, all do."""
+    from graphscale import __version__
+
     parser = Parser(prog="graphscale", description="Scalable GNN training on torch.distributed")
+    parser.add_argument("--version", action="version", version=f"graphscale {__version__}")
+    parser.add_argument("--debug", action="store_true",
+                        help="on an unexpected error (or a worker's), print its whole traceback instead of one line "
+                             "and the path of a log file holding it")
     sub = parser.add_subparsers(dest="command", required=True)
     train = sub.add_parser("train", help="train a model", description="Train a GNN with a chosen strategy. Options a "
                            "strategy or model does not read are refused.", formatter_class=TrainHelpFormatter)
@@ -559,27 +610,65 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     return parser
 
 
+def write_error_log(text: str) -> Path:
+    """Keep a traceback the user was shown one line of: ``$TMPDIR/graphscale-error-PID.log``."""
+    import os
+    import tempfile
+
+    path = Path(tempfile.gettempdir()) / f"graphscale-error-{os.getpid()}.log"
+    path.write_text(text)
+    return path
+
+
+def _one_line_with_log(line: str, traceback_text: str, debug: bool) -> str:
+    """``line`` and where its traceback is (a log file; with ``--debug`` the traceback itself, printed before)."""
+    if debug:
+        print(traceback_text.rstrip(), file=sys.stderr)
+        return line
+    try:
+        return f"{line} (traceback in {write_error_log(traceback_text)}; --debug prints it)"
+    except OSError:
+        return f"{line} (--debug prints the traceback)"
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run ``graphscale ARGV``; a bad option or input prints one line ``graphscale: error: ...`` on stderr and
-    returns 2, a failed worker prints its traceback and returns 1."""
+    returns 2; a failed run (a worker's error, a diverged loss, an environment problem) prints one line too and
+    returns 1, its traceback kept in a log file whose path the line names (``--debug``: printed instead)."""
+    import traceback
+
+    from graphscale.errors import RunError
+
     argv = sys.argv[1:] if argv is None else argv
     parser = build_parser(argv)
     args = parser.parse_args(argv)
+    debug = getattr(args, "debug", False)
     try:
         return args.func(args) or 0
     except (ValueError, KeyError, FileNotFoundError, FileExistsError) as err:
         message = err.args[0] if isinstance(err, KeyError) and err.args else err
+        if debug:
+            traceback.print_exc()
         print(f"graphscale: error: {message}", file=sys.stderr)
         return 2
-    except RuntimeError as err:
-        launch = sys.modules.get("graphscale.distributed.launch")  # not imported: nothing could raise WorkerError
-        if launch is None or not isinstance(err, launch.WorkerError):
-            raise
-        print(f"graphscale: error: {err}", file=sys.stderr)
-        return 1
     except KeyboardInterrupt:
         print("graphscale: interrupted", file=sys.stderr)
         return 130
+    except RunError as err:  # its message is complete (graphscale.errors)
+        if debug:
+            traceback.print_exc()
+        print(f"graphscale: error: {err}", file=sys.stderr)
+        return 1
+    except Exception as err:  # noqa: BLE001 - one line for the user, the traceback kept (module docstring)
+        launch = sys.modules.get("graphscale.distributed.launch")  # not imported: nothing could raise WorkerError
+        if launch is not None and isinstance(err, launch.WorkerError):
+            line, text = err.one_line(), str(err)
+        else:
+            from graphscale.distributed.launch import summarize_exception
+
+            line, text = summarize_exception(err)[0], traceback.format_exc()
+        print(f"graphscale: error: {_one_line_with_log(line, text, debug)}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

@@ -87,7 +87,8 @@ class StrategyConfig:
     workers: int = 1
     partitioner: str = "metis"
     balance: str = ""
-    """What a ``metis`` partition balances: ``vertices``, ``edges`` or ``edges+train`` (the default when empty)."""
+    """What a ``metis`` partition balances: ``vertices``, ``edges`` or ``edges+train`` (the default when empty); a
+    ``spring`` one: ``vertices`` or ``edges`` (the default when empty)."""
     partitions: str = ""
     """Train from this partition store (``graphscale partition``); empty: partition into the cache directory."""
     minibatch: bool = False
@@ -107,6 +108,14 @@ class StrategyConfig:
     """``offload`` communication dedup: ``baseline``, ``inter``, ``intra`` or ``reorg`` (each adds to the previous)."""
     recompute: str = "auto"
     """``offload`` intermediate data per layer: ``auto`` (cost model), ``hybrid``, ``recompute`` or ``none``."""
+    offload_topology: str = "streamed"
+    """``offload``: ``streamed`` (HongTu's: each batch's chunk topology and plan indices go to the device with it and
+    are freed after) or ``resident`` (sent once at setup and kept on the device; epochs move no ``h2d_topo`` bytes, and
+    GPU gathers can read the pinned host rows in place; not with ``memory_budget``)."""
+    offload_transfer: str = "auto"
+    """``offload`` host-device transfers: ``auto`` (``uva`` where a GPU can read the registered host memory and the
+    topology is resident, else ``staged``), ``staged`` (a worker thread fills two pinned staging buffers, copies on a
+    copy stream, double-buffered) or ``uva`` (GPU kernels gather and scatter the host rows in place)."""
     memory_budget: str = ""
     """``offload``: per-worker device-memory budget (e.g. ``256MiB``); picks the smallest K that fits."""
     parts: int = 0
@@ -114,7 +123,15 @@ class StrategyConfig:
     average_every: int = 1
     """``model-averaging``: average the partitions' models every this many epochs."""
     average_optimizer: bool = False
-    """``model-averaging``: also average the optimiser's moments (SDT-GNN keeps them local)."""
+    """``model-averaging``: deprecated spelling of ``optimizer_state = "averaged"`` (now the default); with
+    ``optimizer_state = "local"`` it is an error."""
+    optimizer_state: str = "averaged"
+    """``model-averaging``: Adam's moments ``averaged`` with the model, weighted the same way (default), or kept
+    ``local`` per partition (SDT-GNN's choice; on Cora it settles at a lower accuracy, see the README)."""
+    evaluation: str = "exact"
+    """``model-averaging``: ``exact`` (home vertices on their full L-hop neighbourhood: the store's halo when
+    ``K >= L``, else rows fetched from their owners), ``halo`` (exact from a ``K >= L`` halo only, no traffic) or
+    ``truncated`` (the partition-local forward; not the model's accuracy for ``L > K``)."""
     halo_hops: int = 1
     """``model-averaging``: hops of in-neighbourhood each partition of the store the run writes holds (K = layers
     makes full-neighbour training exact for home vertices)."""
@@ -262,8 +279,15 @@ def build_config(overrides: dict, config_file: str | Path | None = None) -> RunC
             file_values = tomllib.loads(path.read_text())
         except FileNotFoundError:
             raise ValueError(f"--config: file {path} does not exist") from None
+        except IsADirectoryError:
+            raise ValueError(f"--config {path} is a directory; give a TOML file") from None
+        except UnicodeDecodeError as err:
+            raise ValueError(f"--config: {path} is not a TOML file (not UTF-8 text: byte {err.start} is "
+                             f"{err.object[err.start:err.start + 1]!r})") from None
         except tomllib.TOMLDecodeError as err:
             raise ValueError(f"--config: {path} is not valid TOML: {err}") from None
+        except OSError as err:
+            raise ValueError(f"--config: {path} cannot be read ({err.strerror or err})") from None
     def model_name_in(values: dict):
         section = values.get("model")
         return section.get("name") if isinstance(section, dict) else None

@@ -109,6 +109,10 @@ def plot_reports(paths: list[str | Path], out: str | Path | None = None) -> Path
 
     runs = [(Path(p), r) for p in paths for r in load_reports(p)]
     out = Path(out) if out else Path(paths[0]).with_suffix(".png")
+    for report in paths:
+        if out.resolve() == Path(report).resolve():
+            raise ValueError(f"--out {out} is the report {report} it reads; drawing would overwrite it: give another "
+                             "path (default: the first report with .png)")
     check_output_path(out, "--out")
     import matplotlib
 

@@ -98,6 +98,17 @@ def _locked(cache: Path, key: str) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
+# ------------------------------------------------------------ setup progress
+def setup_step(config: RunConfig, what: str, stream=None):
+    """Progress of a slow setup step on stderr (``--progress``, the process that prints: partitioning a 200k-vertex
+    graph takes seconds that would otherwise pass in silence): a bar on a terminal, else a line when it starts and
+    one with its time when it ends (:func:`graphscale.progress.setup_progress`)."""
+    from graphscale.distributed.launch import is_main_process
+    from graphscale.progress import setup_progress
+
+    return setup_progress(what, enabled=config.progress and is_main_process(), stream=stream)
+
+
 # ------------------------------------------------------------ dataset identity
 def canonical_spec(spec: str) -> str:
     """``spec`` with paths made absolute (so ``npz:g.npz`` and ``npz:/abs/g.npz`` name one dataset) and a
@@ -148,7 +159,7 @@ def build_vertex_partitioner(text: str, balance: str = ""):
     """
     from graphscale.partition.command import build_partitioner
 
-    return build_partitioner(text, "--partitioner", **({"balance": balance} if balance else {}))[0]
+    return build_partitioner(text, "--partitioner", training=True, **({"balance": balance} if balance else {}))[0]
 
 
 # ------------------------------------------------------------ loading
@@ -240,9 +251,51 @@ def _check_store_node_data(path: Path, meta: dict) -> None:
                                     ids=arrays["orig_ids"])
         if problem:
             raise ValueError(f"partition store {path}, part {s}: {problem}")
+        problem = _structure_problem(folder, int(part["num_inner"]) + int(part.get("num_halo", 0)),
+                                     int(part["num_edges"]))
+        if problem:
+            raise ValueError(f"partition store {path}, part {s}: {problem} (a damaged store: write it again with "
+                             "`graphscale partition`)")
+
+
+#: edges of a part read at a time by :func:`_structure_problem`
+_CHECK_CHUNK = 1 << 24
+
+
+def _structure_problem(folder: Path, rows: int, edges: int) -> str | None:
+    """What is wrong with a part's adjacency (``indptr.npy``, ``indices.npy``, memory-mapped): lengths that do not
+    match its metadata, a decreasing ``indptr``, or neighbour ids outside ``[0, rows)`` (``rows``: inner and halo
+    vertices); ``None`` when it is sound."""
+    files = {name: folder / f"{name}.npy" for name in ("indptr", "indices")}
+    if not all(f.is_file() for f in files.values()):
+        return None  # a store without a CSR here: its reader checks what it has
+    indptr = np.load(files["indptr"], mmap_mode="r")
+    indices = np.load(files["indices"], mmap_mode="r")
+    if len(indptr) != rows + 1 or len(indices) != edges:
+        return (f"indptr.npy has {len(indptr)} entries and indices.npy {len(indices)}, but its metadata says "
+                f"{rows} vertices ({rows + 1} indptr entries) and {edges} edges")
+    if rows and (int(indptr[0]) != 0 or int(indptr[-1]) != edges or bool((np.diff(indptr) < 0).any())):
+        return "indptr.npy is not a CSR row pointer (it must rise from 0 to the edge count)"
+    for start in range(0, edges, _CHECK_CHUNK):
+        chunk = np.asarray(indices[start: start + _CHECK_CHUNK])
+        low, high = int(chunk.min()), int(chunk.max())
+        if low < 0 or high >= rows:
+            bad = start + int(np.flatnonzero((chunk < 0) | (chunk >= rows))[0])
+            return (f"neighbour id {int(indices[bad])} at edge {bad} of indices.npy is out of range [0, {rows}) (its "
+                    f"{rows} inner and halo vertices)")
+    return None
 
 
 # ------------------------------------------------------------ the views
+def short_list(ids, limit: int = 10) -> str:
+    """``[0, 1, 2]``, or ``[0, 1, ..., 799] (800 in all)`` for a list longer than ``limit`` (for messages)."""
+    ids = [int(i) for i in ids]
+    if len(ids) <= limit:
+        return str(ids)
+    head = ", ".join(map(str, ids[: limit - 1]))
+    return f"[{head}, ..., {ids[-1]}] ({len(ids)} in all)"
+
+
 def write_training_store(graph: Graph, path: str | Path, parts: int, partitioner: str = "metis", seed: int = 0,
                          balance: str = "", dataset: str = "", extra: dict | None = None, halo_hops: int = 1) -> dict:
     """Partition ``graph`` into ``parts`` with ``partitioner`` / ``balance`` and write a store (every part non-empty).
@@ -257,10 +310,14 @@ def write_training_store(graph: Graph, path: str | Path, parts: int, partitioner
     from graphscale.partition.store import check_partition_store, write_partition_store
     from graphscale.partition.streaming import GraphEdges
 
+    if parts > graph.num_nodes:
+        raise ValueError(f"{parts} parts (--parts, or --workers when --parts is not given) exceed the "
+                         f"{graph.num_nodes:,} vertices of {dataset or graph.name}; every part needs at least one "
+                         "vertex: use fewer")
     owner = build_vertex_partitioner(partitioner, balance).partition(graph, parts, seed=seed)
     sizes = torch.bincount(owner, minlength=parts)
     if bool((sizes == 0).any()):
-        raise ValueError(f"partitioner {partitioner!r} left part(s) {torch.nonzero(sizes == 0).flatten().tolist()} "
+        raise ValueError(f"partitioner {partitioner!r} left part(s) {short_list(torch.nonzero(sizes == 0).flatten())} "
                          f"empty for {parts} workers; use fewer workers or --partitioner random")
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     write_partition_store(path, GraphEdges(graph), owner.numpy(), parts, node_data=node_data_of(graph),
@@ -343,9 +400,12 @@ def _cached_store(config: RunConfig, cache: Path, parts: int) -> tuple[Path, dic
         with contextlib.suppress(FileNotFoundError, ValueError):
             return path, check_partition_store(path)
         build_vertex_partitioner(sc.partitioner, sc.balance)  # a bad name fails before the dataset loads
-        graph = training_graph(spec, config.data.features, config.seed)
-        meta = write_training_store(graph, path, parts, sc.partitioner, config.seed, sc.balance, spec,
-                                    extra={"cache_key": fields}, halo_hops=sc.halo_hops)
+        with setup_step(config, f"loading {config.data.dataset}"):
+            graph = training_graph(spec, config.data.features, config.seed)
+        with setup_step(config, f"partitioning {graph.num_nodes:,} vertices into {parts} parts ({sc.partitioner}) "
+                                f"and writing the partition store"):
+            meta = write_training_store(graph, path, parts, sc.partitioner, config.seed, sc.balance, spec,
+                                        extra={"cache_key": fields}, halo_hops=sc.halo_hops)
         return path, meta
 
 
@@ -381,10 +441,12 @@ def _host_shared(config: RunConfig, cache: Path, strategy) -> DataHandle:
     graph = None
     with _locked(cache, digest):
         if not is_graph_dir(path):
-            graph = load_training_graph(spec, config.data.feature_norm, config.dtype, config.data.features,
-                                        config.seed)
-            path.parent.mkdir(parents=True, exist_ok=True)
-            save_graph_dir(graph, path, overwrite=True)
+            with setup_step(config, f"loading {config.data.dataset} and preparing its features"):
+                graph = load_training_graph(spec, config.data.feature_norm, config.dtype, config.data.features,
+                                            config.seed)
+            with setup_step(config, "writing the graph directory the workers share"):
+                path.parent.mkdir(parents=True, exist_ok=True)
+                save_graph_dir(graph, path, overwrite=True)
     if graph is None:
         graph = load_graph_dir(path)
     summary = {**graph.summary(), "name": graph.name}
@@ -398,8 +460,10 @@ def _host_shared(config: RunConfig, cache: Path, strategy) -> DataHandle:
         owner_path = cache / "owners" / f"{owner_name}.npy"
         with _locked(cache, owner_digest):
             if not owner_path.is_file():
-                owner = build_vertex_partitioner(sc.partitioner, sc.balance).partition(graph, sc.workers,
-                                                                                      seed=config.seed)
+                with setup_step(config, f"partitioning {graph.num_nodes:,} vertices into {sc.workers} parts "
+                                        f"({sc.partitioner})"):
+                    owner = build_vertex_partitioner(sc.partitioner, sc.balance).partition(graph, sc.workers,
+                                                                                          seed=config.seed)
                 owner_path.parent.mkdir(parents=True, exist_ok=True)
                 tmp = owner_path.with_name(f".{owner_path.name}.tmp-{os.getpid()}.npy")
                 np.save(tmp, owner.numpy().astype(np.int64))

@@ -1,17 +1,23 @@
-"""Training progress on stderr: a bar on a terminal, plain lines when stderr is redirected.
+"""Training and setup progress on stderr: a bar on a terminal, plain lines when stderr is redirected.
 
 On a terminal, :class:`EpochProgress` shows a tqdm bar with the latest loss and accuracies. Redirected (a log
 file, a pipe, a CI job) a bar would write a carriage-return-separated line per update, so it prints one line
 every :data:`LINES`-th of the epochs instead, and one for the last epoch::
 
     single/gcn epoch 20/200: loss 0.8131, val 0.768, test 0.790, 0.05 s/epoch
+
+Setup steps (:func:`setup_progress`) follow the same rule: a bar per step on a terminal, a line when a step starts and
+one when it ends otherwise.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 import sys
+import threading
 import time
+from collections.abc import Iterator
 from typing import TextIO
 
 #: lines printed over a run when stderr is not a terminal
@@ -63,3 +69,44 @@ class EpochProgress:
     def close(self) -> None:
         if self.bar is not None:
             self.bar.close()
+
+
+@contextlib.contextmanager
+def setup_progress(what: str, enabled: bool = True, stream: TextIO | None = None) -> Iterator[None]:
+    """Progress of one slow setup step (loading, partitioning, writing a store or graph directory, preparing
+    features): on a terminal a one-step tqdm bar whose elapsed time a helper thread refreshes twice a second, full
+    when the step ends; otherwise a line when it starts and one with its time when it ends::
+
+        graphscale: setup: loading cora ...
+        graphscale: setup: loading cora: done in 1.2 s
+    """
+    stream = stream or sys.stderr
+    if not enabled:
+        yield
+        return
+    label = f"graphscale: setup: {what}"
+    if not stream.isatty():
+        print(f"{label} ...", file=stream, flush=True)
+        start = time.perf_counter()
+        yield
+        print(f"{label}: done in {time.perf_counter() - start:.1f} s", file=stream, flush=True)
+        return
+    from tqdm.auto import tqdm
+
+    bar = tqdm(total=1, desc=label, file=stream, leave=True, dynamic_ncols=True,
+               bar_format="{desc}: {percentage:3.0f}%|{bar}| [{elapsed}]")
+    stop = threading.Event()
+
+    def tick() -> None:
+        while not stop.wait(0.5):
+            bar.refresh()
+
+    ticker = threading.Thread(target=tick, daemon=True)
+    ticker.start()
+    try:
+        yield
+        bar.update(1)
+    finally:
+        stop.set()
+        ticker.join()
+        bar.close()

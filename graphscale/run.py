@@ -11,6 +11,7 @@ point::
 
 from __future__ import annotations
 
+import math
 import os
 import platform
 import time
@@ -101,6 +102,34 @@ def merge_histories(results: list[dict]) -> list[dict]:
     return epochs
 
 
+#: epochs after which a best epoch that is the first one means training never improved the model
+NO_IMPROVEMENT_EPOCHS = 5
+
+
+def report_warnings(epochs: list[dict], best: dict, metric: str) -> list[str]:
+    """What the report's numbers do not say by themselves: an empty validation split (best epoch by training loss,
+    no validation score), an empty test split (no test score), a best epoch that is the first of many (training
+    never improved on it: the scores are those of a barely trained model), a multi-label model that predicts
+    nothing."""
+    out = []
+    if epochs and all(math.isnan(e.get("val_acc", math.nan)) for e in epochs):
+        out.append("the validation split is empty: no validation score; the best epoch is the one with the lowest "
+                   "training loss")
+    if epochs and all(math.isnan(e.get("test_acc", math.nan)) for e in epochs):
+        out.append("the test split is empty: no test score is reported")
+    first = epochs[0]["epoch"] if epochs else 0
+    if best.get("by", "val_acc") == "val_acc" and best["epoch"] == first and len(epochs) >= NO_IMPROVEMENT_EPOCHS \
+            and not math.isnan(best["val_acc"]):
+        last = epochs[-1]
+        out.append(f"validation {metric} never improved after epoch {first + 1} of {len(epochs)} (last epoch: "
+                   f"{last['val_acc']:.4f}): the reported scores are those of a barely trained model; check --lr, "
+                   "--features and the labels")
+    if metric == "micro-f1" and epochs and epochs[-1].get("train_acc") == 0.0:
+        out.append("the model predicts no label for any training vertex at the last epoch (micro-f1 0): it has "
+                   "collapsed to all-negative outputs")
+    return out
+
+
 def environment() -> dict:
     from graphscale.nn.backend import kernel_setting
 
@@ -145,7 +174,9 @@ def run(config: RunConfig) -> dict:
         "allocator_per_worker": [r["allocator"] for r in results],
         "metric": metric_name(bool(results[0]["graph"].get("multilabel"))),
         "epochs": epochs,
-        "final": {"best_epoch": best["epoch"], "val_acc": best["val_acc"], "test_acc": best["test_acc"],
+        "warnings": report_warnings(epochs, best, metric_name(bool(results[0]["graph"].get("multilabel")))),
+        "final": {"best_epoch": best["epoch"] if best["epoch"] >= 0 else None, "val_acc": best["val_acc"],
+                  "test_acc": best["test_acc"], "best_by": best.get("by", "val_acc"),
                   "mean_epoch_seconds": sum(e["seconds"] for e in epochs) / max(len(epochs), 1),
                   "bytes_per_epoch": epochs[-1]["bytes"] if epochs else {},
                   "peak_memory_per_worker": [max(e["peak_memory_per_worker"][r] for e in epochs)

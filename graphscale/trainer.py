@@ -11,6 +11,7 @@ evaluation (:class:`~graphscale.metrics.memory.EpochMemory`), so every strategy 
 from __future__ import annotations
 
 import copy
+import math
 import os
 from pathlib import Path
 
@@ -18,10 +19,12 @@ import torch
 
 from graphscale.checkpoint import GRAPH_COUNTS, check_resume, identity, read_checkpoint
 from graphscale.config import RunConfig
+from graphscale.data.formats import temp_sibling
 from graphscale.distributed.env import DistEnv
+from graphscale.errors import RunError
 from graphscale.metrics.memory import EpochMemory, OSMemory
 from graphscale.progress import EpochProgress
-from graphscale.strategies.base import Strategy
+from graphscale.strategies.base import NonFiniteGradient, Strategy
 
 
 class Trainer:
@@ -41,7 +44,7 @@ class Trainer:
         self.strategy, self.env, self.config = strategy, env, config
         self.os_memory = EpochMemory(memory_baseline)
         self.history: list[dict] = []
-        self.best = {"epoch": -1, "val_acc": -1.0, "test_acc": float("nan"), "state": None}
+        self.best = {"epoch": -1, "val_acc": float("nan"), "test_acc": float("nan"), "state": None}
         self.start_epoch = 0
 
     # --------------------------------------------------------------- checkpoint
@@ -59,11 +62,15 @@ class Trainer:
         if not self.env.is_main:
             return
         path = Path(self.config.checkpoint)
-        tmp = path.with_name(path.name + ".tmp")
+        tmp = temp_sibling(path, "tmp")  # a writer killed mid-write leaves it; the next writer removes it
         graph = {k: self.strategy.data.summary.get(k) for k in GRAPH_COUNTS}
-        torch.save({"epoch": epoch, "strategy": state, "best": best,
-                    "history": self.history, "identity": identity(self.config), "graph": graph}, tmp)
-        os.replace(tmp, path)
+        try:
+            torch.save({"epoch": epoch, "strategy": state, "best": best,
+                        "history": self.history, "identity": identity(self.config), "graph": graph}, tmp)
+            os.replace(tmp, path)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
 
     def load_checkpoint(self) -> None:
         """Restore the state saved by :meth:`save_checkpoint`; training continues at the next epoch. The parent
@@ -75,6 +82,46 @@ class Trainer:
         self.best, self.history = state["best"], state["history"]
         self.start_epoch = state["epoch"] + 1
 
+    # ------------------------------------------------------------------ health
+    def check_finite(self, epoch: int, loss: float) -> None:
+        """Stop the run when the epoch's loss (or a parameter) is not finite: one line naming the epoch and the likely
+        causes; the checkpoint of the last good epoch (written after it) is kept, this epoch's is never written.
+
+        A non-finite gradient is caught earlier, before the optimiser step (``single`` checks its gradients, every
+        other strategy's :func:`~graphscale.strategies.base.allreduce_gradients` its reduced flat buffer, both
+        raising :class:`~graphscale.strategies.base.NonFiniteGradient`, reported by :meth:`diverged`). The
+        parameter check here is the net for steps taken without that all-reduce (model-averaging's local steps):
+        Adam carries a NaN or infinite gradient into its moments and so into every parameter it updates, so a
+        non-finite gradient always shows here, one step late.
+
+        Raises:
+            RunError: the loss or a parameter is NaN or infinite.
+        """
+        if not math.isfinite(loss):
+            self.diverged(epoch, f"the training loss is {loss}")
+        if not all(bool(torch.isfinite(p).all()) for p in self.strategy.model.parameters()):
+            self.diverged(epoch, "a model parameter became non-finite (NaN or infinite)")
+
+    def diverged(self, epoch: int, what: str) -> None:
+        """Raise the one-line divergence error of epoch ``epoch`` (0-based) for cause ``what``."""
+        kept = (f"; checkpoint {self.config.checkpoint} keeps epoch {epoch}"
+                if self.config.checkpoint and epoch > 0 else "")
+        raise RunError(f"training diverged at epoch {epoch + 1}: {what} (likely causes: too large a learning rate, "
+                       f"--lr {self.config.optim.lr:g}, or extreme or non-finite feature values; try a smaller "
+                       f"--lr or --feature-norm row){kept}")
+
+    def improves(self, record: dict) -> bool:
+        """Whether epoch ``record`` is the best so far: the highest validation score; with an empty validation
+        split (its score NaN) the lowest training loss."""
+        val = record["val_acc"]
+        if not math.isnan(val):
+            return math.isnan(self.best["val_acc"]) or val > self.best["val_acc"]
+        best_epoch = self.best["epoch"]
+        if best_epoch < 0:
+            return True
+        best_loss = next((r["loss"] for r in self.history if r["epoch"] == best_epoch), math.inf)
+        return record["loss"] < best_loss
+
     # --------------------------------------------------------------------- fit
     def fit(self) -> dict:
         """Train, evaluating after every epoch; returns this worker's history and best result."""
@@ -85,14 +132,19 @@ class Trainer:
                                  enabled=self.config.progress and self.env.is_main)
         for epoch in range(self.start_epoch, total):
             with self.os_memory.measure() as os_memory:
-                stats = self.strategy.train_epoch(epoch)
+                try:
+                    stats = self.strategy.train_epoch(epoch)
+                except NonFiniteGradient as err:  # raised before the optimiser step: the parameters are intact
+                    self.diverged(epoch, str(err))
+                self.check_finite(epoch, stats.loss)
                 self.os_memory.end_training()
                 metrics = self.strategy.evaluate()
             stats.os_memory = os_memory
             record = {"epoch": epoch, **stats.to_dict(), **metrics}
             self.history.append(record)
-            if metrics["val_acc"] > self.best["val_acc"]:
+            if self.improves(record):
                 self.best = {"epoch": epoch, "val_acc": metrics["val_acc"], "test_acc": metrics["test_acc"],
+                             "by": "val_acc" if not math.isnan(metrics["val_acc"]) else "train_loss",
                              "state": copy.deepcopy(self.strategy.model.state_dict())}
             progress.update(epoch, stats.loss, metrics["val_acc"], metrics["test_acc"])
             self.save_checkpoint(epoch)

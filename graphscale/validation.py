@@ -88,6 +88,119 @@ def check_output_path(path: str | os.PathLike, option: str) -> Path:
     return path
 
 
+def _resolved(path: str | os.PathLike) -> Path:
+    return Path(path).expanduser().resolve()
+
+
+def _inside(path: Path, folder: Path) -> bool:
+    """``path`` is ``folder`` or lies under it (both resolved)."""
+    return path == folder or folder in path.parents
+
+
+def dataset_paths(spec: str) -> list[Path]:
+    """The existing files and directories a dataset spec names (``npz:FILE``, ``graphdir:DIR``,
+    ``planetoid:DIR:NAME``, ...): what a run reads and must never write into."""
+    _kind, sep, arg = (spec or "").strip().partition(":")
+    if not sep:
+        return []
+    return [_resolved(part) for part in arg.split(":") if part and "=" not in part and Path(part).exists()]
+
+
+def run_paths(config: RunConfig, outputs: list[tuple[str, str]] | None = None) -> tuple[list, list]:
+    """``(outputs, inputs)`` of a run as ``(option, resolved path, kind)``: what it writes (``file`` or ``dir``) and
+    the inputs it reads (a partition store, the dataset's files or directories, the TOML file)."""
+    outs = [(option, _resolved(path), "file") for option, path in
+            (outputs if outputs is not None else [("--checkpoint", config.checkpoint), ("--json", config.json)])
+            if path]
+    for option, path in (("--tensorboard", config.tensorboard), ("--state-dir", config.strategy.state_dir)):
+        if path:
+            outs.append((option, _resolved(path), "dir"))
+    ins = []
+    if config.strategy.partitions:
+        ins.append(("--partitions", _resolved(config.strategy.partitions)))
+    ins += [("--dataset", path) for path in dataset_paths(config.data.dataset)]
+    return outs, ins
+
+
+def check_path_conflicts(config: RunConfig, outputs: list[tuple[str, str]] | None = None,
+                         config_file: str | None = None) -> None:
+    """Refuse a run that would write over what it reads or writes elsewhere: two outputs at one path (``--json``
+    and ``--checkpoint``, one seed's checkpoint), an output file inside another output directory
+    (``--tensorboard``, ``--state-dir``), or any output equal to or inside an input (``--partitions``, the
+    dataset's files and directories, ``--config``) or the cache's stores and graph directories.
+
+    Args:
+        outputs: ``(option, path)`` of the output files (default: ``--checkpoint`` and ``--json``; ``--repeat``
+            passes every seed's checkpoint).
+        config_file: the ``--config`` file, an input too.
+
+    Raises:
+        ValueError: one line naming both options and the path.
+    """
+    outs, ins = run_paths(config, outputs)
+    outs = list(dict.fromkeys(outs))  # --repeat passes --checkpoint and the seeds' files
+    if config_file:
+        ins.append(("--config", _resolved(config_file)))
+    if config.cache_dir:
+        cache = _resolved(config.cache_dir)
+        ins += [("--cache-dir (its partition stores)", cache / "stores"),
+                ("--cache-dir (its graph directories)", cache / "graphs")]
+    for i, (option, path, kind) in enumerate(outs):
+        for other, other_path, other_kind in outs[:i] + outs[i + 1:]:
+            if path == other_path:
+                raise ValueError(f"{other} and {option} name the same path {path}; the run would overwrite one "
+                                 "with the other: give different paths")
+            if other_kind == "dir" and _inside(path, other_path):
+                raise ValueError(f"{option} {path} lies inside the {other} directory {other_path}, which the run "
+                                 "writes: put it elsewhere")
+        for source, source_path in ins:
+            if path == source_path:
+                raise ValueError(f"{option} {path} is the {source} input the run reads; writing it would destroy "
+                                 "it: give another path")
+            if _inside(path, source_path):
+                raise ValueError(f"{option} {path} lies inside {source} {source_path}, which the run reads; writing "
+                                 "there could destroy it: give a path outside it")
+
+
+def check_output_dir(path: str | os.PathLike, option: str) -> Path:
+    """An output directory the run creates when missing (``--cache-dir``, ``--state-dir``, ``--tensorboard``): its
+    parent must exist, as for an output file (one policy: the run creates the file or directory it is told to
+    write, never the directories above it).
+
+    Raises:
+        ValueError: names ``option``, the path and what is wrong.
+    """
+    path = Path(path).expanduser()
+    if path.exists() and not path.is_dir():
+        raise ValueError(f"{option} {path} is a file; give a directory")
+    if not path.exists() and not path.parent.is_dir():
+        raise ValueError(f"{option} {path}: directory {path.parent} does not exist (create it first)")
+    return path
+
+
+def check_finite(option: str, value, *, positive: bool = False, nonnegative: bool = False) -> None:
+    """A float option is a finite number (``nan`` and ``inf`` are refused), ``> 0`` or ``>= 0`` when asked.
+
+    Raises:
+        ValueError: names the option, the value and what was expected.
+    """
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"{option} must be a number, got {value!r}")  # noqa: TRY004 - the CLI reports ValueErrors
+    if not math.isfinite(value):
+        expected = "a finite number > 0" if positive else "a finite number >= 0" if nonnegative else "a finite number"
+        raise ValueError(f"{option} must be {expected}, got {value}")
+    if positive and not value > 0:
+        raise ValueError(f"{option} must be > 0, got {value}")
+    if nonnegative and not value >= 0:
+        raise ValueError(f"{option} must be >= 0, got {value}")
+
+
+#: the longest ``--timeout`` (one year): collective timeouts are kept in milliseconds by torch.distributed
+MAX_TIMEOUT_S = 365 * 24 * 3600.0
+#: the shortest ``--timeout``: below it gloo's connection set-up itself times out (and may crash the worker)
+MIN_TIMEOUT_S = 1.0
+
+
 def _check_fanouts(config: RunConfig) -> None:
     from graphscale.data.sampler import check_fanout
 
@@ -162,6 +275,18 @@ def _check_strategy_option(option: str, config: RunConfig) -> None:
         from graphscale.strategies.offload.cost import check_recompute
 
         check_recompute(sc.recompute)
+    elif option == "offload_topology":
+        _check_choice("offload-topology", sc.offload_topology, ("streamed", "resident"))
+        if sc.offload_topology == "resident" and sc.memory_budget:
+            raise ValueError("--offload-topology resident is not covered by --memory-budget's memory model: use "
+                             "--chunks with it, or --offload-topology streamed")
+    elif option == "offload_transfer":
+        from graphscale.strategies.offload.transfer import MODES
+
+        _check_choice("offload-transfer", sc.offload_transfer, MODES)
+        if sc.offload_transfer == "uva" and sc.offload_topology != "resident":
+            raise ValueError("--offload-transfer uva needs --offload-topology resident (its GPU kernels index with "
+                             "ids already on the device)")
     elif option == "memory_budget" and sc.memory_budget:
         from graphscale.strategies.offload.memory import parse_bytes
 
@@ -176,6 +301,9 @@ def _check_strategy_option(option: str, config: RunConfig) -> None:
         parse_bytes(sc.device_memory, "--device-memory")
     elif option == "parts" and sc.parts < 0:
         raise ValueError(f"--parts must be >= 1 (or 0: one per worker), got {sc.parts}")
+    elif option == "shm_dir" and not (os.path.isdir(sc.shm_dir) and os.access(sc.shm_dir, os.W_OK | os.X_OK)):
+        raise ValueError(f"--shm-dir {sc.shm_dir} is not a writable directory; point --shm-dir at one (a "
+                         "memory-backed tmpfs such as /dev/shm)")
     elif option == "partitioner":  # with --balance, which the partitioner checks
         from graphscale.prepare import build_vertex_partitioner
 
@@ -288,12 +416,18 @@ def validate(config: RunConfig) -> None:
     if reason:  # from the spec alone
         raise ValueError(reason)
     _check_at_least_one("epochs", config.optim.epochs)
-    if not config.strategy.timeout > 0:
-        raise ValueError(f"--timeout must be > 0 seconds, got {config.strategy.timeout}")
-    if not config.optim.lr > 0:
-        raise ValueError(f"--lr must be > 0, got {config.optim.lr}")
-    if not config.optim.weight_decay >= 0:
-        raise ValueError(f"--weight-decay must be >= 0, got {config.optim.weight_decay}")
+    check_finite("--timeout", config.strategy.timeout, positive=True)
+    if config.strategy.timeout < MIN_TIMEOUT_S:
+        raise ValueError(f"--timeout must be at least {MIN_TIMEOUT_S:g} second(s) (the time workers need to connect "
+                         f"to each other), got {config.strategy.timeout}")
+    if config.strategy.timeout > MAX_TIMEOUT_S:
+        raise ValueError(f"--timeout must be at most {MAX_TIMEOUT_S:.0f} seconds (one year), got "
+                         f"{config.strategy.timeout}")
+    check_finite("--lr", config.optim.lr, positive=True)
+    check_finite("--weight-decay", config.optim.weight_decay, nonnegative=True)
+    for option, value in (("--dropout", config.model.dropout), ("--alpha", config.model.alpha),
+                          ("--theta", config.model.theta)):
+        check_finite(option, value)
     if config.seed < 0:
         raise ValueError(f"--seed must be >= 0, got {config.seed}")
     _check_workers(config, strategy)
@@ -307,10 +441,14 @@ def validate(config: RunConfig) -> None:
         raise ValueError(f"--resume: checkpoint {config.checkpoint} does not exist")
     from graphscale.distributed.launch import is_main_process
 
+    check_path_conflicts(config)
     if is_main_process():  # the process that writes them (under torchrun: rank 0)
         for option, path in (("--checkpoint", config.checkpoint), ("--json", config.json)):
             if path:
                 check_output_path(path, option)
+    for option, path in (("--cache-dir", config.cache_dir), ("--state-dir", config.strategy.state_dir)):
+        if path:
+            check_output_dir(path, option)
     if config.tensorboard:
         from graphscale.plot import check_tensorboard
 

@@ -98,3 +98,11 @@ def test_run_label_names_strategy_workers_model_and_form():
     assert run_label({"config": config, "model_form": "decoupled"}) == "task-parallel x4 / gcn (decoupled)"
     assert run_label({"config": {**config, "strategy": {"name": "single", "workers": 1}},
                       "model_form": "standard"}) == "single / gcn"
+
+
+def test_plot_never_draws_over_a_report(reports, capsys):
+    before = reports[1].read_text()
+    assert main(["plot", str(reports[0]), str(reports[1]), "--out", str(reports[1])]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"--out {reports[1]} is the report {reports[1]} it reads" in err
+    assert reports[1].read_text() == before

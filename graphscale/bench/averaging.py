@@ -15,10 +15,19 @@ for its halo bytes per epoch on the same graph and partition count. Tables:
   time, so it follows the largest partition, not ``p / q``; next to it ``graph-parallel``'s on ``p`` workers.
 
 ``--plot PNG`` draws test accuracy per epoch, ``single`` against every model-averaging run (first seed).
+``--optimizer-states`` compares Adam's moments averaged (the default) with SDT-GNN's local ones.
 
-Example (the default grid runs in a few minutes on 2 cores)::
+**Grids.** The default (Cora, GCN, SPRING, p = 2 and 4 on q = 2, with and without one correction step, one seed,
+averaged optimiser state: 7 runs) took 315 s on the 2 shared cores. ``--full`` is issue 25's grid, which takes
+days on 2 cores (about 2,400 runs of 200 epochs): p in {2, 4, 8, 16}, q in {1, 2, 4} (q <= p), Cora, the MUSAE
+Facebook graph (``--musae DIR``) and a nested SBM (:data:`NESTED_SBM`), GraphSAGE, GCN and GAT, 3 seeds, SPRING,
+HDRF, METIS and random, with and without ``--correction-steps 1``; ``--datasets`` given with ``--full`` replaces
+its datasets.
+
+Example::
 
     graphscale bench averaging --datasets cora --parts 2,4,8 --workers 2 --correction-steps 0,1 --plot acc.png
+    graphscale bench averaging --full --musae ../shared/data/musae_facebook --plot full.png
 """
 
 from __future__ import annotations
@@ -30,10 +39,35 @@ from pathlib import Path
 from graphscale.bench.memory import train_once
 from graphscale.bench.table import format_bytes, format_table, int_list, save_figure, split_specs
 
+#: the nested (hierarchical-community) SBM of the full grid: 20k vertices, 3 levels of communities, 8 classes
+NESTED_SBM = "sbm:nodes=20000,degree=10,classes=8,levels=3,homophily=0.9,features=64"
+#: ``--full``: issue 25's grid (every axis; the datasets less MUSAE, which ``--musae`` adds)
+FULL = {"models": "sage,gcn,gat", "partitioners": "spring,hdrf,metis,random", "parts": [2, 4, 8, 16],
+        "workers": [1, 2, 4], "correction_steps": [0, 1], "seeds": 3}
+
+
+def full_grid(args: argparse.Namespace) -> argparse.Namespace:
+    """``args`` with ``--full``'s grid applied (``--datasets`` kept when given)."""
+    if not args.full:
+        return args
+    grid = argparse.Namespace(**{**vars(args), **FULL})
+    if args.datasets is None:
+        grid.datasets = ",".join(["cora", *([f"musae:{args.musae}"] if args.musae else []), NESTED_SBM])
+    return grid
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of ``graphscale bench averaging``."""
-    parser.add_argument("--datasets", default="cora",
+    parser.add_argument("--full", action="store_true",
+                        help="issue 25's whole grid (p 2,4,8,16; q 1,2,4; Cora, MUSAE Facebook with --musae, a nested "
+                             "SBM; sage,gcn,gat; 3 seeds; spring,hdrf,metis,random; with and without a correction "
+                             "step): days on 2 cores")
+    parser.add_argument("--musae", default=None, metavar="DIR",
+                        help="the MUSAE Facebook directory for --full (e.g. ../shared/data/musae_facebook)")
+    parser.add_argument("--optimizer-states", default="averaged",
+                        help="comma-separated --optimizer-state values to compare (default averaged; e.g. "
+                             "averaged,local)")
+    parser.add_argument("--datasets", default=None,
                         help="comma-separated dataset specs (default cora; e.g. cora,musae:DIR,"
                              "sbm:nodes=20000,degree=10,features=64)")
     parser.add_argument("--models", default="gcn", help="comma-separated models (default gcn; e.g. gcn,sage,gat)")
@@ -61,7 +95,8 @@ def _extra(args, seed: int, *more: str) -> list[str]:
 def measure(args: argparse.Namespace) -> tuple[list[dict], list[dict]]:
     """Every run of the grid; returns the accuracy/bytes/memory rows and the curves (first seed)."""
     rows, curves = [], []
-    for dataset in split_specs(args.datasets):
+    args = full_grid(args)
+    for dataset in split_specs(args.datasets or "cora"):
         for model in [m for m in args.models.split(",") if m]:
             singles = [train_once(dataset, "single", 1, args.epochs, model, extra=_extra(args, s), timeout=args.timeout)
                        for s in range(args.seeds)]
@@ -82,13 +117,15 @@ def measure(args: argparse.Namespace) -> tuple[list[dict], list[dict]]:
                     gp_bytes = None if "error" in gp else _total(gp["final"]["bytes_per_epoch"])
                     gp_rss = None if "error" in gp else _rss(gp)
                     for q in [q for q in args.workers if q <= p]:
-                        for steps in args.correction_steps:
-                            more = ["--partitioner", partitioner, "--parts", str(p)]
+                        for steps, state in [(c, o) for c in args.correction_steps
+                                             for o in args.optimizer_states.split(",") if o]:
+                            more = ["--partitioner", partitioner, "--parts", str(p), "--optimizer-state", state]
                             more += ["--correction-steps", str(steps)] if steps else []
                             reports = [train_once(dataset, "model-averaging", q, args.epochs, model, extra=_extra(args, s, *more),
                                                   timeout=args.timeout) for s in range(args.seeds)]
                             row = {"dataset": dataset, "model": model, "run": "model-averaging",
-                                   "partitioner": partitioner, "p": p, "q": q, "correction": steps}
+                                   "partitioner": partitioner, "p": p, "q": q, "correction": steps,
+                                   "optimizer_state": state}
                             if any("error" in r for r in reports):
                                 rows.append({**row, "error": next(r["error"] for r in reports if "error" in r)})
                                 continue
@@ -100,7 +137,9 @@ def measure(args: argparse.Namespace) -> tuple[list[dict], list[dict]]:
                                          "graph_parallel_bytes": gp_bytes, "rss_peak": _rss(reports[0]),
                                          "graph_parallel_rss": gp_rss})
                             curves.append({"label": f"{dataset} {model} {partitioner} p={p} q={q}"
-                                                    + (f" +{steps} corr" if steps else ""), "report": reports[0]})
+                                                    + (f" +{steps} corr" if steps else "")
+                                                    + (f" {state} Adam" if state != "averaged" else ""),
+                                           "report": reports[0]})
     return rows, curves
 
 
@@ -121,7 +160,8 @@ def _display(rows: list[dict]) -> list[dict]:
             continue
         gp = r.get("graph_parallel_bytes")
         out.append({"dataset": r["dataset"], "model": r["model"], "run": r["run"], "partitioner": r["partitioner"],
-                    "p": r["p"], "q": r["q"], "corr": r["correction"], "test acc": r["test_acc"],
+                    "p": r["p"], "q": r["q"], "corr": r["correction"], "Adam": r.get("optimizer_state", ""),
+                    "test acc": r["test_acc"],
                     "gap (points)": r["gap_points"], "epoch to 95%": r["reach_epoch"],
                     "bytes/epoch": format_bytes(r["bytes_per_epoch"]),
                     "graph-parallel bytes": format_bytes(gp) if gp is not None else "",
@@ -157,7 +197,8 @@ def run(args: argparse.Namespace) -> list[dict]:
     print(format_table(_display(rows), title="model averaging against single (accuracy) and graph-parallel (bytes)"))
     for r in rows:
         if r.get("error"):
-            where = " ".join(f"{k}={r[k]}" for k in ("partitioner", "p", "q", "correction") if k in r)
+            where = " ".join(f"{k}={r[k]}" for k in ("partitioner", "p", "q", "correction", "optimizer_state")
+                             if k in r)
             print(f"failed: {r['dataset']} {r['model']} {r['run']} {where}: {r['error']}")
     if args.plot:
         print(f"wrote {plot(curves, args.plot)}")

@@ -34,7 +34,7 @@ from pathlib import Path
 
 import torch
 
-from graphscale.bench.peers import SYSTEMS, make_epoch, toy_data
+from graphscale.bench.peers import SYSTEMS, check_model_options, make_epoch, toy_data
 
 #: Goals of graphscale against PyG-CSR on the device (issue 24): time ratio, memory ratio, at most.
 TARGETS = {"pyg-csr": (0.5, 0.6)}
@@ -137,8 +137,8 @@ def check_device(device: str) -> torch.device:
     """``device`` as a torch device, or a ValueError naming the fix (no CUDA device, an unknown name)."""
     try:
         dev = torch.device(device)
-    except RuntimeError as err:
-        raise ValueError(f"--device {device!r}: not a device name (cpu, cuda, cuda:1): {err}") from None
+    except RuntimeError:
+        raise ValueError(f"--device {device!r}: only cpu and cuda are supported (cpu, cuda, cuda:1)") from None
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise ValueError(f"--device {device}: torch sees no CUDA device here (a CPU build, or no GPU); use "
                          "--device cpu to run the device path on CPU tensors")
@@ -191,12 +191,8 @@ def run(args: argparse.Namespace) -> list[dict]:
     from graphscale.bench.table import format_table
     from graphscale.data.datasets import load_dataset
 
-    if args.hidden < 1:
-        raise ValueError(f"--hidden must be >= 1, got {args.hidden}")
-    if not 0.0 <= args.dropout < 1.0:
-        raise ValueError(f"--dropout must lie in [0, 1), got {args.dropout}")
+    systems = check_model_options(args)
     dev = check_device(args.device)
-    systems = tuple(s.strip() for s in args.systems.split(",") if s.strip())
     graph = load_dataset(args.dataset)
     rows = measure(graph, args.device, args.hidden, args.dropout, args.repeats, args.warmup, systems)
     name = torch.cuda.get_device_name(dev) if dev.type == "cuda" else "CPU (device kernel backend on CPU tensors)"

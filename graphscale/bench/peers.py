@@ -295,16 +295,21 @@ def measure(graph, hidden: int = 128, dropout: float = 0.5, repeats: int = 3, wa
     return rows
 
 
+def check_model_options(args: argparse.Namespace) -> tuple[str, ...]:
+    """``--hidden`` and ``--dropout`` checked (one-line errors naming them); the ``--systems`` list."""
+    if args.hidden < 1:
+        raise ValueError(f"--hidden must be >= 1, got {args.hidden}")
+    if not 0.0 <= args.dropout < 1.0:
+        raise ValueError(f"--dropout must lie in [0, 1), got {args.dropout}")
+    return tuple(s.strip() for s in args.systems.split(",") if s.strip())
+
+
 def run(args: argparse.Namespace) -> list[dict]:
     """Load ``args.dataset``, measure every system, print the table and the targets (and write the plot)."""
     from graphscale.bench.table import format_table, save_bar_plot
     from graphscale.data.datasets import load_dataset
 
-    if args.hidden < 1:
-        raise ValueError(f"--hidden must be >= 1, got {args.hidden}")
-    if not 0.0 <= args.dropout < 1.0:
-        raise ValueError(f"--dropout must lie in [0, 1), got {args.dropout}")
-    systems = tuple(s.strip() for s in args.systems.split(",") if s.strip())
+    systems = check_model_options(args)
     graph = load_dataset(args.dataset)
     rows = measure(graph, args.hidden, args.dropout, args.repeats, args.warmup, systems, args.threads,
                    args.allocator)

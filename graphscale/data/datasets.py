@@ -22,6 +22,7 @@ import gzip
 import itertools
 import json
 import pickle
+import re
 import struct
 import zipfile
 import zlib
@@ -408,8 +409,10 @@ def _label_matrix(matrix, n: int, where: str, column: int | None = None,
     return (m.astype(np.uint8).toarray() if sp.issparse(m) else m.astype(np.uint8)), int(m.shape[1]), None
 
 
-def _npz_contents(data, file: Path) -> tuple[sp.csr_matrix, np.ndarray | None, np.ndarray, int]:
-    """``(adjacency, features or None, labels, num_classes)`` of an open gnn-benchmark ``.npz``."""
+def _npz_contents(data, file: Path) -> tuple[sp.csr_matrix, np.ndarray | None, np.ndarray, int, list | None]:
+    """``(adjacency, features or None, labels, num_classes, class names or None)`` of an open gnn-benchmark
+    ``.npz``; class ids that leave gaps (0..3 and 7) are renumbered ``0..C-1`` in increasing order, the original
+    ids kept as the class names (``meta["class_names"]``)."""
     keys = set(data.files)
     adj_key, attr_key = next(((a, f) for a, f in reversed(NPZ_LAYOUTS) if any(a.format(p) in keys for p in CSR_PARTS)),
                              NPZ_LAYOUTS[0])
@@ -442,9 +445,14 @@ def _npz_contents(data, file: Path) -> tuple[sp.csr_matrix, np.ndarray | None, n
             raise ValueError(f"{file}: labels must be {n} integer class ids (one per node), got {labels.dtype} "
                              f"{labels.shape}")
         labels = labels.astype(np.int64)
-        return adj, attr, labels, int(labels.max(initial=-1)) + 1
-    labels, num_classes, _ = _label_matrix(labels, n, f"{file}: labels", choose="")
-    return adj, attr, labels, num_classes
+        used = np.unique(labels[labels >= 0])
+        if used.size and used.size != int(used[-1]) + 1:  # ids with gaps: renumbered, no empty class trained
+            y = np.full(n, -1, dtype=np.int64)
+            y[labels >= 0] = np.searchsorted(used, labels[labels >= 0])
+            return adj, attr, y, int(used.size), [str(v) for v in used]
+        return adj, attr, labels, int(labels.max(initial=-1)) + 1, None
+    labels, num_classes, names = _label_matrix(labels, n, f"{file}: labels", choose="")
+    return adj, attr, labels, num_classes, names
 
 
 def read_npz(file: str | Path, seed: int = 0) -> Graph:
@@ -472,11 +480,14 @@ def read_npz(file: str | Path, seed: int = 0) -> Graph:
     except _NPZ_READ_ERRORS as err:
         raise ValueError(f"{file} is not a readable .npz file (truncated or corrupt?): {err}") from None
     with data:
-        adj, attr, labels, num_classes = _npz_contents(data, file)
+        adj, attr, labels, num_classes, class_names = _npz_contents(data, file)
     adj = adj.tocoo()
     masks = None if labels.ndim == 2 else per_class_split(labels, seed)
-    return _build(adj.row, adj.col, adj.shape[0], x=attr, y=labels, masks=masks, name=file.stem,
-                  num_classes=num_classes, source=f"npz:{file.resolve()}:{seed}")
+    graph = _build(adj.row, adj.col, adj.shape[0], x=attr, y=labels, masks=masks, name=file.stem,
+                   num_classes=num_classes, source=f"npz:{file.resolve()}:{seed}")
+    if class_names is not None:
+        graph.meta["class_names"] = class_names
+    return graph
 
 
 # -------------------------------------------------------------------- ogb
@@ -692,11 +703,33 @@ def _int_pairs(data: bytes, file: Path, what: str) -> np.ndarray:
     """:func:`read_int_pairs` on the bytes of ``file`` (as :func:`_text_bytes` returns them)."""
     buf = np.frombuffer(data, dtype=np.uint8)
     out = np.empty((data.count(b"\n"), 2), dtype=np.int64)
-    count, status, line, start, _ = _k_int_pairs(buf, out)
+    count, status, line, start, header_line = _k_int_pairs(buf, out)
     if status:
         raise ValueError(f"{file}, line {line}: {_PAIR_ERRORS[status].format(what=what)}, got "
                          f"{_line_text(data, start)!r}")
+    if header_line:  # a header names its columns: a line of numbers is data that is not two integers
+        text = _nth_line(data, header_line)
+        fields = [f for f in re.split(r"[\s,]+", text.strip()) if f][:2]
+        if all(_is_number(f) for f in fields):
+            raise ValueError(f"{file}, line {header_line}: expected two integers ({what}), got {text!r} (a first line "
+                             "is skipped as a header only when it is not numeric)")
     return out[:count]
+
+
+def _nth_line(data: bytes, number: int) -> str:
+    """Line ``number`` (1-based) of ``data``, shortened for an error message."""
+    start = 0
+    for _ in range(number - 1):
+        start = data.index(b"\n", start) + 1
+    return _line_text(data, start)
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
 
 
 def _relabel(src: np.ndarray, dst: np.ndarray) -> tuple[np.ndarray, np.ndarray, int, np.ndarray | None]:

@@ -38,7 +38,9 @@ leaves no orphans; SIGTERM to the launcher stops the workers and removes the
 directory before it exits (code 143); workers ignore SIGINT, so Ctrl-C (which
 reaches the whole process group) is handled by the launcher alone, which stops
 them and raises ``KeyboardInterrupt``. A tiny janitor process removes the
-launch directory after the launcher is gone, whatever ended it.
+launch directory after the launcher is gone, whatever ended it. Files a worker creates outside it (offload's
+shared-memory arrays) are registered first with :func:`remove_with_run`; the launcher removes them when the run
+ends, and the janitor when the launcher could not.
 """
 
 from __future__ import annotations
@@ -74,10 +76,31 @@ from graphscale.metrics.ledger import Ledger
 TORCHRUN_VARS = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 _POLL_S = 0.02
 _KILL_GRACE_S = 2.0
+#: how long the launcher waits for a primary failure once only consequences (connection resets) are known
+_CAUSE_GRACE_S = 3.0
 _PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
-#: Removes the launch directory once the launcher is gone: its stdin is a pipe from the launcher, which reaches
-#: end-of-file when the launcher exits, also by SIGKILL, when it cannot clean up itself.
-_JANITOR = "import shutil, sys; sys.stdin.buffer.read(); shutil.rmtree(sys.argv[1], ignore_errors=True)"
+#: Removes the launch directory, and every path a worker registered with :func:`remove_with_run`, once the launcher
+#: is gone: its stdin is a pipe from the launcher, which reaches end-of-file when the launcher exits, also by SIGKILL,
+#: when it cannot clean up itself. The kernel kills the workers just after closing the launcher's files, so a
+#: directory still there (the launcher did not clean up) is read after a moment, when they can register no more.
+_JANITOR = """import os, shutil, sys, time
+sys.stdin.buffer.read()
+work = sys.argv[1]
+if os.path.isdir(work):
+    time.sleep(0.5)
+    marks = os.path.join(work, "remove")
+    for name in (os.listdir(marks) if os.path.isdir(marks) else []):
+        if name.endswith(".tmp"):  # being written: not a whole path
+            continue
+        try:
+            with open(os.path.join(marks, name)) as f:
+                shutil.rmtree(f.read(), ignore_errors=True)
+        except OSError:
+            pass
+shutil.rmtree(work, ignore_errors=True)
+"""
+#: the launch directory of a spawned worker's run (set in each worker), where :func:`remove_with_run` registers paths
+LAUNCH_DIR_ENV = "GRAPHSCALE_LAUNCH_DIR"
 
 
 class WorkerError(RuntimeError):
@@ -92,11 +115,14 @@ class WorkerError(RuntimeError):
     """
 
     def __init__(self, rank: int, worker_traceback: str, exitcode: int | None = None,
-                 still_running: list[int] | None = None) -> None:
+                 still_running: list[int] | None = None, summary: str = "", consequences: int = 0) -> None:
         self.rank = rank
         self.exitcode = exitcode
         self.worker_traceback = worker_traceback
         self.still_running = still_running or []
+        self.consequences = consequences
+        #: one line for the user (:meth:`one_line`): the worker's exception and where it was raised
+        self.summary = summary
         if worker_traceback:
             detail = f"worker {rank} failed:\n{worker_traceback.rstrip()}"
         else:
@@ -105,6 +131,74 @@ class WorkerError(RuntimeError):
             detail += (f"\nworkers still running when its collective timed out: "
                        f"{', '.join(map(str, self.still_running))}")
         super().__init__(detail)
+
+    def one_line(self) -> str:
+        """``worker R: <the cause>`` in one line, without the traceback (the command line prints it so, and the
+        traceback into a log file)."""
+        if not self.worker_traceback:
+            cause = f"died with exit code {self.exitcode} and left no traceback (crash, os._exit or killed)"
+        else:
+            cause = self.summary or self.worker_traceback.strip().splitlines()[-1]
+        line = f"worker {self.rank}: {cause}"
+        if self.still_running:
+            line += f" (workers still running then: {', '.join(map(str, self.still_running))})"
+        if self.consequences:
+            line += (f"; {self.consequences} other worker(s) failed after it as a consequence (connection closed "
+                     "or reset)")
+        return line
+
+
+#: what an error of a worker says when it only follows from a peer's failure (the peer closed its connections)
+_SECONDARY = ("Connection reset by peer", "Connection closed by peer", "Broken pipe", "Socket closed",
+              "connection closed", "Connection refused", "EOF")
+
+
+def summarize_exception(err: BaseException) -> tuple[str, bool]:
+    """``(one line, secondary)`` for a worker's exception: its message (with its type unless it is an error of
+    bad input, ``ValueError`` / ``KeyError`` / ``FileNotFoundError``, whose messages name the option or file), and
+    whether it only follows from a peer's failure (a connection reset or closed by a peer that failed first)."""
+    message = (str(err.args[0]) if isinstance(err, KeyError) and err.args else str(err)).strip()
+    first = message.splitlines()[0] if message else ""
+    secondary = any(text in message for text in _SECONDARY) and not (isinstance(err, CollectiveError)
+                                                                     and err.timed_out)
+    from graphscale.errors import RunError
+
+    if isinstance(err, (ValueError, KeyError, FileNotFoundError, RunError, CollectiveTimeout,
+                        CollectiveError)) and first:
+        return first, secondary
+    if isinstance(err, OSError) and err.filename is not None:
+        return f"{err.strerror or type(err).__name__}: {err.filename}", secondary
+    if isinstance(err, MemoryError) or "can't allocate memory" in message or type(err).__name__ == "OutOfMemoryError":
+        import re
+
+        asked = re.search(r"allocate (\d+) bytes", message)
+        what = f"an allocation of {int(asked.group(1)):,} bytes failed" if asked else (first or type(err).__name__)
+        return (f"out of memory ({what}); use a smaller model (--hidden, --layers), fewer "
+                "rows at once (--batch-size, --chunks) or more workers"), secondary
+    where = ""
+    tb = traceback.extract_tb(err.__traceback__) if err.__traceback__ else []
+    if tb:
+        where = f" (at {Path(tb[-1].filename).name}:{tb[-1].lineno} in {tb[-1].name})"
+    return f"{type(err).__name__}: {first}{where}", secondary
+
+
+def _join_group(backend: str, rank: int, world_size: int, timeout: timedelta, init_method: str) -> None:
+    """``init_process_group``, its timeout named: a worker that does not join within ``--timeout`` is reported as
+    such, not as torch's bare ``Wait timeout``."""
+    start = time.monotonic()
+    try:
+        dist.init_process_group(backend, init_method=init_method, rank=rank, world_size=world_size, timeout=timeout)
+    except Exception as err:
+        text = str(err)
+        if "timeout" in text.lower() or "timed out" in text.lower():
+            raise CollectiveTimeout(f"rank {rank}: the {world_size} workers did not all join the process group "
+                                    f"within the collective timeout ({timeout.total_seconds():g} s after "
+                                    f"{time.monotonic() - start:.1f} s; --timeout raises it)") from err
+        raise
+
+
+class CollectiveTimeout(RuntimeError):
+    """Workers did not join the process group (or a collective) within ``--timeout``; never a consequence."""
 
 
 def cpu_count() -> int:
@@ -227,7 +321,7 @@ def join_torchrun(backend: str | None = None, device: str | torch.device = "auto
     if kind == "cuda":
         torch.cuda.set_device(dev)
     if not dist.is_initialized():
-        dist.init_process_group(backend, init_method="env://", rank=rank, world_size=world_size, timeout=timeout)
+        _join_group(backend, rank, world_size, timeout, "env://")
     return DistEnv(rank=rank, world_size=world_size, device=dev, backend=backend, timeout=timeout, ledger=Ledger())
 
 
@@ -288,6 +382,7 @@ def _worker(rank: int, world_size: int, fn: Callable, args: tuple, workdir: str,
             timeout_s: float, launcher_pid: int, allocator_mode: str) -> None:
     """Body of one spawned worker: join the group, run ``fn``, write the outcome file."""
     _die_with_launcher(launcher_pid)
+    os.environ[LAUNCH_DIR_ENV] = workdir  # where remove_with_run registers what the launcher must remove
     allocator.configure(allocator_mode)  # before the worker's data arrives
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole process group: the launcher stops us
     out = Path(workdir) / f"rank{rank}.pkl"
@@ -297,14 +392,15 @@ def _worker(rank: int, world_size: int, fn: Callable, args: tuple, workdir: str,
         if kind == "cuda":
             torch.cuda.set_device(dev)
         timeout = timedelta(seconds=timeout_s)
-        dist.init_process_group(backend, init_method=f"file://{workdir}/store", rank=rank, world_size=world_size,
-                                timeout=timeout)
+        _join_group(backend, rank, world_size, timeout, f"file://{workdir}/store")
         env = DistEnv(rank=rank, world_size=world_size, device=dev, backend=backend, timeout=timeout, ledger=Ledger())
         result = fn(env, *args)
         payload = pickle.dumps(("ok", result))
     except BaseException as err:  # noqa: BLE001 - every failure must reach the parent
         timed_out = isinstance(err, CollectiveError) and err.timed_out
-        payload = pickle.dumps(("error", traceback.format_exc(), time.time(), timed_out))
+        summary, secondary = summarize_exception(err)
+        secondary = secondary and not isinstance(err, CollectiveTimeout)
+        payload = pickle.dumps(("error", traceback.format_exc(), time.time(), timed_out, summary, secondary))
         _write_atomic(out, payload)
         os._exit(1)  # skip interpreter teardown: peers may be blocked on us and the parent is stopping them
     _write_atomic(out, payload)
@@ -318,6 +414,25 @@ def _worker(rank: int, world_size: int, fn: Callable, args: tuple, workdir: str,
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(0)
+
+
+def remove_with_run(path: str | Path) -> None:
+    """Have the launcher of this spawned worker remove directory ``path`` when the run ends, however it ends (the
+    launcher's cleanup, else its janitor after the launcher was killed). Register before creating ``path``.
+    Outside a spawned worker (one worker in-process, torchrun) nothing is registered: the caller removes its own."""
+    workdir = os.environ.get(LAUNCH_DIR_ENV)
+    if workdir and os.path.isdir(workdir):
+        marks = Path(workdir) / "remove"
+        marks.mkdir(exist_ok=True)
+        _write_atomic(marks / f"{os.getpid()}-{time.monotonic_ns()}", str(path).encode())
+
+
+def _remove_registered(workdir: Path) -> None:
+    """Remove the paths the run's workers registered (:func:`remove_with_run`)."""
+    marks = workdir / "remove"
+    for mark in sorted(marks.glob("*")) if marks.is_dir() else []:
+        if mark.suffix != ".tmp":
+            shutil.rmtree(mark.read_text(), ignore_errors=True)
 
 
 def _die_with_launcher(launcher_pid: int) -> None:
@@ -395,6 +510,7 @@ def _spawn(fn: Callable, world_size: int, args: tuple, backend: str, kind: str, 
             return _collect(procs, Path(workdir))
         finally:
             _stop(procs)
+            _remove_registered(Path(workdir))
             shutil.rmtree(workdir, ignore_errors=True)
             janitor.stdin.close()
             janitor.wait()
@@ -403,26 +519,33 @@ def _spawn(fn: Callable, world_size: int, args: tuple, backend: str, kind: str, 
 def _collect(procs: list, workdir: Path) -> list[Any]:
     """Wait for every worker's result; raise :class:`WorkerError` for the first failure."""
     outcomes: dict[int, tuple] = {}
+    failed: dict[int, tuple] = {}  # rank -> (secondary, when, rank, traceback, timed out, summary)
+    grace_until = None
     while len(outcomes) < len(procs):
-        failed: list[tuple[float, int, str, bool]] = []  # (when, rank, traceback, timed out)
         for rank, p in enumerate(procs):
-            if rank in outcomes or p.is_alive():
+            if rank in outcomes or rank in failed or p.is_alive():
                 continue
             p.join()
             outcome = _read_outcome(workdir / f"rank{rank}.pkl")
             if outcome is not None and outcome[0] == "ok" and p.exitcode == 0:
                 outcomes[rank] = outcome
             elif outcome is not None and outcome[0] == "error":
-                failed.append((outcome[2], rank, outcome[1], outcome[3]))
+                failed[rank] = (outcome[5], outcome[2], rank, outcome[1], outcome[3], outcome[4])
             else:
-                failed.append((float("-inf"), rank, "", False))
-        if failed:
-            # A worker that died without a traceback (crash, os._exit) is the cause: its peers' errors
-            # ("connection closed") follow from it. Otherwise the earliest traceback is the cause, since
-            # peers blocked on a failed worker fail after it. Ties go to the lowest rank.
-            _, rank, worker_traceback, timed_out = min(failed)
+                failed[rank] = (False, float("-inf"), rank, "", False, "")
+        if failed and grace_until is None:
+            grace_until = time.monotonic() + _CAUSE_GRACE_S
+        if failed and (not all(f[0] for f in failed.values()) or time.monotonic() >= grace_until
+                       or all(rank in failed or rank in outcomes for rank in range(len(procs)))):
+            # The cause is a failure that is not a consequence: a connection closed or reset by a peer follows
+            # from that peer's failure, so while only such failures are known the launcher waits a moment
+            # (_CAUSE_GRACE_S) for the peer's own report. A worker that died without a traceback (crash,
+            # os._exit) is the cause; otherwise the earliest traceback, since peers blocked on a failed worker
+            # fail after it. Ties go to the lowest rank.
+            _, _, rank, worker_traceback, timed_out, summary = min(failed.values())
             running = [r for r, p in enumerate(procs) if p.is_alive()] if timed_out else None
             _stop(procs)
-            raise WorkerError(rank, worker_traceback, procs[rank].exitcode, running)
+            raise WorkerError(rank, worker_traceback, procs[rank].exitcode, running, summary,
+                              consequences=sum(1 for f in failed.values() if f[0] and f[2] != rank))
         time.sleep(_POLL_S)
     return [outcomes[rank][1] for rank in range(len(procs))]

@@ -56,12 +56,14 @@ def parse_method(text: str) -> tuple[str, dict]:
     return name.strip().lower(), options
 
 
-def build_partitioner(text: str, option: str = "--method", **extra):
+def build_partitioner(text: str, option: str = "--method", training: bool = False, **extra):
     """A partitioner instance from a ``--method`` string (see :func:`parse_method`).
 
     Args:
         text: ``NAME[:key=value,...]``.
         option: the command-line option ``text`` came from (for messages).
+        training: the partition is for training (a store, a strategy's chunks): the class's
+            ``training_defaults`` fill the options not given (under their own name or an ``aliases`` name).
         **extra: more constructor options (e.g. ``balance`` from ``--balance``), checked like the others.
 
     Raises:
@@ -75,12 +77,35 @@ def build_partitioner(text: str, option: str = "--method", **extra):
     name, options = parse_method(text)
     options.update(extra)
     cls = PARTITIONERS.get(name)
+    if training:
+        given = set(options) | {getattr(cls, "aliases", {}).get(k, k) for k in options}
+        options = {**{k: v for k, v in getattr(cls, "training_defaults", {}).items() if k not in given}, **options}
     accepted = [p for p in inspect.signature(cls.__init__).parameters if p != "self"]
     unknown = sorted(set(options) - set(accepted))
     if unknown:
         raise ValueError(f"{option} {text!r}: {name} has no option {', '.join(unknown)}; "
                          f"it accepts {', '.join(accepted) or 'no options'}")
+    parameters = inspect.signature(cls.__init__).parameters
+    for key, value in options.items():
+        _check_option_type(text, option, name, key, value, parameters[key])
     return cls(**options), name, options
+
+
+def _check_option_type(text: str, option: str, name: str, key: str, value, parameter: inspect.Parameter) -> None:
+    """A partitioner option's value has the type its constructor declares (``int``, ``float``, ``bool``, ``str``):
+    ``metis:ufactor=abc`` is refused here, naming the option, not later by a bare ``int()``."""
+    hint = parameter.annotation if isinstance(parameter.annotation, str) else getattr(parameter.annotation,
+                                                                                      "__name__", "")
+    kinds = {part.strip() for part in str(hint).split("|")} - {"None"}
+    if not kinds or "str" in kinds or kinds - {"int", "float", "bool"}:
+        return  # a string, or a type this check does not know
+    ok = (isinstance(value, bool) if kinds == {"bool"} else
+          (isinstance(value, int) and not isinstance(value, bool)) if kinds == {"int"} else
+          isinstance(value, (int, float)) and not isinstance(value, bool))
+    if not ok:
+        expected = {"bool": "true or false", "int": "an integer"}.get(next(iter(kinds)) if len(kinds) == 1 else "",
+                                                                      "a number")
+        raise ValueError(f"{option} {text!r}: {name} option {key} must be {expected}, got {value!r}")
 
 
 def resolve_input(dataset: str, num_vertices: int | None = None, edge_dtype: str | None = None,
@@ -205,7 +230,7 @@ def partition_dataset(args: argparse.Namespace) -> dict:
     from graphscale.prepare import canonical_spec
 
     start = time.perf_counter()
-    partitioner, name, options = build_partitioner(args.method)
+    partitioner, name, options = build_partitioner(args.method, training=True)
     if args.chunk_edges < 1 or args.feature_chunk_mb < 1:
         raise ValueError(f"--chunk-edges and --feature-chunk-mb must be >= 1, got {args.chunk_edges} and "
                          f"{args.feature_chunk_mb}")
@@ -264,7 +289,9 @@ def partition_dataset(args: argparse.Namespace) -> dict:
     metrics = summary.metrics
     metrics.seconds = time.perf_counter() - start
     metrics.peak_rss_bytes = peak_rss_bytes()
-    return {"method": args.method, "parts": args.parts, "dataset": label, "out": str(out),
+    defaults = {k: v for k, v in options.items() if k not in parse_method(args.method)[1]}  # training defaults
+    method = args.method + (f" ({', '.join(f'{k}={v}' for k, v in defaults.items())})" if defaults else "")
+    return {"method": method, "options": options, "parts": args.parts, "dataset": label, "out": str(out),
             "partition_seconds": partition_seconds, "store_seconds": summary.seconds,
             "metrics": metrics.to_dict(), "info": info, "halo_hops": args.halo_hops,
             **({"allocation": {**dataclasses.asdict(allocation), "why": allocation.why()}} if allocation else {})}

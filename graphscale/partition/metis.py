@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
+import os
+import sys
+import tempfile
 import warnings
 
 import numpy as np
@@ -79,6 +83,31 @@ def _metis_library(pymetis) -> ctypes.CDLL | None:
         return None
     names = ("METIS_SetDefaultOptions", "METIS_PartGraphKway", "METIS_PartGraphRecursive")
     return lib if all(hasattr(lib, name) for name in names) else None
+
+
+@contextlib.contextmanager
+def c_stdout_captured():
+    """Keep what C code writes to file descriptor 1 (METIS prints its complaints, such as ``***Cannot bisect a graph
+    with 0 vertices!``, there) out of the command's output: it is collected and yielded as a list holding the text
+    after the block (``[]`` where nothing was written or the descriptor cannot be redirected)."""
+    captured: list[str] = []
+    try:
+        sys.stdout.flush()
+        saved = os.dup(1)
+    except (OSError, ValueError, AttributeError):
+        yield captured
+        return
+    with tempfile.TemporaryFile() as sink:
+        os.dup2(sink.fileno(), 1)
+        try:
+            yield captured
+        finally:
+            os.dup2(saved, 1)
+            os.close(saved)
+            sink.seek(0)
+            text = sink.read().decode("utf-8", "replace").strip()
+            if text:
+                captured.append(text)
 
 
 def _part_graph_multi(pymetis, lib: ctypes.CDLL, xadj: np.ndarray, adjncy: np.ndarray, num_parts: int,
@@ -180,7 +209,9 @@ class MetisPartitioner(VertexPartitioner):
         if weights is not None and weights.ndim == 2:
             lib = _metis_library(pymetis)
             if lib is not None:
-                parts = _part_graph_multi(pymetis, lib, xadj, adjncy, num_parts, weights, int(seed), self.ufactor)
+                with c_stdout_captured():
+                    parts = _part_graph_multi(pymetis, lib, xadj, adjncy, num_parts, weights, int(seed),
+                                              self.ufactor)
                 return torch.as_tensor(parts, dtype=torch.int64)
             warnings.warn(f"this pymetis build does not export METIS's C API, so METIS balances only the first of "
                           f"{weights.shape[1]} constraints (balance='edges+train' becomes 'edges')", RuntimeWarning,
@@ -191,9 +222,10 @@ class MetisPartitioner(VertexPartitioner):
             options.ufactor = int(self.ufactor)
         idx = pymetis.zero_copy_dtype() if hasattr(pymetis, "zero_copy_dtype") else np.int64
         extra = {} if weights is None else {"vweights": np.ascontiguousarray(weights, dtype=idx)}
-        if hasattr(pymetis, "CSRAdjacency"):  # pymetis >= 2025.2
-            result = pymetis.part_graph(num_parts, pymetis.CSRAdjacency(xadj, adjncy), options=options, **extra)
-        else:  # pragma: no cover - older pymetis
-            result = pymetis.part_graph(num_parts, xadj=xadj, adjncy=adjncy, options=options, **extra)
+        with c_stdout_captured():
+            if hasattr(pymetis, "CSRAdjacency"):  # pymetis >= 2025.2
+                result = pymetis.part_graph(num_parts, pymetis.CSRAdjacency(xadj, adjncy), options=options, **extra)
+            else:  # pragma: no cover - older pymetis
+                result = pymetis.part_graph(num_parts, xadj=xadj, adjncy=adjncy, options=options, **extra)
         parts = result[1] if isinstance(result, tuple) else result.vertex_part
         return torch.as_tensor(np.asarray(parts), dtype=torch.int64)

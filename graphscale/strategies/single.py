@@ -22,6 +22,7 @@ from graphscale.metrics.stats import EpochStats
 from graphscale.registry import STRATEGIES
 from graphscale.strategies.base import (
     Strategy,
+    check_gradients,
     counts_to_metrics,
     masked_loss_sum,
     optimizer_tensors,
@@ -86,6 +87,7 @@ class SingleStrategy(Strategy):
         dst = (blocks[-1] if isinstance(blocks, list) else blocks).dst_ids
         loss = masked_loss_sum(logits, self.y[dst], target_mask) / normaliser
         loss.backward()
+        check_gradients([p.grad for p in self.model.parameters()], loss)  # before the step can spoil the parameters
         self.optimizer.step()
         self.tracker.track("optimizer", *optimizer_tensors(self.optimizer))
         return loss.item()

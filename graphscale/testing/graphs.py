@@ -42,3 +42,17 @@ def random_graph(num_nodes: int = 40, avg_degree: float = 4.0, num_features: int
     g.name = f"random-{num_nodes}-{seed}"
     g.meta["num_classes"] = num_classes
     return g
+
+
+def tiny_npz(path, class_ids, per_class):
+    """A ring graph with ``per_class`` vertices of each class id (features: one-hot of the class)."""
+    import numpy as np
+    import scipy.sparse as sp
+
+    labels = np.repeat(np.asarray(class_ids), per_class)
+    n = labels.size
+    adj = sp.csr_matrix((np.ones(2 * n), (np.r_[np.arange(n), (np.arange(n) + 1) % n],
+                                           np.r_[(np.arange(n) + 1) % n, np.arange(n)])), shape=(n, n))
+    np.savez(path, adj_data=adj.data, adj_indices=adj.indices, adj_indptr=adj.indptr, adj_shape=adj.shape,
+             attr_matrix=np.eye(max(class_ids) + 1, dtype=np.float32)[labels], labels=labels)
+    return path

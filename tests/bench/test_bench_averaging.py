@@ -35,3 +35,28 @@ def test_a_failed_run_is_listed_with_its_configuration(capsys, monkeypatch):
     averaging.run(parser.parse_args([]))
     assert "failed: d gcn model-averaging partitioner=spring p=4 q=2 correction=1: timed out after 900 s" in \
         capsys.readouterr().out
+
+
+def test_full_is_the_issues_grid_and_optimizer_states_are_an_axis(monkeypatch):
+    parser = argparse.ArgumentParser()
+    averaging.add_arguments(parser)
+    full = averaging.full_grid(parser.parse_args(["--full", "--musae", "/data/musae_facebook"]))
+    assert (full.parts, full.workers, full.correction_steps, full.seeds) == ([2, 4, 8, 16], [1, 2, 4], [0, 1], 3)
+    assert full.models == "sage,gcn,gat" and full.partitioners == "spring,hdrf,metis,random"
+    assert full.datasets == f"cora,musae:/data/musae_facebook,{averaging.NESTED_SBM}"
+    assert averaging.full_grid(parser.parse_args(["--full", "--datasets", "cora"])).datasets == "cora"
+    default = parser.parse_args([])
+    assert averaging.full_grid(default) is default and default.optimizer_states == "averaged"
+    calls = []
+
+    def fake(dataset, strategy, workers, epochs, model, extra, timeout):
+        calls.append((strategy, extra))
+        return {"final": {"test_acc": 0.8, "val_acc": 0.8, "bytes_per_epoch": {}, "os_memory_per_worker": []},
+                "epochs": [{"epoch": 0, "val_acc": 0.8}]}
+
+    monkeypatch.setattr(averaging, "train_once", fake)
+    rows, _ = averaging.measure(parser.parse_args(["--parts", "2", "--workers", "2", "--correction-steps", "0",
+                                                   "--optimizer-states", "averaged,local"]))
+    assert [r.get("optimizer_state") for r in rows] == [None, "averaged", "local"]
+    states = [e[e.index("--optimizer-state") + 1] for s, e in calls if s == "model-averaging"]
+    assert states == ["averaged", "local"]

@@ -25,7 +25,7 @@ from graphscale.testing import assert_close_rel
 #: (strategy, workers, strategy options): every registered strategy, one or more ways
 CASES = [("single", 1, {}), ("graph-parallel", 2, {}), ("offload", 1, {}), ("offload", 2, {}),
          ("data-parallel", 2, {"batch_size": 256}), ("split-parallel", 2, {"batch_size": 256}),
-         ("model-averaging", 2, {}), ("model-averaging", 2, {"average_optimizer": True}), ("pipeline", 2, {}),
+         ("model-averaging", 2, {}), ("model-averaging", 2, {"optimizer_state": "local"}), ("pipeline", 2, {}),
          ("task-parallel", 2, {})]
 #: (case, backend) of the CUDA runs: single-worker cases with the default, multi-worker ones with gloo and NCCL
 RUNS = [(case, backend) for case in CASES for backend in (("auto",) if case[1] == 1 else ("gloo", "nccl"))]
@@ -33,7 +33,9 @@ RUNS = [(case, backend) for case in CASES for backend in (("auto",) if case[1] =
 
 def _run_id(case: tuple, backend: str) -> str:
     name, workers, options = case
-    return "-".join([name, str(workers), *(k.replace("_", "-") for k in sorted(options) if options[k] is True),
+    named = [k if options[k] is True else f"{k}-{options[k]}" for k in sorted(options)
+             if options[k] is True or isinstance(options[k], str)]
+    return "-".join([name, str(workers), *(k.replace("_", "-") for k in named),
                      *([] if backend == "auto" else [backend])])
 
 

@@ -58,7 +58,8 @@ def graph_of(src: np.ndarray, dst: np.ndarray, n: int, *, features: int = 3, see
 
 # ----------------------------------------------------------- SPRING oracle
 def reference_spring(src, dst, n: int, p: int, *, beta: float = 1.05, volume_cap: float = 0.1,
-                     merge: str = "paper", lpt: str = "vertices") -> tuple[list[int], dict[int, list[int]], list[int]]:
+                     merge: str = "paper", lpt: str = "vertices",
+                     cluster_passes: int = 1) -> tuple[list[int], dict[int, list[int]], list[int]]:
     """Algorithm 1 in plain Python with explicit member lists (no union-find, representatives by scanning).
 
     ``lpt``: the load of a merged cluster, which the merge cap bounds (``beta`` times a partition's share) and LPT
@@ -78,7 +79,7 @@ def reference_spring(src, dst, n: int, p: int, *, beta: float = 1.05, volume_cap
     def dd(x):
         return d[x] if x >= 0 else -1
 
-    for u, v in records:
+    for u, v in records * cluster_passes:  # restreaming: the same records again, clusters kept
         for x in (u, v):
             if c[x] == 0:
                 c[x] = k

@@ -49,7 +49,10 @@ def test_cora_spring_store_summary_and_json(tmp_path, capsys):
     assert m["peak_rss_bytes"] > 0 and m["seconds"] > 0 and sum(m["train"]) == 140
     assert json.loads((tmp_path / "s.json").read_text())["metrics"]["replication_factor"] == m["replication_factor"]
     meta = read_store_meta(out)
-    assert meta["method"] == "spring" and meta["params"] == {"merge": "code"} and meta["num_classes"] == 7
+    # a store is built for training: SPRING balances edges unless told otherwise, and says so
+    assert meta["method"] == "spring" and meta["params"] == {"merge": "code", "lpt": "edges"}
+    assert meta["num_classes"] == 7 and summary["method"] == "spring:merge=code (lpt=edges)"
+    assert "spring:merge=code (lpt=edges)" in printed
     part = load_partition(out, 2)
     assert part.graph.x.shape == (part.graph.num_nodes, 1433) and int(part.graph.train_mask.sum()) == m["train"][2]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["cora", "s.json"]
@@ -66,7 +69,7 @@ def test_bare_edge_stream(tmp_path, method):
     if method == "hdrf":
         expected = HDRFPartitioner().run(tmp_path / "g.e32", 3).replication_factor
     elif method == "spring":
-        expected = SpringPartitioner().run(tmp_path / "g.e32", 3).replication_factor
+        expected = SpringPartitioner(lpt="edges").run(tmp_path / "g.e32", 3).replication_factor
     else:
         expected = summary["metrics"]["replication_factor"]
     assert summary["metrics"]["replication_factor"] == pytest.approx(expected)
@@ -218,3 +221,28 @@ def test_k_hop_store_from_the_command_reports_its_halo(tmp_path, capsys):
     two_hop = [p["num_halo"] for p in read_store_meta(tmp_path / "k2")["parts"]]
     one_hop = [p["num_halo"] for p in read_store_meta(tmp_path / "k1")["parts"]]
     assert all(a > b for a, b in zip(two_hop, one_hop)) and one["metrics"]["halo"] == one_hop
+
+
+def test_training_stores_balance_spring_by_edges_and_balance_is_its_alias():
+    """The paper's SPRING (vertex balance) outside training; ``edges`` for a store built for training, unless
+    ``lpt`` or its alias ``balance`` (``--balance``) says otherwise; the two must agree."""
+    from graphscale.prepare import build_vertex_partitioner
+
+    assert command.build_partitioner("spring")[0].lpt == "vertices"
+    assert command.build_partitioner("spring", training=True)[0].lpt == "edges"
+    assert command.build_partitioner("spring:lpt=vertices", training=True)[0].lpt == "vertices"
+    assert build_vertex_partitioner("spring").lpt == "edges"
+    assert build_vertex_partitioner("spring", "vertices").lpt == "vertices"
+    assert build_vertex_partitioner("spring", "mix").lpt == "mix"
+    with pytest.raises(ValueError, match="spring: --balance vertices and lpt=edges disagree"):
+        build_vertex_partitioner("spring:lpt=edges", "vertices")
+    with pytest.raises(ValueError, match="spring: lpt must be one of vertices, edges, mix, got 'edges.train'"):
+        build_vertex_partitioner("spring", "edges+train")
+    from graphscale.data.datasets import load_dataset
+
+    graph = load_dataset("cora")
+    edges = build_vertex_partitioner("spring").partition(graph, 8, seed=0).numpy()
+    paper = build_vertex_partitioner("spring", "vertices").partition(graph, 8, seed=0).numpy()
+    degree = np.diff(graph.indptr.numpy())  # a partition's records: the in-degrees of its vertices
+    records, records_paper = (np.bincount(owner, weights=degree, minlength=8) for owner in (edges, paper))
+    assert records.max() / records.mean() < records_paper.max() / records_paper.mean()

@@ -207,3 +207,17 @@ def test_lpt_option_through_the_method_string():
                                                                   "edges", "code")
     with pytest.raises(ValueError, match="lpt must be one of vertices, edges, mix, got 'nodes'"):
         build_partitioner("spring:lpt=nodes")
+
+
+@pytest.mark.parametrize("passes", [2, 3])
+def test_restreamed_clustering_matches_reference(records, stream, passes):
+    """``cluster_passes``: the clustering pass again over the same records with the clusters so far (a restream),
+    then merging and LPT as before; the same partition as the reference for any chunk size."""
+    src, dst, n = records
+    expected, _, _ = reference_spring(src, dst, n, 4, lpt="edges", cluster_passes=passes)
+    assert expected != reference_spring(src, dst, n, 4, lpt="edges")[0]  # the restream moved something
+    for chunk in (7, 1 << 22):
+        res = SpringPartitioner(lpt="edges", cluster_passes=passes).run(stream, 4, chunk_edges=chunk)
+        assert res.owner.tolist() == expected, (passes, chunk)
+    with pytest.raises(ValueError, match="cluster_passes must be >= 1"):
+        SpringPartitioner(cluster_passes=0)

@@ -87,9 +87,9 @@ def test_uva_writes_and_gathers_on_cpu_alias():
 def test_bad_transfer_options_fail_clearly():
     with pytest.raises(ValueError, match="transfer mode must be one of auto, staged, uva, got 'fast'"):
         OffloadStrategy(transfer="fast")
-    with pytest.raises(ValueError, match="'uva' needs the device-resident plan"):
+    with pytest.raises(ValueError, match="uva needs --offload-topology resident"):
         Transfers({"H": torch.zeros(2, 2)}, "cpu", mode="uva", device_ids=False)
-    with pytest.raises(ValueError, match="'uva' needs the device-resident plan"):
+    with pytest.raises(ValueError, match="uva needs --offload-topology resident"):
         _run("gcn", "intra", "hybrid", transfer="uva")
     with pytest.raises(ValueError, match="resident topology is not covered by --memory-budget"):
         _run("gcn", "intra", "hybrid", resident_topology=True, memory_budget="1GiB")
@@ -166,3 +166,30 @@ def test_strategy_submits_next_batch_before_computing_this_one():
     # 4 batches a pass, 3 of them with their successor in flight; 10 passes: 2 epochs x (2 forward + 2 backward)
     # + 2 evaluation layers
     assert ahead == 3 * (len(starts) // 4) and len(starts) == 4 * 10
+
+
+def test_the_topology_and_transfer_options_reach_the_strategy_and_are_checked_first(tmp_path):
+    """``--offload-topology resident`` removes the per-epoch topology bytes and nothing else (same losses); bad
+    combinations are refused before any worker starts."""
+    import json
+
+    from graphscale.cli import main
+
+    reports = {}
+    for topo in ("streamed", "resident"):
+        out = tmp_path / f"{topo}.json"
+        assert main(["train", "--strategy", "offload", "--workers", "1", "--chunks", "2", "--epochs", "2",
+                     "--offload-topology", topo, "--no-progress", "--json", str(out)]) == 0
+        reports[topo] = json.loads(out.read_text())
+    streamed, resident = (reports[t]["epochs"][-1] for t in ("streamed", "resident"))
+    assert streamed["bytes"]["h2d_topo"] > 0 and "h2d_topo" not in resident["bytes"]
+    assert {k: v for k, v in streamed["bytes"].items() if k != "h2d_topo"} == resident["bytes"]
+    assert [e["loss"] for e in reports["streamed"]["epochs"]] == [e["loss"] for e in reports["resident"]["epochs"]]
+    for argv, message in ((["--offload-transfer", "uva"], "uva needs --offload-topology resident"),
+                          (["--offload-topology", "resident", "--memory-budget", "1MiB"], "not covered by")):
+        with pytest.raises(ValueError, match=message):
+            from graphscale.config import build_config
+            from graphscale.validation import validate
+
+            flags = dict(zip((a.lstrip("-").replace("-", "_") for a in argv[::2]), argv[1::2]))
+            validate(build_config({"strategy": {"name": "offload", **flags}, "optim": {"epochs": 1}}))

@@ -179,9 +179,10 @@ def test_a_hybrid_p_member_holds_only_its_own_and_mirror_rows():
 
 # ------------------------------------------------------------------ model-averaging
 def test_model_averaging_names_the_device_of_every_tensor_it_creates(tmp_path):
-    """Setup, two epochs with ``--average-optimizer`` (the Adam moments averaged with the weights) and
-    ``--correction-steps`` (the rows fetched across partitions), evaluation and ``state_dict``: every buffer the
-    averaging all-reduces and every reduced loss or count is created with a device."""
+    """Setup, two epochs with the Adam moments averaged with the weights (the default) and ``--correction-steps``
+    (the rows fetched across partitions), the exact evaluation (rows fetched: a 1-hop store, 2 layers) and
+    ``state_dict``: every buffer the averaging all-reduces and every reduced loss or count is created with a
+    device."""
     from graphscale.config import build_config
     from graphscale.prepare import prepare_data
     from graphscale.strategies.model_averaging import ModelAveraging
@@ -189,7 +190,7 @@ def test_model_averaging_names_the_device_of_every_tensor_it_creates(tmp_path):
     config = build_config({"data": {"dataset": "sbm:nodes=240,degree=6,classes=3,features=8,seed=2"},
                            "model": {"name": "gcn", "hidden": 8},
                            "strategy": {"name": "model-averaging", "workers": 1, "parts": 3,
-                                        "average_optimizer": True, "correction_steps": 1, "batch_size": 30,
+                                        "correction_steps": 1, "batch_size": 30,
                                         "fanouts": [3, 2]},
                            "optim": {"epochs": 2}, "dtype": "float64", "progress": False,
                            "cache_dir": str(tmp_path / "cache")})
@@ -203,6 +204,7 @@ def test_model_averaging_names_the_device_of_every_tensor_it_creates(tmp_path):
             strategy.train_epoch(epoch)
         strategy.evaluate()
         strategy.state_dict()
+    assert strategy.eval_mode == "fetch"
     found = sorted(set(mode.found))
     assert found == [], f"factories without a device: {found}"
     assert strategy.global_opt is not None and strategy.global_opt.device == strategy.env.device

@@ -3,8 +3,11 @@
 ``alpha_i = n_train_i / sum_j n_train_j`` with ``n_train_i`` the training vertices partition ``i`` owns,
 so the alphas sum to 1 and a partition without training vertices contributes nothing. What is averaged
 is every *floating* tensor of the model's ``state_dict`` (parameters and floating buffers; integer buffers
-such as counters are left alone) and, optionally, Adam's two moments (SDT-GNN keeps them local, the
-default). A worker holding several partitions first sums its own
+such as counters are left alone) and, with ``--optimizer-state averaged`` (the default), Adam's two moments
+(SDT-GNN keeps them local: ``--optimizer-state local``). Where every partition takes one step per round
+(full-graph training, ``--average-every 1``) the second moment is then recomputed from the averaged gradient
+(:func:`moments_of_mean_gradient`), so the moments are exactly those of Adam stepping on the global gradient.
+A worker holding several partitions first sums its own
 ``alpha_j w_j``, then one all-reduce of a single flat buffer (Ledger category ``allreduce``, ring model)
 adds the workers' sums; every worker ends with bit-identical weights.
 """
@@ -21,7 +24,7 @@ def float_tensors(model: torch.nn.Module) -> list[torch.Tensor]:
     return [t for t in model.state_dict().values() if torch.is_floating_point(t)]
 
 
-#: Adam's per-parameter moments, what ``--average-optimizer`` averages (each partition keeps its ``step``)
+#: Adam's per-parameter moments, what ``--optimizer-state averaged`` averages (each partition keeps its ``step``)
 MOMENTS = ("exp_avg", "exp_avg_sq")
 
 
@@ -32,6 +35,37 @@ def adam_moments(optimizer: torch.optim.Optimizer, params: list[torch.nn.Paramet
     for p in params:
         state = optimizer.state.get(p, {})
         out.extend(state[k] if k in state else torch.zeros_like(p, requires_grad=False) for k in MOMENTS)
+    return out
+
+
+def moments_of_mean_gradient(averaged: torch.Tensor, previous: torch.Tensor | None, sizes: list[int],
+                              betas: tuple[float, float]) -> torch.Tensor:
+    """Adam's moments of the *averaged* gradient, from the averaged moments after one local step each.
+
+    Every partition stepped once from the same moments ``(m, v)`` (``previous``; zeros before the first round), so
+    its first moment is ``m_i = b1 m + (1 - b1) g_i`` and the alpha-weighted average ``sum_i alpha_i m_i`` is
+    ``b1 m + (1 - b1) g`` with ``g = sum_i alpha_i g_i``, the global gradient: the first moment is already the one a
+    single optimiser would hold. The averaged second moment, ``b2 v + (1 - b2) sum_i alpha_i g_i^2``, is not: it
+    exceeds ``b2 v + (1 - b2) g^2`` by the variance of the partitions' gradients, which shrinks every later step on
+    coordinates the partitions disagree on. Here ``g`` is recovered from the first moments and the second moment
+    is recomputed from it, so both are exactly the moments Adam keeps when it steps on ``g``.
+
+    Args:
+        averaged: ``sum_i alpha_i [m_i, v_i]`` per parameter, in :func:`adam_moments` order.
+        previous: the moments every partition started the round from (same layout), or ``None`` (zeros).
+        sizes: elements of each parameter.
+        betas: Adam's ``(b1, b2)``.
+    """
+    b1, b2 = betas
+    out = averaged.clone()
+    offset = 0
+    for n in sizes:
+        m = averaged[offset: offset + n]
+        m0 = previous[offset: offset + n] if previous is not None else torch.zeros_like(m)
+        v0 = previous[offset + n: offset + 2 * n] if previous is not None else torch.zeros_like(m)
+        g = (m - b1 * m0) / (1 - b1)
+        out[offset + n: offset + 2 * n] = b2 * v0 + (1 - b2) * g * g
+        offset += 2 * n
     return out
 
 

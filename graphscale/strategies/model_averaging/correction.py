@@ -137,14 +137,15 @@ def _host(t: torch.Tensor) -> np.ndarray:
     return t.cpu().numpy()
 
 
-def _ask(comm: Comm, server: RowServer, ids: np.ndarray) -> tuple[np.ndarray, list[int], list[int], np.ndarray]:
+def _ask(comm: Comm, server: RowServer, ids: np.ndarray,
+         category: str = CORRECTION) -> tuple[np.ndarray, list[int], list[int], np.ndarray]:
     """Send ``ids`` to their home workers: returns the order that groups them by worker, the counts sent and
     received, and the ids this worker was asked for (grouped by asking worker)."""
     dest = server.worker_of(ids)
     order = np.argsort(dest, kind="stable")
     send_counts = np.bincount(dest, minlength=comm.world_size).tolist()
     recv_counts = comm.exchange_counts(send_counts)
-    asked = _host(comm.all_to_all_v(_dev(comm, ids[order]), send_counts, recv_counts, CORRECTION))
+    asked = _host(comm.all_to_all_v(_dev(comm, ids[order]), send_counts, recv_counts, category))
     return order, send_counts, recv_counts, asked
 
 
@@ -155,18 +156,19 @@ def _segment_sums(values: np.ndarray, counts: list[int]) -> list[int]:
 
 
 def sample_blocks(comm: Comm, server: RowServer, targets: np.ndarray, fanouts: list[int], seed: int,
-                  key: int) -> tuple[list[Block], np.ndarray]:
+                  key: int, category: str = CORRECTION) -> tuple[list[Block], np.ndarray]:
     """The blocks of a mini-batch whose targets are home vertices ``targets`` (``[n, 3]`` triples: original id,
-    global id, in-degree), sampled across partitions; returns them and the global ids of the input rows."""
+    global id, in-degree), sampled across partitions (fanout ``-1``: every in-neighbour, the exact evaluation's
+    blocks); returns them and the global ids of the input rows. Every byte goes under Ledger ``category``."""
     dst = targets
     blocks = []
     for layer in range(len(fanouts) - 1, -1, -1):
-        order, send_counts, recv_counts, asked = _ask(comm, server, dst[:, 1])
+        order, send_counts, recv_counts, asked = _ask(comm, server, dst[:, 1], category)
         counts, table = server.rows(asked, fanouts[layer], seed, key, layer)
         # replies travel back in the order the requests arrived: counts first, then the neighbour triples
-        got_counts = _host(comm.all_to_all_v(_dev(comm, counts), recv_counts, send_counts, CORRECTION))
+        got_counts = _host(comm.all_to_all_v(_dev(comm, counts), recv_counts, send_counts, category))
         got = _host(comm.all_to_all_v(_dev(comm, table), _segment_sums(counts, recv_counts),
-                                      _segment_sums(got_counts, send_counts), CORRECTION))
+                                      _segment_sums(got_counts, send_counts), category))
         # request i (sorted by worker) is dst row order[i]: gather every dst row's neighbours in dst order
         position = np.empty_like(order)
         position[order] = np.arange(order.size)
@@ -186,10 +188,10 @@ def sample_blocks(comm: Comm, server: RowServer, targets: np.ndarray, fanouts: l
     return blocks, np.ascontiguousarray(dst[:, 1])
 
 
-def fetch_features(comm: Comm, server: RowServer, global_ids: np.ndarray) -> torch.Tensor:
+def fetch_features(comm: Comm, server: RowServer, global_ids: np.ndarray, category: str = CORRECTION) -> torch.Tensor:
     """Input rows of ``global_ids`` from their home workers."""
-    order, send_counts, recv_counts, asked = _ask(comm, server, global_ids)
-    got = comm.all_to_all_v(server.features(asked).to(comm.env.device), recv_counts, send_counts, CORRECTION)
+    order, send_counts, recv_counts, asked = _ask(comm, server, global_ids, category)
+    got = comm.all_to_all_v(server.features(asked).to(comm.env.device), recv_counts, send_counts, category)
     out = torch.empty_like(got)
     out[torch.from_numpy(order).to(got.device)] = got
     return out

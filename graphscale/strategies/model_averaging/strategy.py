@@ -6,7 +6,10 @@ by ``graphscale partition --method spring``, or one the run writes into the cach
 
 **An epoch.** Every worker trains each of its partitions for one epoch, one partition at a time and with no
 inter-worker traffic: the model starts from the partition's own weights (the averaged model right after an
-averaging round), the partition's own optimiser state is restored, and the loss is the mean over the
+averaging round), the partition's own optimiser state is restored (with ``--optimizer-state averaged``, the
+default, its Adam moments replaced by the averaged ones right after an averaging round; its step count is its own;
+with one step per round, full-graph and ``--average-every 1``, the second moment is that of the averaged gradient,
+:func:`.averaging.moments_of_mean_gradient`), and the loss is the mean over the
 partition's training vertices (its home vertices: masks are set on inner vertices only). Full-neighbour
 training (the default) runs the model on the partition's whole local graph (home vertices with their full
 in-neighbourhoods, halo vertices with their edges to home vertices); ``--minibatch`` samples mini-batches of
@@ -19,18 +22,24 @@ not depend on ``q`` (T3).
 
 **Averaging** every ``--average-every`` epochs (:mod:`.averaging`): ``w = sum_j alpha_j w_j`` with
 ``alpha_j`` the partition's share of the training vertices, in one flat all-reduce (Ledger ``allreduce``:
-``2 (q - 1) P s`` bytes per round, ring model; ``P`` the floating state elements, ``3 P`` when
-``--average-optimizer`` adds Adam's two moments). The epoch's loss sum is all-reduced under ``control``
-(``2 (q - 1) 8`` bytes). Nothing else moves: halo rows are local copies.
+``2 (q - 1) P s`` bytes per round, ring model, ``P`` the floating state elements plus Adam's two moments of every
+parameter with ``--optimizer-state averaged``, the default: ``3 P`` for a model whose state is its parameters).
+Why averaged by default: each partition's Adam normalises its own gradient, so a weight with a data gradient in
+one partition only takes a full-size step towards zero in every other; with ``--optimizer-state local`` (SDT-GNN's
+choice) the averaged model settles at a different fixed point (on Cora, far below ``single``). The epoch's loss
+sum is all-reduced under ``control`` (``2 (q - 1) 8`` bytes). Nothing else moves in training: halo rows are local
+copies (the exact evaluation's fetched rows go under ``evaluation``, below).
 
 **More partitions than workers** (``p > q``): a worker holds one partition's data, model and optimiser state
 at a time; the others' states are on disk (:mod:`.state`), written atomically after every epoch. States are
 also written to disk when the run keeps checkpoints, so a resumed run restores every partition exactly, and
 whenever ``--state-dir`` is given.
 
-**Evaluation**: each worker runs the averaged model on its partitions' local graphs and counts its home
-vertices' predictions; the counts are all-reduced. It sees the same truncated receptive field as training
-(exact for 1-layer models, and for ``L`` layers with an ``L``-hop halo).
+**Evaluation** (:mod:`.evaluation`, ``--evaluation``): each worker counts its home vertices' predictions of the
+averaged model, the counts all-reduced. By default exactly: on the partition's local graph where its halo has
+``K >= L`` hops, else on blocks of every home vertex's full ``L``-hop in-neighbourhood whose missing rows are
+fetched from their owners (Ledger ``evaluation``); ``--evaluation truncated`` keeps the partition-local forward
+(training's truncated receptive field), labelled so in every epoch's ``extra``.
 """
 
 from __future__ import annotations
@@ -71,6 +80,7 @@ from graphscale.strategies.model_averaging.averaging import (
     alphas,
     flatten,
     float_tensors,
+    moments_of_mean_gradient,
     unflatten_into,
 )
 from graphscale.strategies.model_averaging.correction import (
@@ -80,6 +90,12 @@ from graphscale.strategies.model_averaging.correction import (
     home_targets,
     partition_picks,
     step_key,
+)
+from graphscale.strategies.model_averaging.evaluation import (
+    check_evaluation,
+    eval_targets,
+    evaluation_mode,
+    fetched_counts,
 )
 from graphscale.strategies.model_averaging.state import PartitionStates
 
@@ -109,6 +125,17 @@ def partitions_of(rank: int, num_parts: int, world_size: int) -> list[int]:
     return list(range(rank, num_parts, world_size))
 
 
+#: ``--optimizer-state`` values
+OPTIMIZER_STATES = ("local", "averaged")
+#: how the report labels each evaluation mode (:func:`.evaluation.evaluation_mode`)
+EVAL_LABELS = {"fetch": "exact (rows fetched)", "local": "exact (K-hop halo)", "truncated": "truncated"}
+
+
+def optimizer_state(sc) -> str:
+    """``--optimizer-state``, with the deprecated ``--average-optimizer`` meaning ``averaged``."""
+    return "averaged" if sc.average_optimizer else sc.optimizer_state
+
+
 def averaged_after(epoch: int, every: int) -> bool:
     """Whether the models are averaged at the end of ``epoch``."""
     return (epoch + 1) % every == 0
@@ -122,7 +149,7 @@ class ModelAveraging(Strategy):
     data_view = PARTITION_LOCAL
     options = frozenset({"partitioner", "balance", "partitions", "parts", "minibatch", "fanouts", "batch_size",
                          "average_every", "average_optimizer", "state_dir", "halo_hops", "device_memory",
-                         "correction_steps"})
+                         "correction_steps", "optimizer_state", "evaluation"})
 
     @classmethod
     def unused_options(cls, config: RunConfig) -> dict[str, str]:
@@ -138,6 +165,29 @@ class ModelAveraging(Strategy):
         return unused
 
     # ------------------------------------------------------------ parent side
+    @classmethod
+    def resume_identity(cls, config: RunConfig) -> dict:
+        """``--optimizer-state`` changes what training computes: a checkpoint resumes only with its own."""
+        return {"optimizer_state": optimizer_state(config.strategy)}
+
+    @classmethod
+    def check_config(cls, config: RunConfig) -> None:
+        import sys
+
+        sc = config.strategy
+        if sc.average_optimizer and sc.optimizer_state != "local":
+            print("graphscale: --average-optimizer is deprecated: it is --optimizer-state averaged, the default",
+                  file=sys.stderr)
+        if sc.optimizer_state not in OPTIMIZER_STATES:
+            raise ValueError(f"--optimizer-state must be one of {', '.join(OPTIMIZER_STATES)}, got "
+                             f"{sc.optimizer_state!r}")
+        if sc.average_optimizer and sc.optimizer_state == "local":
+            raise ValueError("--average-optimizer (deprecated: it means --optimizer-state averaged, the default) "
+                             "contradicts --optimizer-state local; drop --average-optimizer")
+        check_evaluation(sc.evaluation)
+        if not sc.partitions:  # the run writes the store: its halo is --halo-hops
+            evaluation_mode(sc.evaluation, sc.halo_hops, config.model.layers)
+
     @classmethod
     def store_parts(cls, config: RunConfig, data_bytes) -> int:
         """``--parts``, else SDT-GNN's workload allocation from the dataset's size and ``--device-memory``."""
@@ -161,6 +211,7 @@ class ModelAveraging(Strategy):
     def prepare_partitions(cls, config: RunConfig, handle: DataHandle) -> None:
         sc = config.strategy
         parts, workers = int(handle.summary["parts"]), sc.workers
+        evaluation_mode(sc.evaluation, int(handle.summary.get("halo_hops", 1)), config.model.layers)
         if parts < workers:
             raise ValueError(f"partition store {handle.path} has {parts} parts for --workers {workers}: model "
                              f"averaging trains every part on one worker, so use --workers {parts} or fewer, or "
@@ -183,7 +234,7 @@ class ModelAveraging(Strategy):
                 "seed": config.seed, "dtype": config.dtype, "minibatch": sc.minibatch,
                 "fanouts": list(sc.fanouts) if sc.minibatch else None,
                 "batch_size": sc.batch_size if sc.minibatch else None, "average_every": sc.average_every,
-                "average_optimizer": sc.average_optimizer}
+                "optimizer_state": optimizer_state(sc)}
 
     # ----------------------------------------------------------------- setup
     def setup(self, data: DataHandle, model: torch.nn.Module, env: DistEnv, config: RunConfig) -> None:
@@ -215,13 +266,24 @@ class ModelAveraging(Strategy):
         self.resident = self._open(self.parts[0]) if len(self.parts) == 1 else None
         if self.resident is not None:
             self.tracker.track("partition", *self.resident.tensors())
+        self.average_moments = optimizer_state(config.strategy) == "averaged"
+        # one optimiser step per partition between averaging rounds: the averaged gradient is recoverable
+        self.one_step_rounds = not config.strategy.minibatch and config.strategy.average_every == 1
+        self.betas = tuple(make_optimizer(model, config.optim).param_groups[0]["betas"])
+        self.eval_mode = evaluation_mode(config.strategy.evaluation, int(handle.summary.get("halo_hops", 1)),
+                                         config.model.layers)
         self.correction_opt = None
-        if config.strategy.correction_steps:
+        if config.strategy.correction_steps or self.eval_mode == "fetch":
             locals_ = {part: handle.open_partition(part) for part in self.parts}  # memory-mapped
             boundaries = torch.from_numpy(np.load(Path(handle.path) / "boundaries.npy"))
             self.server = RowServer(locals_, boundaries, env.world_size, handle.feature_norm, self.dtype)
+        if config.strategy.correction_steps:
             self.targets = {part: home_targets(local) for part, local in locals_.items()}
             self.correction_opt = make_optimizer(model, config.optim)
+        if self.eval_mode == "fetch":
+            found = [eval_targets(locals_[part]) for part in self.parts]
+            self.eval_targets = (np.concatenate([t for t, _, _ in found]), torch.cat([y for _, y, _ in found]),
+                                 {s: torch.cat([m[s] for _, _, m in found]) for s in SPLITS})
 
     def _open(self, part: int) -> LocalData:
         """Partition ``part``'s local graph as one block over all local vertices, its rows and masks."""
@@ -297,7 +359,7 @@ class ModelAveraging(Strategy):
         before = self.env.ledger.snapshot()
         loss_sum = 0.0
         weights = torch.zeros_like(self.global_flat)
-        moments = torch.zeros(2 * sum(p.numel() for p in self.params) if sc.average_optimizer else 0,
+        moments = torch.zeros(2 * sum(p.numel() for p in self.params) if self.average_moments else 0,
                               dtype=self.dtype, device=self.device)
         with self.tracker.epoch():
             for part in self.parts:
@@ -311,7 +373,7 @@ class ModelAveraging(Strategy):
                 self.tracker.track("optimizer", *optimizer_tensors(self.optimizer))
                 local = flatten(self.float_state, self.dtype, self.device)
                 weights += float(self.alpha[part]) * local
-                if sc.average_optimizer:
+                if self.average_moments:
                     moments += float(self.alpha[part]) * flatten(adam_moments(self.optimizer, self.params), self.dtype,
                                                                  self.device)
                 self.states.save(part, epoch, {"weights": local, "optimizer": self.optimizer.state_dict()})
@@ -320,9 +382,13 @@ class ModelAveraging(Strategy):
                 del data
             correction_loss = None
             if averaged_after(epoch, sc.average_every):
-                if sc.average_optimizer:
+                if self.average_moments:
                     buffer = all_reduce_average(self.comm, torch.cat([weights, moments]))
-                    self.global_flat, self.global_opt = buffer[: weights.numel()], buffer[weights.numel():]
+                    self.global_flat, averaged = buffer[: weights.numel()], buffer[weights.numel():]
+                    if self.one_step_rounds:  # the second moment of the averaged gradient
+                        averaged = moments_of_mean_gradient(averaged, self.global_opt,
+                                                            [p.numel() for p in self.params], self.betas)
+                    self.global_opt = averaged
                 else:
                     self.global_flat = all_reduce_average(self.comm, weights)
                 if sc.correction_steps:
@@ -333,6 +399,7 @@ class ModelAveraging(Strategy):
         return EpochStats(loss=float(total) / sum(self.part_train), seconds=time.perf_counter() - start,
                           bytes=self.env.ledger.since(before), peak_memory=self.tracker.peak,
                           extra={"partitions": len(self.parts), "averaged": averaged_after(epoch, sc.average_every),
+                                 "evaluation": EVAL_LABELS[self.eval_mode],
                                  **({"correction_loss": correction_loss} if correction_loss is not None else {})})
 
     def _correct(self, epoch: int) -> float:
@@ -359,6 +426,11 @@ class ModelAveraging(Strategy):
     @torch.no_grad()
     def evaluate(self) -> dict[str, float]:
         self.model.eval()
+        if self.eval_mode == "fetch":
+            targets, labels, masks = self.eval_targets
+            counts = fetched_counts(self.comm, self.server, self.model, targets, labels, masks,
+                                    self.config.model.layers, self.device)
+            return counts_to_metrics(self.comm.all_reduce(counts, CONTROL).cpu())
         counts = torch.zeros(COUNTS_PER_SPLIT * len(SPLITS), dtype=torch.float64, device=self.device)
         for part in self.parts:
             data = self._data(part)

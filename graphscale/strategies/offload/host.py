@@ -8,16 +8,20 @@ context), so nothing allocated before the spawn is inherited. The arrays are
 therefore *shared-memory files*:
 
 1. rank 0 checks that the shared-memory directory (``--shm-dir``, default
-   ``/dev/shm``) has room for all arrays (:func:`check_free_space`), creates an
-   empty directory in it and broadcasts its path (category ``"setup"``);
+   ``/dev/shm``) has room for all arrays (:func:`check_free_space`), removes
+   the directories of dead runs (``.graphscale-offload.run-HOST-PID-*`` whose
+   PID is gone on this host), registers a new one with the launcher
+   (:func:`~graphscale.distributed.launch.remove_with_run`), creates it and
+   broadcasts its path (category ``"setup"``);
 2. rank 0 creates one file per array, sized ``rows * width * element_size``
    (``torch.from_file(shared=True)``: ``MAP_SHARED``, zero-filled), and every
    other rank maps the same files after a barrier. The files are sparse: a
    tmpfs that runs out of room later would kill the workers with ``SIGBUS``,
    hence the check;
 3. after a second barrier rank 0 unlinks the files and the directory: the
-   mappings stay valid until the workers exit, and nothing is left behind if a
-   worker crashes.
+   mappings stay valid until the workers exit. A worker or launcher killed
+   before that (SIGKILL included) leaves nothing either: the launcher, or its
+   janitor once the launcher is gone, removes the registered directory.
 
 Every worker therefore reads and writes the very same host rows, as GPUs do
 through zero-copy access to pinned memory. The *ownership discipline* of the
@@ -39,13 +43,14 @@ from __future__ import annotations
 
 import os
 import shutil
-import tempfile
 from pathlib import Path
 
 import torch
 
 from graphscale.bench.table import format_bytes
+from graphscale.data.formats import temp_sibling
 from graphscale.distributed.comm import Comm
+from graphscale.distributed.launch import remove_with_run
 from graphscale.strategies.offload.device import DeviceKit
 
 _PATH_BYTES = 1024
@@ -122,7 +127,10 @@ class HostArrays:
         buf = torch.zeros(_PATH_BYTES, dtype=torch.uint8, device=comm.env.device)
         if comm.rank == 0:
             check_free_space(shm_dir, needed)
-            path = tempfile.mkdtemp(prefix="graphscale-offload-", dir=shm_dir)
+            # .graphscale-offload.run-HOST-PID-RANDOM: the directories of dead runs on this host are removed first
+            path = str(temp_sibling(Path(shm_dir) / "graphscale-offload", "run"))
+            remove_with_run(path)  # before it exists: the launcher (or its janitor) removes it however the run ends
+            os.mkdir(path, 0o700)
             raw = path.encode()
             if len(raw) >= _PATH_BYTES:
                 raise RuntimeError(f"host-array directory path is too long: {path}")

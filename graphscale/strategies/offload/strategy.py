@@ -199,7 +199,8 @@ class OffloadStrategy(OffloadPasses, Strategy):
     """
 
     exact = True
-    options = frozenset({"partitioner", "balance", "chunks", "dedup", "recompute", "memory_budget", "shm_dir"})
+    options = frozenset({"partitioner", "balance", "chunks", "dedup", "recompute", "memory_budget", "shm_dir",
+                         "offload_topology", "offload_transfer"})
     single_host = True  # every worker reads and writes the same host arrays (shared-memory files on one host)
 
     @classmethod
@@ -210,8 +211,8 @@ class OffloadStrategy(OffloadPasses, Strategy):
                  transfer: str = "auto", resident_topology: bool = False, trace: list | None = None) -> None:
         self.order_seed = order_seed
         self.bandwidths = bandwidths or Bandwidths()
-        self.transfer_mode = check_mode(transfer)
-        self.resident_topology = resident_topology
+        self.transfer_mode = check_mode(transfer)  # auto: --offload-transfer decides
+        self.resident_topology = resident_topology  # False: --offload-topology decides
         self.trace = trace
         self.host: HostArrays | None = None
         self.transfers: Transfers | None = None
@@ -255,6 +256,9 @@ class OffloadStrategy(OffloadPasses, Strategy):
         sc = config.strategy
         self.dedup = check_dedup(sc.dedup)
         check_recompute(sc.recompute)
+        self.resident_topology = self.resident_topology or sc.offload_topology == "resident"
+        if self.transfer_mode == "auto":
+            self.transfer_mode = check_mode(sc.offload_transfer)
         if self.resident_topology and sc.memory_budget:
             raise ValueError("offload: a resident topology is not covered by --memory-budget's memory model; "
                              "leave resident_topology off with --memory-budget")

@@ -103,13 +103,14 @@ class Transfers:
         self.write_stream = self.kit.new_stream()  # device-to-host (the other direction of the link)
         self.aliases: dict[str, torch.Tensor] = {}
         if mode == "uva" and not device_ids:
-            raise ValueError("offload transfer mode 'uva' needs the device-resident plan (device ids)")
+            raise ValueError("--offload-transfer uva needs --offload-topology resident (its GPU kernels index with "
+                             "ids already on the device)")
         if mode in ("auto", "uva") and device_ids:
             self.aliases = self._aliases(forced=mode == "uva")
         self.mode = "uva" if self.aliases else "staged"
         if mode == "uva" and self.mode != "uva":
-            raise ValueError(f"offload transfer mode 'uva' is not available on {self.kit.device}: the host arrays "
-                             "cannot be read as device tensors (UVA); use 'staged' or 'auto'")
+            raise ValueError(f"--offload-transfer uva is not available on {self.kit.device}: the host arrays "
+                             "cannot be read as device tensors (UVA); use --offload-transfer staged or auto")
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="offload-staging") \
             if self.mode == "staged" else None
         self._slots: list[torch.Tensor | None] = [None, None]
