@@ -222,8 +222,7 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--epochs", type=int,
                    help="training epochs, each followed by an evaluation; the reported test accuracy is that of the "
                         "epoch with the best validation accuracy")
-    p.add_argument("--strategy", help="training strategy, or auto: the one `graphscale advise` recommends (the "
-                                      "report records its prediction next to the measurement)")
+    p.add_argument("--strategy", help="training strategy; auto: advise's pick")
     p.add_argument("--workers", type=int,
                    help="worker processes (gloo on CPU, NCCL with one GPU each); at most the CPU cores unless "
                         "--oversubscribe")

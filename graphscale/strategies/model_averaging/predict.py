@@ -2,9 +2,9 @@
 
 Bytes of an averaging epoch (``(epoch + 1) % --average-every == 0``; other epochs move only ``control``): the ring
 all-reduce (:func:`~graphscale.strategies.graph_parallel.allreduce_bytes_per_epoch`) of the floating state
-(:func:`.averaging.float_tensors`, twice more with ``--average-optimizer``: Adam's moments) and of the loss sum
-(``control``). Partition ``j`` trains on worker ``j mod q``, one after another: a worker's time is the sum of its
-parts'; its memory the largest part's. ``--correction-steps`` is not modelled (its bytes depend on the samples).
+(:func:`.averaging.float_tensors`; with ``--optimizer-state averaged``, the default, Adam's two moments too) and
+of the loss sum (``control``). Partition ``j`` trains on worker ``j mod q``, one after another: a worker's time is
+the sum of its parts'; its memory the largest part's. ``--correction-steps`` is not modelled (its bytes depend on the samples).
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from graphscale.advise.predict import (
     state_bytes,
 )
 from graphscale.strategies.model_averaging.averaging import float_tensors
+from graphscale.strategies.model_averaging.strategy import optimizer_state
 
 
 def predict(data, model, config, machine):
@@ -32,7 +33,8 @@ def predict(data, model, config, machine):
         raise ValueError("advise does not predict --correction-steps (its bytes depend on the samples)")
     parts = read_store_meta(data.path)["parts"]
     elem, params, d = element_size(model), num_params(model), dims(model, config, data)
-    averaged = sum(t.numel() for t in float_tensors(model)) + (2 * params if sc.average_optimizer else 0)
+    moments = optimizer_state(sc) == "averaged"  # Adam's two moments averaged too (the default)
+    averaged = sum(t.numel() for t in float_tensors(model)) + (2 * params if moments else 0)
     out = {k: v for k, v in {"allreduce": allreduce_bytes_per_epoch(averaged, world, elem),
                              "control": allreduce_bytes_per_epoch(1, world, 8)}.items() if v}
     w, o = list(d.widths), list(d.out)
