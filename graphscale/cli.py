@@ -34,6 +34,8 @@ BENCHES = {
                   "graph-parallel (bytes), memory per worker against the partition count")),
     "scaling": ("graphscale.bench.scaling", ("epoch time of single (W threads) against each distributed strategy "
                 "(W workers x 1 thread), communication / waiting / compute per worker, parallel efficiency")),
+    "advise": ("graphscale.bench.advise", ("graphscale advise checked: every predicted strategy run on Cora, an SBM "
+               "and an R-MAT; predicted against measured bytes, memory and epoch time, Spearman of the ranking")),
     "task": ("graphscale.bench.task", ("NeutronTask task parallelism: bytes graph-parallel vs TP vs TP+TD, memory "
              "parts per worker, replication vs partitions, accuracy, subgraphs, modelled pipeline, ablation")),
 }
@@ -220,7 +222,7 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--epochs", type=int,
                    help="training epochs, each followed by an evaluation; the reported test accuracy is that of the "
                         "epoch with the best validation accuracy")
-    p.add_argument("--strategy", help="training strategy")
+    p.add_argument("--strategy", help="training strategy; auto: advise's pick")
     p.add_argument("--workers", type=int,
                    help="worker processes (gloo on CPU, NCCL with one GPU each); at most the CPU cores unless "
                         "--oversubscribe")
@@ -383,7 +385,12 @@ def cmd_train(args: argparse.Namespace) -> int:
     from graphscale.run import run, write_json
     from graphscale.validation import check_path_conflicts, validate
 
-    base = build_config(overrides_from_args(args), args.config)
+    overrides, advice = overrides_from_args(args), None
+    if overrides.get("strategy", {}).get("name") == "auto":  # graphscale advise's recommendation
+        from graphscale.advise.auto import resolve
+
+        overrides, advice = resolve(overrides, args.config)
+    base = build_config(overrides, args.config)
     if args.repeat < 1:
         raise ValueError(f"--repeat must be >= 1, got {args.repeat}")
     if args.repeat > 1 and base.checkpoint:
@@ -391,7 +398,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     validate(base)  # before the first run: also the --json path of a combined report
     configs = []
     for i in range(args.repeat):
-        config = build_config({**overrides_from_args(args), "seed": base.seed + i}, args.config)
+        config = build_config({**overrides, "seed": base.seed + i}, args.config)
         if args.repeat > 1:
             config.json = None  # one combined report below
             if config.checkpoint:  # one checkpoint per seed
@@ -411,6 +418,12 @@ def cmd_train(args: argparse.Namespace) -> int:
     rows, reports = [], []
     for config in configs:
         report = run(config)
+        if advice is not None:  # the prediction next to the measurement
+            from graphscale.advise.auto import record, summary
+
+            print(summary(record(report, advice)))
+            if config.json:
+                write_json(report, config.json)
         reports.append(report)
         final = report["final"]
         os_mem = max((m for m in final.get("os_memory_per_worker") or [] if m), default=None,
@@ -582,6 +595,10 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
                           formatter_class=ChoicesHelpFormatter)
     importlib.import_module("graphscale.partition.command").add_arguments(part)
     part.set_defaults(func=lambda a: importlib.import_module("graphscale.partition.command").run(a) and 0)
+    advise = sub.add_parser("advise", help="predict every strategy's time, memory and bytes; recommend one",
+                            description=importlib.import_module("graphscale.advise.command").__doc__.splitlines()[0])
+    importlib.import_module("graphscale.advise.command").add_arguments(advise)
+    advise.set_defaults(func=lambda a: importlib.import_module("graphscale.advise.command").run(a))
     bench = sub.add_parser("bench", help="benchmarks that print tables (and can write plots)")
     bench_sub = bench.add_subparsers(dest="bench", required=True)
     for name, (module, text) in BENCHES.items():

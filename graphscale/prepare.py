@@ -517,3 +517,13 @@ def prepare_data(config: RunConfig) -> DataHandle:
     if view == PARTITION_LOCAL:
         return _partition_local(config, cache, cls)
     return _host_shared(config, cache, cls)
+
+
+def host_shared_data(config: RunConfig, strategy=None) -> DataHandle:
+    """The host-shared handle of ``config``'s dataset (the cache's graph directory, structure memory-mapped, and
+    ``strategy``'s shared plan; default: the run's strategy), whatever view the strategy trains on: how
+    ``graphscale advise`` prices a ``single`` run without loading the graph into memory."""
+    from graphscale.registry import STRATEGIES
+
+    cls = strategy if strategy is not None else STRATEGIES.get(config.strategy.name)
+    return _host_shared(config, resolve_cache_dir(config), cls)

@@ -231,3 +231,71 @@ class DataParallel(MiniBatchStrategy):
                  "cache_rows": self.cache.ids.numel()}
         return EpochStats(loss=float(total) / self.num_train, seconds=time.perf_counter() - start,
                           bytes=self.env.ledger.since(before), peak_memory=self.tracker.peak, extra=extra)
+
+
+def predict(data, model, config, machine, epoch: int = 0):
+    """The prediction of a ``data-parallel`` run (:mod:`graphscale.advise.predict`): the module docstring's closed
+    forms evaluated by replaying epoch ``epoch``'s seeded schedule and sampler on the host-shared structure (the
+    micro-batches' input rows and blocks are a function of the seed; no feature row is read), each worker's
+    cache classified as its setup builds it."""
+    from graphscale.advise.predict import (
+        Prediction,
+        activation_bytes,
+        dims,
+        element_size,
+        layer_seconds,
+        node_data_bytes,
+        num_params,
+        prediction_time,
+        state_bytes,
+    )
+    from graphscale.strategies.graph_parallel import allreduce_bytes_per_epoch
+
+    sc, world = config.strategy, config.strategy.workers
+    graph = data.open_graph()
+    elem, params, d = element_size(model), num_params(model), dims(model, config, data)
+    owner = data.vertex_owner(graph, world, sc.partitioner, config.seed, sc.balance) if sc.cache == "pagraph" else None
+    train_ids = torch.nonzero(graph.train_mask).flatten()
+    schedule = MicroBatchSchedule(train_ids, sc.batch_size, world, config.seed, owner)
+    caches = [FeatureCache.build(sc.cache, graph, r, world, sc.cache_fraction,
+                                 own_train=schedule.own[r] if owner is not None else None, hops=model.num_layers)
+              for r in range(world)]
+    sampler = NeighborSampler(graph, sc.fanouts, seed=config.seed)
+    row = data.num_features * elem
+    out = {"h2d": sum(c.ids.numel() for c in caches) * row, "h2d_struct": 0, P2P: 0,
+           CONTROL: allreduce_bytes_per_epoch(1, world, 8)}
+    rows = [[0, 0] for _ in range(world)]  # per worker: input rows, edges (the busiest micro-batch's and summed)
+    busiest = 0
+    out["h2d"] = 0  # the cache fill happens at setup, outside every epoch
+    iterations = schedule.iterations(epoch)
+    for k, micro in enumerate(iterations):
+        for r, targets in enumerate(micro):
+            if not targets.numel():
+                continue
+            blocks = sampler.sample(targets, schedule.batch_key(epoch, k, r))
+            out["h2d_struct"] += sum(t.numel() * t.element_size() for b in blocks
+                                     for t in (b.indptr, b.indices, b.src_ids, b.src_deg) if t is not None)
+            parts = caches[r].classify(blocks[0].src_ids)
+            out["h2d"] += parts["host_pos"].numel() * row
+            if sc.cache == "quiver":
+                out[P2P] += parts["peer_pos"].numel() * row
+                out[CONTROL] += 8 * parts["peer_pos"].numel()
+            rows[r][0] += blocks[0].src_ids.numel()
+            rows[r][1] += sum(b.num_edges for b in blocks)
+            busiest = max(busiest, blocks[0].src_ids.numel())
+    if sc.cache == "quiver":
+        out[CONTROL] += len(iterations) * world * (world - 1) * 8
+    out["allreduce"] = len(iterations) * allreduce_bytes_per_epoch(params, world, elem)
+    out = {k: v for k, v in out.items() if v}
+    widths, outs = list(d.widths), list(d.out)
+    mem = [node_data_bytes(c.ids.numel(), data.num_features, elem) + activation_bytes(busiest, widths, outs, elem)
+           + busiest * data.num_features * elem + state_bytes(params, elem) for c in caches]
+    seconds = max(layer_seconds(machine, r_rows, r_edges, widths, outs, calls=len(iterations), workers=world)
+                  for r_rows, r_edges in rows)
+    seconds = prediction_time(machine, seconds + out.get("h2d", 0) / world / machine.memory_bandwidth,
+                              sum(out.values()) / world - out.get("h2d", 0) / world, len(iterations), len(iterations))
+    return Prediction("data-parallel", world, {"cache": sc.cache, "batch_size": sc.batch_size}, max(mem), mem, out,
+                      seconds, exact=False, semantics="sampled mini-batch training (equal to single --minibatch "
+                      "over the union of the micro-batches, not to full-graph training)",
+                      notes=[f"bytes: the closed forms over epoch {epoch}'s replayed schedule and samples"],
+                      bytes_epoch=epoch)

@@ -405,3 +405,44 @@ class GraphParallel(Strategy):
     def teardown(self) -> None:
         for name in ("partition", "model", "optimizer", "gradients"):
             self.tracker.untrack(name)
+
+
+def predict(data, model, config, machine):
+    """The prediction of a ``graph-parallel`` run (:mod:`graphscale.advise.predict`) from its partition store's
+    per-part counts (``meta.json``: inner, halo and edge counts; nothing else is read): bytes from
+    :func:`halo_bytes_per_epoch` and :func:`allreduce_bytes_per_epoch` (the closed forms the tests hold the Ledger
+    to), the slowest part's rows and edges priced on the machine profile."""
+    from graphscale.advise.predict import (
+        Prediction,
+        activation_bytes,
+        dims,
+        element_size,
+        layer_seconds,
+        node_data_bytes,
+        num_params,
+        prediction_time,
+        state_bytes,
+    )
+    from graphscale.partition.store import read_store_meta
+
+    parts = read_store_meta(data.path)["parts"]
+    workers, elem, params = len(parts), element_size(model), num_params(model)
+    d = dims(model, config, data)
+    halo = [int(p["num_halo"]) for p in parts]
+    first = 2 if config.data.feature_dtype == "bfloat16" else None
+    out = {HALO: halo_bytes_per_epoch(halo, model.layer_widths(), elem, model.learned_input_map, first)}
+    if workers > 1:
+        out["allreduce"] = allreduce_bytes_per_epoch(params, workers, elem)
+        out[CONTROL] = allreduce_bytes_per_epoch(1, workers, 8)
+    out = {k: v for k, v in out.items() if v}
+    peaks, seconds = [], []
+    for p in parts:
+        inner, local, edges = int(p["num_inner"]), int(p["num_inner"]) + int(p["num_halo"]), int(p["num_edges"])
+        peaks.append(node_data_bytes(local, data.num_features, elem) + 8 * (local + 1 + edges)
+                     + activation_bytes(local, list(d.widths), list(d.out), elem) + state_bytes(params, elem))
+        sent = sum(out.values()) / workers
+        seconds.append(prediction_time(machine, layer_seconds(machine, inner, edges, list(d.widths), list(d.out),
+                                                                     workers=workers),
+                                       sent, 2 * len(d.widths) + 2))
+    return Prediction("graph-parallel", workers, {}, max(peaks), peaks, out, max(seconds),
+                      notes=["bytes: halo_bytes_per_epoch + allreduce_bytes_per_epoch over the store's halo counts"])

@@ -108,3 +108,46 @@ class SingleStrategy(Strategy):
         self.model.eval()
         logits = self.model(self.block, self.x)
         return counts_to_metrics(split_counts(logits, self.y, self.masks))
+
+
+def predict(data, model, config, machine):
+    """The prediction of a ``single`` run (:mod:`graphscale.advise.predict`): no bytes move; the whole graph's rows
+    and edges on one worker (mini-batch: the sampled rows, bounded by the fanouts)."""
+    from graphscale.advise.predict import (
+        Prediction,
+        activation_bytes,
+        dims,
+        element_size,
+        layer_seconds,
+        node_data_bytes,
+        num_params,
+        prediction_time,
+        state_bytes,
+    )
+
+    d, elem = dims(model, config, data), element_size(model)
+    n, e = data.num_nodes, int(data.summary["edges"])
+    data_bytes = node_data_bytes(n, data.num_features, elem) + 8 * (n + 1 + e)
+    if config.strategy.minibatch:
+        steps = -(-data.num_train // config.strategy.batch_size)
+        rows = min(n, data.num_train * (1 + sum(_fanout_product(config.strategy.fanouts, n))))
+        compute = layer_seconds(machine, rows, rows * max(1, e // max(n, 1)), list(d.widths), list(d.out),
+                                calls=steps)
+        peak = data_bytes + activation_bytes(min(n, rows / steps), list(d.widths), list(d.out), elem)
+        semantics = "sampled mini-batch training (neighbour sampling: not full-graph gradients)"
+    else:
+        steps, compute = 1, layer_seconds(machine, n, e + n, list(d.widths), list(d.out))
+        peak = data_bytes + activation_bytes(n, list(d.widths), list(d.out), elem)
+        semantics = "exact (the full-graph reference)"
+    peak += state_bytes(num_params(model), elem)
+    return Prediction("single", 1, {"minibatch": True} if config.strategy.minibatch else {}, peak, [peak], {},
+                      prediction_time(machine, compute, 0, 0, steps), exact=not config.strategy.minibatch,
+                      semantics=semantics, notes=["bytes: none (one worker)"])
+
+
+def _fanout_product(fanouts, n: int) -> list[int]:
+    out, prod = [], 1
+    for f in fanouts:
+        prod *= n if f < 0 else f
+        out.append(min(prod, n))
+    return out

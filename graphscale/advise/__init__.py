@@ -1,0 +1,1 @@
+"""``graphscale advise``: a machine profile, a prediction per strategy, and the command that ranks them."""

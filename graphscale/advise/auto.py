@@ -1,0 +1,81 @@
+"""``graphscale train --strategy auto``: run ``graphscale advise``'s recommendation and record its prediction
+next to the measurement in the run's report.
+
+:func:`resolve` turns the command line's options into the recommended strategy's: the other options (dataset,
+model, features, optimiser, ...) are the candidates' shared configuration, ``--workers`` the workers available
+(default 2), the per-worker budget the cached machine profile's free memory shared by the workers (CPU) or the
+device's (CUDA). Options only some strategies read cannot be given with ``auto`` (the placeholder ``single``
+refuses them, naming the option). :func:`record` adds ``report["advise"]``: the prediction and the measured
+figures side by side (epoch time: the shortest epoch after the first; memory: the largest worker's OS peak
+resident set and tracked peak; bytes: the Ledger of the last epoch, or of the epoch the prediction replayed).
+"""
+
+from __future__ import annotations
+
+import copy
+import sys
+
+#: workers ``--strategy auto`` weighs when ``--workers`` is not given
+DEFAULT_WORKERS = 2
+
+
+def resolve(overrides: dict, config_file=None) -> tuple[dict, dict]:
+    """``(overrides for the recommended configuration, the advice)`` for overrides naming ``--strategy auto``."""
+    from graphscale.advise.command import rank
+    from graphscale.advise.profile import cached_profile
+    from graphscale.config import build_config
+    from graphscale.prepare import resolve_cache_dir
+
+    out = copy.deepcopy(overrides)
+    strategy = out.setdefault("strategy", {})
+    strategy.pop("name")
+    workers = int(strategy.pop("workers", DEFAULT_WORKERS))
+    if workers < 1:
+        raise ValueError(f"--workers must be >= 1, got {workers}")
+    base = build_config(out, config_file)
+    machine = cached_profile(resolve_cache_dir(base), base.device if base.device == "cuda" else "cpu",
+                             warn=lambda line: print(f"graphscale: warning: {line}", file=sys.stderr))
+    budget = machine.free_memory if base.device == "cuda" else machine.free_memory // workers
+    result = rank(base, workers, machine, budget)
+    best = result["predictions"][result["recommended"]]
+    chosen = result["configs"][result["recommended"]].strategy
+    strategy.update(name=chosen.name, workers=chosen.workers)
+    if chosen.name == "model-averaging":
+        strategy["parts"] = chosen.parts
+    print(f"graphscale: --strategy auto: {chosen.name} on {chosen.workers} worker(s), predicted "
+          f"{best.seconds:.4g} s/epoch — {best.semantics}", file=sys.stderr)
+    return out, {"predicted": best.to_dict(), "budget": budget, "machine": machine.to_dict()}
+
+
+def measured(report: dict, bytes_epoch: int | None = None) -> dict:
+    """A run's measured figures, in the prediction's terms."""
+    from graphscale.metrics.ledger import moved_bytes
+
+    times = [e["seconds"] for e in report["epochs"]]
+    final = report["final"]
+    rss = [m.get("peak_rss") for m in final.get("os_memory_per_worker") or [] if m]
+    epochs = report["epochs"]
+    ledger = epochs[-1 if bytes_epoch is None else bytes_epoch]["bytes"] if epochs else {}
+    return {"seconds": min(times[1:] if len(times) > 1 else times) if times else None,
+            "os_memory": max((r for r in rss if r), default=None),
+            "memory": max(final["peak_memory_per_worker"] or [0]),
+            "bytes": ledger, "moved_bytes": moved_bytes(ledger)}
+
+
+def record(report: dict, advice: dict) -> dict:
+    """Add ``report["advise"]`` (the prediction and the measurement side by side); returns it."""
+    predicted = advice["predicted"]
+    got = measured(report, predicted.get("bytes_epoch"))
+    report["advise"] = {**advice, "measured": got}
+    return report["advise"]
+
+
+def summary(advice: dict) -> str:
+    """One line: predicted against measured epoch time, memory and bytes."""
+    from graphscale.bench.table import format_bytes
+
+    p, m = advice["predicted"], advice["measured"]
+    os_mem = format_bytes(m["os_memory"]) if m["os_memory"] else "-"
+    return (f"advise predicted {p['seconds']:.4g} s/epoch, {format_bytes(p['os_memory'])} peak RSS/worker, "
+            f"{format_bytes(p['moved_bytes'])} moved/epoch; measured {m['seconds']:.4g} s/epoch, {os_mem}, "
+            f"{format_bytes(m['moved_bytes'])}")

@@ -1,0 +1,191 @@
+"""``graphscale advise``: every strategy's predicted cost on this graph and machine, ranked, with the recommendation.
+
+``--dataset SPEC`` or ``--partitions DIR`` (a store: its dataset, and for the partition-local strategies its
+parts), ``--model``, ``--workers``; ``--device-memory SIZE`` is the per-worker budget (default: the profile's free
+memory, shared by the workers on CPU). Infeasible configurations are listed with the reason; the recommendation
+is the fastest that fits, preferring exact strategies within 10% of the fastest. ``--profile`` measures the
+machine again (:mod:`graphscale.advise.profile`); ``--synthetic-profile`` uses fixed rates (tests).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from graphscale.advise.configs import candidates, predict_config
+from graphscale.bench.table import format_bytes, format_table
+
+#: an exact strategy within this factor of the fastest is preferred to a faster approximate one
+EXACT_SLACK = 1.10
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--dataset", default="", help="dataset spec (see `graphscale datasets`)")
+    parser.add_argument("--partitions", default="", metavar="DIR", help="a partition store (graphscale partition)")
+    parser.add_argument("--model", default="gcn", help="model name (gcn, sage, gat, gcnii, resgcn)")
+    parser.add_argument("--hidden", type=int, default=None, help="hidden width (default: the model's preset)")
+    parser.add_argument("--layers", type=int, default=None, help="layers (default: the model's preset)")
+    parser.add_argument("--workers", type=int, default=2, help="workers available")
+    parser.add_argument("--device-memory", default="", metavar="SIZE", help="per-worker memory budget, e.g. 2GiB")
+    parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"), help="the device the workers train on")
+    parser.add_argument("--cache-dir", default="", help="cache directory (data and the machine profile)")
+    parser.add_argument("--json", default="", metavar="PATH", help="also write the predictions as JSON here")
+    parser.add_argument("--profile", action="store_true", help="measure this machine again before predicting")
+    parser.add_argument("--synthetic-profile", action="store_true", help=argparse.SUPPRESS)
+
+
+def base_config(args: argparse.Namespace):
+    """The run configuration the candidates share (``single`` as placeholder strategy)."""
+    from graphscale.config import build_config
+
+    if args.workers < 1:
+        raise ValueError(f"--workers must be >= 1, got {args.workers}")
+    model = {"name": args.model}
+    if args.hidden is not None:
+        model["hidden"] = args.hidden
+    if args.layers is not None:
+        model["layers"] = args.layers
+    overrides = {"data": {"dataset": args.dataset} if args.dataset else {}, "model": model, "progress": False,
+                 "device": args.device}
+    if args.cache_dir:
+        overrides["cache_dir"] = args.cache_dir
+    config = build_config(overrides)
+    if args.partitions:
+        from graphscale.partition.store import check_partition_store
+
+        try:
+            meta = check_partition_store(args.partitions)
+        except (ValueError, FileNotFoundError) as err:
+            raise ValueError(f"--partitions {args.partitions}: {err}") from None
+        config.data.dataset = config.data.dataset or meta.get("dataset") or ""
+        if not config.data.dataset:
+            raise ValueError(f"--partitions {args.partitions}: the store names no dataset; pass --dataset too")
+    return config
+
+
+def machine_profile(args: argparse.Namespace, config):
+    from graphscale.advise.profile import cached_profile, synthetic
+    from graphscale.prepare import resolve_cache_dir
+
+    if args.synthetic_profile:
+        return synthetic(args.device)
+    return cached_profile(resolve_cache_dir(config), args.device, refresh=args.profile,
+                          warn=lambda line: print(f"graphscale: warning: {line}", file=sys.stderr))
+
+
+def budget_of(args: argparse.Namespace, machine) -> int:
+    from graphscale.strategies.offload.memory import parse_bytes
+
+    if args.device_memory:
+        return parse_bytes(args.device_memory, "--device-memory")
+    return machine.free_memory if args.device == "cuda" else machine.free_memory // max(args.workers, 1)
+
+
+def advise(args: argparse.Namespace) -> dict:
+    """Predict every candidate; returns ``{"predictions": [...], "recommended": index, "budget": bytes}``."""
+    config = base_config(args)
+    machine = machine_profile(args, config)
+    return rank(config, args.workers, machine, budget_of(args, machine), args.partitions)
+
+
+def rank(config, workers: int, machine, budget: int, partitions: str = "") -> dict:
+    """Predict every candidate of ``config`` on ``workers`` workers against the per-worker ``budget`` and pick the
+    recommendation (module docstring); ``partitions``: a store the partition-local strategies read."""
+    predictions, configs = [], []
+    for candidate in candidates(config, workers):
+        if partitions and candidate.strategy.name in ("graph-parallel", "model-averaging"):
+            candidate.strategy.partitions = partitions
+            candidate.strategy.parts = 0
+        if candidate.strategy.name == "single":  # first: a bad dataset fails here, naming the option
+            try:
+                prediction = predict_config(candidate, machine)
+            except (ValueError, FileNotFoundError, KeyError) as err:
+                raise ValueError(f"--dataset {config.data.dataset or 'cora'}: {str(err).splitlines()[0]}") from None
+            predictions.append(prediction.check_fit(budget))
+            configs.append(candidate)
+            continue
+        try:
+            prediction = predict_config(candidate, machine)
+        except ValueError as err:
+            from graphscale.advise.predict import Prediction
+
+            prediction = Prediction(candidate.strategy.name, candidate.strategy.workers, fits=False,
+                                    reason=str(err).splitlines()[0])
+        predictions.append(prediction.check_fit(budget))
+        configs.append(candidate)
+    feasible = [i for i, p in enumerate(predictions) if p.fits]
+    if not feasible:
+        sized = [p for p in predictions if p.memory]
+        closest = min(sized, key=lambda p: p.memory) if sized else predictions[0]
+        raise ValueError(f"--device-memory {format_bytes(budget)}: no configuration fits; the smallest requirement "
+                         f"is {format_bytes(closest.memory)} per worker ({closest.strategy} on {closest.workers} "
+                         f"worker(s)), the closest")
+    order = sorted(feasible, key=lambda i: predictions[i].seconds)
+    fastest = predictions[order[0]].seconds
+    exact = [i for i in order if predictions[i].exact and predictions[i].seconds <= EXACT_SLACK * fastest]
+    best = exact[0] if exact else order[0]
+    return {"predictions": predictions, "configs": configs, "recommended": best, "budget": budget,
+            "machine": machine, "ranking": order}
+
+
+def option_words(config, args: argparse.Namespace) -> list[str]:
+    """The ``graphscale train`` flags of ``config`` beyond strategy, workers, model and dataset."""
+    sc, words = config.strategy, []
+    if args.partitions and sc.partitions:
+        words += ["--partitions", args.partitions]
+    if args.hidden is not None:
+        words += ["--hidden", str(args.hidden)]
+    if args.layers is not None:
+        words += ["--layers", str(args.layers)]
+    if sc.name == "model-averaging" and not sc.partitions:
+        words += ["--parts", str(sc.parts)]
+    if args.device != "cpu":
+        words += ["--device", args.device]
+    return words
+
+
+def command_line(config, args: argparse.Namespace) -> str:
+    """The ``graphscale train`` line that runs ``config``."""
+    sc = config.strategy
+    words = ["graphscale", "train", "--strategy", sc.name, "--workers", str(sc.workers), "--model", args.model]
+    if not (args.partitions and sc.partitions) and config.data.dataset:
+        words += ["--dataset", config.data.dataset]
+    return " ".join(words + option_words(config, args))
+
+
+def reason(prediction, best, fastest) -> str:
+    """One sentence on why ``prediction`` ranks where it does."""
+    if not prediction.fits:
+        return prediction.reason
+    if prediction is best:
+        extra = "" if best is fastest else f" (within {EXACT_SLACK - 1:.0%} of the fastest, and exact)"
+        return f"recommended: the fastest configuration that fits{extra}"
+    return (f"{prediction.seconds / max(best.seconds, 1e-12):.1f}x the recommendation's time; "
+            f"{prediction.semantics}")
+
+
+def run(args: argparse.Namespace) -> int:
+    result = advise(args)
+    preds, configs, best = result["predictions"], result["configs"], result["recommended"]
+    fastest = preds[result["ranking"][0]]
+    rank = {i: r + 1 for r, i in enumerate(result["ranking"])}
+    rows = []
+    for i in sorted(range(len(preds)), key=lambda i: (rank.get(i, 99), i)):
+        p = preds[i]
+        rows.append({"rank": rank.get(i, "-"), "strategy": p.strategy, "workers": p.workers,
+                     "options": " ".join(f"{k}={v}" for k, v in p.options.items()) or "-",
+                     "s/epoch": p.seconds if p.fits or p.memory else None,
+                     "memory/worker": format_bytes(p.memory) if p.memory else "-",
+                     "bytes/epoch": format_bytes(p.moved) if p.memory else "-",
+                     "accuracy": "exact" if p.exact else "approx.", "why": reason(p, preds[best], fastest)})
+    print(format_table(rows))
+    print(f"recommended: {preds[best].strategy} on {preds[best].workers} worker(s) — {preds[best].semantics}")
+    print(f"run it: {command_line(configs[best], args)}")
+    if args.json:
+        from graphscale.data.formats import write_json_atomic
+
+        write_json_atomic(args.json, {"budget": result["budget"], "machine": result["machine"].to_dict(),
+                                      "recommended": best,
+                                      "predictions": [dict(p.to_dict(), command=command_line(c, args))
+                                                      for p, c in zip(preds, configs)]})
+    return 0

@@ -1,0 +1,61 @@
+"""The configurations ``graphscale advise`` weighs, and one prediction of a run configuration.
+
+:func:`predict_config` prepares the data as the run would (:func:`graphscale.prepare.prepare_data`: the cache's
+store, graph directory and shared plans, reused by the run that follows; a ``single`` run is priced from the
+host-shared graph directory instead of loading the graph into memory), builds the model as a worker does, and
+calls the strategy's ``predict``.
+"""
+
+from __future__ import annotations
+
+import copy
+
+from graphscale.advise.predict import Prediction, predictor
+from graphscale.config import RunConfig
+
+#: strategies in the order ``advise`` lists them (ties keep this order)
+STRATEGY_ORDER = ("single", "graph-parallel", "offload", "pipeline", "task-parallel", "model-averaging",
+                  "data-parallel", "split-parallel")
+
+
+def candidates(base: RunConfig, workers: int) -> list[RunConfig]:
+    """One configuration per strategy for ``workers`` workers (``single``: one worker), options at their defaults
+    (offload: ``--memory-budget`` from ``--device-memory`` when given; model-averaging: one part per worker)."""
+    out = []
+    for name in STRATEGY_ORDER:
+        w = 1 if name == "single" else workers
+        if name in ("task-parallel", "pipeline") and workers < 2:
+            continue
+        config = copy.deepcopy(base)
+        config.strategy.name, config.strategy.workers = name, w
+        if name == "pipeline" and config.model.layers < w:
+            continue  # a stage needs at least one layer
+        if name == "model-averaging":
+            config.strategy.parts = w
+        out.append(config)
+    return out
+
+
+def predict_config(config: RunConfig, machine) -> Prediction:
+    """The prediction of one run configuration (module docstring). ``config.data.dataset`` is resolved in place."""
+    import torch
+
+    from graphscale.data.features import input_width
+    from graphscale.data.handle import MEMORY
+    from graphscale.nn.models import build_model, is_decoupled
+    from graphscale.prepare import host_shared_data, prepare_data
+    from graphscale.registry import STRATEGIES
+
+    cls = STRATEGIES.get(config.strategy.name)
+    if cls.data_view == MEMORY:  # price it from the graph directory: no graph loaded into memory
+        from graphscale.prepare import DEFAULT_DATASET
+
+        config.data.dataset = config.data.dataset or DEFAULT_DATASET
+        data = host_shared_data(config, cls)
+    else:
+        data = prepare_data(config)
+    model = build_model(config.model, input_width(config.data.features, data.num_features), data.num_classes,
+                        seed=config.seed, dtype=getattr(torch, config.dtype), decoupled=is_decoupled(config))
+    prediction = predictor(config.strategy.name)(data, model, config, machine)
+    prediction.os_memory = prediction.memory + machine.process_rss
+    return prediction

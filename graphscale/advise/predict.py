@@ -1,0 +1,172 @@
+"""The prediction interface every strategy implements next to its code, and the pieces they share.
+
+``predict(data, model, config, machine) -> Prediction`` (one function per strategy, listed in :data:`PREDICTORS`):
+
+* ``data`` is the :class:`~graphscale.data.handle.DataHandle` the run's workers would get
+  (:func:`graphscale.prepare.prepare_data`): the graph's counts, a store's per-part halo counts, a host-shared graph
+  directory's memory-mapped structure and the strategy's shared plan (offload's chunk sets, pipeline's and
+  task-parallel's chunks). The features are never read.
+* ``model`` is the run's model (built as :func:`graphscale.run.train_worker` builds it: widths, parameter counts).
+* ``bytes`` per epoch by Ledger category, summed over workers, come from the closed forms the strategies' tests
+  hold the Ledger to (``halo_bytes_per_epoch``, offload's ``epoch_bytes``, ``pipeline_bytes_per_epoch``,
+  task-parallel's ``epoch_bytes``, ...); nothing here restates them.
+* ``seconds`` per epoch and ``memory`` (the largest worker's tracked peak) are models over the
+  :class:`~graphscale.advise.profile.Machine` profile: :func:`layer_seconds` prices one worker's rows, edges and
+  widths; :func:`activation_bytes` / :func:`state_bytes` its memory.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import asdict, dataclass, field
+
+#: strategy name -> "module:function" of its predictor (next to the strategy's code)
+PREDICTORS = {
+    "single": "graphscale.strategies.single:predict",
+    "graph-parallel": "graphscale.strategies.graph_parallel:predict",
+    "data-parallel": "graphscale.strategies.data_parallel:predict",
+    "split-parallel": "graphscale.strategies.split_parallel.predict:predict",
+    "offload": "graphscale.strategies.offload.predict:predict",
+    "pipeline": "graphscale.strategies.pipeline.predict:predict",
+    "task-parallel": "graphscale.strategies.task_parallel.predict:predict",
+    "model-averaging": "graphscale.strategies.model_averaging.predict:predict",
+}
+
+@dataclass
+class Prediction:
+    """What one configuration is predicted to cost.
+
+    Attributes:
+        strategy: the strategy's name.
+        workers: workers it runs on.
+        options: the key options of the configuration (``--chunks``, ``--t-workers``, ...), as ``train`` flags.
+        memory: the largest worker's peak memory in bytes (tracked figure: resident data, parameters, optimiser
+            state, autograd's saved tensors).
+        os_memory: ``memory`` plus the profile's per-worker process baseline (``process_rss``): the predicted
+            peak resident set the OS measures (set by :func:`graphscale.advise.configs.predict_config`).
+        bytes_epoch: the epoch whose bytes ``bytes`` are, where they vary with the epoch (the sampled
+            strategies); ``None``: every epoch after the first.
+        memory_per_worker: every worker's peak.
+        bytes: bytes moved per training epoch by Ledger category, summed over workers (closed forms).
+        seconds: predicted epoch time.
+        exact: whether it reproduces ``single`` (full-graph) training.
+        semantics: one sentence: exact, or the approximation.
+        fits: whether ``memory`` fits the device-memory budget (set by :func:`check_fit`).
+        reason: why it does not fit (empty when it does).
+        notes: how the figures were obtained (which closed forms, which model).
+    """
+
+    strategy: str
+    workers: int
+    options: dict = field(default_factory=dict)
+    memory: int = 0
+    memory_per_worker: list[int] = field(default_factory=list)
+    bytes: dict = field(default_factory=dict)
+    seconds: float = 0.0
+    exact: bool = True
+    semantics: str = "exact (reproduces single-process full-graph training)"
+    fits: bool = True
+    reason: str = ""
+    notes: list[str] = field(default_factory=list)
+    os_memory: int = 0
+    bytes_epoch: int | None = None
+
+    @property
+    def moved(self) -> int:
+        """Bytes per epoch that cross a link (the Ledger's ``moved_bytes``: ``reuse`` left out)."""
+        from graphscale.metrics.ledger import moved_bytes
+
+        return moved_bytes(self.bytes)
+
+    def check_fit(self, budget: int | None) -> Prediction:
+        """Set :attr:`fits` / :attr:`reason` against a per-worker budget in bytes (``None``: no budget)."""
+        if budget is not None and self.memory > budget:
+            from graphscale.bench.table import format_bytes
+
+            self.fits = False
+            self.reason = f"needs {format_bytes(self.memory)} per worker, more than the {format_bytes(budget)} budget"
+        return self
+
+    def to_dict(self) -> dict:
+        out = asdict(self)
+        out["moved_bytes"] = self.moved
+        return out
+
+
+def predictor(name: str):
+    """The ``predict`` function of strategy ``name``."""
+    if name not in PREDICTORS:
+        raise ValueError(f"no prediction for strategy {name!r}; strategies with one: {', '.join(PREDICTORS)}")
+    module, func = PREDICTORS[name].split(":")
+    return getattr(importlib.import_module(module), func)
+
+
+def element_size(model) -> int:
+    return next(model.parameters()).element_size()
+
+
+def num_params(model) -> int:
+    return sum(p.numel() for p in model.parameters())
+
+
+def dims(model, config, data):
+    """The model's per-layer widths (offload's shape probe :func:`~graphscale.strategies.offload.cost.probe_dims`):
+    ``widths`` ``d_l`` entering each step, ``out`` ``o_l`` leaving it."""
+    from graphscale.data.features import input_width
+    from graphscale.strategies.offload.cost import probe_dims
+
+    return probe_dims(model, input_width(config.data.features, data.num_features), next(model.parameters()).dtype)
+
+
+def prediction_time(machine, compute: float, nbytes: float, messages: int, steps: int = 1) -> float:
+    """An epoch's time: the slowest worker's compute, its transfers and ``steps`` optimiser steps (each the
+    profile's fixed ``step_s``)."""
+    return compute + transfer_seconds(machine, nbytes, messages) + steps * machine.step_s
+
+
+def layer_seconds(machine, rows: float, edges: float, widths: list[int], outs: list[int],
+                  backward: bool = True, calls: float = 1, workers: int = 1, input_grad: bool = False) -> float:
+    """One worker's compute time for ``rows`` destination rows over ``edges`` edges through every layer, in
+    ``calls`` passes (chunks, mini-batches), when ``workers`` workers share the host's cores: a dense product
+    ``2 rows d o`` FLOPs at the GEMM rate, the sparse product at the SpMM cost per edge and per edge-column (on the
+    narrower of the layer's two widths, as the layers transform first when it shrinks the product), and the
+    elementwise passes (keyed dropout, activation, allocations) at the profile's measured cost per element of the
+    layer's input and output rows. Backward costs twice the forward's products, except in the first layer, whose input needs no
+    gradient (its weight gradient only: one product more, no elementwise pass over the input; ``input_grad``: it
+    does, as a later pipeline stage's). The profile's
+    rates were measured with its ``threads``; a worker gets ``threads // workers`` of them (linear scaling).
+    The elementwise cost is calibrated against this formula (:func:`graphscale.advise.profile.measure`).
+    Every pass of every layer adds the profile's fixed ``layer_call_s`` (a third of it forward only)."""
+    scale = machine.threads / max(1, machine.threads // max(workers, 1))
+    total = 0.0
+    for i, (d, o) in enumerate(zip(widths, outs)):
+        products = 2.0 * rows * d * o / machine.gemm_flops + edges * (machine.spmm_edge_s
+                                                                       + machine.spmm_edge_col_s * min(d, o))
+        into, out_of = rows * d * machine.elementwise_s, rows * o * machine.elementwise_s
+        first = i == 0 and not input_grad
+        if backward:
+            total += products * (2.0 if first else 3.0) + into * (1.0 if first else 3.0) + 3.0 * out_of
+        else:
+            total += products + into + out_of
+    return scale * total + calls * len(widths) * machine.layer_call_s / (1.0 if backward else 3.0)
+
+
+def transfer_seconds(machine, nbytes: float, messages: int) -> float:
+    """Time of moving ``nbytes`` between workers in ``messages`` collectives / messages (latency + bandwidth)."""
+    return messages * machine.collective_latency_s + nbytes / machine.collective_bandwidth
+
+
+def activation_bytes(rows: float, widths: list[int], outs: list[int], elem: int) -> int:
+    """Autograd-saved and live activation bytes of a full forward over ``rows`` rows: each layer keeps its input
+    and output (and the dropout mask's bits)."""
+    return int(sum(rows * (d + o) * elem + rows * d / 8 for d, o in zip(widths, outs)))
+
+
+def state_bytes(params: int, elem: int) -> int:
+    """Parameters, their gradients and Adam's two moments."""
+    return 4 * params * elem
+
+
+def node_data_bytes(rows: float, features: int, elem: int) -> int:
+    """Feature rows plus labels (int64) and three split masks."""
+    return int(rows * (features * elem + 8 + 3))

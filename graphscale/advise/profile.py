@@ -1,0 +1,356 @@
+"""The machine profile the predictions price work with: measured once per host and cached.
+
+Figures (each recorded with how it was measured, :attr:`Machine.how`):
+
+* ``gemm_flops``: a float32 square GEMM (:func:`graphscale.strategies.task_parallel.plan.measure_flops`);
+* ``spmm_edge_s`` / ``spmm_edge_col_s``: seconds per edge and per edge-column of :func:`graphscale.nn.ops.spmm`
+  on a random graph at two widths (a line through the two timings);
+* ``memory_bandwidth``: a float32 copy (:func:`~graphscale.strategies.task_parallel.plan.measure_bandwidth`);
+* ``collective_latency_s`` / ``collective_bandwidth``: an all-reduce between 2 workers (gloo on CPU, NCCL on
+  CUDA) of a small and a large buffer, through :func:`graphscale.distributed.launch.launch`;
+* ``layer_call_s`` / ``step_s``: the fixed cost of one layer's forward and backward (Python, dispatch, autograd
+  bookkeeping: what does not scale with rows or edges) and of one optimiser step with its loss, timed on a
+  2-layer GCN over a 16-vertex graph (where the work itself is negligible) and a line through 2 and 4 layers;
+* ``elementwise_s``: seconds per element of a layer's elementwise passes (keyed dropout, activation, gradients,
+  allocations): a 2-layer GCN training step on a 5000-vertex random graph, less the products and fixed costs;
+* ``process_rss``: the peak resident set of a spawned worker after its process group, the training modules and
+  a few tiny training steps (interpreter, torch runtime, graphscale: what every worker holds besides its data);
+* ``h2d_bandwidth``: a pinned host-to-device copy (CUDA only; ``0`` on CPU, where host and device are one);
+* ``free_memory``: ``MemAvailable`` (CPU) or ``cudaMemGetInfo`` (CUDA) when measured.
+
+The profile lives in ``CACHE/advise/profile-<device>.json`` (``--cache-dir``). A profile recorded on another host
+is stale: :func:`load_profile` says so in one line and ``graphscale advise`` measures again (``--profile`` always
+does). ``tiny=True`` measures with small sizes and short repetitions (tests).
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+#: version of the profile's fields; a file of another version is measured again
+PROFILE_VERSION = 2
+
+
+@dataclass
+class Machine:
+    """One host's measured rates (module docstring)."""
+
+    host: str
+    device: str
+    gemm_flops: float
+    spmm_edge_s: float
+    spmm_edge_col_s: float
+    memory_bandwidth: float
+    collective_latency_s: float
+    collective_bandwidth: float
+    h2d_bandwidth: float
+    free_memory: int
+    threads: int
+    measured_at: float = 0.0
+    how: dict = field(default_factory=dict)
+    version: int = PROFILE_VERSION
+    layer_call_s: float = 0.0
+    step_s: float = 0.0
+    process_rss: int = 0
+    elementwise_s: float = 0.0
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> Machine:
+        names = {f for f in cls.__dataclass_fields__}
+        missing = sorted(names - set(d) - {"how", "measured_at", "version", "layer_call_s", "step_s", "process_rss",
+                                             "elementwise_s"})
+        if missing:
+            raise ValueError(f"machine profile lacks {', '.join(missing)}")
+        return cls(**{k: v for k, v in d.items() if k in names})
+
+
+def synthetic(device: str = "cpu", free_memory: int = 8 << 30) -> Machine:
+    """A fixed profile (tests, and predictions that must not depend on this machine): a few-core CPU's rates."""
+    how = {k: "synthetic (not measured)" for k in ("gemm_flops", "spmm", "memory_bandwidth", "collective",
+                                                  "h2d_bandwidth", "free_memory")}
+    how.update({k: "synthetic (not measured)" for k in ("fixed_costs", "process_rss")})
+    return Machine(platform.node(), device, 5e10, 5e-9, 1e-9, 1e10, 1e-4, 1e9, 0.0, free_memory, 1, time.time(), how,
+                   layer_call_s=2e-4, step_s=1e-3, process_rss=300 << 20, elementwise_s=2e-9)
+
+
+def profile_path(cache: Path, device: str) -> Path:
+    return Path(cache) / "advise" / f"profile-{device}.json"
+
+
+def load_profile(path: Path) -> tuple[Machine | None, str]:
+    """``(machine, "")``, or ``(None, why)`` for a missing, unreadable, old or other host's profile."""
+    path = Path(path)
+    if not path.is_file():
+        return None, f"no machine profile at {path}"
+    try:
+        machine = Machine.from_dict(json.loads(path.read_text()))
+    except (ValueError, TypeError) as err:
+        return None, f"machine profile {path} is unreadable ({err})"
+    if machine.version != PROFILE_VERSION:
+        return None, f"machine profile {path} has version {machine.version}, not {PROFILE_VERSION}"
+    if machine.host != platform.node():
+        return None, (f"machine profile {path} was measured on host {machine.host!r}, not this host "
+                      f"{platform.node()!r} (stale)")
+    return machine, ""
+
+
+def save_profile(machine: Machine, path: Path) -> None:
+    from graphscale.data.formats import write_json_atomic
+
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(path, machine.to_dict())
+
+
+def cached_profile(cache: Path, device: str, refresh: bool = False, tiny: bool = False,
+                   warn=None) -> Machine:
+    """The host's profile for ``device``: the cached one, else (or with ``refresh``) measured and cached; ``warn``
+    gets the one-line reason a cached profile was measured again."""
+    path = profile_path(cache, device)
+    if not refresh:
+        machine, why = load_profile(path)
+        if machine is not None:
+            return machine
+        if warn is not None and path.is_file():
+            warn(f"{why}; measuring this host again")
+    machine = measure(device, tiny=tiny)
+    save_profile(machine, path)
+    return machine
+
+
+# ------------------------------------------------------------------------------------------------ measuring
+def measure(device: str = "cpu", tiny: bool = False) -> Machine:
+    """Measure this host (module docstring); ``tiny``: small sizes, short repetitions."""
+    import torch
+
+    from graphscale.strategies.task_parallel.plan import measure_bandwidth, measure_flops
+
+    seconds = 0.05 if tiny else 1.0  # best of 1 s of repetitions: a shared machine has quiet moments
+    how = {}
+    if device == "cuda":
+        flops, bandwidth, h2d, free = _cuda_rates(tiny)
+        how["gemm_flops"] = "float32 4096^2 torch.mm on the GPU, best of repetitions"
+        how["memory_bandwidth"] = "device-to-device float32 copy of 256 MiB"
+        how["h2d_bandwidth"] = "pinned host-to-device copy of 256 MiB"
+        how["free_memory"] = "torch.cuda.mem_get_info"
+    else:
+        n = 128 if tiny else 384
+        flops = measure_flops(n, seconds)
+        bandwidth = measure_bandwidth(1 << (20 if tiny else 23), seconds)
+        h2d, free = 0.0, _mem_available()
+        how["gemm_flops"] = f"float32 {n}x{n} torch.mm, best of repetitions over {seconds:g} s"
+        how["memory_bandwidth"] = "float32 copy (read + write bytes), best of repetitions"
+        how["h2d_bandwidth"] = "none: host and device memory are one on CPU"
+        how["free_memory"] = "MemAvailable of /proc/meminfo"
+    edge_s, edge_col_s, spmm_how = _spmm_costs(device, tiny, seconds)
+    how["spmm"] = spmm_how
+    latency, coll_bw, process_rss, coll_how = _collective(device, tiny)
+    how["collective"] = coll_how
+    how["process_rss"] = ("peak resident set (VmHWM) of a spawned worker after its all-reduces, importing "
+                          "graphscale.run and a few tiny training steps (the larger of the 2)")
+    layer_call, step, how["fixed_costs"] = _fixed_costs(device, seconds)
+    machine = Machine(platform.node(), device, flops, edge_s, edge_col_s, bandwidth, latency, coll_bw, h2d, free,
+                      torch.get_num_threads(), time.time(), how, layer_call_s=layer_call, step_s=step,
+                      process_rss=process_rss)
+    machine.elementwise_s, how["elementwise"] = _elementwise_cost(machine, tiny, seconds)
+    return machine
+
+
+def _mem_available() -> int:
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    import os
+
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
+
+
+def _best(fn, seconds: float, at_least: int = 1) -> float:
+    """The shortest of repetitions of ``fn`` over ``seconds`` and at least ``at_least`` of them (the best of
+    many: a shared machine's other load only ever adds time)."""
+    fn()
+    best, deadline, count = float("inf"), time.perf_counter() + seconds, 0
+    while True:
+        start = time.perf_counter()
+        fn()
+        end = time.perf_counter()
+        best, count = min(best, end - start), count + 1
+        if end >= deadline and count >= at_least:
+            return best
+
+
+def _spmm_costs(device: str, tiny: bool, seconds: float) -> tuple[float, float, str]:
+    """Seconds per edge and per edge-column of a forward ``spmm`` (GCN normalisation) at widths 16 and 128."""
+    import torch
+
+    from graphscale.data.block import Block
+    from graphscale.nn.ops import spmm
+    from graphscale.testing import random_graph
+
+    n, deg = (4000, 8) if tiny else (50000, 16)
+    graph = random_graph(n, float(deg), num_features=1, seed=0)
+    block = Block.full(graph).to(torch.device(device))
+    e = block.num_edges if hasattr(block, "num_edges") else int(block.indices.numel())
+    times = {}
+    for width in (16, 128):
+        x = torch.randn(block.num_src, width, device=device)
+        sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+        times[width] = _best(lambda x=x, sync=sync: (spmm(block, x), sync()), seconds)
+    per_col = max((times[128] - times[16]) / (112 * e), 0.0)
+    per_edge = max(times[16] / e - 16 * per_col, 1e-12)
+    return per_edge, per_col, (f"spmm over a random graph of {n} vertices and {e} edges at widths 16 and 128, "
+                               "best of repetitions, a line through the two")
+
+
+def _tiny_steps(device: str) -> dict:
+    """Training steps (forward, loss, backward, Adam) of a GCN of 2 and of 4 layers on a 16-vertex graph, warm."""
+    import torch
+
+    from graphscale.config import build_config
+    from graphscale.data.block import Block
+    from graphscale.nn.models import build_model
+    from graphscale.strategies.base import masked_loss_sum
+    from graphscale.testing import random_graph
+
+    graph = random_graph(16, 3.0, num_features=8, seed=0)
+    block = Block.full(graph).to(torch.device(device))
+    x, y = graph.x.to(device), graph.y.to(device)
+    mask = torch.ones(graph.num_nodes, dtype=torch.bool, device=device)
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    steps = {}
+    for layers in (2, 4):
+        model = build_model(build_config({"model": {"name": "gcn", "hidden": 8, "layers": layers}}).model, 8,
+                            int(graph.y.max()) + 1, seed=0).to(device)
+        opt = torch.optim.Adam(model.parameters(), lr=0.01)
+
+        def step(model=model, opt=opt):
+            opt.zero_grad(set_to_none=True)
+            masked_loss_sum(model(block, x), y, mask).backward()
+            opt.step()
+            sync()
+        steps[layers] = step
+        for _ in range(3):  # warm up
+            step()
+    return steps
+
+
+def _fixed_costs(device: str, seconds: float) -> tuple[float, float, str]:
+    """Seconds of one layer's forward + backward and of one optimiser step (with its loss), on a graph so small
+    that only the fixed costs remain: training steps of a GCN of 2 and of 4 layers, a line through the two."""
+    steps = _tiny_steps(device)
+    times = {2: float("inf"), 4: float("inf")}
+    deadline, count = time.perf_counter() + seconds, 0
+    while count < 200 or time.perf_counter() < deadline:  # interleaved: both see the same background load
+        for layers, step in steps.items():
+            start = time.perf_counter()
+            step()
+            times[layers] = min(times[layers], time.perf_counter() - start)
+        count += 1
+    layer = max((times[4] - times[2]) / 2, 0.0)
+    return layer, max(times[2] - 2 * layer, 0.0), ("training steps (forward, loss, backward, Adam) of a GCN of 2 "
+                                                   "and 4 layers on a 16-vertex graph, best of repetitions; per "
+                                                   "layer = half the difference, per step = the rest")
+
+
+def _elementwise_cost(machine: Machine, tiny: bool, seconds: float) -> tuple[float, str]:
+    """Seconds per element of a layer's elementwise passes (keyed dropout, activation, their gradients, the
+    allocations): a GCN training step on a random graph, less what :func:`~graphscale.advise.predict.layer_seconds`
+    prices without them (products and fixed costs), over the elements it counts."""
+    import torch
+
+    from graphscale.advise.predict import layer_seconds
+    from graphscale.config import build_config
+    from graphscale.data.block import Block
+    from graphscale.nn.models import build_model
+    from graphscale.strategies.base import masked_loss_sum
+    from graphscale.testing import random_graph
+
+    (n, features), device = ((1000, 64) if tiny else (5000, 256)), machine.device
+    graph = random_graph(n, 8.0, num_features=features, seed=0)
+    block = Block.full(graph).to(torch.device(device))
+    x, y = graph.x.to(device), graph.y.to(device)
+    mask = torch.ones(n, dtype=torch.bool, device=device)
+    model = build_model(build_config({"model": {"name": "gcn", "hidden": 16, "layers": 2}}).model, features,
+                        int(graph.y.max()) + 1, seed=0).to(device)
+    opt = torch.optim.Adam(model.parameters(), lr=0.01)
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        masked_loss_sum(model(block, x), y, mask).backward()
+        opt.step()
+        sync()
+    taken = _best(step, seconds, at_least=20)
+    widths, outs = [features, 16], [16, int(graph.y.max()) + 1]
+    edges = block.num_edges if hasattr(block, "num_edges") else int(block.indices.numel())
+    priced = layer_seconds(machine, n, edges + n, widths, outs) + machine.step_s
+    per = taken - priced  # layer_seconds so far priced the elementwise passes at elementwise_s = 0
+    elements = n * (widths[0] + 3 * outs[0] + 3 * widths[1] + 3 * outs[1])
+    return max(per / elements, 1e-12), (f"a 2-layer GCN training step on a random graph of {n} vertices and "
+                                        f"{features} features, best of repetitions, less the products and fixed "
+                                        "costs layer_seconds prices, per element it counts")
+
+
+def _collective(device: str, tiny: bool) -> tuple[float, float, int, str]:
+    """Latency and bandwidth of a 2-worker all-reduce (the backend of ``device``), and a worker's resident set."""
+    from graphscale.distributed.launch import launch
+
+    small, large = 1, (1 << 16 if tiny else 1 << 22)
+    results = launch(_allreduce_worker, 2, small, large, 3 if tiny else 10, device=device, timeout_s=60)
+    t_small, t_large = max(r[0] for r in results), max(r[1] for r in results)
+    bandwidth = 4 * (large - small) / max(t_large - t_small, 1e-9)
+    backend = "nccl" if device == "cuda" else "gloo"
+    return t_small, bandwidth, max(r[2] for r in results), (f"{backend} all_reduce between 2 workers of 1 and {large} float32 elements, best "
+                                "of repetitions; latency = the small one, bandwidth = the difference's bytes over "
+                                "the difference's time")
+
+
+def _allreduce_worker(env, small: int, large: int, repeats: int) -> tuple:  # pragma: no cover - spawned
+    import torch
+    import torch.distributed as dist
+
+    from graphscale.metrics.memory import os_memory
+
+    out = []
+    for n in (small, large):
+        t = torch.ones(n, device=env.device)
+        dist.all_reduce(t)
+        best = float("inf")
+        for _ in range(repeats):
+            dist.barrier()
+            start = time.perf_counter()
+            dist.all_reduce(t)
+            if t.is_cuda:
+                torch.cuda.synchronize()
+            best = min(best, time.perf_counter() - start)
+        out.append(best)
+    import graphscale.run  # noqa: F401 - what a training worker imports
+
+    for step in _tiny_steps(env.device.type).values():  # the runtime's first-use allocations (threads, autograd)
+        step()
+    return out[0], out[1], os_memory().peak_rss or 0
+
+
+def _cuda_rates(tiny: bool) -> tuple[float, float, float, int]:  # pragma: no cover - needs a GPU
+    import torch
+
+    n = 1024 if tiny else 4096
+    a, b = torch.randn(n, n, device="cuda"), torch.randn(n, n, device="cuda")
+    sync = torch.cuda.synchronize
+    flops = 2.0 * n ** 3 / _best(lambda: (torch.mm(a, b), sync()), 0.2)
+    elements = (1 << 22) if tiny else (1 << 26)
+    src, dst = torch.ones(elements, device="cuda"), torch.empty(elements, device="cuda")
+    bandwidth = 8.0 * elements / _best(lambda: (dst.copy_(src), sync()), 0.2)
+    host = torch.ones(elements).pin_memory()
+    h2d = 4.0 * elements / _best(lambda: (dst.copy_(host, non_blocking=True), sync()), 0.2)
+    free = int(torch.cuda.mem_get_info()[0])
+    return flops, bandwidth, h2d, free

@@ -1,0 +1,54 @@
+"""The prediction of a ``model-averaging`` run (:mod:`graphscale.advise.predict`) from its store's per-part counts.
+
+Bytes of an averaging epoch (``(epoch + 1) % --average-every == 0``; other epochs move only ``control``): the ring
+all-reduce (:func:`~graphscale.strategies.graph_parallel.allreduce_bytes_per_epoch`) of the floating state
+(:func:`.averaging.float_tensors`; with ``--optimizer-state averaged``, the default, Adam's two moments too) and
+of the loss sum (``control``). Partition ``j`` trains on worker ``j mod q``, one after another: a worker's time is
+the sum of its parts'; its memory the largest part's. ``--correction-steps`` is not modelled (its bytes depend on the samples).
+"""
+
+from __future__ import annotations
+
+from graphscale.advise.predict import (
+    Prediction,
+    activation_bytes,
+    dims,
+    element_size,
+    layer_seconds,
+    node_data_bytes,
+    num_params,
+    prediction_time,
+    state_bytes,
+)
+from graphscale.strategies.model_averaging.averaging import float_tensors
+from graphscale.strategies.model_averaging.strategy import optimizer_state
+
+
+def predict(data, model, config, machine):
+    from graphscale.partition.store import read_store_meta
+    from graphscale.strategies.graph_parallel import allreduce_bytes_per_epoch
+
+    sc, world = config.strategy, config.strategy.workers
+    if sc.correction_steps:
+        raise ValueError("advise does not predict --correction-steps (its bytes depend on the samples)")
+    parts = read_store_meta(data.path)["parts"]
+    elem, params, d = element_size(model), num_params(model), dims(model, config, data)
+    moments = optimizer_state(sc) == "averaged"  # Adam's two moments averaged too (the default)
+    averaged = sum(t.numel() for t in float_tensors(model)) + (2 * params if moments else 0)
+    out = {k: v for k, v in {"allreduce": allreduce_bytes_per_epoch(averaged, world, elem),
+                             "control": allreduce_bytes_per_epoch(1, world, 8)}.items() if v}
+    w, o = list(d.widths), list(d.out)
+    peaks, times = [0] * world, [0.0] * world
+    for j, p in enumerate(parts):
+        inner, local, edges = int(p["num_inner"]), int(p["num_inner"]) + int(p["num_halo"]), int(p["num_edges"])
+        need = (node_data_bytes(local, data.num_features, elem) + 8 * (local + 1 + edges)
+                + activation_bytes(local, w, o, elem) + state_bytes(params, elem))
+        peaks[j % world] = max(peaks[j % world], need)
+        times[j % world] += layer_seconds(machine, inner, edges, w, o, workers=world) + machine.step_s
+    seconds = prediction_time(machine, max(times), sum(out.values()) / world, 2, 0)
+    return Prediction("model-averaging", world, {"parts": len(parts), "average_every": sc.average_every},
+                      max(peaks), peaks, out, seconds, exact=False,
+                      semantics="each partition trains on its own subgraph (edges between partitions dropped), "
+                                f"models averaged every {sc.average_every} epoch(s) (SDT-GNN)",
+                      notes=[("bytes: allreduce_bytes_per_epoch of the floating state and the loss, on averaging "
+                             "epochs")])

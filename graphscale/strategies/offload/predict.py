@@ -1,0 +1,48 @@
+"""The prediction of an ``offload`` run (:mod:`graphscale.advise.predict`).
+
+The layout is the run's: the parent's chunk sets of the host-shared handle (``prepare_shared``), or for one worker
+:func:`~.strategy.plan_layout` as the strategy's setup computes it. Bytes are :func:`~.cost.epoch_bytes` of the
+layout and the per-layer modes :func:`~.cost.layer_modes` picks (the strategy's default bandwidths, as the run's);
+memory is :func:`~.memory.modelled_peaks` (the ``--memory-budget`` model); time prices the chunk passes' rows and
+edges on the machine profile plus the transfers at the profile's host-device (CUDA) or memory (CPU) bandwidth.
+"""
+
+from __future__ import annotations
+
+from graphscale.advise.predict import Prediction, element_size, layer_seconds, num_params
+from graphscale.advise.predict import dims as model_dims
+from graphscale.strategies.offload.cost import Bandwidths, epoch_bytes, layer_modes, layer_pass_rows, modelled_seconds
+from graphscale.strategies.offload.memory import fit_phases, modelled_peaks
+from graphscale.strategies.offload.plan import ChunkSets, build_worker_plan, check_dedup
+from graphscale.strategies.offload.strategy import plan_layout
+
+
+def predict(data, model, config, machine):
+    sc, world = config.strategy, config.strategy.workers
+    graph = data.open_graph()
+    elem, params = element_size(model), num_params(model)
+    dims = model_dims(model, config, data)
+    dedup = check_dedup(sc.dedup)
+    shared = data.extras.get("shared")
+    if shared is not None:
+        sets = ChunkSets.load(shared)
+    else:
+        owner = data.vertex_owner(graph, world, sc.partitioner, config.seed, sc.balance)
+        owner, batch, chunks = plan_layout(graph, owner, world, config, model, dims, Bandwidths())
+        sets = ChunkSets.build(graph, owner, batch, world, chunks)
+    modes = layer_modes(sc.recompute, dims, layer_pass_rows(sets, dedup), graph.num_nodes, elem, Bandwidths())
+    out = {k: v for k, v in epoch_bytes(sets, dedup, modes, dims, elem, params).items() if v}
+    plans = [build_worker_plan(graph, sets, r, dedup) for r in range(world)]
+    peaks = [int(p) for p in modelled_peaks(plans, dims, modes, elem, params, fit_phases(model, dims, modes))]
+    link = machine.h2d_bandwidth or machine.memory_bandwidth
+    bw = Bandwidths(host=link, peer=machine.collective_bandwidth, reuse=machine.memory_bandwidth)
+    n, e = graph.num_nodes, graph.num_edges
+    recomputes = sum(1 for m in modes if m == "recompute")
+    compute = layer_seconds(machine, n / world, (e + n) / world, list(dims.widths), list(dims.out),
+                            calls=sets.num_chunks, workers=world)
+    compute *= 1 + recomputes / (3 * max(len(modes), 1))
+    seconds = compute + modelled_seconds(out, bw) / world + machine.step_s
+    return Prediction("offload", world, {"chunks": sets.num_chunks, "dedup": dedup}, max(peaks), peaks, out,
+                      seconds, notes=[f"bytes: offload.cost.epoch_bytes with modes {modes}",
+                                      "memory: offload.memory.modelled_peaks (device side; host arrays excluded)"])
+

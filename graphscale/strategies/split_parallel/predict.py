@@ -1,0 +1,70 @@
+"""The prediction of a ``split-parallel`` run (:mod:`graphscale.advise.predict`): the strategy module's closed
+forms evaluated by replaying epoch ``epoch``'s seeded loader and sampler and splitting every mini-batch with the
+run's :class:`~.split.SplitPlan` (:func:`~.split.split_minibatch`, the strategy's own split), on the host-shared
+structure; no feature row is read."""
+
+from __future__ import annotations
+
+from graphscale.advise.predict import (
+    Prediction,
+    activation_bytes,
+    dims,
+    element_size,
+    layer_seconds,
+    node_data_bytes,
+    num_params,
+    prediction_time,
+    state_bytes,
+)
+from graphscale.data.sampler import MiniBatchLoader, NeighborSampler
+from graphscale.strategies.split_parallel.split import SplitPlan, split_minibatch
+from graphscale.strategies.split_parallel.strategy import layer_kinds, shipped_widths, shuffle_backward, split_modes
+
+
+def predict(data, model, config, machine, epoch: int = 0):
+    import torch
+
+    from graphscale.strategies.graph_parallel import allreduce_bytes_per_epoch
+
+    sc, world = config.strategy, config.strategy.workers
+    graph = data.open_graph()
+    elem, params, d = element_size(model), num_params(model), dims(model, config, data)
+    shared = data.extras.get("shared")
+    if shared is not None:
+        plan = SplitPlan.load(shared)
+    else:
+        owner = data.vertex_owner(graph, world, sc.partitioner, config.seed, sc.balance)
+        plan = SplitPlan.build(owner, graph.out_degrees(), world, sc.cache_fraction)
+    modes, widths, back = split_modes(layer_kinds(model)), shipped_widths(model), shuffle_backward(model)
+    loader = MiniBatchLoader(torch.nonzero(graph.train_mask).flatten(), sc.batch_size, seed=config.seed)
+    sampler = NeighborSampler(graph, sc.fanouts, seed=config.seed)
+    row = data.num_features * elem
+    out = {"h2d": 0, "h2d_struct": 0, "shuffle": 0}
+    edges, busiest = 0, 0
+    batches = loader.batches(epoch)
+    for i, targets in enumerate(batches):
+        blocks = sampler.sample(targets, loader.batch_key(epoch, i))
+        split = split_minibatch(blocks, plan, modes)
+        for r in range(world):
+            local = split.local(r)
+            out["h2d"] += local.miss_ids.numel() * row
+            out["h2d_struct"] += local.structure_bytes()
+        out["shuffle"] += sum(lay.shuffle_rows() * widths[l] * elem * (2 if back[l] else 1)
+                              for l, lay in enumerate(split.layers))
+        edges += sum(b.num_edges for b in blocks)
+        busiest = max(busiest, blocks[0].src_ids.numel())
+    out["allreduce"] = len(batches) * allreduce_bytes_per_epoch(params, world, elem)
+    out["control"] = allreduce_bytes_per_epoch(1, world, 8)
+    out = {k: v for k, v in out.items() if v}
+    w, o = list(d.widths), list(d.out)
+    cached = [plan.cached_ids(r).numel() for r in range(world)]
+    mem = [node_data_bytes(c, data.num_features, elem) + activation_bytes(busiest / world, w, o, elem)
+           + state_bytes(params, elem) for c in cached]
+    compute = layer_seconds(machine, busiest * len(batches) / world, edges / world, w, o, calls=len(batches),
+                            workers=world)
+    seconds = prediction_time(machine, compute, sum(out.values()) / world, len(batches) * (2 * len(w) + 1),
+                              len(batches))
+    return Prediction("split-parallel", world, {"batch_size": sc.batch_size}, max(mem), mem, out, seconds,
+                      exact=False, semantics="sampled mini-batch training (equal to single --minibatch, not to "
+                      "full-graph training)", notes=[(f"bytes: the closed forms over epoch {epoch}'s replayed "
+                                                      "samples and their splits")], bytes_epoch=epoch)
