@@ -51,8 +51,3 @@ def uses_numba(*tensors: Tensor) -> bool:
         return False
     return all(t.device.type == "cpu" and (t.dtype in _NUMBA_DTYPES or not t.is_floating_point()) for t in tensors)
 
-
-def backend_name(device: torch.device | str) -> str:
-    """The backend that runs float32 products on ``device``: ``numba`` or ``torch`` (for reports)."""
-    device = torch.device(device)
-    return "numba" if kernel_setting() == "auto" and device.type == "cpu" else "torch"

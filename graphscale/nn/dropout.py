@@ -33,17 +33,15 @@ from graphscale.nn import fused
 from graphscale.nn.backend import uses_numba
 from graphscale.nn.dense import dropped_linear
 from graphscale.nn.fused import column_states, node_dropout_into
-from graphscale.nn.hashing import (  # noqa: F401
+from graphscale.nn.hashing import (
     _COL_SALT,
     _EDGE_STREAM,
     _HEAD_SALT,
     _M32,
     _NODE_STREAM,
     _check_ids,
-    _fold_int,
     _fold_nb,
     _fold_t,
-    _hash_int,
     _hash_nb,
     _hash_t,
     _threshold,

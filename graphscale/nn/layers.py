@@ -45,7 +45,6 @@ Numerical equivalents (tested in float64): :class:`GCNLayer` = PyG
 from __future__ import annotations
 
 import math
-from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -54,66 +53,12 @@ from torch import Tensor, nn
 from graphscale.nn.dense import DeferredLinearReLU, linear_relu, linear_relu_linear
 from graphscale.nn.dropout import EdgeDropout, KeyedDropout
 from graphscale.nn.ops import gcn_norm_scales, propagate, propagate_transpose, segment_softmax, spmm_heads, topology
+from graphscale.nn.order import transform_first
 
 
 def _check_src(block, x_src, in_dim: int, who: str) -> None:
     if len(x_src.shape) != 2 or x_src.shape[0] != block.num_src or x_src.shape[1] != in_dim:
         raise ValueError(f"{who}: x_src must be [num_src={block.num_src}, {in_dim}], got {tuple(x_src.shape)}")
-
-
-class ProductCosts(NamedTuple):
-    """Costs of :func:`_transform_first`'s two orders on one device, in dense multiply-adds (a GEMM's inner step):
-    a sparse product pays per stored entry (index read, a random row fetch) and per entry and column (a gathered
-    multiply-add), a dense one per row and column for streaming its input and output. The choice only needs their
-    order of magnitude."""
-
-    sparse_entry: int
-    sparse_element: int
-    dense_element: int
-
-
-#: Per device type. ``cpu``: measured single-threaded on a 1M-vertex SBM block (``X W``: 0.045 ns per multiply-add;
-#: SpMM: about 25 ns per entry plus 0.9 ns per entry and column): a gathered multiply-add is some 20 dense ones.
-#: ``cuda``: from an H100's datasheet, not measured here (no GPU was lent): a GEMM's multiply-add at about 50 TFLOP/s
-#: (0.02 ns) against a gathered one bound by HBM (3 TB/s: 1.3 ps per 4-byte read, some 100 multiply-adds) and a
-#: streamed element at the same bandwidth (about 70); an entry's index read and row start about 200. Devices not
-#: listed take the ``cuda`` figures (tensor-core GEMMs against gathered reads).
-PRODUCT_COSTS = {"cpu": ProductCosts(500, 20, 5), "cuda": ProductCosts(200, 100, 70)}
-
-
-def _costs(device: torch.device) -> ProductCosts:
-    return PRODUCT_COSTS.get(device.type, PRODUCT_COSTS["cuda"])
-
-
-def _sparse_cost(costs: ProductCosts, nnz: int, width: int) -> int:
-    return nnz * (costs.sparse_entry + costs.sparse_element * width)
-
-
-def _dense_cost(costs: ProductCosts, rows: int, in_dim: int, out_dim: int) -> int:
-    return rows * (in_dim * out_dim + costs.dense_element * (in_dim + out_dim))
-
-
-def _transform_first(block, x_src: Tensor, in_dim: int, out_dim: int, weight: Tensor) -> bool:
-    """Whether ``A (X W)`` is cheaper than ``(A X) W`` for this call.
-
-    Both orders' forward and, when autograd will run, backward products, priced by the costs of the input's device
-    (:data:`PRODUCT_COSTS`: a sparse product's multiply-adds cost one to two orders of magnitude more than a
-    GEMM's): the aggregation's
-    backward runs when its input requires grad (or, transform first, when the weight does), the dense
-    backward products for each of the input and the weight that requires grad. A partition block (sources =
-    its rows plus a halo) pays the transform for every source row, so the order can differ from the whole
-    graph's; both give the same values up to float rounding.
-    """
-    grad = torch.is_grad_enabled()
-    x_grad = grad and x_src.requires_grad
-    w_grad = grad and weight.requires_grad
-    costs = _costs(x_src.device)
-    nnz, rows_src, rows_dst = block.num_edges + block.num_dst, block.num_src, block.num_dst
-    agg_first = (_sparse_cost(costs, nnz, in_dim) * (1 + int(x_grad))
-                 + _dense_cost(costs, rows_dst, in_dim, out_dim) * (1 + int(x_grad) + int(w_grad)))
-    tr_first = (_dense_cost(costs, rows_src, in_dim, out_dim) * (1 + int(x_grad) + int(w_grad))
-                + _sparse_cost(costs, nnz, out_dim) * (1 + int(x_grad or w_grad)))
-    return tr_first < agg_first
 
 
 def _gcn_scales(block, like: Tensor):
@@ -252,7 +197,7 @@ class GCNLayer(nn.Module):
         (:func:`linear_relu_linear`). ``[S, in_dim]`` -> ``[D, out_dim]``."""
         _check_src(block, x_src, self.in_dim, "GCNLayer")
         deferred = isinstance(x_src, DeferredLinearReLU)
-        if _transform_first(block, x_src, self.in_dim, self.out_dim, self.lin.weight):
+        if transform_first(block, x_src, self.in_dim, self.out_dim, self.lin.weight):
             if deferred:
                 z = linear_relu_linear(x_src, src_dropout, self.lin.weight)
             else:
@@ -308,9 +253,9 @@ class SAGELayer(nn.Module):
         """The whole layer on ``x_src`` (or on ``src_dropout(x_src)``, fused into the aggregation when that
         comes first; the destination rows' dropped copy feeds ``W_r``): ``[S, in_dim]`` -> ``[D, out_dim]``."""
         _check_src(block, x_src, self.in_dim, "SAGELayer")
-        transform_first = _transform_first(block, x_src, self.in_dim, self.out_dim, self.lin_l.weight)
+        first = transform_first(block, x_src, self.in_dim, self.out_dim, self.lin_l.weight)
         x_dst = x_src[: block.num_dst]
-        if transform_first:
+        if first:
             if src_dropout is None:
                 z, root = F.linear(x_src, self.lin_l.weight), self.lin_r(x_dst)
             else:  # dropped rows one block at a time, for both products

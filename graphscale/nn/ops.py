@@ -228,7 +228,7 @@ class _Propagate(torch.autograd.Function):
         return gx, None, None
 
 
-def _check_propagated(topo: Topology, x: Tensor, rows: int, who: str) -> None:
+def _check_propagated(x: Tensor, rows: int, who: str) -> None:
     if x.dim() != 2 or x.shape[0] != rows:
         raise ValueError(f"{who}: x must be [{rows}, F], got {tuple(x.shape)}")
 
@@ -260,7 +260,7 @@ def propagate(block, x: Tensor, norm: str, scales: Callable[[], Scales], *, symm
     if uses_numba(x):
         ew, cs, rs, ss = scales()
         return spmm(topo, x, edge_weight=ew, col_scale=cs, row_scale=rs, self_scale=ss, src_dropout=src_dropout)
-    _check_propagated(topo, x, topo.num_src, "propagate")
+    _check_propagated(x, topo.num_src, "propagate")
     if x.dtype == torch.bfloat16:
         x = x.float()
     return _Propagate.apply(x, topo.operator(norm, x.dtype, scales, symmetric), src_dropout)
@@ -279,7 +279,7 @@ def propagate_transpose(block, grad: Tensor, norm: str, scales: Callable[[], Sca
     if uses_numba(grad):
         ew, cs, rs, ss = scales()
         return spmm_transpose(topo, grad, edge_weight=ew, col_scale=cs, row_scale=rs, self_scale=ss)
-    _check_propagated(topo, grad, topo.num_dst, "propagate_transpose")
+    _check_propagated(grad, topo.num_dst, "propagate_transpose")
     return torch.mm(topo.operator(norm, grad.dtype, scales, symmetric).adjoint(), grad.contiguous())
 
 

@@ -102,10 +102,10 @@ def test_every_model_issues_ops_independent_of_the_graph_size(name, monkeypatch)
 def test_the_device_backend_is_picked_by_the_environment(monkeypatch):
     x = torch.zeros(2, 2)
     monkeypatch.delenv("GRAPHSCALE_KERNELS", raising=False)
-    assert backend.uses_numba(x) and backend.backend_name("cpu") == "numba"
+    assert backend.uses_numba(x)
     assert not backend.uses_numba(x.bfloat16())  # a dtype numba does not handle
     monkeypatch.setenv("GRAPHSCALE_KERNELS", "torch")
-    assert not backend.uses_numba(x) and backend.backend_name("cpu") == "torch"
+    assert not backend.uses_numba(x)
     monkeypatch.setenv("GRAPHSCALE_KERNELS", "numbaa")
     with pytest.raises(ValueError, match=r"GRAPHSCALE_KERNELS='numbaa' is not a kernel backend: expected one of auto"):
         backend.uses_numba(x)

@@ -207,13 +207,13 @@ def test_layer_order_prices_sparse_work_above_dense():
     """A partition block with a large halo (sources 1.5x its rows), 128 features narrowed to 16: equal flops
     would aggregate the 128-wide rows first, but a gathered multiply-add costs ~20 dense ones, so the cost model
     transforms first; a narrow-to-wide layer still aggregates first. Both orders give the same values."""
-    from graphscale.nn.layers import _transform_first
+    from graphscale.nn.order import transform_first
 
     block = _halo_block(num_dst=2000, num_src=3000, degree=10)
     w = torch.zeros(16, 128, requires_grad=True)
     x = torch.randn(3000, 128)
-    assert _transform_first(block, x, 128, 16, w)
-    assert not _transform_first(block, torch.randn(3000, 16), 16, 128, torch.zeros(128, 16, requires_grad=True))
+    assert transform_first(block, x, 128, 16, w)
+    assert not transform_first(block, torch.randn(3000, 16), 16, 128, torch.zeros(128, 16, requires_grad=True))
     layer = GCNLayer(128, 16).double()
     xd = x.double()
     with torch.no_grad():
