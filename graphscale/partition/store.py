@@ -359,7 +359,11 @@ def write_partition_store(path: str | Path, stream, owner, num_parts: int, *, ed
         node_data: optional ``x``, ``y``, ``train_mask``, ``val_mask``, ``test_mask``: ``[N, ...]`` arrays or
             tensors, or paths of ``.npy`` files (read through a memory map opened per chunk).
         num_vertices: vertex count (default the stream's).
-        method, params, num_classes, source_name, extra_meta: recorded in ``meta.json``.
+        method: recorded in ``meta.json``.
+        params: recorded in ``meta.json``.
+        num_classes: recorded in ``meta.json``.
+        source_name: recorded in ``meta.json``.
+        extra_meta: recorded in ``meta.json``.
         chunk_edges: records per chunk of the routing pass.
         feature_chunk_bytes: bound on one copy step of node data.
         overwrite: replace an existing partition store.

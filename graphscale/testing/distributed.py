@@ -48,7 +48,8 @@ def assert_close_rel(actual: torch.Tensor, expected: torch.Tensor, dtype: torch.
     ``expected`` needs an all-zero ``actual``).
 
     Args:
-        actual, expected: tensors of the same shape (or numbers).
+        actual: a tensor (or number).
+        expected: a tensor of ``actual``'s shape (or a number).
         dtype: the precision the computation ran in.
         what: a name for the error message.
     """

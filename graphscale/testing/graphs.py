@@ -17,7 +17,8 @@ def random_graph(num_nodes: int = 40, avg_degree: float = 4.0, num_features: int
     Args:
         num_nodes: vertices.
         avg_degree: expected in-degree.
-        num_features, num_classes: sizes of ``x`` and ``y``.
+        num_features: columns of ``x``.
+        num_classes: classes of ``y``.
         seed: everything is a function of the seed.
         symmetric: add the reverse of every edge.
         dtype: feature dtype.
