@@ -16,5 +16,5 @@ fi
 site=$(mktemp -d)
 trap 'rm -rf "$site"' EXIT
 # NO_MKDOCS_2_WARNING: mkdocs-material's banner about its successor, printed on every build
-NO_MKDOCS_2_WARNING=1 "$VENV/bin/mkdocs" build --strict --site-dir "$site"
+NO_MKDOCS_2_WARNING=1 "$VENV/bin/python" -m mkdocs build --strict --site-dir "$site"
 echo "docs: mkdocs build --strict passed ($(find "$site" -name '*.html' | wc -l) pages)"
