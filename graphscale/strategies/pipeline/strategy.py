@@ -53,7 +53,7 @@ each other and the reference; GPipe accepts ``none`` too, for the comparison und
 starts ``min(S - 1 - i, K)`` forwards on stage ``i``, then alternates one forward and one backward (chunks'
 backwards in forward order): stage ``i`` holds at most ``S - i`` chunks' saved activations instead of ``K``
 (``activation_peak`` in the epoch's ``extra``; the bubble is GPipe's). What dropping the cross-chunk gradients
-costs in accuracy is measured by ``graphscale bench pipeline`` (README).
+costs in accuracy is measured by ``graphscale bench pipeline`` (docs/strategies/pipeline.md).
 
 **Timings** (:mod:`.timeline`): every stage records the start and end of every ``(phase, chunk)`` step and of
 the receive wait inside it, and when it sent each chunk; after the epoch the neighbours trade their send times
