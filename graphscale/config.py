@@ -127,7 +127,8 @@ class StrategyConfig:
     ``optimizer_state = "local"`` it is an error."""
     optimizer_state: str = "averaged"
     """``model-averaging``: Adam's moments ``averaged`` with the model, weighted the same way (default), or kept
-    ``local`` per partition (SDT-GNN's choice; on Cora it settles at a lower accuracy, see docs/strategies/model-averaging.md)."""
+    ``local`` per partition (SDT-GNN's choice; on Cora it settles at a lower accuracy, see
+    docs/strategies/model-averaging.md)."""
     evaluation: str = "exact"
     """``model-averaging``: ``exact`` (home vertices on their full L-hop neighbourhood: the store's halo when
     ``K >= L``, else rows fetched from their owners), ``halo`` (exact from a ``K >= L`` halo only, no traffic) or
