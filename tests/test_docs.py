@@ -86,3 +86,17 @@ def _documented_options(page: Path) -> set[str]:
 def test_strategy_page_lists_exactly_the_declared_options(name):
     declared = set(STRATEGIES.get(name).options)
     assert _documented_options(DOCS / "strategies" / f"{name}.md") == declared
+
+
+def test_sphinx_roles_become_code_and_optional_links():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("mkdocs_hooks", ROOT / "scripts" / "mkdocs_hooks.py")
+    hooks = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(hooks)
+    page = ("see :func:<code>graphscale.run.run</code>, :class:<code>~graphscale.config.RunConfig</code>, "
+            ":meth:<code>~.plan.Plan.build</code> and :math:<code>x^2</code>")
+    assert hooks.sphinx_roles_to_autorefs(page) == (
+        'see <autoref optional identifier="graphscale.run.run"><code>graphscale.run.run</code></autoref>, '
+        '<autoref optional identifier="graphscale.config.RunConfig"><code>RunConfig</code></autoref>, '
+        "<code>build</code> and <code>x^2</code>")
