@@ -166,7 +166,7 @@ def build_vertex_partitioner(text: str, balance: str = ""):
 def training_graph(spec: str, features: str = "", seed: int = 0) -> Graph:
     """The dataset with what training adds to it, checked trainable: ``--features`` (computed here, or the
     dataset's own dropped for ``learnable:D``; :mod:`graphscale.data.features`) and, for a multi-label graph
-    without a split, the seeded split of :func:`~graphscale.data.datasets.multilabel_split`."""
+    without a split, the seeded split of :func:`~graphscale.data.readers.labels.multilabel_split`."""
     from graphscale.data.datasets import load_dataset, untrainable_reason, with_training_split
     from graphscale.data.features import apply_features
 

@@ -22,7 +22,7 @@ from graphscale.config import build_config
 from graphscale.data.handle import HOST_SHARED, MEMORY, PARTITION_LOCAL
 from graphscale.prepare import canonical_spec, prepare_data, write_training_store
 from graphscale.run import run
-from graphscale.strategies.split_parallel.split import SplitPlan
+from graphscale.strategies.split_parallel.plan import SplitPlan
 from graphscale.testing import random_graph
 
 SPEC = "sbm:nodes=300,degree=6,classes=3,features=8,seed=1"

@@ -125,7 +125,8 @@ def measure(graph, workers: int, fanouts: list[int], batch_size: int, fractions:
     from graphscale.registry import PARTITIONERS
     from graphscale.strategies.data_parallel import MicroBatchSchedule
     from graphscale.strategies.split_parallel import layer_kinds, shipped_widths, shuffle_backward, split_modes
-    from graphscale.strategies.split_parallel.split import HALO, SplitPlan, SplitWorkspace, input_loads, split_minibatch
+    from graphscale.strategies.split_parallel.plan import SplitPlan
+    from graphscale.strategies.split_parallel.split import HALO, SplitWorkspace, input_loads, split_minibatch
 
     if workers < 1:
         raise ValueError(f"--workers must be >= 1, got {workers}")

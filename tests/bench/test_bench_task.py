@@ -6,7 +6,7 @@ import argparse
 
 import pytest
 
-from graphscale.bench import task
+from graphscale.bench import task, task_accuracy, task_cost, task_runs, task_speed
 
 TINY = "sbm:nodes=300,degree=8,features=16,classes=4,seed=0"
 
@@ -45,9 +45,9 @@ def test_comm_closed_forms_and_their_check_against_the_ledger(monkeypatch):
     from graphscale.strategies.task_parallel.strategy import epoch_bytes
 
     args = parse("--graphs", TINY, "--depths", "2", "--hidden", "16", "--measure-nodes", "1000")
-    graph = task.load(TINY, args)
-    closed = {label: epoch_bytes(task.tp_model(graph, 2, 16, decoupled), task.tp_plan(graph, 2, args, decoupled),
-                                 graph.num_nodes, graph.num_features, 4)
+    graph = task_runs.load(TINY, args)
+    closed = {label: epoch_bytes(task_runs.tp_model(graph, 2, 16, decoupled),
+                                 task_runs.tp_plan(graph, 2, args, decoupled), graph.num_nodes, graph.num_features, 4)
               for label, decoupled in (("TP", False), ("TP+TD", True))}
 
     def train_once(dataset, strategy, *a, extra=(), **k):
@@ -56,8 +56,8 @@ def test_comm_closed_forms_and_their_check_against_the_ledger(monkeypatch):
         label = "TP+TD" if "on" in extra else "TP"
         return {"final": {"bytes_per_epoch": dict(closed[label], **({"halo": 1} if label == "TP" else {}))}}
 
-    monkeypatch.setattr(task, "train_once", train_once)
-    section = task.comm(args)
+    monkeypatch.setattr(task_runs, "train_once", train_once)
+    section = task_cost.comm(args)
     (_, rows), = section.tables
     check = rows[0]["closed form = Ledger (trained)"]
     assert "graph-parallel NO" in check and "TP+TD yes" in check and "; TP NO" in check
@@ -68,7 +68,7 @@ def test_comm_closed_forms_and_their_check_against_the_ledger(monkeypatch):
 
 
 def test_failed_runs_are_listed_under_the_table(monkeypatch, capsys):
-    monkeypatch.setattr(task, "train_once", lambda *a, **k: {"error": "exit 2: boom"})
+    monkeypatch.setattr(task_runs, "train_once", lambda *a, **k: {"error": "exit 2: boom"})
     task.run(parse("--sections", "accuracy", "--accuracy-graphs", TINY, "--seeds", "1", "--epochs", "1"))
     out = capsys.readouterr().out
     assert "(no rows)" in out
@@ -79,7 +79,7 @@ def test_failed_runs_are_listed_under_the_table(monkeypatch, capsys):
 def test_timeline_records_and_boundary_rows():
     epoch = {"extra_per_worker": [{"timeline": [(0, "T", "fwd", 1, 0, 1.0, 2.0)]},
                                   {"timeline": [(1, "P", "bwd", 0, 1, 3.0, 4.5)]}]}
-    assert task.timeline_records(epoch) == [(0, 1, "T_fwd", 1.0, 2.0), (1, 0, "P_bwd", 3.0, 4.5)]
+    assert task_speed.timeline_records(epoch) == [(0, 1, "T_fwd", 1.0, 2.0), (1, 0, "P_bwd", 3.0, 4.5)]
     import torch
 
     from graphscale.strategies.task_parallel.chunks import layout
@@ -88,7 +88,7 @@ def test_timeline_records_and_boundary_rows():
     graph = random_graph(40, 4.0, seed=0)
     chunk_of = torch.arange(40) * 4 // 40
     lay = layout(4, 2, 0, 0)
-    rows = task.boundary_rows(graph, chunk_of, lay)
+    rows = task_cost.boundary_rows(graph, chunk_of, lay)
     dst = torch.repeat_interleave(torch.arange(40), torch.diff(graph.indptr))
     src = graph.indices
     sub_of = lay.sub[chunk_of]
@@ -111,7 +111,7 @@ def test_bad_options_are_named(argv, message):
 
 def test_subgraph_counts_must_divide_the_chunks():
     with pytest.raises(ValueError, match="--subgraph-counts 4 do not divide --chunks 6"):
-        task.subgraphs(parse("--subgraph-counts", "1,4", "--chunks", "6"))
+        task_accuracy.subgraphs(parse("--subgraph-counts", "1,4", "--chunks", "6"))
 
 
 def test_memory_totals_read_the_os_growth_above_each_workers_start():
@@ -123,5 +123,5 @@ def test_memory_totals_read_the_os_growth_above_each_workers_start():
                                                    for _, (anon, at) in workers]}}
 
     start = "worker start"
-    assert task._memory_totals(report((10, (300, start)), (40, (150, start)))) == (50, 40, 250, 200)
-    assert task._memory_totals(report((10, (300, start)), (40, (150, "epoch")))) == (50, 40, None, None)
+    assert task_cost._memory_totals(report((10, (300, start)), (40, (150, start)))) == (50, 40, 250, 200)
+    assert task_cost._memory_totals(report((10, (300, start)), (40, (150, "epoch")))) == (50, 40, None, None)

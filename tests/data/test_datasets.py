@@ -16,19 +16,17 @@ import scipy.io
 import scipy.sparse as sp
 import torch
 
-from graphscale.data import datasets
 from graphscale.data.datasets import (
     DATASET_HELP,
-    cora_dir,
     describe_dataset,
-    from_pyg,
     load_dataset,
-    read_planetoid,
-    to_pyg,
     untrainable_reason,
 )
 from graphscale.data.formats import save_graph_dir
 from graphscale.data.graph import Graph
+from graphscale.data.readers.ogb import read_csv_gz
+from graphscale.data.readers.planetoid import cora_dir, read_planetoid
+from graphscale.data.readers.pyg import from_pyg, to_pyg
 from graphscale.testing import random_graph
 
 DATA = ("x", "y", "train_mask", "val_mask", "test_mask")
@@ -481,16 +479,16 @@ def test_ogb_matches_ogb_reader(tmp_path, monkeypatch):
 
 def test_csv_readers_agree(tmp_path):
     write_csv_gz(tmp_path / "a.csv.gz", [[1.5, 2], [3, -4.25]])
-    a = datasets._read_csv_gz(tmp_path / "a.csv.gz", np.float32, use_pandas=True)
-    b = datasets._read_csv_gz(tmp_path / "a.csv.gz", np.float32, use_pandas=False)
+    a = read_csv_gz(tmp_path / "a.csv.gz", np.float32, use_pandas=True)
+    b = read_csv_gz(tmp_path / "a.csv.gz", np.float32, use_pandas=False)
     np.testing.assert_array_equal(a, b)
     assert a.shape == (2, 2) and a.dtype == np.float32
     write_csv_gz(tmp_path / "one.csv.gz", [[5]])
-    assert datasets._read_csv_gz(tmp_path / "one.csv.gz", np.int64, use_pandas=False).shape == (1, 1)
+    assert read_csv_gz(tmp_path / "one.csv.gz", np.int64, use_pandas=False).shape == (1, 1)
     write_csv_gz(tmp_path / "bad.csv.gz", [["x", "y"]])
     for use_pandas in (True, False):
         with pytest.raises(ValueError, match=r"bad\.csv\.gz: cannot read"):
-            datasets._read_csv_gz(tmp_path / "bad.csv.gz", np.float32, use_pandas=use_pandas)
+            read_csv_gz(tmp_path / "bad.csv.gz", np.float32, use_pandas=use_pandas)
 
 
 def test_ogb_errors(tmp_path):

@@ -11,17 +11,13 @@ import pytest
 import torch
 
 from graphscale.cli import main
-from graphscale.data.datasets import (
-    describe_dataset,
-    load_dataset,
-    per_class_split,
-    read_edgelist,
-    read_int_pairs,
-    read_metis,
-    read_musae,
-    untrainable_reason,
-)
+from graphscale.data.datasets import describe_dataset, load_dataset, untrainable_reason
 from graphscale.data.graph import Graph
+from graphscale.data.readers.edgelist import read_edgelist
+from graphscale.data.readers.labels import per_class_split
+from graphscale.data.readers.metis import read_metis
+from graphscale.data.readers.musae import read_musae
+from graphscale.data.readers.text import read_int_pairs
 
 SHARED = Path("/work/shared/data")
 

@@ -29,7 +29,8 @@ from graphscale.strategies.split_parallel import (
     shuffle_backward,
     split_modes,
 )
-from graphscale.strategies.split_parallel.split import HALO, PREAGG, SplitPlan, split_minibatch
+from graphscale.strategies.split_parallel.plan import SplitPlan
+from graphscale.strategies.split_parallel.split import HALO, PREAGG, split_minibatch
 from graphscale.testing import assert_close_rel, random_graph, run_distributed
 
 DTYPES = {"float64": torch.float64, "float32": torch.float32}

@@ -1,5 +1,5 @@
-"""GSplit (``--strategy split-parallel``): the offline split plan and online split kernels (:mod:`.split`), and
-the strategy (:mod:`.strategy`)."""
+"""GSplit (``--strategy split-parallel``): the offline split plan (:mod:`.plan`), the online split (:mod:`.split`)
+and its kernels (:mod:`.kernels`), and the strategy (:mod:`.strategy`)."""
 
 from graphscale.strategies.split_parallel.strategy import (
     SplitParallel,

@@ -17,7 +17,8 @@ from graphscale.advise.predict import (
     state_bytes,
 )
 from graphscale.data.sampler import MiniBatchLoader, NeighborSampler
-from graphscale.strategies.split_parallel.split import SplitPlan, split_minibatch
+from graphscale.strategies.split_parallel.plan import SplitPlan
+from graphscale.strategies.split_parallel.split import split_minibatch
 from graphscale.strategies.split_parallel.strategy import layer_kinds, shipped_widths, shuffle_backward, split_modes
 
 

@@ -3,7 +3,7 @@
 **Offline.** The parent partitions the graph with
 ``config.strategy.partitioner`` (METIS by default) before the workers start
 (:mod:`graphscale.prepare`); every worker memory-maps the host-shared graph
-and the owner array. :class:`~graphscale.strategies.split_parallel.split.SplitPlan` gives the
+and the owner array. :class:`~graphscale.strategies.split_parallel.plan.SplitPlan` gives the
 parts contiguous, degree-sorted split ids (built once by the parent, :meth:`SplitParallel.prepare_shared`, and
 memory-mapped by every worker); worker ``i`` caches the
 ``min(cap, |part i|)`` highest-degree vertices of its part, ``cap =
@@ -90,12 +90,12 @@ from graphscale.strategies.minibatch_common import (
     load_host_rows,
     record_structure,
 )
+from graphscale.strategies.split_parallel.plan import SplitPlan
 from graphscale.strategies.split_parallel.split import (
     HALO,
     PREAGG,
     LocalLayer,
     LocalSplit,
-    SplitPlan,
     SplitWorkspace,
     split_minibatch,
 )
