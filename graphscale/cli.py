@@ -11,8 +11,10 @@ import statistics
 import sys
 from pathlib import Path
 
-from graphscale.bench.table import format_bytes, format_table
 from graphscale.metrics.ledger import moved_bytes
+from graphscale.metrics.table import format_table
+from graphscale.metrics.units import format_bytes
+from graphscale.options import int_list
 
 #: ``graphscale bench NAME`` -> module with ``add_arguments(parser)`` and ``run(args)``.
 BENCHES = {
@@ -82,17 +84,6 @@ TRAIN_OPTIONS = {
 #: option (argparse dest) -> the registry whose names it takes (listed in --help, so a new entry shows by itself)
 REGISTRY_OPTIONS = {"model": "MODELS", "strategy": "STRATEGIES", "partitioner": "PARTITIONERS",
                     "method": "PARTITIONERS"}
-
-
-def int_list(text: str) -> list[int]:
-    """``"10,5"`` -> ``[10, 5]`` (an option type)."""
-    fields = text.split(",")
-    if any(not field.strip() for field in fields):
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r} (an empty field)")
-    try:
-        return [int(v) for v in fields]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
 
 
 class Parser(argparse.ArgumentParser):

@@ -241,6 +241,8 @@ PRESETS: dict[str, dict[str, dict]] = {
     "resgcn": {"model": {"hidden": 64, "layers": 8, "dropout": 0.5}, "optim": {"lr": 0.005, "weight_decay": 5e-4}},
 }
 
+_PLURALS = {"strategy": "strategies", "model": "models"}
+
 SECTIONS = {"data": DataConfig, "model": ModelConfig, "optim": OptimConfig, "strategy": StrategyConfig}
 
 
@@ -297,10 +299,48 @@ def build_config(overrides: dict, config_file: str | Path | None = None) -> RunC
     _apply(config, PRESETS.get(model_name, {}), f"preset {model_name!r}")
     _apply(config, file_values, str(config_file))
     _apply(config, overrides, "command line")
-    from graphscale.validation import check_given  # imports the registries (and torch): not at module level
-
     check_given(config, {**given_options(file_values, str(config_file)), **given_options(overrides, "command line")})
     return config
+
+
+def _label(section: str, field: str, where: str) -> str:
+    """How an option is named in a message: ``--batch-size`` (command line) or ``run.toml: [strategy] batch_size``."""
+    return f"--{field.replace('_', '-')}" if where == "command line" else f"{where}: [{section}] {field}"
+
+
+def check_given(config: RunConfig, given: dict[tuple[str | None, str], str]) -> None:
+    """Refuse a given option the run's strategy or model does not read.
+
+    Args:
+        config: the built configuration.
+        given: ``(section, option) -> where`` of every option the user set (``where``: ``"command line"`` or the
+            TOML file); defaults and presets are not in it.
+
+    Raises:
+        ValueError: names the option, why it is unused and the strategies (models) that read it.
+        KeyError: unknown strategy or model.
+    """
+    from graphscale.registry import MODELS, STRATEGIES  # the registries import the strategies: not at module level
+
+    # a [data] option that some strategies declare in their ``options`` (``feature_dtype``) is checked as theirs
+    chosen = {"strategy": (STRATEGIES, config.strategy.name), "data": (STRATEGIES, config.strategy.name),
+              "model": (MODELS, config.model.name)}
+    for (section, option), where in given.items():
+        if section not in chosen:
+            continue
+        registry, name = chosen[section]
+        cls = registry.get(name)
+        readers = [other for other in registry.names() if option in registry.get(other).options]
+        if not readers:  # read by every strategy (model), such as --workers or --hidden
+            continue
+        unused = cls.unused_options(config) if hasattr(cls, "unused_options") else {}  # models have no conditions
+        if option in cls.options and option not in unused:
+            continue
+        why = f" {unused[option]}" if option in unused else ""
+        kinds = registry.kind if len(readers) == 1 else _PLURALS[registry.kind]
+        raise ValueError(f"{_label(section, option, where)} is not used by {registry.kind} {name!r}{why}; "
+                         f"it is used by {kinds} {', '.join(readers)}")
+
 
 
 def given_options(values: dict, where: str) -> dict[tuple[str | None, str], str]:

@@ -18,76 +18,13 @@ from __future__ import annotations
 
 import math
 import os
-import tempfile
 from pathlib import Path
 
 from graphscale.config import DTYPES, FEATURE_DTYPES, RunConfig
-
-_PLURALS = {"strategy": "strategies", "model": "models"}
-
-
-# ------------------------------------------------------------ given options
-def _label(section: str, field: str, where: str) -> str:
-    """How an option is named in a message: ``--batch-size`` (command line) or ``run.toml: [strategy] batch_size``."""
-    return f"--{field.replace('_', '-')}" if where == "command line" else f"{where}: [{section}] {field}"
-
-
-def check_given(config: RunConfig, given: dict[tuple[str | None, str], str]) -> None:
-    """Refuse a given option the run's strategy or model does not read.
-
-    Args:
-        config: the built configuration.
-        given: ``(section, field) -> where`` of every option the user set (``where``: ``"command line"`` or the
-            TOML file); defaults and presets are not in it.
-
-    Raises:
-        ValueError: names the option, why it is unused and the strategies (models) that read it.
-        KeyError: unknown strategy or model.
-    """
-    from graphscale.registry import MODELS, STRATEGIES
-
-    # a [data] option that some strategies declare in their ``options`` (``feature_dtype``) is checked as theirs
-    chosen = {"strategy": (STRATEGIES, config.strategy.name), "data": (STRATEGIES, config.strategy.name),
-              "model": (MODELS, config.model.name)}
-    for (section, field), where in given.items():
-        if section not in chosen:
-            continue
-        registry, name = chosen[section]
-        cls = registry.get(name)
-        readers = [other for other in registry.names() if field in registry.get(other).options]
-        if not readers:  # read by every strategy (model), such as --workers or --hidden
-            continue
-        unused = cls.unused_options(config) if hasattr(cls, "unused_options") else {}  # models have no conditions
-        if field in cls.options and field not in unused:
-            continue
-        why = f" {unused[field]}" if field in unused else ""
-        kinds = registry.kind if len(readers) == 1 else _PLURALS[registry.kind]
-        raise ValueError(f"{_label(section, field, where)} is not used by {registry.kind} {name!r}{why}; "
-                         f"it is used by {kinds} {', '.join(readers)}")
+from graphscale.data.outputs import check_output_dir, check_output_path
 
 
 # ------------------------------------------------------------ values
-def check_output_path(path: str | os.PathLike, option: str) -> Path:
-    """Check that a file can be written at ``path`` (its directory exists and takes a new file); never creates
-    directories.
-
-    Raises:
-        ValueError: names ``option`` and the path.
-    """
-    path = Path(path)
-    parent = path.parent
-    if path.is_dir():
-        raise ValueError(f"{option} {path} is a directory; give a file path")
-    if not parent.is_dir():
-        raise ValueError(f"{option} {path}: directory {parent} does not exist (create it first)")
-    try:
-        with tempfile.NamedTemporaryFile(dir=parent, prefix=f".{path.name}.probe-"):
-            pass
-    except OSError as err:
-        raise ValueError(f"{option} {path}: cannot write in {parent} ({err.strerror or err})") from None
-    return path
-
-
 def _resolved(path: str | os.PathLike) -> Path:
     return Path(path).expanduser().resolve()
 
@@ -160,22 +97,6 @@ def check_path_conflicts(config: RunConfig, outputs: list[tuple[str, str]] | Non
             if _inside(path, source_path):
                 raise ValueError(f"{option} {path} lies inside {source} {source_path}, which the run reads; writing "
                                  "there could destroy it: give a path outside it")
-
-
-def check_output_dir(path: str | os.PathLike, option: str) -> Path:
-    """An output directory the run creates when missing (``--cache-dir``, ``--state-dir``, ``--tensorboard``): its
-    parent must exist, as for an output file (one policy: the run creates the file or directory it is told to
-    write, never the directories above it).
-
-    Raises:
-        ValueError: names ``option``, the path and what is wrong.
-    """
-    path = Path(path).expanduser()
-    if path.exists() and not path.is_dir():
-        raise ValueError(f"{option} {path} is a file; give a directory")
-    if not path.exists() and not path.parent.is_dir():
-        raise ValueError(f"{option} {path}: directory {path.parent} does not exist (create it first)")
-    return path
 
 
 def check_finite(option: str, value, *, positive: bool = False, nonnegative: bool = False) -> None:
@@ -288,7 +209,7 @@ def _check_strategy_option(option: str, config: RunConfig) -> None:
             raise ValueError("--offload-transfer uva needs --offload-topology resident (its GPU kernels index with "
                              "ids already on the device)")
     elif option == "memory_budget" and sc.memory_budget:
-        from graphscale.strategies.offload.memory import parse_bytes
+        from graphscale.metrics.units import parse_bytes
 
         parse_bytes(sc.memory_budget)
     elif option == "halo_hops":
@@ -296,7 +217,7 @@ def _check_strategy_option(option: str, config: RunConfig) -> None:
     elif option == "correction_steps" and sc.correction_steps < 0:
         raise ValueError(f"--correction-steps must be >= 0, got {sc.correction_steps}")
     elif option == "device_memory" and sc.device_memory:
-        from graphscale.strategies.offload.memory import parse_bytes
+        from graphscale.metrics.units import parse_bytes
 
         parse_bytes(sc.device_memory, "--device-memory")
     elif option == "parts" and sc.parts < 0:
@@ -305,7 +226,7 @@ def _check_strategy_option(option: str, config: RunConfig) -> None:
         raise ValueError(f"--shm-dir {sc.shm_dir} is not a writable directory; point --shm-dir at one (a "
                          "memory-backed tmpfs such as /dev/shm)")
     elif option == "partitioner":  # with --balance, which the partitioner checks
-        from graphscale.prepare import build_vertex_partitioner
+        from graphscale.partition.build import build_vertex_partitioner
 
         build_vertex_partitioner(sc.partitioner, sc.balance)
 

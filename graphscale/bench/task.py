@@ -58,7 +58,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from graphscale.bench.memory import node_data_bytes, train_once, worker_rows
-from graphscale.bench.table import format_bytes, format_table, int_list, save_figure, split_specs
+from graphscale.bench.table import int_list, save_figure, split_specs
+from graphscale.metrics.table import format_table
+from graphscale.metrics.units import format_bytes
 
 SECTIONS = ("comm", "memory", "replication", "accuracy", "subgraphs", "pipeline", "ablation")
 #: the synthetic power-law graphs: degree-corrected SBM (power-law degrees, exponent 2.5) at these average degrees
@@ -238,7 +240,7 @@ def tp_flags(flags: Sequence[str], plan) -> list[str]:
 def comm(args) -> Section:
     """Bytes per epoch, graph parallelism against TP and TP+TD (module docstring)."""
     from graphscale.partition.base import halo_sizes
-    from graphscale.prepare import build_vertex_partitioner
+    from graphscale.partition.build import build_vertex_partitioner
     from graphscale.strategies.graph_parallel import allreduce_bytes_per_epoch, halo_bytes_per_epoch
     from graphscale.strategies.pipeline.reference import learned_input
     from graphscale.strategies.task_parallel.strategy import H2D, epoch_bytes
@@ -401,7 +403,7 @@ def _memory_totals(report: dict) -> tuple[int, int, int | None, int | None]:
 def memory(args) -> Section:
     """Per-worker memory: the formulas' parts against the tracked and OS-measured peaks (module docstring)."""
     from graphscale.partition.base import halo_sizes, partition_sizes
-    from graphscale.prepare import build_vertex_partitioner
+    from graphscale.partition.build import build_vertex_partitioner
 
     out = Section("memory")
     rows, totals = [], []

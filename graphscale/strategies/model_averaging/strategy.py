@@ -193,8 +193,8 @@ class ModelAveraging(Strategy):
         """``--parts``, else SDT-GNN's workload allocation from the dataset's size and ``--device-memory``."""
         import sys
 
+        from graphscale.metrics.units import parse_bytes
         from graphscale.partition.allocation import choose_parts
-        from graphscale.strategies.offload.memory import parse_bytes
 
         sc = config.strategy
         if sc.parts:
@@ -219,7 +219,7 @@ class ModelAveraging(Strategy):
         if parts > workers or config.checkpoint or sc.state_dir:
             folder = sc.state_dir
             if not folder:
-                from graphscale.prepare import resolve_cache_dir
+                from graphscale.data.cache import resolve_cache_dir
 
                 key = hashlib.sha1(json.dumps(cls.identity(config, handle), sort_keys=True).encode()).hexdigest()
                 folder = str(resolve_cache_dir(config) / "averaging" / key[:20])

@@ -119,6 +119,7 @@ from graphscale.distributed.comm import Comm
 from graphscale.distributed.env import DistEnv
 from graphscale.metrics.memory import MemoryTracker
 from graphscale.metrics.stats import EpochStats
+from graphscale.metrics.units import parse_bytes
 from graphscale.nn.models import build_model
 from graphscale.registry import STRATEGIES
 from graphscale.strategies.base import (
@@ -140,7 +141,7 @@ from graphscale.strategies.offload.cost import (
     probe_dims,
 )
 from graphscale.strategies.offload.host import HostArrays
-from graphscale.strategies.offload.memory import choose_chunks, parse_bytes
+from graphscale.strategies.offload.memory import choose_chunks
 from graphscale.strategies.offload.passes import OffloadPasses
 from graphscale.strategies.offload.plan import (
     ChunkSets,

@@ -154,7 +154,7 @@ def assign_chunks(graph: Graph, num_chunks: int, partitioner: str = "metis", bal
         raise ValueError(f"--chunks must lie in [1, {graph.num_nodes}] (the vertices), got {num_chunks}")
     if num_chunks == 1:
         return torch.zeros(graph.num_nodes, dtype=torch.int64)
-    from graphscale.prepare import build_vertex_partitioner
+    from graphscale.partition.build import build_vertex_partitioner
 
     try:
         return build_vertex_partitioner(partitioner, balance).partition(graph, num_chunks, seed=seed)
@@ -173,7 +173,7 @@ def assign_subchunks(graph: Graph, chunk_of: torch.Tensor, width: int, partition
     sub_of = torch.zeros_like(chunk_of)
     if width == 1:
         return sub_of
-    from graphscale.prepare import build_vertex_partitioner
+    from graphscale.partition.build import build_vertex_partitioner
 
     for k in range(int(chunk_of.max()) + 1):
         nodes = torch.nonzero(chunk_of == k).flatten()

@@ -347,7 +347,7 @@ def replication_alpha(graph, parts: int, *, partitioner: str = "metis", seed: in
     parallelism exchanges, so ``alpha`` of ``N`` parts is graph parallelism's replication on ``N`` workers.
     """
     from graphscale.partition.base import replication_factor
-    from graphscale.prepare import build_vertex_partitioner
+    from graphscale.partition.build import build_vertex_partitioner
 
     owner = build_vertex_partitioner(partitioner).partition(graph, parts, seed=seed)
     return 1.0 + replication_factor(graph, owner, parts)
