@@ -16,12 +16,19 @@ starts.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 from pathlib import Path
 
-from graphscale.config import DTYPES, FEATURE_DTYPES, RunConfig
+from graphscale.config import DTYPES, FEATURE_DTYPES, RunConfig, StrategyConfig
 from graphscale.data.outputs import check_output_dir, check_output_path
+from graphscale.metrics.units import parse_bytes
+from graphscale.partition.build import build_vertex_partitioner
+from graphscale.strategies.options import BY_STRATEGY
+
+#: the declared ``[strategy]`` options by name (their choices are checked here)
+_STRATEGY_FIELDS = {f.name: f for f in dataclasses.fields(StrategyConfig)}
 
 
 # ------------------------------------------------------------ values
@@ -143,82 +150,63 @@ def _check_choice(option: str, value: str, choices) -> None:
         raise ValueError(f"--{option} must be one of {', '.join(choices)}, got {value!r}")
 
 
+def _check_declared_choice(option: str, config: RunConfig) -> None:
+    """A ``[strategy]`` option declared with ``choices`` (:mod:`graphscale.strategies.options`) holds one of them
+    (or its default: ``balance``'s empty default means the partitioner's own)."""
+    declared = _STRATEGY_FIELDS.get(option)
+    choices = declared.metadata.get("choices") if declared is not None else None
+    value = getattr(config.strategy, option, None)
+    if choices and value != declared.default:
+        _check_choice(option.replace("_", "-"), value, choices)
+
+
+def _check_chunks(config: RunConfig) -> None:
+    """``--chunks``: after ``StrategyConfig.resolve_chunks`` the strategy's own chunk count, which it reads."""
+    value = config.strategy.chunks
+    if value is None:
+        return
+    own = getattr(BY_STRATEGY.get(config.strategy.name), "CHUNKS", None)
+    note = f" (--chunks is --{own.replace('_', '-')} for strategy {config.strategy.name!r})" if own else ""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"--chunks must be an integer, got {value!r}{note}")  # noqa: TRY004 - reported as ValueError
+    if value < 1:
+        raise ValueError(f"--chunks must be >= 1, got {value}{note}")
+
+
 def _check_strategy_option(option: str, config: RunConfig) -> None:
-    """Check the value of one ``[strategy]`` option the run's strategy reads."""
+    """Check the value of one ``[strategy]`` option the run's strategy reads: its declared choices, then what a
+    declaration cannot say (ranges, sizes, paths, combinations)."""
     sc = config.strategy
+    _check_declared_choice(option, config)
     if option == "fanouts":
         _check_fanouts(config)
     elif option in ("batch_size", "average_every", "history_period", "hybrid_width", "subgraphs"):
         _check_at_least_one(option.replace("_", "-"), getattr(sc, option))
-    elif option == "chunks" and sc.chunks is not None:
-        if not isinstance(sc.chunks, int):
-            raise ValueError(f"--chunks must be an integer, got {sc.chunks!r}")
-        _check_at_least_one("chunks", sc.chunks)
-    elif option == "hybrid_split":
-        from graphscale.strategies.pipeline.plan import HYBRID_SPLITS
-
-        _check_choice("hybrid-split", sc.hybrid_split, HYBRID_SPLITS)
-    elif option == "history_grad":
-        from graphscale.strategies.pipeline.plan import HISTORY_GRADS
-
-        _check_choice("history-grad", sc.history_grad, HISTORY_GRADS)
+    elif option == "chunks":  # the strategy's own chunk count holds the same value
+        _check_chunks(config)
     elif option == "t_workers" and sc.t_workers < 0:
         raise ValueError(f"--t-workers must be >= 0 (0: the scheduling model decides), got {sc.t_workers}")
-    elif option in ("p_split", "chunking", "dependency", "loss_norm"):
-        from graphscale.strategies.task_parallel import CHOICES
-
-        _check_choice(option.replace("_", "-"), getattr(sc, option), CHOICES[option])
     elif option == "task_gamma" and not 0.0 <= sc.task_gamma <= 1.0:
         raise ValueError(f"--task-gamma must lie in [0, 1], got {sc.task_gamma}")
     elif option in ("device_flops", "device_bandwidth"):
         value = getattr(sc, option)
         if not (value >= 0 and math.isfinite(value)):
             raise ValueError(f"--{option.replace('_', '-')} must be a positive rate (or 0: measured), got {value}")
-    elif option == "schedule":
-        from graphscale.strategies.pipeline.plan import SCHEDULES
-
-        _check_choice("schedule", sc.schedule, SCHEDULES)
-    elif option == "cross_chunk_grad":
-        from graphscale.strategies.pipeline.plan import CROSS_CHUNK_GRADS
-
-        _check_choice("cross-chunk-grad", sc.cross_chunk_grad, CROSS_CHUNK_GRADS)
-    elif option == "cache":
-        from graphscale.data.feature_cache import POLICIES
-
-        _check_choice("cache", sc.cache, POLICIES)
     elif option == "cache_fraction" and not 0.0 <= sc.cache_fraction <= 1.0:
         raise ValueError(f"--cache-fraction must lie in [0, 1], got {sc.cache_fraction}")
-    elif option == "dedup":
-        from graphscale.strategies.offload.plan import check_dedup
-
-        check_dedup(sc.dedup)
-    elif option == "recompute":
-        from graphscale.strategies.offload.cost import check_recompute
-
-        check_recompute(sc.recompute)
-    elif option == "offload_topology":
-        _check_choice("offload-topology", sc.offload_topology, ("streamed", "resident"))
-        if sc.offload_topology == "resident" and sc.memory_budget:
-            raise ValueError("--offload-topology resident is not covered by --memory-budget's memory model: use "
-                             "--chunks with it, or --offload-topology streamed")
-    elif option == "offload_transfer":
-        from graphscale.strategies.offload.transfer import MODES
-
-        _check_choice("offload-transfer", sc.offload_transfer, MODES)
-        if sc.offload_transfer == "uva" and sc.offload_topology != "resident":
-            raise ValueError("--offload-transfer uva needs --offload-topology resident (its GPU kernels index with "
-                             "ids already on the device)")
+    elif option == "offload_topology" and sc.offload_topology == "resident" and sc.memory_budget:
+        raise ValueError("--offload-topology resident is not covered by --memory-budget's memory model: use "
+                         "--chunks with it, or --offload-topology streamed")
+    elif option == "offload_transfer" and sc.offload_transfer == "uva" and sc.offload_topology != "resident":
+        raise ValueError("--offload-transfer uva needs --offload-topology resident (its GPU kernels index with "
+                         "ids already on the device)")
     elif option == "memory_budget" and sc.memory_budget:
-        from graphscale.metrics.units import parse_bytes
-
         parse_bytes(sc.memory_budget)
     elif option == "halo_hops":
         _check_at_least_one("halo-hops", sc.halo_hops)
     elif option == "correction_steps" and sc.correction_steps < 0:
         raise ValueError(f"--correction-steps must be >= 0, got {sc.correction_steps}")
     elif option == "device_memory" and sc.device_memory:
-        from graphscale.metrics.units import parse_bytes
-
         parse_bytes(sc.device_memory, "--device-memory")
     elif option == "parts" and sc.parts < 0:
         raise ValueError(f"--parts must be >= 1 (or 0: one per worker), got {sc.parts}")
@@ -226,8 +214,6 @@ def _check_strategy_option(option: str, config: RunConfig) -> None:
         raise ValueError(f"--shm-dir {sc.shm_dir} is not a writable directory; point --shm-dir at one (a "
                          "memory-backed tmpfs such as /dev/shm)")
     elif option == "partitioner":  # with --balance, which the partitioner checks
-        from graphscale.partition.build import build_vertex_partitioner
-
         build_vertex_partitioner(sc.partitioner, sc.balance)
 
 

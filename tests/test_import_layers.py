@@ -31,7 +31,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("data", ("graphscale.data",)),
     ("config", ("graphscale.config", "graphscale.registry", "graphscale.metrics", "graphscale.allocator",
                 "graphscale.errors")),
-    ("declarations", ("graphscale.options",)),
+    ("declarations", ("graphscale.options", "graphscale.strategies.options")),
     ("package", ("graphscale",)),
 ]
 

@@ -13,22 +13,12 @@ import torch
 
 from graphscale.data.block import Block
 from graphscale.data.graph import Graph
+from graphscale.strategies.options.pipeline import CROSS_CHUNK_GRADS, HISTORY_GRADS, HYBRID_SPLITS, SCHEDULES
 
-#: ``--history-grad`` values: drop gradients along stale edges (GNNPipe's technique 3), or apply the previous
-#: epoch's (the ablation).
-HISTORY_GRADS = ("zero", "historical")
-#: ``--schedule``: GPipe (every chunk's forward, then the backwards in reverse order) or 1F1B (one forward, one
-#: backward in the steady state, chunks' backwards in forward order).
-SCHEDULES = ("gpipe", "1f1b")
-#: ``--cross-chunk-grad``: gradients along cross-chunk edges read fresh are propagated (GNNPipe) or dropped.
-CROSS_CHUNK_GRADS = ("fresh", "none")
 #: the two phases of a schedule step
 FORWARD, BACKWARD = "F", "B"
 #: Chunks per worker when ``--chunks`` is not given (the paper's K = 4M).
 CHUNKS_PER_STAGE = 4
-#: ``--hybrid-split``: chunks first, each cut into ``W`` sub-chunks (the paper's), or ``W`` parts first, each cut
-#: into ``K`` pieces, chunk ``k`` being the ``k``-th piece of every part (fewer ghosts: the rho of ``W`` parts).
-HYBRID_SPLITS = ("chunks-first", "parts-first")
 
 
 def default_chunks(workers: int) -> int:

@@ -50,7 +50,8 @@ from dataclasses import dataclass
 
 import torch
 
-P_SPLITS = ("layers", "subgraphs")
+from graphscale.strategies.options.task_parallel import P_SPLITS
+
 #: the overlap weight gamma of Eq. 6 (the artifact's commented code)
 DEFAULT_GAMMA = 0.5
 #: seconds each of the two speed measurements runs for (best rate of the repetitions it fits)
