@@ -5,10 +5,14 @@ Every command-line option of ``graphscale train`` is a field here; a TOML file
 ``[optim]``, ``[strategy]``) plus top-level run fields, and command-line flags
 override it. The defaults below are those ``graphscale train --help`` shows.
 
+The ``[strategy]`` section, :class:`StrategyConfig`, is assembled from the option
+dataclasses each strategy declares (:mod:`graphscale.strategies.options`), which
+hold every field's default, help and allowed values.
+
 Options are strict: :func:`build_config` refuses an option the user gave (in the
 file or as an override) that the chosen strategy or model does not read
-(:func:`graphscale.validation.check_given`, from the ``options`` each strategy
-and model class declares); defaults never count.
+(:func:`check_given`, from the ``options`` each strategy and model class
+declares); defaults never count.
 """
 
 from __future__ import annotations
@@ -40,8 +44,10 @@ DTYPES = ("float32", "float64")
 FEATURE_DTYPES = ("float32", "bfloat16")
 
 
-#: The training default of what a METIS partition balances (``--balance``, :data:`BALANCE_CHOICES`).
+#: The training default of what a METIS partition balances (``--balance``; its values:
+#: :data:`graphscale.strategies.options.shared.BALANCE_CHOICES`).
 DEFAULT_BALANCE = "edges+train"
+
 
 @dataclass
 class DataConfig:

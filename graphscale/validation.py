@@ -1,12 +1,12 @@
 """Checks of a run's configuration in the parent, before any data is loaded or any worker starts.
 
-* :func:`check_given` (called by :func:`graphscale.config.build_config`): an option the user gave that the
-  chosen strategy or model does not read is an error naming the strategies (models) that read it. What each reads
-  is declared once, by its class: ``Strategy.options`` (``[strategy]`` options, and ``[data]`` options only some
-  strategies read, such as ``feature_dtype``) less ``Strategy.unused_options(config)``, and
-  ``GNN.options``; a new strategy or model declares its options there and nowhere else.
+* :func:`graphscale.config.check_given` (called by :func:`graphscale.config.build_config`): an option the user gave
+  that the chosen strategy or model does not read is an error naming the strategies (models) that read it. What each
+  reads is declared once: a strategy's option dataclass (:mod:`graphscale.strategies.options`, which its class reads
+  as ``Strategy.options``) less ``Strategy.unused_options(config)``, and ``GNN.options``.
 * :func:`validate` (called by :func:`graphscale.run.run`, so by ``graphscale train`` and the Python API): every
-  option's range and its fit with the strategy and the model, the workers against the cores, the output paths.
+  option's range and its fit with the strategy and the model (a ``[strategy]`` option's allowed values from its
+  declaration), the workers against the cores, the output paths.
 
 Errors are ``ValueError`` (``KeyError`` for an unknown registry name) with a one-line message naming the option or
 the file; ``graphscale`` prints it and exits with status 2. What needs the data (a store's part count, an empty

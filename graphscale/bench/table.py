@@ -5,6 +5,11 @@ from __future__ import annotations
 import textwrap
 from pathlib import Path
 
+# the text helpers live in the metrics layer (partition, advise and the strategies print with them too); importable
+# from here as well, as the benches (and their modules on other branches) always have
+from graphscale.metrics.table import format_table  # noqa: F401
+from graphscale.metrics.units import format_bytes  # noqa: F401
+
 #: title characters per inch of figure width (matplotlib's default title font, with a margin)
 TITLE_CHARS_PER_INCH = 8
 

@@ -44,7 +44,7 @@ class GNN(nn.Module):
     #: :meth:`pre` is the plain keyed dropout: bit-identical, without the dropped ``[S, d_l]`` copy.
     fuse_dropout: bool = True
     #: The ``[model]`` options it reads besides ``name``, ``hidden``, ``layers`` and ``dropout`` (which every model
-    #: reads); giving another is an error naming the models that read it (:func:`graphscale.validation.check_given`).
+    #: reads); giving another is an error naming the models that read it (:func:`graphscale.config.check_given`).
     options: frozenset[str] = frozenset()
     #: ``standard``, or ``decoupled`` (:mod:`graphscale.nn.decoupled`)
     form = "standard"
