@@ -16,7 +16,11 @@ import graphscale
 
 ROOT = Path(graphscale.__file__).parent
 
-#: the layers, top to bottom: a module may import its own layer (without a cycle) and the layers below it
+#: the layers, top to bottom: a module may import its own layer (without a cycle) and the layers below it; the
+#: longest matching prefix places a module. Placed apart from their package: ``partition.command`` (the
+#: ``graphscale partition`` command: it prepares datasets and checks paths like a run), ``advise.predict`` (the
+#: prediction every strategy fills in, registered next to the strategy), ``data.handle`` (it opens partition
+#: stores) and ``strategies.options`` (plain declarations that :mod:`graphscale.config` assembles).
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("cli", ("graphscale.cli", "graphscale.__main__")),
     ("bench", ("graphscale.bench",)),
