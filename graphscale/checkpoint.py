@@ -48,7 +48,7 @@ def seed_path(path: str | Path, seed: int) -> str:
 def identity(config: RunConfig) -> dict:
     """The strategy-independent configuration a checkpoint was trained with (module docstring); flat, keyed by
     option name (``hidden``, ``lr``, ...). ``config.data.dataset`` must be resolved (:mod:`graphscale.prepare`)."""
-    from graphscale.prepare import canonical_spec
+    from graphscale.data.specs import canonical_spec
     from graphscale.registry import STRATEGIES
 
     model = dataclasses.asdict(config.model)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib
 import math
 import re
@@ -11,8 +12,11 @@ import statistics
 import sys
 from pathlib import Path
 
-from graphscale.bench.table import format_bytes, format_table
+from graphscale.config import StrategyConfig
 from graphscale.metrics.ledger import moved_bytes
+from graphscale.metrics.table import format_table
+from graphscale.metrics.units import format_bytes
+from graphscale.options import TOGGLE, declared, flag_of, int_list
 
 #: ``graphscale bench NAME`` -> module with ``add_arguments(parser)`` and ``run(args)``.
 BENCHES = {
@@ -40,59 +44,24 @@ BENCHES = {
              "parts per worker, replication vs partitions, accuracy, subgraphs, modelled pipeline, ablation")),
 }
 
-#: command-line flag -> (config section or None for top level, field)
+#: command-line flag (argparse dest) -> (config section or None for top level, field); the ``[strategy]`` ones
+#: from their declarations
 TRAIN_OPTIONS = {
     "dataset": ("data", "dataset"), "feature_norm": ("data", "feature_norm"), "features": ("data", "features"),
-    "feature_dtype": ("data", "feature_dtype"),
-    "model": ("model", "name"),
-    "hidden": ("model", "hidden"), "layers": ("model", "layers"), "dropout": ("model", "dropout"),
-    "heads": ("model", "heads"), "alpha": ("model", "alpha"), "theta": ("model", "theta"),
-    "decoupled": ("model", "decoupled"), "last_relu": ("model", "last_relu"),
-    "lr": ("optim", "lr"), "weight_decay": ("optim", "weight_decay"), "epochs": ("optim", "epochs"),
-    "strategy": ("strategy", "name"), "workers": ("strategy", "workers"),
-    "partitioner": ("strategy", "partitioner"), "balance": ("strategy", "balance"),
-    "partitions": ("strategy", "partitions"), "cache_dir": (None, "cache_dir"), "minibatch": ("strategy", "minibatch"),
-    "fanouts": ("strategy", "fanouts"), "batch_size": ("strategy", "batch_size"),
-    "chunks": ("strategy", "chunks"), "dedup": ("strategy", "dedup"), "recompute": ("strategy", "recompute"),
-    "memory_budget": ("strategy", "memory_budget"), "offload_topology": ("strategy", "offload_topology"),
-    "offload_transfer": ("strategy", "offload_transfer"),
-    "parts": ("strategy", "parts"), "average_every": ("strategy", "average_every"),
-    "average_optimizer": ("strategy", "average_optimizer"), "state_dir": ("strategy", "state_dir"),
-    "halo_hops": ("strategy", "halo_hops"), "device_memory": ("strategy", "device_memory"),
-    "correction_steps": ("strategy", "correction_steps"),
-    "optimizer_state": ("strategy", "optimizer_state"), "evaluation": ("strategy", "evaluation"),
-    "shm_dir": ("strategy", "shm_dir"),
-    "t_workers": ("strategy", "t_workers"), "p_split": ("strategy", "p_split"), "subgraphs": ("strategy", "subgraphs"),
-    "chunking": ("strategy", "chunking"), "dependency": ("strategy", "dependency"),
-    "t_recompute": ("strategy", "t_recompute"), "pipelined": ("strategy", "pipelined"),
-    "loss_norm": ("strategy", "loss_norm"), "task_gamma": ("strategy", "task_gamma"),
-    "device_flops": ("strategy", "device_flops"), "device_bandwidth": ("strategy", "device_bandwidth"),
-    "history_period": ("strategy", "history_period"), "shuffle": ("strategy", "shuffle"),
-    "history_grad": ("strategy", "history_grad"), "hybrid_width": ("strategy", "hybrid_width"),
-    "hybrid_split": ("strategy", "hybrid_split"), "schedule": ("strategy", "schedule"),
-    "cross_chunk_grad": ("strategy", "cross_chunk_grad"),
-    "timeout": ("strategy", "timeout"),
-    "cache": ("strategy", "cache"), "cache_fraction": ("strategy", "cache_fraction"),
-    "seed": (None, "seed"), "dtype": (None, "dtype"), "device": (None, "device"), "backend": (None, "backend"), "json": (None, "json"),
-    "tensorboard": (None, "tensorboard"),
-    "checkpoint": (None, "checkpoint"), "resume": (None, "resume"), "progress": (None, "progress"),
-    "oversubscribe": (None, "oversubscribe"), "allocator": (None, "allocator"),
+    "feature_dtype": ("data", "feature_dtype"), "model": ("model", "name"), "hidden": ("model", "hidden"),
+    "layers": ("model", "layers"), "dropout": ("model", "dropout"), "heads": ("model", "heads"),
+    "alpha": ("model", "alpha"), "theta": ("model", "theta"), "decoupled": ("model", "decoupled"),
+    "last_relu": ("model", "last_relu"), "lr": ("optim", "lr"), "weight_decay": ("optim", "weight_decay"),
+    "epochs": ("optim", "epochs"), "cache_dir": (None, "cache_dir"), "seed": (None, "seed"), "dtype": (None, "dtype"),
+    "device": (None, "device"), "backend": (None, "backend"), "json": (None, "json"),
+    "tensorboard": (None, "tensorboard"), "checkpoint": (None, "checkpoint"), "resume": (None, "resume"),
+    "progress": (None, "progress"), "oversubscribe": (None, "oversubscribe"), "allocator": (None, "allocator"),
+    **{flag_of(f)[2:].replace("-", "_"): ("strategy", f.name) for f in dataclasses.fields(StrategyConfig)},
 }
 
 #: option (argparse dest) -> the registry whose names it takes (listed in --help, so a new entry shows by itself)
 REGISTRY_OPTIONS = {"model": "MODELS", "strategy": "STRATEGIES", "partitioner": "PARTITIONERS",
                     "method": "PARTITIONERS"}
-
-
-def int_list(text: str) -> list[int]:
-    """``"10,5"`` -> ``[10, 5]`` (an option type)."""
-    fields = text.split(",")
-    if any(not field.strip() for field in fields):
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r} (an empty field)")
-    try:
-        return [int(v) for v in fields]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
 
 
 class Parser(argparse.ArgumentParser):
@@ -222,130 +191,15 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--epochs", type=int,
                    help="training epochs, each followed by an evaluation; the reported test accuracy is that of the "
                         "epoch with the best validation accuracy")
-    p.add_argument("--strategy", help="training strategy; auto: advise's pick")
-    p.add_argument("--workers", type=int,
-                   help="worker processes (gloo on CPU, NCCL with one GPU each); at most the CPU cores unless "
-                        "--oversubscribe")
     p.add_argument("--oversubscribe", action="store_const", const=True,
                    help="allow more workers than the CPU cores this process may use")
     p.add_argument("--allocator", choices=["default", "retain"],
                    help="workers' malloc: default (as found) or retain (glibc keeps freed large blocks for the next "
                         "epoch: fewer page faults, higher peak memory; skipped where another malloc is preloaded or "
                         "MALLOC_* / GLIBC_TUNABLES are set); without it: $GRAPHSCALE_ALLOCATOR, else default")
-    p.add_argument("--partitioner", metavar="NAME[:key=value,...]",
-                   help="vertex partitioner of the partitioned strategies, with its options (e.g. metis:ufactor=10)")
-    from graphscale.config import BALANCE_CHOICES
-
-    p.add_argument("--balance", choices=BALANCE_CHOICES,
-                   help="metis: what the parts balance: vertex counts, in-edges (computation), or in-edges and "
-                        "training vertices as a second constraint (empty: edges+train); spring: vertices (the "
-                        "paper's LPT) or edges (empty: edges, for a store built for training)")
-    p.add_argument("--partitions", metavar="DIR",
-                   help="train from this partition store (written by `graphscale partition`; its part count must "
-                        "equal --workers); empty: partition into the cache directory")
     p.add_argument("--cache-dir", metavar="DIR",
                    help="where runs keep the partition stores and graph directories they write, reused by later "
                         "runs (empty: $GRAPHSCALE_CACHE_DIR or ~/.cache/graphscale)")
-    p.add_argument("--minibatch", action="store_const", const=True,
-                   help="sampled mini-batch training instead of full-graph")
-    p.add_argument("--fanouts", type=int_list, metavar="F,F,...",
-                   help="sampled neighbours per layer, input layer first, -1 = all (e.g. 10,10 or -1,5); one per "
-                        "model layer")
-    p.add_argument("--batch-size", type=int, help="training vertices per mini-batch, over all workers")
-    p.add_argument("--chunks", type=int, help="chunks (K): offload per partition (default 1), pipeline in all "
-                                             "(default 4 per worker)")
-    p.add_argument("--dedup", choices=["baseline", "inter", "intra", "reorg"],
-                   help="host-device communication dedup, each adding to the previous")
-    p.add_argument("--recompute", choices=["auto", "hybrid", "recompute", "none"],
-                   help="intermediate data per layer (auto: the cost model decides)")
-    p.add_argument("--offload-topology", choices=["streamed", "resident"],
-                   help="offload: chunk topology sent with each batch (streamed, HongTu's) or kept on the device "
-                        "(resident: no per-epoch topology traffic; not with --memory-budget)")
-    p.add_argument("--offload-transfer", choices=["auto", "staged", "uva"],
-                   help="offload: host-device transfers (auto: uva where the GPU can read pinned host rows and the "
-                        "topology is resident, else staged: pinned double buffers filled by a thread)")
-    p.add_argument("--memory-budget", metavar="SIZE",
-                   help="per-worker device-memory budget, e.g. 256MiB; picks the smallest K that fits (then no "
-                        "--chunks)")
-    p.add_argument("--parts", type=int, help="partitions of the store the run writes (0: "
-                                             "one per worker; more than --workers trains them in turn)")
-    p.add_argument("--average-every", type=int, help="average the models every N epochs")
-    p.add_argument("--average-optimizer", action="store_true", default=None,
-                   help="deprecated: the same as --optimizer-state averaged")
-    p.add_argument("--optimizer-state", metavar="{local,averaged}",
-                   help="model-averaging: Adam's moments averaged with the model, weighted by training vertices "
-                        "(averaged, the default), or kept per partition as SDT-GNN does (local: on Cora, 4 SPRING "
-                        "parts on 2 workers, it ends about 22 points below single)")
-    p.add_argument("--evaluation", metavar="{exact,halo,truncated}",
-                   help="model-averaging: exact (default: every home vertex on its full L-hop neighbourhood, from a "
-                        "K >= L halo or with the missing rows fetched from their owners), halo (exact from the "
-                        "store's halo only; needs --halo-hops >= --layers), truncated (the partition-local "
-                        "forward, as trained: not the model's accuracy for L > K)")
-    p.add_argument("--halo-hops", type=int, help="hops of in-neighbourhood each partition of the store the run "
-                                                 "writes holds (= --layers makes full-neighbour "
-                                                 "training exact for home vertices)")
-    p.add_argument("--device-memory", metavar="SIZE",
-                   help="one worker's device memory, e.g. 16GiB: without --parts the run writes one partition per "
-                        "worker if the data fits in a third of it, else ceil(data / (M / 3)) (default: measured)")
-    p.add_argument("--correction-steps", type=int,
-                   help="global correction: mini-batch steps on neighbourhoods sampled across partitions after "
-                        "each averaging round (0: none)")
-    p.add_argument("--state-dir", metavar="DIR", help="keep the per-partition states on disk here (without it: "
-                                                      "under the cache directory when a worker trains several "
-                                                      "partitions or the run keeps checkpoints, else in memory)")
-    p.add_argument("--history-period", type=int, metavar="EPOCHS",
-                   help="refresh the historical embeddings every this many epochs (1: every epoch)")
-    p.add_argument("--shuffle", action=argparse.BooleanOptionalAction,
-                   help="a new chunk order every epoch, the same on every worker (--no-shuffle: a fixed order)")
-    p.add_argument("--history-grad", choices=["zero", "historical"],
-                   help="gradients along stale edges: zero (GNNPipe) or the previous epoch's (the ablation)")
-    p.add_argument("--hybrid-width", type=int, metavar="W",
-                   help="W-way graph parallelism inside each of --workers / W pipeline stages (1: pure pipeline)")
-    p.add_argument("--hybrid-split", choices=["chunks-first", "parts-first"],
-                   help="hybrid: cut each chunk into W sub-chunks (the paper's), or W parts into the chunks' pieces "
-                        "(fewer ghost rows)")
-    p.add_argument("--t-workers", type=int, metavar="Q",
-                   help="ranks running the dense T tasks (the first Q; the others run the sparse P tasks); 0: the "
-                        "scheduling model decides")
-    p.add_argument("--p-split", choices=["layers", "subgraphs"],
-                   help="P ranks split the propagation layers (a chain, the paper's) or take whole subgraphs "
-                        "round-robin (the artifact's)")
-    p.add_argument("--subgraphs", type=int, metavar="S",
-                   help="subgraphs streamed through the task pipeline every epoch (each --chunks / S chunks)")
-    p.add_argument("--chunking", choices=["contiguous", "partitioner"],
-                   help="chunks as the --partitioner's parts (a METIS reordering, the artifact's: few edges "
-                        "cross chunks, so causal drops few) or equal contiguous id ranges")
-    p.add_argument("--dependency", choices=["full", "causal", "block_diag"],
-                   help="edges a subgraph's propagation reads: every edge (exact), its own and earlier subgraphs' "
-                        "(the paper's), or its own subgraph's only (the artifact's)")
-    p.add_argument("--t-recompute", action=argparse.BooleanOptionalAction,
-                   help="recompute the T stack in backward instead of keeping its activations")
-    p.add_argument("--pipelined", action=argparse.BooleanOptionalAction,
-                   help="T of subgraph s+1 runs while P of subgraph s runs (--no-pipelined: stage by stage, the "
-                        "same numbers)")
-    p.add_argument("--loss-norm", choices=["global", "subgraph-mean"],
-                   help="loss over the global training count, or the sum of per-subgraph means (the artifact's)")
-    p.add_argument("--task-gamma", type=float, metavar="GAMMA",
-                   help="scheduling model (without --t-workers): Eq. 6's compute / memory overlap weight, in [0, 1]")
-    p.add_argument("--device-flops", type=float, metavar="FLOPS",
-                   help="scheduling model (without --t-workers): one worker's FLOP/s, e.g. 27.8e12 (0: measured)")
-    p.add_argument("--device-bandwidth", type=float, metavar="BYTES_PER_S",
-                   help="scheduling model (without --t-workers): one worker's memory bytes/s, e.g. 768e9 (0: "
-                        "measured)")
-    p.add_argument("--schedule", choices=["gpipe", "1f1b"],
-                   help="pipeline schedule: gpipe or 1f1b (fewer chunks' activations held; needs "
-                        "--cross-chunk-grad none)")
-    p.add_argument("--cross-chunk-grad", choices=["fresh", "none"],
-                   help="gradients along cross-chunk edges read fresh: fresh (GNNPipe) or none (dropped)")
-    p.add_argument("--shm-dir", metavar="DIR",
-                   help="directory of the host arrays the workers share")
-    p.add_argument("--timeout", type=float, metavar="SECONDS",
-                   help="seconds a collective waits for every worker before the run fails, at least 1 (workers "
-                        "need that long to connect)")
-    p.add_argument("--cache", choices=["none", "pagraph", "quiver"],
-                   help="feature cache: none (DGL-like), pagraph, quiver")
-    p.add_argument("--cache-fraction", type=float,
-                   help="feature rows cached per worker, as a fraction of all vertices, in [0, 1]")
     p.add_argument("--seed", type=int,
                    help="seed of parameters, dropout masks, sampling, shuffling and partitioning")
     p.add_argument("--repeat", type=int, default=1, help="train N times with seeds seed..seed+N-1 and report mean/std")
@@ -367,6 +221,51 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
                         "checkpoint's (only --epochs and how the run is executed may change)")
     p.add_argument("--progress", action=argparse.BooleanOptionalAction,
                    help="progress on stderr: a bar on a terminal, a line every tenth of the epochs when redirected")
+    add_strategy_arguments(p)
+
+
+def _move_into(parser: argparse.ArgumentParser, group, action: argparse.Action) -> None:
+    """Show ``action`` (added by ``parser.add_argument``, so subclasses see every option) under ``group``."""
+    for other in parser._action_groups:
+        if action in other._group_actions:
+            other._group_actions.remove(action)
+    group._group_actions.append(action)
+
+
+def _add_declared(parser: argparse.ArgumentParser, group, spec: dataclasses.Field) -> None:
+    """One declared option (:func:`graphscale.options.option`) as a flag that defaults to None (not given)."""
+    md, kind = spec.metadata, str(spec.type)
+    kwargs = {"help": md["help"]}
+    if kind == "bool" and md["bool_form"] == TOGGLE:
+        kwargs["action"] = argparse.BooleanOptionalAction
+    elif kind == "bool":
+        kwargs.update(action="store_const", const=True)
+    else:
+        kwargs["type"] = md["parse"] or {"int": int, "int | None": int, "float": float}.get(kind)
+        if md["choices"] and md["parse_choices"]:
+            kwargs["choices"] = md["choices"]
+        if md["metavar"]:
+            kwargs["metavar"] = md["metavar"]
+    _move_into(parser, group, parser.add_argument(flag_of(spec), **kwargs))
+
+
+def add_strategy_arguments(p: argparse.ArgumentParser) -> None:
+    """The ``[strategy]`` options, generated from their declarations (:mod:`graphscale.strategies.options`): one
+    group for the options of every strategy, one for those several share, then one per strategy."""
+    from graphscale.config import StrategyConfig
+    from graphscale.strategies.options import BY_STRATEGY, shared
+
+    groups = [("strategy", "read by every strategy", declared(StrategyConfig)),
+              ("shared strategy options", "read by several strategies",
+               [f for cls in (shared.Partitioning, shared.Stored, shared.MiniBatch, shared.Sampling,
+                              shared.CacheFraction, shared.ChunkOrder) for f in declared(cls)])]
+    groups += [(f"{name} options", (cls.__doc__ or "").strip().replace("``", ""), declared(cls))
+               for name, cls in sorted(BY_STRATEGY.items())]
+    for title, text, fields in groups:
+        if fields:
+            group = p.add_argument_group(title, text)
+            for f in fields:
+                _add_declared(p, group, f)
 
 
 def overrides_from_args(args: argparse.Namespace) -> dict:

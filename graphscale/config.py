@@ -5,10 +5,14 @@ Every command-line option of ``graphscale train`` is a field here; a TOML file
 ``[optim]``, ``[strategy]``) plus top-level run fields, and command-line flags
 override it. The defaults below are those ``graphscale train --help`` shows.
 
+The ``[strategy]`` section, :class:`StrategyConfig`, is assembled from the option
+dataclasses each strategy declares (:mod:`graphscale.strategies.options`), which
+hold every field's default, help and allowed values.
+
 Options are strict: :func:`build_config` refuses an option the user gave (in the
 file or as an override) that the chosen strategy or model does not read
-(:func:`graphscale.validation.check_given`, from the ``options`` each strategy
-and model class declares); defaults never count.
+(:func:`check_given`, from the ``options`` each strategy and model class
+declares); defaults never count.
 """
 
 from __future__ import annotations
@@ -19,6 +23,19 @@ from pathlib import Path
 
 import tomllib
 
+from graphscale.options import option
+from graphscale.strategies.options import BY_STRATEGY
+from graphscale.strategies.options.model_averaging import ModelAveragingOptions
+from graphscale.strategies.options.offload import OffloadOptions
+from graphscale.strategies.options.pipeline import PipelineOptions
+from graphscale.strategies.options.shared import (
+    DataParallelOptions,
+    GraphParallelOptions,
+    SingleOptions,
+)
+from graphscale.strategies.options.split_parallel import SplitParallelOptions
+from graphscale.strategies.options.task_parallel import TaskParallelOptions
+
 #: Collective timeout in seconds unless ``--timeout`` says otherwise (PyTorch's default).
 DEFAULT_TIMEOUT_S = 600.0
 #: the values of ``RunConfig.dtype`` (the parameter and feature dtype of a run)
@@ -27,9 +44,10 @@ DTYPES = ("float32", "float64")
 FEATURE_DTYPES = ("float32", "bfloat16")
 
 
-#: What a METIS partition balances (``--balance``); :data:`DEFAULT_BALANCE` is the training default.
-BALANCE_CHOICES = ("vertices", "edges", "edges+train")
+#: The training default of what a METIS partition balances (``--balance``; its values:
+#: :data:`graphscale.strategies.options.shared.BALANCE_CHOICES`).
 DEFAULT_BALANCE = "edges+train"
+
 
 @dataclass
 class DataConfig:
@@ -82,122 +100,43 @@ class OptimConfig:
 
 
 @dataclass
-class StrategyConfig:
-    name: str = "single"
-    workers: int = 1
-    partitioner: str = "metis"
-    balance: str = ""
-    """What a ``metis`` partition balances: ``vertices``, ``edges`` or ``edges+train`` (the default when empty); a
-    ``spring`` one: ``vertices`` or ``edges`` (the default when empty)."""
-    partitions: str = ""
-    """Train from this partition store (``graphscale partition``); empty: partition into the cache directory."""
-    minibatch: bool = False
-    """``single`` only: sampled mini-batch training instead of full-graph."""
-    fanouts: list[int] = field(default_factory=lambda: [10, 10])
-    """Sampled neighbours per layer, input layer first (``-1``: all); one per model layer."""
-    batch_size: int = 512
-    """Training vertices per mini-batch (over all workers)."""
-    cache: str = "none"
-    """``data-parallel`` feature cache: ``none`` (DGL-like), ``pagraph`` or ``quiver``."""
-    cache_fraction: float = 0.0
-    """``data-parallel`` / ``split-parallel``: feature rows each worker caches, as a fraction of all vertices."""
-    chunks: int | None = None
-    """Chunks (K): ``offload`` per partition (default 1; ignored when ``memory_budget`` is set), ``pipeline`` in
-    all (default 4 per worker), ``task-parallel`` in all (M; default ``subgraphs`` x the largest group)."""
-    dedup: str = "reorg"
-    """``offload`` communication dedup: ``baseline``, ``inter``, ``intra`` or ``reorg`` (each adds to the previous)."""
-    recompute: str = "auto"
-    """``offload`` intermediate data per layer: ``auto`` (cost model), ``hybrid``, ``recompute`` or ``none``."""
-    offload_topology: str = "streamed"
-    """``offload``: ``streamed`` (HongTu's: each batch's chunk topology and plan indices go to the device with it and
-    are freed after) or ``resident`` (sent once at setup and kept on the device; epochs move no ``h2d_topo`` bytes, and
-    GPU gathers can read the pinned host rows in place; not with ``memory_budget``)."""
-    offload_transfer: str = "auto"
-    """``offload`` host-device transfers: ``auto`` (``uva`` where a GPU can read the registered host memory and the
-    topology is resident, else ``staged``), ``staged`` (a worker thread fills two pinned staging buffers, copies on a
-    copy stream, double-buffered) or ``uva`` (GPU kernels gather and scatter the host rows in place)."""
-    memory_budget: str = ""
-    """``offload``: per-worker device-memory budget (e.g. ``256MiB``); picks the smallest K that fits."""
-    parts: int = 0
-    """``model-averaging``: partitions of the store the run writes (0: one per worker); ``p`` may exceed ``--workers``."""
-    average_every: int = 1
-    """``model-averaging``: average the partitions' models every this many epochs."""
-    average_optimizer: bool = False
-    """``model-averaging``: deprecated spelling of ``optimizer_state = "averaged"`` (now the default); with
-    ``optimizer_state = "local"`` it is an error."""
-    optimizer_state: str = "averaged"
-    """``model-averaging``: Adam's moments ``averaged`` with the model, weighted the same way (default), or kept
-    ``local`` per partition (SDT-GNN's choice; on Cora it settles at a lower accuracy, see
-    docs/strategies/model-averaging.md)."""
-    evaluation: str = "exact"
-    """``model-averaging``: ``exact`` (home vertices on their full L-hop neighbourhood: the store's halo when
-    ``K >= L``, else rows fetched from their owners), ``halo`` (exact from a ``K >= L`` halo only, no traffic) or
-    ``truncated`` (the partition-local forward; not the model's accuracy for ``L > K``)."""
-    halo_hops: int = 1
-    """``model-averaging``: hops of in-neighbourhood each partition of the store the run writes holds (K = layers
-    makes full-neighbour training exact for home vertices)."""
-    device_memory: str = ""
-    """``model-averaging``: one worker's device memory (e.g. ``16GiB``) from which the partition count of the
-    store the run writes is chosen when ``parts`` is 0 (empty: measured)."""
-    correction_steps: int = 0
-    """``model-averaging``: global correction steps after each averaging round (mini-batches sampled across
-    partitions, remote rows fetched from their home workers); 0: none (SDT-GNN)."""
-    state_dir: str = ""
-    """``model-averaging``: keep the per-partition states on disk here (empty: under the cache directory when a
-    worker trains several partitions or the run keeps checkpoints, else in memory)."""
-    history_period: int = 10
-    """``pipeline``: refresh the historical embeddings every this many epochs (1: every epoch)."""
-    shuffle: bool = True
-    """``pipeline``, ``task-parallel``: a new chunk order every epoch (the same on every worker)."""
-    history_grad: str = "zero"
-    """``pipeline``: gradients along stale edges: ``zero`` (GNNPipe) or ``historical`` (the previous epoch's)."""
-    hybrid_width: int = 1
-    """``pipeline``: W-way graph parallelism inside each of ``--workers / W`` stages (1: the pure pipeline)."""
-    hybrid_split: str = "chunks-first"
-    """``pipeline`` hybrid: ``chunks-first`` (each chunk cut into W sub-chunks, the paper's) or ``parts-first``
-    (W parts, each cut into the K chunks' pieces: fewer ghost rows)."""
-    t_workers: int = 0
-    """``task-parallel``: ranks running T tasks (the first ones; the rest run P tasks); 0: the scheduling model
-    decides."""
-    p_split: str = "layers"
-    """``task-parallel``: P ranks split the propagation ``layers`` (a chain of stages, the paper's) or take whole
-    ``subgraphs`` round-robin (the artifact's)."""
-    subgraphs: int = 4
-    """``task-parallel``: subgraphs S streamed through the task pipeline every epoch (chunks / S chunks each)."""
-    chunking: str = "partitioner"
-    """``task-parallel``: chunks as the ``partitioner``'s parts (--partitioner, METIS by default: what the NeutronTask
-    artifact trains, contiguous ranges after a METIS reorder; few edges cross chunks, so ``causal`` drops few), or
-    equal ``contiguous`` id ranges (the spec's plain form: on Cora ``causal`` then drops about half the cross-chunk
-    edges every epoch and loses 1.5 points)."""
-    dependency: str = "causal"
-    """``task-parallel``: edges a subgraph's propagation reads: ``full`` (every edge, exact), ``causal`` (from its
-    own and earlier subgraphs, the paper's DM) or ``block_diag`` (its own subgraph only, the artifact's)."""
-    t_recompute: bool = True
-    """``task-parallel``: recompute the T stack in backward instead of keeping its activations."""
-    pipelined: bool = True
-    """``task-parallel``: T of subgraph s+1 runs while P of subgraph s runs (off: each stage finishes every subgraph
-    before sending; the same numbers)."""
-    loss_norm: str = "global"
-    """``task-parallel``: the loss over the global training count (``global``) or the sum of per-subgraph means
-    (``subgraph-mean``, the artifact's)."""
-    task_gamma: float = 0.5
-    """``task-parallel`` without ``t_workers``: the scheduling model's compute / memory overlap weight gamma of Eq. 6,
-    in [0, 1] (0.5: the artifact's)."""
-    device_flops: float = 0.0
-    """``task-parallel`` without ``t_workers``: one worker's compute rate in FLOP/s for the scheduling model (Eqs.
-    5-6); 0: measured on this machine (a float32 GEMM)."""
-    device_bandwidth: float = 0.0
-    """``task-parallel`` without ``t_workers``: one worker's memory bandwidth in bytes/s for the scheduling model
-    (Eq. 6); 0: measured on this machine (a float32 copy)."""
-    schedule: str = "gpipe"
-    """``pipeline``: ``gpipe`` (all forwards, then the backwards in reverse) or ``1f1b`` (one forward, one
-    backward; needs ``cross_chunk_grad = none``)."""
-    cross_chunk_grad: str = "fresh"
-    """``pipeline``: gradients along cross-chunk edges read fresh: ``fresh`` (propagated, GNNPipe) or ``none``."""
-    shm_dir: str = "/dev/shm"
-    """``offload``: where the host arrays shared by the workers live (a memory-backed tmpfs by default)."""
-    timeout: float = DEFAULT_TIMEOUT_S
-    """Seconds a collective waits for every worker before the run fails."""
+class StrategyConfig(SingleOptions, GraphParallelOptions, DataParallelOptions, SplitParallelOptions, OffloadOptions,
+                     ModelAveragingOptions, PipelineOptions, TaskParallelOptions):
+    """The ``[strategy]`` section: the options every strategy reads (below) and those each strategy declares
+    (:mod:`graphscale.strategies.options`), one flat namespace, so strategy code reads ``config.strategy.X``.
+
+    ``chunks`` is an alias: given (``--chunks``, ``chunks =`` in TOML, ``StrategyConfig(chunks=...)``), it sets the
+    chosen strategy's own chunk count (``chunks_per_part`` of offload, ``pipeline_chunks``, ``task_chunks``);
+    after :meth:`resolve_chunks` it holds that count, which the strategies read.
+    """
+
+    name: str = option("single", "training strategy; auto: advise's pick", flag="strategy")
+    workers: int = option(1, "worker processes (gloo on CPU, NCCL with one GPU each); at most the CPU cores unless "
+                          "--oversubscribe")
+    chunks: int | None = option(None, "the chosen strategy's chunk count: --chunks-per-part (offload), "
+                                "--pipeline-chunks (pipeline) or --task-chunks (task-parallel)")
+    timeout: float = option(DEFAULT_TIMEOUT_S, "seconds a collective waits for every worker before the run fails, at "
+                            "least 1 (workers need that long to connect)", metavar="SECONDS")
+
+    def __post_init__(self) -> None:
+        self.resolve_chunks()
+
+    def resolve_chunks(self) -> None:
+        """Make ``chunks`` and the chosen strategy's own chunk count one value (whichever was given).
+
+        Raises:
+            ValueError: both given, with different values.
+        """
+        own = getattr(BY_STRATEGY.get(self.name), "CHUNKS", None)
+        if own is None:
+            return
+        specific = getattr(self, own)
+        if self.chunks is not None and specific is not None and self.chunks != specific:
+            raise ValueError(f"--chunks {self.chunks} and --{own.replace('_', '-')} {specific} disagree; --chunks is "
+                             f"--{own.replace('_', '-')} for strategy {self.name!r}: give one of them")
+        value = specific if specific is not None else self.chunks
+        setattr(self, own, value)
+        self.chunks = value
 
 
 @dataclass
@@ -241,6 +180,8 @@ PRESETS: dict[str, dict[str, dict]] = {
     "gcnii": {"model": {"hidden": 64, "layers": 16, "dropout": 0.6}, "optim": {"lr": 0.01, "weight_decay": 5e-4}},
     "resgcn": {"model": {"hidden": 64, "layers": 8, "dropout": 0.5}, "optim": {"lr": 0.005, "weight_decay": 5e-4}},
 }
+
+_PLURALS = {"strategy": "strategies", "model": "models"}
 
 SECTIONS = {"data": DataConfig, "model": ModelConfig, "optim": OptimConfig, "strategy": StrategyConfig}
 
@@ -298,10 +239,52 @@ def build_config(overrides: dict, config_file: str | Path | None = None) -> RunC
     _apply(config, PRESETS.get(model_name, {}), f"preset {model_name!r}")
     _apply(config, file_values, str(config_file))
     _apply(config, overrides, "command line")
-    from graphscale.validation import check_given  # imports the registries (and torch): not at module level
-
+    config.strategy.resolve_chunks()
     check_given(config, {**given_options(file_values, str(config_file)), **given_options(overrides, "command line")})
     return config
+
+
+def _label(section: str, field: str, where: str) -> str:
+    """How an option is named in a message: ``--batch-size`` (command line) or ``run.toml: [strategy] batch_size``."""
+    return f"--{field.replace('_', '-')}" if where == "command line" else f"{where}: [{section}] {field}"
+
+
+def check_given(config: RunConfig, given: dict[tuple[str | None, str], str]) -> None:
+    """Refuse a given given_name the run's strategy or model does not read.
+
+    Args:
+        config: the built configuration.
+        given: ``(section, given_name) -> where`` of every given_name the user set (``where``: ``"command line"`` or the
+            TOML file); defaults and presets are not in it.
+
+    Raises:
+        ValueError: names the given_name, why it is unused and the strategies (models) that read it.
+        KeyError: unknown strategy or model.
+    """
+    from graphscale.registry import MODELS, STRATEGIES  # the registries import the strategies: not at module level
+
+    # a [data] given_name that some strategies declare in their ``options`` (``feature_dtype``) is checked as theirs
+    chosen = {"strategy": (STRATEGIES, config.strategy.name), "data": (STRATEGIES, config.strategy.name),
+              "model": (MODELS, config.model.name)}
+    for (section, given_name), where in given.items():
+        if section not in chosen:
+            continue
+        registry, name = chosen[section]
+        cls = registry.get(name)
+        readers = [other for other in registry.names() if given_name in registry.get(other).options]
+        if not readers:  # read by every strategy (model), such as --workers or --hidden
+            continue
+        unused = cls.unused_options(config) if hasattr(cls, "unused_options") else {}  # models have no conditions
+        own_chunks = getattr(BY_STRATEGY.get(name), "CHUNKS", None) if section == "strategy" else None
+        if own_chunks and "chunks" in unused:  # the alias and the strategy's own name are one option
+            unused.setdefault(own_chunks, unused["chunks"])
+        if given_name in cls.options and given_name not in unused:
+            continue
+        why = f" {unused[given_name]}" if given_name in unused else ""
+        kinds = registry.kind if len(readers) == 1 else _PLURALS[registry.kind]
+        raise ValueError(f"{_label(section, given_name, where)} is not used by {registry.kind} {name!r}{why}; "
+                         f"it is used by {kinds} {', '.join(readers)}")
+
 
 
 def given_options(values: dict, where: str) -> dict[tuple[str | None, str], str]:

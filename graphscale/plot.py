@@ -105,7 +105,7 @@ def plot_reports(paths: list[str | Path], out: str | Path | None = None) -> Path
     Returns:
         the written path.
     """
-    from graphscale.validation import check_output_path
+    from graphscale.data.outputs import check_output_path
 
     runs = [(Path(p), r) for p in paths for r in load_reports(p)]
     out = Path(out) if out else Path(paths[0]).with_suffix(".png")

@@ -50,8 +50,11 @@ import numpy as np
 import torch
 
 from graphscale.config import RunConfig, stored_feature_dtype
+from graphscale.data.cache import resolve_cache_dir
 from graphscale.data.graph import Graph
 from graphscale.data.handle import HOST_SHARED, MEMORY, PARTITION_LOCAL, DataHandle
+from graphscale.data.specs import canonical_spec
+from graphscale.partition.build import build_vertex_partitioner
 
 #: bumped when what the cache holds for a key changes meaning
 CACHE_VERSION = 1
@@ -59,32 +62,6 @@ DEFAULT_DATASET = "cora"
 
 
 # ------------------------------------------------------------ cache directory
-def default_cache_dir() -> Path:
-    """``$GRAPHSCALE_CACHE_DIR``, else ``$XDG_CACHE_HOME/graphscale``, else ``~/.cache/graphscale``."""
-    if os.environ.get("GRAPHSCALE_CACHE_DIR"):
-        return Path(os.environ["GRAPHSCALE_CACHE_DIR"])
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base) / "graphscale"
-
-
-def resolve_cache_dir(config: RunConfig) -> Path:
-    """The run's cache directory, created and checked writable.
-
-    Raises:
-        ValueError: it cannot be created or written (names the directory and ``--cache-dir``).
-    """
-    path = Path(config.cache_dir) if config.cache_dir else default_cache_dir()
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-        probe = path / f".probe-{os.getpid()}"
-        probe.write_bytes(b"")
-        probe.unlink()
-    except OSError as err:
-        raise ValueError(f"--cache-dir {path} is not a writable directory ({err.strerror or err}); "
-                         "pass --cache-dir DIR (or set GRAPHSCALE_CACHE_DIR) to a writable place") from None
-    return path
-
-
 @contextlib.contextmanager
 def _locked(cache: Path, key: str) -> Iterator[None]:
     """An exclusive lock on one cache key (released when the block ends or the process dies)."""
@@ -110,21 +87,6 @@ def setup_step(config: RunConfig, what: str, stream=None):
 
 
 # ------------------------------------------------------------ dataset identity
-def canonical_spec(spec: str) -> str:
-    """``spec`` with paths made absolute (so ``npz:g.npz`` and ``npz:/abs/g.npz`` name one dataset) and a
-    reader's ``key=value,...`` options in sorted order (so ``mat:g.mat:labels=y,adj=A`` and
-    ``mat:g.mat:adj=A,labels=y`` do too)."""
-    spec = spec.strip()
-    kind, sep, arg = spec.partition(":")
-    if not sep or "=" in arg.split(":")[0]:
-        return spec
-    parts = arg.split(":")
-    parts = [str(Path(p).resolve()) if p and Path(p).exists() else
-             ",".join(sorted(item.strip() for item in p.split(","))) if i and "=" in p else p
-             for i, p in enumerate(parts)]
-    return f"{kind}:{':'.join(parts)}"
-
-
 def _fingerprint(spec: str) -> list:
     """Size and modification time of every file a path-based spec names (so edited files miss the cache)."""
     out = []
@@ -150,18 +112,6 @@ def _key(fields: dict) -> tuple[str, str]:
 
 
 # ------------------------------------------------------------ partitioners
-def build_vertex_partitioner(text: str, balance: str = ""):
-    """A vertex partitioner from ``--partitioner`` (``NAME[:key=value,...]``) and ``--balance``.
-
-    Raises:
-        ValueError: ``--balance`` given for a partitioner that does not balance by weights, or a bad option.
-        KeyError: unknown partitioner name (the message lists them).
-    """
-    from graphscale.partition.command import build_partitioner
-
-    return build_partitioner(text, "--partitioner", training=True, **({"balance": balance} if balance else {}))[0]
-
-
 # ------------------------------------------------------------ loading
 def training_graph(spec: str, features: str = "", seed: int = 0) -> Graph:
     """The dataset with what training adds to it, checked trainable: ``--features`` (computed here, or the
@@ -306,7 +256,7 @@ def write_training_store(graph: Graph, path: str | Path, parts: int, partitioner
     Raises:
         ValueError: the partitioner left a part empty (names the parts and the fix).
     """
-    from graphscale.partition.command import node_data_of
+    from graphscale.partition.build import node_data_of
     from graphscale.partition.store import check_partition_store, write_partition_store
     from graphscale.partition.streaming import GraphEdges
 

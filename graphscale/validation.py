@@ -1,12 +1,12 @@
 """Checks of a run's configuration in the parent, before any data is loaded or any worker starts.
 
-* :func:`check_given` (called by :func:`graphscale.config.build_config`): an option the user gave that the
-  chosen strategy or model does not read is an error naming the strategies (models) that read it. What each reads
-  is declared once, by its class: ``Strategy.options`` (``[strategy]`` options, and ``[data]`` options only some
-  strategies read, such as ``feature_dtype``) less ``Strategy.unused_options(config)``, and
-  ``GNN.options``; a new strategy or model declares its options there and nowhere else.
+* :func:`graphscale.config.check_given` (called by :func:`graphscale.config.build_config`): an option the user gave
+  that the chosen strategy or model does not read is an error naming the strategies (models) that read it. What each
+  reads is declared once: a strategy's option dataclass (:mod:`graphscale.strategies.options`, which its class reads
+  as ``Strategy.options``) less ``Strategy.unused_options(config)``, and ``GNN.options``.
 * :func:`validate` (called by :func:`graphscale.run.run`, so by ``graphscale train`` and the Python API): every
-  option's range and its fit with the strategy and the model, the workers against the cores, the output paths.
+  option's range and its fit with the strategy and the model (a ``[strategy]`` option's allowed values from its
+  declaration), the workers against the cores, the output paths.
 
 Errors are ``ValueError`` (``KeyError`` for an unknown registry name) with a one-line message naming the option or
 the file; ``graphscale`` prints it and exits with status 2. What needs the data (a store's part count, an empty
@@ -16,78 +16,22 @@ starts.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
-import tempfile
 from pathlib import Path
 
-from graphscale.config import DTYPES, FEATURE_DTYPES, RunConfig
+from graphscale.config import DTYPES, FEATURE_DTYPES, RunConfig, StrategyConfig
+from graphscale.data.outputs import check_output_dir, check_output_path
+from graphscale.metrics.units import parse_bytes
+from graphscale.partition.build import build_vertex_partitioner
+from graphscale.strategies.options import BY_STRATEGY
 
-_PLURALS = {"strategy": "strategies", "model": "models"}
-
-
-# ------------------------------------------------------------ given options
-def _label(section: str, field: str, where: str) -> str:
-    """How an option is named in a message: ``--batch-size`` (command line) or ``run.toml: [strategy] batch_size``."""
-    return f"--{field.replace('_', '-')}" if where == "command line" else f"{where}: [{section}] {field}"
-
-
-def check_given(config: RunConfig, given: dict[tuple[str | None, str], str]) -> None:
-    """Refuse a given option the run's strategy or model does not read.
-
-    Args:
-        config: the built configuration.
-        given: ``(section, field) -> where`` of every option the user set (``where``: ``"command line"`` or the
-            TOML file); defaults and presets are not in it.
-
-    Raises:
-        ValueError: names the option, why it is unused and the strategies (models) that read it.
-        KeyError: unknown strategy or model.
-    """
-    from graphscale.registry import MODELS, STRATEGIES
-
-    # a [data] option that some strategies declare in their ``options`` (``feature_dtype``) is checked as theirs
-    chosen = {"strategy": (STRATEGIES, config.strategy.name), "data": (STRATEGIES, config.strategy.name),
-              "model": (MODELS, config.model.name)}
-    for (section, field), where in given.items():
-        if section not in chosen:
-            continue
-        registry, name = chosen[section]
-        cls = registry.get(name)
-        readers = [other for other in registry.names() if field in registry.get(other).options]
-        if not readers:  # read by every strategy (model), such as --workers or --hidden
-            continue
-        unused = cls.unused_options(config) if hasattr(cls, "unused_options") else {}  # models have no conditions
-        if field in cls.options and field not in unused:
-            continue
-        why = f" {unused[field]}" if field in unused else ""
-        kinds = registry.kind if len(readers) == 1 else _PLURALS[registry.kind]
-        raise ValueError(f"{_label(section, field, where)} is not used by {registry.kind} {name!r}{why}; "
-                         f"it is used by {kinds} {', '.join(readers)}")
+#: the declared ``[strategy]`` options by name (their choices are checked here)
+_STRATEGY_FIELDS = {f.name: f for f in dataclasses.fields(StrategyConfig)}
 
 
 # ------------------------------------------------------------ values
-def check_output_path(path: str | os.PathLike, option: str) -> Path:
-    """Check that a file can be written at ``path`` (its directory exists and takes a new file); never creates
-    directories.
-
-    Raises:
-        ValueError: names ``option`` and the path.
-    """
-    path = Path(path)
-    parent = path.parent
-    if path.is_dir():
-        raise ValueError(f"{option} {path} is a directory; give a file path")
-    if not parent.is_dir():
-        raise ValueError(f"{option} {path}: directory {parent} does not exist (create it first)")
-    try:
-        with tempfile.NamedTemporaryFile(dir=parent, prefix=f".{path.name}.probe-"):
-            pass
-    except OSError as err:
-        raise ValueError(f"{option} {path}: cannot write in {parent} ({err.strerror or err})") from None
-    return path
-
-
 def _resolved(path: str | os.PathLike) -> Path:
     return Path(path).expanduser().resolve()
 
@@ -162,22 +106,6 @@ def check_path_conflicts(config: RunConfig, outputs: list[tuple[str, str]] | Non
                                  "there could destroy it: give a path outside it")
 
 
-def check_output_dir(path: str | os.PathLike, option: str) -> Path:
-    """An output directory the run creates when missing (``--cache-dir``, ``--state-dir``, ``--tensorboard``): its
-    parent must exist, as for an output file (one policy: the run creates the file or directory it is told to
-    write, never the directories above it).
-
-    Raises:
-        ValueError: names ``option``, the path and what is wrong.
-    """
-    path = Path(path).expanduser()
-    if path.exists() and not path.is_dir():
-        raise ValueError(f"{option} {path} is a file; give a directory")
-    if not path.exists() and not path.parent.is_dir():
-        raise ValueError(f"{option} {path}: directory {path.parent} does not exist (create it first)")
-    return path
-
-
 def check_finite(option: str, value, *, positive: bool = False, nonnegative: bool = False) -> None:
     """A float option is a finite number (``nan`` and ``inf`` are refused), ``> 0`` or ``>= 0`` when asked.
 
@@ -222,82 +150,63 @@ def _check_choice(option: str, value: str, choices) -> None:
         raise ValueError(f"--{option} must be one of {', '.join(choices)}, got {value!r}")
 
 
+def _check_declared_choice(option: str, config: RunConfig) -> None:
+    """A ``[strategy]`` option declared with ``choices`` (:mod:`graphscale.strategies.options`) holds one of them
+    (or its default: ``balance``'s empty default means the partitioner's own)."""
+    declared = _STRATEGY_FIELDS.get(option)
+    choices = declared.metadata.get("choices") if declared is not None else None
+    value = getattr(config.strategy, option, None)
+    if choices and value != declared.default:
+        _check_choice(option.replace("_", "-"), value, choices)
+
+
+def _check_chunks(config: RunConfig) -> None:
+    """``--chunks``: after ``StrategyConfig.resolve_chunks`` the strategy's own chunk count, which it reads."""
+    value = config.strategy.chunks
+    if value is None:
+        return
+    own = getattr(BY_STRATEGY.get(config.strategy.name), "CHUNKS", None)
+    note = f" (--chunks is --{own.replace('_', '-')} for strategy {config.strategy.name!r})" if own else ""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"--chunks must be an integer, got {value!r}{note}")  # noqa: TRY004 - reported as ValueError
+    if value < 1:
+        raise ValueError(f"--chunks must be >= 1, got {value}{note}")
+
+
 def _check_strategy_option(option: str, config: RunConfig) -> None:
-    """Check the value of one ``[strategy]`` option the run's strategy reads."""
+    """Check the value of one ``[strategy]`` option the run's strategy reads: its declared choices, then what a
+    declaration cannot say (ranges, sizes, paths, combinations)."""
     sc = config.strategy
+    _check_declared_choice(option, config)
     if option == "fanouts":
         _check_fanouts(config)
     elif option in ("batch_size", "average_every", "history_period", "hybrid_width", "subgraphs"):
         _check_at_least_one(option.replace("_", "-"), getattr(sc, option))
-    elif option == "chunks" and sc.chunks is not None:
-        if not isinstance(sc.chunks, int):
-            raise ValueError(f"--chunks must be an integer, got {sc.chunks!r}")
-        _check_at_least_one("chunks", sc.chunks)
-    elif option == "hybrid_split":
-        from graphscale.strategies.pipeline.plan import HYBRID_SPLITS
-
-        _check_choice("hybrid-split", sc.hybrid_split, HYBRID_SPLITS)
-    elif option == "history_grad":
-        from graphscale.strategies.pipeline.plan import HISTORY_GRADS
-
-        _check_choice("history-grad", sc.history_grad, HISTORY_GRADS)
+    elif option == "chunks":  # the strategy's own chunk count holds the same value
+        _check_chunks(config)
     elif option == "t_workers" and sc.t_workers < 0:
         raise ValueError(f"--t-workers must be >= 0 (0: the scheduling model decides), got {sc.t_workers}")
-    elif option in ("p_split", "chunking", "dependency", "loss_norm"):
-        from graphscale.strategies.task_parallel import CHOICES
-
-        _check_choice(option.replace("_", "-"), getattr(sc, option), CHOICES[option])
     elif option == "task_gamma" and not 0.0 <= sc.task_gamma <= 1.0:
         raise ValueError(f"--task-gamma must lie in [0, 1], got {sc.task_gamma}")
     elif option in ("device_flops", "device_bandwidth"):
         value = getattr(sc, option)
         if not (value >= 0 and math.isfinite(value)):
             raise ValueError(f"--{option.replace('_', '-')} must be a positive rate (or 0: measured), got {value}")
-    elif option == "schedule":
-        from graphscale.strategies.pipeline.plan import SCHEDULES
-
-        _check_choice("schedule", sc.schedule, SCHEDULES)
-    elif option == "cross_chunk_grad":
-        from graphscale.strategies.pipeline.plan import CROSS_CHUNK_GRADS
-
-        _check_choice("cross-chunk-grad", sc.cross_chunk_grad, CROSS_CHUNK_GRADS)
-    elif option == "cache":
-        from graphscale.data.feature_cache import POLICIES
-
-        _check_choice("cache", sc.cache, POLICIES)
     elif option == "cache_fraction" and not 0.0 <= sc.cache_fraction <= 1.0:
         raise ValueError(f"--cache-fraction must lie in [0, 1], got {sc.cache_fraction}")
-    elif option == "dedup":
-        from graphscale.strategies.offload.plan import check_dedup
-
-        check_dedup(sc.dedup)
-    elif option == "recompute":
-        from graphscale.strategies.offload.cost import check_recompute
-
-        check_recompute(sc.recompute)
-    elif option == "offload_topology":
-        _check_choice("offload-topology", sc.offload_topology, ("streamed", "resident"))
-        if sc.offload_topology == "resident" and sc.memory_budget:
-            raise ValueError("--offload-topology resident is not covered by --memory-budget's memory model: use "
-                             "--chunks with it, or --offload-topology streamed")
-    elif option == "offload_transfer":
-        from graphscale.strategies.offload.transfer import MODES
-
-        _check_choice("offload-transfer", sc.offload_transfer, MODES)
-        if sc.offload_transfer == "uva" and sc.offload_topology != "resident":
-            raise ValueError("--offload-transfer uva needs --offload-topology resident (its GPU kernels index with "
-                             "ids already on the device)")
+    elif option == "offload_topology" and sc.offload_topology == "resident" and sc.memory_budget:
+        raise ValueError("--offload-topology resident is not covered by --memory-budget's memory model: use "
+                         "--chunks with it, or --offload-topology streamed")
+    elif option == "offload_transfer" and sc.offload_transfer == "uva" and sc.offload_topology != "resident":
+        raise ValueError("--offload-transfer uva needs --offload-topology resident (its GPU kernels index with "
+                         "ids already on the device)")
     elif option == "memory_budget" and sc.memory_budget:
-        from graphscale.strategies.offload.memory import parse_bytes
-
         parse_bytes(sc.memory_budget)
     elif option == "halo_hops":
         _check_at_least_one("halo-hops", sc.halo_hops)
     elif option == "correction_steps" and sc.correction_steps < 0:
         raise ValueError(f"--correction-steps must be >= 0, got {sc.correction_steps}")
     elif option == "device_memory" and sc.device_memory:
-        from graphscale.strategies.offload.memory import parse_bytes
-
         parse_bytes(sc.device_memory, "--device-memory")
     elif option == "parts" and sc.parts < 0:
         raise ValueError(f"--parts must be >= 1 (or 0: one per worker), got {sc.parts}")
@@ -305,8 +214,6 @@ def _check_strategy_option(option: str, config: RunConfig) -> None:
         raise ValueError(f"--shm-dir {sc.shm_dir} is not a writable directory; point --shm-dir at one (a "
                          "memory-backed tmpfs such as /dev/shm)")
     elif option == "partitioner":  # with --balance, which the partitioner checks
-        from graphscale.prepare import build_vertex_partitioner
-
         build_vertex_partitioner(sc.partitioner, sc.balance)
 
 

@@ -24,7 +24,7 @@ def resolve(overrides: dict, config_file=None) -> tuple[dict, dict]:
     from graphscale.advise.command import rank
     from graphscale.advise.profile import cached_profile
     from graphscale.config import build_config
-    from graphscale.prepare import resolve_cache_dir
+    from graphscale.data.cache import resolve_cache_dir
 
     out = copy.deepcopy(overrides)
     strategy = out.setdefault("strategy", {})
@@ -72,7 +72,7 @@ def record(report: dict, advice: dict) -> dict:
 
 def summary(advice: dict) -> str:
     """One line: predicted against measured epoch time, memory and bytes."""
-    from graphscale.bench.table import format_bytes
+    from graphscale.metrics.units import format_bytes
 
     p, m = advice["predicted"], advice["measured"]
     os_mem = format_bytes(m["os_memory"]) if m["os_memory"] else "-"

@@ -13,7 +13,8 @@ import argparse
 import sys
 
 from graphscale.advise.configs import candidates, predict_config
-from graphscale.bench.table import format_bytes, format_table
+from graphscale.metrics.table import format_table
+from graphscale.metrics.units import format_bytes
 
 #: an exact strategy within this factor of the fastest is preferred to a faster approximate one
 EXACT_SLACK = 1.10
@@ -65,7 +66,7 @@ def base_config(args: argparse.Namespace):
 
 def machine_profile(args: argparse.Namespace, config):
     from graphscale.advise.profile import cached_profile, synthetic
-    from graphscale.prepare import resolve_cache_dir
+    from graphscale.data.cache import resolve_cache_dir
 
     if args.synthetic_profile:
         return synthetic(args.device)
@@ -74,7 +75,7 @@ def machine_profile(args: argparse.Namespace, config):
 
 
 def budget_of(args: argparse.Namespace, machine) -> int:
-    from graphscale.strategies.offload.memory import parse_bytes
+    from graphscale.metrics.units import parse_bytes
 
     if args.device_memory:
         return parse_bytes(args.device_memory, "--device-memory")

@@ -81,7 +81,7 @@ class Prediction:
     def check_fit(self, budget: int | None) -> Prediction:
         """Set :attr:`fits` / :attr:`reason` against a per-worker budget in bytes (``None``: no budget)."""
         if budget is not None and self.memory > budget:
-            from graphscale.bench.table import format_bytes
+            from graphscale.metrics.units import format_bytes
 
             self.fits = False
             self.reason = f"needs {format_bytes(self.memory)} per worker, more than the {format_bytes(budget)} budget"

@@ -28,7 +28,9 @@ import argparse
 import statistics
 
 from graphscale.bench.memory import train_once
-from graphscale.bench.table import format_bytes, format_table, split_specs
+from graphscale.bench.table import split_specs
+from graphscale.metrics.table import format_table
+from graphscale.metrics.units import format_bytes
 
 #: the issue's three graphs; ``{n}`` is ``--nodes``
 DEFAULT_DATASETS = "cora,sbm:nodes={n},degree=10,features=64,seed=0,rmat:nodes={n},degree=10,features=64,seed=0"

@@ -37,7 +37,9 @@ import statistics
 from pathlib import Path
 
 from graphscale.bench.memory import train_once
-from graphscale.bench.table import format_bytes, format_table, int_list, save_figure, split_specs
+from graphscale.bench.table import int_list, save_figure, split_specs
+from graphscale.metrics.table import format_table
+from graphscale.metrics.units import format_bytes
 
 #: the nested (hierarchical-community) SBM of the full grid: 20k vertices, 3 levels of communities, 8 classes
 NESTED_SBM = "sbm:nodes=20000,degree=10,classes=8,levels=3,homophily=0.9,features=64"

@@ -188,8 +188,8 @@ def rows_of(results: dict[str, dict]) -> list[dict]:
 
 def run(args: argparse.Namespace) -> list[dict]:
     """Load ``args.dataset``, measure every system, print the table and the goals."""
-    from graphscale.bench.table import format_table
     from graphscale.data.datasets import load_dataset
+    from graphscale.metrics.table import format_table
 
     systems = check_model_options(args)
     dev = check_device(args.device)

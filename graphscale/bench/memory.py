@@ -57,7 +57,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-from graphscale.bench.table import format_bytes, format_table, split_specs
+from graphscale.bench.table import split_specs
+from graphscale.metrics.table import format_table
+from graphscale.metrics.units import format_bytes
 
 STRATEGIES = ("single", "graph-parallel", "offload", "data-parallel", "split-parallel")
 DEFAULT_DATASET = "sbm:nodes=200000,degree=10,features=128"
@@ -166,7 +168,7 @@ def offload_options(budget: str | None) -> list[str]:
     Raises:
         ValueError: not a size (names ``--offload-budget``).
     """
-    from graphscale.strategies.offload.memory import parse_bytes
+    from graphscale.metrics.units import parse_bytes
 
     if budget is None or str(budget).strip().lower() == "none":
         return []
@@ -226,7 +228,7 @@ def run(args: argparse.Namespace) -> list[dict]:
 
     from graphscale.bench.table import save_bar_plot
     from graphscale.data.formats import write_json_atomic
-    from graphscale.validation import check_output_path
+    from graphscale.data.outputs import check_output_path
 
     if args.json:
         check_output_path(args.json, "--json")  # before the runs, not after

@@ -342,9 +342,10 @@ def run(args: argparse.Namespace) -> dict:
     """Load ``args.dataset``, measure, print the tables (and write the plot)."""
     import torch
 
-    from graphscale.bench.table import format_table, save_bar_plot
+    from graphscale.bench.table import save_bar_plot
     from graphscale.data.datasets import load_dataset
     from graphscale.distributed.launch import launch
+    from graphscale.metrics.table import format_table
 
     if args.batch_size < 1:
         raise ValueError(f"--batch-size must be >= 1, got {args.batch_size}")

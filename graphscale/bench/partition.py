@@ -140,7 +140,7 @@ def run_quality(datasets: list[str], methods: list[str], parts: list[int], workd
     import numpy as np
 
     from graphscale.data.datasets import load_dataset
-    from graphscale.partition.command import build_partitioner
+    from graphscale.partition.build import build_partitioner
     from graphscale.partition.metrics import balance, stream_metrics
     from graphscale.testing.graphs import random_graph
 
@@ -178,7 +178,7 @@ def run_quality(datasets: list[str], methods: list[str], parts: list[int], workd
 
 def quality_tables(rows: list[dict]) -> tuple[str, str, dict]:
     """The RF pivot table, the per-method summary and the goal numbers."""
-    from graphscale.bench.table import format_table
+    from graphscale.metrics.table import format_table
 
     methods = list(dict.fromkeys(r["method"] for r in rows))
     cases = list(dict.fromkeys((r["dataset"], r["p"]) for r in rows))
@@ -213,7 +213,7 @@ def _edge_imbalanced(row: dict) -> bool:
 
 def balance_tables(rows: list[dict]) -> tuple[str, list[str]]:
     """The edge-balance pivot (``!`` after a case above ``EDGE_IMBALANCED``) and one flag line per method with one."""
-    from graphscale.bench.table import format_table
+    from graphscale.metrics.table import format_table
 
     methods = list(dict.fromkeys(r["method"] for r in rows))
     cases = list(dict.fromkeys((r["dataset"], r["p"]) for r in rows))
@@ -236,7 +236,7 @@ def balance_tables(rows: list[dict]) -> tuple[str, list[str]]:
 
 def lpt_table(rows: list[dict]) -> str | None:
     """SPRING's LPT loads side by side (RF, vertex and edge balance), with HDRF's; ``None`` with one SPRING load."""
-    from graphscale.bench.table import format_table
+    from graphscale.metrics.table import format_table
 
     spring = [m for m in dict.fromkeys(r["method"] for r in rows) if m == "spring" or m.startswith("spring(lpt=")]
     if len(spring) < 2:
@@ -260,7 +260,7 @@ def run_throughput(stream_path: str, methods: list[str], p: int, chunk_edges: in
                    repeat: int = 1) -> list[dict]:
     """Records per second of every pass of every edge partitioner on one stream (best of ``repeat`` runs)."""
     from graphscale.data.edge_stream import EdgeStream
-    from graphscale.partition.command import build_partitioner
+    from graphscale.partition.build import build_partitioner
 
     stream = EdgeStream(stream_path)
     for _ in stream.chunks(chunk_edges):  # warm the page cache: measure the passes, not the disk
@@ -441,7 +441,8 @@ def run_memory(spec: str, workdir: Path, *, parts: int, chunk_edges: int, seed: 
 # ----------------------------------------------------------------------- run
 def run(args: argparse.Namespace) -> dict:
     """Run the chosen suites, print their tables (and write plots / JSON); returns every row."""
-    from graphscale.bench.table import format_table, save_bar_plot
+    from graphscale.bench.table import save_bar_plot
+    from graphscale.metrics.table import format_table
 
     suites = [s.strip() for s in args.suite.split(",") if s.strip()]
     unknown = sorted(set(suites) - set(SUITES))
@@ -451,7 +452,7 @@ def run(args: argparse.Namespace) -> dict:
     if args.chunk_edges < 1:
         raise ValueError(f"--chunk-edges must be >= 1, got {args.chunk_edges}")
     if args.json:
-        from graphscale.validation import check_output_path
+        from graphscale.data.outputs import check_output_path
 
         check_output_path(args.json, "--json")  # before the benchmarks, not after
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]

@@ -306,8 +306,9 @@ def check_model_options(args: argparse.Namespace) -> tuple[str, ...]:
 
 def run(args: argparse.Namespace) -> list[dict]:
     """Load ``args.dataset``, measure every system, print the table and the targets (and write the plot)."""
-    from graphscale.bench.table import format_table, save_bar_plot
+    from graphscale.bench.table import save_bar_plot
     from graphscale.data.datasets import load_dataset
+    from graphscale.metrics.table import format_table
 
     systems = check_model_options(args)
     graph = load_dataset(args.dataset)

@@ -102,8 +102,9 @@ def measure(graph, fanouts: list[int], batch_size: int, epochs: int = 1, batches
 
 def run(args: argparse.Namespace) -> list[dict]:
     """Load ``args.dataset``, time the sampler, print the table (and write the plot)."""
-    from graphscale.bench.table import format_table, save_bar_plot
+    from graphscale.bench.table import save_bar_plot
     from graphscale.data.datasets import load_dataset
+    from graphscale.metrics.table import format_table
 
     if args.batch_size < 1:
         raise ValueError(f"--batch-size must be >= 1, got {args.batch_size}")

@@ -37,7 +37,7 @@ import time
 
 import torch
 
-from graphscale.bench.table import format_table
+from graphscale.metrics.table import format_table
 
 STRATEGIES = ("graph-parallel", "data-parallel", "split-parallel")
 MINIBATCH = {"data-parallel", "split-parallel"}
@@ -46,7 +46,7 @@ DEFAULT_DATASET = "sbm:nodes=300000,degree=10,features=128"
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of ``graphscale bench scaling``."""
-    from graphscale.cli import int_list
+    from graphscale.options import int_list
 
     parser.add_argument("--dataset", default=DEFAULT_DATASET, help=f"dataset spec (default {DEFAULT_DATASET})")
     parser.add_argument("--strategies", default=",".join(STRATEGIES),

@@ -33,8 +33,7 @@ import numpy as np
 import torch
 
 from graphscale.data.graph import Graph
-
-POLICIES = ("none", "pagraph", "quiver")
+from graphscale.strategies.options.shared import CACHE_POLICIES as POLICIES
 
 
 @nb.njit(cache=True)

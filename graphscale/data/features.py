@@ -82,7 +82,7 @@ def effective_norm(text: str, feature_norm: str) -> str:
 def keyed_normal(ids: torch.Tensor, dim: int, seed: int, stream: int) -> torch.Tensor:
     """Standard normal float64 ``[len(ids), dim]``: element ``(i, c)`` a pure function of ``(seed, stream, ids[i],
     c)`` (Box-Muller on two counter-based uniforms), so any row subset or order gets the same rows."""
-    from graphscale.nn.hashing import _M32, _fold_t, _hash_int, _hash_t
+    from graphscale.data.hashing import _M32, _fold_t, _hash_int, _hash_t
 
     ids = torch.as_tensor(ids, dtype=torch.int64).cpu()
     h = _hash_int(stream & _M32)

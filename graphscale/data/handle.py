@@ -163,6 +163,6 @@ class DataHandle:
             owner = np.load(self.owner_path, mmap_mode="c")
             self.opened.append((str(self.owner_path), int(owner.shape[0])))
             return torch.from_numpy(np.asarray(owner, dtype=np.int64))
-        from graphscale.prepare import build_vertex_partitioner
+        from graphscale.partition.build import build_vertex_partitioner
 
         return build_vertex_partitioner(partitioner, balance).partition(graph, num_parts, seed=seed)

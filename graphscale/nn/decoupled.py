@@ -32,8 +32,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from graphscale.config import ModelConfig
+from graphscale.nn.gnn import GNN
 from graphscale.nn.layers import GCNPropagation, ScoredAttentionPropagation
-from graphscale.nn.models import GNN
 
 
 class DecoupledGNN(GNN):

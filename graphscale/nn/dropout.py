@@ -29,11 +29,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from graphscale.nn import fused
-from graphscale.nn.backend import uses_numba
-from graphscale.nn.dense import dropped_linear
-from graphscale.nn.fused import column_states, node_dropout_into
-from graphscale.nn.hashing import (
+from graphscale.data.hashing import (
     _COL_SALT,
     _EDGE_STREAM,
     _HEAD_SALT,
@@ -47,6 +43,10 @@ from graphscale.nn.hashing import (
     _threshold,
     site_state,
 )
+from graphscale.nn import fused
+from graphscale.nn.backend import uses_numba
+from graphscale.nn.dense import dropped_linear
+from graphscale.nn.fused import column_states, node_dropout_into
 from graphscale.nn.kernels import _run_rows, keep_bytes
 from graphscale.nn.topology import Topology, topology
 

@@ -2,7 +2,7 @@
 
 ``graphscale::edge_keep(dst_ids, src_ids, heads, p, h_site)`` gives an attention dropout's keep decisions per edge
 and head. ``graphscale::keyed_dropout(x, ids, p, h_site)`` returns ``x * keep / (1 - p)`` with the keep mask of row
-``ids[i]``, column ``j`` recomputed from the hash of :mod:`graphscale.nn.hashing` (the state ``h_site`` of
+``ids[i]``, column ``j`` recomputed from the hash of :mod:`graphscale.data.hashing` (the state ``h_site`` of
 ``(seed, epoch, site)`` folded with the row id, then with the column's state); its backward is the same op on the
 gradient. ``graphscale::keyed_dropout_`` does the same in place (no autograd: for the fused products' own
 backward passes). Rows stored in bfloat16 come out in float32 (the dropout of their exact upcast).
@@ -29,8 +29,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from graphscale.data.hashing import _COL_SALT, _HEAD_SALT, _M32, _fold_nb, _fold_t, _hash_t, _threshold
 from graphscale.nn import buffers
-from graphscale.nn.hashing import _COL_SALT, _HEAD_SALT, _M32, _fold_nb, _fold_t, _hash_t, _threshold
 from graphscale.nn.kernels import _run_rows
 
 

@@ -34,7 +34,7 @@ class Allocation:
 
     def why(self) -> str:
         """One sentence: the figures and the rule that chose :attr:`parts`."""
-        from graphscale.bench.table import format_bytes
+        from graphscale.metrics.units import format_bytes
 
         m = f"{format_bytes(self.device_memory)} {'measured' if self.measured else 'given'}"
         budget = format_bytes(self.data_budget)

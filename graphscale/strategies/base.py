@@ -42,7 +42,7 @@ class Strategy(ABC):
     #: ``workers``, which every strategy reads), and the ``[data]`` options only some strategies read
     #: (``feature_dtype``: the strategy stores and moves its input features in ``--feature-dtype``). An option
     #: the user gives that the chosen strategy does not read is an error naming the strategies that do
-    #: (:func:`graphscale.validation.check_given`); the parent checks the values of the options read
+    #: (:func:`graphscale.config.check_given`); the parent checks the values of the options read
     #: (:func:`graphscale.validation.validate`).
     options: frozenset[str] = frozenset()
     #: Whether it trains a learnable input table (``--features learnable:D``, :meth:`learnable_table`); the

@@ -55,6 +55,7 @@ from graphscale.data.sampler import MiniBatchLoader, NeighborSampler
 from graphscale.distributed.comm import CONTROL
 from graphscale.distributed.env import DistEnv
 from graphscale.metrics.stats import EpochStats
+from graphscale.options import option_names
 from graphscale.registry import STRATEGIES
 from graphscale.strategies.base import allreduce_gradients, masked_loss_sum, optimizer_tensors
 from graphscale.strategies.minibatch_common import (
@@ -63,6 +64,7 @@ from graphscale.strategies.minibatch_common import (
     load_host_rows,
     record_structure,
 )
+from graphscale.strategies.options.shared import DataParallelOptions
 
 
 class MicroBatchSchedule:
@@ -136,7 +138,7 @@ class DataParallel(MiniBatchStrategy):
     name = "data-parallel"
     exact = True
     #: the partitioner splits PaGraph's training vertices and, for every cache, the evaluation's ownership
-    options = frozenset({"fanouts", "batch_size", "cache", "cache_fraction", "partitioner", "balance"})
+    options = option_names(DataParallelOptions)
 
     @classmethod
     def unused_options(cls, config: RunConfig) -> dict[str, str]:

@@ -101,6 +101,7 @@ from graphscale.distributed.functional import HaloExchange
 from graphscale.metrics.memory import MemoryTracker
 from graphscale.metrics.stats import EpochStats
 from graphscale.nn.ops import topology
+from graphscale.options import option_names
 from graphscale.registry import STRATEGIES
 from graphscale.strategies.base import (
     SPLITS,
@@ -112,6 +113,7 @@ from graphscale.strategies.base import (
     split_counts,
     unused_feature_options,
 )
+from graphscale.strategies.options.shared import GraphParallelOptions
 
 HALO = "halo"
 SETUP = "setup"
@@ -256,7 +258,7 @@ class GraphParallel(Strategy):
 
     data_view = PARTITION_LOCAL
     learnable_input = True
-    options = frozenset({"partitioner", "balance", "partitions", "feature_dtype"})
+    options = option_names(GraphParallelOptions)
 
     def __init__(self, overlap: bool = False) -> None:
         #: overlap each layer's halo exchange with the interior rows' step (:class:`OverlapPlan`); off by default:

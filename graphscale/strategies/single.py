@@ -19,6 +19,7 @@ from graphscale.data.handle import MEMORY
 from graphscale.data.sampler import MiniBatchLoader, NeighborSampler
 from graphscale.metrics.memory import MemoryTracker
 from graphscale.metrics.stats import EpochStats
+from graphscale.options import option_names
 from graphscale.registry import STRATEGIES
 from graphscale.strategies.base import (
     Strategy,
@@ -29,6 +30,7 @@ from graphscale.strategies.base import (
     split_counts,
     unused_feature_options,
 )
+from graphscale.strategies.options.shared import SingleOptions
 
 
 @STRATEGIES.register("single")
@@ -38,7 +40,7 @@ class SingleStrategy(Strategy):
     data_view = MEMORY
     learnable_input = True
     decoupled_models = True
-    options = frozenset({"minibatch", "fanouts", "batch_size", "feature_dtype"})
+    options = option_names(SingleOptions)
 
     @classmethod
     def unused_options(cls, config) -> dict[str, str]:

@@ -91,8 +91,8 @@ def test_model_forward_and_gradients_on_cuda_equal_cpu(model_name):
 def test_compiled_keyed_dropout_on_cuda_gives_the_cpu_kernels_bits(dtype):
     """The CUDA implementation of ``graphscale::keyed_dropout`` (one ``torch.compile``d kernel) keeps, drops and
     scales exactly as the numba kernel on CPU; so does its in-place form and the attention dropout's keep op."""
+    from graphscale.data.hashing import site_state
     from graphscale.nn import fused
-    from graphscale.nn.hashing import site_state
 
     gen = torch.Generator().manual_seed(3)
     x = torch.randn(5001, 130, dtype=dtype, generator=gen)

@@ -12,10 +12,10 @@ from graphscale.bench.device import bench_data, run_system
 from graphscale.config import ModelConfig
 from graphscale.data.block import Block
 from graphscale.data.datasets import load_dataset
+from graphscale.data.hashing import _threshold, site_state
 from graphscale.metrics.trace import OpTrace
 from graphscale.nn import backend, fused
 from graphscale.nn.dropout import block_edge_keep_mask, edge_keep_mask
-from graphscale.nn.hashing import _threshold, site_state
 from graphscale.nn.models import build_model
 from graphscale.testing.graphs import random_graph
 

@@ -31,11 +31,10 @@ from graphscale.distributed.comm import CONTROL, Comm
 from graphscale.partition.store import LocalPartition
 from graphscale.strategies.base import COUNTS_PER_SPLIT, SPLITS, split_counts
 from graphscale.strategies.model_averaging.correction import RowServer, fetch_features, sample_blocks
+from graphscale.strategies.options.model_averaging import EVALUATIONS
 
 #: Ledger category of the exact evaluation's rows fetched from other workers
 EVALUATION = "evaluation"
-#: ``--evaluation`` values
-EVALUATIONS = ("exact", "halo", "truncated")
 #: home vertices evaluated per fetched batch
 BATCH = 1024
 

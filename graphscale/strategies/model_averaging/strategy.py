@@ -63,6 +63,7 @@ from graphscale.distributed.comm import CONTROL, Comm
 from graphscale.distributed.env import DistEnv
 from graphscale.metrics.memory import MemoryTracker
 from graphscale.metrics.stats import EpochStats
+from graphscale.options import option_names
 from graphscale.registry import STRATEGIES
 from graphscale.strategies.base import (
     COUNTS_PER_SPLIT,
@@ -98,6 +99,7 @@ from graphscale.strategies.model_averaging.evaluation import (
     fetched_counts,
 )
 from graphscale.strategies.model_averaging.state import PartitionStates
+from graphscale.strategies.options.model_averaging import OPTIMIZER_STATES, ModelAveragingOptions
 
 
 @dataclass
@@ -125,8 +127,6 @@ def partitions_of(rank: int, num_parts: int, world_size: int) -> list[int]:
     return list(range(rank, num_parts, world_size))
 
 
-#: ``--optimizer-state`` values
-OPTIMIZER_STATES = ("local", "averaged")
 #: how the report labels each evaluation mode (:func:`.evaluation.evaluation_mode`)
 EVAL_LABELS = {"fetch": "exact (rows fetched)", "local": "exact (K-hop halo)", "truncated": "truncated"}
 
@@ -147,9 +147,7 @@ class ModelAveraging(Strategy):
 
     exact = False
     data_view = PARTITION_LOCAL
-    options = frozenset({"partitioner", "balance", "partitions", "parts", "minibatch", "fanouts", "batch_size",
-                         "average_every", "average_optimizer", "state_dir", "halo_hops", "device_memory",
-                         "correction_steps", "optimizer_state", "evaluation"})
+    options = option_names(ModelAveragingOptions)
 
     @classmethod
     def unused_options(cls, config: RunConfig) -> dict[str, str]:
@@ -193,8 +191,8 @@ class ModelAveraging(Strategy):
         """``--parts``, else SDT-GNN's workload allocation from the dataset's size and ``--device-memory``."""
         import sys
 
+        from graphscale.metrics.units import parse_bytes
         from graphscale.partition.allocation import choose_parts
-        from graphscale.strategies.offload.memory import parse_bytes
 
         sc = config.strategy
         if sc.parts:
@@ -219,7 +217,7 @@ class ModelAveraging(Strategy):
         if parts > workers or config.checkpoint or sc.state_dir:
             folder = sc.state_dir
             if not folder:
-                from graphscale.prepare import resolve_cache_dir
+                from graphscale.data.cache import resolve_cache_dir
 
                 key = hashlib.sha1(json.dumps(cls.identity(config, handle), sort_keys=True).encode()).hexdigest()
                 folder = str(resolve_cache_dir(config) / "averaging" / key[:20])

@@ -42,6 +42,7 @@ import torch
 from graphscale.data.block import Block
 from graphscale.distributed.comm import ALLREDUCE, CONTROL
 from graphscale.strategies.offload.plan import ChunkSets, check_dedup
+from graphscale.strategies.options.offload import RECOMPUTE_MODES
 
 #: Ledger categories of the offload strategy.
 H2D_LOCAL, H2D_REMOTE, P2P, REUSE = "h2d_local", "h2d_remote", "p2p", "reuse"
@@ -53,7 +54,6 @@ HOST_CATEGORIES = (H2D_LOCAL, H2D_REMOTE, D2H, D2H_GRAD, D2H_GRAD_REMOTE, H2D_GR
 PEER_CATEGORIES = (P2P, P2P_GRAD)
 INDEX_BYTES = 8  # int64 plan and topology entries
 
-RECOMPUTE_MODES = ("auto", "hybrid", "recompute", "none")
 
 
 def check_recompute(option: str) -> str:

@@ -47,10 +47,10 @@ from pathlib import Path
 
 import torch
 
-from graphscale.bench.table import format_bytes
 from graphscale.data.formats import temp_sibling
 from graphscale.distributed.comm import Comm
 from graphscale.distributed.launch import remove_with_run
+from graphscale.metrics.units import format_bytes
 from graphscale.strategies.offload.device import DeviceKit
 
 _PATH_BYTES = 1024

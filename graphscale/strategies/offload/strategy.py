@@ -119,7 +119,9 @@ from graphscale.distributed.comm import Comm
 from graphscale.distributed.env import DistEnv
 from graphscale.metrics.memory import MemoryTracker
 from graphscale.metrics.stats import EpochStats
+from graphscale.metrics.units import parse_bytes
 from graphscale.nn.models import build_model
+from graphscale.options import option_names
 from graphscale.registry import STRATEGIES
 from graphscale.strategies.base import (
     COUNTS_PER_SPLIT,
@@ -140,7 +142,7 @@ from graphscale.strategies.offload.cost import (
     probe_dims,
 )
 from graphscale.strategies.offload.host import HostArrays
-from graphscale.strategies.offload.memory import choose_chunks, parse_bytes
+from graphscale.strategies.offload.memory import choose_chunks
 from graphscale.strategies.offload.passes import OffloadPasses
 from graphscale.strategies.offload.plan import (
     ChunkSets,
@@ -153,6 +155,7 @@ from graphscale.strategies.offload.plan import (
 from graphscale.strategies.offload.reorg import random_schedule, reorganize
 from graphscale.strategies.offload.resident import DevicePlan
 from graphscale.strategies.offload.transfer import Transfers, check_mode
+from graphscale.strategies.options.offload import OffloadOptions
 
 SETUP = "setup"
 
@@ -199,8 +202,7 @@ class OffloadStrategy(OffloadPasses, Strategy):
     """
 
     exact = True
-    options = frozenset({"partitioner", "balance", "chunks", "dedup", "recompute", "memory_budget", "shm_dir",
-                         "offload_topology", "offload_transfer"})
+    options = option_names(OffloadOptions)
     single_host = True  # every worker reads and writes the same host arrays (shared-memory files on one host)
 
     @classmethod

@@ -13,22 +13,12 @@ import torch
 
 from graphscale.data.block import Block
 from graphscale.data.graph import Graph
+from graphscale.strategies.options.pipeline import CROSS_CHUNK_GRADS, HISTORY_GRADS, HYBRID_SPLITS, SCHEDULES
 
-#: ``--history-grad`` values: drop gradients along stale edges (GNNPipe's technique 3), or apply the previous
-#: epoch's (the ablation).
-HISTORY_GRADS = ("zero", "historical")
-#: ``--schedule``: GPipe (every chunk's forward, then the backwards in reverse order) or 1F1B (one forward, one
-#: backward in the steady state, chunks' backwards in forward order).
-SCHEDULES = ("gpipe", "1f1b")
-#: ``--cross-chunk-grad``: gradients along cross-chunk edges read fresh are propagated (GNNPipe) or dropped.
-CROSS_CHUNK_GRADS = ("fresh", "none")
 #: the two phases of a schedule step
 FORWARD, BACKWARD = "F", "B"
 #: Chunks per worker when ``--chunks`` is not given (the paper's K = 4M).
 CHUNKS_PER_STAGE = 4
-#: ``--hybrid-split``: chunks first, each cut into ``W`` sub-chunks (the paper's), or ``W`` parts first, each cut
-#: into ``K`` pieces, chunk ``k`` being the ``k``-th piece of every part (fewer ghosts: the rho of ``W`` parts).
-HYBRID_SPLITS = ("chunks-first", "parts-first")
 
 
 def default_chunks(workers: int) -> int:
@@ -154,7 +144,7 @@ def assign_chunks(graph: Graph, num_chunks: int, partitioner: str = "metis", bal
         raise ValueError(f"--chunks must lie in [1, {graph.num_nodes}] (the vertices), got {num_chunks}")
     if num_chunks == 1:
         return torch.zeros(graph.num_nodes, dtype=torch.int64)
-    from graphscale.prepare import build_vertex_partitioner
+    from graphscale.partition.build import build_vertex_partitioner
 
     try:
         return build_vertex_partitioner(partitioner, balance).partition(graph, num_chunks, seed=seed)
@@ -173,7 +163,7 @@ def assign_subchunks(graph: Graph, chunk_of: torch.Tensor, width: int, partition
     sub_of = torch.zeros_like(chunk_of)
     if width == 1:
         return sub_of
-    from graphscale.prepare import build_vertex_partitioner
+    from graphscale.partition.build import build_vertex_partitioner
 
     for k in range(int(chunk_of.max()) + 1):
         nodes = torch.nonzero(chunk_of == k).flatten()

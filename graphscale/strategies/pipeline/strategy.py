@@ -132,6 +132,7 @@ from graphscale.distributed.comm import CONTROL, Comm
 from graphscale.distributed.env import DistEnv
 from graphscale.metrics.memory import MemoryTracker
 from graphscale.metrics.stats import EpochStats
+from graphscale.options import option_names
 from graphscale.registry import STRATEGIES
 from graphscale.strategies.base import (
     COUNTS_PER_SPLIT,
@@ -143,6 +144,7 @@ from graphscale.strategies.base import (
     optimizer_tensors,
     split_counts,
 )
+from graphscale.strategies.options.pipeline import PipelineOptions
 from graphscale.strategies.pipeline.plan import (
     BACKWARD,
     FORWARD,
@@ -211,8 +213,7 @@ class PipelineStrategy(Strategy):
 
     exact = False
     data_view = HOST_SHARED
-    options = frozenset({"chunks", "partitioner", "balance", "history_period", "shuffle", "history_grad",
-                         "hybrid_width", "hybrid_split", "schedule", "cross_chunk_grad"})
+    options = option_names(PipelineOptions)
 
     @classmethod
     def unused_options(cls, config: RunConfig) -> dict[str, str]:

@@ -82,6 +82,7 @@ from graphscale.metrics.stats import EpochStats
 from graphscale.nn.layers import GATLayer, SAGELayer
 from graphscale.nn.models import GNN
 from graphscale.nn.ops import Topology, segment_softmax, spmm, spmm_heads, topology
+from graphscale.options import option_names
 from graphscale.registry import STRATEGIES
 from graphscale.strategies.base import allreduce_gradients, masked_loss_sum, optimizer_tensors
 from graphscale.strategies.minibatch_common import (
@@ -90,6 +91,7 @@ from graphscale.strategies.minibatch_common import (
     load_host_rows,
     record_structure,
 )
+from graphscale.strategies.options.split_parallel import SplitParallelOptions
 from graphscale.strategies.split_parallel.plan import SplitPlan
 from graphscale.strategies.split_parallel.split import (
     HALO,
@@ -174,7 +176,7 @@ class SplitParallel(MiniBatchStrategy):
     name = "split-parallel"
     exact = True
     #: no ``cache``: split-parallel always uses its own non-overlapping per-part caches, sized by ``cache_fraction``
-    options = frozenset({"fanouts", "batch_size", "cache_fraction", "partitioner", "balance"})
+    options = option_names(SplitParallelOptions)
 
     @classmethod
     def needs_vertex_partition(cls, config: RunConfig) -> bool:

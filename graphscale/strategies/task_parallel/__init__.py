@@ -8,12 +8,6 @@ tasks; the chain's closed-form traffic), :mod:`.reference` (the single-process r
 :mod:`.strategy` (the strategy).
 """
 
-from graphscale.strategies.task_parallel.chunks import CHUNKINGS, DEPENDENCIES
-from graphscale.strategies.task_parallel.plan import P_SPLITS
-from graphscale.strategies.task_parallel.reference import LOSS_NORMS
 from graphscale.strategies.task_parallel.strategy import TaskParallelStrategy
 
-#: option -> its values (checked by :mod:`graphscale.validation`)
-CHOICES = {"p_split": P_SPLITS, "chunking": CHUNKINGS, "dependency": DEPENDENCIES, "loss_norm": LOSS_NORMS}
-
-__all__ = ["CHOICES", "TaskParallelStrategy"]
+__all__ = ["TaskParallelStrategy"]

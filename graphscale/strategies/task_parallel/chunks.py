@@ -37,14 +37,11 @@ import torch
 
 from graphscale.data.block import Block
 from graphscale.data.graph import Graph
+from graphscale.strategies.options.task_parallel import CHUNKINGS, DEPENDENCIES
 from graphscale.strategies.pipeline.plan import assign_chunks as partition_chunks
 from graphscale.strategies.pipeline.plan import chunk_order, positions
 
 FULL, CAUSAL, BLOCK_DIAG = "full", "causal", "block_diag"
-#: the values of ``--dependency``
-DEPENDENCIES = (FULL, CAUSAL, BLOCK_DIAG)
-#: the values of ``--chunking``
-CHUNKINGS = ("contiguous", "partitioner")
 
 
 def contiguous_chunks(num_nodes: int, num_chunks: int) -> torch.Tensor:

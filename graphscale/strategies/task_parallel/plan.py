@@ -50,7 +50,8 @@ from dataclasses import dataclass
 
 import torch
 
-P_SPLITS = ("layers", "subgraphs")
+from graphscale.strategies.options.task_parallel import P_SPLITS
+
 #: the overlap weight gamma of Eq. 6 (the artifact's commented code)
 DEFAULT_GAMMA = 0.5
 #: seconds each of the two speed measurements runs for (best rate of the repetitions it fits)
@@ -347,7 +348,7 @@ def replication_alpha(graph, parts: int, *, partitioner: str = "metis", seed: in
     parallelism exchanges, so ``alpha`` of ``N`` parts is graph parallelism's replication on ``N`` workers.
     """
     from graphscale.partition.base import replication_factor
-    from graphscale.prepare import build_vertex_partitioner
+    from graphscale.partition.build import build_vertex_partitioner
 
     owner = build_vertex_partitioner(partitioner).partition(graph, parts, seed=seed)
     return 1.0 + replication_factor(graph, owner, parts)

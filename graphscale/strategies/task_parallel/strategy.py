@@ -85,6 +85,7 @@ from graphscale.metrics.ledger import HOST
 from graphscale.metrics.memory import MemoryTracker
 from graphscale.metrics.stats import EpochStats
 from graphscale.nn.ops import topology
+from graphscale.options import option_names
 from graphscale.registry import STRATEGIES
 from graphscale.strategies.base import (
     COUNTS_PER_SPLIT,
@@ -95,6 +96,7 @@ from graphscale.strategies.base import (
     optimizer_tensors,
     split_counts,
 )
+from graphscale.strategies.options.task_parallel import TaskParallelOptions
 from graphscale.strategies.task_parallel.chain import (  # noqa: F401 - some re-exported (tests, bench)
     _EVAL,
     _FWD,
@@ -140,9 +142,7 @@ class TaskParallelStrategy(Exchange, StageCheckpoint, Strategy):
     data_view = HOST_SHARED
     decoupled_models = True
     decoupled_default = True
-    options = frozenset({"t_workers", "p_split", "subgraphs", "chunks", "chunking", "partitioner", "balance",
-                         "shuffle", "dependency", "t_recompute", "pipelined", "loss_norm", "task_gamma",
-                         "device_flops", "device_bandwidth"})
+    options = option_names(TaskParallelOptions)
 
     @classmethod
     def unused_options(cls, config: RunConfig) -> dict[str, str]:

@@ -1,0 +1,12 @@
+"""``split-parallel`` (GSplit): its options (all shared with other strategies)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from graphscale.strategies.options.shared import CacheFraction, Partitioning, Sampling
+
+
+@dataclass
+class SplitParallelOptions(Partitioning, Sampling, CacheFraction):
+    """``split-parallel``: one mini-batch split between the workers by vertex owner."""

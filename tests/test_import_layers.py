@@ -1,0 +1,180 @@
+"""The import graph of ``graphscale/`` is a DAG that follows the layers of ``docs/architecture.md``.
+
+An AST walk of every module collects every ``import`` of a ``graphscale`` module, at module level and inside
+functions alike (an import inside a function still ties the two modules together: it only moves the failure to
+run time). Importing ``a.b.c`` also runs the package ``a.b``'s ``__init__``, so that is an import of ``a.b`` too,
+unless that ``__init__`` imports nothing at module level. The test reports every import that goes up the layers
+and every cycle, with the module names.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import graphscale
+
+ROOT = Path(graphscale.__file__).parent
+
+#: the layers, top to bottom: a module may import its own layer (without a cycle) and the layers below it; the
+#: longest matching prefix places a module. Placed apart from their package: ``partition.command`` (the
+#: ``graphscale partition`` command: it prepares datasets and checks paths like a run), ``advise.predict`` (the
+#: prediction every strategy fills in, registered next to the strategy), ``data.handle`` (it opens partition
+#: stores) and ``strategies.options`` (plain declarations that :mod:`graphscale.config` assembles).
+LAYERS: list[tuple[str, tuple[str, ...]]] = [
+    ("cli", ("graphscale.cli", "graphscale.__main__")),
+    ("bench", ("graphscale.bench",)),
+    ("advise", ("graphscale.advise",)),
+    ("api", ("graphscale.api", "graphscale.run", "graphscale.partition.command")),
+    ("prepare", ("graphscale.prepare", "graphscale.validation")),
+    ("trainer", ("graphscale.trainer", "graphscale.checkpoint", "graphscale.progress", "graphscale.plot")),
+    ("strategies", ("graphscale.strategies", "graphscale.advise.predict", "graphscale.testing")),
+    ("partition", ("graphscale.partition", "graphscale.data.handle")),
+    ("nn", ("graphscale.nn",)),
+    ("distributed", ("graphscale.distributed",)),
+    ("data", ("graphscale.data",)),
+    ("config", ("graphscale.config", "graphscale.registry", "graphscale.metrics", "graphscale.allocator",
+                "graphscale.errors")),
+    ("declarations", ("graphscale.options", "graphscale.strategies.options")),
+    ("package", ("graphscale",)),
+]
+
+#: (importer, imported) imports that go up the layers on purpose, each with its reason; keep this short
+ALLOWED_UPWARD: dict[tuple[str, str], str] = {}
+
+
+def module_files() -> dict[str, Path]:
+    out = {}
+    for path in ROOT.rglob("*.py"):
+        parts = list(path.relative_to(ROOT.parent).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        out[".".join(parts)] = path
+    return out
+
+
+def layer_of(module: str) -> int:
+    """Index into :data:`LAYERS` (0 = top) of the longest prefix that names ``module``."""
+    best, index = -1, None
+    for i, (_name, prefixes) in enumerate(LAYERS):
+        for prefix in prefixes:
+            if (module == prefix or module.startswith(prefix + ".")) and len(prefix) > best:
+                best, index = len(prefix), i
+    assert index is not None, f"module {module} is in no layer of LAYERS"
+    return index
+
+
+def _imported(node: ast.AST, package: str) -> list[str]:
+    if isinstance(node, ast.Import):
+        return [alias.name for alias in node.names]
+    if isinstance(node, ast.ImportFrom):
+        if node.level:
+            base = package.split(".")[: len(package.split(".")) - node.level + 1]
+            module = ".".join(base + ([node.module] if node.module else []))
+        else:
+            module = node.module or ""
+        return [module] + [f"{module}.{alias.name}" for alias in node.names]
+    return []
+
+
+def import_graph() -> dict[str, set[str]]:
+    """module -> the graphscale modules it imports (anywhere in its code), with the packages that runs."""
+    files = module_files()
+    trees = {module: ast.parse(path.read_text(), str(path)) for module, path in files.items()}
+
+    def module_level_imports(tree: ast.Module) -> bool:
+        return any(_imported(node, "graphscale") for node in tree.body)
+
+    def resolve(name: str) -> str | None:
+        while name and name not in files:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    graph: dict[str, set[str]] = {module: set() for module in files}
+    for module, tree in trees.items():
+        package = module if files[module].name == "__init__.py" else module.rpartition(".")[0]
+        for node in ast.walk(tree):
+            for name in _imported(node, package):
+                target = resolve(name) if name.startswith("graphscale") else None
+                if target is None:
+                    continue
+                targets = {target}
+                parent = target.rpartition(".")[0]
+                while parent:  # the packages on the way run their __init__
+                    if module_level_imports(trees[parent]):
+                        targets.add(parent)
+                    parent = parent.rpartition(".")[0]
+                graph[module] |= {t for t in targets if t != module and not module.startswith(t + ".")}
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components with more than one module (Tarjan), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    out: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                out.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def upward_imports(graph: dict[str, set[str]]) -> list[str]:
+    out = []
+    for module, targets in sorted(graph.items()):
+        for target in sorted(targets):
+            if layer_of(target) < layer_of(module) and (module, target) not in ALLOWED_UPWARD:
+                out.append(f"{module} ({LAYERS[layer_of(module)][0]}) imports {target} "
+                           f"({LAYERS[layer_of(target)][0]})")
+    return out
+
+
+def test_no_import_goes_up_the_layers():
+    upward = upward_imports(import_graph())
+    assert not upward, "imports up the layers:\n" + "\n".join(upward)
+
+
+def test_the_import_graph_has_no_cycle():
+    found = cycles(import_graph())
+    assert not found, "import cycles:\n" + "\n".join(" <-> ".join(c) for c in found)
+
+
+def test_the_checks_report_an_upward_import_and_a_cycle():
+    """The two checks find what they guard against (a synthetic graph: config importing cli, a <-> b)."""
+    graph = {"graphscale.config": {"graphscale.cli"}, "graphscale.cli": {"graphscale.config"},
+             "graphscale.data.a": {"graphscale.data.b"}, "graphscale.data.b": {"graphscale.data.a"}}
+    assert upward_imports(graph) == ["graphscale.config (config) imports graphscale.cli (cli)"]
+    assert cycles(graph) == [["graphscale.cli", "graphscale.config"], ["graphscale.data.a", "graphscale.data.b"]]
+
+
+def test_every_module_imports():
+    """Each module imports on its own (a moved helper left behind would fail here, not in a rarely run path)."""
+    import importlib
+
+    for module in sorted(module_files()):
+        if module != "graphscale.__main__":
+            importlib.import_module(module)
