@@ -226,7 +226,8 @@ def partition_dataset(args: argparse.Namespace) -> dict:
     from graphscale.data.edge_stream import edge_stream_to_graph
     from graphscale.partition.base import validate_num_parts
     from graphscale.partition.metrics import peak_rss_bytes
-    from graphscale.partition.store import check_store_target, write_partition_store
+    from graphscale.partition.store import check_store_target
+    from graphscale.partition.store_writer import write_partition_store
     from graphscale.prepare import canonical_spec
 
     start = time.perf_counter()
