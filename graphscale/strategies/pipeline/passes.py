@@ -8,7 +8,8 @@ import torch
 
 from graphscale.distributed.comm import CONTROL
 from graphscale.strategies.base import masked_loss_sum
-from graphscale.strategies.pipeline.plan import BACKWARD, FORWARD, pipeline_schedule, positions, refreshes_history
+from graphscale.strategies.chunking import positions
+from graphscale.strategies.pipeline.plan import BACKWARD, FORWARD, pipeline_schedule, refreshes_history
 from graphscale.strategies.pipeline.timeline import clock
 
 #: Ledger categories: stage-boundary rows (forward), their gradients (backward), the initial history forward,

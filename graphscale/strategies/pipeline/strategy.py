@@ -142,6 +142,7 @@ from graphscale.strategies.base import (
     optimizer_tensors,
     split_counts,
 )
+from graphscale.strategies.chunking import chunk_order
 from graphscale.strategies.pipeline.checkpoint import StageCheckpoint
 from graphscale.strategies.pipeline.passes import EVAL_HALO, EVAL_STAGE, ChunkPasses
 from graphscale.strategies.pipeline.plan import (
@@ -149,7 +150,6 @@ from graphscale.strategies.pipeline.plan import (
     GroupExchange,
     assign_hybrid,
     check_plan,
-    chunk_order,
     default_chunks,
     stage_layers,
 )
