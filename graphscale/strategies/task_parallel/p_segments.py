@@ -173,6 +173,6 @@ class PSegments:
         the transposes and edge lists the kernels cached on them) and its mirror lists."""
         tensors = [t for block in prep["blocks"] if block is not None
                    for t in (block.src_ids, block.src_deg, block.edge_weight, *topology(block).tensors())]
-        tensors += [t for send, recv in prep["mirrors"].values() for t in (*send, *recv)]
+        tensors += [t for ex in prep["mirrors"].values() for t in (ex.send_index, ex.recv_index)]
         tensors += [prep["rows"], *prep["ids"], *[t for t in prep["src"] if t is not None]]  # my rows' positions
         self.tracker.track(f"p_blocks_{seg.index}", *tensors, category=BLOCKS)
