@@ -52,29 +52,27 @@ class ChunkPasses:
     def _forward_message(self, h: torch.Tensor, h0: torch.Tensor | None) -> torch.Tensor:
         return h if h0 is None else torch.cat([h, h0], dim=1)
 
-    def _exchange(self, send_rows: torch.Tensor, send: list[torch.Tensor], recv: list[torch.Tensor],
-                  category: str) -> torch.Tensor:
-        """One ``all_to_all_v`` of the group: ``send_rows`` (grouped as ``send``) out, the rows of ``recv`` in."""
+    def _exchange(self, move, rows: torch.Tensor, category: str) -> torch.Tensor:
+        """One ``all_to_all_v`` of the group, timed: ``move`` is a
+        :class:`~graphscale.strategies.exchange.RowExchange`'s ``rows`` (owned rows out, ghosts in) or ``grads``
+        (the ghosts' gradients back to their owners)."""
         start = clock()
-        out = self.group.all_to_all_v(send_rows, [t.numel() for t in send], [t.numel() for t in recv], category)
+        out = move(self.group, rows, category)
         self.timeline.halo += clock() - start
         return out
 
     def _push_ghosts(self, k: int, layer: int) -> None:
         """Hybrid forward: send my chunk-``k`` rows of ``view[layer]`` to the ranks that hold them as ghosts and
         write theirs into mine."""
-        send, recv = self.exchange.send[k], self.exchange.recv[k]
-        view = self.view[layer]
-        view[torch.cat(recv)] = self._exchange(view[torch.cat(send)], send, recv, HALO)
+        ex, view = self.chunk_exchange[k], self.view[layer]
+        view[ex.recv_index] = self._exchange(ex.rows, view[ex.send_index], HALO)
 
     def _pull_ghost_grads(self, k: int, layer: int) -> torch.Tensor:
         """Hybrid backward: return my ghosts' accumulated gradients of chunk ``k`` to their owners; the gradients
         the others hold for my rows of chunk ``k``, as ``[rows of chunk k, d]``."""
-        send, recv = self.exchange.send[k], self.exchange.recv[k]
-        acc = self.ghost_acc[layer]
-        ghosts = torch.cat(recv)
-        received = self._exchange(acc[ghosts], recv, send, HALO)
-        acc[ghosts] = 0
+        ex, acc = self.chunk_exchange[k], self.ghost_acc[layer]
+        received = self._exchange(ex.grads, acc[ex.recv_index], HALO)
+        acc[ex.recv_index] = 0
         out = torch.zeros(self.nodes_local[k].numel(), acc.shape[1], dtype=acc.dtype, device=acc.device)
         return out.index_add_(0, self.returned_at[k], received)
 
@@ -103,9 +101,9 @@ class ChunkPasses:
                         h0[self.nodes_local[k]] = h0k
             out, pending = [], []
             for layer in self.layers:
-                if self.exchange is not None and not (self.first and layer == self.layers.start):
-                    cur[torch.cat(self.recv_all)] = self._exchange(cur[torch.cat(self.send_all)], self.send_all,
-                                                                   self.recv_all, halo_category)
+                if self.chunk_exchange is not None and not (self.first and layer == self.layers.start):
+                    ex = self.layer_exchange
+                    cur[ex.recv_index] = self._exchange(ex.rows, cur[ex.send_index], halo_category)
                 if fill and layer in self.view:
                     self.view[layer].copy_(cur)
                 final = layer == self.layers.stop - 1
@@ -163,7 +161,7 @@ class ChunkPasses:
             if layer in self.view:
                 h.requires_grad_(True)
                 self.view[layer][lids] = h.detach()
-                if self.exchange is not None:
+                if self.chunk_exchange is not None:
                     self._push_ghosts(k, layer)
                 nbr = self.view[layer][halo].requires_grad_(True)
             else:  # layer 0 of an identity input map: the features
@@ -186,7 +184,7 @@ class ChunkPasses:
         historical, kept for the next epoch."""
         halo, chunk = self.halo_local[k], self.plan.halo_chunk[k]
         fresh = ((pos[chunk] <= pos[k]) if self.fresh_cross else (chunk == k)).to(nbr.device)
-        if self.exchange is None:
+        if self.chunk_exchange is None:
             self.grad_acc[layer].index_add_(0, halo[fresh], nbr.grad[fresh])
         else:
             mine = self.halo_member[k] == self.member
@@ -216,7 +214,7 @@ class ChunkPasses:
                 grad = None
                 break
             grad = h.grad + self.grad_acc[layer][lids]
-            if self.exchange is not None:
+            if self.chunk_exchange is not None:
                 grad = grad + self._pull_ghost_grads(k, layer)
         h0 = saved["h0"]
         if h0 is not None:  # H^0's gradient: this stage's uses plus the later stages'

@@ -143,6 +143,8 @@ from graphscale.strategies.base import (
     split_counts,
 )
 from graphscale.strategies.chunking import chunk_order
+from graphscale.strategies.exchange import RowExchange
+from graphscale.strategies.groups import subgroup_comms
 from graphscale.strategies.pipeline.checkpoint import StageCheckpoint
 from graphscale.strategies.pipeline.passes import EVAL_HALO, EVAL_STAGE, ChunkPasses
 from graphscale.strategies.pipeline.plan import (
@@ -316,27 +318,26 @@ class PipelineStrategy(ChunkPasses, StageCheckpoint, Strategy):
         if any(bool((h < 0).any()) for h in self.halo_local):  # pragma: no cover - B_r holds every foreign source
             raise RuntimeError("pipeline hybrid: a block reads a row that is neither the member's nor a ghost")
         self.src_local = [torch.cat([n, h]) for n, h in zip(self.nodes_local, self.halo_local)]
-        self.exchange = None
+        self.chunk_exchange = None
         if exchange is not None:
             local = GroupExchange([[index[t].to(device) for t in row] for row in exchange.send],
                                   [[index[t].to(device) for t in row] for row in exchange.recv])
-            self.exchange = local
+            self.chunk_exchange = [RowExchange.from_lists(send, recv) for send, recv in zip(local.send, local.recv)]
             # backward: where the gradients the others return land among my rows of chunk k
-            self.returned_at = [torch.searchsorted(n, torch.cat(local.send[k])) for k, n in enumerate(self.nodes_local)]
+            self.returned_at = [torch.searchsorted(n, self.chunk_exchange[k].send_index)
+                                for k, n in enumerate(self.nodes_local)]
             # the exact forwards exchange every chunk's ghosts of a layer at once
-            self.send_all = [torch.cat([row[p] for row in local.send]) for p in range(self.width)]
-            self.recv_all = [torch.cat([row[p] for row in local.recv]) for p in range(self.width)]
+            self.layer_exchange = RowExchange.from_lists(
+                [torch.cat([row[p] for row in local.send]) for p in range(self.width)],
+                [torch.cat([row[p] for row in local.recv]) for p in range(self.width)])
         self.local_ids = self.local_ids.to(device)
 
     def _group_comm(self, env: DistEnv) -> Comm:
         """The collectives of this worker's stage group (its ``W`` ranks; the ledger is the worker's)."""
         if self.width == 1:
             return Comm(DistEnv(rank=0, world_size=1, device=env.device, timeout=env.timeout, ledger=env.ledger))
-        import torch.distributed as dist
-
-        groups = [dist.new_group(list(range(s * self.width, (s + 1) * self.width))) for s in range(self.stages)]
-        return Comm(DistEnv(rank=self.member, world_size=self.width, device=env.device, backend=env.backend,
-                            group=groups[self.stage], timeout=env.timeout, ledger=env.ledger))
+        groups = [list(range(s * self.width, (s + 1) * self.width)) for s in range(self.stages)]
+        return subgroup_comms(env, groups)[self.stage]
 
     def train_epoch(self, epoch: int) -> EpochStats:
         model = self.model

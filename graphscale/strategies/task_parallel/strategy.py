@@ -92,6 +92,7 @@ from graphscale.strategies.base import (
     counts_to_metrics,
     optimizer_tensors,
 )
+from graphscale.strategies.groups import subgroup_comms
 from graphscale.strategies.task_parallel.chain import (
     _EVAL,
     _FWD,
@@ -246,19 +247,8 @@ class TaskParallelStrategy(TSegments, PSegments, Exchange, StageCheckpoint, Stra
 
     def _group_comms(self, env: DistEnv) -> dict[tuple[str, int], Comm]:
         """A Comm per group of more than one rank (every rank creates every group, in the same order)."""
-        comms = {}
-        for kind, groups in ((T, self.plan.t_groups), (P, self.plan.p_groups)):
-            for stage, group in enumerate(groups):
-                if len(group) == 1:
-                    continue
-                import torch.distributed as dist
-
-                handle = dist.new_group(list(group))
-                if env.rank in group:
-                    comms[(kind, stage)] = Comm(DistEnv(rank=group.index(env.rank), world_size=len(group),
-                                                        device=env.device, backend=env.backend, group=handle,
-                                                        timeout=env.timeout, ledger=env.ledger))
-        return comms
+        return {(kind, stage): comm for kind, groups in ((T, self.plan.t_groups), (P, self.plan.p_groups))
+                for stage, comm in subgroup_comms(env, groups).items()}
 
     def _stamp(self, seg: Segment, phase: str, s: int, layer: int, start: float) -> None:
         self.timeline.append((seg.index, seg.kind, phase, s, layer, start, time.time()))
