@@ -119,7 +119,6 @@ pipeline`` prints the volume, timing, memory and accuracy tables.
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import numpy as np
@@ -143,6 +142,7 @@ from graphscale.strategies.base import (
     split_counts,
 )
 from graphscale.strategies.chunking import chunk_order
+from graphscale.strategies.epoch import Epoch
 from graphscale.strategies.exchange import RowExchange
 from graphscale.strategies.groups import subgroup_comms
 from graphscale.strategies.pipeline.checkpoint import StageCheckpoint
@@ -341,10 +341,7 @@ class PipelineStrategy(ChunkPasses, StageCheckpoint, Strategy):
 
     def train_epoch(self, epoch: int) -> EpochStats:
         model = self.model
-        model.train()
-        model.set_epoch(epoch)
-        start = time.perf_counter()
-        before = self.env.ledger.snapshot()
+        run = Epoch(model, epoch, self.env, self.tracker)
         with self.tracker.epoch():
             self._start_epoch(epoch)
             self.optimizer.zero_grad(set_to_none=True)
@@ -355,18 +352,17 @@ class PipelineStrategy(ChunkPasses, StageCheckpoint, Strategy):
             self.optimizer.step()
             self.tracker.track("optimizer", *optimizer_tensors(self.optimizer))
             self.tracker.untrack("gradients")
-        seconds = time.perf_counter() - start
+        seconds = run.seconds()
         timing = self._timeline_split()
         total = torch.tensor([loss], dtype=torch.float64, device=self.env.device)
         if self.width > 1 and self.last:  # the last stage's members each hold their sub-chunks' share
             self.group.all_reduce(total, CONTROL)
         self.comm.broadcast(total, self.env.world_size - 1, CONTROL)
-        return EpochStats(loss=float(total), seconds=seconds,
-                          bytes=self.env.ledger.since(before), peak_memory=self.tracker.peak,
-                          extra={"stage_layers": [self.layers.start, self.layers.stop],
-                                 "chunks": self.plan.num_chunks, "cut_frac": self.plan.cut_fraction(),
-                                 "stale_frac": self.plan.stale_fraction(order), "schedule": self.schedule,
-                                 "activation_peak": activations, "buffer_rows": self.local_ids.numel(), **timing})
+        return run.stats(float(total), {"stage_layers": [self.layers.start, self.layers.stop],
+                                        "chunks": self.plan.num_chunks, "cut_frac": self.plan.cut_fraction(),
+                                        "stale_frac": self.plan.stale_fraction(order), "schedule": self.schedule,
+                                        "activation_peak": activations, "buffer_rows": self.local_ids.numel(),
+                                        **timing}, seconds=seconds)
 
     @torch.no_grad()
     def evaluate(self) -> dict[str, float]:
