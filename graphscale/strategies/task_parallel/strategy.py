@@ -92,6 +92,7 @@ from graphscale.strategies.base import (
     counts_to_metrics,
     optimizer_tensors,
 )
+from graphscale.strategies.epoch import Epoch
 from graphscale.strategies.groups import subgroup_comms
 from graphscale.strategies.task_parallel.chain import (
     _EVAL,
@@ -279,12 +280,9 @@ class TaskParallelStrategy(TSegments, PSegments, Exchange, StageCheckpoint, Stra
     def train_epoch(self, epoch: int) -> EpochStats:
         sc = self.config.strategy
         model = self.model
-        model.train()
-        model.set_epoch(epoch)
         self.pipelined = sc.pipelined
         self.pending, self.deferred, self.timeline, self.p_rows = [], [], [], {}
-        start = time.perf_counter()
-        before = self.env.ledger.snapshot()
+        run = Epoch(model, epoch, self.env, self.tracker)
         with self.tracker.epoch():
             self.optimizer.zero_grad(set_to_none=True)
             lay = layout(self.num_chunks, sc.subgraphs, self.config.seed, epoch, sc.shuffle)
@@ -303,14 +301,13 @@ class TaskParallelStrategy(TSegments, PSegments, Exchange, StageCheckpoint, Stra
             self.tracker.untrack("gradients")
         if self.config.checkpoint and len(self.plan.t_groups) > 1:
             self._gather_stages()
-        seconds = time.perf_counter() - start
+        seconds = run.seconds()
         total = torch.tensor([ctx["loss"]], dtype=torch.float64, device=self.device)
         self.comm.all_reduce(total, CONTROL)
-        return EpochStats(loss=float(total), seconds=seconds, bytes=self.env.ledger.since(before),
-                          peak_memory=self.tracker.peak,
-                          extra={"role": [self.kind, self.stage, self.member], "segments": [s.index for s in self.mine],
-                                 "timeline": self.timeline, "model_form": type(model).form, "p_rows": self.p_rows,
-                                 "memory": self.tracker.peak_breakdown})
+        return run.stats(float(total), {"role": [self.kind, self.stage, self.member],
+                                        "segments": [s.index for s in self.mine], "timeline": self.timeline,
+                                        "model_form": type(model).form, "p_rows": self.p_rows,
+                                        "memory": self.tracker.peak_breakdown}, seconds=seconds)
 
     @torch.no_grad()
     def evaluate(self) -> dict[str, float]:
