@@ -257,7 +257,8 @@ def write_training_store(graph: Graph, path: str | Path, parts: int, partitioner
         ValueError: the partitioner left a part empty (names the parts and the fix).
     """
     from graphscale.partition.build import node_data_of
-    from graphscale.partition.store import check_partition_store, write_partition_store
+    from graphscale.partition.store import check_partition_store
+    from graphscale.partition.store_writer import write_partition_store
     from graphscale.partition.streaming import GraphEdges
 
     if parts > graph.num_nodes:

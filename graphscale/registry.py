@@ -29,7 +29,8 @@ _BUILTIN_NAMES = {
     "model": {"graphscale.nn.models": ("gcn", "sage", "gat", "gcnii", "resgcn")},
     "partitioner": {"graphscale.partition.random": ("random",), "graphscale.partition.metis": ("metis",),
                     "graphscale.partition.vertex_stream": ("ldg", "fennel"),
-                    "graphscale.partition.edge_stream": ("hash", "dbh", "greedy", "hdrf", "2ps-l"),
+                    "graphscale.partition.edge_stream": ("hash", "dbh", "greedy", "hdrf"),
+                    "graphscale.partition.twops": ("2ps-l",),
                     "graphscale.partition.spring": ("spring",)},
 }
 

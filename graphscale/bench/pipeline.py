@@ -152,7 +152,8 @@ def volume_tables(graphs: list, args) -> tuple[list[dict], list[dict], list[dict
     """Tables 5, 7 and 8 analogues and the geometric means (module docstring)."""
     from graphscale.partition.base import replication_factor
     from graphscale.registry import PARTITIONERS
-    from graphscale.strategies.pipeline.plan import HYBRID_SPLITS, assign_chunks, assign_hybrid
+    from graphscale.strategies.chunking import assign_chunks
+    from graphscale.strategies.pipeline.plan import HYBRID_SPLITS, assign_hybrid
 
     table5, table7, table8, depth_curves = [], [], [], {}
     ratios: dict[str, list[float]] = {"matched": [], "all": [], "closed form (matched)": []}
@@ -336,7 +337,7 @@ def _accuracy_run(layers: int, epochs: int, model_name: str, label: str, chunks:
     from graphscale.config import PRESETS, ModelConfig, OptimConfig
     from graphscale.data.datasets import load_dataset, normalize_features
     from graphscale.nn.models import build_model
-    from graphscale.strategies.pipeline.plan import assign_chunks
+    from graphscale.strategies.chunking import assign_chunks
     from graphscale.strategies.pipeline.reference import ChunkedReference
 
     torch.set_num_threads(1)  # Cora is too small to gain from threads; one keeps the runs steady on a busy machine

@@ -9,12 +9,12 @@ configuration.
 * ``comm`` (Fig. 15 analogue): bytes per epoch on ``--workers`` workers for every graph and depth, all in closed
   form: graph parallelism's (:func:`~graphscale.strategies.graph_parallel.halo_bytes_per_epoch` over a
   ``--partitioner`` partition into ``--workers`` parts, plus the gradient all-reduce and the loss), task-parallel
-  coupled (TP) and decoupled (TP+TD) by :func:`~graphscale.strategies.task_parallel.strategy.epoch_bytes` (the
+  coupled (TP) and decoupled (TP+TD) by :func:`~graphscale.strategies.task_parallel.chain.epoch_bytes` (the
   stage chain, the ``h2d`` feature rows, the loss) for the plan the scheduling model picks at the modelled GPU's
-  speeds (:func:`~graphscale.bench.task_runs.tp_plan`; the train runs get it as ``--t-workers``). Graphs of at most ``--measure-nodes``
-  vertices are also trained for one epoch with each, and their Ledger is checked against the closed forms
-  category by category. The notes average the ratios over the dense and the sparse graphs, with and without
-  the ``h2d`` stream.
+  speeds (:func:`~graphscale.bench.task_runs.tp_plan`; the train runs get it as ``--t-workers``). Graphs of at
+  most ``--measure-nodes`` vertices are also trained for one epoch with each, and their Ledger is checked against
+  the closed forms category by category. The notes average the ratios over the dense and the sparse graphs, with
+  and without the ``h2d`` stream.
 * ``memory`` (Fig. 10 / Table 1 analogue): per worker, graph-parallel's formula parts (node data, replicas
   ``MR = (|B_i| + |V_i|) sum_l d_l b``, intermediates ``ID = 2 |V_i| sum_l d_{l+1} b``, parameters) next to its
   tracked peak; task-parallel's tracked peak in parts (``extra["memory"]``: parameters, caches, intermediates)

@@ -34,7 +34,7 @@ def comm(args) -> Section:
     from graphscale.prepare import build_vertex_partitioner
     from graphscale.strategies.graph_parallel import allreduce_bytes_per_epoch, halo_bytes_per_epoch
     from graphscale.strategies.pipeline.reference import learned_input
-    from graphscale.strategies.task_parallel.strategy import H2D, epoch_bytes
+    from graphscale.strategies.task_parallel.chain import H2D, epoch_bytes
 
     out = Section("comm")
     rows, ratios = [], {"dense": [], "sparse": []}
@@ -133,8 +133,7 @@ def _tp_memory_rows(args, name: str, graph, label: str, report: dict, plan, deco
     """Per worker of a task-parallel run: the tracked peak's parts (``extra["memory"]``) against MR_tp (P workers)
     and ID_tp (T workers) of spec §3.2 / §3.4."""
     from graphscale.metrics.memory import SAVED
-    from graphscale.strategies.task_parallel.chunks import assign_chunks, chunk_members, layout
-    from graphscale.strategies.task_parallel.strategy import (
+    from graphscale.strategies.task_parallel.chain import (
         BLOCKS,
         CACHES,
         KEPT_INPUTS,
@@ -143,6 +142,7 @@ def _tp_memory_rows(args, name: str, graph, label: str, report: dict, plan, deco
         T_ROWS,
         group_sizes,
     )
+    from graphscale.strategies.task_parallel.chunks import assign_chunks, chunk_members, layout
 
     model = tp_model(graph, layers, args.hidden, decoupled)
     m = 4 * math.lcm(*group_sizes(plan))  # the runs' --subgraphs 4 x the largest group (num_chunks)

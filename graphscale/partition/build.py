@@ -10,7 +10,7 @@ from pathlib import Path
 
 #: modules whose import registers the streaming partitioners (besides registry's built-ins)
 PARTITIONER_MODULES = ("graphscale.partition.vertex_stream", "graphscale.partition.edge_stream",
-                       "graphscale.partition.spring")
+                       "graphscale.partition.twops", "graphscale.partition.spring")
 
 
 def _parse_value(text: str):

@@ -132,7 +132,8 @@ def partition_dataset(args: argparse.Namespace) -> dict:
     from graphscale.data.specs import canonical_spec
     from graphscale.partition.base import validate_num_parts
     from graphscale.partition.metrics import peak_rss_bytes
-    from graphscale.partition.store import check_store_target, write_partition_store
+    from graphscale.partition.store import check_store_target
+    from graphscale.partition.store_writer import write_partition_store
 
     start = time.perf_counter()
     partitioner, name, options = build_partitioner(args.method, training=True)

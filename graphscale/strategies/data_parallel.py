@@ -43,8 +43,6 @@ over each worker's vertices (:mod:`graphscale.strategies.evaluation`), equal to
 
 from __future__ import annotations
 
-import time
-
 import torch
 
 from graphscale.config import RunConfig
@@ -58,6 +56,7 @@ from graphscale.metrics.stats import EpochStats
 from graphscale.options import option_names
 from graphscale.registry import STRATEGIES
 from graphscale.strategies.base import allreduce_gradients, masked_loss_sum, optimizer_tensors
+from graphscale.strategies.epoch import Epoch
 from graphscale.strategies.minibatch_common import (
     P2P,
     MiniBatchStrategy,
@@ -189,10 +188,7 @@ class DataParallel(MiniBatchStrategy):
     # ---------------------------------------------------------------- training
     def train_epoch(self, epoch: int) -> EpochStats:
         model = self.model
-        model.train()
-        model.set_epoch(epoch)
-        start = time.perf_counter()
-        before = self.env.ledger.snapshot()
+        run = Epoch(model, epoch, self.env, self.tracker)
         rank, device = self.env.rank, self.env.device
         loss_sum = torch.zeros((), dtype=torch.float64)
         totals = {"edges": 0, "input_rows": 0, "own": 0, "peer": 0, "host": 0, "targets": 0}
@@ -231,8 +227,7 @@ class DataParallel(MiniBatchStrategy):
                  "input_rows": totals["input_rows"], "cache_hit_rows": totals["own"],
                  "peer_rows": totals["peer"], "host_rows": totals["host"], "targets": totals["targets"],
                  "cache_rows": self.cache.ids.numel()}
-        return EpochStats(loss=float(total) / self.num_train, seconds=time.perf_counter() - start,
-                          bytes=self.env.ledger.since(before), peak_memory=self.tracker.peak, extra=extra)
+        return run.stats(float(total) / self.num_train, extra)
 
 
 def predict(data, model, config, machine, epoch: int = 0):

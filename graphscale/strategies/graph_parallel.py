@@ -84,7 +84,6 @@ per-split counts.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -113,6 +112,7 @@ from graphscale.strategies.base import (
     split_counts,
     unused_feature_options,
 )
+from graphscale.strategies.epoch import Epoch
 from graphscale.strategies.options.shared import GraphParallelOptions
 
 HALO = "halo"
@@ -378,10 +378,7 @@ class GraphParallel(Strategy):
         return torch.cat([out_i, out_b]).index_select(0, plan.inverse)
 
     def train_epoch(self, epoch: int) -> EpochStats:
-        self.model.train()
-        self.model.set_epoch(epoch)
-        start = time.perf_counter()
-        before = self.env.ledger.snapshot()
+        run = Epoch(self.model, epoch, self.env, self.tracker)
         with self.tracker.epoch():
             self.optimizer.zero_grad(set_to_none=True)
             logits = self.forward()
@@ -392,10 +389,9 @@ class GraphParallel(Strategy):
             self.tracker.track("optimizer", *optimizer_tensors(self.optimizer))
             self.tracker.untrack("gradients")
         total = self.comm.all_reduce(loss_sum.detach().reshape(1).double(), CONTROL)
-        return EpochStats(loss=float(total) / self.num_train, seconds=time.perf_counter() - start,
-                          bytes=self.env.ledger.since(before), peak_memory=self.tracker.peak,
-                          extra={"local_nodes": self.inner_ids.numel(), "halo_nodes": self.halo.num_halo,
-                                 "interior_nodes": self.plan.num_interior if self.plan is not None else None})
+        return run.stats(float(total) / self.num_train,
+                         {"local_nodes": self.inner_ids.numel(), "halo_nodes": self.halo.num_halo,
+                          "interior_nodes": self.plan.num_interior if self.plan is not None else None})
 
     @torch.no_grad()
     def evaluate(self) -> dict[str, float]:

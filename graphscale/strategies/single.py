@@ -9,8 +9,6 @@ normalised by the batch size). Evaluation is always exact full-graph inference.
 
 from __future__ import annotations
 
-import time
-
 import torch
 
 from graphscale.data.block import Block
@@ -30,6 +28,7 @@ from graphscale.strategies.base import (
     split_counts,
     unused_feature_options,
 )
+from graphscale.strategies.epoch import Epoch
 from graphscale.strategies.options.shared import SingleOptions
 
 
@@ -73,15 +72,13 @@ class SingleStrategy(Strategy):
             self.loader = MiniBatchLoader(train_ids, strategy.batch_size, seed=config.seed)
 
     def train_epoch(self, epoch: int) -> EpochStats:
-        self.model.train()
-        self.model.set_epoch(epoch)
-        start = time.perf_counter()
+        run = Epoch(self.model, epoch, self.env, self.tracker)
         with self.tracker.epoch():
             if self.config.strategy.minibatch:
                 loss = self._minibatch_epoch(epoch)
             else:
                 loss = self._step(self.block, self.x, self.masks["train"], int(self.masks["train"].sum()))
-        return EpochStats(loss=loss, seconds=time.perf_counter() - start, peak_memory=self.tracker.peak)
+        return run.stats(loss)
 
     def _step(self, blocks, x, target_mask, normaliser: int) -> float:
         self.optimizer.zero_grad(set_to_none=True)

@@ -42,7 +42,7 @@ def test_replication_and_modelled_pipeline_sections(tmp_path, capsys):
 def test_comm_closed_forms_and_their_check_against_the_ledger(monkeypatch):
     """TP and TP+TD come from the strategy's closed form for the plan the bench picks; a trained run's Ledger is
     compared category by category (here a fake report: one matching, one not)."""
-    from graphscale.strategies.task_parallel.strategy import epoch_bytes
+    from graphscale.strategies.task_parallel.chain import epoch_bytes
 
     args = parse("--graphs", TINY, "--depths", "2", "--hidden", "16", "--measure-nodes", "1000")
     graph = task_runs.load(TINY, args)

@@ -18,16 +18,11 @@ from stream_helpers import (
 )
 
 from graphscale.data.edge_stream import EdgeStream, write_edge_stream
-from graphscale.partition.edge_stream import (
-    DBHPartitioner,
-    GreedyPartitioner,
-    HashPartitioner,
-    HDRFPartitioner,
-    TwoPSLPartitioner,
-)
+from graphscale.partition.edge_stream import DBHPartitioner, GreedyPartitioner, HashPartitioner, HDRFPartitioner
 from graphscale.partition.metrics import stream_metrics
 from graphscale.partition.spring import SpringPartitioner
 from graphscale.partition.streaming import GraphEdges, prefetch
+from graphscale.partition.twops import TwoPSLPartitioner
 from graphscale.registry import PARTITIONERS
 
 METHODS = ["hash", "dbh", "greedy", "hdrf", "2ps-l", "2ps-l:hash", "spring", "spring:code"]

@@ -14,13 +14,8 @@ from graphscale.partition.base import replication_factor
 from graphscale.partition.edge_stream import HDRFPartitioner
 from graphscale.partition.metis import MetisPartitioner
 from graphscale.partition.spring import SpringPartitioner
-from graphscale.partition.store import (
-    is_partition_store,
-    load_book,
-    load_partition,
-    read_store_meta,
-    write_partition_store,
-)
+from graphscale.partition.store import is_partition_store, load_book, load_partition, read_store_meta
+from graphscale.partition.store_writer import write_partition_store
 from graphscale.partition.streaming import GraphEdges
 from graphscale.partition.vertex_stream import LDGPartitioner
 

@@ -19,7 +19,8 @@ from graphscale.data.block import Block
 from graphscale.data.datasets import load_dataset
 from graphscale.distributed.env import DistEnv
 from graphscale.nn.models import build_model
-from graphscale.partition.store import load_partition, read_store_meta, write_partition_store
+from graphscale.partition.store import load_partition, read_store_meta
+from graphscale.partition.store_writer import write_partition_store
 from graphscale.prepare import prepare_data
 from graphscale.run import run
 from graphscale.strategies.base import make_optimizer, masked_loss_sum

@@ -19,31 +19,20 @@ from graphscale.data.handle import DataHandle
 from graphscale.distributed.env import DistEnv
 from graphscale.nn.models import build_model
 from graphscale.partition.base import halo_sizes
+from graphscale.strategies.chunking import assign_chunks, chunk_order, rcm_chunks
 from graphscale.strategies.graph_parallel import halo_bytes_per_epoch
+from graphscale.strategies.pipeline.passes import EVAL_HALO, EVAL_STAGE, INIT_HALO, PIPE_BWD, PIPE_FWD, PIPE_INIT
 from graphscale.strategies.pipeline.plan import (
     ChunkPlan,
-    assign_chunks,
     assign_hybrid,
     assign_subchunks,
     check_plan,
-    chunk_order,
     pipeline_bytes_per_epoch,
-    rcm_chunks,
     refreshes_history,
     stage_layers,
 )
 from graphscale.strategies.pipeline.reference import ChunkedReference
-from graphscale.strategies.pipeline.strategy import (
-    CHUNK_FILE,
-    EVAL_HALO,
-    EVAL_STAGE,
-    INIT_HALO,
-    PIPE_BWD,
-    PIPE_FWD,
-    PIPE_INIT,
-    SUBCHUNK_FILE,
-    PipelineStrategy,
-)
+from graphscale.strategies.pipeline.strategy import CHUNK_FILE, SUBCHUNK_FILE, PipelineStrategy
 from graphscale.strategies.single import SingleStrategy
 from graphscale.testing import assert_close_rel, random_graph, run_distributed
 

@@ -26,8 +26,9 @@ from graphscale.data.graph import Graph
 from graphscale.data.handle import DataHandle
 from graphscale.distributed.env import DistEnv
 from graphscale.nn.models import build_model
+from graphscale.strategies.task_parallel.chain import num_chunks, resolve_plan
 from graphscale.strategies.task_parallel.chunks import assign_chunks, layout
-from graphscale.strategies.task_parallel.strategy import TaskParallelStrategy, num_chunks, resolve_plan
+from graphscale.strategies.task_parallel.strategy import TaskParallelStrategy
 from graphscale.testing import random_graph, run_distributed
 
 ROOT = Path(graphscale.__file__).resolve().parent

@@ -22,6 +22,16 @@ from graphscale.nn.layers import gcn_aggregate, gcn_aggregate_transpose
 from graphscale.nn.models import build_model, is_decoupled
 from graphscale.strategies.graph_parallel import allreduce_bytes_per_epoch
 from graphscale.strategies.single import SingleStrategy
+from graphscale.strategies.task_parallel.chain import (
+    H2D,
+    HALO,
+    TASK_BWD,
+    TASK_FWD,
+    build_segments,
+    epoch_bytes,
+    num_chunks,
+    resolve_plan,
+)
 from graphscale.strategies.task_parallel.chunks import (
     assign_chunks,
     expected_keep_rate,
@@ -30,17 +40,7 @@ from graphscale.strategies.task_parallel.chunks import (
     masked_operator,
 )
 from graphscale.strategies.task_parallel.reference import TaskReference
-from graphscale.strategies.task_parallel.strategy import (
-    H2D,
-    HALO,
-    TASK_BWD,
-    TASK_FWD,
-    TaskParallelStrategy,
-    build_segments,
-    epoch_bytes,
-    num_chunks,
-    resolve_plan,
-)
+from graphscale.strategies.task_parallel.strategy import TaskParallelStrategy
 from graphscale.strategies.task_parallel.tasks import (
     chain_bytes_per_epoch,
     coupled_boundary_widths,

@@ -176,7 +176,8 @@ def test_the_options_of_the_scheduling_model_choose_the_split(options, t_workers
     """``--task-gamma``, ``--device-flops``, ``--device-bandwidth`` reach Eqs. 5-8 in the parent's plan."""
     import json
 
-    from graphscale.strategies.task_parallel.strategy import TaskParallelStrategy, scheduled_plan
+    from graphscale.strategies.task_parallel.chain import scheduled_plan
+    from graphscale.strategies.task_parallel.strategy import TaskParallelStrategy
 
     config = _scheduling_config(**options)
     sc = config.strategy
@@ -199,7 +200,7 @@ def test_the_options_of_the_scheduling_model_choose_the_split(options, t_workers
 
 def test_measured_rates_fill_in_the_rates_not_given(monkeypatch):
     from graphscale.strategies.task_parallel import plan as plan_module
-    from graphscale.strategies.task_parallel.strategy import scheduled_plan
+    from graphscale.strategies.task_parallel.chain import scheduled_plan
 
     monkeypatch.setattr(plan_module, "cpu_speeds", lambda: (1e9, 1e8))
     _, measured = scheduled_plan(_scheduling_config(task_gamma=0.0), 1000, 10_000, 64, 4)

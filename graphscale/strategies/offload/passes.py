@@ -15,6 +15,7 @@ import torch
 
 from graphscale.data.block import Block
 from graphscale.strategies.base import masked_loss_sum, split_counts
+from graphscale.strategies.exchange import RowExchange
 from graphscale.strategies.offload.cost import (
     D2H,
     D2H_CACHE,
@@ -100,11 +101,14 @@ class OffloadPasses:
             buffer[idx["load_slots"]] = rows["load"]
         self._record(REUSE, bp.num_reused * buffer.shape[1] * self.elem)
         if self.env.world_size > 1:
-            send = buffer.index_select(0, idx["send_slots"])
-            recv = self.comm.all_to_all_v(send, bp.send_counts, bp.recv_counts, P2P)
-            cap = self.plan.capacity
-            buffer[cap: cap + recv.shape[0]] = recv
+            self._peer_exchange(bp, idx).push(self.comm, buffer, P2P)
         return buffer.index_select(0, idx["src_index"])
+
+    def _peer_exchange(self, bp: BatchPlan, idx: dict) -> RowExchange:
+        """The batch's rows between the workers' transition buffers: the rows of mine that peers read (their
+        slots) out, the rows I read from peers into the slots after the buffer's capacity."""
+        cap = self.plan.capacity
+        return RowExchange(idx["send_slots"], bp.send_counts, slice(cap, cap + bp.num_recv), bp.recv_counts)
 
     def _push_gradients(self, layer: int, j: int, bp: BatchPlan, idx: dict, gbuffer: torch.Tensor | None,
                         g_src: torch.Tensor) -> None:
@@ -124,11 +128,9 @@ class OffloadPasses:
             return
         gbuffer.index_add_(0, idx["src_index"], g_src)
         if self.env.world_size > 1:
-            cap = self.plan.capacity
-            area = gbuffer[cap: cap + bp.num_recv]
-            recv = self.comm.all_to_all_v(area.contiguous(), bp.recv_counts, bp.send_counts, P2P_GRAD)
-            gbuffer.index_add_(0, idx["send_slots"], recv)
-            area.zero_()
+            exchange = self._peer_exchange(bp, idx)
+            exchange.pull(self.comm, gbuffer, P2P_GRAD)
+            gbuffer[exchange.recv_index] = 0
         if bp.flush_ids.numel():
             slots = idx["flush_slots"]
             self._put(True, name, j, bp.flush_ids, self.dplan.ids(j, "flush_ids"), gbuffer.index_select(0, slots),

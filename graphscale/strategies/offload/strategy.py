@@ -107,7 +107,6 @@ the resident plan, parameters, optimiser state, autograd's saved tensors), never
 from __future__ import annotations
 
 import dataclasses
-import time
 from pathlib import Path
 
 import torch
@@ -131,6 +130,7 @@ from graphscale.strategies.base import (
     counts_to_metrics,
     optimizer_tensors,
 )
+from graphscale.strategies.epoch import Epoch
 from graphscale.strategies.offload.cost import (
     CONTROL,
     H2D_TOPO,
@@ -354,10 +354,7 @@ class OffloadStrategy(OffloadPasses, Strategy):
                 self.host.zero_rows(name, self.owned)
 
     def train_epoch(self, epoch: int) -> EpochStats:
-        self.model.train()
-        self.model.set_epoch(epoch)
-        start = time.perf_counter()
-        before = self.env.ledger.snapshot()
+        run = Epoch(self.model, epoch, self.env, self.tracker)
         losses: list = []
         with self.tracker.epoch():
             self.optimizer.zero_grad(set_to_none=True)
@@ -378,12 +375,11 @@ class OffloadStrategy(OffloadPasses, Strategy):
             self.tracker.untrack("gradients")
         local = torch.tensor([sum(losses)], dtype=torch.float64, device=self.device)
         total = self.comm.all_reduce(local, CONTROL)
-        volumes = self.env.ledger.since(before)
-        return EpochStats(loss=float(total) / self.num_train, seconds=time.perf_counter() - start, bytes=volumes,
-                          peak_memory=self.tracker.peak,
-                          extra={"chunks": self.num_chunks, "dedup": self.dedup, "modes": list(self.modes),
-                                 "alpha": self.sets.alpha(), "buffer_rows": self.plan.buffer_rows,
-                                 "modelled_transfer_seconds": modelled_seconds(volumes, self.bandwidths)})
+        volumes = run.bytes()
+        return run.stats(float(total) / self.num_train,
+                         {"chunks": self.num_chunks, "dedup": self.dedup, "modes": list(self.modes),
+                          "alpha": self.sets.alpha(), "buffer_rows": self.plan.buffer_rows,
+                          "modelled_transfer_seconds": modelled_seconds(volumes, self.bandwidths)}, bytes=volumes)
 
     @torch.no_grad()
     def evaluate(self) -> dict[str, float]:

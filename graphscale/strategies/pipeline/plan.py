@@ -1,4 +1,5 @@
-"""GNNPipe's static plan: stages, chunks, the per-epoch chunk order and history epoch, the closed-form volume.
+"""GNNPipe's static plan: stages, hybrid sub-chunks, the schedule and history epochs, the closed-form volume (the
+chunks and their per-epoch order are :mod:`graphscale.strategies.chunking`'s, shared with task-parallel).
 
 Everything here is a pure function of the configuration, the graph and the seed, so every rank computes the same
 plan without communication (spec ``shared/specs/gnnpipe.md`` §3.1-3.3, §3.5, §3.7).
@@ -8,11 +9,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
 import torch
 
 from graphscale.data.block import Block
 from graphscale.data.graph import Graph
+from graphscale.strategies.chunking import assign_chunks, positions, rcm_chunks
 from graphscale.strategies.options.pipeline import CROSS_CHUNK_GRADS, HISTORY_GRADS, HYBRID_SPLITS, SCHEDULES
 
 #: the two phases of a schedule step
@@ -81,15 +82,6 @@ def stage_layers(num_layers: int, stages: int) -> list[range]:
     return out
 
 
-def chunk_order(num_chunks: int, epoch: int, seed: int, shuffle: bool) -> torch.Tensor:
-    """The order chunks enter the pipeline in ``epoch``: a permutation drawn from ``(seed, epoch)`` alone (the same
-    on every rank, no communication), or the identity without shuffling (§3.5 technique 1)."""
-    if not shuffle:
-        return torch.arange(num_chunks)
-    gen = torch.Generator().manual_seed(int(seed) * 1_000_003 + int(epoch) + 1)
-    return torch.randperm(num_chunks, generator=gen)
-
-
 def pipeline_schedule(order: torch.Tensor, stage: int, stages: int, schedule: str) -> list[tuple[str, int]]:
     """The ``(phase, chunk)`` steps stage ``stage`` of ``stages`` runs in an epoch whose chunk order is ``order``.
 
@@ -120,42 +112,11 @@ def refreshes_history(epoch: int, period: int) -> bool:
     return epoch % period == 0
 
 
-def rcm_chunks(graph: Graph, num_chunks: int) -> torch.Tensor:
-    """Fallback chunking without METIS (§3.2): reverse Cuthill-McKee order cut into equal contiguous ranges."""
-    from scipy.sparse.csgraph import reverse_cuthill_mckee
-
-    adj = graph.to_scipy()
-    order = torch.from_numpy(np.asarray(reverse_cuthill_mckee((adj + adj.T).tocsr(), symmetric_mode=True),
-                                        dtype=np.int64))
-    chunk = torch.empty(graph.num_nodes, dtype=torch.int64)
-    chunk[order] = torch.arange(graph.num_nodes) * num_chunks // max(graph.num_nodes, 1)
-    return chunk
-
-
-def assign_chunks(graph: Graph, num_chunks: int, partitioner: str = "metis", balance: str = "",
-                  seed: int = 0) -> torch.Tensor:
-    """The chunk of every vertex: the run's vertex partitioner into ``K`` parts (METIS by default), or
-    :func:`rcm_chunks` when pymetis is missing.
-
-    Raises:
-        ValueError: more chunks than vertices.
-    """
-    if not 1 <= num_chunks <= graph.num_nodes:
-        raise ValueError(f"--chunks must lie in [1, {graph.num_nodes}] (the vertices), got {num_chunks}")
-    if num_chunks == 1:
-        return torch.zeros(graph.num_nodes, dtype=torch.int64)
-    from graphscale.partition.build import build_vertex_partitioner
-
-    try:
-        return build_vertex_partitioner(partitioner, balance).partition(graph, num_chunks, seed=seed)
-    except ImportError:
-        return rcm_chunks(graph, num_chunks)
-
-
 def assign_subchunks(graph: Graph, chunk_of: torch.Tensor, width: int, partitioner: str = "metis",
                      balance: str = "", seed: int = 0) -> torch.Tensor:
     """The hybrid's sub-chunk (group rank) of every vertex: each chunk's induced subgraph partitioned into ``W``
-    parts by the run's vertex partitioner (§3.6's faithful split; :func:`rcm_chunks` without pymetis).
+    parts by the run's vertex partitioner (§3.6's faithful split; :func:`~graphscale.strategies.chunking.rcm_chunks`
+    without pymetis).
 
     Raises:
         ValueError: a chunk with fewer than ``W`` vertices.
@@ -291,13 +252,6 @@ class GroupExchange:
         recv = [[ghost[(reader == rank) & (sub_of[ghost] == p) & (chunk_of[ghost] == k)] for p in range(width)]
                 for k in range(num_chunks)]
         return cls(send, recv)
-
-
-def positions(order: torch.Tensor) -> torch.Tensor:
-    """``pos[k]``: where chunk ``k`` stands in ``order``."""
-    pos = torch.empty_like(order)
-    pos[order] = torch.arange(order.numel())
-    return pos
 
 
 def pipeline_bytes_per_epoch(num_nodes: int, boundary_widths: list[int], element_size: int,

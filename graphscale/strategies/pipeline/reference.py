@@ -33,7 +33,8 @@ from graphscale.config import OptimConfig
 from graphscale.data.block import Block
 from graphscale.data.graph import Graph
 from graphscale.strategies.base import make_optimizer, masked_loss_sum
-from graphscale.strategies.pipeline.plan import ChunkPlan, chunk_order, refreshes_history
+from graphscale.strategies.chunking import chunk_order
+from graphscale.strategies.pipeline.plan import ChunkPlan, refreshes_history
 
 
 def learned_input(model) -> bool:

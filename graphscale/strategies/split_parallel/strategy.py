@@ -64,7 +64,6 @@ inference.
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import torch
@@ -85,6 +84,7 @@ from graphscale.nn.ops import Topology, segment_softmax, spmm, spmm_heads, topol
 from graphscale.options import option_names
 from graphscale.registry import STRATEGIES
 from graphscale.strategies.base import allreduce_gradients, masked_loss_sum, optimizer_tensors
+from graphscale.strategies.epoch import Epoch
 from graphscale.strategies.minibatch_common import (
     SHUFFLE,
     MiniBatchStrategy,
@@ -306,11 +306,7 @@ class SplitParallel(MiniBatchStrategy):
 
     # ---------------------------------------------------------------- epochs
     def train_epoch(self, epoch: int) -> EpochStats:
-        model = self.model
-        model.train()
-        model.set_epoch(epoch)
-        start = time.perf_counter()
-        before = self.env.ledger.snapshot()
+        run = Epoch(self.model, epoch, self.env, self.tracker)
         self._tally = {"shuffle_fwd": [0] * len(self.kinds), "shuffle_bwd": [0] * len(self.kinds)}
         loss_sum = torch.zeros((), dtype=torch.float64)
         counts = {"targets": 0, "input_rows": 0, "cache_hit_rows": 0, "host_rows": 0, "edges": 0}
@@ -329,5 +325,4 @@ class SplitParallel(MiniBatchStrategy):
         total = self.comm.all_reduce(loss_sum.reshape(1).to(self.env.device), CONTROL)
         extra = {"iterations": len(self.loader), **counts, "cache_rows": self.plan.cache_size(self.env.rank),
                  **{k: list(v) for k, v in self._tally.items()}}
-        return EpochStats(loss=float(total) / self.num_train, seconds=time.perf_counter() - start,
-                          bytes=self.env.ledger.since(before), peak_memory=self.tracker.peak, extra=extra)
+        return run.stats(float(total) / self.num_train, extra)

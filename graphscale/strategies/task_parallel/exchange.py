@@ -12,6 +12,7 @@ from __future__ import annotations
 import torch
 
 from graphscale.data.block import Block
+from graphscale.strategies.exchange import RowExchange
 from graphscale.strategies.task_parallel.chain import (
     _BWD,
     HALO,
@@ -200,7 +201,7 @@ class Exchange:
         return {"rows": rows, "ids": [local(ids) for ids in own],
                 "src": [None if b is None else local(b.src_ids) for b in blocks],
                 "blocks": [None if b is None else b.to(self.device) for b in blocks],
-                "mirrors": {s: ([local(t) for t in send], [local(t) for t in recv])
+                "mirrors": {s: RowExchange.from_lists([local(t) for t in send], [local(t) for t in recv])
                             for s, (send, recv) in mirrors.items()},
                 "group": self.groups.get((P, seg.stage))}
 
@@ -213,18 +214,10 @@ class Exchange:
 
     def _exchange(self, prep: dict, view: torch.Tensor, s: int, category: str) -> None:
         """Forward mirrors: my rows of subgraph ``s`` that other members read go to them."""
-        if s not in prep["mirrors"]:
-            return
-        send, recv = prep["mirrors"][s]
-        got = prep["group"].all_to_all_v(view[torch.cat(send)], [t.numel() for t in send],
-                                         [t.numel() for t in recv], category)
-        view[torch.cat(recv)] = got
+        if s in prep["mirrors"]:
+            prep["mirrors"][s].push(prep["group"], view, category)
 
     def _exchange_grad(self, prep: dict, grad: torch.Tensor, s: int) -> None:
         """Backward mirrors: the gradients I hold for other members' rows of subgraph ``s`` go to their owners."""
-        if s not in prep["mirrors"]:
-            return
-        send, recv = prep["mirrors"][s]
-        got = prep["group"].all_to_all_v(grad[torch.cat(recv)], [t.numel() for t in recv],
-                                         [t.numel() for t in send], HALO)
-        grad.index_add_(0, torch.cat(send), got)
+        if s in prep["mirrors"]:
+            prep["mirrors"][s].pull(prep["group"], grad, HALO)

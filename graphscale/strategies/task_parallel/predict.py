@@ -26,7 +26,7 @@ from graphscale.strategies.task_parallel.chain import epoch_bytes, resolve_plan,
 
 
 def predict(data, model, config, machine):
-    from graphscale.strategies.task_parallel.strategy import PLAN_FILE
+    from graphscale.strategies.task_parallel.chain import PLAN_FILE
 
     sc = config.strategy
     shared = data.extras.get("shared")

@@ -15,8 +15,8 @@ labels, masks and loss weights the same way. Everything computed, sent or receiv
 buffers, P views, blocks, the reduced loss and counts, the checkpoint gather) lives on the run's device; only the
 routing tables (chunk owners and members, global ids) stay on the host, beside the graph they index. The modules:
 :mod:`.chain` (plan, option checks, segments, tags, categories, closed-form bytes), :mod:`.exchange` (routing,
-messages, a P member's rows and mirror exchange), :mod:`.checkpoint` (the T stages' gather to rank 0) and this one
-(setup, the T and P segments, the epochs).
+messages, a P member's rows and mirror exchange), :mod:`.checkpoint` (the T stages' gather to rank 0),
+:mod:`.t_segments` and :mod:`.p_segments` (the T and P segments) and this one (setup, the epochs).
 
 **An epoch** (Algorithm 2). The chunks are shuffled into ``S`` subgraphs (:mod:`.chunks`, the same on every rank);
 subgraphs stream through the chain: a segment's rows of subgraph ``s`` go to the next segment with point-to-point
@@ -81,10 +81,8 @@ from graphscale.data.graph import Graph
 from graphscale.data.handle import HOST_SHARED, DataHandle
 from graphscale.distributed.comm import CONTROL, Comm
 from graphscale.distributed.env import DistEnv
-from graphscale.metrics.ledger import HOST
 from graphscale.metrics.memory import MemoryTracker
 from graphscale.metrics.stats import EpochStats
-from graphscale.nn.ops import topology
 from graphscale.options import option_names
 from graphscale.registry import STRATEGIES
 from graphscale.strategies.base import (
@@ -94,34 +92,20 @@ from graphscale.strategies.base import (
     allreduce_gradients,
     counts_to_metrics,
     optimizer_tensors,
-    split_counts,
 )
+from graphscale.strategies.epoch import Epoch
+from graphscale.strategies.groups import subgroup_comms
 from graphscale.strategies.options.task_parallel import TaskParallelOptions
-from graphscale.strategies.task_parallel.chain import (  # noqa: F401 - some re-exported (tests, bench)
+from graphscale.strategies.task_parallel.chain import (
     _EVAL,
     _FWD,
-    BLOCKS,
-    CACHES,
-    CHECKPOINT,
     CHUNK_FILE,
-    EVAL_HALO,
-    EVAL_STAGE,
-    H2D,
-    HALO,
-    KEPT_INPUTS,
     PARAMETERS,
     PLAN_FILE,
-    SENDS,
-    T_ROWS,
-    TASK_BWD,
-    TASK_FWD,
     Segment,
-    _tag,
     build_segments,
     check_plan,
     check_task_config,
-    epoch_bytes,
-    group_sizes,
     num_chunks,
     resolve_plan,
     scheduled_plan,
@@ -130,12 +114,14 @@ from graphscale.strategies.task_parallel.chain import (  # noqa: F401 - some re-
 from graphscale.strategies.task_parallel.checkpoint import StageCheckpoint
 from graphscale.strategies.task_parallel.chunks import FULL, Layout, assign_chunks, chunk_members, layout
 from graphscale.strategies.task_parallel.exchange import Exchange
-from graphscale.strategies.task_parallel.reference import loss_weights, weighted_loss
-from graphscale.strategies.task_parallel.tasks import Op, P, T, task_split
+from graphscale.strategies.task_parallel.p_segments import PSegments
+from graphscale.strategies.task_parallel.reference import loss_weights
+from graphscale.strategies.task_parallel.t_segments import TSegments
+from graphscale.strategies.task_parallel.tasks import P, T, task_split
 
 
 @STRATEGIES.register("task-parallel")
-class TaskParallelStrategy(Exchange, StageCheckpoint, Strategy):
+class TaskParallelStrategy(TSegments, PSegments, Exchange, StageCheckpoint, Strategy):
     """NeutronTask task parallelism (see the module docstring)."""
 
     exact = False  # exact with --dependency full (placement invariance); causal / block_diag drop edges
@@ -203,7 +189,6 @@ class TaskParallelStrategy(Exchange, StageCheckpoint, Strategy):
                                      config.seed)
             np.save(folder / CHUNK_FILE, chunk_of.numpy())
 
-    # ------------------------------------------------------------ setup
     def setup(self, data: DataHandle | Graph, model: torch.nn.Module, env: DistEnv, config: RunConfig) -> None:
         super().setup(data, model, env, config)
         sc = config.strategy
@@ -263,297 +248,12 @@ class TaskParallelStrategy(Exchange, StageCheckpoint, Strategy):
 
     def _group_comms(self, env: DistEnv) -> dict[tuple[str, int], Comm]:
         """A Comm per group of more than one rank (every rank creates every group, in the same order)."""
-        comms = {}
-        for kind, groups in ((T, self.plan.t_groups), (P, self.plan.p_groups)):
-            for stage, group in enumerate(groups):
-                if len(group) == 1:
-                    continue
-                import torch.distributed as dist
-
-                handle = dist.new_group(list(group))
-                if env.rank in group:
-                    comms[(kind, stage)] = Comm(DistEnv(rank=group.index(env.rank), world_size=len(group),
-                                                        device=env.device, backend=env.backend, group=handle,
-                                                        timeout=env.timeout, ledger=env.ledger))
-        return comms
+        return {(kind, stage): comm for kind, groups in ((T, self.plan.t_groups), (P, self.plan.p_groups))
+                for stage, comm in subgroup_comms(env, groups).items()}
 
     def _stamp(self, seg: Segment, phase: str, s: int, layer: int, start: float) -> None:
         self.timeline.append((seg.index, seg.kind, phase, s, layer, start, time.time()))
 
-    # ------------------------------------------------------------ T segments
-    def _t_input(self, seg: Segment, ids: torch.Tensor, s: int, ctx: dict) -> torch.Tensor:
-        """The segment's input rows of ``ids`` (subgraph ``s``): the features (first segment) or received."""
-        if seg.index == 0:
-            rows = self.x[ids].to(device=self.device, dtype=self.dtype)
-            self.comm.record(H2D, rows.numel() * rows.element_size(), HOST)
-            return rows
-        prev = self.segments[seg.index - 1]
-        return self._recv_aligned(prev, seg, s, ctx, self.split.out_width(prev.ops[-1]),
-                                  _tag(ctx["phase"], seg.index, s))
-
-    def _t_run(self, seg: Segment, h: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
-        for op in seg.ops:
-            h = self.split.t_op(op.index, h, ids)
-        return h
-
-    def _t_forward(self, seg: Segment, ctx: dict) -> None:
-        state = ctx["state"].setdefault(seg.index, {})
-        for s in range(ctx["lay"].num_subgraphs):
-            if ctx["ids"][seg.index][s].numel():
-                self._t_forward_subgraph(seg, s, ctx, state)
-        self._end_segment()
-
-    def _t_forward_subgraph(self, seg: Segment, s: int, ctx: dict, state: dict) -> None:
-        """The segment's forward of my rows of subgraph ``s`` (its rows are freed on return, before the next
-        subgraph's are read)."""
-        ids, train = ctx["ids"][seg.index][s], ctx["phase"] == _FWD
-        on_device = ctx["dev_ids"][seg.index][s]  # the model's dropout keys
-        start = time.time()
-        h_in = self._t_input(seg, ids, s, ctx)
-        self.tracker.track(f"t_rows_{seg.index}", h_in, category=T_ROWS)
-        if seg.index > 0:  # the stamp leaves out the wait for the rows (the first segment's is the h2d read)
-            start = time.time()
-        keep_graph = train and not self.config.strategy.t_recompute
-        with torch.set_grad_enabled(keep_graph):
-            if keep_graph and seg.index > 0:
-                h_in.requires_grad_(True)
-            out = self._t_run(seg, h_in, on_device)
-        if train:
-            state[s] = {"in": h_in, "out": out} if keep_graph else {"in": None if seg.index == 0 else h_in}
-            self._track_kept(seg, state)
-        if seg is self.segments[-1]:
-            self._finish(out, ids, s, ctx, state.get(s))
-        else:
-            self._send_on(seg, out, ctx["offsets_of"][seg.index][s], s, ctx, TASK_FWD if train else EVAL_STAGE)
-        self.tracker.untrack(f"t_rows_{seg.index}")
-        self._stamp(seg, "fwd" if train else "eval", s, seg.ops[0].index, start)
-        del h_in, out
-        self._give_back()
-
-    def _t_backward(self, seg: Segment, ctx: dict) -> None:
-        state = ctx["state"][seg.index]
-        for s in reversed(range(ctx["lay"].num_subgraphs)):
-            if ctx["ids"][seg.index][s].numel():
-                self._t_backward_subgraph(seg, s, ctx, state)
-        self._end_segment()
-
-    def _t_backward_subgraph(self, seg: Segment, s: int, ctx: dict, state: dict) -> None:
-        """The segment's backward of my rows of subgraph ``s`` (recomputing its forward first with
-        ``--t-recompute``); what it allocated is freed on return."""
-        ids, offsets = ctx["ids"][seg.index][s], ctx["offsets_of"][seg.index][s]
-        on_device = ctx["dev_ids"][seg.index][s]
-        rows = f"t_rows_{seg.index}"
-        saved = state.pop(s)
-        self._track_kept(seg, state)
-        if self.config.strategy.t_recompute:  # Re_forward: before the gradient arrives (overlaps P-backward)
-            start = time.time()
-            h_in = self._t_input(seg, ids, s, ctx) if seg.index == 0 else saved["in"]
-            self.tracker.track(rows, h_in, category=T_ROWS)
-            if seg.index > 0:
-                h_in.requires_grad_(True)
-            with torch.enable_grad():
-                out = self._t_run(seg, h_in, on_device)
-                loss = self._loss(out, ids, s, ctx) if seg is self.segments[-1] else None
-            self._stamp(seg, "recompute", s, seg.ops[0].index, start)
-        else:
-            h_in, out, loss = saved["in"], saved["out"], saved.get("loss")
-            self.tracker.track(rows, h_in, out, category=T_ROWS)
-        if seg is self.segments[-1]:
-            start = time.time()
-            loss.backward()
-        else:
-            grad = self._recv_grad(seg, s, ctx)
-            self.tracker.track(rows, h_in, grad, *([] if self.config.strategy.t_recompute else [out]),
-                               category=T_ROWS)
-            start = time.time()  # the stamp leaves out the wait for the gradient
-            out.backward(grad)
-        if seg.index > 0:
-            self._send_back(seg, h_in.grad, offsets, s, ctx)
-        self.tracker.untrack(rows)
-        self._stamp(seg, "bwd", s, seg.ops[0].index, start)
-        del saved, h_in, out, loss
-        self._give_back()
-
-    def _track_kept(self, seg: Segment, state: dict) -> None:
-        """Count the input rows segment ``seg`` keeps for its backward (every subgraph's not yet back-propagated)."""
-        self.tracker.track(f"t_inputs_{seg.index}", *[v["in"] for v in state.values()], category=KEPT_INPUTS)
-
-    # ------------------------------------------------------------ loss
-    def _on_device(self, host: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
-        """Rows ``ids`` of a host array (labels, masks, loss weights) on the run's device."""
-        return host[ids].to(self.device)
-
-    def _loss(self, out: torch.Tensor, ids: torch.Tensor, s: int, ctx: dict) -> torch.Tensor:
-        logits = self.split.logits(out, ctx["dev_ids"][self.segments[-1].index][s])
-        return weighted_loss(logits, self._on_device(self.y, ids), self._on_device(self.masks["train"], ids),
-                             self._on_device(ctx["weights"], ids))
-
-    def _finish(self, out: torch.Tensor, ids: torch.Tensor, s: int, ctx: dict, saved: dict | None) -> None:
-        """The chain's end for my rows of subgraph ``s``: the loss (training) or the split counts (evaluation)."""
-        if ctx["phase"] == _EVAL:
-            masks = {k: self._on_device(m, ids) for k, m in self.masks.items()}
-            logits = self.split.logits(out, ctx["dev_ids"][self.segments[-1].index][s])
-            ctx["counts"] += split_counts(logits, self._on_device(self.y, ids), masks).to(self.device)
-            return
-        if out.requires_grad:  # a T segment keeping its graph: backward from this loss
-            loss = self._loss(out, ids, s, ctx)
-            saved["loss"] = loss
-        else:
-            with torch.enable_grad():
-                leaf = out.detach().requires_grad_(True)
-                loss = self._loss(leaf, ids, s, ctx)
-                if self.segments[-1].kind == P:  # the P-backward starts from this gradient
-                    ctx["loss_grad"][s] = torch.autograd.grad(loss, leaf)[0]
-        ctx["loss"] += float(loss.detach())
-
-    def _p_forward(self, seg: Segment, ctx: dict) -> None:
-        lay, train = ctx["lay"], ctx["phase"] == _FWD
-        layers = [op.index for op in seg.ops]
-        prep = self._p_prepare(seg, ctx)
-        ctx["state"][seg.index] = prep
-        self._track_blocks(seg, prep)
-        self._give_back()
-        widths = {l: self.split.out_width(Op(P, l)) for l in layers}  # a P op keeps the width
-        rows = prep["rows"].numel()  # my own rows and my blocks' mirrors (every row in a single-member group)
-        if train:
-            self.p_rows[seg.index] = rows
-        view = {l: torch.zeros(rows, widths[l], dtype=self.dtype, device=self.device) for l in layers}
-        halo = HALO if train else EVAL_HALO
-        prev = self.segments[seg.index - 1]
-        num = lay.num_subgraphs
-
-        def ready_input(s: int) -> None:
-            received = self._recv(self._route(prev, seg, ctx["owners"], lay, s, False), widths[layers[0]],
-                                  _tag(ctx["phase"], seg.index, s))
-            self.tracker.track("p_received", *[rows for _, rows in received], category=CACHES)
-            for chunks, rows in received:
-                view[layers[0]][self._local(prep, self._ids(chunks))] = rows
-            self.tracker.untrack("p_received")
-            del received
-            self._exchange(prep, view[layers[0]], s, halo)
-
-        def compute(l: int, s: int) -> None:
-            ids, block = ctx["ids"][seg.index][s], prep["blocks"][s]
-            start = time.time()
-            if block is not None:
-                with torch.no_grad():
-                    out = self.split.p_op(l, block, view[l][prep["src"][s]])
-                if l != layers[-1]:
-                    view[l + 1][prep["ids"][s]] = out
-                elif seg is self.segments[-1]:
-                    self._finish(out, ids, s, ctx, None)
-                else:
-                    offsets = ctx["offsets_of"][seg.index][s]
-                    self._send_on(seg, out, offsets, s, ctx, TASK_FWD if train else EVAL_STAGE)
-            if l != layers[-1]:
-                self._exchange(prep, view[l + 1], s, halo)
-            self._stamp(seg, "fwd" if train else "eval", s, l, start)
-
-        if ctx["mode"] == FULL:  # every layer needs every row: layer by layer over the subgraphs
-            for s in range(num):
-                ready_input(s)
-            for l in layers:
-                for s in range(num):
-                    compute(l, s)
-        else:  # causal / block_diag: subgraph by subgraph; earlier subgraphs' rows stay in the views
-            for s in range(num):
-                ready_input(s)
-                for l in layers:
-                    compute(l, s)
-        self._end_segment()
-        if train and not self.split.linear_p:
-            prep["views"] = view  # the GAT variant re-runs its steps in backward from the vertex-sized inputs
-        self.tracker.track(f"p_views_{seg.index}", *view.values(), category=CACHES)
-        if "views" not in prep:  # linear P: nothing of the forward is kept for the backward
-            self.tracker.untrack(f"p_views_{seg.index}")
-        if not train:  # evaluation keeps nothing for a backward
-            self.tracker.untrack(f"p_blocks_{seg.index}")
-        else:
-            self._track_blocks(seg, prep)  # with the topologies the forward built
-
-    def _p_backward(self, seg: Segment, ctx: dict) -> None:
-        lay = ctx["lay"]
-        prep = ctx["state"].pop(seg.index)
-        layers = [op.index for op in seg.ops]
-        widths = {l: self.split.out_width(Op(P, l)) for l in layers}  # a P op keeps the width
-        rows = prep["rows"].numel()
-        grads = {l: torch.zeros(rows, widths[l], dtype=self.dtype, device=self.device) for l in layers}
-        self.tracker.track(f"p_grads_{seg.index}", *grads.values(), category=CACHES)
-        num = lay.num_subgraphs
-        last_segment = seg is self.segments[-1]
-
-        def out_grad(l: int, s: int) -> torch.Tensor:
-            if l != layers[-1]:
-                return grads[l + 1][prep["ids"][s]]
-            if last_segment:
-                return ctx["loss_grad"].pop(s)
-            return self._recv_grad(seg, s, ctx)
-
-        def compute(l: int, s: int) -> None:
-            block = prep["blocks"][s]
-            g_out = out_grad(l, s) if block is not None else None
-            self.tracker.track("p_grad_in", g_out, category=CACHES)
-            start = time.time()  # after the gradient arrived
-            if block is not None:
-                if self.split.linear_p:
-                    g_src = self.split.p_transpose(l, block, g_out)
-                else:
-                    h_src = prep["views"][l][prep["src"][s]].requires_grad_(True)
-                    with torch.enable_grad():
-                        self.split.p_op(l, block, h_src).backward(g_out)
-                    g_src = h_src.grad
-                grads[l].index_add_(0, prep["src"][s], g_src)
-                self._track_blocks(seg, prep)  # with the transpose the backward built
-            self.tracker.untrack("p_grad_in")
-            self._stamp(seg, "bwd", s, l, start)
-
-        def done(l: int, s: int) -> None:
-            """The gradient of every row of subgraph ``s`` at layer ``l`` is complete on the members: collect the
-            mirrors' shares at the owners; the segment's input gradient goes back."""
-            self._exchange_grad(prep, grads[l], s)
-            if l == layers[0] and ctx["ids"][seg.index][s].numel():
-                self._send_back(seg, grads[l][prep["ids"][s]], ctx["offsets_of"][seg.index][s], s, ctx)
-
-        if ctx["mode"] == FULL:
-            for l in reversed(layers):
-                for s in reversed(range(num)):
-                    compute(l, s)
-                for s in reversed(range(num)):
-                    done(l, s)
-        else:  # reverse subgraph order: later subgraphs' boundary gradients are cached in ``grads``
-            for s in reversed(range(num)):
-                for l in reversed(layers):
-                    compute(l, s)
-                    done(l, s)
-                prep["blocks"][s] = prep["src"][s] = None  # subgraph s is done: its block (and transpose) go
-                self._track_blocks(seg, prep)
-                self._give_back()
-        self._end_segment()
-        self.tracker.untrack(f"p_views_{seg.index}")
-        self.tracker.untrack(f"p_grads_{seg.index}")
-        self.tracker.untrack(f"p_blocks_{seg.index}")
-
-    def _give_back(self) -> None:
-        """Return the memory malloc keeps after a subgraph's buffers were freed (:func:`graphscale.allocator.trim`),
-        unless the run asked malloc to retain it (``--allocator retain``, tcmalloc, jemalloc).
-
-        Why: a subgraph's tensors are tens of MiB, below glibc's dynamic mmap threshold once the first of them was
-        freed, so they come from the heap, and the heap keeps the holes they leave (measured on a 200k-vertex SBM:
-        a T worker held 3-4x its tracked peak). Trimming after every subgraph bounds what the worker holds to what
-        it uses, for a few page faults per subgraph."""
-        if self.trim:
-            allocator.trim()
-
-    def _track_blocks(self, seg: Segment, prep: dict) -> None:
-        """Count the blocks a P segment holds (the graph structure of its rows: CSR, global ids and degrees, and
-        the transposes and edge lists the kernels cached on them) and its mirror lists."""
-        tensors = [t for block in prep["blocks"] if block is not None
-                   for t in (block.src_ids, block.src_deg, block.edge_weight, *topology(block).tensors())]
-        tensors += [t for send, recv in prep["mirrors"].values() for t in (*send, *recv)]
-        tensors += [prep["rows"], *prep["ids"], *[t for t in prep["src"] if t is not None]]  # my rows' positions
-        self.tracker.track(f"p_blocks_{seg.index}", *tensors, category=BLOCKS)
-
-    # ------------------------------------------------------------ epochs
     def _context(self, lay: Layout, mode: str, phase: int) -> dict:
         ctx = {"lay": lay, "mode": mode, "phase": phase, "state": {}, "loss": 0.0, "loss_grad": {},
                "owners": {seg.index: self._owner(seg, lay) for seg in self.segments}, "ids": {}, "dev_ids": {},
@@ -580,12 +280,9 @@ class TaskParallelStrategy(Exchange, StageCheckpoint, Strategy):
     def train_epoch(self, epoch: int) -> EpochStats:
         sc = self.config.strategy
         model = self.model
-        model.train()
-        model.set_epoch(epoch)
         self.pipelined = sc.pipelined
         self.pending, self.deferred, self.timeline, self.p_rows = [], [], [], {}
-        start = time.perf_counter()
-        before = self.env.ledger.snapshot()
+        run = Epoch(model, epoch, self.env, self.tracker)
         with self.tracker.epoch():
             self.optimizer.zero_grad(set_to_none=True)
             lay = layout(self.num_chunks, sc.subgraphs, self.config.seed, epoch, sc.shuffle)
@@ -604,14 +301,13 @@ class TaskParallelStrategy(Exchange, StageCheckpoint, Strategy):
             self.tracker.untrack("gradients")
         if self.config.checkpoint and len(self.plan.t_groups) > 1:
             self._gather_stages()
-        seconds = time.perf_counter() - start
+        seconds = run.seconds()
         total = torch.tensor([ctx["loss"]], dtype=torch.float64, device=self.device)
         self.comm.all_reduce(total, CONTROL)
-        return EpochStats(loss=float(total), seconds=seconds, bytes=self.env.ledger.since(before),
-                          peak_memory=self.tracker.peak,
-                          extra={"role": [self.kind, self.stage, self.member], "segments": [s.index for s in self.mine],
-                                 "timeline": self.timeline, "model_form": type(model).form, "p_rows": self.p_rows,
-                                 "memory": self.tracker.peak_breakdown})
+        return run.stats(float(total), {"role": [self.kind, self.stage, self.member],
+                                        "segments": [s.index for s in self.mine], "timeline": self.timeline,
+                                        "model_form": type(model).form, "p_rows": self.p_rows,
+                                        "memory": self.tracker.peak_breakdown}, seconds=seconds)
 
     @torch.no_grad()
     def evaluate(self) -> dict[str, float]:

@@ -1,0 +1,412 @@
+"""Writing a partition store (the format is :mod:`graphscale.partition.store`'s): routing the records to their
+partitions (K-hop reach included), building each partition's local CSR, and copying node data in chunks.
+
+:func:`write_partition_store` streams the records once, in chunks,
+spilling each partition's records to a scratch file, then builds one partition
+at a time (memory: about 8 bytes per record of that partition plus 8 per stored
+edge, plus O(|V|) id maps) and copies node data in chunks of at most
+``feature_chunk_bytes`` (from arrays, or from ``.npy`` files through a memory
+map opened per chunk; output rows are appended with plain writes). Everything
+goes to a temporary sibling directory that is renamed into place at the end; an
+error leaves nothing behind.
+"""
+
+from __future__ import annotations
+
+import json
+import mmap
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numba
+import numpy as np
+import torch
+
+from graphscale.data.edge_stream import DEFAULT_CHUNK_EDGES
+from graphscale.data.formats import replace_dir, temp_sibling
+from graphscale.partition.base import validate_num_parts
+from graphscale.partition.book import PartitionBook
+from graphscale.partition.metrics import MetricsAccumulator, PartitionMetrics, validate_assignment
+from graphscale.partition.store import (
+    MASKS,
+    NODE_ARRAYS,
+    PART_ARRAYS,
+    STORE_FORMAT,
+    STORE_VERSION,
+    check_store_target,
+    part_dir,
+)
+from graphscale.partition.streaming import ProgressFn, StreamRunner, as_edge_source, chunk_reader, npy_header
+
+DEFAULT_FEATURE_CHUNK_BYTES = 64 << 20
+
+
+@numba.njit(nogil=True, cache=True)
+def _route(src, dst, owner, edge_part, use_edge_part, deg, target, out_src, out_dst):  # pragma: no cover - numba
+    """Copies of every record with their partitions; returns how many (one, or two for a vertex-cut copy)."""
+    k = 0
+    for i in range(src.size):
+        u, v = src[i], dst[i]
+        deg[v] += 1
+        s = owner[v]
+        target[k], out_src[k], out_dst[k] = s, u, v
+        k += 1
+        if use_edge_part and edge_part[i] != s:
+            target[k], out_src[k], out_dst[k] = edge_part[i], u, v
+            k += 1
+    return k
+
+
+@numba.njit(nogil=True, cache=True)
+def _reach_pass(src, dst, cur, nxt):  # pragma: no cover - numba
+    """One hop of in-neighbourhood growth: a record ``u -> v`` puts ``u`` in every set holding ``v``."""
+    for i in range(src.size):
+        u, v = src[i], dst[i]
+        for w in range(cur.shape[1]):
+            nxt[u, w] |= cur[v, w]
+
+
+@numba.njit(nogil=True, cache=True)
+def _route_reach(src, dst, reach, edge_part, use_edge_part, deg, count_only, target, out_src, out_dst):  # pragma: no cover - numba
+    """Copies of every record ``u -> v`` for each partition whose set in ``reach[v]`` (bitsets of 64) holds
+    ``v``, plus its vertex-cut partition; returns the number of copies (``count_only``: counts, writes nothing)."""
+    k = 0
+    for i in range(src.size):
+        u, v = src[i], dst[i]
+        if not count_only:
+            deg[v] += 1
+        for w in range(reach.shape[1]):
+            bits = reach[v, w]
+            b = 0
+            while bits != 0:
+                if bits & np.uint64(1):
+                    if not count_only:
+                        target[k], out_src[k], out_dst[k] = w * 64 + b, u, v
+                    k += 1
+                bits = bits >> np.uint64(1)
+                b += 1
+        if use_edge_part:
+            s = edge_part[i]
+            if (reach[v, s // 64] >> np.uint64(s % 64)) & np.uint64(1) == 0:
+                if not count_only:
+                    target[k], out_src[k], out_dst[k] = s, u, v
+                k += 1
+    return k
+
+
+def _hop_sets(runner: StreamRunner, owner: np.ndarray, p: int, hops: int) -> np.ndarray:
+    """``[N, ceil(p / 64)]`` uint64 bitsets: bit ``s`` of row ``v`` is set when ``v`` lies within ``hops``
+    in-hops of a vertex partition ``s`` owns (``hops`` streaming passes; 8 bytes per vertex per 64 parts)."""
+    n = owner.size
+    cur = np.zeros((n, (p + 63) // 64), np.uint64)
+    cur[np.arange(n), owner // 64] = np.left_shift(np.uint64(1), (owner % 64).astype(np.uint64))
+    for hop in range(hops):
+        nxt = cur.copy()
+        for _, src, dst in runner.chunks(f"halo hop {hop + 1}"):
+            _reach_pass(src, dst, cur, nxt)
+        cur = nxt
+    return cur
+
+
+def _spill(files: list, target: np.ndarray, pairs: np.ndarray) -> None:
+    order = np.argsort(target, kind="stable")
+    bounds = np.searchsorted(target[order], np.arange(len(files) + 1))
+    pairs = pairs[order]
+    for s in np.flatnonzero(np.diff(bounds)):
+        pairs[bounds[s]:bounds[s + 1]].tofile(files[s])
+
+
+def _as_array(value) -> np.ndarray:
+    return value.detach().cpu().numpy() if isinstance(value, torch.Tensor) else np.asarray(value)
+
+
+class _NodeArray:
+    """A node-data source: an array / tensor (sliced directly) or a ``.npy`` path (a short-lived memory map per
+    chunk, so pages read do not pile up in the resident set)."""
+
+    def __init__(self, name: str, value, n: int) -> None:
+        self.name = name
+        if isinstance(value, (str, Path)):
+            self.path, self.value = Path(value), None
+            try:
+                probe = np.load(self.path, mmap_mode="r")
+            except (OSError, ValueError) as err:
+                raise ValueError(f"node_data[{name!r}]: {self.path} is not a readable .npy file: {err}") from None
+            self.shape, self.dtype = probe.shape, probe.dtype
+            del probe
+        else:
+            self.path, self.value = None, value
+            self.shape, self.dtype = tuple(value.shape), np.dtype(_as_array(value[:0]).dtype)
+        if self.shape[:1] != (n,):
+            raise ValueError(f"node_data[{name!r}] must have {n} rows, got shape {self.shape}")
+
+    def take(self, rows: np.ndarray) -> np.ndarray:
+        if self.path is not None:
+            mapped = np.load(self.path, mmap_mode="r")
+            out = np.asarray(mapped[rows])
+            del mapped
+            return out
+        if isinstance(self.value, torch.Tensor):
+            return _as_array(self.value[torch.from_numpy(np.asarray(rows, np.int64))])
+        return np.asarray(self.value[rows])
+
+
+def _write_rows(source: _NodeArray, rows: np.ndarray, file: Path, chunk_bytes: int, dtype=None,
+                zero_from: int | None = None) -> None:
+    """Write ``source[rows]`` as a ``.npy`` file in chunks of about ``chunk_bytes`` (rows from ``zero_from`` on
+    are written as zeros)."""
+    dtype = np.dtype(dtype or source.dtype)
+    shape = (rows.size, *source.shape[1:])
+    row_bytes = max(1, int(np.prod(shape[1:], dtype=np.int64)) * dtype.itemsize)
+    # a row gathered through a memory map keeps its whole page resident until the map is closed
+    step = max(1, chunk_bytes // (max(row_bytes, mmap.PAGESIZE) if source.path is not None else row_bytes))
+    stop = rows.size if zero_from is None else zero_from
+    with open(file, "wb") as f:
+        f.write(npy_header(dtype, shape))
+        for first in range(0, rows.size, step):
+            last = min(first + step, rows.size)
+            block = np.zeros((last - first, *shape[1:]), dtype)
+            if first < stop:
+                block[:min(last, stop) - first] = source.take(rows[first:min(last, stop)])
+            f.write(np.ascontiguousarray(block).tobytes())
+
+
+@dataclass
+class StoreSummary:
+    """What :func:`write_partition_store` wrote: the path, the metrics, and the time it took."""
+
+    path: Path
+    metrics: PartitionMetrics
+    seconds: float
+
+
+@numba.njit(nogil=True, cache=True)
+def _mark_halo(pairs, owner, s, mark, reverse):  # pragma: no cover - numba
+    """Mark the endpoints outside partition ``s``; return how many records have such a source (``reverse``:
+    they are stored reversed too)."""
+    reversed_ = 0
+    for i in range(pairs.shape[0]):
+        u, v = pairs[i, 0], pairs[i, 1]
+        if owner[u] != s:
+            mark[u] = 1
+            if reverse:
+                reversed_ += 1
+        if owner[v] != s:
+            mark[v] = 1
+    return reversed_
+
+
+@numba.njit(nogil=True, cache=True)
+def _local_keys(pairs, owner, s, lut, n_local, keys, reverse):  # pragma: no cover - numba
+    """``dst_local * L + src_local`` of every record, plus (``reverse``) the reverse of every record whose
+    source is halo."""
+    k = 0
+    for i in range(pairs.shape[0]):
+        u, v = pairs[i, 0], pairs[i, 1]
+        lu, lv = np.int64(lut[u]), np.int64(lut[v])
+        keys[k] = lv * n_local + lu
+        k += 1
+        if reverse and owner[u] != s:
+            keys[k] = lu * n_local + lv
+            k += 1
+    return k
+
+
+@numba.njit(nogil=True, cache=True)
+def _dedupe_csr(keys, n_local, indptr):  # pragma: no cover - numba
+    """Sorted keys -> CSR in place: ``keys[:m]`` become the distinct sources row by row; returns ``m``."""
+    m, prev = 0, -1
+    for i in range(keys.size):
+        key = keys[i]
+        if key == prev:
+            continue
+        prev = key
+        row = key // n_local
+        indptr[row + 1] += 1
+        keys[m] = key - row * n_local
+        m += 1
+    for r in range(n_local):
+        indptr[r + 1] += indptr[r]
+    return m
+
+
+def _build_part(s: int, spill: Path, id_dtype, owner: np.ndarray, book: PartitionBook, deg: np.ndarray,
+                scratch: tuple[np.ndarray, np.ndarray], node_data: dict, out: Path, feature_chunk_bytes: int,
+                reverse: bool) -> dict:
+    """Build partition ``s`` from its spilled records: about 8 bytes per record plus 8 per stored edge."""
+    mark, lut = scratch
+    pairs = np.fromfile(spill, dtype=id_dtype).reshape(-1, 2)
+    spill.unlink()
+    reversed_ = _mark_halo(pairs, owner, s, mark, reverse)
+    start, end = (int(b) for b in book.boundaries[s:s + 2])
+    inner = book.perm[start:end].numpy()
+    halo = np.flatnonzero(mark)
+    mark[halo] = 0
+    halo_global = book.inv_perm.numpy()[halo]
+    order = np.argsort(halo_global)
+    halo, halo_global = halo[order], halo_global[order]
+    del order
+    n_inner, n_local = inner.size, inner.size + halo.size
+    orig = np.concatenate([inner, halo])
+    lut[orig] = np.arange(n_local, dtype=lut.dtype)
+    keys = np.empty(pairs.shape[0] + reversed_, np.int64)
+    _local_keys(pairs, owner, s, lut, np.int64(max(n_local, 1)), keys, reverse)
+    lut[orig] = -1
+    del pairs
+    keys.sort()
+    indptr = np.zeros(n_local + 1, np.int64)
+    m = _dedupe_csr(keys, np.int64(max(n_local, 1)), indptr)
+    out.mkdir()
+    arrays = {"indptr": indptr, "indices": keys[:m], "orig_ids": orig,
+              "global_ids": np.concatenate([np.arange(start, end, dtype=np.int64), halo_global]),
+              "degree": deg[orig].astype(np.int64), "halo_owner": owner[halo]}
+    for name, array in arrays.items():
+        np.save(out / f"{name}.npy", array)
+    del keys, arrays
+    for name, source in node_data.items():
+        if name in MASKS:
+            _write_rows(source, orig, out / f"{name}.npy", feature_chunk_bytes, bool, zero_from=n_inner)
+        else:
+            _write_rows(source, orig, out / f"{name}.npy", feature_chunk_bytes)
+    meta = {"part": s, "num_parts": book.num_parts, "num_inner": n_inner, "num_halo": int(halo.size),
+            "num_local": n_local, "num_edges": int(m), "arrays": [*PART_ARRAYS, *node_data]}
+    (out / "meta.json").write_text(json.dumps(meta, indent=1))
+    return {k: meta[k] for k in ("num_inner", "num_halo", "num_edges")}
+
+
+def _node_data(node_data: dict | None, n: int) -> dict[str, _NodeArray]:
+    out = {}
+    for name, value in (node_data or {}).items():
+        if value is None:
+            continue
+        if name not in NODE_ARRAYS:
+            raise ValueError(f"node_data: unknown array {name!r}; accepted: {', '.join(NODE_ARRAYS)}")
+        out[name] = _NodeArray(name, value, n)
+    return out
+
+
+def write_partition_store(path: str | Path, stream, owner, num_parts: int, *, edge_part=None, node_data=None,
+                          num_vertices: int | None = None, method: str = "", params: dict | None = None,
+                          num_classes: int | None = None, source_name: str = "",
+                          chunk_edges: int = DEFAULT_CHUNK_EDGES,
+                          feature_chunk_bytes: int = DEFAULT_FEATURE_CHUNK_BYTES, overwrite: bool = False,
+                          progress: ProgressFn | None = None, extra_meta: dict | None = None,
+                          halo_hops: int = 1) -> StoreSummary:
+    """Write a partition store (format in the module docstring), atomically.
+
+    Args:
+        path: target directory.
+        stream: the records (``EdgeStream``, ``Graph`` or stream path), read in chunks.
+        owner: home partition of every vertex (``[N]``).
+        num_parts: ``p``.
+        edge_part: vertex-cut partition of every record (``[E]``, may be a memory map); its records are
+            stored in that partition too.
+        node_data: optional ``x``, ``y``, ``train_mask``, ``val_mask``, ``test_mask``: ``[N, ...]`` arrays or
+            tensors, or paths of ``.npy`` files (read through a memory map opened per chunk).
+        num_vertices: vertex count (default the stream's).
+        method: recorded in ``meta.json``.
+        params: recorded in ``meta.json``.
+        num_classes: recorded in ``meta.json``.
+        source_name: recorded in ``meta.json``.
+        extra_meta: recorded in ``meta.json``.
+        chunk_edges: records per chunk of the routing pass.
+        feature_chunk_bytes: bound on one copy step of node data.
+        overwrite: replace an existing partition store.
+        progress: callback ``(step_name, done, total)``.
+        halo_hops: ``K``; each part holds the ``K``-hop in-neighbourhood of its home vertices, with the full
+            in-edge rows of every vertex within ``K - 1`` hops (so an ``L``-layer forward with ``K = L`` is
+            exact for home vertices; ``K - 1`` extra streaming passes). ``K = 1`` (default) is SDT-GNN's
+            store, where halo vertices also see their edges to home vertices reversed.
+
+    Returns:
+        The :class:`StoreSummary` (its metrics come from the routing pass).
+
+    Raises:
+        ValueError: bad sizes or ranges, a record outside ``[0, N)``; FileExistsError: a target that is not a
+            store (or an existing one without ``overwrite``). Nothing is left behind on any error.
+    """
+    start_time = time.perf_counter()
+    path = Path(path)
+    source = as_edge_source(stream)
+    n = source.num_vertices if num_vertices is None else int(num_vertices)
+    validate_num_parts(num_parts, n)
+    owner = validate_assignment(owner, n, num_parts, "owner")
+    if edge_part is not None:
+        edge_part = validate_assignment(edge_part, source.num_edges, num_parts, "edge_part", copy=False)
+    nodes = _node_data(node_data, n)
+    check_store_target(path, overwrite)
+    if feature_chunk_bytes < 1:
+        raise ValueError(f"feature_chunk_bytes must be >= 1, got {feature_chunk_bytes}")
+    if isinstance(halo_hops, bool) or not isinstance(halo_hops, int) or halo_hops < 1:
+        raise ValueError(f"halo_hops must be an integer >= 1, got {halo_hops!r}")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = temp_sibling(path, "tmp")
+    tmp.mkdir()
+    try:
+        metrics, parts = _write(tmp, source, n, owner, num_parts, edge_part, nodes, chunk_edges,
+                                feature_chunk_bytes, progress, halo_hops)
+        book_meta = {"format": STORE_FORMAT, "version": STORE_VERSION, "method": method, "params": params or {},
+                     "num_parts": num_parts, "num_nodes": n, "num_edges": int(source.num_edges),
+                     "num_features": int(nodes["x"].shape[1]) if "x" in nodes and len(nodes["x"].shape) > 1 else 0,
+                     "x_dtype": str(nodes["x"].dtype) if "x" in nodes else None, "num_classes": num_classes,
+                     "node_arrays": list(nodes), "vertex_cut_edges": edge_part is not None,
+                     "multilabel": "y" in nodes and len(nodes["y"].shape) == 2,
+                     "source": source_name, "halo_hops": halo_hops, "metrics": metrics.to_dict(), "parts": parts,
+                     **(extra_meta or {})}
+        (tmp / "meta.json").write_text(json.dumps(book_meta, indent=1))
+        replace_dir(tmp, path)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return StoreSummary(path, metrics, time.perf_counter() - start_time)
+
+
+def _write(tmp: Path, source, n: int, owner: np.ndarray, p: int, edge_part, nodes: dict, chunk_edges: int,
+           feature_chunk_bytes: int, progress: ProgressFn | None, halo_hops: int) -> tuple[PartitionMetrics, list[dict]]:
+    book = PartitionBook.from_owner(torch.from_numpy(owner.astype(np.int64)), p)
+    np.save(tmp / "owner.npy", owner)
+    np.save(tmp / "perm.npy", book.perm.numpy())
+    np.save(tmp / "boundaries.npy", book.boundaries.numpy())
+    spill_dir = tmp / ".spill"
+    spill_dir.mkdir()
+    train = nodes.get("train_mask")
+    acc = MetricsAccumulator(owner, p, None if train is None else train.take(np.arange(n)))
+    deg = np.zeros(n, np.int32 if source.num_edges < 2**31 else np.int64)
+    id_dtype = np.int32 if n <= 2**31 - 1 else np.int64
+    pairs_ = np.empty(0, id_dtype)
+    runner = StreamRunner(source, n, chunk_edges, progress)
+    reach = _hop_sets(runner, owner, p, halo_hops - 1) if halo_hops > 1 else None
+    files = [open(spill_dir / f"{s}.bin", "wb") for s in range(p)]  # noqa: SIM115 - closed below
+    try:
+        read = None if edge_part is None else chunk_reader(edge_part)
+        for first, src, dst in runner.chunks("route records"):
+            ep = None if read is None else read(first, src.size)
+            acc.update(src, dst, ep)
+            ep_ = owner[:0] if ep is None else ep
+            if reach is None:
+                k = 2 * src.size if ep is not None else src.size
+            else:
+                k = _route_reach(src, dst, reach, ep_, ep is not None, deg, True, owner[:0], pairs_[:0], pairs_[:0])
+            target = np.empty(k, owner.dtype)
+            pairs = np.empty((k, 2), id_dtype)
+            if reach is None:
+                k = _route(src, dst, owner, ep_, ep is not None, deg, target, pairs[:, 0], pairs[:, 1])
+            else:
+                k = _route_reach(src, dst, reach, ep_, ep is not None, deg, False, target, pairs[:, 0], pairs[:, 1])
+            _spill(files, target[:k], pairs[:k])
+    finally:
+        for f in files:
+            f.close()
+    metrics = acc.result()
+    del acc, reach
+    parts = []
+    scratch = (np.zeros(n, np.uint8), np.full(n, -1, id_dtype))
+    for s in range(p):
+        parts.append(_build_part(s, spill_dir / f"{s}.bin", id_dtype, owner, book, deg, scratch, nodes,
+                                 part_dir(tmp, s), feature_chunk_bytes, halo_hops == 1))
+        if progress is not None:
+            progress("write partitions", s + 1, p)
+    spill_dir.rmdir()
+    return metrics, parts
