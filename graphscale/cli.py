@@ -232,6 +232,10 @@ def _move_into(parser: argparse.ArgumentParser, group, action: argparse.Action) 
     group._group_actions.append(action)
 
 
+#: a declared option's type (as written in its dataclass) -> the argparse type of its value
+_ARG_TYPES = {"int": int, "int | None": int, "float": float, "str": None}
+
+
 def _add_declared(parser: argparse.ArgumentParser, group, spec: dataclasses.Field) -> None:
     """One declared option (:func:`graphscale.options.option`) as a flag that defaults to None (not given)."""
     md, kind = spec.metadata, str(spec.type)
@@ -241,7 +245,9 @@ def _add_declared(parser: argparse.ArgumentParser, group, spec: dataclasses.Fiel
     elif kind == "bool":
         kwargs.update(action="store_const", const=True)
     else:
-        kwargs["type"] = md["parse"] or {"int": int, "int | None": int, "float": float}.get(kind)
+        if md["parse"] is None and kind not in _ARG_TYPES:
+            raise TypeError(f"option {spec.name}: no command-line type for {kind!r}; declare parse=")
+        kwargs["type"] = md["parse"] or _ARG_TYPES[kind]
         if md["choices"] and md["parse_choices"]:
             kwargs["choices"] = md["choices"]
         if md["metavar"]:
@@ -252,13 +258,12 @@ def _add_declared(parser: argparse.ArgumentParser, group, spec: dataclasses.Fiel
 def add_strategy_arguments(p: argparse.ArgumentParser) -> None:
     """The ``[strategy]`` options, generated from their declarations (:mod:`graphscale.strategies.options`): one
     group for the options of every strategy, one for those several share, then one per strategy."""
-    from graphscale.config import StrategyConfig
-    from graphscale.strategies.options import BY_STRATEGY, shared
+    from graphscale.strategies.options import BY_STRATEGY
 
+    own = {f.name for f in declared(StrategyConfig)} | {f.name for cls in BY_STRATEGY.values() for f in declared(cls)}
     groups = [("strategy", "read by every strategy", declared(StrategyConfig)),
               ("shared strategy options", "read by several strategies",
-               [f for cls in (shared.Partitioning, shared.Stored, shared.MiniBatch, shared.Sampling,
-                              shared.CacheFraction, shared.ChunkOrder) for f in declared(cls)])]
+               [f for f in dataclasses.fields(StrategyConfig) if f.name not in own])]
     groups += [(f"{name} options", (cls.__doc__ or "").strip().replace("``", ""), declared(cls))
                for name, cls in sorted(BY_STRATEGY.items())]
     for title, text, fields in groups:

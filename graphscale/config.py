@@ -24,7 +24,7 @@ from pathlib import Path
 import tomllib
 
 from graphscale.options import option
-from graphscale.strategies.options import BY_STRATEGY
+from graphscale.strategies.options import own_chunks
 from graphscale.strategies.options.model_averaging import ModelAveragingOptions
 from graphscale.strategies.options.offload import OffloadOptions
 from graphscale.strategies.options.pipeline import PipelineOptions
@@ -127,7 +127,7 @@ class StrategyConfig(SingleOptions, GraphParallelOptions, DataParallelOptions, S
         Raises:
             ValueError: both given, with different values.
         """
-        own = getattr(BY_STRATEGY.get(self.name), "CHUNKS", None)
+        own = own_chunks(self.name)
         if own is None:
             return
         specific = getattr(self, own)
@@ -275,9 +275,9 @@ def check_given(config: RunConfig, given: dict[tuple[str | None, str], str]) -> 
         if not readers:  # read by every strategy (model), such as --workers or --hidden
             continue
         unused = cls.unused_options(config) if hasattr(cls, "unused_options") else {}  # models have no conditions
-        own_chunks = getattr(BY_STRATEGY.get(name), "CHUNKS", None) if section == "strategy" else None
-        if own_chunks and "chunks" in unused:  # the alias and the strategy's own name are one option
-            unused.setdefault(own_chunks, unused["chunks"])
+        own = own_chunks(name) if section == "strategy" else None
+        if own and "chunks" in unused:  # the alias and the strategy's own name are one option
+            unused.setdefault(own, unused["chunks"])
         if given_name in cls.options and given_name not in unused:
             continue
         why = f" {unused[given_name]}" if given_name in unused else ""

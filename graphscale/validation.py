@@ -25,7 +25,7 @@ from graphscale.config import DTYPES, FEATURE_DTYPES, RunConfig, StrategyConfig
 from graphscale.data.outputs import check_output_dir, check_output_path
 from graphscale.metrics.units import parse_bytes
 from graphscale.partition.build import build_vertex_partitioner
-from graphscale.strategies.options import BY_STRATEGY
+from graphscale.strategies.options import own_chunks
 
 #: the declared ``[strategy]`` options by name (their choices are checked here)
 _STRATEGY_FIELDS = {f.name: f for f in dataclasses.fields(StrategyConfig)}
@@ -165,7 +165,7 @@ def _check_chunks(config: RunConfig) -> None:
     value = config.strategy.chunks
     if value is None:
         return
-    own = getattr(BY_STRATEGY.get(config.strategy.name), "CHUNKS", None)
+    own = own_chunks(config.strategy.name)
     note = f" (--chunks is --{own.replace('_', '-')} for strategy {config.strategy.name!r})" if own else ""
     if isinstance(value, bool) or not isinstance(value, int):
         raise ValueError(f"--chunks must be an integer, got {value!r}{note}")  # noqa: TRY004 - reported as ValueError

@@ -20,8 +20,7 @@ import torch
 from graphscale.cli import main
 from graphscale.config import build_config
 from graphscale.data.handle import HOST_SHARED, MEMORY, PARTITION_LOCAL
-from graphscale.data.specs import canonical_spec
-from graphscale.prepare import prepare_data, write_training_store
+from graphscale.prepare import canonical_spec, prepare_data, write_training_store
 from graphscale.run import run
 from graphscale.strategies.split_parallel.plan import SplitPlan
 from graphscale.testing import random_graph
@@ -193,7 +192,7 @@ def test_node_data_of_a_given_store_is_checked(tmp_path, capsys):
 
 
 def test_balance_needs_a_partitioner_that_balances():
-    from graphscale.partition.build import build_vertex_partitioner
+    from graphscale.prepare import build_vertex_partitioner
 
     assert build_vertex_partitioner("metis", "edges").balance == "edges"
     assert build_vertex_partitioner("metis:ufactor=10").ufactor == 10

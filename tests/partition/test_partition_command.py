@@ -226,7 +226,7 @@ def test_k_hop_store_from_the_command_reports_its_halo(tmp_path, capsys):
 def test_training_stores_balance_spring_by_edges_and_balance_is_its_alias():
     """The paper's SPRING (vertex balance) outside training; ``edges`` for a store built for training, unless
     ``lpt`` or its alias ``balance`` (``--balance``) says otherwise; the two must agree."""
-    from graphscale.partition.build import build_vertex_partitioner
+    from graphscale.prepare import build_vertex_partitioner
 
     assert command.build_partitioner("spring")[0].lpt == "vertices"
     assert command.build_partitioner("spring", training=True)[0].lpt == "edges"

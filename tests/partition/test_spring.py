@@ -200,7 +200,7 @@ def test_bad_options():
 
 
 def test_lpt_option_through_the_method_string():
-    from graphscale.partition.build import build_partitioner
+    from graphscale.partition.command import build_partitioner
 
     partitioner, name, options = build_partitioner("spring:lpt=edges,merge=code")
     assert (name, options, partitioner.lpt, partitioner.merge) == ("spring", {"lpt": "edges", "merge": "code"},

@@ -22,3 +22,8 @@ BY_STRATEGY = {"single": SingleOptions, "graph-parallel": GraphParallelOptions, 
                "split-parallel": SplitParallelOptions, "offload": OffloadOptions,
                "model-averaging": ModelAveragingOptions, "pipeline": PipelineOptions,
                "task-parallel": TaskParallelOptions}
+
+
+def own_chunks(strategy: str) -> str | None:
+    """The field ``--chunks`` stands for with ``strategy`` (``pipeline_chunks`` for pipeline), else ``None``."""
+    return getattr(BY_STRATEGY.get(strategy), "CHUNKS", None)
