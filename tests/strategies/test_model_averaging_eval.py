@@ -62,8 +62,9 @@ def single_metrics(tmp_path, state, model=None) -> dict:
 def closed_form_bytes(handle, parts_of: list[list[int]], widths: list[int]) -> tuple[int, int]:
     """The layer-wise evaluation's bytes summed over workers: ``(plan, per evaluation)``. With ``T`` every home
     vertex in a split, ``G_L = T`` and ``G_{l-1} = G_l + N_in(G_l)``; worker ``w`` (home vertices ``H_w``) needs
-    ``N_l = H_w & G_l`` at layer ``l`` and fetches ``R_l = N_in(N_l) - H_w``: the plan asks 8 bytes per id of
-    ``R_l``, an evaluation moves ``d_{l-1} 8`` bytes per row of it (float64)."""
+    ``N_l = H_w & G_l`` at layer ``l`` and for ``l >= 2`` fetches ``R_l = N_in(N_l) - H_w``: the plan asks 8
+    bytes per id of ``R_l``, an evaluation moves ``d_{l-1} 8`` bytes per row of it (float64). Layer 1 reads the
+    partitions' own halos: nothing."""
     graph = load_dataset(SPEC)
     indptr, indices = graph.indptr, graph.indices
 
@@ -83,7 +84,7 @@ def closed_form_bytes(handle, parts_of: list[list[int]], widths: list[int]) -> t
         needed.append(needed[-1] | in_neighbours(needed[-1]))
     plan = rows = 0
     for worker in range(len(parts_of)):
-        for layer, width in zip(range(len(widths), 0, -1), reversed(widths)):  # layer l reads d_{l-1} wide rows
+        for layer, width in zip(range(len(widths), 1, -1), reversed(widths)):  # layer l reads d_{l-1} wide rows
             mine = {v for v in needed[len(widths) - layer] if home[v] == worker}
             fetched = {u for u in in_neighbours(mine) if home[u] != worker}
             plan += 8 * len(fetched)

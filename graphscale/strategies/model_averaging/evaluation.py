@@ -7,18 +7,19 @@ the counts are all-reduced (Ledger ``control``). What differs is the neighbourho
   model's, equal to ``single``'s evaluation of the same weights. Where the store holds a ``K >= L`` hop halo
   (``--halo-hops``) the partition's local forward is already exact (spec §3 reason 2, tested as T4) and nothing
   moves. Otherwise the model runs **one layer at a time** (:class:`LayerwiseEvaluation`), as graph-parallel
-  does with its halo exchange: layer ``l`` computes ``h^l`` for the home vertices some target needs at that
-  depth, reading the previous layer's rows of their in-neighbours, the remote ones fetched from their owners
-  one hop at a time. A worker holds its own needed rows (never more than its partitions' home rows) plus one
-  hop of remote rows per layer, whatever ``L``.
+  does with its halo exchange: the first layer on each of the worker's partitions in turn, from the partition's
+  own store (its 1-hop halo holds every home vertex's input neighbourhood: nothing moves); every later layer
+  ``l`` over the home vertices some target needs at that depth, the previous layer's rows of their remote
+  in-neighbours fetched from their owners, one hop at a time. A worker holds one partition's rows plus one
+  hop of remote hidden rows per layer, whatever ``L``.
 
   The needed sets, with ``T`` the home vertices in a split on any worker: ``G_L = T``,
   ``G_{l-1} = G_l ∪ N_in(G_l)``; worker ``w`` computes ``N_l^w = H_w ∩ G_l`` (``H_w`` its home vertices) at
-  layer ``l`` and fetches ``R_l^w = N_in(N_l^w) - H_w`` (the rows not home here). The plan is agreed once, at setup, layer by layer
-  from ``L`` down (every worker asks the owners for the ids of ``R_l^w``, who add them to ``N_{l-1}``): 8 bytes
-  per id of ``R_l^w``. Each evaluation then moves ``d_{l-1} s`` bytes per row of ``R_l^w`` at every layer
-  (``d_0``: the input rows' width, after the input map where it is learned); both under Ledger category
-  ``evaluation``.
+  layer ``l`` and, for ``l >= 2``, fetches ``R_l^w = N_in(N_l^w) - H_w`` (the rows not home here). The plan is
+  agreed once, at setup, layer by layer from ``L`` down to 2 (every worker asks the owners for the ids of
+  ``R_l^w``, who add them to ``N_{l-1}``): 8 bytes per id of ``R_l^w``. Each evaluation then moves
+  ``d_{l-1} s`` bytes per row of ``R_l^w`` at every layer ``l >= 2`` (``d_{l-1}``: the hidden width entering
+  layer ``l``); both under Ledger category ``evaluation``.
 * ``halo``: exact from the store's halo alone, no traffic; the store must hold ``K >= L`` hops (a one-line error
   before any worker starts otherwise).
 * ``truncated``: the partition's local forward whatever its halo (what training sees: halo rows computed from
@@ -28,6 +29,7 @@ the counts are all-reduced (Ledger ``control``). What differs is the neighbourho
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -99,12 +101,13 @@ class LayerPlan:
 
 
 class LayerwiseEvaluation:
-    """Exact evaluation of a worker's targets, one layer at a time (module docstring); :meth:`build` and
+    """Exact evaluation of a worker's targets, one layer at a time (module docstring); the constructor and
     :meth:`counts` are collectives (every worker calls them).
 
     Attributes:
-        plans: one :class:`LayerPlan` per layer, first layer first.
-        inputs: global ids of ``N_0`` (the home input rows this worker reads).
+        plans: the :class:`LayerPlan` of layers ``2..L`` (the first layer runs on each partition's own store).
+        first: per partition of this worker, the positions in ``N_1`` of its home rows there and their rows in
+            the partition's local graph.
     """
 
     def __init__(self, comm: Comm, server: RowServer, targets: np.ndarray, labels: torch.Tensor,
@@ -113,11 +116,16 @@ class LayerwiseEvaluation:
         self.labels, self.masks = labels.to(device), {s: m.to(device) for s, m in masks.items()}
         self.num_targets = targets.shape[0]
         plans, dst = [], targets  # N_L: [n, 3] (original id, global id, in-degree)
-        for _ in range(layers):
+        for _ in range(layers - 1):
             plan, dst = self._plan_layer(dst)
             plans.append(plan)
         plans.reverse()
-        self.plans, self.inputs, self.input_ids = plans, dst[:, 1].copy(), torch.from_numpy(dst[:, 0].copy())
+        self.plans, self.num_first = plans, dst.shape[0]
+        parts = server.part_of(dst[:, 1])
+        self.first = {int(s): (torch.from_numpy(np.flatnonzero(parts == s)).to(device),
+                               torch.from_numpy(dst[parts == s, 1] - server.boundaries[s]).to(device))
+                      for s in server.locals}
+        self.first_ids = torch.from_numpy(dst[:, 0].copy()).to(device)
 
     def _plan_layer(self, dst: np.ndarray) -> tuple[LayerPlan, np.ndarray]:
         """Layer ``l``'s plan from ``N_l`` (``dst``); returns it and ``N_{l-1}`` (``N_l`` first)."""
@@ -144,14 +152,28 @@ class LayerwiseEvaluation:
         send_index = torch.from_numpy(_positions(sources[:, 1], asked)).to(self.device)
         return LayerPlan(block, send_index, asked_counts, ask_counts), src
 
-    def counts(self, model: torch.nn.Module) -> torch.Tensor:
-        """This worker's split counts of its targets on the model's exact forward (a collective)."""
-        x = self.server.features(self.inputs).to(self.device)
-        h = model.input_map(model.upcast(x) if model.learned_input_map else x, self.input_ids.to(self.device))
-        h0 = h if model.needs_h0 else None
-        for layer, plan in enumerate(self.plans):
+    def counts(self, model: torch.nn.Module, partition: Callable[[int], tuple[Block, torch.Tensor]]) -> torch.Tensor:
+        """This worker's split counts of its targets on the model's exact forward (a collective).
+
+        Args:
+            model: the model (in eval mode).
+            partition: ``part -> (block, x)``: a partition's local graph as one block and its input rows; asked
+                for one partition at a time.
+        """
+        h = h0 = None
+        for part, (at, rows) in self.first.items():  # layer 1 on each partition's own 1-hop halo: nothing moves
+            block, x = partition(part)
+            z = model.input_map(model.upcast(x) if model.learned_input_map else x, block.src_ids)
+            out = model.step(0, block, z, z[: block.num_dst] if model.needs_h0 else None)[rows]
+            if h is None:
+                h = out.new_empty((self.num_first, out.shape[1]))
+                h0 = z.new_empty((self.num_first, z.shape[1])) if model.needs_h0 else None
+            h[at] = out
+            if h0 is not None:
+                h0[at] = z[rows]
+            del block, x, z, out
+        for layer, plan in enumerate(self.plans, start=1):
             fetched = self.comm.all_to_all_v(h[plan.send_index], plan.send_counts, plan.recv_counts, EVALUATION)
-            h = model.step(layer, plan.block, torch.cat([h, fetched]),
-                           None if h0 is None else h0[: plan.block.num_dst])
-        logits = model.output_map(h, self.plans[-1].block.src_ids[: self.num_targets])
+            h = model.step(layer, plan.block, torch.cat([h, fetched]), None if h0 is None else h0[: plan.block.num_dst])
+        logits = model.output_map(h, self.first_ids[: self.num_targets])
         return split_counts(logits, self.labels, self.masks).to(self.device)

@@ -38,8 +38,8 @@ whenever ``--state-dir`` is given.
 **Evaluation** (:mod:`.evaluation`, ``--evaluation``): each worker counts its home vertices' predictions of the
 averaged model, the counts all-reduced. By default exactly: on the partition's local graph where its halo has
 ``K >= L`` hops, else layer by layer (:class:`.evaluation.LayerwiseEvaluation`): each layer over the home
-vertices the targets need at that depth, the previous layer's rows of their remote in-neighbours fetched from
-their owners, one hop at a time (Ledger ``evaluation``); ``--evaluation truncated`` keeps the partition-local forward
+vertices the targets need at that depth (the first from each partition's own store), the previous layer's rows
+of their remote in-neighbours fetched from their owners, one hop at a time (Ledger ``evaluation``); ``--evaluation truncated`` keeps the partition-local forward
 (training's truncated receptive field), labelled so in every epoch's ``extra``.
 """
 
@@ -425,11 +425,16 @@ class ModelAveraging(Strategy):
         return float(total) / sum(sizes)
 
     # ------------------------------------------------------------ evaluation
+    def _local_inputs(self, part: int) -> tuple[Block, torch.Tensor]:
+        data = self._data(part)
+        return data.block, data.x
+
     @torch.no_grad()
     def evaluate(self) -> dict[str, float]:
         self.model.eval()
         if self.eval_mode == "fetch":
-            return counts_to_metrics(self.comm.all_reduce(self.layerwise.counts(self.model), CONTROL).cpu())
+            counts = self.layerwise.counts(self.model, self._local_inputs)
+            return counts_to_metrics(self.comm.all_reduce(counts, CONTROL).cpu())
         counts = torch.zeros(COUNTS_PER_SPLIT * len(SPLITS), dtype=torch.float64, device=self.device)
         for part in self.parts:
             data = self._data(part)
