@@ -501,13 +501,15 @@ def run(args: argparse.Namespace) -> dict:
                 edge_pivot, flags = balance_tables(rows)
                 lpt = lpt_table(rows)
                 print(pivot, edge_pivot, *([lpt] if lpt else []), summary, sep="\n\n")
-                if "HDRF" in goals:
+                if "HDRF" in goals and goals["HDRF"]["spring lower in"] != "0/0":  # the paper's spring ran
                     print(f"\nSPRING's RF is {goals['HDRF']['spring RF below it %']:.1f}% below HDRF's on average "
                           "(goal: at least 20%)")
                 goal = training_goal(rows)
                 if goal:
                     print(goal)
                 for name, row in goals.items():
+                    if row["spring lower in"] == "0/0":
+                        continue
                     print(f"SPRING's RF is lower than {name}'s in {row['spring lower in']} cases "
                           f"({row['spring RF below it %']:.1f}% lower on average); {name}'s vertex balance "
                           f"exceeds {LOPSIDED:g} (a lopsided partition, whose RF is not comparable) in "
