@@ -15,7 +15,7 @@ vertex once, in id order, in batches of ``B`` consecutive ids:
   batch's pass (the moves of the same batch are not seen, those of earlier batches are).
 
 Each move lowers the edges cut by ``gain``; on the real graphs of ``../shared/data`` two rounds lower SPRING's
-replication factor by 8-28% at an edge balance within ``beta`` (``bench partition``). Memory: ``conn`` is
+replication factor by 8-25% at p = 8 at an edge balance within ``beta`` (``bench partition``). Memory: ``conn`` is
 ``B x p`` int32 with ``B = ceil(|V| * TABLE_ENTRIES / p)``, so at most ``TABLE_ENTRIES`` int32 per vertex,
 O(|V|) whatever ``p``; a round streams the records ``ceil(p / TABLE_ENTRIES)`` times. Deterministic, and the
 same for every chunk size (the counts are sums, the moves run after the pass).
