@@ -18,7 +18,8 @@ for its halo bytes per epoch on the same graph and partition count. Tables:
 ``--optimizer-states`` compares Adam's moments averaged (the default) with SDT-GNN's local ones.
 
 **Grids.** The default (Cora, GCN, SPRING, p = 2 and 4 on q = 2, with and without one correction step, one seed,
-averaged optimiser state: 7 runs) took 315 s on the 2 shared cores. ``--full`` is issue 25's grid, which takes
+averaged optimiser state: 7 runs) took 315 s on the 2 shared cores (21.6 minutes at a load average of 19-36,
+with the refined stores and the layer-wise evaluation). ``--full`` is issue 25's grid, which takes
 days on 2 cores (about 2,400 runs of 200 epochs): p in {2, 4, 8, 16}, q in {1, 2, 4} (q <= p), Cora, the MUSAE
 Facebook graph (``--musae DIR``) and a nested SBM (:data:`NESTED_SBM`), GraphSAGE, GCN and GAT, 3 seeds, SPRING,
 HDRF, METIS and random, with and without ``--correction-steps 1``; ``--datasets`` given with ``--full`` replaces

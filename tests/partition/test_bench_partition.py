@@ -79,3 +79,19 @@ def test_spring_lpt_rows_in_the_quality_suite(capsys):
 def test_bad_suite():
     with pytest.raises(ValueError, match="unknown suite"):
         bench.run(parse("--suite", "speed"))
+
+
+def test_training_spring_goal_line():
+    """The training store's SPRING (lpt=edges, refine=2) gets its own label and a goal line against HDRF."""
+    def row(d, method, rf, edge):
+        return {"dataset": d, "p": 8, "method": method, "rf": rf, "vertex_balance": 1.0, "edge_balance": edge,
+                "seconds": 1.0}
+
+    assert bench._label(bench.TRAINING_SPRING) == bench.TRAINING_LABEL == "spring(train)"
+    rows = [row("a", "spring(train)", 1.5, 1.05), row("a", "hdrf", 2.0, 1.1), row("b", "spring(train)", 3.0, 1.02),
+            row("b", "hdrf", 4.0, 1.07), row("c", "spring(train)", 1.0, 1.0)]
+    line = bench.training_goal(rows)
+    assert "RF 25.0% below HDRF's on average over 2 cases (per case 25.0, 25.0)" in line
+    assert "worst edge balance 1.05 against HDRF's 1.10" in line
+    assert bench.training_goal([r for r in rows if r["method"] != "hdrf"]) is None
+    assert "spring(train)" in bench.lpt_table([*rows, row("a", "spring", 1.7, 1.3)])

@@ -49,10 +49,10 @@ def test_cora_spring_store_summary_and_json(tmp_path, capsys):
     assert m["peak_rss_bytes"] > 0 and m["seconds"] > 0 and sum(m["train"]) == 140
     assert json.loads((tmp_path / "s.json").read_text())["metrics"]["replication_factor"] == m["replication_factor"]
     meta = read_store_meta(out)
-    # a store is built for training: SPRING balances edges unless told otherwise, and says so
-    assert meta["method"] == "spring" and meta["params"] == {"merge": "code", "lpt": "edges"}
-    assert meta["num_classes"] == 7 and summary["method"] == "spring:merge=code (lpt=edges)"
-    assert "spring:merge=code (lpt=edges)" in printed
+    # a store is built for training: SPRING balances edges and refines unless told otherwise, and says so
+    assert meta["method"] == "spring" and meta["params"] == {"merge": "code", "lpt": "edges", "refine": 2}
+    assert meta["num_classes"] == 7 and summary["method"] == "spring:merge=code (lpt=edges, refine=2)"
+    assert "spring:merge=code (lpt=edges, refine=2)" in printed
     part = load_partition(out, 2)
     assert part.graph.x.shape == (part.graph.num_nodes, 1433) and int(part.graph.train_mask.sum()) == m["train"][2]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["cora", "s.json"]
@@ -69,7 +69,7 @@ def test_bare_edge_stream(tmp_path, method):
     if method == "hdrf":
         expected = HDRFPartitioner().run(tmp_path / "g.e32", 3).replication_factor
     elif method == "spring":
-        expected = SpringPartitioner(lpt="edges").run(tmp_path / "g.e32", 3).replication_factor
+        expected = SpringPartitioner(lpt="edges", refine=2).run(tmp_path / "g.e32", 3).replication_factor
     else:
         expected = summary["metrics"]["replication_factor"]
     assert summary["metrics"]["replication_factor"] == pytest.approx(expected)

@@ -221,3 +221,75 @@ def test_restreamed_clustering_matches_reference(records, stream, passes):
         assert res.owner.tolist() == expected, (passes, chunk)
     with pytest.raises(ValueError, match="cluster_passes must be >= 1"):
         SpringPartitioner(cluster_passes=0)
+
+
+def reference_refine(src, dst, owner, p: int, rounds: int, lpt: str, beta: float = 1.05,
+                     table: int = 4) -> list[int]:
+    """The refinement (``graphscale.partition.refine``) in plain Python: batches of ``ceil(n table / p)`` ids,
+    neighbour counts per partition from the owners at the batch's start, then moves in id order under the cap."""
+    import math
+
+    owner, n, m = list(owner), len(owner), len(src)
+    deg = [0] * n
+    for v in dst:
+        deg[int(v)] += 1
+    a, b = {"vertices": (1.0, 0.0), "edges": (0.0, 1.0), "mix": (1.0 / n, 1.0 / m)}[lpt]
+    load = [0.0] * p
+    for v in range(n):
+        load[owner[v]] += a + b * deg[v]
+    cap = max(beta * (a * n + b * m) / p, max(load))
+    batch = math.ceil(n * table / p)
+    for _ in range(rounds):
+        for lo in range(0, n, batch):
+            conn = {v: [0] * p for v in range(lo, min(n, lo + batch))}
+            for u, v in zip(src.tolist(), dst.tolist()):
+                if v in conn:
+                    conn[v][owner[u]] += 1
+                if u in conn:
+                    conn[u][owner[v]] += 1
+            for v, counts in conn.items():
+                here, w = owner[v], a + b * deg[v]
+                gains = [(counts[q] - counts[here], -q) for q in range(p) if q != here and load[q] + w <= cap]
+                best = max(gains, default=(0, 0))
+                if best[0] > 0:
+                    owner[v] = -best[1]
+                    load[here] -= w
+                    load[-best[1]] += w
+    return owner
+
+
+@pytest.mark.parametrize("lpt", ["vertices", "edges", "mix"])
+@pytest.mark.parametrize("p", [2, 5, 16])
+def test_refinement_matches_reference_keeps_the_cap_and_lowers_replication(records, stream, lpt, p):
+    """``refine=R``: R rounds of label-propagation moves after LPT equal the plain-Python reference for every
+    chunk size (with p = 16 the counts come in several batches per round), the most loaded partition stays
+    within ``max(beta * mean, LPT's largest load)``, and the replication factor falls."""
+    src, dst, n = records
+    lpt_owner, _, _ = reference_spring(src, dst, n, p, lpt=lpt)
+    expected = reference_refine(src, dst, lpt_owner, p, 2, lpt)
+    assert expected != lpt_owner  # something moved
+    for chunk in (7, 1 << 22):
+        res = SpringPartitioner(lpt=lpt, refine=2).run(stream, p, chunk_edges=chunk)
+        assert res.owner.tolist() == expected, (lpt, p, chunk)
+    assert [q.name for q in res.passes] == ["degrees", "clustering", *["refine"] * (2 * -(-p // 4)), "edges"]
+    deg = np.bincount(dst, minlength=n)
+    loads = {"vertices": lambda o: np.bincount(o, minlength=p),
+             "edges": lambda o: np.bincount(o, weights=deg, minlength=p),
+             "mix": lambda o: np.bincount(o, minlength=p) / n + np.bincount(o, weights=deg, minlength=p) / src.size}
+    before, after = loads[lpt](np.asarray(lpt_owner)), loads[lpt](res.owner)
+    assert after.max() <= max(1.05 * before.sum() / p, before.max()) + 1e-12
+    assert res.info["refine_moves"][0] > 0 and res.info["refine_rounds"] == 2
+    plain = SpringPartitioner(lpt=lpt).run(stream, p)
+    assert plain.owner.tolist() == lpt_owner and "refine_moves" not in plain.info  # refine=0: the paper's
+    assert res.replication_factor < plain.replication_factor
+    with pytest.raises(ValueError, match="refine must be >= 0 .refinement rounds., got -1"):
+        SpringPartitioner(refine=-1)
+
+
+def test_a_training_store_refines_by_default():
+    from graphscale.partition.command import build_partitioner
+
+    partitioner, _, options = build_partitioner("spring", training=True)
+    assert (partitioner.lpt, partitioner.refine, options) == ("edges", 2, {"lpt": "edges", "refine": 2})
+    assert build_partitioner("spring:refine=0", training=True)[0].refine == 0
+    assert build_partitioner("spring")[0].refine == 0  # the paper's algorithm otherwise

@@ -85,9 +85,9 @@ def test_model_averaging_memory_follows_one_partition_not_p_over_q(tmp_path, mon
     partition's features are memory-mapped from the store (file-backed pages), and no layer makes an anonymous
     copy of them (dropout is fused into the first product), so the partition shows in the file-backed part.
 
-    Evaluation is the partition-local one (``--evaluation truncated``): the default exact evaluation holds every home
-    vertex's L-hop input rows, on this SBM nearly the whole graph's features for any p, a property of exact
-    evaluation, not of training (with it, p = 8 measured 1,072 MB above start against p = 2's 998 MB)."""
+    Evaluation is the default, exact one: layer by layer, the first layer on each partition's own store in turn,
+    so it holds one partition's rows plus one hop of hidden rows (before it was layer-wise it held every home
+    vertex's L-hop input rows, and this test ran with ``--evaluation truncated``)."""
     from graphscale.bench.memory import train_once
 
     monkeypatch.setenv("GRAPHSCALE_CACHE_DIR", str(tmp_path))
@@ -97,7 +97,7 @@ def test_model_averaging_memory_follows_one_partition_not_p_over_q(tmp_path, mon
 
     def above(parts: int, workers: int) -> tuple[list[int], list[int]]:
         report = train_once(dataset, "model-averaging", workers, 2,
-                            extra=["--parts", str(parts), "--evaluation", "truncated"])
+                            extra=["--parts", str(parts)])
         final = report["final"]
         return ([m["peak_rss"] - m["baseline_rss"] for m in final["os_memory_per_worker"]],
                 final["peak_memory_per_worker"])

@@ -36,7 +36,7 @@ ROOT = Path(graphscale.__file__).resolve().parent
 GUARDED = {ROOT / "strategies" / "task_parallel" / name for name in ("strategy.py", "exchange.py", "checkpoint.py",
                                                                       "chain.py")}
 GUARDED |= {ROOT / "strategies" / "model_averaging" / name for name in ("strategy.py", "averaging.py",
-                                                                         "correction.py")}
+                                                                         "correction.py", "evaluation.py")}
 FACTORIES = {torch.empty, torch.zeros, torch.ones, torch.full, torch.arange, torch.tensor, torch.as_tensor,
              torch.rand, torch.randn, torch.randint, torch.eye, torch.linspace, torch.empty_strided}
 TORCH = Path(torch.__file__).resolve().parent

@@ -115,6 +115,17 @@ class RowServer:
         order = np.argsort(np.concatenate(owners), kind="stable")  # request order, each row's draws in order
         return counts, np.concatenate(triples)[order]
 
+    def triples(self, global_ids: np.ndarray) -> np.ndarray:
+        """``[n, 3]`` (original id, global id, global in-degree) of home vertices ``global_ids``."""
+        out = np.empty((global_ids.size, 3), np.int64)
+        parts = self.part_of(global_ids)
+        for s in np.unique(parts):
+            at = np.flatnonzero(parts == s)
+            local, rows = self.locals[int(s)], global_ids[at] - self.boundaries[s]
+            out[at, 0], out[at, 2] = local.orig_ids.numpy()[rows], local.degree.numpy()[rows]
+        out[:, 1] = global_ids
+        return out
+
     def features(self, global_ids: np.ndarray) -> torch.Tensor:
         """Input rows of home vertices ``global_ids`` (row-normalised when the run normalises)."""
         parts = self.part_of(global_ids)

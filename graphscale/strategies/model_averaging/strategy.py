@@ -37,8 +37,9 @@ whenever ``--state-dir`` is given.
 
 **Evaluation** (:mod:`.evaluation`, ``--evaluation``): each worker counts its home vertices' predictions of the
 averaged model, the counts all-reduced. By default exactly: on the partition's local graph where its halo has
-``K >= L`` hops, else on blocks of every home vertex's full ``L``-hop in-neighbourhood whose missing rows are
-fetched from their owners (Ledger ``evaluation``); ``--evaluation truncated`` keeps the partition-local forward
+``K >= L`` hops, else layer by layer (:class:`.evaluation.LayerwiseEvaluation`): each layer over the home
+vertices the targets need at that depth (the first from each partition's own store), the previous layer's rows
+of their remote in-neighbours fetched from their owners, one hop at a time (Ledger ``evaluation``); ``--evaluation truncated`` keeps the partition-local forward
 (training's truncated receptive field), labelled so in every epoch's ``extra``.
 """
 
@@ -93,10 +94,10 @@ from graphscale.strategies.model_averaging.correction import (
     step_key,
 )
 from graphscale.strategies.model_averaging.evaluation import (
+    LayerwiseEvaluation,
     check_evaluation,
     eval_targets,
     evaluation_mode,
-    fetched_counts,
 )
 from graphscale.strategies.model_averaging.state import PartitionStates
 from graphscale.strategies.options.model_averaging import OPTIMIZER_STATES, ModelAveragingOptions
@@ -278,10 +279,11 @@ class ModelAveraging(Strategy):
         if config.strategy.correction_steps:
             self.targets = {part: home_targets(local) for part, local in locals_.items()}
             self.correction_opt = make_optimizer(model, config.optim)
-        if self.eval_mode == "fetch":
+        if self.eval_mode == "fetch":  # the layer-wise plan, agreed with the other workers once
             found = [eval_targets(locals_[part]) for part in self.parts]
-            self.eval_targets = (np.concatenate([t for t, _, _ in found]), torch.cat([y for _, y, _ in found]),
-                                 {s: torch.cat([m[s] for _, _, m in found]) for s in SPLITS})
+            self.layerwise = LayerwiseEvaluation(
+                self.comm, self.server, np.concatenate([t for t, _, _ in found]), torch.cat([y for _, y, _ in found]),
+                {s: torch.cat([m[s] for _, _, m in found]) for s in SPLITS}, config.model.layers, self.device)
 
     def _open(self, part: int) -> LocalData:
         """Partition ``part``'s local graph as one block over all local vertices, its rows and masks."""
@@ -421,13 +423,15 @@ class ModelAveraging(Strategy):
         return float(total) / sum(sizes)
 
     # ------------------------------------------------------------ evaluation
+    def _local_inputs(self, part: int) -> tuple[Block, torch.Tensor]:
+        data = self._data(part)
+        return data.block, data.x
+
     @torch.no_grad()
     def evaluate(self) -> dict[str, float]:
         self.model.eval()
         if self.eval_mode == "fetch":
-            targets, labels, masks = self.eval_targets
-            counts = fetched_counts(self.comm, self.server, self.model, targets, labels, masks,
-                                    self.config.model.layers, self.device)
+            counts = self.layerwise.counts(self.model, self._local_inputs)
             return counts_to_metrics(self.comm.all_reduce(counts, CONTROL).cpu())
         counts = torch.zeros(COUNTS_PER_SPLIT * len(SPLITS), dtype=torch.float64, device=self.device)
         for part in self.parts:
