@@ -1,10 +1,16 @@
 #!/usr/bin/env bash
-# Set up (if needed) and run the test suite. Extra arguments go to pytest (and skip the second pass below).
+# Set up (if needed) and run the test suite. Extra arguments go to pytest (and skip the tiers after the first).
 #
-# Without arguments a second pass runs every strategy's exactness tests again on the device kernel backend
-# (GRAPHSCALE_KERNELS=torch: the whole-tensor path CUDA takes, on CPU tensors), so both kernel paths are held to
-# the single-process reference. It selects the tests by name: an exactness test's name says what it equals or
-# matches (keep new ones named that way).
+# Without arguments, three tiers run one after the other:
+# 1. the unit tier: `pytest` (pyproject's addopts deselect the `accuracy` and `perf` markers); every assertion in
+#    it is deterministic (exact values, ledger bytes, tracked bytes, op counts), never OS memory or wall time;
+# 2. the device kernel backend: every strategy's exactness tests again with GRAPHSCALE_KERNELS=torch (the
+#    whole-tensor path CUDA takes, on CPU tensors), so both kernel paths are held to the single-process reference.
+#    It selects the tests by name: an exactness test's name says what it equals or matches (keep new ones named
+#    that way);
+# 3. the perf tier (`pytest -m perf`): bounds on OS-measured memory, page faults and wall time, run serially after
+#    the others so that no other test shares the machine with them; each bound's measured spread is in its test's
+#    docstring (`python -m graphscale.testing.perf_spread` measures it again).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -14,4 +20,7 @@ fi
 .venv/bin/python -m pytest --durations=15
 EXACT='equal or equals or matches or exact or reference or oracle or trajectory or reproduce or identical or independent or one_chunk or one_partition or single_worker'
 echo "device kernel backend (GRAPHSCALE_KERNELS=torch): the strategies' exactness tests"
-GRAPHSCALE_KERNELS=torch exec .venv/bin/python -m pytest -o addopts= -q -p no:cacheprovider tests/strategies -k "$EXACT"
+GRAPHSCALE_KERNELS=torch .venv/bin/python -m pytest -o addopts= -q -p no:cacheprovider tests/strategies \
+  -m 'not accuracy and not perf' -k "$EXACT"
+echo "perf tier: OS-measured memory, page faults and wall time, serially"
+exec .venv/bin/python -m pytest -o addopts= -q -p no:cacheprovider -m perf --durations=15
