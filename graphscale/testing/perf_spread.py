@@ -22,11 +22,11 @@ from pathlib import Path
 
 
 def read_properties(junit_xml: Path) -> dict[str, dict[str, float]]:
-    """``{test id: {property: value}}`` of one run's JUnit XML (only numeric properties, only passed tests)."""
+    """``{test id: {property: value}}`` of one run's JUnit XML: numeric properties, of passed and failed tests alike
+    (a value beyond its bound is part of the spread); a failed test's id ends in `` FAILED``."""
     out: dict[str, dict[str, float]] = {}
     for case in ET.parse(junit_xml).getroot().iter("testcase"):
-        if case.find("failure") is not None or case.find("error") is not None or case.find("skipped") is not None:
-            continue
+        failed = case.find("failure") is not None or case.find("error") is not None
         props = {}
         for prop in case.iter("property"):
             try:
@@ -34,7 +34,7 @@ def read_properties(junit_xml: Path) -> dict[str, dict[str, float]]:
             except (TypeError, ValueError):
                 continue
         if props:
-            out[f"{case.get('classname')}::{case.get('name')}"] = props
+            out[f"{case.get('classname')}::{case.get('name')}{' FAILED' if failed else ''}"] = props
     return out
 
 
@@ -51,14 +51,17 @@ def spread(runs: list[dict[str, dict[str, float]]]) -> dict[tuple[str, str], lis
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=10, help="how many times to run the perf tier (default 10)")
+    parser.add_argument("--keep", type=Path, default=None, help="a directory to keep each run's JUnit XML in")
     parser.add_argument("pytest_args", nargs="*", help="passed to pytest after -m perf (a file, -k ...)")
     args = parser.parse_args(argv)
     if args.runs < 1:
         parser.error(f"--runs must be at least 1, got {args.runs}")
     runs = []
     with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp) if args.keep is None else args.keep
+        folder.mkdir(parents=True, exist_ok=True)
         for i in range(args.runs):
-            xml = Path(tmp) / f"run{i}.xml"
+            xml = folder / f"run{i}.xml"
             cmd = [sys.executable, "-m", "pytest", "-o", "addopts=", "-q", "-p", "no:cacheprovider", "-m", "perf",
                    f"--junitxml={xml}", "-o", "junit_family=xunit1", *args.pytest_args]
             rc = subprocess.run(cmd, check=False).returncode
