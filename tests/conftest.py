@@ -9,6 +9,7 @@ import pytest
 #: ``0`` runs every multi-worker run in freshly spawned workers (the launcher's own way); ``1``, the default, runs
 #: the CPU ones in a persistent pool (graphscale/testing/pool.py)
 POOL_ENV = "GRAPHSCALE_TEST_POOL"
+_POOL_KEY = pytest.StashKey()
 
 
 @pytest.fixture(autouse=True, scope="session")
@@ -22,7 +23,7 @@ def _private_cache_dir(tmp_path_factory):
 
 
 @pytest.fixture(autouse=True, scope="session")
-def _worker_pool():
+def _worker_pool(request):
     """The launcher's spawning step, replaced for the session by a persistent worker pool (unless
     ``GRAPHSCALE_TEST_POOL=0``): the suite's many small multi-worker runs share spawned interpreters."""
     setting = os.environ.get(POOL_ENV, "1")
@@ -35,6 +36,7 @@ def _worker_pool():
     from graphscale.testing.pool import WorkerPool
 
     pool = WorkerPool(launch._spawn)
+    request.config.stash[_POOL_KEY] = pool
     mp = pytest.MonkeyPatch()
     mp.setattr(launch, "_spawn", pool)
     yield pool
@@ -54,6 +56,13 @@ def _fresh_workers_for_perf(request, _worker_pool):
     mp.setattr(launch, "_spawn", _worker_pool._spawn)
     yield
     mp.undo()
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    """How many multi-worker runs the pool served and how many were spawned."""
+    pool = config.stash.get(_POOL_KEY, None)
+    if pool is not None and pool.pooled + pool.spawned:
+        terminalreporter.write_line(f"worker pool: {pool.pooled} runs in pooled workers, {pool.spawned} spawned")
 
 
 def pytest_collection_modifyitems(config, items):
