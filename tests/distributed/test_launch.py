@@ -71,7 +71,12 @@ def _raising_run() -> WorkerError:
 def test_failed_runs_end_without_waiting_for_the_hang_or_the_timeout(record_property):
     """A hung worker ends the run after its peer's 3 s collective timeout, not after its own 60 s hang (bound: 20 s,
     worker start-up included); a raising worker ends it at once, the parent stopping the worker blocked in a
-    barrier rather than waiting for its 30 s timeout (bound: 25 s)."""
+    barrier rather than waiting for its 30 s timeout (bound: 25 s). The defect each bound guards takes at least 60 s
+    (waiting for the hang) or 30 s (waiting for the timeout), worker start-up not counted.
+
+    Measured: within the bounds in each of 4 CI runs on an idle 2-core machine (when these were unit assertions);
+    39.8 s and 16.8 s on a 2-core machine under a load average of about 30 (1 run, the first over its bound: why
+    this is a serial-tier test)."""
     start = time.monotonic()
     _hung_run()
     hung = time.monotonic() - start

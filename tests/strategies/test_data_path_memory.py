@@ -24,6 +24,12 @@ Margins (measured on a 2-core machine; 2M-vertex figures are in the issue's clos
   through every worker in subgraphs; paper: 49-67% less memory): the workers' anonymous memory above their
   baselines, summed, is at most 0.75x graph-parallel's (0.59-0.60x measured in 3 runs at this size, 0.55x at 200k
   vertices with hidden 16; both sums include the four workers' fixed runtime).
+
+These bounds run in the serial perf tier (marker ``perf``). One perf-tier run on a 2-core machine under a load
+average of about 30 measured: graph-parallel anon / (base + tracked) 1.13 (bound 1.2), growth / tracked 1.20
+(bound 0.5), largest worker / single 0.81 (bound 0.9); data-parallel 0.62 copies (bound 1), single 1.00;
+split-parallel 0.69 copies (bound 1.5); task-parallel / graph-parallel 0.63 (bound 0.75);
+model-averaging below.
 """
 
 from __future__ import annotations
@@ -108,15 +114,20 @@ def test_model_averaging_memory_follows_one_partition_not_p_over_q(tmp_path, mon
         return ([m["peak_rss"] - m["baseline_rss"] for m in final["os_memory_per_worker"]],
                 final["peak_memory_per_worker"])
 
+    noise = 50 * 2**20  # the run-to-run spread of a worker's fixed runtime (numba's kernels, autograd)
     (one,), (tracked_one,) = above(1, 1)
     (two,), _ = above(2, 1)
     (eight,), (tracked_eight,) = above(8, 1)
     record_property("p8_minus_p2_mib", (eight - two) / 2**20)
     record_property("p2_minus_p1_mib", (two - one) / 2**20)
     record_property("drop_over_tracked_drop", (one - eight) / (tracked_one - tracked_eight))
-    assert eight <= two <= one, (one, two, eight)
+    # p = 8 needs no more than p = 2, which needs no more than p = 1, within the noise of the fixed runtime; a worker
+    # holding every partition (the defect) would need at least p = 1's memory at p = 8, 210 MiB above p = 2's.
+    assert eight <= two + noise and two <= one + noise, (one, two, eight)
+    assert eight < one - noise, (one, eight)
     # Measured: resident above start 435 MiB at p = 1, 348 at p = 2, 225 at p = 8; tracked 245, 177, 67 MiB:
-    # the OS drop is 117% of the designed drop. (Before dropout was fused into the first dense product, the
+    # the OS drop is 117% of the designed drop. Perf tier, under a load average of about 30 on 2 cores (1 run):
+    # p = 2 - p = 1 = -66 MiB, p = 8 - p = 2 = -126 MiB, OS drop 108% of the designed drop. (Before dropout was fused into the first dense product, the
     # anonymous dropped copy of the features carried the drop: 371-382 / 300-302 / 171-174 MB anonymous.)
     assert one - eight >= 0.5 * (tracked_one - tracked_eight), (one, eight, tracked_one, tracked_eight)
 
