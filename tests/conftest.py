@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
+
+#: ``0`` runs every multi-worker run in freshly spawned workers (the launcher's own way); ``1``, the default, runs
+#: the CPU ones in a persistent pool (graphscale/testing/pool.py)
+POOL_ENV = "GRAPHSCALE_TEST_POOL"
+_POOL_KEY = pytest.StashKey()
 
 
 @pytest.fixture(autouse=True, scope="session")
@@ -13,6 +20,49 @@ def _private_cache_dir(tmp_path_factory):
     mp.setenv("GRAPHSCALE_CACHE_DIR", str(tmp_path_factory.mktemp("graphscale-cache")))
     yield
     mp.undo()
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _worker_pool(request):
+    """The launcher's spawning step, replaced for the session by a persistent worker pool (unless
+    ``GRAPHSCALE_TEST_POOL=0``): the suite's many small multi-worker runs share spawned interpreters."""
+    setting = os.environ.get(POOL_ENV, "1")
+    if setting not in ("0", "1"):
+        raise pytest.UsageError(f"{POOL_ENV}={setting!r}: expected 0 (spawn every run) or 1 (a persistent pool)")
+    if setting == "0":
+        yield None
+        return
+    from graphscale.distributed import launch
+    from graphscale.testing.pool import WorkerPool
+
+    pool = WorkerPool(launch._spawn)
+    request.config.stash[_POOL_KEY] = pool
+    mp = pytest.MonkeyPatch()
+    mp.setattr(launch, "_spawn", pool)
+    yield pool
+    mp.undo()
+    pool.close()
+
+
+@pytest.fixture(autouse=True)
+def _fresh_workers_for_perf(request, _worker_pool):
+    """The perf tier measures fresh workers (resident memory from their start, wall time with start-up): no pool."""
+    if _worker_pool is None or request.node.get_closest_marker("perf") is None:
+        yield
+        return
+    from graphscale.distributed import launch
+
+    mp = pytest.MonkeyPatch()
+    mp.setattr(launch, "_spawn", _worker_pool._spawn)
+    yield
+    mp.undo()
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    """How many multi-worker runs the pool served and how many were spawned."""
+    pool = config.stash.get(_POOL_KEY, None)
+    if pool is not None and pool.pooled + pool.spawned:
+        terminalreporter.write_line(f"worker pool: {pool.pooled} runs in pooled workers, {pool.spawned} spawned")
 
 
 def pytest_collection_modifyitems(config, items):

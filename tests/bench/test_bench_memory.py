@@ -41,10 +41,26 @@ def test_bench_memory_tabulates_each_strategy_per_worker(tmp_path, capsys, monke
     assert single["anon_per_single"] == 1.0 and single["tracked_per_single"] == 1.0
     for r in by["single"] + by["graph-parallel"]:
         assert r["tracked"] > 0 and r["rss_peak"] > 0
-        if r["anon"] is not None:  # Linux: the sampled parts add up to about the kernel's peak
+        if r["anon"] is not None:  # Linux: a sampled anonymous peak is part of a resident set the kernel's peak bounds
             assert r["anon"] <= r["rss_peak"] + 4 * MiB
-            assert r["anon"] + r["file"] >= 0.9 * r["rss_peak"]
             assert r["single_anon"] == single["anon"]
+
+
+@pytest.mark.perf  # sampled OS memory against the kernel's peak: the serial perf tier
+def test_sampled_parts_add_up_to_about_the_kernels_peak(record_property):
+    """The sampler's anonymous and file-backed peaks together reach 0.9x the kernel's peak resident set (VmHWM):
+    the sampling does not miss the peak (Linux only: elsewhere the OS does not say). Measured 1.00x for every
+    worker (1 run under load); a sampler that missed the training step would see only the start-up's resident set."""
+    rows = []
+    for strategy, workers in (("single", 1), ("graph-parallel", 2)):
+        rows += memory.worker_rows("d", strategy, memory.train_once("sbm:nodes=2000,degree=5,features=8", strategy,
+                                                                    workers, 1))
+    rows = [r for r in rows if r["anon"] is not None]
+    if not rows:
+        pytest.skip("the OS does not report anonymous and file-backed memory")
+    record_property("sampled_over_kernel_peak_min", min((r["anon"] + r["file"]) / r["rss_peak"] for r in rows))
+    for r in rows:
+        assert r["anon"] + r["file"] >= 0.9 * r["rss_peak"], r
 
 
 def test_a_failing_run_reports_its_error():

@@ -1,4 +1,7 @@
-"""The malloc configuration reaches every worker, read back from the workers themselves."""
+"""The malloc configuration reaches every worker, read back from the workers themselves.
+
+The unit tests check the configuration each worker records; whether a freed block really comes back without page
+faults is counted by the OS, so those bounds are in the perf tier (``test_retained_blocks_*``, marker ``perf``)."""
 
 from __future__ import annotations
 
@@ -38,17 +41,15 @@ def test_spawned_workers_run_retain_when_asked(monkeypatch):
     for r in reports:
         assert r["mode"] == "retain" and r["library"] == "glibc" and r["retaining"]
         assert r["settings"] == {"mmap_threshold": allocator.RETAIN_BYTES, "trim_threshold": allocator.RETAIN_BYTES}
-        assert r["refaults"] < PAGES_64MIB // 16  # the freed block came back without new pages
 
 
 @pytest.mark.skipif(allocator.loaded_library() != "glibc", reason="glibc's default behaviour is probed")
 def test_default_and_option_over_environment(monkeypatch):
     for r in launch(_report, 2, device="cpu", timeout_s=60):
         assert r["mode"] == "default" and not r["retaining"] and r["settings"] == {}
-        assert r["refaults"] >= PAGES_64MIB * 0.9  # glibc munmapped it: every page is faulted in again
     monkeypatch.setenv(allocator.ENV_VAR, "retain")
     for r in launch(_report, 2, device="cpu", timeout_s=60, allocator_mode="default"):
-        assert r["mode"] == "default" and r["refaults"] >= PAGES_64MIB * 0.9
+        assert r["mode"] == "default" and not r["retaining"]
 
 
 _IN_PROCESS = """
@@ -63,18 +64,40 @@ print(json.dumps({"pid": os.getpid(), "run": r, "after": allocator.state(), "ref
 """
 
 
-@pytest.mark.skipif(allocator.loaded_library() != "glibc", reason="the retaining configuration is glibc's")
-def test_in_process_run_applies_then_restores():
+def _in_process_run() -> dict:
     """In a fresh interpreter: whether a freed 64 MiB block comes back without page faults also depends on what
     the process did before (the test suite's earlier runs), so the caller's state is probed where it is known."""
     proc = subprocess.run([sys.executable, "-c", _IN_PROCESS], capture_output=True, text=True, timeout=120,
                           check=False, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert proc.returncode == 0, proc.stderr[-3000:]
-    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.skipif(allocator.loaded_library() != "glibc", reason="the retaining configuration is glibc's")
+def test_in_process_run_applies_then_restores():
+    out = _in_process_run()
     r = out["run"]
-    assert r["pid"] == out["pid"] and r["mode"] == "retain" and r["retaining"] and r["refaults"] < PAGES_64MIB // 16
+    assert r["pid"] == out["pid"] and r["mode"] == "retain" and r["retaining"]
     assert out["after"]["mode"] is None and not out["after"]["retaining"]
-    assert out["refaults"] >= PAGES_64MIB * 0.9  # the caller's process is glibc's default again
+
+
+@pytest.mark.perf  # page faults counted by the OS: the serial perf tier
+@pytest.mark.skipif(allocator.loaded_library() != "glibc", reason="the retaining configuration is glibc's")
+def test_retained_blocks_come_back_without_page_faults(monkeypatch, record_property):
+    """Reusing a freed 64 MiB block (16,384 pages of 4 KiB): under ``retain`` it comes back without new pages (bound:
+    under 1/16 of them), under glibc's default it was munmapped and every page faults in again (bound: at least
+    9/10 of them), in spawned workers, in-process, and in the caller after an in-process run restored the default.
+    Measured (1 run, 2 cores under load): retained 0.00 of the pages, default 1.00; the guarded defect, a retain
+    setting that did not reach the worker, measures as the default does, 16x above the retained bound."""
+    retained = [r["refaults"] for r in launch(_report, 2, device="cpu", timeout_s=60, allocator_mode="retain")]
+    default = [r["refaults"] for r in launch(_report, 2, device="cpu", timeout_s=60, allocator_mode="default")]
+    out = _in_process_run()
+    retained.append(out["run"]["refaults"])
+    default.append(out["refaults"])
+    record_property("retained_max_over_pages", max(retained) / PAGES_64MIB)
+    record_property("default_min_over_pages", min(default) / PAGES_64MIB)
+    assert max(retained) < PAGES_64MIB // 16, retained  # the freed block came back without new pages
+    assert min(default) >= PAGES_64MIB * 0.9, default  # glibc munmapped it: every page is faulted in again
 
 
 @pytest.mark.skipif(allocator.loaded_library() != "glibc", reason="glibc tuning is what the user set")

@@ -25,8 +25,11 @@ from graphscale.run import run
 
 MiB = 2**20
 linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc/self/status is Linux only")
+#: bounds on what the OS measures run in the serial perf tier (``pytest -m perf``), not in the unit tier
+perf = pytest.mark.perf
 
 
+@perf
 @linux_only
 def test_os_memory_reads_proc_in_bytes():
     mem = os_memory(smaps=True)
@@ -38,8 +41,11 @@ def test_os_memory_reads_proc_in_bytes():
     assert json.loads(json.dumps(mem.to_dict()))["rss"] == mem.rss
 
 
+@perf
 @linux_only
-def test_sampler_sees_an_anonymous_allocation_and_vmhwm_bounds_it():
+def test_sampler_sees_an_anonymous_allocation_and_vmhwm_bounds_it(record_property):
+    """A 200 MB anonymous block shows in the sampled peak (bound: 180 MB; measured 200.0 MB, 1 run under load); a
+    sampler that read only at its start and end would see nothing of the freed block."""
     gc.collect()
     reset_peak_rss()
     before = os_memory()
@@ -49,6 +55,7 @@ def test_sampler_sees_an_anonymous_allocation_and_vmhwm_bounds_it():
         del block
         gc.collect()
     peaks = sampler.peaks
+    record_property("anon_growth_mb", (peaks.anon - before.anon) / 1e6)
     assert peaks.samples >= 2
     assert peaks.anon - before.anon >= 180 * 10**6
     after = os_memory()
@@ -56,8 +63,11 @@ def test_sampler_sees_an_anonymous_allocation_and_vmhwm_bounds_it():
     assert after.peak_rss >= peaks.anon  # the kernel's exact peak bounds the sampled one
 
 
+@perf
 @linux_only
-def test_sampler_sees_file_backed_memory(tmp_path):
+def test_sampler_sees_file_backed_memory(tmp_path, record_property):
+    """A 100 MB read-only mapping shows as file-backed (bound 90 MB; measured 100.0 MB) and not as anonymous memory
+    (bound 50 MB; measured 0.004 MB), 1 run under load."""
     path = tmp_path / "mapped.bin"
     np.arange(100 * 10**6 // 8, dtype=np.float64).tofile(path)  # 100 MB
     before = os_memory()
@@ -66,6 +76,8 @@ def test_sampler_sees_file_backed_memory(tmp_path):
         total = float(mapped.sum())  # reads every page through the mapping (mapped until the interval ends)
     del mapped
     assert total > 0
+    record_property("file_growth_mb", (sampler.peaks.file - before.file) / 1e6)
+    record_property("anon_growth_mb", (sampler.peaks.anon - before.anon) / 1e6)
     assert sampler.peaks.file - before.file >= 90 * 10**6
     assert sampler.peaks.anon - before.anon < 50 * 10**6  # a read-only mapping adds no anonymous memory
 
@@ -151,8 +163,9 @@ _SCRIPT = textwrap.dedent("""
 """)
 
 
+@perf
 @linux_only
-def test_single_os_anonymous_peak_is_within_margin_of_the_design():
+def test_single_os_anonymous_peak_is_within_margin_of_the_design(record_property):
     """The design says a `single` GCN epoch holds its tracked peak: graph, model, optimiser and autograd's saved
     tensors. The OS must confirm it: the worker's anonymous memory during the training step grows by at least
     that much above its baseline (the interpreter, torch and the compiled kernels, read before the data is
@@ -169,11 +182,13 @@ def test_single_os_anonymous_peak_is_within_margin_of_the_design():
     """
     spec = "sbm:nodes=300000,degree=10,features=128"
     out = subprocess.run([sys.executable, "-c", f"SPEC = {spec!r}\n" + _SCRIPT], capture_output=True, text=True, check=False,
-                         timeout=120)
+                         timeout=600)  # a hang guard, not a bound: a loaded 2-core machine measured over 120 s
     assert out.returncode == 0, out.stderr
     result = json.loads(out.stdout.strip().splitlines()[-1])
     tracked = result["tracked"]
     grown = result["train_peak_anon"] - result["baseline_anon"]
+    record_property("growth_over_tracked", grown / tracked)
+    record_property("vmhwm_minus_anon_growth_mib", (result["peak_rss"] - result["baseline_rss"] - grown) / MiB)
     assert result["baseline_at"] == "worker start"
     assert tracked > 200 * MiB  # the data dominates the interpreter's own noise
     assert 0.95 * tracked <= grown <= 2.0 * tracked, (grown / tracked, result)

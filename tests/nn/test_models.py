@@ -265,11 +265,13 @@ print(json.dumps(epoch("sbm:nodes=200000,degree=10,features=32")))
 """
 
 
+@pytest.mark.perf  # OS-measured peak resident memory: the serial perf tier
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc/self/clear_refs is Linux only")
-def test_deferral_saves_the_hidden_gradient_as_the_os_measures_it():
+def test_deferral_saves_the_hidden_gradient_as_the_os_measures_it(record_property):
     """The OS confirms what deferral is for: a 2-layer GCN epoch (200k vertices, hidden 128) peaks lower with it than
     layer by layer by about one ``[N, 128]`` float32 tensor, the hidden rows' gradient (97.7 MiB). Measured on the
-    2-core development machine: 96-104 MiB less. The bound asks for 3/4 of it."""
+    2-core development machine: 96-104 MiB less; in the perf tier on a loaded 2-core machine, 1.00x and 1.06x of
+    it (2 runs). The bound asks for 3/4 of it; without deferral the difference is none."""
     growth = {}
     for mode in ("on", "off"):
         out = subprocess.run([sys.executable, "-c", _DEFER_SCRIPT, mode], capture_output=True, text=True, timeout=300,
@@ -278,4 +280,5 @@ def test_deferral_saves_the_hidden_gradient_as_the_os_measures_it():
         growth[mode], exact = json.loads(out.stdout.strip().splitlines()[-1])
         if not exact:
             pytest.skip("this kernel refuses to reset the peak resident set (/proc/self/clear_refs)")
+    record_property("saved_over_hidden_gradient", (growth["off"] - growth["on"]) / (200_000 * 128 * 4))
     assert growth["off"] - growth["on"] >= 0.75 * 200_000 * 128 * 4, growth

@@ -24,6 +24,12 @@ Margins (measured on a 2-core machine; 2M-vertex figures are in the issue's clos
   through every worker in subgraphs; paper: 49-67% less memory): the workers' anonymous memory above their
   baselines, summed, is at most 0.75x graph-parallel's (0.59-0.60x measured in 3 runs at this size, 0.55x at 200k
   vertices with hidden 16; both sums include the four workers' fixed runtime).
+
+These bounds run in the serial perf tier (marker ``perf``). One perf-tier run on a 2-core machine under a load
+average of about 30 measured: graph-parallel anon / (base + tracked) 1.13 (bound 1.2), growth / tracked 1.20
+(bound 0.5), largest worker / single 0.81 (bound 0.9); data-parallel 0.62 copies (bound 1), single 1.00;
+split-parallel 0.69 copies (bound 1.5); task-parallel / graph-parallel 0.63 (bound 0.75);
+model-averaging below.
 """
 
 from __future__ import annotations
@@ -33,7 +39,7 @@ import pytest
 from graphscale.config import build_config
 from graphscale.run import run
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.perf]  # OS-measured memory: the serial perf tier
 
 
 def _run(dataset: str, strategy: str, workers: int, oversubscribe: bool = False, **strategy_options) -> dict:
@@ -49,36 +55,42 @@ def _per_worker(report: dict) -> list[tuple[int, int, int]]:
             for m, t in zip(final["os_memory_per_worker"], final["peak_memory_per_worker"])]
 
 
-def test_graph_parallel_workers_hold_their_part_as_designed():
+def test_graph_parallel_workers_hold_their_part_as_designed(record_property):
     dataset = "sbm:nodes=300000,degree=10,features=128,seed=0"
     single_anon = _per_worker(_run(dataset, "single", 1))[0][0]
     workers = _per_worker(_run(dataset, "graph-parallel", 2))
+    record_property("anon_over_base_plus_tracked", max(a / (b + t) for a, b, t in workers))
+    record_property("growth_over_tracked", min((a - b) / t for a, b, t in workers))
+    record_property("worker_over_single", max(a for a, _, _ in workers) / single_anon)
     for anon, base, tracked in workers:
         assert anon <= 1.2 * (base + tracked), (anon, base, tracked)
         assert anon - base >= 0.5 * tracked, (anon, base, tracked)
     assert max(anon for anon, _, _ in workers) <= 0.9 * single_anon, (workers, single_anon)
 
 
-def test_host_shared_workers_share_one_copy_of_the_node_data():
+def test_host_shared_workers_share_one_copy_of_the_node_data(record_property):
     dataset = "sbm:nodes=40000,degree=8,features=4096,seed=0"  # node data (655 MB) dominate the runtime
     node_bytes = 40000 * 4096 * 4
     single = _per_worker(_run(dataset, "single", 1))[0]
     assert single[0] - single[1] > node_bytes
     workers = _per_worker(_run(dataset, "data-parallel", 2, batch_size=64, fanouts=[5, 5]))
+    record_property("single_growth_over_node_bytes", (single[0] - single[1]) / node_bytes)
+    record_property("workers_growth_over_node_bytes", sum(anon - base for anon, base, _ in workers) / node_bytes)
     assert sum(anon - base for anon, base, _ in workers) < node_bytes, workers
 
 
-def test_split_parallel_workers_share_one_copy_of_the_node_data():
+def test_split_parallel_workers_share_one_copy_of_the_node_data(record_property):
     """Issue 9's bound at a size where the node data dominate: split-parallel's workers' anonymous memory above
     their baselines, summed over training and evaluation, stays below 1.5 copies of the node data (a copy per
     worker would be two; measured 0.6x here, on a loaded 2-core machine)."""
     dataset = "sbm:nodes=40000,degree=8,features=4096,seed=0"
     node_bytes = 40000 * 4096 * 4
     workers = _per_worker(_run(dataset, "split-parallel", 2, batch_size=64, fanouts=[5, 5]))
+    record_property("workers_growth_over_node_bytes", sum(anon - base for anon, base, _ in workers) / node_bytes)
     assert sum(anon - base for anon, base, _ in workers) < 1.5 * node_bytes, workers
 
 
-def test_model_averaging_memory_follows_one_partition_not_p_over_q(tmp_path, monkeypatch):
+def test_model_averaging_memory_follows_one_partition_not_p_over_q(tmp_path, monkeypatch, record_property):
     """SDT-GNN's promise, measured by the OS: a worker holds one partition at a time, so its resident peak above
     its start falls as p grows at fixed q (8 partitions on one worker need no more than 2) and the drop from
     p = 1 accounts for at least half of the designed drop (the tracked peaks). Resident memory of both kinds: a
@@ -102,17 +114,25 @@ def test_model_averaging_memory_follows_one_partition_not_p_over_q(tmp_path, mon
         return ([m["peak_rss"] - m["baseline_rss"] for m in final["os_memory_per_worker"]],
                 final["peak_memory_per_worker"])
 
+    noise = 50 * 2**20  # the run-to-run spread of a worker's fixed runtime (numba's kernels, autograd)
     (one,), (tracked_one,) = above(1, 1)
     (two,), _ = above(2, 1)
     (eight,), (tracked_eight,) = above(8, 1)
-    assert eight <= two <= one, (one, two, eight)
+    record_property("p8_minus_p2_mib", (eight - two) / 2**20)
+    record_property("p2_minus_p1_mib", (two - one) / 2**20)
+    record_property("drop_over_tracked_drop", (one - eight) / (tracked_one - tracked_eight))
+    # p = 8 needs no more than p = 2, which needs no more than p = 1, within the noise of the fixed runtime; a worker
+    # holding every partition (the defect) would need at least p = 1's memory at p = 8, 210 MiB above p = 2's.
+    assert eight <= two + noise and two <= one + noise, (one, two, eight)
+    assert eight < one - noise, (one, eight)
     # Measured: resident above start 435 MiB at p = 1, 348 at p = 2, 225 at p = 8; tracked 245, 177, 67 MiB:
-    # the OS drop is 117% of the designed drop. (Before dropout was fused into the first dense product, the
+    # the OS drop is 117% of the designed drop. Perf tier on a loaded 2-core machine (2 runs): p = 2 - p = 1 = -66
+    # and -69 MiB, p = 8 - p = 2 = -126 and -120 MiB, OS drop 108% and 106% of the designed drop. (Before dropout was fused into the first dense product, the
     # anonymous dropped copy of the features carried the drop: 371-382 / 300-302 / 171-174 MB anonymous.)
     assert one - eight >= 0.5 * (tracked_one - tracked_eight), (one, eight, tracked_one, tracked_eight)
 
 
-def test_task_parallel_workers_hold_less_than_graph_parallel_workers():
+def test_task_parallel_workers_hold_less_than_graph_parallel_workers(record_property):
     """NeutronTask's memory promise, measured by the OS: graph-parallel workers hold their partition's features plus
     the replicated halo rows (about 80 MB each here); task-parallel's T worker reads one subgraph's rows at a time
     from the host-shared (memory-mapped, not anonymous) features, its P workers keep vertex rows at the output
@@ -123,4 +143,5 @@ def test_task_parallel_workers_hold_less_than_graph_parallel_workers():
         return [anon - base for anon, base, _ in _per_worker(_run(dataset, strategy, 4, oversubscribe=True))]
 
     gp, tp = above("graph-parallel"), above("task-parallel")
+    record_property("task_over_graph_parallel", sum(tp) / sum(gp))
     assert sum(tp) <= 0.75 * sum(gp), (tp, gp)

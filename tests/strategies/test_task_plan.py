@@ -135,17 +135,38 @@ def test_bad_input_names_the_option():
         TaskPlan(3, 2, "layers", ((0,),), ((1,), (2,)), ((0, 2),), ((0, 1), (0, 2)))
 
 
-def test_measured_speeds_are_cached_and_quick():
-    start = time.perf_counter()
+def test_measured_speeds_are_cached(monkeypatch):
+    from graphscale.strategies.task_parallel import plan
+
     flops, bandwidth = cpu_speeds()
-    first = time.perf_counter() - start
     assert flops > 1e8 and bandwidth > 1e8
-    assert first < 1.0  # ~0.2 s measured; generous for a loaded machine
-    start = time.perf_counter()
+    calls = []
+    monkeypatch.setattr(plan, "measure_flops", lambda *a, **k: calls.append("flops"))
+    monkeypatch.setattr(plan, "measure_bandwidth", lambda *a, **k: calls.append("bandwidth"))
     assert cpu_speeds() == (flops, bandwidth)
-    assert time.perf_counter() - start < 1e-3
+    assert calls == []  # the second call measured nothing
     t_t, t_p = task_costs(1000, 10_000, (64, 16, 4))
     assert t_t > 0 and t_p > 0
+
+
+@pytest.mark.perf  # wall time: the serial perf tier
+def test_measuring_the_speeds_is_quick(record_property):
+    """The first measurement takes under 1 s, a cached one under 1 ms. Measured: ~0.2 s and 0 s idle; 0.63 s and
+    0 s under a load average of about 30 on 2 cores (1 run). A cache that did not hold would measure again:
+    at least two 0.08 s measurement windows (``MEASURE_SECONDS``), 160x the cached bound."""
+    from graphscale.strategies.task_parallel import plan
+
+    plan._speeds.cache_clear()  # measure for real, whatever earlier tests measured
+    start = time.perf_counter()
+    cpu_speeds()
+    first = time.perf_counter() - start
+    start = time.perf_counter()
+    cpu_speeds()
+    cached = time.perf_counter() - start
+    record_property("first_s", first)
+    record_property("cached_s", cached)
+    assert first < 1.0
+    assert cached < 1e-3
 
 
 def test_replication_alpha_is_graph_parallels_halo_count():
