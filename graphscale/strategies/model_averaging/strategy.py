@@ -48,7 +48,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -76,6 +75,7 @@ from graphscale.strategies.base import (
     optimizer_tensors,
     split_counts,
 )
+from graphscale.strategies.epoch import Epoch
 from graphscale.strategies.model_averaging.averaging import (
     adam_moments,
     all_reduce_average,
@@ -352,11 +352,8 @@ class ModelAveraging(Strategy):
         return total
 
     def train_epoch(self, epoch: int) -> EpochStats:
-        self.model.train()
-        self.model.set_epoch(epoch)
+        run = Epoch(self.model, epoch, self.env, self.tracker)
         sc = self.config.strategy
-        start = time.perf_counter()
-        before = self.env.ledger.snapshot()
         loss_sum = 0.0
         weights = torch.zeros_like(self.global_flat)
         moments = torch.zeros(2 * sum(p.numel() for p in self.params) if self.average_moments else 0,
@@ -396,11 +393,10 @@ class ModelAveraging(Strategy):
             self.last_epoch = epoch
             unflatten_into(self.global_flat, self.float_state)  # evaluation and checkpoints see the global model
         total = self.comm.all_reduce(torch.tensor([loss_sum], dtype=torch.float64, device=self.device), CONTROL)
-        return EpochStats(loss=float(total) / sum(self.part_train), seconds=time.perf_counter() - start,
-                          bytes=self.env.ledger.since(before), peak_memory=self.tracker.peak,
-                          extra={"partitions": len(self.parts), "averaged": averaged_after(epoch, sc.average_every),
-                                 "evaluation": EVAL_LABELS[self.eval_mode],
-                                 **({"correction_loss": correction_loss} if correction_loss is not None else {})})
+        return run.stats(float(total) / sum(self.part_train),
+                         {"partitions": len(self.parts), "averaged": averaged_after(epoch, sc.average_every),
+                          "evaluation": EVAL_LABELS[self.eval_mode],
+                          **({"correction_loss": correction_loss} if correction_loss is not None else {})})
 
     def _correct(self, epoch: int) -> float:
         """``--correction-steps`` global steps from the averaged model (:mod:`.correction`); returns the mean
