@@ -45,8 +45,7 @@ def test_os_memory_reads_proc_in_bytes():
 @linux_only
 def test_sampler_sees_an_anonymous_allocation_and_vmhwm_bounds_it(record_property):
     """A 200 MB anonymous block shows in the sampled peak (bound: 180 MB; measured 200.03 MB in each of 10
-    perf-tier runs); a
-    sampler that read only at its start and end would see nothing of the freed block."""
+    perf-tier runs); a sampler that read only at its start and end would see nothing of the freed block."""
     gc.collect()
     reset_peak_rss()
     before = os_memory()
