@@ -8,7 +8,7 @@ the other, so the runs do not share the machine), reads the values back from eac
 per test and quantity, the minimum, maximum and mean. The spread goes into the test's docstring, and the bound
 sits a margin above it::
 
-    python -m graphscale.testing.perf_spread --runs 10 [pytest selection, e.g. tests/distributed -k refault]
+    python -m graphscale.testing.perf_spread --runs 10 [-- pytest selection, e.g. -- tests/distributed -k refault]
 """
 
 from __future__ import annotations

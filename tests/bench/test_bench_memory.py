@@ -50,7 +50,7 @@ def test_bench_memory_tabulates_each_strategy_per_worker(tmp_path, capsys, monke
 def test_sampled_parts_add_up_to_about_the_kernels_peak(record_property):
     """The sampler's anonymous and file-backed peaks together reach 0.9x the kernel's peak resident set (VmHWM):
     the sampling does not miss the peak (Linux only: elsewhere the OS does not say). Measured 1.00x for every
-    worker (1 run under load); a sampler that missed the training step would see only the start-up's resident set."""
+    worker in each of 10 perf-tier runs; a sampler that missed the training step would see only the start-up's resident set."""
     rows = []
     for strategy, workers in (("single", 1), ("graph-parallel", 2)):
         rows += memory.worker_rows("d", strategy, memory.train_once("sbm:nodes=2000,degree=5,features=8", strategy,

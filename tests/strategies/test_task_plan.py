@@ -151,8 +151,9 @@ def test_measured_speeds_are_cached(monkeypatch):
 
 @pytest.mark.perf  # wall time: the serial perf tier
 def test_measuring_the_speeds_is_quick(record_property):
-    """The first measurement takes under 1 s, a cached one under 1 ms. Measured: ~0.2 s and 0 s idle; 0.63 s and
-    0 s under a load average of about 30 on 2 cores (1 run). A cache that did not hold would measure again:
+    """The first measurement takes under 1 s, a cached one under 1 ms. Measured over 10 perf-tier runs on a 2-core
+    machine at a load average of about 6: first 0.24-0.34 s, cached 10-15 us; 0.63 s and 0 s at a load average of
+    about 30 (1 run). A cache that did not hold would measure again:
     at least two 0.08 s measurement windows (``MEASURE_SECONDS``), 160x the cached bound."""
     from graphscale.strategies.task_parallel import plan
 
