@@ -14,6 +14,7 @@ and model class declares); defaults never count.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -70,6 +71,15 @@ class ModelConfig:
     ``task-parallel``, off elsewhere."""
     last_relu: bool = False
     """Decoupled models: a ReLU after the MLP's last layer too (the NeutronTask artifact's choice)."""
+    pyg_dropout: str = "keyed"
+    """A user's PyG model (``name = "module.path:factory"`` or ``factory``): ``keyed`` swaps its
+    ``torch.nn.Dropout`` for graphscale's keyed dropout (the same masks under every strategy: partitioned runs equal
+    ``single``), ``torch`` keeps it (masks from each worker process's RNG: partitioned runs differ from ``single``);
+    :mod:`graphscale.nn.pyg`."""
+    factory: Callable | None = field(default=None, metadata={"python_only": True})
+    """A zero-argument callable returning the model (a PyG model, or a graphscale ``GNN``); set by the Python API
+    only, never from a TOML file or the command line (``name = "module.path:attr"`` is their form). Reports hold its
+    qualified name."""
 
 
 @dataclass
@@ -249,6 +259,9 @@ def _apply(target, values: dict, where: str) -> None:
     for key, value in values.items():
         if key not in names:
             raise ValueError(f"{where}: unknown option {key!r}; expected one of {', '.join(sorted(names))}")
+        if names[key].metadata.get("python_only"):
+            raise ValueError(f"{where}: option {key!r} is set from Python only (gs.train(model=...)); give "
+                             "name = \"module.path:factory\" instead")
         current = getattr(target, key)
         if dataclasses.is_dataclass(current):
             if not isinstance(value, dict):
@@ -320,5 +333,15 @@ def stored_feature_dtype(config: RunConfig) -> str:
     return "bfloat16" if config.data.feature_dtype == "bfloat16" else config.dtype
 
 
+def model_dict(model: ModelConfig) -> dict:
+    """``[model]`` as plain data (reports, cache keys); a model factory as its qualified name."""
+    out = dataclasses.asdict(dataclasses.replace(model, factory=None))
+    if model.factory is not None:
+        target = model.factory if hasattr(model.factory, "__qualname__") else type(model.factory)
+        out["factory"] = f"{getattr(target, '__module__', '?')}.{target.__qualname__}"
+    return out
+
+
 def to_dict(config: RunConfig) -> dict:
-    return dataclasses.asdict(config)
+    """The configuration as plain data (the JSON report's ``config``); a model factory as its qualified name."""
+    return {**dataclasses.asdict(dataclasses.replace(config, model=ModelConfig())), "model": model_dict(config.model)}
