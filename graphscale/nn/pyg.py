@@ -51,12 +51,11 @@ import inspect
 import torch
 from torch import Tensor, nn
 
+from graphscale.config import PYG_DROPOUT_CHOICES
 from graphscale.data.block import Block
 from graphscale.nn.dropout import KeyedDropout
-from graphscale.nn.models import GNN
+from graphscale.nn.models import GNN, PYG_OPTIONS
 
-#: the values of ``[model] pyg_dropout`` (``--pyg-dropout``)
-PYG_DROPOUT_CHOICES = ("keyed", "torch")
 _EDGES_ATTR = "_graphscale_pyg_edges"
 
 #: convs that cannot run on a one-hop block, with the reason
@@ -314,7 +313,7 @@ class PyGModel(GNN):
         label: how errors name the model.
     """
 
-    options = frozenset({"pyg_dropout"})
+    options = PYG_OPTIONS
     #: the ``[model]`` options of graphscale's own models; a PyG model defines these itself
     _OWN = ("hidden", "layers", "dropout", "heads", "alpha", "theta", "decoupled", "last_relu")
 
@@ -465,23 +464,27 @@ def as_gnn(module: nn.Module, in_dim: int, num_classes: int | None = None, *, dr
 
 
 def check_model(module: nn.Module, strategy_name: str, in_dim: int | None = None, num_classes: int | None = None,
-                *, dropout: str = "keyed", label: str | None = None) -> None:
+                *, dropout: str = "keyed", label: str | None = None) -> int:
     """Raise a one-line ``ValueError`` when ``module`` cannot be trained by strategy ``strategy_name``: no
     message-passing layers, a conv that cannot run on a block, a model whose layer order graphscale cannot read,
-    a strategy that does not train PyG models (``Strategy.pyg_models``), widths that do not fit the data.
+    a strategy that does not train PyG models (``Strategy.pyg_refusal``), widths that do not fit the data.
 
-    The module is not changed (the checks run on a copy)."""
+    The module is not changed (the checks run on a copy).
+
+    Returns:
+        The number of message-passing layers.
+    """
     import copy
 
     from graphscale.registry import STRATEGIES
 
     strategy = STRATEGIES.get(strategy_name)
     label = label or _name(module)
-    if not getattr(strategy, "pyg_models", True):
-        raise ValueError(f"strategy {strategy_name!r} does not train PyG models ({label}): "
-                         f"{strategy.pyg_refusal}")
-    as_gnn(copy.deepcopy(module), in_dim if in_dim is not None else _declared_in_dim(module, label), num_classes,
-           dropout=dropout, label=label)
+    if strategy.pyg_refusal:
+        raise ValueError(f"strategy {strategy_name!r} does not train PyG models ({label}): {strategy.pyg_refusal}")
+    model = as_gnn(copy.deepcopy(module), in_dim if in_dim is not None else _declared_in_dim(module, label),
+                   num_classes, dropout=dropout, label=label)
+    return model.num_layers
 
 
 def _declared_in_dim(module: nn.Module, label: str) -> int:
