@@ -110,10 +110,10 @@ class NeedsEdgeAttr(MessagePassing):
     (pyg_models.gcn_batchnorm, "BatchNorm (entry 1) normalises over the rows of a batch or graph"),
     (pyg_models.gat_attention_dropout, "GATConv (layer 0) has a dropout inside"),
     (pyg_models.wide, "layer 0 (SAGEConv) takes 8 input features and fails on a graphscale block"),
-    (lambda: nn.Sequential(GCNConv(pyg_models.IN, 3, cached=True)), "GCNConv (layer 0) cannot run on a graphscale "
-                                                                     "block: it caches the normalisation"),
-    (lambda: nn.Sequential(NeedsEdgeAttr()), "NeedsEdgeAttr (layer 0) cannot run on a graphscale block: it needs "
-                                             "edge_attr besides x and edge_index"),
+    (lambda: nn.Sequential(GCNConv(pyg_models.IN, 3, cached=True)), ("GCNConv (layer 0) cannot run on a graphscale "
+                                                                     "block: it caches the normalisation")),
+    (lambda: nn.Sequential(NeedsEdgeAttr()), ("NeedsEdgeAttr (layer 0) cannot run on a graphscale block: it needs "
+                                             "edge_attr besides x and edge_index")),
     (lambda: GraphSAGE(pyg_models.IN, 8, 2, 3, jk="cat"), "jumping knowledge jk='cat'"),
     (lambda: Sequential("x, edge_index", [(SAGEConv(pyg_models.IN, 8), "x, edge_index -> h"),
                                           (SAGEConv(8, 3), "h, edge_index -> h")]), "entry 0 (SAGEConv) maps"),

@@ -27,8 +27,7 @@ from graphscale.prepare import load_training_graph, store_handle, write_training
 from graphscale.run import run
 from graphscale.strategies.base import make_optimizer
 from graphscale.strategies.graph_parallel import GraphParallel
-from graphscale.testing import assert_close_rel, random_graph, run_distributed
-from graphscale.testing import pyg_models
+from graphscale.testing import assert_close_rel, pyg_models, random_graph, run_distributed
 
 EPOCHS = 3
 SPEC = "graphscale.testing.pyg_models:"
