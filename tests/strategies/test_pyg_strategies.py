@@ -10,7 +10,8 @@ float64, dropout 0 (except the keyed-dropout check), 3 epochs, Adam: per-epoch l
 * mini-batches: ``split-parallel`` x2 equals ``single`` on the same sampled blocks, ``data-parallel`` x2 equals one
   single-process step per iteration over the union of its micro-batches' sampled blocks
   (:func:`graphscale.strategies.data_parallel.reference_step`);
-* ``offload`` (2 chunks) and ``pipeline`` (one chunk) equal ``single`` (a ``torch.nn.Sequential`` stack).
+* ``offload`` (2 chunks) and ``pipeline`` (one chunk) equal ``single`` (a ``torch.nn.Sequential`` stack);
+* ``model-averaging``: one partition equals ``single``, two partitions train (approximate by design).
 """
 
 from __future__ import annotations
@@ -171,3 +172,11 @@ def test_pyg_offload_and_pipeline_equal_single(strategy, options):
     single = report_losses(run_config("stack", "single"))
     got = report_losses(run_config("stack", strategy, 1, **options))
     assert_losses(got, single, f"stack {strategy} vs single")
+
+
+def test_pyg_model_averaging_one_partition_equals_single_and_two_train():
+    """One worker trains the one partition (the whole graph): single; two average partition-local models."""
+    single = report_losses(run_config("sage", "single"))
+    assert_losses(report_losses(run_config("sage", "model-averaging", 1)), single, "sage model-averaging x1")
+    two = report_losses(run_config("sage", "model-averaging", 2))
+    assert two[-1] < two[0] and two != single
