@@ -505,7 +505,8 @@ def make_user_model(cfg: ModelConfig, seed: int = 0) -> nn.Module:
             first = str(err).splitlines()[0] if str(err) else ""
             raise ValueError(f"{model_label(cfg)}: calling it failed: {type(err).__name__}: {first}") from None
     if not isinstance(module, nn.Module):
-        raise ValueError(f"{model_label(cfg)} returned a {type(module).__name__}, not a torch.nn.Module")  # noqa: TRY004
+        raise ValueError(  # noqa: TRY004 - bad input is a ValueError (the CLI exits 2 with it)
+            f"{model_label(cfg)} returned a {type(module).__name__}, not a torch.nn.Module")
     return module
 
 

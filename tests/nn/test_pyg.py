@@ -17,7 +17,8 @@ from graphscale.config import ModelConfig, build_config
 from graphscale.data.block import Block
 from graphscale.nn.dropout import KeyedDropout
 from graphscale.nn.models import build_model
-from graphscale.nn.pyg import as_gnn, block_edge_index, check_model
+from graphscale.nn.pyg import as_gnn, check_model
+from graphscale.nn.pyg_convs import block_edge_index
 from graphscale.run import run
 from graphscale.testing import assert_close_rel, pyg_models, random_graph
 from graphscale.validation import validate
