@@ -1,13 +1,15 @@
 """PyG convs on graphscale blocks: a block's edges in PyG's form, GCN's whole-graph normalisation, and which convs
 cannot run on a block (:mod:`graphscale.nn.pyg` wraps whole models).
 
-A block's destinations are the first rows of its sources, so ``edge_index = [indices, dst_of_edges]`` (cached on
-the block) indexes source rows by local number. A conv whose ``x`` accepts a pair (SAGEConv, GATConv, GINConv,
-GraphConv, GATv2Conv, TransformerConv, ...) is called bipartite: ``conv((h_src, h_src[:D]), edge_index, size=(S,
-D))``. GCNConv (``normalize=True``) gets the whole graph's normalisation as edge weights from the block's global
-in-degrees ``src_deg`` (with its self-loops, weight ``fill`` as GCNConv adds them):
-``w_ji = (deg_j + fill)^-1/2 (deg_i + fill)^-1/2``, normalisation off, so a partition or a sampled block equals
-full-graph training. Any other conv is called on all source rows and its first ``D`` output rows kept (exact for
+A block's destinations are the first rows of its sources, so the block's CSR by destination is PyG's ``adj_t``
+(``[D, S]``) and ``edge_index = [indices, dst_of_edges]`` indexes source rows by local number (both cached with
+the block). A conv whose ``x`` accepts a pair (SAGEConv, GATConv, GINConv, GraphConv, GATv2Conv, TransformerConv,
+...) is called bipartite: ``conv((h_src, h_src[:D]), adj_t)`` where it aggregates with one sparse product
+(``message_and_aggregate``: SAGEConv, GINConv, GraphConv, ...), else ``conv((h_src, h_src[:D]), edge_index,
+size=(S, D))``. GCNConv (``normalize=True``) gets the whole graph's normalisation from the block's global
+in-degrees ``src_deg`` as the values of ``adj_t`` (with its self-loops, weight ``fill`` as GCNConv adds them):
+``w_ji = (deg_j + fill)^-1/2 (deg_i + fill)^-1/2``, its own normalisation off, so a partition or a sampled block
+equals full-graph training. Any other conv is called on all source rows and its first ``D`` output rows kept (exact for
 any conv whose output row depends only on the row's in-edges and inputs). Convs that need more than one hop or
 graph-global quantities (APPNP, SGConv, ChebConv, GCN2Conv, ...) or required inputs besides ``x`` and
 ``edge_index`` are refused (:func:`conv_refusal`).
@@ -21,6 +23,7 @@ import torch
 from torch import Tensor, nn
 
 from graphscale.data.block import Block
+from graphscale.nn.topology import topology
 
 _EDGES_ATTR = "_graphscale_pyg_edges"
 
@@ -56,37 +59,38 @@ def class_name(module: nn.Module) -> str:
 
 # ------------------------------------------------------------ blocks as PyG edges
 def block_edge_index(block: Block) -> Tensor:
-    """``[2, nnz]`` ``(source row, destination row)`` of a block's edges in local numbering, cached on the block
-    (rebuilt when its ``indptr`` / ``indices`` are replaced)."""
+    """``[2, nnz]`` ``(source row, destination row)`` of a block's edges in local numbering (for convs that
+    compute per edge, such as attention), cached on the block (rebuilt when its ``indptr`` / ``indices`` are
+    replaced)."""
     cached = block.__dict__.get(_EDGES_ATTR)
     if cached is not None and cached[0] is block.indptr and cached[1] is block.indices:
         return cached[2]
     edge_index = torch.stack([block.indices, block.dst_of_edges()])
-    block.__dict__[_EDGES_ATTR] = (block.indptr, block.indices, edge_index, {})
+    block.__dict__[_EDGES_ATTR] = (block.indptr, block.indices, edge_index)
     return edge_index
 
 
-def gcn_edges(block: Block, fill: float, self_loops: bool, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
-    """GCN's normalised edges of a block from the whole graph's in-degrees: the block's edges, then one self-loop
-    per destination (if ``self_loops``), weighted ``(deg_src + f)^-1/2 (deg_dst + f)^-1/2`` (``f = fill`` with
-    self-loops, else 0), as GCNConv's ``gcn_norm`` weights them on the whole graph. Cached on the block."""
-    edge_index = block_edge_index(block)
-    store = block.__dict__[_EDGES_ATTR][3]
-    key = (float(fill), bool(self_loops), dtype)
-    if key not in store:
-        f = float(fill) if self_loops else 0.0
-        deg = block.src_deg.to(dtype) + f
-        scale = deg.pow(-0.5)
+def block_adjacency(block: Block, dtype: torch.dtype) -> Tensor:
+    """The block's adjacency as a sparse CSR ``[D, S]`` of ones (PyG's ``adj_t``: rows are destinations), for
+    convs that aggregate with one sparse product (``message_and_aggregate``). Kept with the block's topology
+    (:meth:`~graphscale.nn.topology.Topology.operator`), whose ``tensors()`` count it."""
+    return topology(block).operator("pyg-adjacency", dtype, lambda: (None, None, None, None)).matrix
+
+
+def gcn_adjacency(block: Block, fill: float, self_loops: bool, dtype: torch.dtype) -> Tensor:
+    """GCN's normalised adjacency of a block from the whole graph's in-degrees, sparse CSR ``[D, S]``:
+    ``(deg_j + f)^-1/2 (deg_i + f)^-1/2`` on the edge ``j -> i`` and ``f / (deg_i + f)`` on the self-loop of each
+    destination (``f = fill`` with self-loops, none and ``f = 0`` without), as GCNConv's ``gcn_norm`` weights the
+    whole graph. Kept with the block's topology (:meth:`~graphscale.nn.topology.Topology.operator`)."""
+    f = float(fill) if self_loops else 0.0
+
+    def scales():
+        scale = (block.src_deg.to(dtype) + f).pow(-0.5)
         scale.masked_fill_(scale == float("inf"), 0.0)
-        if self_loops:
-            loops = torch.arange(block.num_dst, device=edge_index.device)
-            edge_index = torch.cat([edge_index, torch.stack([loops, loops])], 1)
-        src, dst = edge_index
-        weight = scale[src] * scale[dst]
-        if self_loops:
-            weight[block.num_edges:] *= f
-        store[key] = (edge_index, weight)
-    return store[key]
+        dst = scale[: block.num_dst]
+        return None, scale, dst, (dst * dst * f if self_loops else None)
+
+    return topology(block).operator(f"pyg-gcn-{f:g}-{int(self_loops)}", dtype, scales).matrix
 
 
 def _forward_params(conv: nn.Module) -> dict[str, inspect.Parameter]:
@@ -139,22 +143,24 @@ def call_mode(conv: nn.Module) -> str:
 
 def run_conv(conv: nn.Module, block: Block, h_src: Tensor, mode: str | None = None) -> Tensor:
     """``conv`` on ``block``: the destinations' outputs ``[D, *]`` from the sources' inputs ``h_src [S, d]``, called
-    as ``mode`` says (default: :func:`call_mode`)."""
+    as ``mode`` says (default: :func:`call_mode`). A conv that aggregates with one sparse product
+    (``message_and_aggregate``) gets the block's CSR as ``adj_t`` (no ``[nnz, d]`` gather of source rows)."""
     mode = mode or call_mode(conv)
     d = block.num_dst
     if mode == GCN:
-        edge_index, weight = gcn_edges(block, 2.0 if conv.improved else 1.0, conv.add_self_loops, h_src.dtype)
-        conv.normalize = False  # the weights above are the whole graph's normalisation
+        adj = gcn_adjacency(block, 2.0 if conv.improved else 1.0, conv.add_self_loops, h_src.dtype)
+        conv.normalize = False  # the adjacency above holds the whole graph's normalisation
         try:
-            return conv(h_src, edge_index, weight)[:d]
+            return conv(h_src, adj)
         finally:
             conv.normalize = True
-    edge_index = block_edge_index(block)
     if mode == PAIR:
+        if getattr(conv, "fuse", False):
+            return conv((h_src, h_src[:d]), block_adjacency(block, h_src.dtype))
         if "size" in _forward_params(conv):
-            return conv((h_src, h_src[:d]), edge_index, size=(block.num_src, d))
-        return conv((h_src, h_src[:d]), edge_index)
-    return conv(h_src, edge_index)[:d]
+            return conv((h_src, h_src[:d]), block_edge_index(block), size=(block.num_src, d))
+        return conv((h_src, h_src[:d]), block_edge_index(block))
+    return conv(h_src, block_edge_index(block))[:d]
 
 
 class ConvLayer(nn.Module):
