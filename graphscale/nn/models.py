@@ -38,7 +38,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from graphscale.config import PYG_DROPOUT_CHOICES, ModelConfig
+from graphscale.config import PYG_DROPOUT_CHOICES, ModelConfig, is_user_model
 from graphscale.data.block import Block
 from graphscale.nn.dropout import KeyedDropout
 from graphscale.nn.layers import DeferredLinearReLU, GATLayer, GCNIILayer, GCNLayer, ResGCNPlusLayer, SAGELayer
@@ -439,7 +439,7 @@ def model_class(cfg: ModelConfig) -> type[GNN]:
 def is_pyg_config(cfg: ModelConfig) -> bool:
     """Whether ``cfg`` names a user's model (``cfg.factory``, or ``--model module.path:attr``) rather than a
     registered one."""
-    return cfg.factory is not None or ":" in cfg.name
+    return is_user_model(cfg)
 
 
 def model_factory(cfg: ModelConfig):
