@@ -245,6 +245,12 @@ class PyGModel(GNN):
             raise ValueError(f"step {l}: h_src has {h_src.shape[0]} rows, the block has {block.num_src} sources")
         return _apply_rows(self.tails[l], self.layers[l](block, self.upcast(h_src)), block.dst_ids)
 
+    def prepare_block(self, block: Block) -> None:
+        """Build every conv's adjacency (or edge list) of ``block`` now, kept with its topology."""
+        dtype = next(self.parameters()).dtype
+        for layer in self.layers:
+            layer.prepare(block, dtype)
+
     def aggregate(self, l: int, block: Block, h_src: Tensor) -> Tensor:
         """Conv ``l`` on ``block`` (its sparse and dense parts together: a PyG conv is not split)."""
         self._check_step(l, h_src, None, check_h0=False)

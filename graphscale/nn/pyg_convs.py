@@ -25,8 +25,6 @@ from torch import Tensor, nn
 from graphscale.data.block import Block
 from graphscale.nn.topology import topology
 
-_EDGES_ATTR = "_graphscale_pyg_edges"
-
 #: convs that cannot run on a one-hop block, with the reason
 _REFUSED_CONVS = {
     "APPNP": "propagates K hops in one layer (a block holds one hop)",
@@ -60,14 +58,9 @@ def class_name(module: nn.Module) -> str:
 # ------------------------------------------------------------ blocks as PyG edges
 def block_edge_index(block: Block) -> Tensor:
     """``[2, nnz]`` ``(source row, destination row)`` of a block's edges in local numbering (for convs that
-    compute per edge, such as attention), cached on the block (rebuilt when its ``indptr`` / ``indices`` are
-    replaced)."""
-    cached = block.__dict__.get(_EDGES_ATTR)
-    if cached is not None and cached[0] is block.indptr and cached[1] is block.indices:
-        return cached[2]
-    edge_index = torch.stack([block.indices, block.dst_of_edges()])
-    block.__dict__[_EDGES_ATTR] = (block.indptr, block.indices, edge_index)
-    return edge_index
+    compute per edge, such as attention), kept with the block's topology (:meth:`~graphscale.nn.topology.Topology.
+    derived`), whose ``tensors()`` count it."""
+    return topology(block).derived("pyg-edge-index", lambda: torch.stack([block.indices, block.dst_of_edges()]))
 
 
 def block_adjacency(block: Block, dtype: torch.dtype) -> Tensor:
@@ -141,6 +134,16 @@ def call_mode(conv: nn.Module) -> str:
     return GCN if _is_gcn(conv) else PAIR if _takes_pair(conv) else ALL
 
 
+def prepare_conv(conv: nn.Module, block: Block, mode: str, dtype: torch.dtype) -> None:
+    """Build what :func:`run_conv` keeps with ``block``'s topology (its adjacency or edge list) now."""
+    if mode == GCN:
+        gcn_adjacency(block, 2.0 if conv.improved else 1.0, conv.add_self_loops, dtype)
+    elif mode == PAIR and getattr(conv, "fuse", False):
+        block_adjacency(block, dtype)
+    else:
+        block_edge_index(block)
+
+
 def run_conv(conv: nn.Module, block: Block, h_src: Tensor, mode: str | None = None) -> Tensor:
     """``conv`` on ``block``: the destinations' outputs ``[D, *]`` from the sources' inputs ``h_src [S, d]``, called
     as ``mode`` says (default: :func:`call_mode`). A conv that aggregates with one sparse product
@@ -179,6 +182,10 @@ class ConvLayer(nn.Module):
 
     def forward(self, block: Block, h_src: Tensor) -> Tensor:
         return run_conv(self.conv, block, h_src, self.mode)
+
+    def prepare(self, block: Block, dtype: torch.dtype) -> None:
+        """Build what a step on ``block`` keeps with its topology (:func:`prepare_conv`)."""
+        prepare_conv(self.conv, block, self.mode, dtype)
 
     def extra_repr(self) -> str:
         return self.mode
