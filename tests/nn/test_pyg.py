@@ -82,6 +82,30 @@ def test_edge_index_cached_per_block_and_gcn_weights_are_the_whole_graphs():
     assert conv.normalize  # restored after the call
 
 
+@pytest.mark.parametrize("name", ["gcn", "gat", "sage"])
+def test_prepare_block_keeps_what_steps_use_with_the_topology(name):
+    """graph-parallel counts a block's topology tensors at setup: prepare_block builds the PyG adjacency (or edge
+    list) there, and the steps reuse it."""
+    from graphscale.nn.topology import topology
+
+    graph = make_graph()
+    block = Block.full(graph)
+    model = as_gnn(getattr(pyg_models, name)().double(), graph.num_features, graph.num_classes)
+    before = len(topology(block).tensors())
+    model.prepare_block(block)
+    prepared = topology(block).tensors()
+    assert len(prepared) > before
+    model(block, graph.x).sum().backward()
+    assert len(topology(block).tensors()) == len(prepared)
+
+
+def test_registered_models_keep_their_report_fields():
+    from graphscale.config import model_dict
+
+    assert "pyg_dropout" not in model_dict(ModelConfig()) and "factory" not in model_dict(ModelConfig())
+    assert model_dict(ModelConfig(name=SPEC + "sage"))["pyg_dropout"] == "keyed"
+
+
 def test_keyed_dropout_replaces_torch_dropout_and_torch_keeps_it():
     module = pyg_models.sage_dropout()
     keyed = as_gnn(module, pyg_models.IN, pyg_models.CLASSES)
