@@ -343,6 +343,18 @@ def is_user_model(model: ModelConfig) -> bool:
 
 #: the ``[model]`` fields only a user's model has (left out of a registered model's :func:`model_dict`)
 USER_MODEL_FIELDS = ("pyg_dropout", "factory")
+#: the ``[model]`` options only a user's model reads
+USER_MODEL_OPTIONS = frozenset({"pyg_dropout"})
+#: the ``[model]`` options of graphscale's own models, which a user's model defines itself (giving one is an error)
+BUILTIN_MODEL_FIELDS = ("hidden", "layers", "dropout", "heads", "alpha", "theta", "decoupled", "last_relu")
+
+
+def user_model_label(model: ModelConfig) -> str:
+    """How messages name a user's model: ``factory module.qualname`` or the ``module.path:attr`` spec."""
+    if model.factory is not None:
+        target = model.factory if hasattr(model.factory, "__qualname__") else type(model.factory)
+        return f"factory {getattr(target, '__module__', '?')}.{target.__qualname__}"
+    return model.name
 
 
 def model_dict(model: ModelConfig) -> dict:
@@ -352,8 +364,7 @@ def model_dict(model: ModelConfig) -> dict:
     if not is_user_model(model):
         return {k: v for k, v in out.items() if k not in USER_MODEL_FIELDS}
     if model.factory is not None:
-        target = model.factory if hasattr(model.factory, "__qualname__") else type(model.factory)
-        out["factory"] = f"{getattr(target, '__module__', '?')}.{target.__qualname__}"
+        out["factory"] = user_model_label(model).removeprefix("factory ")
     return out
 
 

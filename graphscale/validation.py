@@ -21,7 +21,15 @@ import os
 import tempfile
 from pathlib import Path
 
-from graphscale.config import DTYPES, FEATURE_DTYPES, RunConfig
+from graphscale.config import (
+    BUILTIN_MODEL_FIELDS,
+    DTYPES,
+    FEATURE_DTYPES,
+    USER_MODEL_OPTIONS,
+    RunConfig,
+    is_user_model,
+    user_model_label,
+)
 
 _PLURALS = {"strategy": "strategies", "model": "models"}
 
@@ -44,7 +52,6 @@ def check_given(config: RunConfig, given: dict[tuple[str | None, str], str]) -> 
         ValueError: names the option, why it is unused and the strategies (models) that read it.
         KeyError: unknown strategy or model.
     """
-    from graphscale.nn.models import PYG_OPTIONS, is_pyg_config, model_class, model_label
     from graphscale.registry import MODELS, STRATEGIES
 
     # a [data] option that some strategies declare in their ``options`` (``feature_dtype``) is checked as theirs
@@ -53,23 +60,26 @@ def check_given(config: RunConfig, given: dict[tuple[str | None, str], str]) -> 
     for (section, field), where in given.items():
         if section not in chosen:
             continue
-        registry, name = chosen[section]
-        cls = model_class(config.model) if section == "model" else registry.get(name)
-        readers = [other for other in registry.names() if field in registry.get(other).options]
-        if section == "model" and field in PYG_OPTIONS:
-            readers.append("module.path:factory (PyG models)")
-        unused = cls.unused_options(config) if hasattr(cls, "unused_options") else {}  # models have no conditions
-        if not readers and field not in unused:  # read by every strategy (model), such as --workers or --hidden
+        if section == "model" and is_user_model(config.model):  # a user's model: no registry class to ask
+            if field in BUILTIN_MODEL_FIELDS:
+                raise ValueError(f"{_label(section, field, where)} is not used by model "
+                                 f"{user_model_label(config.model)} (a PyG model defines its own layers, widths and dropout); it is used by graphscale's "
+                                 "own models (--model NAME)")
             continue
+        registry, name = chosen[section]
+        cls = registry.get(name)
+        readers = [other for other in registry.names() if field in registry.get(other).options]
+        if section == "model" and field in USER_MODEL_OPTIONS:
+            readers.append("module.path:factory (PyG models)")
+        if not readers:  # read by every strategy (model), such as --workers or --hidden
+            continue
+        unused = cls.unused_options(config) if hasattr(cls, "unused_options") else {}  # models have no conditions
         if field in cls.options and field not in unused:
             continue
         why = f" {unused[field]}" if field in unused else ""
         kinds = registry.kind if len(readers) == 1 else _PLURALS[registry.kind]
-        shown = model_label(config.model).removeprefix("model ") if section == "model" and is_pyg_config(
-            config.model) else repr(name)
-        users = f"{kinds} {', '.join(readers)}" if readers else "graphscale's own models (--model NAME)"
-        raise ValueError(f"{_label(section, field, where)} is not used by {registry.kind} {shown}{why}; "
-                         f"it is used by {users}")
+        raise ValueError(f"{_label(section, field, where)} is not used by {registry.kind} {name!r}{why}; "
+                         f"it is used by {kinds} {', '.join(readers)}")
 
 
 # ------------------------------------------------------------ values

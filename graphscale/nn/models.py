@@ -38,7 +38,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from graphscale.config import PYG_DROPOUT_CHOICES, ModelConfig, is_user_model
+from graphscale.config import PYG_DROPOUT_CHOICES, ModelConfig, is_user_model, user_model_label
 from graphscale.data.block import Block
 from graphscale.nn.dropout import KeyedDropout
 from graphscale.nn.layers import DeferredLinearReLU, GATLayer, GCNIILayer, GCNLayer, ResGCNPlusLayer, SAGELayer
@@ -426,20 +426,6 @@ class ResGCN(GNN):
         return out
 
 
-#: the ``[model]`` options only a user's PyG model reads (:class:`graphscale.nn.pyg.PyGModel`)
-PYG_OPTIONS = frozenset({"pyg_dropout"})
-
-
-def model_class(cfg: ModelConfig) -> type[GNN]:
-    """The class of ``cfg``'s model, unchecked: the registered one, or :class:`~graphscale.nn.pyg.PyGModel` for a
-    user's model (:func:`is_pyg_config`)."""
-    if is_pyg_config(cfg):
-        from graphscale.nn.pyg import PyGModel
-
-        return PyGModel
-    return MODELS.get(cfg.name)
-
-
 def is_pyg_config(cfg: ModelConfig) -> bool:
     """Whether ``cfg`` names a user's model (``cfg.factory``, or ``--model module.path:attr``) rather than a
     registered one."""
@@ -481,16 +467,8 @@ def model_factory(cfg: ModelConfig):
 
 
 def model_label(cfg: ModelConfig) -> str:
-    """How messages name a user's model: the factory's qualified name or the ``--model`` spec."""
-    if cfg.factory is not None:
-        return f"model factory {qualified_name(cfg.factory)}"
-    return f"model {cfg.name}"
-
-
-def qualified_name(obj) -> str:
-    """``module.qualname`` of a callable (its type's for other objects)."""
-    target = obj if hasattr(obj, "__qualname__") else type(obj)
-    return f"{getattr(target, '__module__', '?')}.{target.__qualname__}"
+    """How messages name a user's model: ``model factory module.qualname`` or ``model module.path:attr``."""
+    return f"model {user_model_label(cfg)}"
 
 
 def make_user_model(cfg: ModelConfig, seed: int = 0) -> nn.Module:

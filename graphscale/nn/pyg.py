@@ -41,10 +41,10 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from graphscale.config import PYG_DROPOUT_CHOICES
+from graphscale.config import BUILTIN_MODEL_FIELDS, PYG_DROPOUT_CHOICES, USER_MODEL_OPTIONS
 from graphscale.data.block import Block
 from graphscale.nn.dropout import KeyedDropout
-from graphscale.nn.models import GNN, PYG_OPTIONS
+from graphscale.nn.models import GNN
 from graphscale.nn.pyg_convs import ConvLayer, class_name, conv_refusal, message_passing_class
 
 #: normalisations over the rows of a batch or graph (not row-wise), by class name
@@ -162,13 +162,11 @@ class PyGModel(GNN):
         label: how errors name the model.
     """
 
-    options = PYG_OPTIONS
-    #: the ``[model]`` options of graphscale's own models; a PyG model defines these itself
-    _OWN = ("hidden", "layers", "dropout", "heads", "alpha", "theta", "decoupled", "last_relu")
+    options = USER_MODEL_OPTIONS
 
     @classmethod
     def unused_options(cls, config) -> dict[str, str]:
-        return {name: "(a PyG model defines its own layers, widths and dropout)" for name in cls._OWN}
+        return {name: "(a PyG model defines its own layers, widths and dropout)" for name in BUILTIN_MODEL_FIELDS}
 
     def __init__(self, module: nn.Module, in_dim: int, dropout: str = "keyed", seed: int = 0,
                  label: str | None = None) -> None:
