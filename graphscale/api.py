@@ -181,13 +181,15 @@ class ModuleCopy:
 
     def __init__(self, module) -> None:
         self.payload = pickle.dumps(module)
-        self.label = type(module).__qualname__
+        # how messages and the report (graphscale.nn.models.qualified_name) name this factory: the module's class
+        self.__module__ = type(module).__module__
+        self.__qualname__ = f"{type(module).__qualname__} instance"
 
     def __call__(self):
         return pickle.loads(self.payload)
 
     def __repr__(self) -> str:
-        return f"ModuleCopy({self.label})"
+        return f"ModuleCopy({self.__qualname__})"
 
 
 def _interactive(module_name: str) -> bool:
@@ -306,6 +308,9 @@ def train(model, data, /, **options) -> Report:
             raise ValueError(f"{key}= conflicts with the {argument} argument: give the {argument} once, as "
                              f"train's {'first' if argument == 'model' else 'second'} argument")
     overrides = keyword_overrides(options)
+    if overrides.get("strategy", {}).get("name") == "auto":
+        raise ValueError("strategy='auto' is graphscale train's (--strategy auto); from Python, run `graphscale "
+                         "advise` (or graphscale.advise) and pass the strategy it recommends")
 
     factory, label = None, None
     if isinstance(model, str):

@@ -266,6 +266,7 @@ def test_bad_input_one_line(no_run):
         (TypeError, lambda: gs.train("gcn", g, epochs="5"), r"^epochs= expects int, got '5'"),
         (ValueError, lambda: gs.train("gcn", g, cache="pagraph"), r"^--cache is not used by strategy 'single'"),
         (ValueError, lambda: gs.train("gcn", g, repeat=3), r"^repeat=3: train\(\) runs one seed"),
+        (ValueError, lambda: gs.train("gcn", g, strategy="auto"), r"^strategy='auto' is graphscale train's"),
         (ValueError, lambda: gs.train("gcn", g, workers=0), r"^--workers must be >= 1"),
         (ValueError, lambda: gs.train("gcn", g, workers=2), r"^strategy 'single' runs on one worker"),
     ]
