@@ -276,6 +276,24 @@ def test_bad_input_one_line(no_run):
         assert "\n" not in str(err.value), message
 
 
+def test_user_model_misfit_refused_before_workers(monkeypatch):
+    """A model that cannot train on the data (widths, no message-passing layer) fails in the parent: built once there
+    before any worker starts (run.build_run_model), one line."""
+    pytest.importorskip("torch_geometric")
+
+    def no_launch(*args, **kwargs):
+        raise AssertionError("workers started")
+
+    monkeypatch.setattr("graphscale.run.launch", no_launch)
+    from torch_geometric.nn.models import GraphSAGE
+
+    for model, message in ((GraphSAGE(7, 8, 2, 3), r"GraphSAGE instance: layer 0 \(SAGEConv\) takes 6 input features"),
+                           (torch.nn.Linear(6, 3), r"Linear instance")):
+        with pytest.raises(ValueError, match=message) as err:
+            gs.train(model, tiny_graph(), strategy="graph-parallel", workers=2, epochs=1, progress=False)
+        assert "\n" not in str(err.value)
+
+
 def test_import_stays_light():
     """``import graphscale`` does not import torch (the API is loaded on first use)."""
     code = "import sys, graphscale; assert 'torch' not in sys.modules; graphscale.train; assert 'torch' in sys.modules"
