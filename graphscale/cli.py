@@ -47,7 +47,7 @@ TRAIN_OPTIONS = {
     "model": ("model", "name"),
     "hidden": ("model", "hidden"), "layers": ("model", "layers"), "dropout": ("model", "dropout"),
     "heads": ("model", "heads"), "alpha": ("model", "alpha"), "theta": ("model", "theta"),
-    "decoupled": ("model", "decoupled"), "last_relu": ("model", "last_relu"),
+    "decoupled": ("model", "decoupled"), "last_relu": ("model", "last_relu"), "pyg_dropout": ("model", "pyg_dropout"),
     "lr": ("optim", "lr"), "weight_decay": ("optim", "weight_decay"), "epochs": ("optim", "epochs"),
     "strategy": ("strategy", "name"), "workers": ("strategy", "workers"),
     "partitioner": ("strategy", "partitioner"), "balance": ("strategy", "balance"),
@@ -205,7 +205,8 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
                    help="dtype the input features are stored, gathered and exchanged in: bfloat16 halves their "
                         "memory and bytes moved, computation stays float32 (rows upcast where they enter the "
                         "model; needs --dtype float32)")
-    p.add_argument("--model", help="GNN model")
+    p.add_argument("--model", help="GNN model: a graphscale model name, or module.path:factory (a zero-argument "
+                        "callable returning a PyG model, imported by every worker; docs/pyg.md)")
     p.add_argument("--hidden", type=int, help="hidden width (per attention head for gat)")
     p.add_argument("--layers", type=int, help="message-passing layers")
     p.add_argument("--dropout", type=float, help="dropout probability (gat: also on the attention coefficients)")
@@ -217,6 +218,12 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
                         "computed once from the MLP output) or the standard one; auto: on with task-parallel only")
     p.add_argument("--last-relu", action=argparse.BooleanOptionalAction,
                    help="decoupled models: a ReLU after the MLP's last layer too (the NeutronTask artifact's)")
+    from graphscale.config import PYG_DROPOUT_CHOICES
+
+    p.add_argument("--pyg-dropout", choices=PYG_DROPOUT_CHOICES,
+                   help="a PyG model's torch.nn.Dropout: keyed swaps it for graphscale's keyed dropout (the same masks "
+                        "under every strategy, so partitioned runs equal single), torch keeps it (masks from each "
+                        "worker's RNG: partitioned runs differ from single)")
     p.add_argument("--lr", type=float, help="Adam learning rate")
     p.add_argument("--weight-decay", type=float, help="Adam weight decay (L2 penalty)")
     p.add_argument("--epochs", type=int,

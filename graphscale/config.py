@@ -26,6 +26,8 @@ DEFAULT_TIMEOUT_S = 600.0
 DTYPES = ("float32", "float64")
 #: the values of ``DataConfig.feature_dtype``: the dtype the input features are stored and moved in
 FEATURE_DTYPES = ("float32", "bfloat16")
+#: the values of ``ModelConfig.pyg_dropout`` (``--pyg-dropout``; :mod:`graphscale.nn.pyg`)
+PYG_DROPOUT_CHOICES = ("keyed", "torch")
 
 
 #: What a METIS partition balances (``--balance``); :data:`DEFAULT_BALANCE` is the training default.

@@ -44,6 +44,7 @@ def check_given(config: RunConfig, given: dict[tuple[str | None, str], str]) -> 
         ValueError: names the option, why it is unused and the strategies (models) that read it.
         KeyError: unknown strategy or model.
     """
+    from graphscale.nn.models import PYG_OPTIONS, is_pyg_config, model_class, model_label
     from graphscale.registry import MODELS, STRATEGIES
 
     # a [data] option that some strategies declare in their ``options`` (``feature_dtype``) is checked as theirs
@@ -53,17 +54,22 @@ def check_given(config: RunConfig, given: dict[tuple[str | None, str], str]) -> 
         if section not in chosen:
             continue
         registry, name = chosen[section]
-        cls = registry.get(name)
+        cls = model_class(config.model) if section == "model" else registry.get(name)
         readers = [other for other in registry.names() if field in registry.get(other).options]
-        if not readers:  # read by every strategy (model), such as --workers or --hidden
-            continue
+        if section == "model" and field in PYG_OPTIONS:
+            readers.append("module.path:factory (PyG models)")
         unused = cls.unused_options(config) if hasattr(cls, "unused_options") else {}  # models have no conditions
+        if not readers and field not in unused:  # read by every strategy (model), such as --workers or --hidden
+            continue
         if field in cls.options and field not in unused:
             continue
         why = f" {unused[field]}" if field in unused else ""
         kinds = registry.kind if len(readers) == 1 else _PLURALS[registry.kind]
-        raise ValueError(f"{_label(section, field, where)} is not used by {registry.kind} {name!r}{why}; "
-                         f"it is used by {kinds} {', '.join(readers)}")
+        shown = model_label(config.model).removeprefix("model ") if section == "model" and is_pyg_config(
+            config.model) else repr(name)
+        users = f"{kinds} {', '.join(readers)}" if readers else "graphscale's own models (--model NAME)"
+        raise ValueError(f"{_label(section, field, where)} is not used by {registry.kind} {shown}{why}; "
+                         f"it is used by {users}")
 
 
 # ------------------------------------------------------------ values
@@ -385,6 +391,25 @@ def _check_decoupled(config: RunConfig, strategy) -> None:
                          f"{', '.join(able)}, not by {name!r}")
 
 
+def check_user_model(config: RunConfig, in_dim: int | None = None, num_classes: int | None = None) -> None:
+    """A user's model (``[model] factory`` or ``--model module.path:attr``): built once here, in the parent, and
+    checked for the run's strategy (:func:`graphscale.nn.pyg.check_model`; with ``in_dim`` / ``num_classes``, against
+    the data's widths too); ``config.model.layers`` becomes its number of message-passing layers (what the strategies'
+    plans and ``--fanouts`` count). A factory returning a graphscale ``GNN`` is taken as it is."""
+    from graphscale.nn.models import GNN, is_pyg_config, make_user_model, model_label
+
+    if not is_pyg_config(config.model):
+        return
+    module = make_user_model(config.model, config.seed)
+    if isinstance(module, GNN):
+        config.model.layers = module.num_layers
+        return
+    from graphscale.nn.pyg import check_model
+
+    config.model.layers = check_model(module, config.strategy.name, in_dim, num_classes,
+                                      dropout=config.model.pyg_dropout, label=model_label(config.model))
+
+
 def validate(config: RunConfig) -> None:
     """Check every option of ``config`` that needs no data, with errors that name the option (module docstring).
 
@@ -398,6 +423,7 @@ def validate(config: RunConfig) -> None:
 
     strategy = STRATEGIES.get(config.strategy.name)  # raises with the list of choices
     check_model_config(config.model)
+    check_user_model(config)
     _check_decoupled(config, strategy)
     _check_choice("dtype", config.dtype, DTYPES)
     _check_feature_dtype(config)

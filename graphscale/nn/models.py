@@ -38,7 +38,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from graphscale.config import ModelConfig
+from graphscale.config import PYG_DROPOUT_CHOICES, ModelConfig
 from graphscale.data.block import Block
 from graphscale.nn.dropout import KeyedDropout
 from graphscale.nn.layers import DeferredLinearReLU, GATLayer, GCNIILayer, GCNLayer, ResGCNPlusLayer, SAGELayer
@@ -422,6 +422,20 @@ class ResGCN(GNN):
         return out
 
 
+#: the ``[model]`` options only a user's PyG model reads (:class:`graphscale.nn.pyg.PyGModel`)
+PYG_OPTIONS = frozenset({"pyg_dropout"})
+
+
+def model_class(cfg: ModelConfig) -> type[GNN]:
+    """The class of ``cfg``'s model, unchecked: the registered one, or :class:`~graphscale.nn.pyg.PyGModel` for a
+    user's model (:func:`is_pyg_config`)."""
+    if is_pyg_config(cfg):
+        from graphscale.nn.pyg import PyGModel
+
+        return PyGModel
+    return MODELS.get(cfg.name)
+
+
 def is_pyg_config(cfg: ModelConfig) -> bool:
     """Whether ``cfg`` names a user's model (``cfg.factory``, or ``--model module.path:attr``) rather than a
     registered one."""
@@ -466,7 +480,7 @@ def model_label(cfg: ModelConfig) -> str:
     """How messages name a user's model: the factory's qualified name or the ``--model`` spec."""
     if cfg.factory is not None:
         return f"model factory {qualified_name(cfg.factory)}"
-    return f"--model {cfg.name}"
+    return f"model {cfg.name}"
 
 
 def qualified_name(obj) -> str:
@@ -504,7 +518,7 @@ def check_model_config(cfg: ModelConfig) -> type[GNN]:
         ValueError: an option out of range.
     """
     if is_pyg_config(cfg):
-        from graphscale.nn.pyg import PYG_DROPOUT_CHOICES, PyGModel
+        from graphscale.nn.pyg import PyGModel
 
         if cfg.pyg_dropout not in PYG_DROPOUT_CHOICES:
             raise ValueError(f"--pyg-dropout must be one of {', '.join(PYG_DROPOUT_CHOICES)}, got "

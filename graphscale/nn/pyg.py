@@ -51,12 +51,11 @@ import inspect
 import torch
 from torch import Tensor, nn
 
+from graphscale.config import PYG_DROPOUT_CHOICES
 from graphscale.data.block import Block
 from graphscale.nn.dropout import KeyedDropout
-from graphscale.nn.models import GNN
+from graphscale.nn.models import GNN, PYG_OPTIONS
 
-#: the values of ``[model] pyg_dropout`` (``--pyg-dropout``)
-PYG_DROPOUT_CHOICES = ("keyed", "torch")
 _EDGES_ATTR = "_graphscale_pyg_edges"
 
 #: convs that cannot run on a one-hop block, with the reason
@@ -160,11 +159,11 @@ def conv_refusal(conv: nn.Module) -> str | None:
     params = list(_forward_params(conv).values())[1:]
     names = [p.name for p in params]
     if names[:2] != ["x", "edge_index"] and len(params) >= 2:
-        return f"its forward takes ({', '.join(names)}), not (x, edge_index, ...)"
+        return f"takes ({', '.join(names)}) in its forward, not (x, edge_index, ...)"
     required = [p.name for p in params[2:] if p.default is inspect.Parameter.empty
                 and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
     if required:
-        return f"its forward needs {', '.join(required)} besides x and edge_index"
+        return f"needs {', '.join(required)} besides x and edge_index in its forward"
     return None
 
 
@@ -314,7 +313,7 @@ class PyGModel(GNN):
         label: how errors name the model.
     """
 
-    options = frozenset({"pyg_dropout"})
+    options = PYG_OPTIONS
     #: the ``[model]`` options of graphscale's own models; a PyG model defines these itself
     _OWN = ("hidden", "layers", "dropout", "heads", "alpha", "theta", "decoupled", "last_relu")
 
@@ -329,10 +328,6 @@ class PyGModel(GNN):
             raise ValueError(f"--pyg-dropout must be one of {', '.join(PYG_DROPOUT_CHOICES)}, got {dropout!r}")
         mp = _message_passing()
         items = _sequence(module, label)
-        convs = [i for i, m in enumerate(items) if isinstance(m, mp)]
-        if not convs:
-            raise ValueError(f"{label}: {_name(module)} has no message-passing layers (no torch_geometric "
-                             "MessagePassing conv)")
         sites: list[int] = []
         groups: list[list[nn.Module]] = [[]]
         for i, item in enumerate(items):
@@ -354,6 +349,10 @@ class PyGModel(GNN):
                                  "reads the convs from the top level of the stack")
             _check_row_wise(item, f"entry {i}", label)
             groups[-1].append(_row_module(item, dropout, seed, sites, label))
+        convs = [i for i, m in enumerate(items) if isinstance(m, mp)]
+        if not convs:
+            raise ValueError(f"{label}: {_name(module)} has no message-passing layers (no torch_geometric "
+                             "MessagePassing conv)")
         layers = [ConvLayer(items[i]) for i in convs]
         head, tails = groups[0], groups[1:]
         # BasicGNN / Sequential: the modules after the last conv belong to the output map
@@ -465,31 +464,36 @@ def as_gnn(module: nn.Module, in_dim: int, num_classes: int | None = None, *, dr
 
 
 def check_model(module: nn.Module, strategy_name: str, in_dim: int | None = None, num_classes: int | None = None,
-                *, dropout: str = "keyed", label: str | None = None) -> None:
+                *, dropout: str = "keyed", label: str | None = None) -> int:
     """Raise a one-line ``ValueError`` when ``module`` cannot be trained by strategy ``strategy_name``: no
     message-passing layers, a conv that cannot run on a block, a model whose layer order graphscale cannot read,
-    a strategy that does not train PyG models (``Strategy.pyg_models``), widths that do not fit the data.
+    a strategy that does not train PyG models (``Strategy.pyg_refusal``), widths that do not fit the data.
 
-    The module is not changed (the checks run on a copy)."""
+    The module is not changed (the checks run on a copy).
+
+    Returns:
+        The number of message-passing layers.
+    """
     import copy
 
     from graphscale.registry import STRATEGIES
 
     strategy = STRATEGIES.get(strategy_name)
     label = label or _name(module)
-    if not getattr(strategy, "pyg_models", True):
-        raise ValueError(f"strategy {strategy_name!r} does not train PyG models ({label}): "
-                         f"{strategy.pyg_refusal}")
-    as_gnn(copy.deepcopy(module), in_dim if in_dim is not None else _declared_in_dim(module, label), num_classes,
-           dropout=dropout, label=label)
+    if strategy.pyg_refusal:
+        raise ValueError(f"strategy {strategy_name!r} does not train PyG models ({label}): {strategy.pyg_refusal}")
+    model = as_gnn(copy.deepcopy(module), in_dim if in_dim is not None else _declared_in_dim(module),
+                   num_classes, dropout=dropout, label=label)
+    return model.num_layers
 
 
-def _declared_in_dim(module: nn.Module, label: str) -> int:
-    """The input width a model declares (its first conv's ``in_channels``), for a check without data."""
+def _declared_in_dim(module: nn.Module) -> int:
+    """The input width a model declares: its first module's ``in_features`` / ``in_channels``, in registration
+    order; 1 when none declares one (lazy modules take any width)."""
     for sub in module.modules():
-        width = getattr(sub, "in_channels", None)
+        width = getattr(sub, "in_features", getattr(sub, "in_channels", None))
         if isinstance(width, tuple):
             width = width[0]
         if isinstance(width, int) and width > 0:
             return width
-    raise ValueError(f"{label}: give the data's input width to check the model (it declares none)")
+    return 1

@@ -140,6 +140,8 @@ class TaskParallelStrategy(Exchange, StageCheckpoint, Strategy):
     data_view = HOST_SHARED
     decoupled_models = True
     decoupled_default = True
+    pyg_refusal = ("it trains decoupled models (Y = A_hat^L MLP(X): graphscale's gcn or gat with --decoupled), and "
+                   "a PyG model is not decoupled")
     options = frozenset({"t_workers", "p_split", "subgraphs", "chunks", "chunking", "partitioner", "balance",
                          "shuffle", "dependency", "t_recompute", "pipelined", "loss_norm", "task_gamma",
                          "device_flops", "device_bandwidth"})
