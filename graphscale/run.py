@@ -38,13 +38,18 @@ def train_worker(env: DistEnv, config: RunConfig, data: DataHandle, parent_basel
     ``parent_baseline`` is ``(pid, OSMemory)`` read by :func:`run` before it prepared the data; a worker running
     in that process (world size 1) uses it as its memory baseline, a spawned worker reads its own first.
     """
+    from graphscale.data.features import input_width
+    from graphscale.nn.models import build_model, is_decoupled
     from graphscale.trainer import Trainer
 
     in_parent = parent_baseline is not None and parent_baseline[0] == os.getpid()
     baseline = parent_baseline[1] if in_parent else os_memory()
 
     torch.manual_seed(config.seed)
-    model = build_run_model(config, data).to(env.device)
+    dtype = getattr(torch, config.dtype)
+    model = build_model(config.model, input_width(config.data.features, data.num_features), data.num_classes,
+                        seed=config.seed, dtype=dtype, decoupled=is_decoupled(config))
+    model = model.to(env.device)
     strategy = STRATEGIES.get(config.strategy.name)()
     try:
         strategy.setup(data, model, env, config)
@@ -59,17 +64,6 @@ def train_worker(env: DistEnv, config: RunConfig, data: DataHandle, parent_basel
     result["graph"] = dict(data.summary)
     result["allocator"] = allocator.state()  # what this worker's process really ran (library, settings)
     return result
-
-
-def build_run_model(config: RunConfig, data: DataHandle) -> torch.nn.Module:
-    """The run's model for ``data``'s input width and classes (:func:`graphscale.nn.models.build_model`): what every
-    worker builds, and what :func:`run` builds once in the parent for a user's model (a factory, a module, ``--model
-    module.path:attr``), so that one that cannot be trained on the data fails there, before any worker starts."""
-    from graphscale.data.features import input_width
-    from graphscale.nn.models import build_model, is_decoupled
-
-    return build_model(config.model, input_width(config.data.features, data.num_features), data.num_classes,
-                       seed=config.seed, dtype=getattr(torch, config.dtype), decoupled=is_decoupled(config))
 
 
 def device_memory_message(device: torch.device, config: RunConfig, err: Exception) -> str:
@@ -170,10 +164,6 @@ def run(config: RunConfig) -> dict:
     if saved is not None:
         check_resume(config, saved, data.summary)  # the resolved dataset and the graph's counts
         del saved
-    from graphscale.nn.models import is_pyg_config
-
-    if is_pyg_config(config.model):  # a user's model: built once here, so a misfit fails before the workers
-        build_run_model(config, data)
     results = launch(train_worker, config.strategy.workers, config, data, baseline, device=device,
                      backend=backend, timeout_s=config.strategy.timeout, allocator_mode=config.allocator or None)
     results.sort(key=lambda r: r["rank"])

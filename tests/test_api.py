@@ -148,6 +148,19 @@ def test_model_kinds_equal(tmp_path):
     assert report.config["model"]["name"].endswith("test_api:make_sage")  # the --model module.path:attr form
 
 
+def test_pyg_factory_equals_its_instance():
+    """A PyG model factory is called in the worker with the RNG seeded by ``seed``: the same model as the instance
+    built so, the same losses."""
+    pytest.importorskip("torch_geometric")
+    small = {k: v for k, v in SMALL.items() if k not in ("hidden", "dropout")}
+    with torch.random.fork_rng():
+        torch.manual_seed(7)
+        instance = make_pyg_sage()
+    by_factory = gs.train(make_pyg_sage, tiny_graph(), seed=7, **small)
+    assert_losses(losses(gs.train(instance, tiny_graph(), seed=7, **small)), losses(by_factory))
+    assert by_factory.config["model"]["factory"].endswith("make_pyg_sage")
+
+
 def test_instance_and_pyg_model_on_two_workers():
     """A module instance is sent to spawned workers as a copy: graph-parallel on 2 workers equals single (a graphscale
     GNN and a PyG GraphSAGE)."""
@@ -277,8 +290,8 @@ def test_bad_input_one_line(no_run):
 
 
 def test_user_model_misfit_refused_before_workers(monkeypatch):
-    """A model that cannot train on the data (widths, no message-passing layer) fails in the parent: built once there
-    before any worker starts (run.build_run_model), one line."""
+    """A model that cannot train on the data (widths, no message-passing layer) fails in the parent, before any
+    worker starts (validation.check_user_model builds it there), one line."""
     pytest.importorskip("torch_geometric")
 
     def no_launch(*args, **kwargs):

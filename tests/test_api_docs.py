@@ -11,7 +11,7 @@ PAGE = Path(__file__).resolve().parents[1] / "docs" / "python-api.md"
 
 
 def code_blocks(text: str) -> list[str]:
-    return re.findall(r"^```python\n(.*?)^```", text, flags=re.S | re.M)
+    return re.findall(r"^```python\n(.*?)^```", text, flags=re.DOTALL | re.MULTILINE)
 
 
 def test_page_examples_run(tmp_path, monkeypatch):
