@@ -58,8 +58,11 @@ def _walk(obj, path: tuple[str, ...]) -> typing.Iterator[tuple[tuple[str, ...], 
             yield (*path, f.name), f, type(obj)
 
 
-def _keyword(path: tuple[str, ...]) -> str:
-    """The keyword of a configuration field: its name; a table's ``name`` is the table's (``model``, ``strategy``)."""
+def _keyword(path: tuple[str, ...], f: dataclasses.Field) -> str:
+    """The keyword of a configuration field: its declared command-line flag (``metadata["flag"]``, dashes as
+    underscores) where it has one, else its name; a table's ``name`` is the table's (``model``, ``strategy``)."""
+    if f.metadata.get("flag"):
+        return str(f.metadata["flag"]).removeprefix("--").replace("-", "_")
     return path[-2] if path[-1] == "name" and len(path) > 1 else path[-1]
 
 
@@ -77,7 +80,7 @@ def keyword_fields() -> dict[str, tuple[str, ...]]:
     for path, f, _ in _walk(RunConfig(), ()):
         if f.metadata.get("python_only"):
             continue
-        key = _keyword(path)
+        key = _keyword(path, f)
         if key in out:
             raise RuntimeError(f"configuration fields {'.'.join(out[key])} and {'.'.join(path)} share the keyword "
                                f"{key!r}")
