@@ -117,7 +117,7 @@ def plot_reports(paths: list[str | Path], out: str | Path | None = None) -> Path
 def plot_runs(runs: list[tuple[Path, dict]], out: str | Path, option: str = "--out") -> Path:
     """Draw the curves of ``runs`` (``(file, report)`` pairs: the file tells apart runs with the same label) into
     an image at ``out``, atomically; ``option`` names ``out`` in errors. :func:`plot_reports` and
-    :meth:`graphscale.report.Report.plot` draw through it."""
+    :meth:`graphscale.api.Report.plot` draw through it."""
     from graphscale.validation import check_output_path
 
     out = Path(out)
