@@ -335,9 +335,22 @@ def stored_feature_dtype(config: RunConfig) -> str:
     return "bfloat16" if config.data.feature_dtype == "bfloat16" else config.dtype
 
 
+def is_user_model(model: ModelConfig) -> bool:
+    """Whether ``[model]`` names a user's model (``factory``, or ``name = "module.path:attr"``), not a registered
+    one."""
+    return model.factory is not None or ":" in model.name
+
+
+#: the ``[model]`` fields only a user's model has (left out of a registered model's :func:`model_dict`)
+USER_MODEL_FIELDS = ("pyg_dropout", "factory")
+
+
 def model_dict(model: ModelConfig) -> dict:
-    """``[model]`` as plain data (reports, cache keys); a model factory as its qualified name."""
+    """``[model]`` as plain data (reports, cache keys): a model factory as its qualified name; a registered model
+    without the fields only a user's model has (its reports and cache keys are as before they existed)."""
     out = dataclasses.asdict(dataclasses.replace(model, factory=None))
+    if not is_user_model(model):
+        return {k: v for k, v in out.items() if k not in USER_MODEL_FIELDS}
     if model.factory is not None:
         target = model.factory if hasattr(model.factory, "__qualname__") else type(model.factory)
         out["factory"] = f"{getattr(target, '__module__', '?')}.{target.__qualname__}"

@@ -38,7 +38,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from graphscale.config import PYG_DROPOUT_CHOICES, ModelConfig
+from graphscale.config import PYG_DROPOUT_CHOICES, ModelConfig, is_user_model
 from graphscale.data.block import Block
 from graphscale.nn.dropout import KeyedDropout
 from graphscale.nn.layers import DeferredLinearReLU, GATLayer, GCNIILayer, GCNLayer, ResGCNPlusLayer, SAGELayer
@@ -439,7 +439,7 @@ def model_class(cfg: ModelConfig) -> type[GNN]:
 def is_pyg_config(cfg: ModelConfig) -> bool:
     """Whether ``cfg`` names a user's model (``cfg.factory``, or ``--model module.path:attr``) rather than a
     registered one."""
-    return cfg.factory is not None or ":" in cfg.name
+    return is_user_model(cfg)
 
 
 def model_factory(cfg: ModelConfig):
@@ -505,7 +505,8 @@ def make_user_model(cfg: ModelConfig, seed: int = 0) -> nn.Module:
             first = str(err).splitlines()[0] if str(err) else ""
             raise ValueError(f"{model_label(cfg)}: calling it failed: {type(err).__name__}: {first}") from None
     if not isinstance(module, nn.Module):
-        raise ValueError(f"{model_label(cfg)} returned a {type(module).__name__}, not a torch.nn.Module")  # noqa: TRY004
+        raise ValueError(  # noqa: TRY004 - bad input is a ValueError (the CLI exits 2 with it)
+            f"{model_label(cfg)} returned a {type(module).__name__}, not a torch.nn.Module")
     return module
 
 

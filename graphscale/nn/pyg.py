@@ -23,16 +23,8 @@ wrapped model maps onto :class:`GNN` as::
 A model with its own ``forward`` (skip connections, jumping knowledge, several inputs) is refused with the reason:
 graphscale runs a model layer by layer on blocks and needs the layer order.
 
-**Convs on blocks** (:class:`ConvLayer`). A block's destinations are the first rows of its sources, so
-``edge_index = [indices, dst_of_edges]`` (cached on the block) indexes source rows by local number. A conv whose
-``x`` accepts a pair (SAGEConv, GATConv, GINConv, GraphConv, GATv2Conv, TransformerConv, ...) is called
-bipartite: ``conv((h_src, h_src[:D]), edge_index, size=(S, D))``. GCNConv (``normalize=True``) gets the whole
-graph's normalisation as edge weights from the block's global in-degrees ``src_deg`` (with its self-loops, weight
-``fill`` as GCNConv adds them): ``w_ji = (deg_j + fill)^-1/2 (deg_i + fill)^-1/2``, normalisation off, so a
-partition or a sampled block equals full-graph training. Any other conv is called on all source rows and its
-first ``D`` output rows kept (exact for any conv whose output row depends only on the row's in-edges and inputs).
-Convs that need more than one hop or graph-global quantities (APPNP, SGConv, ChebConv, GCN2Conv, ...) or required
-inputs besides ``x`` and ``edge_index`` are refused before training, naming the conv and why.
+**Convs on blocks**: :mod:`graphscale.nn.pyg_convs` (bipartite call, GCNConv with the whole graph's
+normalisation, other convs on all source rows; convs that cannot run on a block are refused before training).
 
 **Dropout** (``[model] pyg_dropout``, ``--pyg-dropout``): ``keyed`` (default) swaps every
 :class:`torch.nn.Dropout` between the convs for graphscale's :class:`~graphscale.nn.dropout.KeyedDropout`
@@ -46,8 +38,6 @@ computed, before the row is exchanged).
 
 from __future__ import annotations
 
-import inspect
-
 import torch
 from torch import Tensor, nn
 
@@ -55,153 +45,12 @@ from graphscale.config import PYG_DROPOUT_CHOICES
 from graphscale.data.block import Block
 from graphscale.nn.dropout import KeyedDropout
 from graphscale.nn.models import GNN, PYG_OPTIONS
+from graphscale.nn.pyg_convs import ConvLayer, class_name, conv_refusal, message_passing_class
 
-_EDGES_ATTR = "_graphscale_pyg_edges"
-
-#: convs that cannot run on a one-hop block, with the reason
-_REFUSED_CONVS = {
-    "APPNP": "propagates K hops in one layer (a block holds one hop)",
-    "SGConv": "propagates K hops in one layer and normalises by the degrees of the edges it is given",
-    "SSGConv": "propagates K hops in one layer and normalises by the degrees of the edges it is given",
-    "TAGConv": "propagates K hops in one layer and normalises by the degrees of the edges it is given",
-    "ChebConv": "propagates K hops in one layer and normalises by the degrees of the edges it is given",
-    "MixHopConv": "propagates several hops in one layer",
-    "ARMAConv": "propagates several hops in one layer and normalises by the degrees of the edges it is given",
-    "GatedGraphConv": "propagates several hops in one layer",
-    "DNAConv": "reads every earlier layer's output",
-    "GCN2Conv": "needs the initial features x_0 and normalises by the degrees of the edges it is given",
-    "FAConv": "needs the initial features x_0",
-    "LGConv": "normalises by the degrees of the edges it is given",
-    "ClusterGCNConv": "normalises by the degrees of the edges it is given",
-    "EGConv": "normalises by the degrees of the edges it is given",
-    "GravNetConv": "builds its own neighbourhoods from the features of all nodes",
-    "DynamicEdgeConv": "builds its own neighbourhoods from the features of all nodes",
-    "SuperGATConv": "samples negative edges over the whole graph",
-}
 #: normalisations over the rows of a batch or graph (not row-wise), by class name
 _ROW_MIXING = {"BatchNorm", "BatchNorm1d", "SyncBatchNorm", "InstanceNorm", "InstanceNorm1d", "GraphNorm",
                "PairNorm", "DiffGroupNorm", "MeanSubtractionNorm", "GraphSizeNorm", "HeteroBatchNorm",
                "HeteroLayerNorm"}
-
-
-def _message_passing():
-    from torch_geometric.nn.conv import MessagePassing
-
-    return MessagePassing
-
-
-def _name(module: nn.Module) -> str:
-    return type(module).__name__
-
-
-# ------------------------------------------------------------ blocks as PyG edges
-def block_edge_index(block: Block) -> Tensor:
-    """``[2, nnz]`` ``(source row, destination row)`` of a block's edges in local numbering, cached on the block
-    (rebuilt when its ``indptr`` / ``indices`` are replaced)."""
-    cached = block.__dict__.get(_EDGES_ATTR)
-    if cached is not None and cached[0] is block.indptr and cached[1] is block.indices:
-        return cached[2]
-    edge_index = torch.stack([block.indices, block.dst_of_edges()])
-    block.__dict__[_EDGES_ATTR] = (block.indptr, block.indices, edge_index, {})
-    return edge_index
-
-
-def gcn_edges(block: Block, fill: float, self_loops: bool, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
-    """GCN's normalised edges of a block from the whole graph's in-degrees: the block's edges, then one self-loop
-    per destination (if ``self_loops``), weighted ``(deg_src + f)^-1/2 (deg_dst + f)^-1/2`` (``f = fill`` with
-    self-loops, else 0), as GCNConv's ``gcn_norm`` weights them on the whole graph. Cached on the block."""
-    edge_index = block_edge_index(block)
-    store = block.__dict__[_EDGES_ATTR][3]
-    key = (float(fill), bool(self_loops), dtype)
-    if key not in store:
-        f = float(fill) if self_loops else 0.0
-        deg = block.src_deg.to(dtype) + f
-        scale = deg.pow(-0.5)
-        scale.masked_fill_(scale == float("inf"), 0.0)
-        if self_loops:
-            loops = torch.arange(block.num_dst, device=edge_index.device)
-            edge_index = torch.cat([edge_index, torch.stack([loops, loops])], 1)
-        src, dst = edge_index
-        weight = scale[src] * scale[dst]
-        if self_loops:
-            weight[block.num_edges:] *= f
-        store[key] = (edge_index, weight)
-    return store[key]
-
-
-def _forward_params(conv: nn.Module) -> dict[str, inspect.Parameter]:
-    return dict(inspect.signature(type(conv).forward).parameters)
-
-
-def _takes_pair(conv: nn.Module) -> bool:
-    """Whether ``conv.forward``'s ``x`` is annotated to accept a ``(x_src, x_dst)`` pair."""
-    x = _forward_params(conv).get("x")
-    return x is not None and any(word in str(x.annotation) for word in ("Pair", "Tuple", "tuple"))
-
-
-def _is_gcn(conv: nn.Module) -> bool:
-    from torch_geometric.nn.conv import GCNConv
-
-    return isinstance(conv, GCNConv) and bool(conv.normalize)
-
-
-def conv_refusal(conv: nn.Module) -> str | None:
-    """Why ``conv`` cannot run on a block (``None`` if it can)."""
-    import torch_geometric.nn.conv as convs
-
-    for name, why in _REFUSED_CONVS.items():
-        cls = getattr(convs, name, None)
-        if cls is not None and isinstance(conv, cls):
-            return why
-    if _is_gcn(conv) and conv.cached:
-        return ("caches the normalisation of the first edges it sees (cached=True); graphscale gives it the "
-                "graph's normalisation per block: construct it with cached=False")
-    params = list(_forward_params(conv).values())[1:]
-    names = [p.name for p in params]
-    if names[:2] != ["x", "edge_index"] and len(params) >= 2:
-        return f"takes ({', '.join(names)}) in its forward, not (x, edge_index, ...)"
-    required = [p.name for p in params[2:] if p.default is inspect.Parameter.empty
-                and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
-    if required:
-        return f"needs {', '.join(required)} besides x and edge_index in its forward"
-    return None
-
-
-def run_conv(conv: nn.Module, block: Block, h_src: Tensor) -> Tensor:
-    """``conv`` on ``block``: the destinations' outputs ``[D, *]`` from the sources' inputs ``h_src [S, d]``
-    (module docstring: bipartite, GCN-normalised or all-sources call)."""
-    d = block.num_dst
-    if _is_gcn(conv):
-        edge_index, weight = gcn_edges(block, 2.0 if conv.improved else 1.0, conv.add_self_loops, h_src.dtype)
-        conv.normalize = False  # the weights above are the whole graph's normalisation
-        try:
-            return conv(h_src, edge_index, weight)[:d]
-        finally:
-            conv.normalize = True
-    edge_index = block_edge_index(block)
-    if _takes_pair(conv):
-        if "size" in _forward_params(conv):
-            return conv((h_src, h_src[:d]), edge_index, size=(block.num_src, d))
-        return conv((h_src, h_src[:d]), edge_index)
-    return conv(h_src, edge_index)[:d]
-
-
-class ConvLayer(nn.Module):
-    """A PyG conv as a graphscale layer: ``layer(block, h_src) -> h_dst`` (:func:`run_conv`).
-
-    Attributes:
-        conv: the PyG conv (its parameters are the layer's).
-    """
-
-    def __init__(self, conv: nn.Module) -> None:
-        super().__init__()
-        self.conv = conv
-
-    def forward(self, block: Block, h_src: Tensor) -> Tensor:
-        return run_conv(self.conv, block, h_src)
-
-    def extra_repr(self) -> str:
-        return "bipartite" if _takes_pair(self.conv) else "gcn-normalised" if _is_gcn(self.conv) else "all sources"
 
 
 # ------------------------------------------------------------ layer order
@@ -210,14 +59,14 @@ def _sequence(module: nn.Module, label: str) -> list[nn.Module]:
     from torch_geometric.nn import Sequential as PyGSequential
     from torch_geometric.nn.models.basic_gnn import BasicGNN
 
-    mp = _message_passing()
+    mp = message_passing_class()
     if isinstance(module, BasicGNN):
         if type(module).forward is not BasicGNN.forward:
-            raise ValueError(f"{label}: {_name(module)} overrides BasicGNN.forward, so graphscale cannot read its "
+            raise ValueError(f"{label}: {class_name(module)} overrides BasicGNN.forward, so graphscale cannot read its "
                              "layer order; keep BasicGNN's forward (customise init_conv) or use a "
                              "torch_geometric.nn.Sequential")
         if module.jk_mode not in (None, "last"):
-            raise ValueError(f"{label}: {_name(module)} has jumping knowledge jk={module.jk_mode!r}, which reads "
+            raise ValueError(f"{label}: {class_name(module)} has jumping knowledge jk={module.jk_mode!r}, which reads "
                              "every layer's output (not layer-sequential); use jk=None or 'last'")
         items: list[nn.Module] = []
         for i, (conv, norm) in enumerate(zip(module.convs, module.norms)):
@@ -240,7 +89,7 @@ def _sequence(module: nn.Module, label: str) -> list[nn.Module]:
             sub = getattr(module, child.name)
             want = [x, ei] if isinstance(sub, mp) else [x]
             if list(child.param_names) != want or list(child.return_names) != [x]:
-                raise ValueError(f"{label}: entry {i} ({_name(sub)}) maps ({', '.join(child.param_names)}) -> "
+                raise ValueError(f"{label}: entry {i} ({class_name(sub)}) maps ({', '.join(child.param_names)}) -> "
                                  f"({', '.join(child.return_names)}); graphscale runs a Sequential whose entries "
                                  f"all read the running {x} ('{', '.join(want)} -> {x}'), layer by layer")
             items.append(sub)
@@ -248,10 +97,10 @@ def _sequence(module: nn.Module, label: str) -> list[nn.Module]:
     if isinstance(module, (nn.Sequential, nn.ModuleList)):
         return list(module)
     if not any(isinstance(m, mp) for m in module.modules()):
-        raise ValueError(f"{label}: {_name(module)} has no message-passing layers (no torch_geometric "
+        raise ValueError(f"{label}: {class_name(module)} has no message-passing layers (no torch_geometric "
                          "MessagePassing conv)")
-    raise ValueError(f"{label}: {_name(module)} defines its own forward, so graphscale cannot run it layer by layer "
-                     "on blocks; write it as a torch_geometric.nn.Sequential, a torch.nn.Sequential of convs and "
+    raise ValueError(f"{label}: {class_name(module)} defines its own forward, so graphscale cannot run it layer by "
+                     "layer on blocks; write it as a torch_geometric.nn.Sequential, a torch.nn.Sequential of convs and "
                      "row-wise modules, or a BasicGNN subclass (customise init_conv)")
 
 
@@ -261,9 +110,9 @@ def _check_row_wise(module: nn.Module, where: str, label: str) -> None:
 
     for sub in module.modules():
         if isinstance(sub, (nn.modules.batchnorm._BatchNorm, nn.modules.instancenorm._InstanceNorm)) \
-                or _name(sub) in _ROW_MIXING or (isinstance(sub, LayerNorm) and sub.mode != "node"):
-            raise ValueError(f"{label}: {_name(sub)} ({where}) normalises over the rows of a batch or graph, which "
-                             "a partition or mini-batch holds differently from the whole graph; use a row-wise "
+                or class_name(sub) in _ROW_MIXING or (isinstance(sub, LayerNorm) and sub.mode != "node"):
+            raise ValueError(f"{label}: {class_name(sub)} ({where}) normalises over the rows of a batch or graph, "
+                             "which a partition or mini-batch holds differently from the whole graph; use a row-wise "
                              "normalisation (torch.nn.LayerNorm, or PyG LayerNorm with mode='node') or none")
 
 
@@ -271,11 +120,11 @@ def _inner_dropout(conv: nn.Module) -> str | None:
     """A dropout inside ``conv`` with a positive probability, described; ``None`` if there is none."""
     for name, sub in conv.named_modules():
         if isinstance(sub, nn.modules.dropout._DropoutNd) and sub.p > 0:
-            return f"{name or _name(sub)}: {_name(sub)}(p={sub.p})"
+            return f"{name or class_name(sub)}: {class_name(sub)}(p={sub.p})"
         p = getattr(sub, "dropout", None)
         values = p if isinstance(p, (list, tuple)) else [p]
         if any(isinstance(v, float) and v > 0 for v in values):
-            return f"{_name(sub)}(dropout={p})"
+            return f"{class_name(sub)}(dropout={p})"
     return None
 
 
@@ -283,7 +132,7 @@ def _row_module(module: nn.Module, dropout: str, seed: int, sites: list[int], la
     """A row-wise module as the wrapper applies it: a torch dropout keyed (``keyed``) or kept (``torch``)."""
     if dropout == "keyed" and isinstance(module, nn.modules.dropout._DropoutNd):
         if type(module) is not nn.Dropout:
-            raise ValueError(f"{label}: {_name(module)} cannot be swapped for graphscale's keyed dropout "
+            raise ValueError(f"{label}: {class_name(module)} cannot be swapped for graphscale's keyed dropout "
                              "(--pyg-dropout keyed swaps torch.nn.Dropout); use torch.nn.Dropout, or "
                              "--pyg-dropout torch")
         sites.append(len(sites))
@@ -323,10 +172,10 @@ class PyGModel(GNN):
 
     def __init__(self, module: nn.Module, in_dim: int, dropout: str = "keyed", seed: int = 0,
                  label: str | None = None) -> None:
-        label = label or _name(module)
+        label = label or class_name(module)
         if dropout not in PYG_DROPOUT_CHOICES:
             raise ValueError(f"--pyg-dropout must be one of {', '.join(PYG_DROPOUT_CHOICES)}, got {dropout!r}")
-        mp = _message_passing()
+        mp = message_passing_class()
         items = _sequence(module, label)
         sites: list[int] = []
         groups: list[list[nn.Module]] = [[]]
@@ -334,24 +183,24 @@ class PyGModel(GNN):
             if isinstance(item, mp):
                 why = conv_refusal(item)
                 if why:
-                    raise ValueError(f"{label}: {_name(item)} (layer {len(groups) - 1}) cannot run on a graphscale "
-                                     f"block: it {why}")
+                    raise ValueError(f"{label}: {class_name(item)} (layer {len(groups) - 1}) cannot run on a "
+                                     f"graphscale block: it {why}")
                 inner = dropout == "keyed" and _inner_dropout(item)
                 if inner:
-                    raise ValueError(f"{label}: {_name(item)} (layer {len(groups) - 1}) has a dropout inside "
+                    raise ValueError(f"{label}: {class_name(item)} (layer {len(groups) - 1}) has a dropout inside "
                                      f"({inner}) that draws from the process RNG and cannot be keyed; set it to 0 "
                                      "or use --pyg-dropout torch")
-                _check_row_wise(item, f"inside {_name(item)}", label)
+                _check_row_wise(item, f"inside {class_name(item)}", label)
                 groups.append([])
                 continue
             if any(isinstance(m, mp) for m in item.modules()):
-                raise ValueError(f"{label}: entry {i} ({_name(item)}) nests message-passing layers; graphscale "
+                raise ValueError(f"{label}: entry {i} ({class_name(item)}) nests message-passing layers; graphscale "
                                  "reads the convs from the top level of the stack")
             _check_row_wise(item, f"entry {i}", label)
             groups[-1].append(_row_module(item, dropout, seed, sites, label))
         convs = [i for i, m in enumerate(items) if isinstance(m, mp)]
         if not convs:
-            raise ValueError(f"{label}: {_name(module)} has no message-passing layers (no torch_geometric "
+            raise ValueError(f"{label}: {class_name(module)} has no message-passing layers (no torch_geometric "
                              "MessagePassing conv)")
         layers = [ConvLayer(items[i]) for i in convs]
         head, tails = groups[0], groups[1:]
@@ -425,7 +274,7 @@ def _probe_widths(head, layers, tails, out, in_dim: int, label: str) -> list[int
                 except Exception as err:  # noqa: BLE001 - reported with the conv's name
                     first = str(err).splitlines()[0] if str(err) else type(err).__name__
                     what = f"takes {widths[-1]} input features" if l == 0 else f"gets {widths[-1]}-wide rows"
-                    raise ValueError(f"{label}: layer {l} ({_name(layer.conv)}) {what} and fails on a graphscale "
+                    raise ValueError(f"{label}: layer {l} ({class_name(layer.conv)}) {what} and fails on a graphscale "
                                      f"block: {first}") from None
             h = _apply_rows(out, h, block.dst_ids)
             widths.append(int(h.shape[1]))
@@ -455,11 +304,11 @@ def as_gnn(module: nn.Module, in_dim: int, num_classes: int | None = None, *, dr
         raise ValueError(f"{label or type(module).__name__}: expected a torch.nn.Module, got "  # noqa: TRY004
                          f"{type(module).__name__}")
     if isinstance(module, GNN):
-        raise ValueError(f"{label or _name(module)}: already a graphscale GNN")  # noqa: TRY004
+        raise ValueError(f"{label or class_name(module)}: already a graphscale GNN")  # noqa: TRY004
     model = PyGModel(module, in_dim, dropout=dropout, seed=seed, label=label)
     if num_classes is not None and model.out_width != num_classes:
-        raise ValueError(f"{label or _name(module)}: the model outputs {model.out_width} values per vertex but the "
-                         f"data has {num_classes} classes")
+        raise ValueError(f"{label or class_name(module)}: the model outputs {model.out_width} values per vertex but "
+                         f"the data has {num_classes} classes")
     return model
 
 
@@ -479,7 +328,7 @@ def check_model(module: nn.Module, strategy_name: str, in_dim: int | None = None
     from graphscale.registry import STRATEGIES
 
     strategy = STRATEGIES.get(strategy_name)
-    label = label or _name(module)
+    label = label or class_name(module)
     if strategy.pyg_refusal:
         raise ValueError(f"strategy {strategy_name!r} does not train PyG models ({label}): {strategy.pyg_refusal}")
     model = as_gnn(copy.deepcopy(module), in_dim if in_dim is not None else _declared_in_dim(module),

@@ -17,7 +17,8 @@ from graphscale.config import ModelConfig, build_config
 from graphscale.data.block import Block
 from graphscale.nn.dropout import KeyedDropout
 from graphscale.nn.models import build_model
-from graphscale.nn.pyg import as_gnn, block_edge_index, check_model
+from graphscale.nn.pyg import as_gnn, check_model
+from graphscale.nn.pyg_convs import block_adjacency, block_edge_index
 from graphscale.run import run
 from graphscale.testing import assert_close_rel, pyg_models, random_graph
 from graphscale.validation import validate
@@ -66,6 +67,9 @@ def test_edge_index_cached_per_block_and_gcn_weights_are_the_whole_graphs():
     first = block_edge_index(block)
     assert block_edge_index(block) is first
     assert first.shape == (2, block.num_edges) and int(first[1].max()) < block.num_dst
+    adj = block_adjacency(block, torch.float64)
+    assert block_adjacency(block, torch.float64) is adj and adj.shape == (block.num_dst, block.num_src)
+    assert torch.equal(adj.to_dense().nonzero().flip(1).T, first[:, torch.argsort(first[1] * block.num_src + first[0])])
     conv = GCNConv(pyg_models.IN, 4).double()
     from torch_geometric.nn.conv.gcn_conv import gcn_norm
 

@@ -121,7 +121,8 @@ def test_pyg_models_graph_parallel_equal_pyg_loop_and_single(world_size, tmp_pat
 
 # ------------------------------------------------------------ end to end through run()
 def run_config(name: str, strategy: str, workers: int = 1, **options) -> RunConfig:
-    return build_config({"data": {"dataset": pyg_models.DATASET, "feature_norm": "none"}, "model": {"name": SPEC + name},
+    return build_config({"data": {"dataset": pyg_models.DATASET, "feature_norm": "none"},
+                         "model": {"name": SPEC + name},
                          "optim": {"epochs": EPOCHS, "lr": 0.01, "weight_decay": 5e-4},
                          "strategy": {"name": strategy, "workers": workers, **options}, "dtype": "float64",
                          "progress": False, "oversubscribe": True})
