@@ -111,6 +111,17 @@ def test_unknown_keyword_names_the_closest(no_run):
         gs.train("gcn", "cora", zzz=4)
 
 
+def test_config_file_then_keywords(tmp_path):
+    """``config=FILE`` reads a TOML file first and the keywords override it (as --config and flags); with a model
+    object a [model] table option of the file conflicts with it like the keyword would."""
+    toml = tmp_path / "run.toml"
+    toml.write_text('seed = 3\n[optim]\nepochs = 5\n[model]\nhidden = 4\n')
+    report = gs.train("gcn", tiny_graph(), config=toml, epochs=2, dtype="float64", progress=False)
+    assert len(report.epochs) == 2 and report.config["seed"] == 3 and report.config["model"]["hidden"] == 4
+    with pytest.raises(ValueError, match=r"run\.toml: \[model\] hidden conflicts with the model argument"):
+        gs.train(make_sage, tiny_graph(), config=toml)
+
+
 # ------------------------------------------------------------ equal to the command line
 def test_train_equals_the_command_line(tmp_path):
     """``gs.train`` on a Graph object and ``graphscale train --dataset graphdir:DIR`` on the same graph with the same
