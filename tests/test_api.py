@@ -226,6 +226,22 @@ def test_directed_pyg_data_graph_parallel_equals_single():
     assert_losses(losses(parallel), losses(single))
 
 
+def test_featureless_and_multilabel_data():
+    """A Data without x trains with features=...; a 0/1 [N, C] y trains as multi-label (metric micro-F1), without a
+    split taking the seeded one as a multi-label dataset does."""
+    from torch_geometric.data import Data
+
+    g = tiny_graph()
+    report = gs.train("gcn", Data(edge_index=g.edge_index(), y=g.y, train_mask=g.train_mask, num_nodes=40),
+                      features="degree", epochs=2, progress=False)
+    assert report.graph["features"] == 1 and report.config["data"]["features"] == "degree"  # log(1 + degree)
+    multi = torch.zeros(40, 4, dtype=torch.long)
+    multi[torch.arange(40), g.y] = 1
+    multi[torch.arange(0, 40, 3), 3] = 1
+    report = gs.train("gcn", Data(x=g.x, edge_index=g.edge_index(), y=multi), epochs=2, progress=False)
+    assert report.metric == "micro-f1" and report.graph["multilabel"] and report.graph["train"] > 0
+
+
 # ------------------------------------------------------------ the report
 def test_report_json_plot_and_load(tmp_path):
     report = gs.train("gcn", tiny_graph(), json=str(tmp_path / "run.json"), **SMALL)
