@@ -172,6 +172,16 @@ def test_pyg_factory_equals_its_instance():
     assert by_factory.config["model"]["factory"].endswith("make_pyg_sage")
 
 
+def test_module_path_string_equals_the_callable():
+    """``"module.path:factory"`` (``--model``'s form) and the callable itself: the same model, the same losses."""
+    pytest.importorskip("torch_geometric")
+    from graphscale.testing import pyg_models
+
+    options = {"epochs": EPOCHS, "dtype": "float64", "progress": False}
+    by_string = gs.train("graphscale.testing.pyg_models:sage", pyg_models.DATASET, **options)
+    assert_losses(losses(by_string), losses(gs.train(pyg_models.sage, pyg_models.DATASET, **options)))
+
+
 def test_instance_and_pyg_model_on_two_workers():
     """A module instance is sent to spawned workers as a copy: graph-parallel on 2 workers equals single (a graphscale
     GNN and a PyG GraphSAGE)."""

@@ -11,8 +11,8 @@ def train(model, data, /, **options) -> Report:
     """Train ``model`` on ``data`` with a strategy and return the run's :class:`~graphscale.api.Report`.
 
     Args:
-        model: a graphscale model name (``"gcn"``, ``"sage"``, ``"gat"``, ``"gcnii"``, ``"resgcn"``), a
-            ``torch.nn.Module`` (a graphscale ``GNN``, a PyG model), or a zero-argument callable returning one,
+        model: a graphscale model name (``"gcn"``, ``"sage"``, ``"gat"``, ``"gcnii"``, ``"resgcn"``) or
+            ``"module.path:factory"`` (as ``--model``), a ``torch.nn.Module`` (a graphscale ``GNN``, a PyG model), or a zero-argument callable returning one,
             defined at a module's top level (module docstring).
         data: a dataset spec string, a graphscale ``Graph``, a PyG ``Data``, an OGB node-property dataset object,
             or ``None`` (the dataset of ``partitions=``, else ``"cora"``).
@@ -52,7 +52,7 @@ def train(model, data, /, **options) -> Report:
     overrides = keyword_overrides(options)
     if overrides.get("strategy", {}).get("name") == "auto":
         raise ValueError("strategy='auto' is graphscale train's (--strategy auto); from Python, run `graphscale "
-                         "advise` (or graphscale.advise) and pass the strategy it recommends")
+                         "advise` and pass the strategy it recommends")
 
     factory, label = None, None
     if isinstance(model, str):
@@ -68,11 +68,10 @@ def train(model, data, /, **options) -> Report:
         from graphscale.data.convert import to_graph
 
         graph = to_graph(data)
-        features = overrides.get("data", {}).get("features")
-        if graph.x is None and not features:
-            raise ValueError("data has no node features (x); give features=\"degree\", \"onehot\", \"random:D\" or "
-                             "\"learnable:D\" to train on its structure")
     config = build_config(overrides, config_file)
+    if graph is not None and graph.x is None and not config.data.features:
+        raise ValueError("data has no node features (x); give features=\"degree\", \"onehot\", \"random:D\" or "
+                         "\"learnable:D\" to train on its structure")
     if factory is not None:
         config.model.factory, config.model.name = factory, label
     validate(config)  # (run validates again, with the dataset) before the graph is written
