@@ -159,7 +159,7 @@ def test_ogb_shaped_objects():
     pyg = OgbShaped(Data(x=g.x, edge_index=g.edge_index(), y=g.y.unsqueeze(1)), split, num_classes=3)
     out = to_graph(pyg)
     assert_same_graph(out, g)
-    assert kind_of(pyg) == "ogb" and out.name == "ogbn-shaped" and out.meta["source"] == "pyg"
+    assert kind_of(pyg) == "ogb" and out.name == "ogbn-shaped" and out.meta["source"] == "ogb"
     graph = {"edge_index": g.edge_index().numpy(), "node_feat": g.x.numpy(), "edge_feat": None, "num_nodes": 12}
     plain = OgbShaped((graph, g.y.numpy().reshape(-1, 1).astype(np.float64)),
                       {k: v.numpy() for k, v in split.items()}, num_classes=3)
@@ -168,6 +168,9 @@ def test_ogb_shaped_objects():
         to_graph(OgbShaped(pyg.item, {**split, "valid": torch.tensor([12])}))
     with pytest.raises(ValueError, match=r"^dataset\[0\]\.y holds class id 2, but num_classes is 2"):
         to_graph(OgbShaped(pyg.item, split, num_classes=2))
+    tasks = OgbShaped(Data(x=g.x, edge_index=g.edge_index(), y=torch.ones(12, 5)), split, num_classes=2)
+    tasks.num_tasks = 5  # ogbn-proteins' shape: 5 binary tasks (num_classes 2 per task) -> 5 label columns
+    assert to_graph(tasks).multilabel and to_graph(tasks).num_classes == 5
     with pytest.raises(ValueError, match="heterogeneous OGB datasets"):
         to_graph(OgbShaped(pyg.item, {"train": {"paper": torch.tensor([0])}}))
     with pytest.raises(ValueError, match=r"^dataset\.get_idx_split\(\): the training split is missing"):

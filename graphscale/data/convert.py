@@ -282,7 +282,7 @@ def _data_split(data, num_nodes: int, where: str) -> dict[str, torch.Tensor | No
 
 
 def from_data(data, name: str | None = None, where: str = "data", split: dict | None = None,
-              num_classes=None) -> Graph:
+              num_classes=None, source: str = "pyg") -> Graph:
     """A PyG ``Data`` as a :class:`Graph` (module docstring).
 
     Args:
@@ -291,22 +291,22 @@ def from_data(data, name: str | None = None, where: str = "data", split: dict | 
         where: how messages name ``data`` (``dataset[0]`` for an OGB dataset's graph).
         split: masks given from elsewhere (an OGB ``get_idx_split()``); then the ``Data``'s own are not read.
         num_classes: the class count when known (else ``data.num_classes`` when set, else the labels').
+        source: what the graph's ``meta['source']`` records.
     """
     n = _num_nodes(data, where)
     x = _features(getattr(data, "x", None), n, f"{where}.x")
     src, dst = _edges(getattr(data, "edge_index", None), n, f"{where}.edge_index")
     y = _labels(getattr(data, "y", None), n, f"{where}.y")
     masks = split if split is not None else _data_split(data, n, where)
-    if y.dim() == 2 and masks["train"] is None:
-        masks = {"train": None, "val": None, "test": None}  # multi-label without a split: the seeded one
-        full = {}
+    if y.dim() == 2 and all(m is None for m in masks.values()):
+        full = {}  # multi-label without a split: the seeded one (datasets.with_training_split)
     else:
         full = _split(masks, where, f"set {where}.train_mask (bool [N]) or {where}.train_idx (node ids)"
                       if split is None else "the split has no training nodes")
     declared = num_classes if num_classes is not None else getattr(data, "num_classes", None)
     label = name or getattr(data, "name", None) or "pyg"
     return _assemble(src, dst, n, x=x, y=y, masks=full, name=str(label),
-                     num_classes=_num_classes(y, declared, f"{where}.y"), source="pyg")
+                     num_classes=_num_classes(y, declared, f"{where}.y"), source=source)
 
 
 def _ogb_split(dataset, num_nodes: int) -> dict[str, torch.Tensor]:
@@ -330,9 +330,11 @@ def from_ogb(dataset, name: str | None = None) -> Graph:
         raise ValueError(f"dataset holds {len(dataset)} graphs; an OGB node-property dataset holds one")
     item = dataset[0]
     label = name or getattr(dataset, "name", None) or "ogb"
-    declared = getattr(dataset, "num_classes", None)
+    tasks = int(getattr(dataset, "num_tasks", 1) or 1)  # several binary tasks (ogbn-proteins): multi-label columns
+    declared = getattr(dataset, "num_classes", None) if tasks == 1 else tasks
     if kind_of(item) == "pyg":  # PygNodePropPredDataset
-        return from_data(item, label, "dataset[0]", _ogb_split(dataset, _num_nodes(item, "dataset[0]")), declared)
+        return from_data(item, label, "dataset[0]", _ogb_split(dataset, _num_nodes(item, "dataset[0]")), declared,
+                         source="ogb")
     if not (isinstance(item, tuple) and len(item) == 2 and isinstance(item[0], dict)):
         raise ValueError("dataset[0] must be a torch_geometric Data (PygNodePropPredDataset) or a (graph dict, "
                          f"labels) pair (NodePropPredDataset), got {type(item).__name__}")
