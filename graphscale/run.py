@@ -1,7 +1,7 @@
 """One training run end to end: launch workers, train, merge their histories into a report.
 
-``run(config)`` is what ``graphscale train`` calls and the Python API's entry
-point::
+``run(config)`` is what ``graphscale train`` and the Python API (:func:`graphscale.train`, which builds the
+configuration from keywords and returns the report typed) call::
 
     from graphscale.config import build_config
     from graphscale.run import run
