@@ -23,12 +23,11 @@ one (``model-averaging``) only its own.
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 
 import torch
 
-from graphscale.config import RunConfig
+from graphscale.config import RunConfig, model_dict
 
 #: the name of the optimiser every strategy builds (:func:`graphscale.strategies.base.make_optimizer`)
 OPTIMIZER = "adam"
@@ -51,7 +50,7 @@ def identity(config: RunConfig) -> dict:
     from graphscale.data.specs import canonical_spec
     from graphscale.registry import STRATEGIES
 
-    model = dataclasses.asdict(config.model)
+    model = model_dict(config.model)  # a factory as its name; a registered model without the user-model fields
     return {"dataset": canonical_spec(config.data.dataset) if config.data.dataset else "",
             "feature_norm": config.data.feature_norm, "features": config.data.features,
             "feature_dtype": config.data.feature_dtype,

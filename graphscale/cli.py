@@ -12,7 +12,7 @@ import statistics
 import sys
 from pathlib import Path
 
-from graphscale.config import StrategyConfig
+from graphscale.config import PYG_DROPOUT_CHOICES, StrategyConfig
 from graphscale.metrics.ledger import moved_bytes
 from graphscale.metrics.table import format_table
 from graphscale.metrics.units import format_bytes
@@ -51,8 +51,9 @@ TRAIN_OPTIONS = {
     "feature_dtype": ("data", "feature_dtype"), "model": ("model", "name"), "hidden": ("model", "hidden"),
     "layers": ("model", "layers"), "dropout": ("model", "dropout"), "heads": ("model", "heads"),
     "alpha": ("model", "alpha"), "theta": ("model", "theta"), "decoupled": ("model", "decoupled"),
-    "last_relu": ("model", "last_relu"), "lr": ("optim", "lr"), "weight_decay": ("optim", "weight_decay"),
-    "epochs": ("optim", "epochs"), "cache_dir": (None, "cache_dir"), "seed": (None, "seed"), "dtype": (None, "dtype"),
+    "last_relu": ("model", "last_relu"), "pyg_dropout": ("model", "pyg_dropout"), "lr": ("optim", "lr"),
+    "weight_decay": ("optim", "weight_decay"), "epochs": ("optim", "epochs"), "cache_dir": (None, "cache_dir"),
+    "seed": (None, "seed"), "dtype": (None, "dtype"),
     "device": (None, "device"), "backend": (None, "backend"), "json": (None, "json"),
     "tensorboard": (None, "tensorboard"), "checkpoint": (None, "checkpoint"), "resume": (None, "resume"),
     "progress": (None, "progress"), "oversubscribe": (None, "oversubscribe"), "allocator": (None, "allocator"),
@@ -174,7 +175,8 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
                    help="dtype the input features are stored, gathered and exchanged in: bfloat16 halves their "
                         "memory and bytes moved, computation stays float32 (rows upcast where they enter the "
                         "model; needs --dtype float32)")
-    p.add_argument("--model", help="GNN model")
+    p.add_argument("--model", help="GNN model: a graphscale model name, or module.path:factory (a zero-argument "
+                        "callable returning a PyG model, imported by every worker; docs/pyg.md)")
     p.add_argument("--hidden", type=int, help="hidden width (per attention head for gat)")
     p.add_argument("--layers", type=int, help="message-passing layers")
     p.add_argument("--dropout", type=float, help="dropout probability (gat: also on the attention coefficients)")
@@ -186,6 +188,10 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
                         "computed once from the MLP output) or the standard one; auto: on with task-parallel only")
     p.add_argument("--last-relu", action=argparse.BooleanOptionalAction,
                    help="decoupled models: a ReLU after the MLP's last layer too (the NeutronTask artifact's)")
+    p.add_argument("--pyg-dropout", choices=PYG_DROPOUT_CHOICES,
+                   help="a PyG model's torch.nn.Dropout: keyed swaps it for graphscale's keyed dropout (the same masks "
+                        "under every strategy, so partitioned runs equal single), torch keeps it (masks from each "
+                        "worker's RNG: partitioned runs differ from single)")
     p.add_argument("--lr", type=float, help="Adam learning rate")
     p.add_argument("--weight-decay", type=float, help="Adam weight decay (L2 penalty)")
     p.add_argument("--epochs", type=int,

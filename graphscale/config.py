@@ -18,6 +18,7 @@ declares); defaults never count.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -42,6 +43,8 @@ DEFAULT_TIMEOUT_S = 600.0
 DTYPES = ("float32", "float64")
 #: the values of ``DataConfig.feature_dtype``: the dtype the input features are stored and moved in
 FEATURE_DTYPES = ("float32", "bfloat16")
+#: the values of ``ModelConfig.pyg_dropout`` (``--pyg-dropout``; :mod:`graphscale.nn.pyg`)
+PYG_DROPOUT_CHOICES = ("keyed", "torch")
 
 
 #: The training default of what a METIS partition balances (``--balance``; its values:
@@ -88,6 +91,15 @@ class ModelConfig:
     ``task-parallel``, off elsewhere."""
     last_relu: bool = False
     """Decoupled models: a ReLU after the MLP's last layer too (the NeutronTask artifact's choice)."""
+    pyg_dropout: str = "keyed"
+    """A user's PyG model (``name = "module.path:factory"`` or ``factory``): ``keyed`` swaps its
+    ``torch.nn.Dropout`` for graphscale's keyed dropout (the same masks under every strategy: partitioned runs equal
+    ``single``), ``torch`` keeps it (masks from each worker process's RNG: partitioned runs differ from ``single``);
+    :mod:`graphscale.nn.pyg`."""
+    factory: Callable | None = field(default=None, metadata={"python_only": True})
+    """A zero-argument callable returning the model (a PyG model, or a graphscale ``GNN``); set by the Python API
+    only, never from a TOML file or the command line (``name = "module.path:attr"`` is their form). Reports hold its
+    qualified name."""
 
 
 @dataclass
@@ -191,6 +203,9 @@ def _apply(target, values: dict, where: str) -> None:
     for key, value in values.items():
         if key not in names:
             raise ValueError(f"{where}: unknown option {key!r}; expected one of {', '.join(sorted(names))}")
+        if names[key].metadata.get("python_only"):
+            raise ValueError(f"{where}: option {key!r} is set from Python only (gs.train(model=...)); give "
+                             "name = \"module.path:factory\" instead")
         current = getattr(target, key)
         if dataclasses.is_dataclass(current):
             if not isinstance(value, dict):
@@ -269,9 +284,17 @@ def check_given(config: RunConfig, given: dict[tuple[str | None, str], str]) -> 
     for (section, given_name), where in given.items():
         if section not in chosen:
             continue
+        if section == "model" and is_user_model(config.model):  # a user's model: no registry class to ask
+            if given_name in BUILTIN_MODEL_FIELDS:
+                raise ValueError(f"{_label(section, given_name, where)} is not used by model "
+                                 f"{user_model_label(config.model)} (a PyG model defines its own layers, widths and "
+                                 "dropout); it is used by graphscale's own models (--model NAME)")
+            continue
         registry, name = chosen[section]
         cls = registry.get(name)
         readers = [other for other in registry.names() if given_name in registry.get(other).options]
+        if section == "model" and given_name in USER_MODEL_OPTIONS:
+            readers.append("module.path:factory (PyG models)")
         if not readers:  # read by every strategy (model), such as --workers or --hidden
             continue
         unused = cls.unused_options(config) if hasattr(cls, "unused_options") else {}  # models have no conditions
@@ -304,5 +327,39 @@ def stored_feature_dtype(config: RunConfig) -> str:
     return "bfloat16" if config.data.feature_dtype == "bfloat16" else config.dtype
 
 
+def is_user_model(model: ModelConfig) -> bool:
+    """Whether ``[model]`` names a user's model (``factory``, or ``name = "module.path:attr"``), not a registered
+    one."""
+    return model.factory is not None or ":" in model.name
+
+
+#: the ``[model]`` fields only a user's model has (left out of a registered model's :func:`model_dict`)
+USER_MODEL_FIELDS = ("pyg_dropout", "factory")
+#: the ``[model]`` options only a user's model reads
+USER_MODEL_OPTIONS = frozenset({"pyg_dropout"})
+#: the ``[model]`` options of graphscale's own models, which a user's model defines itself (giving one is an error)
+BUILTIN_MODEL_FIELDS = ("hidden", "layers", "dropout", "heads", "alpha", "theta", "decoupled", "last_relu")
+
+
+def user_model_label(model: ModelConfig) -> str:
+    """How messages name a user's model: ``factory module.qualname`` or the ``module.path:attr`` spec."""
+    if model.factory is not None:
+        target = model.factory if hasattr(model.factory, "__qualname__") else type(model.factory)
+        return f"factory {getattr(target, '__module__', '?')}.{target.__qualname__}"
+    return model.name
+
+
+def model_dict(model: ModelConfig) -> dict:
+    """``[model]`` as plain data (reports, cache keys): a model factory as its qualified name; a registered model
+    without the fields only a user's model has (its reports and cache keys are as before they existed)."""
+    out = dataclasses.asdict(dataclasses.replace(model, factory=None))
+    if not is_user_model(model):
+        return {k: v for k, v in out.items() if k not in USER_MODEL_FIELDS}
+    if model.factory is not None:
+        out["factory"] = user_model_label(model).removeprefix("factory ")
+    return out
+
+
 def to_dict(config: RunConfig) -> dict:
-    return dataclasses.asdict(config)
+    """The configuration as plain data (the JSON report's ``config``); a model factory as its qualified name."""
+    return {**dataclasses.asdict(dataclasses.replace(config, model=ModelConfig())), "model": model_dict(config.model)}

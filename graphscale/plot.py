@@ -105,15 +105,23 @@ def plot_reports(paths: list[str | Path], out: str | Path | None = None) -> Path
     Returns:
         the written path.
     """
-    from graphscale.data.outputs import check_output_path
-
     runs = [(Path(p), r) for p in paths for r in load_reports(p)]
     out = Path(out) if out else Path(paths[0]).with_suffix(".png")
     for report in paths:
         if out.resolve() == Path(report).resolve():
             raise ValueError(f"--out {out} is the report {report} it reads; drawing would overwrite it: give another "
                              "path (default: the first report with .png)")
-    check_output_path(out, "--out")
+    return plot_runs(runs, out)
+
+
+def plot_runs(runs: list[tuple[Path, dict]], out: str | Path, option: str = "--out") -> Path:
+    """Draw the curves of ``runs`` (``(file, report)`` pairs: the file tells apart runs with the same label) into
+    an image at ``out``, atomically; ``option`` names ``out`` in errors. :func:`plot_reports` and
+    :meth:`graphscale.api.Report.plot` draw through it."""
+    from graphscale.data.outputs import check_output_path
+
+    out = Path(out)
+    check_output_path(out, option)
     import matplotlib
 
     matplotlib.use("Agg")

@@ -444,6 +444,30 @@ def _host_shared(config: RunConfig, cache: Path, strategy) -> DataHandle:
     return handle
 
 
+def input_dataset(graph: Graph, config: RunConfig) -> str:
+    """The dataset spec of an in-memory graph (the Python API's ``data``: a ``Graph``, a PyG ``Data``, an OGB
+    dataset, converted by :mod:`graphscale.data.convert`): ``graphdir:CACHE/inputs/NAME-DIGEST``, the graph written
+    there once as a graph directory (file-locked, atomic), keyed by a hash of its content.
+
+    The run then reads it as ``--dataset graphdir:DIR`` does, whatever its strategy: ``single`` loads it, the
+    host-shared strategies derive their graph directory from it and the partition-local ones their store, and a
+    later run with the same data reuses all of them (the directory, hence its files' size and modification time,
+    never changes).
+    """
+    from graphscale.data.convert import graph_digest
+    from graphscale.data.formats import is_graph_dir, save_graph_dir
+
+    cache = resolve_cache_dir(config)
+    digest = graph_digest(graph)[:20]
+    path = cache / "inputs" / f"{re.sub(r'[^A-Za-z0-9_.=,-]+', '_', graph.name)[:48]}-{digest}"
+    with _locked(cache, f"input-{digest}"):
+        if not is_graph_dir(path):
+            with setup_step(config, f"writing {graph.name} ({graph.num_nodes:,} nodes) to {path}"):
+                path.parent.mkdir(parents=True, exist_ok=True)
+                save_graph_dir(graph, path, overwrite=True)
+    return f"graphdir:{path}"
+
+
 def prepare_data(config: RunConfig) -> DataHandle:
     """Write (or find) what the run's strategy reads and return the handle its workers get (module docstring).
 

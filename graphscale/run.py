@@ -1,7 +1,7 @@
 """One training run end to end: launch workers, train, merge their histories into a report.
 
-``run(config)`` is what ``graphscale train`` calls and the Python API's entry
-point::
+``run(config)`` is what ``graphscale train`` and the Python API (:func:`graphscale.train`, which builds the
+configuration from keywords and returns the report typed) call::
 
     from graphscale.config import build_config
     from graphscale.run import run
@@ -29,7 +29,7 @@ from graphscale.metrics.memory import max_os_memory, os_memory
 from graphscale.prepare import prepare_data
 from graphscale.registry import STRATEGIES
 from graphscale.strategies.base import metric_name
-from graphscale.validation import validate
+from graphscale.validation import check_user_model, validate
 
 
 def train_worker(env: DistEnv, config: RunConfig, data: DataHandle, parent_baseline: tuple | None = None) -> dict:
@@ -158,6 +158,9 @@ def run(config: RunConfig) -> dict:
     start = time.perf_counter()
     baseline = (os.getpid(), os_memory())  # the in-process worker's memory before its data is loaded
     data = prepare_data(config)  # before any worker starts: no worker waits while another partitions
+    from graphscale.data.features import input_width
+
+    check_user_model(config, input_width(config.data.features, data.num_features), data.num_classes)  # widths
     if saved is not None:
         check_resume(config, saved, data.summary)  # the resolved dataset and the graph's counts
         del saved

@@ -292,6 +292,25 @@ def _check_decoupled(config: RunConfig, strategy) -> None:
                          f"{', '.join(able)}, not by {name!r}")
 
 
+def check_user_model(config: RunConfig, in_dim: int | None = None, num_classes: int | None = None) -> None:
+    """A user's model (``[model] factory`` or ``--model module.path:attr``): built once here, in the parent, and
+    checked for the run's strategy (:func:`graphscale.nn.pyg.check_model`; with ``in_dim`` / ``num_classes``, against
+    the data's widths too); ``config.model.layers`` becomes its number of message-passing layers (what the strategies'
+    plans and ``--fanouts`` count). A factory returning a graphscale ``GNN`` is taken as it is."""
+    from graphscale.nn.models import GNN, is_pyg_config, make_user_model, model_label
+
+    if not is_pyg_config(config.model):
+        return
+    module = make_user_model(config.model, config.seed)
+    if isinstance(module, GNN):
+        config.model.layers = module.num_layers
+        return
+    from graphscale.nn.pyg import check_model
+
+    config.model.layers = check_model(module, config.strategy.name, in_dim, num_classes,
+                                      dropout=config.model.pyg_dropout, label=model_label(config.model))
+
+
 def validate(config: RunConfig) -> None:
     """Check every option of ``config`` that needs no data, with errors that name the option (module docstring).
 
@@ -305,6 +324,7 @@ def validate(config: RunConfig) -> None:
 
     strategy = STRATEGIES.get(config.strategy.name)  # raises with the list of choices
     check_model_config(config.model)
+    check_user_model(config)
     _check_decoupled(config, strategy)
     _check_choice("dtype", config.dtype, DTYPES)
     _check_feature_dtype(config)

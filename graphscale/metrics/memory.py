@@ -379,6 +379,8 @@ SAVED = "saved for backward"
 
 
 def _storage_key(t: torch.Tensor) -> tuple[str, int, int]:
+    if t.layout != torch.strided:  # a sparse matrix autograd saved (torch.sparse.mm): its values; the indices are
+        t = t._values() if t.layout == torch.sparse_coo else t.values()  # the block's topology, tracked as such
     storage = t.untyped_storage()
     return (str(t.device), storage.data_ptr(), storage.nbytes())
 

@@ -80,6 +80,10 @@ class GNN(nn.Module):
         """Width ``d_l`` of the tensor entering each step ``l`` (for communication volumes)."""
         return list(self._widths)
 
+    def prepare_block(self, block: Block) -> None:
+        """Build now what steps on ``block`` keep with its topology (nothing here; a PyG model's adjacency), so a
+        strategy that counts a block's topology tensors when it sets up counts them too."""
+
     # ------------------------------------------------------------ row-wise
     @property
     def learned_input_map(self) -> bool:

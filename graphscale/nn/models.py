@@ -38,7 +38,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from graphscale.config import ModelConfig
+from graphscale.config import PYG_DROPOUT_CHOICES, ModelConfig, is_user_model, user_model_label
 from graphscale.nn.dropout import KeyedDropout
 from graphscale.nn.gnn import GNN, relu_
 from graphscale.nn.layers import GATLayer, GCNIILayer, GCNLayer, ResGCNPlusLayer, SAGELayer
@@ -180,13 +180,89 @@ class ResGCN(GNN):
         return out
 
 
+def is_pyg_config(cfg: ModelConfig) -> bool:
+    """Whether ``cfg`` names a user's model (``cfg.factory``, or ``--model module.path:attr``) rather than a
+    registered one."""
+    return is_user_model(cfg)
+
+
+def model_factory(cfg: ModelConfig):
+    """The zero-argument callable that builds a user's model: ``cfg.factory``, or ``attr`` of module
+    ``module.path`` for ``--model module.path:attr`` (imported here, so in every worker).
+
+    Raises:
+        ValueError: one line naming ``--model`` and what is missing.
+    """
+    if cfg.factory is not None:
+        if not callable(cfg.factory):
+            raise ValueError(f"model factory {cfg.factory!r} is not callable; expected a zero-argument callable "
+                             "returning a torch.nn.Module")
+        return cfg.factory
+    import importlib
+
+    path, _, attr = cfg.name.partition(":")
+    if not path or not attr:
+        raise ValueError(f"--model {cfg.name}: expected module.path:factory (a zero-argument callable returning the "
+                         "model)")
+    try:
+        module = importlib.import_module(path)
+    except ImportError as err:
+        raise ValueError(f"--model {cfg.name}: cannot import module {path!r} ({err}); it must be importable "
+                         "(on PYTHONPATH) by the workers too") from None
+    factory = module
+    for part in attr.split("."):
+        if not hasattr(factory, part):
+            raise ValueError(f"--model {cfg.name}: module {path!r} has no attribute {attr!r}")
+        factory = getattr(factory, part)
+    if not callable(factory):
+        raise ValueError(f"--model {cfg.name}: {attr!r} is a {type(factory).__name__}, not a "  # noqa: TRY004
+                         "zero-argument callable returning the model")
+    return factory
+
+
+def model_label(cfg: ModelConfig) -> str:
+    """How messages name a user's model: ``model factory module.qualname`` or ``model module.path:attr``."""
+    return f"model {user_model_label(cfg)}"
+
+
+def make_user_model(cfg: ModelConfig, seed: int = 0) -> nn.Module:
+    """Call the user's factory (:func:`model_factory`) with the torch RNG seeded by ``seed`` (inside
+    ``fork_rng``: the caller's RNG is untouched), so every worker builds the same initial parameters.
+
+    Raises:
+        ValueError: the factory fails or returns no ``torch.nn.Module``.
+    """
+    factory = model_factory(cfg)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        try:
+            module = factory()
+        except Exception as err:  # noqa: BLE001 - a user's code: one line naming it
+            first = str(err).splitlines()[0] if str(err) else ""
+            raise ValueError(f"{model_label(cfg)}: calling it failed: {type(err).__name__}: {first}") from None
+    if not isinstance(module, nn.Module):
+        raise ValueError(  # noqa: TRY004 - bad input is a ValueError (the CLI exits 2 with it)
+            f"{model_label(cfg)} returned a {type(module).__name__}, not a torch.nn.Module")
+    return module
+
+
 def check_model_config(cfg: ModelConfig) -> type[GNN]:
-    """The registered model class ``cfg.name``, after checking the options it reads (errors name the option).
+    """The registered model class ``cfg.name`` (:class:`~graphscale.nn.pyg.PyGModel` for a user's model), after
+    checking the options it reads (errors name the option).
 
     Raises:
         KeyError: unknown model (the message lists the registered ones).
         ValueError: an option out of range.
     """
+    if is_pyg_config(cfg):
+        from graphscale.nn.pyg import PyGModel
+
+        if cfg.pyg_dropout not in PYG_DROPOUT_CHOICES:
+            raise ValueError(f"--pyg-dropout must be one of {', '.join(PYG_DROPOUT_CHOICES)}, got "
+                             f"{cfg.pyg_dropout!r}")
+        if cfg.factory is None:
+            model_factory(cfg)  # --model module.path:attr resolves
+        return PyGModel
     cls = MODELS.get(cfg.name)
     counts = {"layers": cfg.layers, "hidden": cfg.hidden, **({"heads": cfg.heads} if "heads" in cls.options else {})}
     for option, value in counts.items():
@@ -220,13 +296,30 @@ def build_model(cfg: ModelConfig, in_dim: int, num_classes: int, seed: int = 0,
         decoupled: build the decoupled form (:mod:`graphscale.nn.decoupled`); ``None``: when ``cfg.decoupled`` is
             ``on`` (a run resolves ``auto`` with :func:`is_decoupled`).
 
+    A user's model (``cfg.factory`` or ``--model module.path:attr``) is built by :func:`make_user_model` and
+    wrapped by :func:`graphscale.nn.pyg.as_gnn` (its input and output widths checked against ``in_dim`` and
+    ``num_classes``; ``cfg.pyg_dropout`` chooses its dropout); a factory returning a graphscale :class:`GNN` gives it
+    as it is.
+
     Returns:
         The model, in training mode, with ``epoch = 0``.
 
     Raises:
-        ValueError: a decoupled form asked of a model without one.
+        ValueError: a decoupled form asked of a model without one; a user's model that cannot be trained.
     """
     cls = check_model_config(cfg)
+    if is_pyg_config(cfg):
+        if decoupled:
+            raise ValueError(f"{model_label(cfg)} has no decoupled form (--decoupled)")
+        module = make_user_model(cfg, seed)
+        if not isinstance(module, GNN):
+            from graphscale.nn.pyg import as_gnn
+
+            with torch.random.fork_rng(devices=[]):  # lazy modules draw their parameters in the width probe
+                torch.manual_seed(seed)
+                module = as_gnn(module, in_dim, num_classes, dropout=cfg.pyg_dropout, seed=seed,
+                                label=model_label(cfg))
+        return module.to(dtype)
     if cfg.decoupled == "on" if decoupled is None else decoupled:
         from graphscale.nn.decoupled import DECOUPLED
 

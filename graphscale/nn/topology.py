@@ -131,6 +131,7 @@ class Topology:
         self._perm: Tensor | None = None
         self._edge_dst: Tensor | None = None
         self._operators: dict[tuple, Operator] = {}
+        self._derived: dict[str, Tensor] = {}
 
     @property
     def num_dst(self) -> int:
@@ -186,7 +187,14 @@ class Topology:
         out += [t for t in built if t is not None and all(t is not u for u in out)]  # an own transpose: once
         for op in self._operators.values():
             out += op.tensors()
-        return out
+        return out + list(self._derived.values())
+
+    def derived(self, name: str, build: Callable[[], Tensor]) -> Tensor:
+        """A tensor derived from this topology (such as PyG's ``edge_index``, :mod:`graphscale.nn.pyg_convs`),
+        built by ``build()`` on first use and kept here, where :meth:`tensors` counts it."""
+        if name not in self._derived:
+            self._derived[name] = build()
+        return self._derived[name]
 
     def operator(self, name: str, dtype: torch.dtype, scales: Callable[[], Scales], symmetric: bool = False
                  ) -> Operator:

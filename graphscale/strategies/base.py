@@ -58,6 +58,9 @@ class Strategy(ABC):
     decoupled_models: bool = False
     #: Whether ``--decoupled auto`` means on (task-parallel: NeutronTask decouples by default).
     decoupled_default: bool = False
+    #: Why it cannot train a user's PyG model (:mod:`graphscale.nn.pyg`); empty: it can. The parent refuses such a
+    #: model with this reason (:func:`graphscale.nn.pyg.check_model`).
+    pyg_refusal: str = ""
 
     @classmethod
     def unused_options(cls, config: RunConfig) -> dict[str, str]:

@@ -328,6 +328,7 @@ class GraphParallel(Strategy):
         for b in self.blocks:
             topo = topology(b)
             topo.transpose()  # the backward's CSC, built once and kept with the block
+            model.prepare_block(b)  # what the model keeps with the block's topology (a PyG model's adjacency)
             if edge_weighted:
                 topo.transpose_perm()
             arrays += [b.src_ids, b.src_deg, *topo.tensors()]

@@ -54,7 +54,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from graphscale.config import RunConfig
+from graphscale.config import RunConfig, model_dict
 from graphscale.data.block import Block
 from graphscale.data.datasets import row_normalize
 from graphscale.data.handle import PARTITION_LOCAL, DataHandle
@@ -229,7 +229,7 @@ class ModelAveraging(Strategy):
         """What a state directory's states depend on (:class:`PartitionStates` refuses another run's)."""
         sc = config.strategy
         return {"store": str(Path(handle.path).resolve()), "parts": int(handle.summary["parts"]),
-                "model": dataclasses.asdict(config.model), "optim": {k: v for k, v in dataclasses.asdict(config.optim).items() if k != "epochs"},
+                "model": model_dict(config.model), "optim": {k: v for k, v in dataclasses.asdict(config.optim).items() if k != "epochs"},
                 "seed": config.seed, "dtype": config.dtype, "minibatch": sc.minibatch,
                 "fanouts": list(sc.fanouts) if sc.minibatch else None,
                 "batch_size": sc.batch_size if sc.minibatch else None, "average_every": sc.average_every,

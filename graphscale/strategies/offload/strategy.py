@@ -106,12 +106,11 @@ the resident plan, parameters, optimiser state, autograd's saved tensors), never
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 
 import torch
 
-from graphscale.config import RunConfig
+from graphscale.config import RunConfig, model_dict
 from graphscale.data.graph import Graph
 from graphscale.data.handle import DataHandle
 from graphscale.distributed.comm import Comm
@@ -227,7 +226,7 @@ class OffloadStrategy(OffloadPasses, Strategy):
     @classmethod
     def shared_data_key(cls, config: RunConfig) -> dict | None:
         return {"chunks": offload_chunks(config), "memory_budget": config.strategy.memory_budget,
-                "dedup": config.strategy.dedup, "model": dataclasses.asdict(config.model), "dtype": config.dtype,
+                "dedup": config.strategy.dedup, "model": model_dict(config.model), "dtype": config.dtype,
                 "worker_plans": True}  # folders written before the plans were shared lack them: a new key
 
     @classmethod

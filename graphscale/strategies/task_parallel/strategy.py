@@ -129,6 +129,8 @@ class TaskParallelStrategy(TSegments, PSegments, Exchange, StageCheckpoint, Stra
     decoupled_models = True
     decoupled_default = True
     options = option_names(TaskParallelOptions)
+    pyg_refusal = ("it trains decoupled models (Y = A_hat^L MLP(X): graphscale's gcn or gat with --decoupled), and "
+                   "a PyG model is not decoupled")
 
     @classmethod
     def unused_options(cls, config: RunConfig) -> dict[str, str]:

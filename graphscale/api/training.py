@@ -1,0 +1,83 @@
+"""``graphscale.train(model, data, **options) -> Report``: ``graphscale train`` from Python (package docstring)."""
+
+from __future__ import annotations
+
+from graphscale.api.keywords import convert_keyword, keyword_overrides
+from graphscale.api.models import check_user_model_options, model_factory
+from graphscale.api.report import Report
+
+
+def train(model, data, /, **options) -> Report:
+    """Train ``model`` on ``data`` with a strategy and return the run's :class:`~graphscale.api.Report`.
+
+    Args:
+        model: a graphscale model name (``"gcn"``, ``"sage"``, ``"gat"``, ``"gcnii"``, ``"resgcn"``) or
+            ``"module.path:factory"`` (as ``--model``), a ``torch.nn.Module`` (a graphscale ``GNN``, a PyG model), or a zero-argument callable returning one,
+            defined at a module's top level (module docstring).
+        data: a dataset spec string, a graphscale ``Graph``, a PyG ``Data``, an OGB node-property dataset object,
+            or ``None`` (the dataset of ``partitions=``, else ``"cora"``).
+        **options: the options of ``graphscale train``, spelled as keywords (``--batch-size 256`` is
+            ``batch_size=256``; ``strategy=``, ``workers=``, ``epochs=``, ``lr=``, ``fanouts=[10, 5]``,
+            ``partitioner="metis"``, ``json="r.json"``, ...); ``config="run.toml"`` reads a TOML file first, which
+            the keywords override, as the command line's flags do.
+
+    Returns:
+        the report (``report.final.test_acc``, ``report.epochs[-1].bytes``, ``report.to_json(path)``,
+        ``report.plot(path)``).
+
+    Raises:
+        TypeError: an unknown keyword (naming the closest valid one), a value of the wrong type, a ``model`` or
+            ``data`` of an unsupported kind.
+        ValueError: bad input (a keyword that conflicts with ``model`` or ``data``, an option the strategy does not
+            read, a model that cannot be sent to workers, data without labels or a training split, ...): one line,
+            before any worker starts.
+        graphscale.distributed.launch.WorkerError: a worker failed during training (``err.one_line()``).
+    """
+    from graphscale.config import build_config
+    from graphscale.run import run
+    from graphscale.validation import check_path_conflicts, validate
+
+    options = dict(options)
+    config_file = options.pop("config", None)
+    if config_file is not None:
+        config_file = convert_keyword("config", config_file, str)
+    repeat = convert_keyword("repeat", options.pop("repeat", 1), int)
+    if repeat != 1:
+        raise ValueError(f"repeat={repeat}: train() runs one seed and returns its Report; call it once per seed "
+                         "(seed=s) for several")
+    for key, argument in (("model", "model"), ("dataset", "data")):
+        if key in options:
+            raise ValueError(f"{key}= conflicts with the {argument} argument: give the {argument} once, as "
+                             f"train's {'first' if argument == 'model' else 'second'} argument")
+    overrides = keyword_overrides(options)
+    if overrides.get("strategy", {}).get("name") == "auto":
+        raise ValueError("strategy='auto' is graphscale train's (--strategy auto); from Python, run `graphscale "
+                         "advise` and pass the strategy it recommends")
+
+    factory, label = None, None
+    if isinstance(model, str):
+        overrides.setdefault("model", {})["name"] = model
+    else:
+        factory, label = model_factory(model)
+        check_user_model_options(overrides, config_file)
+
+    graph = None
+    if isinstance(data, str):
+        overrides.setdefault("data", {})["dataset"] = data
+    elif data is not None:
+        from graphscale.data.convert import to_graph
+
+        graph = to_graph(data)
+    config = build_config(overrides, config_file)
+    if graph is not None and graph.x is None and not config.data.features:
+        raise ValueError("data has no node features (x); give features=\"degree\", \"onehot\", \"random:D\" or "
+                         "\"learnable:D\" to train on its structure")
+    if factory is not None:
+        config.model.factory, config.model.name = factory, label
+    validate(config)  # (run validates again, with the dataset) before the graph is written
+    check_path_conflicts(config, None, config_file)
+    if graph is not None:
+        from graphscale.prepare import input_dataset
+
+        config.data.dataset = input_dataset(graph, config)
+    return Report.from_dict(run(config))

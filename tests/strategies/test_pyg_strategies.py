@@ -1,0 +1,183 @@
+"""PyG models trained by graphscale's strategies equal PyG's own full-graph training and graphscale's ``single``.
+
+float64, dropout 0 (except the keyed-dropout check), 3 epochs, Adam: per-epoch losses within 1e-10 relative.
+
+* ``single`` and ``graph-parallel`` (2 and 4 workers, one spawned group per world size training every model) against
+  a plain PyG full-graph loop (``model(x, edge_index)``, cross-entropy over the training vertices, the same initial
+  weights): GraphSAGE, GAT, GIN, GCN (whose GCNConv gets the whole graph's normalisation on every partition);
+* a user-defined ``MessagePassing`` layer (:class:`graphscale.testing.pyg_models.GatedMean`) and GraphSAGE with
+  keyed dropout 0.5: ``graph-parallel`` equals ``single``;
+* mini-batches: ``split-parallel`` x2 equals ``single`` on the same sampled blocks, ``data-parallel`` x2 equals one
+  single-process step per iteration over the union of its micro-batches' sampled blocks
+  (:func:`graphscale.strategies.data_parallel.reference_step`);
+* ``offload`` (2 chunks) and ``pipeline`` (one chunk) equal ``single`` (a ``torch.nn.Sequential`` stack);
+* ``model-averaging``: one partition equals ``single``, two partitions train (approximate by design).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from graphscale.config import ModelConfig, OptimConfig, RunConfig, StrategyConfig, build_config
+from graphscale.data.block import Block
+from graphscale.distributed.env import DistEnv
+from graphscale.nn.models import build_model
+from graphscale.prepare import load_training_graph, store_handle, write_training_store
+from graphscale.run import run
+from graphscale.strategies.base import make_optimizer
+from graphscale.strategies.graph_parallel import GraphParallel
+from graphscale.testing import assert_close_rel, pyg_models, random_graph, run_distributed
+
+EPOCHS = 3
+SPEC = "graphscale.testing.pyg_models:"
+#: compared with PyG's own full-graph loop
+AGAINST_PYG = ("sage", "gat", "gin", "gcn")
+#: compared with graphscale's single only (user-defined layer; keyed dropout)
+AGAINST_SINGLE = ("custom", "sage_dropout")
+
+
+def make_graph():
+    return random_graph(40, avg_degree=4.0, num_features=pyg_models.IN, num_classes=pyg_models.CLASSES, seed=0,
+                        dtype=torch.float64, isolated=2)
+
+
+def make_config(name: str, strategy: str = "single", workers: int = 1) -> RunConfig:
+    return RunConfig(model=ModelConfig(name=SPEC + name), optim=OptimConfig(lr=0.01, weight_decay=5e-4),
+                     strategy=StrategyConfig(name=strategy, workers=workers, partitioner="metis"), seed=0,
+                     dtype="float64")
+
+
+def pyg_losses(name: str, graph, epochs: int = EPOCHS) -> list[float]:
+    """A plain PyG full-graph training loop with the same initial weights (the factory under seed 0)."""
+    torch.manual_seed(0)
+    model = getattr(pyg_models, name)().double()
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.01, weight_decay=5e-4)
+    edge_index = torch.stack([graph.indices, Block.full(graph).dst_of_edges()])
+    mask = graph.train_mask
+    losses = []
+    for _ in range(epochs):
+        model.train()
+        optimizer.zero_grad()
+        loss = F.cross_entropy(model(graph.x, edge_index)[mask], graph.y[mask])
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    return losses
+
+
+def single_losses(name: str, graph) -> list[float]:
+    from graphscale.data.handle import DataHandle
+    from graphscale.strategies.single import SingleStrategy
+
+    config = make_config(name)
+    model = build_model(config.model, graph.num_features, graph.num_classes, seed=0, dtype=torch.float64)
+    strategy = SingleStrategy()
+    strategy.setup(DataHandle.in_memory(graph), model, DistEnv.local(), config)
+    return [strategy.train_epoch(e).loss for e in range(EPOCHS)]
+
+
+def _gp_worker(env: DistEnv, store: str, names: list[str]) -> dict:
+    out = {}
+    for name in names:
+        handle = store_handle(store, "none", "float64")
+        config = make_config(name, "graph-parallel", env.world_size)
+        model = build_model(config.model, handle.num_features, handle.num_classes, seed=0, dtype=torch.float64)
+        strategy = GraphParallel()
+        strategy.setup(handle, model, env, config)
+        out[name] = [strategy.train_epoch(e).loss for e in range(EPOCHS)]
+    return out
+
+
+def assert_losses(got: list[float], expected: list[float], what: str) -> None:
+    assert len(got) == len(expected) == EPOCHS, what
+    assert_close_rel(torch.tensor(got), torch.tensor(expected), torch.float64, what=what)
+
+
+@pytest.mark.parametrize("name", AGAINST_PYG)
+def test_pyg_model_single_equals_pyg_full_graph_loop(name):
+    graph = make_graph()
+    assert_losses(single_losses(name, graph), pyg_losses(name, graph), f"{name} single vs PyG")
+
+
+@pytest.mark.parametrize("world_size", [2, 4])
+def test_pyg_models_graph_parallel_equal_pyg_loop_and_single(world_size, tmp_path):
+    graph = make_graph()
+    store = tmp_path / f"store-{world_size}"
+    write_training_store(graph, store, world_size, "metis", seed=0)
+    results = run_distributed(_gp_worker, world_size, str(store), [*AGAINST_PYG, *AGAINST_SINGLE])
+    for name in AGAINST_PYG:
+        reference = pyg_losses(name, graph)
+        for rank, result in enumerate(results):
+            assert_losses(result[name], reference, f"{name} graph-parallel W={world_size} rank {rank} vs PyG")
+    for name in AGAINST_SINGLE:
+        reference = single_losses(name, graph)
+        for rank, result in enumerate(results):
+            assert_losses(result[name], reference, f"{name} graph-parallel W={world_size} rank {rank} vs single")
+    # dropout 0.5 really drops: the keyed-dropout run differs from the dropout-free model
+    assert abs(results[0]["sage_dropout"][0] - pyg_losses("sage", graph)[0]) > 1e-3
+
+
+# ------------------------------------------------------------ end to end through run()
+def run_config(name: str, strategy: str, workers: int = 1, **options) -> RunConfig:
+    return build_config({"data": {"dataset": pyg_models.DATASET, "feature_norm": "none"},
+                         "model": {"name": SPEC + name},
+                         "optim": {"epochs": EPOCHS, "lr": 0.01, "weight_decay": 5e-4},
+                         "strategy": {"name": strategy, "workers": workers, **options}, "dtype": "float64",
+                         "progress": False, "oversubscribe": True})
+
+
+def report_losses(config: RunConfig) -> list[float]:
+    return [e["loss"] for e in run(config)["epochs"]]
+
+
+MINIBATCH = {"fanouts": [3, 3], "batch_size": 8}
+
+
+def test_pyg_split_parallel_equals_single_minibatch():
+    single = report_losses(run_config("gin", "single", minibatch=True, **MINIBATCH))
+    split = report_losses(run_config("gin", "split-parallel", 2, **MINIBATCH))
+    assert_losses(split, single, "gin split-parallel x2 vs single mini-batch")
+
+
+def test_pyg_data_parallel_equals_single_steps_on_the_same_blocks():
+    from graphscale.data.sampler import NeighborSampler
+    from graphscale.strategies.data_parallel import MicroBatchSchedule, reference_step
+
+    config = run_config("gat", "data-parallel", 2, **MINIBATCH)
+    got = report_losses(config)
+    graph = load_training_graph(pyg_models.DATASET, "none", "float64")
+    model = build_model(config.model, graph.num_features, graph.num_classes, seed=0, dtype=torch.float64)
+    optimizer = make_optimizer(model, config.optim)
+    train_ids = torch.nonzero(graph.train_mask).flatten()
+    schedule = MicroBatchSchedule(train_ids, MINIBATCH["batch_size"], 2, 0)
+    sampler = NeighborSampler(graph, MINIBATCH["fanouts"], seed=0)
+    expected = []
+    for epoch in range(EPOCHS):
+        model.train()
+        model.set_epoch(epoch)
+        total = 0.0
+        for k, micro in enumerate(schedule.iterations(epoch)):
+            optimizer.zero_grad()
+            loss, _ = reference_step(model, sampler, graph.x, graph.y, micro,
+                                     [schedule.batch_key(epoch, k, r) for r in range(2)])
+            optimizer.step()
+            total += float(loss) * sum(t.numel() for t in micro)
+        expected.append(total / train_ids.numel())
+    assert_losses(got, expected, "gat data-parallel x2 vs single steps")
+
+
+@pytest.mark.parametrize(("strategy", "options"), [("offload", {"chunks": 2}), ("pipeline", {"chunks": 1})])
+def test_pyg_offload_and_pipeline_equal_single(strategy, options):
+    single = report_losses(run_config("stack", "single"))
+    got = report_losses(run_config("stack", strategy, 1, **options))
+    assert_losses(got, single, f"stack {strategy} vs single")
+
+
+def test_pyg_model_averaging_one_partition_equals_single_and_two_train():
+    """One worker trains the one partition (the whole graph): single; two average partition-local models."""
+    single = report_losses(run_config("sage", "single"))
+    assert_losses(report_losses(run_config("sage", "model-averaging", 1)), single, "sage model-averaging x1")
+    two = report_losses(run_config("sage", "model-averaging", 2))
+    assert two[-1] < two[0] and two != single
