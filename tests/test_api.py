@@ -316,7 +316,8 @@ def test_bad_input_one_line(no_run):
         (TypeError, lambda: gs.train("gcn", g, epochs="5"), r"^epochs= expects int, got '5'"),
         (ValueError, lambda: gs.train("gcn", g, cache="pagraph"), r"^--cache is not used by strategy 'single'"),
         (ValueError, lambda: gs.train("gcn", g, repeat=3), r"^repeat=3: train\(\) runs one seed"),
-        (ValueError, lambda: gs.train("gcn", g, strategy="auto"), r"^strategy='auto' is graphscale train's"),
+        (ValueError, lambda: gs.train(build_model(ModelConfig(name="gcn"), 6, 3), g, strategy="auto"),
+         r"^strategy='auto' predicts for graphscale's own models"),
         (ValueError, lambda: gs.train("gcn", g, workers=0), r"^--workers must be >= 1"),
         (ValueError, lambda: gs.train("gcn", g, workers=2), r"^strategy 'single' runs on one worker"),
     ]
@@ -342,6 +343,22 @@ def test_user_model_misfit_refused_before_workers(monkeypatch):
         with pytest.raises(ValueError, match=message) as err:
             gs.train(model, tiny_graph(), strategy="graph-parallel", workers=2, epochs=1, progress=False)
         assert "\n" not in str(err.value)
+
+
+def test_strategy_auto_runs_the_recommendation_and_records_it(tmp_path):
+    """``strategy="auto"`` with in-memory data: the data is written once, ``graphscale advise`` ranks the
+    strategies on it (a synthetic machine profile, so nothing is measured here), and the report holds the prediction
+    next to the measurement, as ``graphscale train --strategy auto`` does."""
+    from graphscale.advise.profile import profile_path, save_profile, synthetic
+
+    cache = tmp_path / "cache"
+    save_profile(synthetic(), profile_path(cache, "cpu"))
+    report = gs.train("gcn", tiny_graph(), strategy="auto", workers=2, hidden=8, epochs=2, cache_dir=str(cache),
+                      progress=False)
+    advice = report.raw["advise"]
+    assert report.config["strategy"]["name"] == advice["predicted"]["strategy"]
+    assert advice["predicted"]["fits"] and advice["measured"]["seconds"] > 0
+    assert len(list((cache / "inputs").iterdir())) == 1
 
 
 def test_import_stays_light():

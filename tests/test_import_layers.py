@@ -24,8 +24,9 @@ ROOT = Path(graphscale.__file__).parent
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("cli", ("graphscale.cli", "graphscale.__main__")),
     ("bench", ("graphscale.bench",)),
+    ("api", ("graphscale.api",)),
     ("advise", ("graphscale.advise",)),
-    ("api", ("graphscale.api", "graphscale.run", "graphscale.partition.command")),
+    ("run", ("graphscale.run", "graphscale.partition.command")),
     ("prepare", ("graphscale.prepare", "graphscale.validation")),
     ("trainer", ("graphscale.trainer", "graphscale.checkpoint", "graphscale.progress", "graphscale.plot")),
     ("strategies", ("graphscale.strategies", "graphscale.advise.predict", "graphscale.testing")),

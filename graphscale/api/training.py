@@ -50,9 +50,11 @@ def train(model, data, /, **options) -> Report:
             raise ValueError(f"{key}= conflicts with the {argument} argument: give the {argument} once, as "
                              f"train's {'first' if argument == 'model' else 'second'} argument")
     overrides = keyword_overrides(options)
-    if overrides.get("strategy", {}).get("name") == "auto":
-        raise ValueError("strategy='auto' is graphscale train's (--strategy auto); from Python, run `graphscale "
-                         "advise` and pass the strategy it recommends")
+    auto = overrides.get("strategy", {}).get("name") == "auto"
+    if auto and not isinstance(model, str):
+        raise ValueError("strategy='auto' predicts for graphscale's own models (a model name such as \"gcn\"); "
+                         "with your own model, run `graphscale advise` with the closest model name and pass the "
+                         "strategy it recommends")
 
     factory, label = None, None
     if isinstance(model, str):
@@ -68,10 +70,11 @@ def train(model, data, /, **options) -> Report:
         from graphscale.data.convert import to_graph
 
         graph = to_graph(data)
+    if auto:  # graphscale advise's recommendation, as `graphscale train --strategy auto` runs it
+        overrides, advice = _resolve_auto(overrides, graph, config_file)
+        graph = None  # written by _resolve_auto; the overrides name its directory
     config = build_config(overrides, config_file)
-    if graph is not None and graph.x is None and not config.data.features:
-        raise ValueError("data has no node features (x); give features=\"degree\", \"onehot\", \"random:D\" or "
-                         "\"learnable:D\" to train on its structure")
+    _check_features(graph, config)
     if factory is not None:
         config.model.factory, config.model.name = factory, label
     validate(config)  # (run validates again, with the dataset) before the graph is written
@@ -80,4 +83,33 @@ def train(model, data, /, **options) -> Report:
         from graphscale.prepare import input_dataset
 
         config.data.dataset = input_dataset(graph, config)
-    return Report.from_dict(run(config))
+    report = run(config)
+    if auto:
+        from graphscale.advise.auto import record
+
+        record(report, advice)
+    return Report.from_dict(report)
+
+
+def _resolve_auto(overrides: dict, graph, config_file) -> tuple[dict, dict]:
+    """``strategy="auto"``: the recommended configuration's overrides and the advice
+    (:func:`graphscale.advise.auto.resolve`); in-memory data is written first so the advice reads its statistics."""
+    from graphscale.advise.auto import resolve
+
+    if graph is not None:
+        from graphscale.config import build_config
+        from graphscale.prepare import input_dataset
+
+        # the candidates' shared options, as resolve() reads them (the strategy and its workers left out)
+        shared = build_config({**overrides, "strategy": {k: v for k, v in overrides["strategy"].items()
+                                                        if k not in ("name", "workers")}}, config_file)
+        _check_features(graph, shared)
+        overrides = {**overrides, "data": {**overrides.get("data", {}), "dataset": input_dataset(graph, shared)}}
+    return resolve(overrides, config_file)
+
+
+def _check_features(graph, config) -> None:
+    """In-memory data without node features needs ``features=``."""
+    if graph is not None and graph.x is None and not config.data.features:
+        raise ValueError("data has no node features (x); give features=\"degree\", \"onehot\", \"random:D\" or "
+                         "\"learnable:D\" to train on its structure")
