@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
+from graphscale.data import hashing
 from graphscale.data.block import Block
-from graphscale.nn import dense, hashing, ops
+from graphscale.nn import dense, ops
 from graphscale.nn import dropout as gd
 from graphscale.testing.graphs import random_graph
 
