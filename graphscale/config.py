@@ -151,6 +151,10 @@ class StrategyConfig(SingleOptions, GraphParallelOptions, DataParallelOptions, S
         self.chunks = value
 
 
+#: ``chunks`` and every strategy's own name for it (one count, whichever name gives it)
+CHUNK_FIELDS = frozenset({"chunks"} | {cls.CHUNKS for cls in (OffloadOptions, PipelineOptions, TaskParallelOptions)})
+
+
 @dataclass
 class RunConfig:
     data: DataConfig = field(default_factory=DataConfig)
@@ -253,6 +257,10 @@ def build_config(overrides: dict, config_file: str | Path | None = None) -> RunC
     config = RunConfig()
     _apply(config, PRESETS.get(model_name, {}), f"preset {model_name!r}")
     _apply(config, file_values, str(config_file))
+    given = overrides.get("strategy")
+    if isinstance(given, dict) and CHUNK_FIELDS & set(given):  # a count given here replaces the file's, either name
+        for name in CHUNK_FIELDS:
+            setattr(config.strategy, name, None)
     _apply(config, overrides, "command line")
     config.strategy.resolve_chunks()
     check_given(config, {**given_options(file_values, str(config_file)), **given_options(overrides, "command line")})

@@ -1,8 +1,8 @@
 """How a configuration option is declared: its help text, allowed values and command-line form.
 
-Every ``[strategy]`` option is a field of one option dataclass, declared next to the strategy that reads it
-(``graphscale/strategies/options.py`` for the single-module strategies and the groups several strategies share,
-``graphscale/strategies/<name>/options.py`` for the others) with :func:`option`. :class:`graphscale.config.
+Every ``[strategy]`` option is a field of one option dataclass with :func:`option`, one module per strategy in
+``graphscale/strategies/options/`` (``<name>.py``; ``shared.py`` for the single-module strategies and the options
+several strategies share). :class:`graphscale.config.
 StrategyConfig` is assembled from those dataclasses; the command line (its argument groups), the TOML reader and
 the checks of :mod:`graphscale.validation` read the declarations, and each strategy class reads its own
 (``options = option_names(...)``). A name has one meaning: several strategies read one option only through one

@@ -354,8 +354,10 @@ def test_strategy_auto_runs_the_recommendation_and_records_it(tmp_path):
     cache = tmp_path / "cache"
     save_profile(synthetic(), profile_path(cache, "cpu"))
     report = gs.train("gcn", tiny_graph(), strategy="auto", workers=2, hidden=8, epochs=2, cache_dir=str(cache),
-                      progress=False)
+                      progress=False, json=str(tmp_path / "run.json"))
     advice = report.raw["advise"]
+    written = json.loads((tmp_path / "run.json").read_text())["advise"]  # the file as --json writes it
+    assert written["predicted"]["strategy"] == advice["predicted"]["strategy"] and "measured" in written
     assert report.config["strategy"]["name"] == advice["predicted"]["strategy"]
     assert advice["predicted"]["fits"] and advice["measured"]["seconds"] > 0
     assert len(list((cache / "inputs").iterdir())) == 1

@@ -84,6 +84,7 @@ def _data(**overrides):
     ({"train_mask": torch.zeros(10, dtype=torch.bool)}, "data: the training split is empty"),
     ({"y": torch.zeros(9, dtype=torch.long)}, "data.y has 9 rows but the graph has 10 nodes"),
     ({"x": torch.zeros(11, 2), "num_nodes": 10}, "data.x has 11 rows but the graph has 10 nodes"),
+    ({"x": torch.zeros(10, 0)}, "data.x has no columns; leave it out and give features="),
     ({"edge_index": torch.tensor([[0, 12], [1, 2]])}, ("data.edge_index holds node id 12 as the source of edge 1, "
                                                       "outside [0, 10)")),
     ({"edge_index": torch.tensor([[0.0, 1.0], [1.0, 2.0]])}, "data.edge_index must hold integer node ids"),

@@ -179,3 +179,40 @@ def test_every_module_imports():
     for module in sorted(module_files()):
         if module != "graphscale.__main__":
             importlib.import_module(module)
+
+
+def imported_names(roots: list[Path]) -> list[tuple[str, int, str, str]]:
+    """``(file, line, module, name)`` of every ``from graphscale... import name`` in the files under ``roots``,
+    imports inside functions included."""
+    out = []
+    for root in roots:
+        for path in sorted(root.rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text(), str(path))):
+                if isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").startswith(
+                        "graphscale"):
+                    out += [(str(path), node.lineno, node.module, alias.name) for alias in node.names]
+    return out
+
+
+def missing_names(imports: list[tuple[str, int, str, str]]) -> list[str]:
+    """The imports whose name is neither defined in its module nor a submodule of it."""
+    import importlib
+    import importlib.util
+
+    missing = []
+    for path, line, module, name in imports:
+        target = importlib.import_module(module)
+        submodule = hasattr(target, "__path__") and importlib.util.find_spec(f"{module}.{name}") is not None
+        if not hasattr(target, name) and not submodule:
+            missing.append(f"{path}:{line}: from {module} import {name}")
+    return missing
+
+
+def test_every_imported_name_exists():
+    """Every ``from graphscale.X import Y`` in the package and the tests names something ``X`` defines (or a
+    submodule): a name moved to another module and left imported from its old place inside a function, which only
+    a rarely run path would execute, fails here."""
+    tests = Path(__file__).parent
+    assert missing_names(imported_names([ROOT, tests])) == []
+    assert missing_names([("x.py", 1, "graphscale.config", "no_such_name")]) == [
+        "x.py:1: from graphscale.config import no_such_name"]

@@ -58,6 +58,10 @@ def test_chunks_is_an_alias_of_the_strategy_own_count(strategy, own, tmp_path):
     toml = tmp_path / "run.toml"
     toml.write_text(f'[strategy]\nname = "{strategy}"\n{own} = 6\n')
     assert build_config({}, toml).strategy.chunks == 6
+    # the command line overrides the file's count under either name
+    assert getattr(build_config({"strategy": {"chunks": 8}}, toml).strategy, own) == 8
+    toml.write_text(f'[strategy]\nname = "{strategy}"\nchunks = 6\n')
+    assert build_config({"strategy": {own: 7}}, toml).strategy.chunks == 7
 
 
 @pytest.mark.parametrize("argv, message", [

@@ -15,8 +15,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-#: the ``[model]`` options a model object or factory reads (the others describe a graphscale model by name)
-USER_MODEL_OPTIONS = frozenset({"pyg_dropout"})
+from graphscale.config import USER_MODEL_OPTIONS  # the [model] options a model object or factory reads
 
 
 class ModuleCopy:

@@ -84,10 +84,13 @@ def train(model, data, /, **options) -> Report:
 
         config.data.dataset = input_dataset(graph, config)
     report = run(config)
-    if auto:
+    if auto:  # the prediction next to the measurement, in the report and its --json file
         from graphscale.advise.auto import record
+        from graphscale.run import write_json
 
         record(report, advice)
+        if config.json:
+            write_json(report, config.json)
     return Report.from_dict(report)
 
 

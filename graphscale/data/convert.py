@@ -128,6 +128,9 @@ def _features(x, num_nodes: int, where: str) -> torch.Tensor | None:
         raise ValueError(f"{where} must be an [N, F] feature matrix, got shape {list(x.shape)}")
     if x.shape[0] != num_nodes:
         raise ValueError(f"{where} has {x.shape[0]} rows but the graph has {num_nodes} nodes")
+    if x.shape[1] == 0:
+        raise ValueError(f"{where} has no columns; leave it out and give features= (degree, onehot, random:D, "
+                         "learnable:D) to train on the structure")
     if x.dtype == torch.bool or x.is_complex():
         raise ValueError(f"{where} must hold numbers, got dtype {str(x.dtype).removeprefix('torch.')}")
     return x.contiguous() if x.dtype == torch.float64 else x.to(torch.float32).contiguous()
@@ -366,5 +369,6 @@ def graph_digest(graph: Graph) -> str:
             continue
         array = np.ascontiguousarray(value.numpy())
         h.update(f"{array.dtype.str}{array.shape}".encode())
-        h.update(memoryview(array).cast("B"))
+        if array.size:  # (a zero-size view cannot be cast)
+            h.update(memoryview(array).cast("B"))
     return h.hexdigest()

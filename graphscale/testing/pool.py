@@ -55,6 +55,7 @@ def _pool_worker(rank: int, world_size: int, timeout_s: float, allocator_mode: s
     from graphscale.distributed.env import DistEnv
     from graphscale.distributed.launch import LAUNCH_DIR_ENV, _die_with_launcher, _join_group, cpu_count
     from graphscale.metrics.ledger import Ledger
+    from graphscale.nn import buffers
 
     _die_with_launcher(parent_pid)
     allocator.configure(allocator_mode)
@@ -76,6 +77,7 @@ def _pool_worker(rank: int, world_size: int, timeout_s: float, allocator_mode: s
         os.environ.clear()
         os.environ.update(environ)
         os.environ[LAUNCH_DIR_ENV] = jobdir
+        buffers.clear()  # the previous run's warm buffers
         torch.manual_seed(seed)
         torch.set_default_dtype(dtype)
         torch.set_grad_enabled(True)
@@ -189,7 +191,12 @@ class WorkerPool:
                 pool.close()
                 return self._spawned(fn, world_size, args, backend, kind, timeout_s, allocator_mode)
             self._pools[key] = pool
-        results = pool.run(fn, args)
+        try:
+            results = pool.run(fn, args)
+        except BaseException:  # (unpickling, Ctrl-C): other ranks' results may be unread; never reuse this pool
+            pool.ok = False
+            self._pools.pop(key).close()
+            raise
         if results is None:  # repeat it where the launcher reports the failure as it always does
             self._pools.pop(key).close()
             return self._spawned(fn, world_size, args, backend, kind, timeout_s, allocator_mode)

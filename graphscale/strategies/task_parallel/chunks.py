@@ -7,7 +7,7 @@ METIS chunks are the default because ``causal`` drops cross-chunk edges: on Cora
 of them go every epoch and the Done-means run lost 1.5 points to ``single`` on the decoupled model (0.811 against
 0.826 over 3 seeds); METIS chunks cut few edges (0.825). Every worker uses the same chunks. At the start of every epoch
 the chunks are shuffled (``Chunk_Shuffle``: a permutation that is a pure function of ``(seed, epoch)``, the same
-on every rank without communication; :func:`~graphscale.strategies.pipeline.plan.chunk_order`) and every
+on every rank without communication; :func:`~graphscale.strategies.chunking.chunk_order`) and every
 ``k = M / S`` consecutive ones form a subgraph (``S = --subgraphs``).
 
 The block grid ``C[i][j]`` (edges from chunk ``j`` into chunk ``i``) is never stored as ``M^2`` pieces: a
