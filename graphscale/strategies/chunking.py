@@ -49,6 +49,8 @@ def assign_chunks(graph: Graph, num_chunks: int, partitioner: str = "metis", bal
     try:
         return build_vertex_partitioner(partitioner, balance).partition(graph, num_chunks, seed=seed)
     except ImportError:
+        if partitioner.split(":")[0].strip().lower() != "metis":
+            raise  # only METIS has a fallback; another partitioner's missing dependency is the user's to see
         return rcm_chunks(graph, num_chunks)
 
 

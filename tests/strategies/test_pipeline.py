@@ -204,6 +204,21 @@ def test_chunking_is_local_and_the_fallback_cuts_contiguous_ranges():
     assert ChunkPlan.build(g, rcm).cut_fraction() < random.cut_fraction()
 
 
+def test_only_metis_falls_back_to_rcm_chunks(monkeypatch):
+    """A missing pymetis gives RCM chunks; another partitioner's ImportError reaches the user."""
+    from graphscale.partition import build
+
+    class Missing:
+        def partition(self, *args, **kwargs):
+            raise ImportError("no such library")
+
+    monkeypatch.setattr(build, "build_vertex_partitioner", lambda *args, **kwargs: Missing())
+    g = random_graph(60, avg_degree=4.0, seed=2)
+    assert torch.equal(assign_chunks(g, 4, "metis"), rcm_chunks(g, 4))
+    with pytest.raises(ImportError, match="no such library"):
+        assign_chunks(g, 4, "fennel")
+
+
 # ------------------------------------------------------------------ in-process properties
 @pytest.mark.parametrize("model", ["gcn", "sage", "gcnii", "resgcn"])
 def test_one_chunk_equals_single(model):
