@@ -8,7 +8,6 @@ import gzip
 import pickle
 import shutil
 import sys
-import types
 
 import numpy as np
 import pytest
@@ -16,6 +15,7 @@ import scipy.io
 import scipy.sparse as sp
 import torch
 
+from graphscale.data.convert import to_graph
 from graphscale.data.datasets import (
     DATASET_HELP,
     describe_dataset,
@@ -26,7 +26,7 @@ from graphscale.data.formats import save_graph_dir
 from graphscale.data.graph import Graph
 from graphscale.data.readers.ogb import read_csv_gz
 from graphscale.data.readers.planetoid import cora_dir, read_planetoid
-from graphscale.data.readers.pyg import from_pyg, to_pyg
+from graphscale.data.readers.pyg import to_pyg
 from graphscale.testing import random_graph
 
 DATA = ("x", "y", "train_mask", "val_mask", "test_mask")
@@ -551,18 +551,11 @@ def test_pyg_round_trip():
     g.name = "rt"
     data = to_pyg(g)
     assert data.num_nodes == 40 and torch.equal(data.edge_index, g.edge_index()) and data.num_classes == 3
-    back = from_pyg(data)
+    back = to_graph(data)
     assert back.name == "rt" and back.num_classes == 3
     assert torch.equal(back.indptr, g.indptr) and torch.equal(back.indices, g.indices)
     for key in DATA:
         assert torch.equal(getattr(back, key), getattr(g, key)), key
-    from torch_geometric.data import Data
-    bare = from_pyg(Data(edge_index=torch.tensor([[0, 2], [1, 1]]), num_nodes=3))
-    assert bare.x is None and bare.num_edges == 2 and bare.name == "pyg"
-    with pytest.raises(ValueError, match="data.num_nodes is unknown"):
-        from_pyg(types.SimpleNamespace(edge_index=torch.tensor([[0], [1]]), num_nodes=None))
-    with pytest.raises(ValueError, match="data.y must be 1-D"):
-        from_pyg(Data(edge_index=torch.tensor([[0], [1]]), y=torch.zeros(2, 3), num_nodes=2))
 
 
 def test_pyg_missing_gives_install_hint(monkeypatch):
@@ -570,8 +563,6 @@ def test_pyg_missing_gives_install_hint(monkeypatch):
     monkeypatch.setitem(sys.modules, "torch_geometric.data", None)
     with pytest.raises(ImportError, match=r"pip install graphscale\[pyg\]"):
         to_pyg(random_graph(5))
-    with pytest.raises(ImportError, match=r"pip install graphscale\[pyg\]"):
-        from_pyg(object())
 
 
 def test_feature_normalisation_modes():

@@ -1,4 +1,6 @@
-"""The PyG adapter: a :class:`Graph` to and from ``torch_geometric.data.Data``."""
+"""The PyG adapter: a :class:`Graph` as a ``torch_geometric.data.Data``.
+
+The other direction (a ``Data``, checked to be trainable) is :func:`graphscale.data.convert.to_graph`."""
 
 from __future__ import annotations
 
@@ -28,29 +30,3 @@ def to_pyg(graph: Graph):
     data.num_classes = graph.num_classes
     return data
 
-
-def from_pyg(data, name: str | None = None) -> Graph:
-    """Build a :class:`Graph` from a PyG ``Data`` (edges as given; no symmetrisation or deduplication).
-
-    Args:
-        data: a ``Data`` with ``edge_index`` and optionally ``x``, ``y`` and the three masks.
-        name: graph name; default ``data.name`` or ``"pyg"``.
-    """
-    _pyg_data()
-    edge_index = getattr(data, "edge_index", None)
-    if edge_index is None or edge_index.dim() != 2 or edge_index.shape[0] != 2:
-        raise ValueError("from_pyg: data.edge_index must be a [2, E] tensor")
-    y = getattr(data, "y", None)
-    if y is not None and y.dim() != 1:
-        raise ValueError(f"from_pyg: data.y must be 1-D (one class per node), got shape {tuple(y.shape)}")
-    if getattr(data, "num_nodes", None) is None:
-        raise ValueError("from_pyg: data.num_nodes is unknown (no x and no num_nodes); set data.num_nodes")
-    extra = {k: getattr(data, k, None) for k in ("x", "y", "train_mask", "val_mask", "test_mask")}
-    meta = {"source": "pyg"}
-    if getattr(data, "num_classes", None) is not None:
-        meta["num_classes"] = int(data.num_classes)
-    graph = Graph.from_edges(edge_index[0], edge_index[1], int(data.num_nodes),
-                             name=name or getattr(data, "name", None) or "pyg", meta=meta, **extra)
-    if "num_classes" not in meta and graph.y is not None:
-        graph.meta["num_classes"] = graph.num_classes
-    return graph
