@@ -77,7 +77,7 @@ class DataConfig:
                            "(seeded normal), learnable:D (a trainable [N, D] table; single, graph-parallel); empty: "
                            "the dataset's own (a featureless dataset needs one of these)", metavar="MODE")
     """Input features (:mod:`graphscale.data.features`): ``degree``, ``onehot``, ``random:D`` are computed by the
-    parent."""
+    parent; ``learnable:D``'s table is row-sharded."""
     feature_dtype: str = option("float32", "dtype the input features are stored, gathered and exchanged in: bfloat16 "
                                 "halves their memory and bytes moved, computation stays float32 (rows upcast where "
                                 "they enter the model; needs --dtype float32)", choices=FEATURE_DTYPES)
