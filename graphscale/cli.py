@@ -12,7 +12,7 @@ import statistics
 import sys
 from pathlib import Path
 
-from graphscale.config import PYG_DROPOUT_CHOICES, StrategyConfig
+from graphscale.config import StrategyConfig, declared_options
 from graphscale.metrics.ledger import moved_bytes
 from graphscale.metrics.table import format_table
 from graphscale.metrics.units import format_bytes
@@ -44,21 +44,10 @@ BENCHES = {
              "parts per worker, replication vs partitions, accuracy, subgraphs, modelled pipeline, ablation")),
 }
 
-#: command-line flag (argparse dest) -> (config section or None for top level, field); the ``[strategy]`` ones
-#: from their declarations
-TRAIN_OPTIONS = {
-    "dataset": ("data", "dataset"), "feature_norm": ("data", "feature_norm"), "features": ("data", "features"),
-    "feature_dtype": ("data", "feature_dtype"), "model": ("model", "name"), "hidden": ("model", "hidden"),
-    "layers": ("model", "layers"), "dropout": ("model", "dropout"), "heads": ("model", "heads"),
-    "alpha": ("model", "alpha"), "theta": ("model", "theta"), "decoupled": ("model", "decoupled"),
-    "last_relu": ("model", "last_relu"), "pyg_dropout": ("model", "pyg_dropout"), "lr": ("optim", "lr"),
-    "weight_decay": ("optim", "weight_decay"), "epochs": ("optim", "epochs"), "cache_dir": (None, "cache_dir"),
-    "seed": (None, "seed"), "dtype": (None, "dtype"),
-    "device": (None, "device"), "backend": (None, "backend"), "json": (None, "json"),
-    "tensorboard": (None, "tensorboard"), "checkpoint": (None, "checkpoint"), "resume": (None, "resume"),
-    "progress": (None, "progress"), "oversubscribe": (None, "oversubscribe"), "allocator": (None, "allocator"),
-    **{flag_of(f)[2:].replace("-", "_"): ("strategy", f.name) for f in dataclasses.fields(StrategyConfig)},
-}
+#: command-line flag (argparse dest) -> (config section or None for top level, field), from the declarations
+#: (:func:`graphscale.config.declared_options`)
+TRAIN_OPTIONS = {dest: (path[0] if len(path) > 1 else None, path[-1])
+                 for dest, (path, _) in declared_options().items()}
 
 #: option (argparse dest) -> the registry whose names it takes (listed in --help, so a new entry shows by itself)
 REGISTRY_OPTIONS = {"model": "MODELS", "strategy": "STRATEGIES", "partitioner": "PARTITIONERS",
@@ -157,76 +146,19 @@ class TrainHelpFormatter(ChoicesHelpFormatter):
 
 def add_train_arguments(p: argparse.ArgumentParser) -> None:
     """Every option defaults to None so that only what the user gave overrides the preset / TOML file; the defaults
-    live in :mod:`graphscale.config` (``--help`` shows them, :class:`TrainHelpFormatter`)."""
+    live in :mod:`graphscale.config` (``--help`` shows them, :class:`TrainHelpFormatter`). The ``[data]``,
+    ``[model]``, ``[optim]`` and run options are generated from their declarations (:func:`_add_declared`), in
+    declaration order, then the ``[strategy]`` groups (:func:`add_strategy_arguments`)."""
     p.add_argument("--config", metavar="FILE",
                    help="TOML file with [data], [model], [optim], [strategy] tables and top-level run fields; "
                         "flags override it")
-    p.add_argument("--dataset", metavar="SPEC",
-                   help="dataset spec (see `graphscale datasets`); empty: the dataset of --partitions, else cora")
-    p.add_argument("--feature-norm", choices=["auto", "row", "none"],
-                   help="row-normalise features (auto: when they are non-negative, as GCN/GAT preprocess Cora)")
-    p.add_argument("--features", metavar="MODE",
-                   help="input features: degree (log(1 + degree)), onehot (identity, small graphs), random:D (seeded "
-                        "normal), learnable:D (a trainable [N, D] table; single, graph-parallel); empty: the "
-                        "dataset's own (a featureless dataset needs one of these)")
-    from graphscale.config import FEATURE_DTYPES
-
-    p.add_argument("--feature-dtype", choices=FEATURE_DTYPES,
-                   help="dtype the input features are stored, gathered and exchanged in: bfloat16 halves their "
-                        "memory and bytes moved, computation stays float32 (rows upcast where they enter the "
-                        "model; needs --dtype float32)")
-    p.add_argument("--model", help="GNN model: a graphscale model name, or module.path:factory (a zero-argument "
-                        "callable returning a PyG model, imported by every worker; docs/pyg.md)")
-    p.add_argument("--hidden", type=int, help="hidden width (per attention head for gat)")
-    p.add_argument("--layers", type=int, help="message-passing layers")
-    p.add_argument("--dropout", type=float, help="dropout probability (gat: also on the attention coefficients)")
-    p.add_argument("--heads", type=int, help="attention heads of the hidden layers")
-    p.add_argument("--alpha", type=float, help="GCNII initial-residual weight, in [0, 1]")
-    p.add_argument("--theta", type=float, help="GCNII identity-mapping strength (beta_l = log(theta / l + 1))")
-    p.add_argument("--decoupled", choices=["auto", "on", "off"],
-                   help="train the decoupled model Y = A_hat^L MLP(X) (NeutronTask's task decoupling; gat: attention "
-                        "computed once from the MLP output) or the standard one; auto: on with task-parallel only")
-    p.add_argument("--last-relu", action=argparse.BooleanOptionalAction,
-                   help="decoupled models: a ReLU after the MLP's last layer too (the NeutronTask artifact's)")
-    p.add_argument("--pyg-dropout", choices=PYG_DROPOUT_CHOICES,
-                   help="a PyG model's torch.nn.Dropout: keyed swaps it for graphscale's keyed dropout (the same masks "
-                        "under every strategy, so partitioned runs equal single), torch keeps it (masks from each "
-                        "worker's RNG: partitioned runs differ from single)")
-    p.add_argument("--lr", type=float, help="Adam learning rate")
-    p.add_argument("--weight-decay", type=float, help="Adam weight decay (L2 penalty)")
-    p.add_argument("--epochs", type=int,
-                   help="training epochs, each followed by an evaluation; the reported test accuracy is that of the "
-                        "epoch with the best validation accuracy")
-    p.add_argument("--oversubscribe", action="store_const", const=True,
-                   help="allow more workers than the CPU cores this process may use")
-    p.add_argument("--allocator", choices=["default", "retain"],
-                   help="workers' malloc: default (as found) or retain (glibc keeps freed large blocks for the next "
-                        "epoch: fewer page faults, higher peak memory; skipped where another malloc is preloaded or "
-                        "MALLOC_* / GLIBC_TUNABLES are set); without it: $GRAPHSCALE_ALLOCATOR, else default")
-    p.add_argument("--cache-dir", metavar="DIR",
-                   help="where runs keep the partition stores and graph directories they write, reused by later "
-                        "runs (empty: $GRAPHSCALE_CACHE_DIR or ~/.cache/graphscale)")
-    p.add_argument("--seed", type=int,
-                   help="seed of parameters, dropout masks, sampling, shuffling and partitioning")
-    p.add_argument("--repeat", type=int, default=1, help="train N times with seeds seed..seed+N-1 and report mean/std")
-    p.add_argument("--dtype", choices=["float32", "float64"], help="parameter and feature dtype")
-    p.add_argument("--device", choices=["auto", "cpu", "cuda"],
-                   help="auto: CUDA when there is one GPU per worker, else CPU")
-    p.add_argument("--backend", choices=["auto", "gloo", "nccl"],
-                   help="collective backend; auto: NCCL on CUDA, gloo on CPU. gloo with --device cuda lets workers "
-                        "share GPUs (transfers staged through host memory: for functional runs on one GPU)")
-    p.add_argument("--json", metavar="PATH", help="write a machine-readable report here (the directory must exist)")
-    p.add_argument("--tensorboard", metavar="DIR",
-                   help="also log the per-epoch scalars (loss, accuracies, epoch time, bytes) to this TensorBoard "
-                        "log directory (its parent must exist; needs `pip install tensorboard`)")
-    p.add_argument("--checkpoint", metavar="PATH",
-                   help="save model, optimiser and the run's configuration here after every epoch (the directory "
-                        "must exist); with --repeat one file per seed, PATH with .seedS before the extension")
-    p.add_argument("--resume", action="store_const", const=True,
-                   help="continue from --checkpoint; the model, data and optimiser options must be the "
-                        "checkpoint's (only --epochs and how the run is executed may change)")
-    p.add_argument("--progress", action=argparse.BooleanOptionalAction,
-                   help="progress on stderr: a bar on a terminal, a line every tenth of the epochs when redirected")
+    for path, spec in declared_options().values():
+        if path[0] == "strategy":
+            continue
+        _add_declared(p, None, spec)
+        if path == ("seed",):  # not a configuration field: the runs of one command
+            p.add_argument("--repeat", type=int, default=1,
+                           help="train N times with seeds seed..seed+N-1 and report mean/std")
     add_strategy_arguments(p)
 
 
@@ -239,11 +171,12 @@ def _move_into(parser: argparse.ArgumentParser, group, action: argparse.Action) 
 
 
 #: a declared option's type (as written in its dataclass) -> the argparse type of its value
-_ARG_TYPES = {"int": int, "int | None": int, "float": float, "str": None}
+_ARG_TYPES = {"int": int, "int | None": int, "float": float, "str": None, "str | None": None}
 
 
 def _add_declared(parser: argparse.ArgumentParser, group, spec: dataclasses.Field) -> None:
-    """One declared option (:func:`graphscale.options.option`) as a flag that defaults to None (not given)."""
+    """One declared option (:func:`graphscale.options.option`) as a flag that defaults to None (not given), shown
+    under ``group`` (``None``: the parser's own options)."""
     md, kind = spec.metadata, str(spec.type)
     kwargs = {"help": md["help"]}
     if kind == "bool" and md["bool_form"] == TOGGLE:
@@ -258,7 +191,9 @@ def _add_declared(parser: argparse.ArgumentParser, group, spec: dataclasses.Fiel
             kwargs["choices"] = md["choices"]
         if md["metavar"]:
             kwargs["metavar"] = md["metavar"]
-    _move_into(parser, group, parser.add_argument(flag_of(spec), **kwargs))
+    action = parser.add_argument(flag_of(spec), **kwargs)
+    if group is not None:
+        _move_into(parser, group, action)
 
 
 def add_strategy_arguments(p: argparse.ArgumentParser) -> None:

@@ -1,9 +1,12 @@
 """Typed configuration of a run, its TOML form and the per-model presets.
 
-Every command-line option of ``graphscale train`` is a field here; a TOML file
-(``--config FILE``) has one table per section (``[data]``, ``[model]``,
-``[optim]``, ``[strategy]``) plus top-level run fields, and command-line flags
-override it. The defaults below are those ``graphscale train --help`` shows.
+Every command-line option of ``graphscale train`` is a field here, declared once
+with :func:`graphscale.options.option` (default, help, choices, flag, metavar);
+the command line's flags, the TOML reader and the Python API's keywords are made
+from the declarations (:func:`declared_options`). A TOML file (``--config FILE``)
+has one table per section (``[data]``, ``[model]``, ``[optim]``, ``[strategy]``)
+plus top-level run fields, and command-line flags override it. The defaults
+below are those ``graphscale train --help`` shows.
 
 The ``[strategy]`` section, :class:`StrategyConfig`, is assembled from the option
 dataclasses each strategy declares (:mod:`graphscale.strategies.options`), which
@@ -24,7 +27,7 @@ from pathlib import Path
 
 import tomllib
 
-from graphscale.options import option
+from graphscale.options import SWITCH, flag_of, option
 from graphscale.strategies.options import own_chunks
 from graphscale.strategies.options.model_averaging import ModelAveragingOptions
 from graphscale.strategies.options.offload import OffloadOptions
@@ -45,6 +48,13 @@ DTYPES = ("float32", "float64")
 FEATURE_DTYPES = ("float32", "bfloat16")
 #: the values of ``ModelConfig.pyg_dropout`` (``--pyg-dropout``; :mod:`graphscale.nn.pyg`)
 PYG_DROPOUT_CHOICES = ("keyed", "torch")
+#: the values of ``DataConfig.feature_norm``, ``ModelConfig.decoupled``, ``RunConfig.device``, ``.backend`` and
+#: ``.allocator`` (empty: ``$GRAPHSCALE_ALLOCATOR``)
+FEATURE_NORMS = ("auto", "row", "none")
+DECOUPLED_CHOICES = ("auto", "on", "off")
+DEVICES = ("auto", "cpu", "cuda")
+BACKENDS = ("auto", "gloo", "nccl")
+ALLOCATORS = ("default", "retain")
 
 
 #: The training default of what a METIS partition balances (``--balance``; its values:
@@ -54,48 +64,47 @@ DEFAULT_BALANCE = "edges+train"
 
 @dataclass
 class DataConfig:
-    dataset: str = ""
+    dataset: str = option("", "dataset spec (see `graphscale datasets`); empty: the dataset of --partitions, else cora",
+                          metavar="SPEC")
     """Dataset spec (empty: the dataset of ``--partitions``' store, else ``cora``): ``cora``,
     ``planetoid:DIR[:NAME]``, ``npz:FILE``, ``ogb:DIR``, ``musae:DIR``, ``graphdir:DIR``, ``sbm:...``, ``rmat:...``
     (``edgelist:FILE`` has no features: train it with ``features``)."""
-    feature_norm: str = "auto"
+    feature_norm: str = option("auto", "row-normalise features (auto: when they are non-negative, as GCN/GAT "
+                               "preprocess Cora)", choices=FEATURE_NORMS)
     """``row`` (L1 row normalisation), ``none``, or ``auto`` = ``row`` for non-negative features (``none`` for
     generated ``features``)."""
-    features: str = ""
-    """Input features (:mod:`graphscale.data.features`): empty = the dataset's own; ``degree``, ``onehot``,
-    ``random:D`` (computed by the parent) or ``learnable:D`` (a trainable [N, D] table, row-sharded)."""
-    feature_dtype: str = "float32"
-    """The dtype the input features are stored in, gathered and exchanged in: ``float32`` or ``bfloat16`` (half
-    the bytes; computation stays float32: the rows are upcast where they enter the model; needs ``--dtype
-    float32``). Read by the strategies that declare it (``Strategy.options``)."""
+    features: str = option("", "input features: degree (log(1 + degree)), onehot (identity, small graphs), random:D "
+                           "(seeded normal), learnable:D (a trainable [N, D] table; single, graph-parallel); empty: "
+                           "the dataset's own (a featureless dataset needs one of these)", metavar="MODE")
+    """Input features (:mod:`graphscale.data.features`): ``degree``, ``onehot``, ``random:D`` are computed by the
+    parent; ``learnable:D``'s table is row-sharded."""
+    feature_dtype: str = option("float32", "dtype the input features are stored, gathered and exchanged in: bfloat16 "
+                                "halves their memory and bytes moved, computation stays float32 (rows upcast where "
+                                "they enter the model; needs --dtype float32)", choices=FEATURE_DTYPES)
+    """Read by the strategies that declare it (``Strategy.options``)."""
 
 
 @dataclass
 class ModelConfig:
-    name: str = "gcn"
-    hidden: int = 16
-    """Hidden width (per head for GAT)."""
-    layers: int = 2
-    """Message-passing layers."""
-    dropout: float = 0.5
-    """Dropout probability (GAT: also on the attention coefficients)."""
-    heads: int = 8
-    """Attention heads of GAT's hidden layers."""
-    alpha: float = 0.1
-    """GCNII initial-residual weight."""
-    theta: float = 0.5
-    """GCNII identity-mapping strength (beta_l = log(theta / l + 1))."""
-    decoupled: str = "auto"
-    """``gcn`` / ``gat``: ``on`` trains the decoupled model ``Y = A_hat^L MLP(X)`` (NeutronTask's task decoupling;
-    gat: attention computed once from the MLP output), ``off`` the standard one; ``auto``: on with strategy
-    ``task-parallel``, off elsewhere."""
-    last_relu: bool = False
-    """Decoupled models: a ReLU after the MLP's last layer too (the NeutronTask artifact's choice)."""
-    pyg_dropout: str = "keyed"
-    """A user's PyG model (``name = "module.path:factory"`` or ``factory``): ``keyed`` swaps its
-    ``torch.nn.Dropout`` for graphscale's keyed dropout (the same masks under every strategy: partitioned runs equal
-    ``single``), ``torch`` keeps it (masks from each worker process's RNG: partitioned runs differ from ``single``);
-    :mod:`graphscale.nn.pyg`."""
+    name: str = option("gcn", "GNN model: a graphscale model name, or module.path:factory (a zero-argument callable "
+                       "returning a PyG model, imported by every worker; docs/pyg.md)", flag="model")
+    hidden: int = option(16, "hidden width (per attention head for gat)")
+    layers: int = option(2, "message-passing layers")
+    dropout: float = option(0.5, "dropout probability (gat: also on the attention coefficients)")
+    heads: int = option(8, "attention heads of the hidden layers")
+    alpha: float = option(0.1, "GCNII initial-residual weight, in [0, 1]")
+    theta: float = option(0.5, "GCNII identity-mapping strength (beta_l = log(theta / l + 1))")
+    decoupled: str = option("auto", "train the decoupled model Y = A_hat^L MLP(X) (NeutronTask's task decoupling; gat: "
+                            "attention computed once from the MLP output) or the standard one; auto: on with "
+                            "task-parallel only", choices=DECOUPLED_CHOICES)
+    """``gcn`` / ``gat`` only."""
+    last_relu: bool = option(False, "decoupled models: a ReLU after the MLP's last layer too (the NeutronTask "
+                             "artifact's)")
+    pyg_dropout: str = option("keyed", "a PyG model's torch.nn.Dropout: keyed swaps it for graphscale's keyed dropout "
+                              "(the same masks under every strategy, so partitioned runs equal single), torch keeps it "
+                              "(masks from each worker's RNG: partitioned runs differ from single)",
+                              choices=PYG_DROPOUT_CHOICES)
+    """A user's PyG model (``name = "module.path:factory"`` or ``factory``) only; :mod:`graphscale.nn.pyg`."""
     factory: Callable | None = field(default=None, metadata={"python_only": True})
     """A zero-argument callable returning the model (a PyG model, or a graphscale ``GNN``); set by the Python API
     only, never from a TOML file or the command line (``name = "module.path:attr"`` is their form). Reports hold its
@@ -104,11 +113,10 @@ class ModelConfig:
 
 @dataclass
 class OptimConfig:
-    lr: float = 0.01
-    """Adam learning rate."""
-    weight_decay: float = 5e-4
-    """Adam weight decay (L2 penalty)."""
-    epochs: int = 200
+    lr: float = option(0.01, "Adam learning rate")
+    weight_decay: float = option(5e-4, "Adam weight decay (L2 penalty)")
+    epochs: int = option(200, "training epochs, each followed by an evaluation; the reported test accuracy is that of "
+                         "the epoch with the best validation accuracy")
 
 
 @dataclass
@@ -157,35 +165,65 @@ CHUNK_FIELDS = frozenset({"chunks"} | {cls.CHUNKS for cls in (OffloadOptions, Pi
 
 @dataclass
 class RunConfig:
+    """A run: the four tables and the top-level run fields (declared in the order ``graphscale train --help`` lists
+    them)."""
+
     data: DataConfig = field(default_factory=DataConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
     strategy: StrategyConfig = field(default_factory=StrategyConfig)
-    seed: int = 0
-    """Seed of parameters, dropout masks, sampling, shuffling and partitioning."""
-    dtype: str = "float32"
-    device: str = "auto"
-    """``auto`` (CUDA when available, else CPU), ``cpu`` or ``cuda``."""
-    backend: str = "auto"
-    """Collective backend: ``auto`` (NCCL on CUDA, gloo on CPU), ``gloo`` or ``nccl``. ``gloo`` with ``cuda`` lets
-    the workers share fewer GPUs than workers, every transfer staged through host memory (functional runs on one
-    GPU, not speed)."""
-    cache_dir: str = ""
-    """Where runs keep the partition stores and graph directories they write (empty: the user cache directory)."""
-    json: str | None = None
-    tensorboard: str | None = None
-    """Log the per-epoch scalars of the report (loss, accuracies, epoch time, bytes) to this TensorBoard log
-    directory (needs the ``tensorboard`` package)."""
-    checkpoint: str | None = None
-    resume: bool = False
-    progress: bool = True
-    """A bar on a terminal, a line every tenth of the epochs when stderr is redirected."""
-    oversubscribe: bool = False
-    """Allow more workers than the CPU cores this process may use (refused otherwise)."""
-    allocator: str = ""
-    """Worker processes' malloc (:mod:`graphscale.allocator`): ``default`` (malloc as found) or ``retain`` (glibc
-    keeps freed large blocks for the next epoch, where safe: fewer page faults, higher peak memory); empty:
-    ``$GRAPHSCALE_ALLOCATOR``, else ``default``."""
+    oversubscribe: bool = option(False, "allow more workers than the CPU cores this process may use",
+                                 bool_form=SWITCH)
+    allocator: str = option("", "workers' malloc: default (as found) or retain (glibc keeps freed large blocks for the "
+                            "next epoch: fewer page faults, higher peak memory; skipped where another malloc is "
+                            "preloaded or MALLOC_* / GLIBC_TUNABLES are set); without it: $GRAPHSCALE_ALLOCATOR, else "
+                            "default", choices=ALLOCATORS)
+    """:mod:`graphscale.allocator`."""
+    cache_dir: str = option("", "where runs keep the partition stores and graph directories they write, reused by "
+                            "later runs (empty: $GRAPHSCALE_CACHE_DIR or ~/.cache/graphscale)", metavar="DIR")
+    seed: int = option(0, "seed of parameters, dropout masks, sampling, shuffling and partitioning")
+    dtype: str = option("float32", "parameter and feature dtype", choices=DTYPES)
+    device: str = option("auto", "auto: CUDA when there is one GPU per worker, else CPU", choices=DEVICES)
+    backend: str = option("auto", "collective backend; auto: NCCL on CUDA, gloo on CPU. gloo with --device cuda lets "
+                          "workers share GPUs (transfers staged through host memory: for functional runs on one GPU)",
+                          choices=BACKENDS)
+    json: str | None = option(None, "write a machine-readable report here (the directory must exist)",
+                              metavar="PATH")
+    tensorboard: str | None = option(None, "also log the per-epoch scalars (loss, accuracies, epoch time, bytes) to "
+                                     "this TensorBoard log directory (its parent must exist; needs `pip install "
+                                     "tensorboard`)", metavar="DIR")
+    checkpoint: str | None = option(None, "save model, optimiser and the run's configuration here after every epoch "
+                                    "(the directory must exist); with --repeat one file per seed, PATH with .seedS "
+                                    "before the extension", metavar="PATH")
+    resume: bool = option(False, "continue from --checkpoint; the model, data and optimiser options must be the "
+                          "checkpoint's (only --epochs and how the run is executed may change)", bool_form=SWITCH)
+    progress: bool = option(True, "progress on stderr: a bar on a terminal, a line every tenth of the epochs when "
+                            "redirected")
+
+
+def declared_options() -> dict[str, tuple[tuple[str, ...], dataclasses.Field]]:
+    """Every option of a run, from the declarations above (and the strategies'): its command-line flag as an argparse
+    dest (``batch_size``; :func:`~graphscale.options.flag_of`) -> (the path of its field: ``("model", "hidden")``,
+    ``("seed",)``; the field), tables in :data:`SECTIONS` order, the top-level fields last. The command line, the
+    Python API's keywords and :func:`build_config`'s TOML reading all read these fields. Fields set from Python
+    only (``metadata["python_only"]``: the model factory) are left out.
+
+    Raises:
+        RuntimeError: two fields share a flag.
+    """
+    out: dict[str, tuple[tuple[str, ...], dataclasses.Field]] = {}
+    tables = [((name,), cls) for name, cls in SECTIONS.items()]
+    top = [f for f in dataclasses.fields(RunConfig) if f.name not in SECTIONS]
+    for path, f in [(p + (f.name,), f) for p, cls in tables for f in dataclasses.fields(cls)] + \
+            [((f.name,), f) for f in top]:
+        if f.metadata.get("python_only"):
+            continue
+        dest = flag_of(f)[2:].replace("-", "_")
+        if dest in out:
+            raise RuntimeError(f"configuration fields {'.'.join(out[dest][0])} and {'.'.join(path)} share the flag "
+                               f"--{dest.replace('_', '-')}")
+        out[dest] = (path, f)
+    return out
 
 
 #: Model-specific defaults (the published settings for Cora); applied before user overrides.

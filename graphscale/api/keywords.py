@@ -1,9 +1,9 @@
 """The keywords of :func:`graphscale.train`: ``graphscale train``'s options, read from the configuration dataclasses.
 
 :func:`keyword_fields` maps every keyword to the configuration field it sets (``hidden`` -> ``[model] hidden``,
-``strategy`` -> ``[strategy] name``, ``seed`` -> ``seed``): a field's declared command-line flag where it has one,
-else its name, so a field added to the configuration is a keyword here as it is an option there (a test walks the
-command line's options against it). :func:`keyword_overrides` turns keywords into the nested overrides
+``strategy`` -> ``[strategy] name``, ``seed`` -> ``seed``): the field's declared command-line flag
+(:func:`graphscale.config.declared_options`, which the command line reads too), so a field declared in the
+configuration is a keyword here as it is an option there (a test walks the command line's options against it). :func:`keyword_overrides` turns keywords into the nested overrides
 :func:`~graphscale.config.build_config` takes, each value checked against its field's annotated type; an unknown
 keyword names the closest valid one.
 """
@@ -16,7 +16,7 @@ import os
 import types
 import typing
 
-from graphscale.config import RunConfig
+from graphscale.config import RunConfig, declared_options
 
 #: keywords of :func:`graphscale.train` that are not a configuration field: ``--config FILE`` (a TOML file the
 #: keywords override) and ``--repeat N``
@@ -33,34 +33,17 @@ def _walk(obj, path: tuple[str, ...]) -> typing.Iterator[tuple[tuple[str, ...], 
             yield (*path, f.name), f, type(obj)
 
 
-def _keyword(path: tuple[str, ...], f: dataclasses.Field) -> str:
-    """The keyword of a configuration field: its declared command-line flag (``metadata["flag"]``, dashes as
-    underscores) where it has one, else its name; a table's ``name`` is the table's (``model``, ``strategy``)."""
-    if f.metadata.get("flag"):
-        return str(f.metadata["flag"]).removeprefix("--").replace("-", "_")
-    return path[-2] if path[-1] == "name" and len(path) > 1 else path[-1]
-
-
 def keyword_fields() -> dict[str, tuple[str, ...]]:
     """Every keyword of :func:`train` -> the path of the configuration field it sets (``"hidden"`` ->
-    ``("model", "hidden")``, ``"seed"`` -> ``("seed",)``), read from the configuration dataclasses
-    (:class:`~graphscale.config.RunConfig` and its tables), so a field added there is a keyword here and an option
-    of ``graphscale train`` there. Fields set from Python only (``metadata["python_only"]``: the model factory,
-    which is :func:`train`'s ``model``) are not keywords.
+    ``("model", "hidden")``, ``"seed"`` -> ``("seed",)``): the declared options of
+    :func:`~graphscale.config.declared_options`, each keyword its command-line flag with underscores (``--strategy``
+    is ``strategy=``), so a field declared there is a keyword here and an option of ``graphscale train``. Fields set
+    from Python only (the model factory, which is :func:`train`'s ``model``) are not keywords.
 
     Raises:
         RuntimeError: two fields would share a keyword (the configuration must name them apart).
     """
-    out: dict[str, tuple[str, ...]] = {}
-    for path, f, _ in _walk(RunConfig(), ()):
-        if f.metadata.get("python_only"):
-            continue
-        key = _keyword(path, f)
-        if key in out:
-            raise RuntimeError(f"configuration fields {'.'.join(out[key])} and {'.'.join(path)} share the keyword "
-                               f"{key!r}")
-        out[key] = path
-    return out
+    return {key: path for key, (path, _) in declared_options().items()}
 
 
 def _field_types() -> dict[tuple[str, ...], object]:

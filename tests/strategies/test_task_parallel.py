@@ -22,6 +22,7 @@ from graphscale.nn.layers import gcn_aggregate, gcn_aggregate_transpose
 from graphscale.nn.models import build_model, is_decoupled
 from graphscale.strategies.graph_parallel import allreduce_bytes_per_epoch
 from graphscale.strategies.single import SingleStrategy
+from graphscale.strategies.stage_state import stage_state_bytes
 from graphscale.strategies.task_parallel.chain import (
     H2D,
     HALO,
@@ -413,7 +414,8 @@ def _resume_worker(env: DistEnv, g, path: str) -> dict:
         return tp
 
     straight = strategy()
-    losses = [straight.train_epoch(e).loss for e in range(4)]
+    stats = [straight.train_epoch(e) for e in range(4)]
+    losses = [s.loss for s in stats]
     first = strategy()
     for e in range(2):
         first.train_epoch(e)
@@ -429,7 +431,8 @@ def _resume_worker(env: DistEnv, g, path: str) -> dict:
     params = {n: (p.detach().clone(), q.detach().clone()) for (n, p), q in
               zip(straight.model.named_parameters(), resumed.model.parameters())}
     owned = [n for n, p in straight.model.named_parameters() if any(p is q for q in straight.stage_params)]
-    return {"losses": losses, "again": again, "params": params, "owned": owned}
+    return {"losses": losses, "again": again, "params": params, "owned": owned,
+            "checkpoint": [s.bytes.get("checkpoint", 0) for s in stats]}
 
 
 def test_checkpoint_with_several_t_stages_resumes_identically(tmp_path):
@@ -444,6 +447,10 @@ def test_checkpoint_with_several_t_stages_resumes_identically(tmp_path):
     assert sorted(n for r in results for n in r["owned"]) == sorted(results[0]["params"])  # every weight checked
     saved = torch.load(tmp_path / "tp.pt")
     assert len(saved["optimizer"]["state"]) == len(saved["model"])  # every parameter's Adam state
+    # every epoch, stage 1's parameters once (values, both Adam moments, step): b sum(3 n + 1), as stage_state says
+    sent = [p.numel() for name, (p, _) in results[0]["params"].items() if name not in results[0]["owned"]]
+    assert sent and all(sum(r["checkpoint"][e] for r in results) == sum(3 * n + 1 for n in sent) * 8
+                        == stage_state_bytes(sent, 8, True) for e in range(4))
 
 
 def test_a_run_trains_the_decoupled_model_by_default(tmp_path):

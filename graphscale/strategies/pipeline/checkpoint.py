@@ -1,33 +1,60 @@
-"""GNNPipe's collective checkpoints: every stage's parameters, Adam state and history rows gathered to worker 0,
-and each stage's share loaded back from the full state."""
+"""GNNPipe's collective checkpoints: every stage's parameters and Adam state gathered to worker 0 by the shared
+stage-state gathering (:mod:`graphscale.strategies.stage_state`: the members 0 of the groups lead their stages), and
+what is the pipeline's own: every member's history rows, gathered with :meth:`Comm.gather_object`; each stage's share
+loaded back from the whole state."""
 
 from __future__ import annotations
 
 import torch
 
-#: Ledger category of the stages' states gathered to worker 0 for a checkpoint.
-CHECKPOINT = "checkpoint"
+from graphscale.strategies.stage_state import (
+    CHECKPOINT,
+    adam_states,
+    gather_stage_state,
+    load_stage_share,
+    stage_state_bytes,
+)
 
 
 class StageCheckpoint:
     """Checkpoints of :class:`~graphscale.strategies.pipeline.strategy.PipelineStrategy` (a mixin: it reads the
-    stage state that ``setup`` builds)."""
+    stage state that ``setup`` builds, ``stage_owners`` among it: each stage's leader -> its parameters' indices)."""
 
-    def _gather_owned(self, model_state: dict) -> dict | None:
-        """``model_state`` (a ``model.state_dict()`` of this worker) with every parameter taken from the stage that
-        trains it (the members 0 of the groups send theirs), on worker 0; ``None`` on the others."""
-        mine = {n: t for n, t in model_state.items() if n in self.owned} if self.member == 0 else {}
-        parts = self.comm.gather_object(mine, 0, CHECKPOINT)
-        if parts is None:
+    def checkpoint_param_bytes(self, with_optimizer: bool) -> int:
+        """The bytes (category ``checkpoint``, all from members 0 of stages 1..S-1) that gathering the stages'
+        parameters moves: :func:`~graphscale.strategies.stage_state.stage_state_bytes` of their sizes."""
+        params = list(self.model.parameters())
+        numels = [params[i].numel() for leader, idx in self.stage_owners.items() if leader != 0 for i in idx]
+        return stage_state_bytes(numels, params[0].element_size(), with_optimizer)
+
+    def _gather_owned(self, values: list[torch.Tensor], with_optimizer: bool) -> tuple[dict, dict] | None:
+        """The stages' parameters (and Adam state) on worker 0 by name: ``(model state, optimizer state by index)``
+        with worker 0's own parameters taken from ``values``; ``None`` on the others."""
+        params = list(self.model.parameters())
+        owners = self.stage_owners
+        gathered = gather_stage_state(self.comm, owners, values,
+                                      adam_states(self.optimizer, params) if with_optimizer else None)
+        if gathered is None:
             return None
-        merged = dict(model_state)
-        for part in parts:
-            merged.update(part)
-        return merged
+        names = [n for n, _ in self.model.named_parameters()]
+        return {names[i]: v for i, v in gathered.values.items()}, gathered.optimizer
+
+    def _gather_rows(self) -> list[dict] | None:
+        """Collective: every member's own rows of ``view``, ``hist`` and ``late`` (with their global ids), by rank,
+        on worker 0 (:meth:`Comm.gather_object`, category ``checkpoint``); ``None`` on the others."""
+        own, ids = self.own_local, self.local_ids[self.own_local]
+        mine = {"rows": {l: (ids, v[own]) for l, v in self.view.items()},
+                "hist": None if self.hist is None else {l: (ids, v[own]) for l, v in self.hist.items()},
+                "late": {l: (ids, v[own]) for l, v in self.late.items()}}
+        return self.comm.gather_object(mine, 0, CHECKPOINT)
 
     def full_model_state(self, state: dict | None) -> dict | None:
         """Collective: the whole model (each stage's parameters from that stage) on worker 0."""
-        return None if state is None else self._gather_owned(state)
+        if state is None:
+            return None
+        names = [n for n, _ in self.model.named_parameters()]
+        got = self._gather_owned([state[n] for n in names], with_optimizer=False)
+        return None if got is None else {**state, **got[0]}
 
     def state_dict(self) -> dict:
         """Collective (every worker calls it): on worker 0 the whole run's state, ``{}`` on the others.
@@ -41,16 +68,11 @@ class StageCheckpoint:
         """
         names = [n for n, _ in self.model.named_parameters()]
         opt = self.optimizer.state_dict()
-        own, ids = self.own_local, self.local_ids[self.own_local]
-        mine = {"optimizer": {i: st for i, st in opt["state"].items() if names[i] in self.owned}
-                if self.member == 0 else {},
-                "rows": {l: (ids, v[own]) for l, v in self.view.items()},
-                "hist": None if self.hist is None else {l: (ids, v[own]) for l, v in self.hist.items()},
-                "late": {l: (ids, v[own]) for l, v in self.late.items()}}
-        model = self._gather_owned(self.model.state_dict())
-        parts = self.comm.gather_object(mine, 0, CHECKPOINT)
-        if parts is None:
+        got = self._gather_owned([p.detach() for p in self.model.parameters()], with_optimizer=True)
+        parts = self._gather_rows()
+        if parts is None or got is None:
             return {}
+        model, gathered_opt = got
 
         def rows(key: str) -> dict | None:
             if any(p[key] is None for p in parts):
@@ -63,17 +85,15 @@ class StageCheckpoint:
                     out[layer][ids.cpu()] = values.cpu()
             return out
 
-        return {"model": model, "optimizer": {"state": {i: st for p in parts for i, st in p["optimizer"].items()},
-                                              "param_groups": opt["param_groups"]},
+        own_opt = {i: st for i, st in opt["state"].items() if names[i] in self.owned}
+        return {"model": {**self.model.state_dict(), **model},
+                "optimizer": {"state": {**own_opt, **gathered_opt}, "param_groups": opt["param_groups"]},
                 "rows": rows("rows"), "hist": rows("hist"), "late": rows("late"), "initialised": self.initialised}
 
     def load_state_dict(self, state: dict) -> None:
         """Every worker takes its stage's part of :meth:`state_dict`'s whole-run state."""
         names = [n for n, _ in self.model.named_parameters()]
-        self.model.load_state_dict(state["model"])
-        opt = state["optimizer"]
-        self.optimizer.load_state_dict({"state": {i: st for i, st in opt["state"].items() if names[i] in self.owned},
-                                        "param_groups": opt["param_groups"]})
+        load_stage_share(self.model, self.optimizer, state, [i for i, n in enumerate(names) if n in self.owned])
         device, ids = self.env.device, self.local_ids.cpu()
         for layer, v in self.view.items():
             v.copy_(state["rows"][layer][ids].to(device))

@@ -96,12 +96,14 @@ adds ``halo = 2 sum_r |B_r| sum_l d_l b`` per group over its exchanged layers
 per boundary (``pipe_init`` once, ``eval_stage`` per evaluation).
 
 **Checkpoints** (``--checkpoint`` / ``--resume``): :meth:`~.checkpoint.StageCheckpoint.state_dict` is collective; the
-members 0 of the groups send worker 0 their stage's parameters (:func:`stage_parameters`) and Adam state, every
-member its own rows of the historical embeddings (``view``), of the fixed history (``hist``) and of the kept
-stale-edge gradients (``late``), all through :meth:`Comm.gather_object` (category ``checkpoint``). The file holds
+members 0 of the groups send worker 0 their stage's parameters (:func:`stage_parameters`) and Adam state through the
+shared stage-state gathering (:mod:`graphscale.strategies.stage_state`: ``b sum(3 n + 1)`` bytes over stages
+1..S-1's parameters), every member its own rows of the historical embeddings (``view``), of the fixed history
+(``hist``) and of the kept stale-edge gradients (``late``) through :meth:`Comm.gather_object`, all in category
+``checkpoint``. The file holds
 the whole model and ``N`` rows per layer, so a resumed run continues exactly as the uninterrupted one (tested);
 without the rows it would start from a new exact history and diverge. The best-validation model is gathered the
-same way (:meth:`~.checkpoint.StageCheckpoint.full_model_state`).
+same way, values only (``b sum(n)`` bytes; :meth:`~.checkpoint.StageCheckpoint.full_model_state`).
 
 **Why not ``torch.distributed.pipelining``.** Its ``PipelineStage`` and schedules (GPipe, 1F1B, interleaved)
 split one batch into microbatches of equal shape, infer or fix the stage's input and output shapes once, and run
@@ -268,7 +270,12 @@ class PipelineStrategy(ChunkPasses, StageCheckpoint, Strategy):
         self.layers = stage_layers(model.num_layers, self.stages)[self.stage]
         self.first, self.last = self.stage == 0, self.stage == self.stages - 1
         self.learned = learned_input(model)
-        self.owned = stage_parameters(model, self.layers, self.first, self.last, graph.num_features)
+        names = [n for n, _ in model.named_parameters()]
+        every = [stage_parameters(model, layers, s == 0, s == self.stages - 1, graph.num_features)
+                 for s, layers in enumerate(stage_layers(model.num_layers, self.stages))]
+        self.owned = every[self.stage]
+        #: member 0 of every stage (the stage's leader, rank ``s W``) -> indices of the parameters the stage trains
+        self.stage_owners = {s * self.width: [i for i, n in enumerate(names) if n in own] for s, own in enumerate(every)}
         device, dtype = env.device, next(model.parameters()).dtype
         self.num_nodes = graph.num_nodes
         self.num_train = int(graph.train_mask.sum())

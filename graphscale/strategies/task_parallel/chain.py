@@ -18,8 +18,6 @@ from graphscale.strategies.task_parallel.tasks import Op, T, TaskSplit, task_spl
 #: Ledger categories: segment-boundary rows (forward), their gradients (backward), P groups' mirror rows and their
 #: gradients, the evaluation forward's boundary rows and mirrors, the feature rows read by the first T segment.
 TASK_FWD, TASK_BWD, HALO, EVAL_STAGE, EVAL_HALO, H2D = "task_fwd", "task_bwd", "halo", "eval_stage", "eval_halo", "h2d"
-#: Ledger category of the parameters and Adam state the other T stages send to rank 0 for a checkpoint
-CHECKPOINT = "checkpoint"
 CHUNK_FILE, PLAN_FILE = "chunk_of.npy", "plan.json"
 #: memory categories of ``extra["memory"]`` (the tracked peak's parts): parameters with their gradients and Adam
 #: state; the P views (the rows of a P layer the member holds: Algorithm 1's cache of earlier subgraphs' rows, the
@@ -32,8 +30,9 @@ PARAMETERS, CACHES, KEPT_INPUTS = "parameters", "caches", "kept T inputs"
 BLOCKS, T_ROWS, SENDS = "blocks", "T rows in flight", "sends in flight"
 #: where the routing tables (chunk owners and members, global ids) live: beside the host-shared graph they index
 HOST_DEVICE = torch.device("cpu")
-#: message phases (part of every tag)
-_FWD, _BWD, _EVAL, _CKPT = 0, 1, 2, 3
+#: message phases (part of every tag; every tag stays below :data:`~graphscale.strategies.stage_state.STAGE_STATE_TAG`,
+#: where the checkpoint gather's begin)
+_FWD, _BWD, _EVAL = 0, 1, 2
 
 
 def _tag(phase: int, boundary: int, subgraph: int) -> int:
