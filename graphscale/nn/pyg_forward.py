@@ -229,7 +229,7 @@ class ForwardGNN(GNN):
         label = label or class_name(module)
         if dropout not in PYG_DROPOUT_CHOICES:
             raise ValueError(f"--pyg-dropout must be one of {', '.join(PYG_DROPOUT_CHOICES)}, got {dropout!r}")
-        from graphscale.nn.pyg import check_conv
+        from graphscale.nn.pyg import _check_row_wise, check_conv
 
         convs = _convs(module)
         if not convs:
@@ -237,6 +237,7 @@ class ForwardGNN(GNN):
                              "MessagePassing conv)")
         for i, conv in enumerate(convs):
             check_conv(conv, f"conv {i}", dropout, label)
+        _check_row_wise(module, "in the model", label)
         self.__dict__.update(pyg_dropout=dropout, label=label, seed=int(seed), epoch=0)  # read by the dry run
         self.__dict__["net"] = module
         graph = _probe_graph(in_dim)
