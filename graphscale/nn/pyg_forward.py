@@ -107,9 +107,10 @@ class EdgeIndexStandIn:
 
 
 def _name(func) -> str:
-    module = getattr(func, "__module__", None) or ""
-    name = getattr(func, "__qualname__", None) or getattr(func, "__name__", None) or str(func)
-    return f"{module}.{name}" if module.startswith("torch") else name
+    """``torch.rand``, ``torch.nn.functional.dropout``, ``torch.Tensor.size``, ... (a torch function's public name)."""
+    from torch.overrides import resolve_name
+
+    return resolve_name(func) or getattr(func, "__qualname__", None) or str(func)
 
 
 class _Run(TorchFunctionMode):
