@@ -166,7 +166,7 @@ class _Run(TorchFunctionMode):
         if not isinstance(edge_index, EdgeIndexStandIn):
             raise ForwardUseError(f"{what} gets an edge_index other than the one its forward was given")
         extra = [k for k, v in bound.arguments.items() if k not in ("self", "x", "edge_index")
-                 and v is not None and v != {} and v != ()]
+                 and v is not None and not (isinstance(v, (dict, tuple)) and not v)]
         if extra:
             raise ForwardUseError(f"{what} is passed {', '.join(extra)}; graphscale gives a conv only x and its "
                                   "block's edges")
