@@ -46,12 +46,7 @@ from graphscale.config import BUILTIN_MODEL_FIELDS, PYG_DROPOUT_CHOICES, USER_MO
 from graphscale.data.block import Block
 from graphscale.nn.dropout import KeyedDropout
 from graphscale.nn.gnn import GNN
-from graphscale.nn.pyg_convs import ConvLayer, class_name, conv_refusal, message_passing_class
-
-#: normalisations over the rows of a batch or graph (not row-wise), by class name
-_ROW_MIXING = {"BatchNorm", "BatchNorm1d", "SyncBatchNorm", "InstanceNorm", "InstanceNorm1d", "GraphNorm",
-               "PairNorm", "DiffGroupNorm", "MeanSubtractionNorm", "GraphSizeNorm", "HeteroBatchNorm",
-               "HeteroLayerNorm"}
+from graphscale.nn.pyg_convs import ConvLayer, check_conv, check_row_wise, class_name, message_passing_class
 
 
 class NotSequential(ValueError):
@@ -108,42 +103,6 @@ def _sequence(module: nn.Module, label: str) -> list[nn.Module]:
     raise NotSequential(f"{label}: {class_name(module)} defines its own forward, so graphscale cannot read its layer "
                         "order; write it as a torch_geometric.nn.Sequential, a torch.nn.Sequential of convs and "
                         "row-wise modules, or a BasicGNN subclass (customise init_conv)")
-
-
-def _check_row_wise(module: nn.Module, where: str, label: str) -> None:
-    """Refuse a module that mixes rows (a normalisation over the rows of a batch)."""
-    from torch_geometric.nn.norm import LayerNorm
-
-    for sub in module.modules():
-        if isinstance(sub, (nn.modules.batchnorm._BatchNorm, nn.modules.instancenorm._InstanceNorm)) \
-                or class_name(sub) in _ROW_MIXING or (isinstance(sub, LayerNorm) and sub.mode != "node"):
-            raise ValueError(f"{label}: {class_name(sub)} ({where}) normalises over the rows of a batch or graph, "
-                             "which a partition or mini-batch holds differently from the whole graph; use a row-wise "
-                             "normalisation (torch.nn.LayerNorm, or PyG LayerNorm with mode='node') or none")
-
-
-def _inner_dropout(conv: nn.Module) -> str | None:
-    """A dropout inside ``conv`` with a positive probability, described; ``None`` if there is none."""
-    for name, sub in conv.named_modules():
-        if isinstance(sub, nn.modules.dropout._DropoutNd) and sub.p > 0:
-            return f"{name or class_name(sub)}: {class_name(sub)}(p={sub.p})"
-        p = getattr(sub, "dropout", None)
-        values = p if isinstance(p, (list, tuple)) else [p]
-        if any(isinstance(v, float) and v > 0 for v in values):
-            return f"{class_name(sub)}(dropout={p})"
-    return None
-
-
-def check_conv(conv: nn.Module, where: str, dropout: str, label: str) -> None:
-    """Refuse a conv that cannot run on a block, that mixes rows, or (``keyed``) that drops inside."""
-    why = conv_refusal(conv)
-    if why:
-        raise ValueError(f"{label}: {class_name(conv)} ({where}) cannot run on a graphscale block: it {why}")
-    inner = dropout == "keyed" and _inner_dropout(conv)
-    if inner:
-        raise ValueError(f"{label}: {class_name(conv)} ({where}) has a dropout inside ({inner}) that draws from the "
-                         "process RNG and cannot be keyed; set it to 0 or use --pyg-dropout torch")
-    _check_row_wise(conv, f"inside {class_name(conv)}", label)
 
 
 def _row_module(module: nn.Module, dropout: str, seed: int, sites: list[int], label: str) -> nn.Module:
@@ -203,7 +162,7 @@ class PyGModel(GNN):
             if any(isinstance(m, mp) for m in item.modules()):
                 raise ValueError(f"{label}: entry {i} ({class_name(item)}) nests message-passing layers; graphscale "
                                  "reads the convs from the top level of the stack")
-            _check_row_wise(item, f"entry {i}", label)
+            check_row_wise(item, f"entry {i}", label)
             groups[-1].append(_row_module(item, dropout, seed, sites, label))
         convs = [i for i, m in enumerate(items) if isinstance(m, mp)]
         if not convs:

@@ -58,7 +58,7 @@ from graphscale.data.block import Block
 from graphscale.data.graph import Graph
 from graphscale.nn.dropout import keyed_dropout
 from graphscale.nn.gnn import GNN
-from graphscale.nn.pyg_convs import ConvLayer, class_name, message_passing_class, run_conv
+from graphscale.nn.pyg_convs import ConvLayer, check_conv, check_row_wise, class_name, message_passing_class, run_conv
 
 #: the dropout functions keyed in ``keyed`` mode
 _DROPOUTS = (F.dropout, torch.dropout)
@@ -230,15 +230,13 @@ class ForwardGNN(GNN):
         label = label or class_name(module)
         if dropout not in PYG_DROPOUT_CHOICES:
             raise ValueError(f"--pyg-dropout must be one of {', '.join(PYG_DROPOUT_CHOICES)}, got {dropout!r}")
-        from graphscale.nn.pyg import _check_row_wise, check_conv
-
         convs = _convs(module)
         if not convs:
             raise ValueError(f"{label}: {class_name(module)} has no message-passing layers (no torch_geometric "
                              "MessagePassing conv)")
         for i, conv in enumerate(convs):
             check_conv(conv, f"conv {i}", dropout, label)
-        _check_row_wise(module, "in the model", label)
+        check_row_wise(module, "in the model", label)
         self.__dict__.update(pyg_dropout=dropout, label=label, seed=int(seed), epoch=0)  # read by the dry run
         self.__dict__["net"] = module
         graph = _probe_graph(in_dim)
