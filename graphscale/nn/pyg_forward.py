@@ -122,6 +122,7 @@ class _Run(TorchFunctionMode):
         self.model, self.ids, self.rows, self.layer, self.limit = model, ids, rows, layer, limit
         self.calls: list[nn.Module] = []
         self.widths: list[int] = []
+        self.grads: list[bool] = []  # whether each call's input requires grad
         self.sites = 0
         self.inside = False
         self.stand_in = EdgeIndexStandIn()
@@ -178,6 +179,7 @@ class _Run(TorchFunctionMode):
                                   "same conv calls on every forward")
         self.calls.append(conv)
         self.widths.append(int(x.shape[1]))
+        self.grads.append(x.requires_grad)
         self.inside = True
         try:
             with torch._C.DisableTorchFunction():  # the strategy's exchange and the conv run unobserved
@@ -247,13 +249,16 @@ class ForwardGNN(GNN):
         del self.__dict__["net"]
         self.net = module
         self.pyg_dropout, self.label, self.reason, self.out_width = dropout, label, reason, out_width
-        self._check_rows(graph)
+        self.first_input_learned = self._check_rows(graph)
 
     # ------------------------------------------------------------ running
     @property
     def learned_input_map(self) -> bool:
-        """The forward reads the input rows itself (a strategy hands it upcast rows, never exchanges raw ones)."""
-        return True
+        """Whether the first conv call's input depends on parameters (then graph-parallel's layer-0 halo exchange
+        runs backward too: :func:`~graphscale.strategies.graph_parallel.halo_bytes_per_epoch`); read in the dry
+        run's training-mode forward. The forward reads the input rows itself either way: a strategy hands it
+        upcast rows, never exchanges raw ones first."""
+        return self.first_input_learned
 
     def run(self, x: Tensor, ids: Tensor, layer: Callable[[int, Tensor], Tensor]) -> Tensor:
         """The user's forward on the row space ``ids`` (module docstring).
@@ -366,10 +371,10 @@ class ForwardGNN(GNN):
             raise ValueError(f"{self.label}: its forward calls none of its convs")
         return state.calls, state.widths, int(out.shape[1])
 
-    def _check_rows(self, graph: Graph) -> None:
+    def _check_rows(self, graph: Graph) -> bool:
         """Refuse a forward that mixes rows, or that draws masks keyed dropout cannot key (module docstring): on a
         float64 copy, the probe graph whole (eval mode) against a sampled batch with full neighbourhoods, then one
-        training-mode forward."""
+        training-mode forward. Returns whether the first conv call's input requires grad there."""
         model = copy.deepcopy(self).double()
         x = graph.x.double()
         targets = torch.tensor([0, _PROBE_NODES // 2])
@@ -383,7 +388,8 @@ class ForwardGNN(GNN):
                     whole = model(Block.full(graph), x)
                     part = model(blocks, x[blocks[0].src_ids])
                 model.train()
-                model(Block.full(graph), x)
+                _, state = model._run(model.net, x, torch.arange(x.shape[0]), lambda l, h: model.step(
+                    l, Block.full(graph), h), model.num_layers)
         except Exception as err:  # noqa: BLE001 - a user's forward: one line naming it
             raise self._fail(err) from None
         scale = float(whole.abs().max()) or 1.0
@@ -392,6 +398,7 @@ class ForwardGNN(GNN):
                              "its receptive field: a pooling, a normalisation over the rows of a batch, ...), which a "
                              "partition or a mini-batch holds differently from the whole graph; graphscale needs "
                              "row-wise code between the convs")
+        return state.grads[0]
 
 
 #: vertices of the validation probe graph

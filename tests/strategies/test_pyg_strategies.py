@@ -34,7 +34,7 @@ from graphscale.nn.models import build_model
 from graphscale.prepare import load_training_graph, store_handle, write_training_store
 from graphscale.run import run
 from graphscale.strategies.base import make_optimizer
-from graphscale.strategies.graph_parallel import GraphParallel
+from graphscale.strategies.graph_parallel import GraphParallel, halo_bytes_per_epoch
 from graphscale.testing import assert_close_rel, pyg_models, random_graph, run_distributed
 
 EPOCHS = 3
@@ -95,7 +95,11 @@ def _gp_worker(env: DistEnv, store: str, names: list[str]) -> dict:
         model = build_model(config.model, handle.num_features, handle.num_classes, seed=0, dtype=torch.float64)
         strategy = GraphParallel()
         strategy.setup(handle, model, env, config)
-        out[name] = [strategy.train_epoch(e).loss for e in range(EPOCHS)]
+        stats = [strategy.train_epoch(e) for e in range(EPOCHS)]
+        out[name] = [s.loss for s in stats]
+        if name in FORWARD:  # this worker's halo bytes of an epoch, its halo rows, the closed form's inputs
+            out[f"{name} halo"] = (stats[-1].bytes.get("halo", 0), strategy.halo.num_halo, model.layer_widths(),
+                                   model.learned_input_map)
     return out
 
 
@@ -124,6 +128,10 @@ def test_pyg_models_graph_parallel_equal_pyg_loop_and_single(world_size, tmp_pat
         reference = single_losses(name, graph)
         for rank, result in enumerate(results):
             assert_losses(result[name], reference, f"{name} graph-parallel W={world_size} rank {rank} vs single")
+    for name in FORWARD:  # one halo gather per conv call: the closed form, summed over workers
+        sent, halo, widths, learned = zip(*(result[f"{name} halo"] for result in results))
+        assert sum(sent) == halo_bytes_per_epoch(list(halo), widths[0], 8, learned[0]) > 0, name
+    assert [results[0][f"{name} halo"][3] for name in FORWARD] == [True, False, False]  # conv 0 reads x or lin(x)
     # dropout 0.5 really drops: the keyed-dropout run differs from the dropout-free model
     assert abs(results[0]["sage_dropout"][0] - pyg_losses("sage", graph)[0]) > 1e-3
     assert abs(results[0]["skip_jk_dropout"][0] - pyg_losses("skip_jk", graph)[0]) > 1e-3
