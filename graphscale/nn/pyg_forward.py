@@ -156,17 +156,18 @@ class _Run(TorchFunctionMode):
         self.sites += 1
         return keyed_dropout(x, self.ids, float(p), self.model.seed, self.model.epoch, site, True)
 
-    def conv_call(self, conv: nn.Module, *args, **kwargs):
-        """A conv's forward while the model's forward runs: the strategy's layer, or the conv itself inside it."""
+    def conv_call(self, conv: nn.Module, forward, *args, **kwargs):
+        """A conv's forward while the model's forward runs: the strategy's layer, or the conv's own ``forward``
+        inside it (the strategy runs the conv on its block)."""
         if self.inside:
-            return type(conv).forward(conv, *args, **kwargs)
-        bound = inspect.signature(type(conv).forward).bind(conv, *args, **kwargs)
+            return forward(*args, **kwargs)
+        bound = inspect.signature(forward).bind(*args, **kwargs)
         x, edge_index = bound.arguments.get("x"), bound.arguments.get("edge_index")
         i = len(self.calls)
         what = f"call {i} ({class_name(conv)})"
         if not isinstance(edge_index, EdgeIndexStandIn):
             raise ForwardUseError(f"{what} gets an edge_index other than the one its forward was given")
-        extra = [k for k, v in bound.arguments.items() if k not in ("self", "x", "edge_index")
+        extra = [k for k, v in bound.arguments.items() if k not in ("x", "edge_index")
                  and v is not None and not (isinstance(v, (dict, tuple)) and not v)]
         if extra:
             raise ForwardUseError(f"{what} is passed {', '.join(extra)}; graphscale gives a conv only x and its "
@@ -239,14 +240,12 @@ class ForwardGNN(GNN):
         for i, conv in enumerate(convs):
             check_conv(conv, f"conv {i}", dropout, label)
         check_row_wise(module, "in the model", label)
-        self.__dict__.update(pyg_dropout=dropout, label=label, seed=int(seed), epoch=0)  # read by the dry run
-        self.__dict__["net"] = module
+        self.__dict__.update(pyg_dropout=dropout, label=label, seed=int(seed), epoch=0)  # read by the trace
         graph = _probe_graph(in_dim)
         calls, widths, out_width = self._trace(module, graph)
         super().__init__([ConvLayer(c) for c in calls], widths, 0.0, seed)
         layers = self._modules.pop("layers")
         self.__dict__["layers"] = list(layers)  # not submodules: the convs are registered once, in ``net``
-        del self.__dict__["net"]
         self.net = module
         self.pyg_dropout, self.label, self.reason, self.out_width = dropout, label, reason, out_width
         self.first_input_learned = self._check_rows(graph)
@@ -280,14 +279,18 @@ class ForwardGNN(GNN):
         if states is not None:
             states.append(state)
         convs = _convs(module)
-        for conv in convs:
-            conv.forward = _proxy(state, conv)
+        saved = [conv.__dict__.get("forward") for conv in convs]  # an instance's own forward, if it has one
+        for conv, own in zip(convs, saved):
+            conv.forward = _proxy(state, conv, own or conv.forward)
         try:
             with state:
                 out = module(x, state.stand_in)
         finally:
-            for conv in convs:
-                del conv.forward
+            for conv, own in zip(convs, saved):
+                if own is None:
+                    del conv.forward
+                else:
+                    conv.forward = own
         if limit is not None and len(state.calls) != limit:
             raise ForwardUseError(f"its forward called {len(state.calls)} convs, {limit} at validation; graphscale "
                                   "needs the same conv calls on every forward")
@@ -425,8 +428,9 @@ def _convs(module: nn.Module) -> list[nn.Module]:
     return [sub for _, sub in out]
 
 
-def _proxy(state: _Run, conv: nn.Module):
-    def forward(*args, **kwargs):
-        return state.conv_call(conv, *args, **kwargs)
+def _proxy(state: _Run, conv: nn.Module, forward):
+    """``conv.forward`` while a forward runs on rows: :meth:`_Run.conv_call` (``forward``: the conv's own)."""
+    def proxy(*args, **kwargs):
+        return state.conv_call(conv, forward, *args, **kwargs)
 
-    return forward
+    return proxy
