@@ -20,8 +20,9 @@ wrapped model maps onto :class:`GNN` as::
     step(l, block, h)   = tail_l(conv_l on block(h), dst_ids)        (tail_l: the modules after conv_l)
     output_map(h, ids)  = the modules after the last conv's tail (BasicGNN's ``lin``; Sequential: empty)
 
-A model with its own ``forward`` (skip connections, jumping knowledge, several inputs) is refused with the reason:
-graphscale runs a model layer by layer on blocks and needs the layer order.
+A model with its own ``forward`` (skip connections, jumping knowledge) is not layer-sequential: :func:`as_gnn` wraps
+it as a :class:`~graphscale.nn.pyg_forward.ForwardGNN`, which runs that forward on a strategy's rows and hands each
+conv call to the strategy; strategies that split a model by layer (offload, pipeline) refuse it with the reason.
 
 **Convs on blocks**: :mod:`graphscale.nn.pyg_convs` (bipartite call, GCNConv with the whole graph's
 normalisation, other convs on all source rows; convs that cannot run on a block are refused before training).
@@ -45,12 +46,12 @@ from graphscale.config import BUILTIN_MODEL_FIELDS, PYG_DROPOUT_CHOICES, USER_MO
 from graphscale.data.block import Block
 from graphscale.nn.dropout import KeyedDropout
 from graphscale.nn.gnn import GNN
-from graphscale.nn.pyg_convs import ConvLayer, class_name, conv_refusal, message_passing_class
+from graphscale.nn.pyg_convs import ConvLayer, check_conv, check_row_wise, class_name, message_passing_class
 
-#: normalisations over the rows of a batch or graph (not row-wise), by class name
-_ROW_MIXING = {"BatchNorm", "BatchNorm1d", "SyncBatchNorm", "InstanceNorm", "InstanceNorm1d", "GraphNorm",
-               "PairNorm", "DiffGroupNorm", "MeanSubtractionNorm", "GraphSizeNorm", "HeteroBatchNorm",
-               "HeteroLayerNorm"}
+
+class NotSequential(ValueError):
+    """A model whose layer order graphscale cannot read without running it (message: why): it runs its own forward
+    (:class:`~graphscale.nn.pyg_forward.ForwardGNN`)."""
 
 
 # ------------------------------------------------------------ layer order
@@ -62,12 +63,12 @@ def _sequence(module: nn.Module, label: str) -> list[nn.Module]:
     mp = message_passing_class()
     if isinstance(module, BasicGNN):
         if type(module).forward is not BasicGNN.forward:
-            raise ValueError(f"{label}: {class_name(module)} overrides BasicGNN.forward, so graphscale cannot read its "
-                             "layer order; keep BasicGNN's forward (customise init_conv) or use a "
-                             "torch_geometric.nn.Sequential")
+            raise NotSequential(f"{label}: {class_name(module)} overrides BasicGNN.forward, so graphscale cannot read "
+                                "its layer order; keep BasicGNN's forward (customise init_conv) or use a "
+                                "torch_geometric.nn.Sequential")
         if module.jk_mode not in (None, "last"):
-            raise ValueError(f"{label}: {class_name(module)} has jumping knowledge jk={module.jk_mode!r}, which reads "
-                             "every layer's output (not layer-sequential); use jk=None or 'last'")
+            raise NotSequential(f"{label}: {class_name(module)} has jumping knowledge jk={module.jk_mode!r}, which "
+                                "reads every layer's output (not layer-sequential); use jk=None or 'last'")
         items: list[nn.Module] = []
         for i, (conv, norm) in enumerate(zip(module.convs, module.norms)):
             items.append(conv)
@@ -89,9 +90,9 @@ def _sequence(module: nn.Module, label: str) -> list[nn.Module]:
             sub = getattr(module, child.name)
             want = [x, ei] if isinstance(sub, mp) else [x]
             if list(child.param_names) != want or list(child.return_names) != [x]:
-                raise ValueError(f"{label}: entry {i} ({class_name(sub)}) maps ({', '.join(child.param_names)}) -> "
-                                 f"({', '.join(child.return_names)}); graphscale runs a Sequential whose entries "
-                                 f"all read the running {x} ('{', '.join(want)} -> {x}'), layer by layer")
+                raise NotSequential(f"{label}: entry {i} ({class_name(sub)}) maps ({', '.join(child.param_names)}) "
+                                    f"-> ({', '.join(child.return_names)}); a layer-sequential Sequential's entries "
+                                    f"all read the running {x} ('{', '.join(want)} -> {x}')")
             items.append(sub)
         return items
     if isinstance(module, (nn.Sequential, nn.ModuleList)):
@@ -99,33 +100,9 @@ def _sequence(module: nn.Module, label: str) -> list[nn.Module]:
     if not any(isinstance(m, mp) for m in module.modules()):
         raise ValueError(f"{label}: {class_name(module)} has no message-passing layers (no torch_geometric "
                          "MessagePassing conv)")
-    raise ValueError(f"{label}: {class_name(module)} defines its own forward, so graphscale cannot run it layer by "
-                     "layer on blocks; write it as a torch_geometric.nn.Sequential, a torch.nn.Sequential of convs and "
-                     "row-wise modules, or a BasicGNN subclass (customise init_conv)")
-
-
-def _check_row_wise(module: nn.Module, where: str, label: str) -> None:
-    """Refuse a module that mixes rows (a normalisation over the rows of a batch)."""
-    from torch_geometric.nn.norm import LayerNorm
-
-    for sub in module.modules():
-        if isinstance(sub, (nn.modules.batchnorm._BatchNorm, nn.modules.instancenorm._InstanceNorm)) \
-                or class_name(sub) in _ROW_MIXING or (isinstance(sub, LayerNorm) and sub.mode != "node"):
-            raise ValueError(f"{label}: {class_name(sub)} ({where}) normalises over the rows of a batch or graph, "
-                             "which a partition or mini-batch holds differently from the whole graph; use a row-wise "
-                             "normalisation (torch.nn.LayerNorm, or PyG LayerNorm with mode='node') or none")
-
-
-def _inner_dropout(conv: nn.Module) -> str | None:
-    """A dropout inside ``conv`` with a positive probability, described; ``None`` if there is none."""
-    for name, sub in conv.named_modules():
-        if isinstance(sub, nn.modules.dropout._DropoutNd) and sub.p > 0:
-            return f"{name or class_name(sub)}: {class_name(sub)}(p={sub.p})"
-        p = getattr(sub, "dropout", None)
-        values = p if isinstance(p, (list, tuple)) else [p]
-        if any(isinstance(v, float) and v > 0 for v in values):
-            return f"{class_name(sub)}(dropout={p})"
-    return None
+    raise NotSequential(f"{label}: {class_name(module)} defines its own forward, so graphscale cannot read its layer "
+                        "order; write it as a torch_geometric.nn.Sequential, a torch.nn.Sequential of convs and "
+                        "row-wise modules, or a BasicGNN subclass (customise init_conv)")
 
 
 def _row_module(module: nn.Module, dropout: str, seed: int, sites: list[int], label: str) -> nn.Module:
@@ -179,22 +156,13 @@ class PyGModel(GNN):
         groups: list[list[nn.Module]] = [[]]
         for i, item in enumerate(items):
             if isinstance(item, mp):
-                why = conv_refusal(item)
-                if why:
-                    raise ValueError(f"{label}: {class_name(item)} (layer {len(groups) - 1}) cannot run on a "
-                                     f"graphscale block: it {why}")
-                inner = dropout == "keyed" and _inner_dropout(item)
-                if inner:
-                    raise ValueError(f"{label}: {class_name(item)} (layer {len(groups) - 1}) has a dropout inside "
-                                     f"({inner}) that draws from the process RNG and cannot be keyed; set it to 0 "
-                                     "or use --pyg-dropout torch")
-                _check_row_wise(item, f"inside {class_name(item)}", label)
+                check_conv(item, f"layer {len(groups) - 1}", dropout, label)
                 groups.append([])
                 continue
             if any(isinstance(m, mp) for m in item.modules()):
                 raise ValueError(f"{label}: entry {i} ({class_name(item)}) nests message-passing layers; graphscale "
                                  "reads the convs from the top level of the stack")
-            _check_row_wise(item, f"entry {i}", label)
+            check_row_wise(item, f"entry {i}", label)
             groups[-1].append(_row_module(item, dropout, seed, sites, label))
         convs = [i for i, m in enumerate(items) if isinstance(m, mp)]
         if not convs:
@@ -289,8 +257,10 @@ def _probe_widths(head, layers, tails, out, in_dim: int, label: str) -> list[int
 
 
 def as_gnn(module: nn.Module, in_dim: int, num_classes: int | None = None, *, dropout: str = "keyed",
-           seed: int = 0, label: str | None = None) -> PyGModel:
-    """Wrap a layer-sequential PyG model as a graphscale :class:`GNN` (module docstring).
+           seed: int = 0, label: str | None = None) -> GNN:
+    """Wrap a PyG model as a graphscale :class:`GNN`: a layer-sequential one as a :class:`PyGModel` (module
+    docstring), any other as a :class:`~graphscale.nn.pyg_forward.ForwardGNN` (its own forward, each conv call
+    handed to the strategy).
 
     Args:
         module: a PyG ``BasicGNN``, a ``torch_geometric.nn.Sequential``, or a ``torch.nn.Sequential`` /
@@ -309,7 +279,12 @@ def as_gnn(module: nn.Module, in_dim: int, num_classes: int | None = None, *, dr
                          f"{type(module).__name__}")
     if isinstance(module, GNN):
         raise ValueError(f"{label or class_name(module)}: already a graphscale GNN")  # noqa: TRY004
-    model = PyGModel(module, in_dim, dropout=dropout, seed=seed, label=label)
+    try:
+        model = PyGModel(module, in_dim, dropout=dropout, seed=seed, label=label)
+    except NotSequential as err:
+        from graphscale.nn.pyg_forward import ForwardGNN
+
+        model = ForwardGNN(module, in_dim, dropout=dropout, seed=seed, label=label, reason=str(err))
     if num_classes is not None and model.out_width != num_classes:
         raise ValueError(f"{label or class_name(module)}: the model outputs {model.out_width} values per vertex but "
                          f"the data has {num_classes} classes")
@@ -319,8 +294,10 @@ def as_gnn(module: nn.Module, in_dim: int, num_classes: int | None = None, *, dr
 def check_model(module: nn.Module, strategy_name: str, in_dim: int | None = None, num_classes: int | None = None,
                 *, dropout: str = "keyed", label: str | None = None) -> int:
     """Raise a one-line ``ValueError`` when ``module`` cannot be trained by strategy ``strategy_name``: no
-    message-passing layers, a conv that cannot run on a block, a model whose layer order graphscale cannot read,
-    a strategy that does not train PyG models (``Strategy.pyg_refusal``), widths that do not fit the data.
+    message-passing layers, a conv that cannot run on a block, a strategy that does not train PyG models
+    (``Strategy.pyg_refusal``) or only layer-sequential ones (``Strategy.pyg_forward_refusal``: a model with its own
+    forward), a forward graphscale cannot run on rows (:mod:`graphscale.nn.pyg_forward`), widths that do not fit
+    the data.
 
     The module is not changed (the checks run on a copy).
 
@@ -337,6 +314,9 @@ def check_model(module: nn.Module, strategy_name: str, in_dim: int | None = None
         raise ValueError(f"strategy {strategy_name!r} does not train PyG models ({label}): {strategy.pyg_refusal}")
     model = as_gnn(copy.deepcopy(module), in_dim if in_dim is not None else _declared_in_dim(module),
                    num_classes, dropout=dropout, label=label)
+    if strategy.pyg_forward_refusal and not getattr(model, "layer_sequential", True):
+        raise ValueError(f"strategy {strategy_name!r} trains layer-sequential PyG models only (it "
+                         f"{strategy.pyg_forward_refusal}): {model.reason}")
     return model.num_layers
 
 

@@ -1,5 +1,7 @@
 """PyG convs on graphscale blocks: a block's edges in PyG's form, GCN's whole-graph normalisation, and which convs
-cannot run on a block (:mod:`graphscale.nn.pyg` wraps whole models).
+cannot run on a block, with the row-wise and keyed-dropout checks both model wrappers share
+(:mod:`graphscale.nn.pyg` wraps layer-sequential models, :mod:`graphscale.nn.pyg_forward` models with their own
+forward).
 
 A block's destinations are the first rows of its sources, so the block's CSR by destination is PyG's ``adj_t``
 (``[D, S]``) and ``edge_index = [indices, dst_of_edges]`` indexes source rows by local number (both cached with
@@ -45,6 +47,12 @@ _REFUSED_CONVS = {
     "DynamicEdgeConv": "builds its own neighbourhoods from the features of all nodes",
     "SuperGATConv": "samples negative edges over the whole graph",
 }
+#: normalisations over the rows of a batch or graph (not row-wise), by class name
+_ROW_MIXING = {"BatchNorm", "BatchNorm1d", "SyncBatchNorm", "InstanceNorm", "InstanceNorm1d", "GraphNorm",
+               "PairNorm", "DiffGroupNorm", "MeanSubtractionNorm", "GraphSizeNorm", "HeteroBatchNorm",
+               "HeteroLayerNorm"}
+
+
 def message_passing_class():
     from torch_geometric.nn.conv import MessagePassing
 
@@ -189,3 +197,40 @@ class ConvLayer(nn.Module):
 
     def extra_repr(self) -> str:
         return self.mode
+
+
+# ------------------------------------------------------------ checks
+def check_row_wise(module: nn.Module, where: str, label: str) -> None:
+    """Refuse a module that mixes rows (a normalisation over the rows of a batch)."""
+    from torch_geometric.nn.norm import LayerNorm
+
+    for sub in module.modules():
+        if isinstance(sub, (nn.modules.batchnorm._BatchNorm, nn.modules.instancenorm._InstanceNorm)) \
+                or class_name(sub) in _ROW_MIXING or (isinstance(sub, LayerNorm) and sub.mode != "node"):
+            raise ValueError(f"{label}: {class_name(sub)} ({where}) normalises over the rows of a batch or graph, "
+                             "which a partition or mini-batch holds differently from the whole graph; use a row-wise "
+                             "normalisation (torch.nn.LayerNorm, or PyG LayerNorm with mode='node') or none")
+
+
+def _inner_dropout(conv: nn.Module) -> str | None:
+    """A dropout inside ``conv`` with a positive probability, described; ``None`` if there is none."""
+    for name, sub in conv.named_modules():
+        if isinstance(sub, nn.modules.dropout._DropoutNd) and sub.p > 0:
+            return f"{name or class_name(sub)}: {class_name(sub)}(p={sub.p})"
+        p = getattr(sub, "dropout", None)
+        values = p if isinstance(p, (list, tuple)) else [p]
+        if any(isinstance(v, float) and v > 0 for v in values):
+            return f"{class_name(sub)}(dropout={p})"
+    return None
+
+
+def check_conv(conv: nn.Module, where: str, dropout: str, label: str) -> None:
+    """Refuse a conv that cannot run on a block, that mixes rows, or (``keyed``) that drops inside."""
+    why = conv_refusal(conv)
+    if why:
+        raise ValueError(f"{label}: {class_name(conv)} ({where}) cannot run on a graphscale block: it {why}")
+    inner = dropout == "keyed" and _inner_dropout(conv)
+    if inner:
+        raise ValueError(f"{label}: {class_name(conv)} ({where}) has a dropout inside ({inner}) that draws from the "
+                         "process RNG and cannot be keyed; set it to 0 or use --pyg-dropout torch")
+    check_row_wise(conv, f"inside {class_name(conv)}", label)

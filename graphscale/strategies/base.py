@@ -61,6 +61,10 @@ class Strategy(ABC):
     #: Why it cannot train a user's PyG model (:mod:`graphscale.nn.pyg`); empty: it can. The parent refuses such a
     #: model with this reason (:func:`graphscale.nn.pyg.check_model`).
     pyg_refusal: str = ""
+    #: Why it trains only layer-sequential PyG models (it splits the model by layer); empty: it also trains a model
+    #: with its own forward (:mod:`graphscale.nn.pyg_forward`). Quoted in the refusal (:func:`graphscale.nn.pyg.
+    #: check_model`), completing "it ...".
+    pyg_forward_refusal: str = ""
 
     @classmethod
     def unused_options(cls, config: RunConfig) -> dict[str, str]:

@@ -28,6 +28,9 @@ labels and split masks of ``O_r``, never a copy of its part of the topology.
         h = h_next                                                 # [|O_r|, d_{l+1}]
     counts = split_counts(output_map(h, O_r), y[O_r], masks[O_r]); all_reduce(counts)  (control)
 
+A PyG model with its own forward (:class:`~graphscale.nn.pyg_forward.ForwardGNN`) runs that forward on the owned
+rows ``x[O_r]``, each conv call being the loop body above (halo rows, then the batches).
+
 A batch block has the batch's destination rows first, then their other in-neighbours (any local source
 row), with *global* ids (``src_ids``: dropout keys, GCNII / ResGCN input maps) and *global* in-degrees
 (``src_deg``: GCN normalisation). Every destination keeps its full in-neighbourhood in CSR order, so the
@@ -217,24 +220,30 @@ class LayerwiseEvaluator:
         """Logits of the owned vertices, ``[num_owned, C]`` in :attr:`owned` order (a collective)."""
         model = self.model
         model.eval()
+        self.max_batch_dst = 0
+        if not getattr(model, "layer_sequential", True):  # a PyG model with its own forward, on the owned rows
+            return model.run(self._feature_rows(self.owned), self.owned_dev, self._layer)
         h = None if self.raw_first_layer else model.input_map(self._feature_rows(self.owned), self.owned_dev)
         h0 = h if model.needs_h0 else None
-        self.max_batch_dst = 0
         for l in range(model.num_layers):
-            direct = l == 0 and self.raw_first_layer
-            halo = None if direct else self.halo.halo_rows(h)  # [|B_r|, d_l], received order
-            out = None
-            for a, b in self.batches(model.layer_widths()[l]):
-                sub, rows = batch_block(self.graph, self.owned, self.halo_ids, a, b)
-                self.max_batch_dst = max(self.max_batch_dst, sub.num_dst)
-                x_src = self._feature_rows(sub.src_ids) if direct else self._source_rows(h, halo, rows)
-                y = model.step(l, sub.to(self.device), x_src, None if h0 is None else h0[a:b])
-                if out is None:
-                    out = y.new_empty((self.num_owned, *y.shape[1:]))
-                out[a:b] = y
-            del halo
-            h = out
+            h = self._layer(l, h, h0)
         return model.output_map(h, self.owned_dev)
+
+    def _layer(self, l: int, h: torch.Tensor | None, h0: torch.Tensor | None = None) -> torch.Tensor:
+        """Step ``l`` of the owned rows from their inputs ``h`` (``None``: layer 0 reads raw rows), batch by batch."""
+        model = self.model
+        direct = h is None
+        halo = None if direct else self.halo.halo_rows(h)  # [|B_r|, d_l], received order
+        out = None
+        for a, b in self.batches(model.layer_widths()[l]):
+            sub, rows = batch_block(self.graph, self.owned, self.halo_ids, a, b)
+            self.max_batch_dst = max(self.max_batch_dst, sub.num_dst)
+            x_src = self._feature_rows(sub.src_ids) if direct else self._source_rows(h, halo, rows)
+            y = model.step(l, sub.to(self.device), x_src, None if h0 is None else h0[a:b])
+            if out is None:
+                out = y.new_empty((self.num_owned, *y.shape[1:]))
+            out[a:b] = y
+        return out
 
     def _source_rows(self, h: torch.Tensor, halo: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
         """Rows ``rows`` of the layout ``[owned; halo]``, read from the owned rows ``h`` and the halo rows as

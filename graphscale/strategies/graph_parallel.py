@@ -21,7 +21,9 @@ id-keyed dropout) into the layer's first product (:meth:`GNN.fuses_pre`), ``h = 
 halo.gather(h), h0_dst)``: raw rows cross and the step drops them as it reads them, so no dropped copy exists;
 otherwise ``h = model.step(l, block, halo.gather(model.pre(l, h)), h0_dst, pre_applied=True)``: ``pre`` runs on
 the worker's own rows before the exchange (one dropped copy of its inner rows rather than of all its source
-rows; the rows are the same). ``logits = output_map(h)``.
+rows; the rows are the same). ``logits = output_map(h)``. A PyG model with its own forward
+(:class:`~graphscale.nn.pyg_forward.ForwardGNN`) runs that forward on the owned rows, each conv call being
+``step(l, block, halo.gather(h))`` (not with ``overlap``).
 
 **Overlap.** With ``GraphParallel(overlap=True)`` each layer's exchange runs while the worker computes:
 the rows are cut once at setup (:class:`OverlapPlan`) into *interior* rows, whose in-neighbours are all local,
@@ -295,6 +297,9 @@ class GraphParallel(Strategy):
                                        part.halo_owner[halo_local - n_inner].to(torch.int64), HALO)
         # the interior and boundary blocks (the unsplit block stays a view of the store); not on one worker (no
         # halo) nor where no row is interior (nothing to overlap): the plain exchange is the same collective
+        if self.overlap and not getattr(model, "layer_sequential", True):
+            raise ValueError("graph-parallel overlap=True splits each layer's step into interior and boundary blocks; "
+                             "a PyG model with its own forward runs each conv whole: use overlap=False")
         plan = OverlapPlan.build(block) if self.overlap and env.world_size > 1 else None
         if plan is not None and plan.num_interior > 0:
             self.plan, self.block = plan.to(device), None
@@ -347,6 +352,8 @@ class GraphParallel(Strategy):
     def forward(self) -> torch.Tensor:
         """This worker's logits, ``[|P_i|, C]`` in the order of :attr:`inner_ids` (a collective)."""
         model = self.model
+        if not getattr(model, "layer_sequential", True):  # a PyG model with its own forward, on the owned rows
+            return model.run(self.x, self.inner_ids, lambda l, h: model.step(l, self.block, self.halo.gather(h)))
         h = self.x if self.raw_exchange else model.input_map(model.upcast(self.x), self.inner_ids)
         h0 = h if model.needs_h0 else None
         for layer in range(model.num_layers):

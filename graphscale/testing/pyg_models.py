@@ -88,7 +88,8 @@ def two_hop() -> nn.Module:
 
 
 class Residual(nn.Module):
-    """Its own forward with a skip connection: not layer-sequential (refused)."""
+    """Its own forward with a skip connection: not layer-sequential (trained on rows by graphscale's
+    :class:`~graphscale.nn.pyg_forward.ForwardGNN`; refused by offload and pipeline)."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -102,6 +103,98 @@ class Residual(nn.Module):
 
 def residual() -> nn.Module:
     return Residual()
+
+
+class SkipJK(nn.Module):
+    """Its own forward: a linear input map, a skip connection around the second conv, dropout between the convs,
+    and jumping knowledge by concatenation into a linear head::
+
+        h0 = relu(lin_in(x)); h1 = dropout(relu(conv1(h0))); h2 = relu(conv2(h1)) + h1
+        out = lin_out(cat([h1, h2]))
+    """
+
+    def __init__(self, dropout: float = 0.0) -> None:
+        super().__init__()
+        self.lin_in = nn.Linear(IN, 12)
+        self.conv1 = SAGEConv(12, 12)
+        self.conv2 = GCNConv(12, 12)
+        self.lin_out = nn.Linear(24, CLASSES)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x: Tensor, edge_index: Tensor) -> Tensor:
+        h0 = torch.relu(self.lin_in(x))
+        h1 = self.dropout(torch.relu(self.conv1(h0, edge_index)))
+        h2 = torch.relu(self.conv2(h1, edge_index)) + h1
+        return self.lin_out(torch.cat([h1, h2], dim=-1))
+
+
+def skip_jk() -> nn.Module:
+    return SkipJK()
+
+
+def skip_jk_dropout() -> nn.Module:
+    """:class:`SkipJK` with ``nn.Dropout(0.5)`` and a functional ``F.dropout(p=0.5)`` on its input."""
+    return SkipJKFunctional(0.5)
+
+
+class SkipJKFunctional(SkipJK):
+    """:class:`SkipJK` that also drops its input with ``torch.nn.functional.dropout``."""
+
+    def forward(self, x: Tensor, edge_index: Tensor) -> Tensor:
+        x = torch.nn.functional.dropout(x, p=self.dropout.p, training=self.training)
+        return super().forward(x, edge_index)
+
+
+def sage_jk_cat() -> nn.Module:
+    """GraphSAGE with jumping knowledge by concatenation (``jk='cat'``)."""
+    return GraphSAGE(IN, 16, 2, CLASSES, jk="cat")
+
+
+def gin_jk_max() -> nn.Module:
+    """GIN with jumping knowledge by maximum (``jk='max'``)."""
+    return GIN(IN, 16, 2, CLASSES, jk="max")
+
+
+def twice() -> nn.Module:
+    """One conv called twice (two layers sharing weights), with a skip connection."""
+    return SharedTwice()
+
+
+class SharedTwice(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(IN, 8)
+        self.conv = SAGEConv(8, 8)
+        self.out = nn.Linear(8, CLASSES)
+
+    def forward(self, x: Tensor, edge_index: Tensor) -> Tensor:
+        h = torch.relu(self.lin(x))
+        h = torch.relu(self.conv(h, edge_index)) + h
+        h = self.conv(h, edge_index) + h
+        return self.out(h)
+
+
+class GlobalPool(nn.Module):
+    """Adds the mean over all rows to every row between its convs (mixes rows: refused)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.convs = nn.ModuleList([SAGEConv(IN, 8), SAGEConv(8, CLASSES)])
+
+    def forward(self, x: Tensor, edge_index: Tensor) -> Tensor:
+        h = torch.relu(self.convs[0](x, edge_index))
+        return self.convs[1](h + h.mean(dim=0, keepdim=True), edge_index)
+
+
+class ReadsEdges(nn.Module):
+    """Reads ``edge_index.size(1)`` (refused: graphscale hands each conv its block's edges)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = SAGEConv(IN, CLASSES)
+
+    def forward(self, x: Tensor, edge_index: Tensor) -> Tensor:
+        return self.conv(x, edge_index) / edge_index.size(1)
 
 
 def wide() -> nn.Module:

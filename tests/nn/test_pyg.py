@@ -8,7 +8,7 @@ import json
 import pytest
 import torch
 from torch import nn
-from torch_geometric.nn import MessagePassing, Sequential
+from torch_geometric.nn import MessagePassing
 from torch_geometric.nn.conv import GCNConv, SAGEConv
 from torch_geometric.nn.models import GraphSAGE
 
@@ -134,7 +134,6 @@ class NeedsEdgeAttr(MessagePassing):
 @pytest.mark.parametrize("make, message", [
     (pyg_models.mlp, "Sequential has no message-passing layers"),
     (pyg_models.two_hop, "SGConv (layer 0) cannot run on a graphscale block: it propagates K hops in one layer"),
-    (pyg_models.residual, "Residual defines its own forward, so graphscale cannot run it layer by layer"),
     (pyg_models.gcn_batchnorm, "BatchNorm (entry 1) normalises over the rows of a batch or graph"),
     (pyg_models.gat_attention_dropout, "GATConv (layer 0) has a dropout inside"),
     (pyg_models.wide, "layer 0 (SAGEConv) takes 8 input features and fails on a graphscale block"),
@@ -142,9 +141,6 @@ class NeedsEdgeAttr(MessagePassing):
                                                                      "block: it caches the normalisation")),
     (lambda: nn.Sequential(NeedsEdgeAttr()), ("NeedsEdgeAttr (layer 0) cannot run on a graphscale block: it needs "
                                              "edge_attr besides x and edge_index")),
-    (lambda: GraphSAGE(pyg_models.IN, 8, 2, 3, jk="cat"), "jumping knowledge jk='cat'"),
-    (lambda: Sequential("x, edge_index", [(SAGEConv(pyg_models.IN, 8), "x, edge_index -> h"),
-                                          (SAGEConv(8, 3), "h, edge_index -> h")]), "entry 0 (SAGEConv) maps"),
     (lambda: nn.Sequential(nn.Sequential(SAGEConv(pyg_models.IN, 3))), "nests message-passing layers"),
     (lambda: GraphSAGE(pyg_models.IN, 8, 2, 4), "outputs 4 values per vertex but the data has 3 classes"),
 ])

@@ -12,6 +12,13 @@ float64, dropout 0 (except the keyed-dropout check), 3 epochs, Adam: per-epoch l
   (:func:`graphscale.strategies.data_parallel.reference_step`);
 * ``offload`` (2 chunks) and ``pipeline`` (one chunk) equal ``single`` (a ``torch.nn.Sequential`` stack);
 * ``model-averaging``: one partition equals ``single``, two partitions train (approximate by design).
+
+Models with their own forward (:mod:`graphscale.nn.pyg_forward`: a skip connection with jumping knowledge by
+concatenation, ``GraphSAGE(jk='cat')``, ``GIN(jk='max')``) are held to the same references: ``single`` and
+``graph-parallel`` x2 / x4 against PyG's loop, keyed dropout 0.5 (``nn.Dropout`` and ``F.dropout``) under
+``graph-parallel`` against ``single``, ``split-parallel`` x2 and ``data-parallel`` x2 on the same sampled blocks,
+``model-averaging`` with one partition against ``single`` and its exact (fetching) evaluation of the averaged model
+against ``single``'s evaluation of the same weights; ``overlap=True`` is refused.
 """
 
 from __future__ import annotations
@@ -27,15 +34,17 @@ from graphscale.nn.models import build_model
 from graphscale.prepare import load_training_graph, store_handle, write_training_store
 from graphscale.run import run
 from graphscale.strategies.base import make_optimizer
-from graphscale.strategies.graph_parallel import GraphParallel
+from graphscale.strategies.graph_parallel import GraphParallel, halo_bytes_per_epoch
 from graphscale.testing import assert_close_rel, pyg_models, random_graph, run_distributed
 
 EPOCHS = 3
 SPEC = "graphscale.testing.pyg_models:"
+#: models with their own forward (skip connections, jumping knowledge)
+FORWARD = ("skip_jk", "sage_jk_cat", "gin_jk_max")
 #: compared with PyG's own full-graph loop
-AGAINST_PYG = ("sage", "gat", "gin", "gcn")
+AGAINST_PYG = ("sage", "gat", "gin", "gcn", *FORWARD)
 #: compared with graphscale's single only (user-defined layer; keyed dropout)
-AGAINST_SINGLE = ("custom", "sage_dropout")
+AGAINST_SINGLE = ("custom", "sage_dropout", "skip_jk_dropout")
 
 
 def make_graph():
@@ -86,7 +95,11 @@ def _gp_worker(env: DistEnv, store: str, names: list[str]) -> dict:
         model = build_model(config.model, handle.num_features, handle.num_classes, seed=0, dtype=torch.float64)
         strategy = GraphParallel()
         strategy.setup(handle, model, env, config)
-        out[name] = [strategy.train_epoch(e).loss for e in range(EPOCHS)]
+        stats = [strategy.train_epoch(e) for e in range(EPOCHS)]
+        out[name] = [s.loss for s in stats]
+        if name in FORWARD:  # this worker's halo bytes of an epoch, its halo rows, the closed form's inputs
+            out[f"{name} halo"] = (stats[-1].bytes.get("halo", 0), strategy.halo.num_halo, model.layer_widths(),
+                                   model.learned_input_map)
     return out
 
 
@@ -115,8 +128,23 @@ def test_pyg_models_graph_parallel_equal_pyg_loop_and_single(world_size, tmp_pat
         reference = single_losses(name, graph)
         for rank, result in enumerate(results):
             assert_losses(result[name], reference, f"{name} graph-parallel W={world_size} rank {rank} vs single")
+    for name in FORWARD:  # one halo gather per conv call: the closed form, summed over workers
+        sent, halo, widths, learned = zip(*(result[f"{name} halo"] for result in results))
+        assert sum(sent) == halo_bytes_per_epoch(list(halo), widths[0], 8, learned[0]) > 0, name
+    assert [results[0][f"{name} halo"][3] for name in FORWARD] == [True, False, False]  # conv 0 reads x or lin(x)
     # dropout 0.5 really drops: the keyed-dropout run differs from the dropout-free model
     assert abs(results[0]["sage_dropout"][0] - pyg_losses("sage", graph)[0]) > 1e-3
+    assert abs(results[0]["skip_jk_dropout"][0] - pyg_losses("skip_jk", graph)[0]) > 1e-3
+
+
+def test_graph_parallel_overlap_refuses_a_forward_model(tmp_path):
+    graph = make_graph()
+    write_training_store(graph, tmp_path / "store", 1, "metis", seed=0)
+    handle = store_handle(str(tmp_path / "store"), "none", "float64")
+    config = make_config("skip_jk", "graph-parallel")
+    model = build_model(config.model, handle.num_features, handle.num_classes, seed=0, dtype=torch.float64)
+    with pytest.raises(ValueError, match="graph-parallel overlap=True splits each layer's step .* use overlap=False"):
+        GraphParallel(overlap=True).setup(handle, model, DistEnv.local(), config)
 
 
 # ------------------------------------------------------------ end to end through run()
@@ -141,11 +169,23 @@ def test_pyg_split_parallel_equals_single_minibatch():
     assert_losses(split, single, "gin split-parallel x2 vs single mini-batch")
 
 
-def test_pyg_data_parallel_equals_single_steps_on_the_same_blocks():
+@pytest.mark.parametrize("name", ["skip_jk", "sage_jk_cat", "skip_jk_dropout"])
+def test_forward_model_split_parallel_equals_single_minibatch(name):
+    """Each worker runs the forward on its own rows of the sample; every conv call is its halo step."""
+    single = run(run_config(name, "single", minibatch=True, **MINIBATCH))
+    split = run(run_config(name, "split-parallel", 2, **MINIBATCH))
+    assert_losses([e["loss"] for e in split["epochs"]], [e["loss"] for e in single["epochs"]],
+                  f"{name} split-parallel x2 vs single mini-batch")
+    for key in ("val_loss", "test_loss"):  # the layer-wise evaluation runs the forward on each worker's rows
+        assert split["epochs"][-1][key] == pytest.approx(single["epochs"][-1][key], rel=1e-10), key
+
+
+@pytest.mark.parametrize("name", ["gat", "skip_jk"])
+def test_pyg_data_parallel_equals_single_steps_on_the_same_blocks(name):
     from graphscale.data.sampler import NeighborSampler
     from graphscale.strategies.data_parallel import MicroBatchSchedule, reference_step
 
-    config = run_config("gat", "data-parallel", 2, **MINIBATCH)
+    config = run_config(name, "data-parallel", 2, **MINIBATCH)
     got = report_losses(config)
     graph = load_training_graph(pyg_models.DATASET, "none", "float64")
     model = build_model(config.model, graph.num_features, graph.num_classes, seed=0, dtype=torch.float64)
@@ -165,7 +205,7 @@ def test_pyg_data_parallel_equals_single_steps_on_the_same_blocks():
             optimizer.step()
             total += float(loss) * sum(t.numel() for t in micro)
         expected.append(total / train_ids.numel())
-    assert_losses(got, expected, "gat data-parallel x2 vs single steps")
+    assert_losses(got, expected, f"{name} data-parallel x2 vs single steps")
 
 
 @pytest.mark.parametrize(("strategy", "options"), [("offload", {"chunks": 2}), ("pipeline", {"chunks": 1})])
@@ -175,9 +215,46 @@ def test_pyg_offload_and_pipeline_equal_single(strategy, options):
     assert_losses(got, single, f"stack {strategy} vs single")
 
 
-def test_pyg_model_averaging_one_partition_equals_single_and_two_train():
+@pytest.mark.parametrize("name", ["sage", "skip_jk"])
+def test_pyg_model_averaging_one_partition_equals_single_and_two_train(name):
     """One worker trains the one partition (the whole graph): single; two average partition-local models."""
-    single = report_losses(run_config("sage", "single"))
-    assert_losses(report_losses(run_config("sage", "model-averaging", 1)), single, "sage model-averaging x1")
-    two = report_losses(run_config("sage", "model-averaging", 2))
+    single = report_losses(run_config(name, "single"))
+    assert_losses(report_losses(run_config(name, "model-averaging", 1)), single, f"{name} model-averaging x1")
+    two = report_losses(run_config(name, "model-averaging", 2))
     assert two[-1] < two[0] and two != single
+
+
+def _averaging_worker(env: DistEnv, config: RunConfig, handle) -> dict:
+    from graphscale.strategies.model_averaging import ModelAveraging
+
+    model = build_model(config.model, handle.num_features, handle.num_classes, seed=0, dtype=torch.float64)
+    strategy = ModelAveraging()
+    strategy.setup(handle, model, env, config)
+    for epoch in range(2):
+        strategy.train_epoch(epoch)
+    return {"mode": strategy.eval_mode, "metrics": strategy.evaluate(),
+            "state": {k: v.cpu() for k, v in model.state_dict().items()}}
+
+
+def test_forward_model_averaging_exact_evaluation_equals_single_on_the_averaged_model(tmp_path):
+    """4 parts on 2 workers, 1-hop halo: the evaluation runs the forward on each worker's rows ``N_0``, fetching
+    every conv call's remote rows; its metrics are ``single``'s evaluation of the same averaged weights."""
+    from graphscale.data.handle import DataHandle
+    from graphscale.distributed.launch import launch
+    from graphscale.prepare import prepare_data
+    from graphscale.strategies.single import SingleStrategy
+
+    config = run_config("skip_jk", "model-averaging", 2, parts=4)
+    config.cache_dir = str(tmp_path / "cache")
+    handle = prepare_data(config)
+    runs = launch(_averaging_worker, 2, config, handle, device="cpu")
+    assert [r["mode"] for r in runs] == ["fetch", "fetch"]
+    model = build_model(config.model, pyg_models.IN, pyg_models.CLASSES, seed=0, dtype=torch.float64)
+    model.load_state_dict(runs[0]["state"])
+    single = SingleStrategy()
+    single.setup(DataHandle.in_memory(load_training_graph(pyg_models.DATASET, "none", "float64")), model,
+                 DistEnv.local(), run_config("skip_jk", "single"))
+    want = single.evaluate()
+    for r in runs:
+        for key, value in want.items():
+            assert r["metrics"][key] == pytest.approx(value, rel=1e-10, abs=1e-12), key

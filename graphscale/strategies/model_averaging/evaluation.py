@@ -19,7 +19,10 @@ the counts are all-reduced (Ledger ``control``). What differs is the neighbourho
   agreed once, at setup, layer by layer from ``L`` down to 2 (every worker asks the owners for the ids of
   ``R_l^w``, who add them to ``N_{l-1}``): 8 bytes per id of ``R_l^w``. Each evaluation then moves
   ``d_{l-1} s`` bytes per row of ``R_l^w`` at every layer ``l >= 2`` (``d_{l-1}``: the hidden width entering
-  layer ``l``); both under Ledger category ``evaluation``.
+  layer ``l``); both under Ledger category ``evaluation``. A PyG model with its own forward
+  (:class:`~graphscale.nn.pyg_forward.ForwardGNN`, ``own_forward``) runs that forward on the rows ``N_0^w`` (their
+  input rows read from the worker's own partitions), so the plan covers layer 1 too (``L`` fetch rounds, layer
+  ``l``'s conv on the plan's block; the later levels are prefixes of ``N_0^w``).
 * ``halo``: exact from the store's halo alone, no traffic; the store must hold ``K >= L`` hops (a one-line error
   before any worker starts otherwise).
 * ``truncated``: the partition's local forward whatever its halo (what training sees: halo rows computed from
@@ -110,12 +113,13 @@ class LayerwiseEvaluation:
     """
 
     def __init__(self, comm: Comm, server: RowServer, targets: np.ndarray, labels: torch.Tensor,
-                 masks: dict[str, torch.Tensor], layers: int, device: torch.device) -> None:
+                 masks: dict[str, torch.Tensor], layers: int, device: torch.device, own_forward: bool = False) -> None:
         self.comm, self.server, self.device = comm, server, device
         self.labels, self.masks = labels.to(device), {s: m.to(device) for s, m in masks.items()}
         self.num_targets = targets.shape[0]
+        self.own_forward = own_forward
         plans, dst = [], targets  # N_L: [n, 3] (original id, global id, in-degree)
-        for _ in range(layers - 1):
+        for _ in range(layers if own_forward else layers - 1):
             plan, dst = self._plan_layer(dst)
             plans.append(plan)
         plans.reverse()
@@ -125,6 +129,7 @@ class LayerwiseEvaluation:
                                torch.from_numpy(dst[parts == s, 1] - server.boundaries[s]).to(device))
                       for s in server.locals}
         self.first_ids = torch.from_numpy(dst[:, 0].copy()).to(device)
+        self.first_global = dst[:, 1]
 
     def _plan_layer(self, dst: np.ndarray) -> tuple[LayerPlan, np.ndarray]:
         """Layer ``l``'s plan from ``N_l`` (``dst``); returns it and ``N_{l-1}`` (``N_l`` first)."""
@@ -159,6 +164,10 @@ class LayerwiseEvaluation:
             partition: ``part -> (block, x)``: a partition's local graph as one block and its input rows; asked
                 for one partition at a time.
         """
+        if self.own_forward:
+            logits = model.run(self.server.features(self.first_global).to(self.device), self.first_ids,
+                               lambda layer, h: self._forward_layer(model, layer, h))
+            return split_counts(logits[: self.num_targets], self.labels, self.masks).to(self.device)
         h = h0 = None
         for part, (at, rows) in self.first.items():  # layer 1 on each partition's own 1-hop halo: nothing moves
             block, x = partition(part)
@@ -176,3 +185,11 @@ class LayerwiseEvaluation:
             h = model.step(layer, plan.block, torch.cat([h, fetched]), None if h0 is None else h0[: plan.block.num_dst])
         logits = model.output_map(h, self.first_ids[: self.num_targets])
         return split_counts(logits, self.labels, self.masks).to(self.device)
+
+    def _forward_layer(self, model: torch.nn.Module, layer: int, h: torch.Tensor) -> torch.Tensor:
+        """Conv call ``layer`` of a model with its own forward: the remote rows its plan reads, fetched, then the
+        conv on the plan's block (its sources: the first rows of ``h``, then the fetched rows)."""
+        plan = self.plans[layer]
+        fetched = self.comm.all_to_all_v(h[plan.send_index], plan.send_counts, plan.recv_counts, EVALUATION)
+        local = plan.block.num_src - fetched.shape[0]
+        return model.step(layer, plan.block, torch.cat([h[:local], fetched]))

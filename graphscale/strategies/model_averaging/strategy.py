@@ -283,7 +283,8 @@ class ModelAveraging(Strategy):
             found = [eval_targets(locals_[part]) for part in self.parts]
             self.layerwise = LayerwiseEvaluation(
                 self.comm, self.server, np.concatenate([t for t, _, _ in found]), torch.cat([y for _, y, _ in found]),
-                {s: torch.cat([m[s] for _, _, m in found]) for s in SPLITS}, config.model.layers, self.device)
+                {s: torch.cat([m[s] for _, _, m in found]) for s in SPLITS}, config.model.layers, self.device,
+                own_forward=not getattr(model, "layer_sequential", True))
 
     def _open(self, part: int) -> LocalData:
         """Partition ``part``'s local graph as one block over all local vertices, its rows and masks."""

@@ -200,6 +200,8 @@ class OffloadStrategy(OffloadPasses, Strategy):
         trace: a list the transfer pipeline appends ordering events to (tests).
     """
 
+    pyg_forward_refusal = "streams the graph through the device layer by layer, one layer's chunks at a time"
+
     exact = True
     options = option_names(OffloadOptions)
     single_host = True  # every worker reads and writes the same host arrays (shared-memory files on one host)

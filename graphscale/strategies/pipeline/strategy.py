@@ -207,6 +207,7 @@ class PipelineStrategy(ChunkPasses, StageCheckpoint, Strategy):
     exact = False
     data_view = HOST_SHARED
     options = option_names(PipelineOptions)
+    pyg_forward_refusal = "splits the model into stages of consecutive layers"
 
     @classmethod
     def unused_options(cls, config: RunConfig) -> dict[str, str]:

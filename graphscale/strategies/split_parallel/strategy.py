@@ -33,7 +33,9 @@ backward:
   receiver runs the unmodified attention (scores, max-subtracted segment
   softmax, edge-keyed dropout) on its augmented local block.
 * Other models (``halo``): the layer input rows are shipped and
-  ``model.step`` runs on the augmented local block.
+  ``model.step`` runs on the augmented local block. A PyG model with its own forward
+  (:class:`~graphscale.nn.pyg_forward.ForwardGNN`) runs that forward on the worker's own rows of ``V^(0)``
+  (``gids``; its rows of every later level are their prefixes), each conv call being this halo step.
 
 The loss of worker ``i`` is ``sum_{t in targets_i} loss_t / B`` (``B`` = targets
 of the mini-batch); gradients are summed with one all-reduce, so the step equals
@@ -228,6 +230,10 @@ class SplitParallel(MiniBatchStrategy):
     def forward(self, local: LocalSplit, x: torch.Tensor) -> torch.Tensor:
         """Logits of this worker's targets (a collective: one shuffle per layer)."""
         model = self.model
+        if not getattr(model, "layer_sequential", True):  # a PyG model with its own forward, on the own rows
+            out = model.run(x, local.gids, lambda l, h: self._halo_step(
+                l, local.layers[l], h[: local.layers[l].num_src], local.ids(l), None))
+            return out[: local.num_targets]
         h = model.input_map(x, local.gids)
         h0 = h if model.needs_h0 else None
         for l, lay in enumerate(local.layers):
