@@ -45,6 +45,44 @@ def test_predicted_bytes_equal_the_ledger_and_memory_is_bounded(name, tmp_path):
     assert low <= prediction.memory / measured <= high, (prediction.memory, measured)
 
 
+def _collectives_worker(env, config, data, epoch: int) -> int:
+    """One worker: set the strategy up as a run does, train epochs ``0..epoch``; the collectives (``Comm``'s log:
+    collectives and barriers) of the last one."""
+    import torch
+
+    from graphscale.data.features import input_width
+    from graphscale.nn.models import build_model, is_decoupled
+    from graphscale.registry import STRATEGIES
+
+    model = build_model(config.model, input_width(config.data.features, data.num_features), data.num_classes,
+                        seed=config.seed, dtype=getattr(torch, config.dtype), decoupled=is_decoupled(config))
+    strategy = STRATEGIES.get(config.strategy.name)()
+    strategy.setup(data, model.to(env.device), env, config)
+    try:
+        for e in range(epoch + 1):
+            env.comm_log = []
+            strategy.train_epoch(e)
+        return len(env.comm_log)
+    finally:
+        env.comm_log = None
+        strategy.teardown()
+
+
+@pytest.mark.parametrize("name", STRATEGIES)
+def test_predicted_collectives_equal_the_runs(name, tmp_path):
+    """The synchronising collectives each prediction prices (counted from the strategy's plan) are those a
+    worker's training epoch issues."""
+    from graphscale.distributed.launch import launch
+    from graphscale.prepare import prepare_data
+
+    config = _config(name, tmp_path)
+    prediction = predict_config(copy.deepcopy(config), synthetic())
+    data = prepare_data(config)
+    epoch = 1 if prediction.bytes_epoch is None else prediction.bytes_epoch
+    counts = launch(_collectives_worker, config.strategy.workers, config, data, epoch, device="cpu", timeout_s=120)
+    assert counts == [prediction.collectives] * config.strategy.workers
+
+
 def _advise(tmp_path, capsys, *extra):
     code = main(["advise", "--dataset", SBM, "--workers", "2", "--synthetic-profile", "--cache-dir",
                  str(tmp_path / "cache"), *extra])
