@@ -152,6 +152,7 @@ def test_spearman():
 
 def test_bench_advise_prints_predicted_against_measured(tmp_path, capsys):
     code = main(["bench", "advise", "--datasets", SBM, "--strategies", "single,graph-parallel", "--epochs", "2",
+                 "--warmup", "1",
                  "--hidden", "8", "--synthetic-profile", "--cache-dir", str(tmp_path / "cache")])
     out = capsys.readouterr().out
     assert code == 0
@@ -173,3 +174,47 @@ def test_train_strategy_auto_records_the_prediction(tmp_path, capsys):
     assert report["config"]["strategy"]["name"] == advice["predicted"]["strategy"]
     assert advice["predicted"]["fits"] and advice["measured"]["seconds"] > 0
     assert "advise predicted" in capsys.readouterr().out
+
+
+def test_a_worker_is_priced_with_its_threads_and_the_co_run_slowdown():
+    from dataclasses import replace
+
+    from graphscale.advise.predict import layer_seconds, worker_scale, worker_threads
+
+    machine = replace(synthetic(), cores=4, thread_speedup=2.5, corun_slowdown=1.5, layer_call_s=0.0)
+    assert [worker_threads(machine, w) for w in (1, 2, 4, 8)] == [4, 2, 1, 1]
+    assert worker_scale(machine, 1) == pytest.approx(1 / 2.5)  # all 4 threads: the measured speedup
+    assert worker_scale(machine, 2) == pytest.approx(1.5 / 1.5)  # 2 threads: halfway to it, times the co-run
+    assert worker_scale(machine, 4) == pytest.approx(1.5)
+    one = layer_seconds(machine, 1000, 5000, [16, 8], [8, 4], workers=1)
+    assert layer_seconds(machine, 1000, 5000, [16, 8], [8, 4], workers=4) == pytest.approx(one * 2.5 * 1.5)
+
+
+def test_collectives_are_priced_at_the_profiles_sync_cost():
+    from dataclasses import replace
+
+    from graphscale.advise.predict import transfer_seconds
+
+    machine = replace(synthetic(), sync_s=3e-3, collective_latency_s=1e-4)
+    assert transfer_seconds(machine, 0, 5) == pytest.approx(5 * 3e-3)
+    assert transfer_seconds(replace(machine, sync_s=0.0), 0, 5) == pytest.approx(5 * 1e-4)
+
+
+def test_the_profile_measures_every_figure_and_says_how():
+    from graphscale.advise.profile import measure
+    from graphscale.distributed.launch import cpu_count
+
+    machine = measure("cpu", tiny=True)
+    assert machine.threads == 1 and machine.cores == cpu_count()
+    assert machine.thread_speedup > 0 and 1.0 <= machine.corun_slowdown <= 2.0
+    assert machine.sync_s >= machine.collective_latency_s > 0
+    assert min(machine.gemm_flops, machine.elementwise_s, machine.layer_call_s + machine.step_s) > 0
+    for key in ("threads", "thread_speedup", "sync", "collective", "fixed_costs", "elementwise", "spmm"):
+        assert machine.how[key]
+
+
+def test_bench_advise_refuses_a_warmup_without_measured_epochs(tmp_path, capsys):
+    code = main(["bench", "advise", "--datasets", SBM, "--epochs", "3", "--warmup", "3", "--synthetic-profile",
+                 "--cache-dir", str(tmp_path / "cache")])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and "\n" not in err and "--warmup" in err
