@@ -206,10 +206,11 @@ def test_the_profile_measures_every_figure_and_says_how():
 
     machine = measure("cpu", tiny=True)
     assert machine.threads == 1 and machine.cores == cpu_count()
-    assert machine.thread_speedup > 0 and 1.0 <= machine.corun_slowdown <= 2.0
+    assert machine.thread_speedup > 0 and 1.0 <= machine.corun_slowdown <= 2.0 and machine.load_factor >= 1.0
     assert machine.sync_s >= machine.collective_latency_s > 0
     assert min(machine.gemm_flops, machine.elementwise_s, machine.layer_call_s + machine.step_s) > 0
-    for key in ("threads", "thread_speedup", "sync", "collective", "fixed_costs", "elementwise", "spmm"):
+    for key in ("threads", "thread_speedup", "sync", "load_factor", "collective", "fixed_costs", "elementwise",
+                "spmm"):
         assert machine.how[key]
 
 

@@ -151,7 +151,8 @@ def layer_seconds(machine, rows: float, edges: float, widths: list[int], outs: l
             total += products * (2.0 if first else 3.0) + into * (1.0 if first else 3.0) + 3.0 * out_of
         else:
             total += products + into + out_of
-    return scale * total + calls * len(widths) * machine.layer_call_s / (1.0 if backward else 3.0)
+    fixed = calls * len(widths) * machine.layer_call_s / (1.0 if backward else 3.0)
+    return scale * total + fixed * machine.load_factor
 
 
 def worker_threads(machine, workers: int) -> int:
@@ -163,10 +164,11 @@ def worker_scale(machine, workers: int) -> float:
     """Time of a worker's data-proportional work relative to the profile's rates (measured with ``threads``
     threads, one worker alone): ``threads`` over the worker's threads' speed, the speed of ``t`` threads
     interpolated linearly between 1 (one thread) and the measured ``thread_speedup`` (all ``cores``); times
-    ``corun_slowdown`` when other workers compute beside it."""
+    ``corun_slowdown`` when other workers compute beside it, and ``load_factor`` (a typical step against the
+    quiet one the rates are)."""
     t, cores = worker_threads(machine, workers), max(machine.cores, 1)
     speed = 1.0 if cores == 1 else 1.0 + (machine.thread_speedup - 1.0) * (t - 1) / (cores - 1)
-    return machine.threads / speed * (machine.corun_slowdown if workers > 1 else 1.0)
+    return machine.threads / speed * (machine.corun_slowdown if workers > 1 else 1.0) * machine.load_factor
 
 
 def transfer_seconds(machine, nbytes: float, messages: int) -> float:

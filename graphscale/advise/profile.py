@@ -22,6 +22,9 @@ Figures (each recorded with how it was measured, :attr:`Machine.how`). The rates
   worker computes while the others run: 2 workers alternate a fixed computation (two sizes) with a 1-element
   all-reduce, the median step against the same computation alone in the parent (a line through the two sizes:
   slope ``corun_slowdown``, intercept ``sync_s``: the latency, the partner's lag, the wake-up);
+* ``load_factor``: the median over the best of repetitions of the elementwise calibration's training step (one
+  thread): how much longer a typical step takes than a quiet one while the machine's other load runs (the rates
+  above are best of repetitions; measured epochs are medians);
 * ``process_rss``: the peak resident set of a spawned worker after its process group, the training modules and
   a few tiny training steps (interpreter, torch runtime, graphscale: what every worker holds besides its data);
 * ``h2d_bandwidth``: a pinned host-to-device copy (CUDA only; ``0`` on CPU, where host and device are one);
@@ -72,6 +75,7 @@ class Machine:
     thread_speedup: float = 1.0
     sync_s: float = 0.0
     corun_slowdown: float = 1.0
+    load_factor: float = 1.0
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -80,7 +84,7 @@ class Machine:
     def from_dict(cls, d: dict) -> Machine:
         names = {f for f in cls.__dataclass_fields__}
         missing = sorted(names - set(d) - {"how", "measured_at", "version", "layer_call_s", "step_s", "process_rss",
-                                             "elementwise_s", "cores", "thread_speedup", "sync_s", "corun_slowdown"})
+                                             "elementwise_s", "cores", "thread_speedup", "sync_s", "corun_slowdown", "load_factor"})
         if missing:
             raise ValueError(f"machine profile lacks {', '.join(missing)}")
         return cls(**{k: v for k, v in d.items() if k in names})
@@ -177,6 +181,7 @@ def measure(device: str = "cpu", tiny: bool = False) -> Machine:
                       cores=cpu_count())
     with _threads(1):
         machine.elementwise_s, how["elementwise"] = _elementwise_cost(machine, tiny, seconds)
+        machine.load_factor, how["load_factor"] = _load_factor(machine.device, tiny, seconds)
     machine.thread_speedup, how["thread_speedup"] = _thread_speedup(device, tiny, machine.cores)
     machine.sync_s, machine.corun_slowdown, how["sync"] = _sync_costs(device, tiny, alone, latency)
     return machine
@@ -401,6 +406,20 @@ def _calibration_step(device: str, tiny: bool):
         sync()
     edges = block.num_edges if hasattr(block, "num_edges") else int(block.indices.numel())
     return step, (n, features, edges, int(graph.y.max()) + 1)
+
+
+def _load_factor(device: str, tiny: bool, seconds: float) -> tuple[float, str]:
+    """The median over the best of repetitions of the calibration step (module docstring)."""
+    step = _calibration_step(device, tiny)[0]
+    times = []
+    deadline = time.perf_counter() + seconds
+    while len(times) < 20 or time.perf_counter() < deadline:
+        start = time.perf_counter()
+        step()
+        times.append(time.perf_counter() - start)
+    return max(statistics.median(times) / min(times), 1.0), (f"a 2-layer GCN training step (the elementwise "
+                                                              f"calibration's), 1 thread, {len(times)} repetitions "
+                                                              f"over {seconds:g} s: median / best")
 
 
 def _elementwise_cost(machine: Machine, tiny: bool, seconds: float) -> tuple[float, str]:
