@@ -45,6 +45,44 @@ def test_predicted_bytes_equal_the_ledger_and_memory_is_bounded(name, tmp_path):
     assert low <= prediction.memory / measured <= high, (prediction.memory, measured)
 
 
+def _collectives_worker(env, config, data, epoch: int) -> int:
+    """One worker: set the strategy up as a run does, train epochs ``0..epoch``; the collectives (``Comm``'s log:
+    collectives and barriers) of the last one."""
+    import torch
+
+    from graphscale.data.features import input_width
+    from graphscale.nn.models import build_model, is_decoupled
+    from graphscale.registry import STRATEGIES
+
+    model = build_model(config.model, input_width(config.data.features, data.num_features), data.num_classes,
+                        seed=config.seed, dtype=getattr(torch, config.dtype), decoupled=is_decoupled(config))
+    strategy = STRATEGIES.get(config.strategy.name)()
+    strategy.setup(data, model.to(env.device), env, config)
+    try:
+        for e in range(epoch + 1):
+            env.comm_log = []
+            strategy.train_epoch(e)
+        return len(env.comm_log)
+    finally:
+        env.comm_log = None
+        strategy.teardown()
+
+
+@pytest.mark.parametrize("name", STRATEGIES)
+def test_predicted_collectives_equal_the_runs(name, tmp_path):
+    """The synchronising collectives each prediction prices (counted from the strategy's plan) are those a
+    worker's training epoch issues."""
+    from graphscale.distributed.launch import launch
+    from graphscale.prepare import prepare_data
+
+    config = _config(name, tmp_path)
+    prediction = predict_config(copy.deepcopy(config), synthetic())
+    data = prepare_data(config)
+    epoch = 1 if prediction.bytes_epoch is None else prediction.bytes_epoch
+    counts = launch(_collectives_worker, config.strategy.workers, config, data, epoch, device="cpu", timeout_s=120)
+    assert counts == [prediction.collectives] * config.strategy.workers
+
+
 def _advise(tmp_path, capsys, *extra):
     code = main(["advise", "--dataset", SBM, "--workers", "2", "--synthetic-profile", "--cache-dir",
                  str(tmp_path / "cache"), *extra])
@@ -114,6 +152,7 @@ def test_spearman():
 
 def test_bench_advise_prints_predicted_against_measured(tmp_path, capsys):
     code = main(["bench", "advise", "--datasets", SBM, "--strategies", "single,graph-parallel", "--epochs", "2",
+                 "--warmup", "1",
                  "--hidden", "8", "--synthetic-profile", "--cache-dir", str(tmp_path / "cache")])
     out = capsys.readouterr().out
     assert code == 0
@@ -135,3 +174,48 @@ def test_train_strategy_auto_records_the_prediction(tmp_path, capsys):
     assert report["config"]["strategy"]["name"] == advice["predicted"]["strategy"]
     assert advice["predicted"]["fits"] and advice["measured"]["seconds"] > 0
     assert "advise predicted" in capsys.readouterr().out
+
+
+def test_a_worker_is_priced_with_its_threads_and_the_co_run_slowdown():
+    from dataclasses import replace
+
+    from graphscale.advise.predict import layer_seconds, worker_scale, worker_threads
+
+    machine = replace(synthetic(), cores=4, thread_speedup=2.5, corun_slowdown=1.5, layer_call_s=0.0)
+    assert [worker_threads(machine, w) for w in (1, 2, 4, 8)] == [4, 2, 1, 1]
+    assert worker_scale(machine, 1) == pytest.approx(1 / 2.5)  # all 4 threads: the measured speedup
+    assert worker_scale(machine, 2) == pytest.approx(1.5 / 1.5)  # 2 threads: halfway to it, times the co-run
+    assert worker_scale(machine, 4) == pytest.approx(1.5)
+    one = layer_seconds(machine, 1000, 5000, [16, 8], [8, 4], workers=1)
+    assert layer_seconds(machine, 1000, 5000, [16, 8], [8, 4], workers=4) == pytest.approx(one * 2.5 * 1.5)
+
+
+def test_collectives_are_priced_at_the_profiles_sync_cost():
+    from dataclasses import replace
+
+    from graphscale.advise.predict import transfer_seconds
+
+    machine = replace(synthetic(), sync_s=3e-3, collective_latency_s=1e-4)
+    assert transfer_seconds(machine, 0, 5) == pytest.approx(5 * 3e-3)
+    assert transfer_seconds(replace(machine, sync_s=0.0), 0, 5) == pytest.approx(5 * 1e-4)
+
+
+def test_the_profile_measures_every_figure_and_says_how():
+    from graphscale.advise.profile import measure
+    from graphscale.distributed.launch import cpu_count
+
+    machine = measure("cpu", tiny=True)
+    assert machine.threads == 1 and machine.cores == cpu_count()
+    assert machine.thread_speedup > 0 and 1.0 <= machine.corun_slowdown <= 2.0 and machine.load_factor >= 1.0
+    assert machine.sync_s >= machine.collective_latency_s > 0
+    assert min(machine.gemm_flops, machine.elementwise_s, machine.layer_call_s + machine.step_s) > 0
+    for key in ("threads", "thread_speedup", "sync", "load_factor", "collective", "fixed_costs", "elementwise",
+                "spmm"):
+        assert machine.how[key]
+
+
+def test_bench_advise_refuses_a_warmup_without_measured_epochs(tmp_path, capsys):
+    code = main(["bench", "advise", "--datasets", SBM, "--epochs", "3", "--warmup", "3", "--synthetic-profile",
+                 "--cache-dir", str(tmp_path / "cache")])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and "\n" not in err and "--warmup" in err

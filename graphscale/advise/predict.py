@@ -54,6 +54,8 @@ class Prediction:
         fits: whether ``memory`` fits the device-memory budget (set by :func:`check_fit`).
         reason: why it does not fit (empty when it does).
         notes: how the figures were obtained (which closed forms, which model).
+        collectives: synchronising collectives (``Comm`` collectives and barriers) one worker issues in a training
+            epoch, counted from the strategy's plan (each priced at the profile's ``sync_s``).
     """
 
     strategy: str
@@ -70,6 +72,7 @@ class Prediction:
     notes: list[str] = field(default_factory=list)
     os_memory: int = 0
     bytes_epoch: int | None = None
+    collectives: int = 0
 
     @property
     def moved(self) -> int:
@@ -133,11 +136,11 @@ def layer_seconds(machine, rows: float, edges: float, widths: list[int], outs: l
     elementwise passes (keyed dropout, activation, allocations) at the profile's measured cost per element of the
     layer's input and output rows. Backward costs twice the forward's products, except in the first layer, whose input needs no
     gradient (its weight gradient only: one product more, no elementwise pass over the input; ``input_grad``: it
-    does, as a later pipeline stage's). The profile's
-    rates were measured with its ``threads``; a worker gets ``threads // workers`` of them (linear scaling).
+    does, as a later pipeline stage's).
     The elementwise cost is calibrated against this formula (:func:`graphscale.advise.profile.measure`).
-    Every pass of every layer adds the profile's fixed ``layer_call_s`` (a third of it forward only)."""
-    scale = machine.threads / max(1, machine.threads // max(workers, 1))
+    Every pass of every layer adds the profile's fixed ``layer_call_s`` (a third of it forward only).
+    The data-proportional part is scaled by :func:`worker_scale`."""
+    scale = worker_scale(machine, workers)
     total = 0.0
     for i, (d, o) in enumerate(zip(widths, outs)):
         products = 2.0 * rows * d * o / machine.gemm_flops + edges * (machine.spmm_edge_s
@@ -148,12 +151,31 @@ def layer_seconds(machine, rows: float, edges: float, widths: list[int], outs: l
             total += products * (2.0 if first else 3.0) + into * (1.0 if first else 3.0) + 3.0 * out_of
         else:
             total += products + into + out_of
-    return scale * total + calls * len(widths) * machine.layer_call_s / (1.0 if backward else 3.0)
+    fixed = calls * len(widths) * machine.layer_call_s / (1.0 if backward else 3.0)
+    return scale * total + fixed * machine.load_factor
+
+
+def worker_threads(machine, workers: int) -> int:
+    """Torch threads of one of ``workers`` workers on the host (what the launcher gives: ``cores // workers``)."""
+    return max(1, machine.cores // max(workers, 1))
+
+
+def worker_scale(machine, workers: int) -> float:
+    """Time of a worker's data-proportional work relative to the profile's rates (measured with ``threads``
+    threads, one worker alone): ``threads`` over the worker's threads' speed, the speed of ``t`` threads
+    interpolated linearly between 1 (one thread) and the measured ``thread_speedup`` (all ``cores``); times
+    ``corun_slowdown`` when other workers compute beside it, and ``load_factor`` (a typical step against the
+    quiet one the rates are)."""
+    t, cores = worker_threads(machine, workers), max(machine.cores, 1)
+    speed = 1.0 if cores == 1 else 1.0 + (machine.thread_speedup - 1.0) * (t - 1) / (cores - 1)
+    return machine.threads / speed * (machine.corun_slowdown if workers > 1 else 1.0) * machine.load_factor
 
 
 def transfer_seconds(machine, nbytes: float, messages: int) -> float:
-    """Time of moving ``nbytes`` between workers in ``messages`` collectives / messages (latency + bandwidth)."""
-    return messages * machine.collective_latency_s + nbytes / machine.collective_bandwidth
+    """Time of moving ``nbytes`` between workers in ``messages`` synchronising collectives / messages: each costs
+    the profile's ``sync_s`` (latency, the partner's lag, the wake-up; ``collective_latency_s`` on a profile
+    without it), the bytes the collective bandwidth."""
+    return messages * (machine.sync_s or machine.collective_latency_s) + nbytes / machine.collective_bandwidth
 
 
 def activation_bytes(rows: float, widths: list[int], outs: list[int], elem: int) -> int:

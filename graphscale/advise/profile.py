@@ -1,6 +1,8 @@
 """The machine profile the predictions price work with: measured once per host and cached.
 
-Figures (each recorded with how it was measured, :attr:`Machine.how`):
+Figures (each recorded with how it was measured, :attr:`Machine.how`). The rates are measured with one thread
+(``threads``: a worker of a W-worker run on ``cores`` cores gets ``cores // W`` threads, priced with
+``thread_speedup``):
 
 * ``gemm_flops``: a float32 square GEMM (:func:`graphscale.strategies.task_parallel.plan.measure_flops`);
 * ``spmm_edge_s`` / ``spmm_edge_col_s``: seconds per edge and per edge-column of :func:`graphscale.nn.ops.spmm`
@@ -13,6 +15,16 @@ Figures (each recorded with how it was measured, :attr:`Machine.how`):
   2-layer GCN over a 16-vertex graph (where the work itself is negligible) and a line through 2 and 4 layers;
 * ``elementwise_s``: seconds per element of a layer's elementwise passes (keyed dropout, activation, gradients,
   allocations): a 2-layer GCN training step on a 5000-vertex random graph, less the products and fixed costs;
+* ``thread_speedup``: how much faster one training step runs with all ``cores`` threads than with one (the median of
+  interleaved repetitions: on a shared machine another process on a core stalls every parallel region, and the
+  figure says so; it can be below 1);
+* ``sync_s`` / ``corun_slowdown``: what one synchronising collective costs inside training and how much slower a
+  worker computes while the others run: 2 workers alternate a fixed computation (two sizes) with a 1-element
+  all-reduce, the median step against the same computation alone in the parent (a line through the two sizes:
+  slope ``corun_slowdown``, intercept ``sync_s``: the latency, the partner's lag, the wake-up);
+* ``load_factor``: the median over the best of repetitions of the elementwise calibration's training step (one
+  thread): how much longer a typical step takes than a quiet one while the machine's other load runs (the rates
+  above are best of repetitions; measured epochs are medians);
 * ``process_rss``: the peak resident set of a spawned worker after its process group, the training modules and
   a few tiny training steps (interpreter, torch runtime, graphscale: what every worker holds besides its data);
 * ``h2d_bandwidth``: a pinned host-to-device copy (CUDA only; ``0`` on CPU, where host and device are one);
@@ -27,12 +39,14 @@ from __future__ import annotations
 
 import json
 import platform
+import statistics
 import time
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 #: version of the profile's fields; a file of another version is measured again
-PROFILE_VERSION = 2
+PROFILE_VERSION = 3
 
 
 @dataclass
@@ -57,6 +71,11 @@ class Machine:
     step_s: float = 0.0
     process_rss: int = 0
     elementwise_s: float = 0.0
+    cores: int = 1
+    thread_speedup: float = 1.0
+    sync_s: float = 0.0
+    corun_slowdown: float = 1.0
+    load_factor: float = 1.0
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -65,7 +84,7 @@ class Machine:
     def from_dict(cls, d: dict) -> Machine:
         names = {f for f in cls.__dataclass_fields__}
         missing = sorted(names - set(d) - {"how", "measured_at", "version", "layer_call_s", "step_s", "process_rss",
-                                             "elementwise_s"})
+                                             "elementwise_s", "cores", "thread_speedup", "sync_s", "corun_slowdown", "load_factor"})
         if missing:
             raise ValueError(f"machine profile lacks {', '.join(missing)}")
         return cls(**{k: v for k, v in d.items() if k in names})
@@ -75,9 +94,10 @@ def synthetic(device: str = "cpu", free_memory: int = 8 << 30) -> Machine:
     """A fixed profile (tests, and predictions that must not depend on this machine): a few-core CPU's rates."""
     how = {k: "synthetic (not measured)" for k in ("gemm_flops", "spmm", "memory_bandwidth", "collective",
                                                   "h2d_bandwidth", "free_memory")}
-    how.update({k: "synthetic (not measured)" for k in ("fixed_costs", "process_rss")})
+    how.update({k: "synthetic (not measured)" for k in ("fixed_costs", "process_rss", "threads", "sync")})
     return Machine(platform.node(), device, 5e10, 5e-9, 1e-9, 1e10, 1e-4, 1e9, 0.0, free_memory, 1, time.time(), how,
-                   layer_call_s=2e-4, step_s=1e-3, process_rss=300 << 20, elementwise_s=2e-9)
+                   layer_call_s=2e-4, step_s=1e-3, process_rss=300 << 20, elementwise_s=2e-9, cores=1,
+                   sync_s=1e-4)
 
 
 def profile_path(cache: Path, device: str) -> Path:
@@ -127,39 +147,137 @@ def cached_profile(cache: Path, device: str, refresh: bool = False, tiny: bool =
 # ------------------------------------------------------------------------------------------------ measuring
 def measure(device: str = "cpu", tiny: bool = False) -> Machine:
     """Measure this host (module docstring); ``tiny``: small sizes, short repetitions."""
-    import torch
-
+    from graphscale.distributed.launch import cpu_count
     from graphscale.strategies.task_parallel.plan import measure_bandwidth, measure_flops
 
     seconds = 0.05 if tiny else 1.0  # best of 1 s of repetitions: a shared machine has quiet moments
-    how = {}
-    if device == "cuda":
-        flops, bandwidth, h2d, free = _cuda_rates(tiny)
-        how["gemm_flops"] = "float32 4096^2 torch.mm on the GPU, best of repetitions"
-        how["memory_bandwidth"] = "device-to-device float32 copy of 256 MiB"
-        how["h2d_bandwidth"] = "pinned host-to-device copy of 256 MiB"
-        how["free_memory"] = "torch.cuda.mem_get_info"
-    else:
-        n = 128 if tiny else 384
-        flops = measure_flops(n, seconds)
-        bandwidth = measure_bandwidth(1 << (20 if tiny else 23), seconds)
-        h2d, free = 0.0, _mem_available()
-        how["gemm_flops"] = f"float32 {n}x{n} torch.mm, best of repetitions over {seconds:g} s"
-        how["memory_bandwidth"] = "float32 copy (read + write bytes), best of repetitions"
-        how["h2d_bandwidth"] = "none: host and device memory are one on CPU"
-        how["free_memory"] = "MemAvailable of /proc/meminfo"
-    edge_s, edge_col_s, spmm_how = _spmm_costs(device, tiny, seconds)
-    how["spmm"] = spmm_how
+    how = {"threads": "rates measured with 1 torch thread"}
+    with _threads(1):
+        if device == "cuda":
+            flops, bandwidth, h2d, free = _cuda_rates(tiny)
+            how["gemm_flops"] = "float32 4096^2 torch.mm on the GPU, best of repetitions"
+            how["memory_bandwidth"] = "device-to-device float32 copy of 256 MiB"
+            how["h2d_bandwidth"] = "pinned host-to-device copy of 256 MiB"
+            how["free_memory"] = "torch.cuda.mem_get_info"
+        else:
+            n = 128 if tiny else 384
+            flops = measure_flops(n, seconds)
+            bandwidth = measure_bandwidth(1 << (20 if tiny else 23), seconds)
+            h2d, free = 0.0, _mem_available()
+            how["gemm_flops"] = f"float32 {n}x{n} torch.mm, best of repetitions over {seconds:g} s"
+            how["memory_bandwidth"] = "float32 copy (read + write bytes), best of repetitions"
+            how["h2d_bandwidth"] = "none: host and device memory are one on CPU"
+            how["free_memory"] = "MemAvailable of /proc/meminfo"
+        edge_s, edge_col_s, spmm_how = _spmm_costs(device, tiny, seconds)
+        how["spmm"] = spmm_how
+        layer_call, step, how["fixed_costs"] = _fixed_costs(device, seconds)
+        alone = _sync_work_alone(tiny)
     latency, coll_bw, process_rss, coll_how = _collective(device, tiny)
     how["collective"] = coll_how
     how["process_rss"] = ("peak resident set (VmHWM) of a spawned worker after its all-reduces, importing "
                           "graphscale.run and a few tiny training steps (the larger of the 2)")
-    layer_call, step, how["fixed_costs"] = _fixed_costs(device, seconds)
     machine = Machine(platform.node(), device, flops, edge_s, edge_col_s, bandwidth, latency, coll_bw, h2d, free,
-                      torch.get_num_threads(), time.time(), how, layer_call_s=layer_call, step_s=step,
-                      process_rss=process_rss)
-    machine.elementwise_s, how["elementwise"] = _elementwise_cost(machine, tiny, seconds)
+                      1, time.time(), how, layer_call_s=layer_call, step_s=step, process_rss=process_rss,
+                      cores=cpu_count())
+    with _threads(1):
+        machine.elementwise_s, how["elementwise"] = _elementwise_cost(machine, tiny, seconds)
+        machine.load_factor, how["load_factor"] = _load_factor(machine.device, tiny, seconds)
+    machine.thread_speedup, how["thread_speedup"] = _thread_speedup(device, tiny, machine.cores)
+    machine.sync_s, machine.corun_slowdown, how["sync"] = _sync_costs(device, tiny, alone, latency)
     return machine
+
+
+@contextmanager
+def _threads(n: int):
+    """torch's intra-op threads set to ``n`` inside the block."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def _median_of(fn, repeats: int) -> float:
+    fn()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def _thread_speedup(device: str, tiny: bool, cores: int) -> tuple[float, str]:
+    """Median over interleaved repetitions of (one calibration step with 1 thread) / (with ``cores`` threads)."""
+    if device == "cuda" or cores < 2:
+        return 1.0, "1: " + ("the GPU computes" if device == "cuda" else "one core")
+    step = _calibration_step(device, tiny)[0]
+    ratios = []
+    for _ in range(5 if tiny else 30):
+        with _threads(1):
+            one = _median_of(step, 1)
+        with _threads(cores):
+            many = _median_of(step, 1)
+        ratios.append(one / many)
+    return statistics.median(ratios), (f"a 2-layer GCN training step (the elementwise calibration's) with 1 and "
+                                       f"{cores} threads, interleaved, median of the ratios")
+
+
+#: ``torch.mm`` calls of the two sizes of the synchronisation probe's computation (:func:`_sync_costs`)
+SYNC_WORK = (2, 12)
+
+
+def _sync_work(k: int):
+    import torch
+
+    a = torch.ones(256, 256)
+    return lambda: [torch.mm(a, a) for _ in range(k)]
+
+
+def _sync_work_alone(tiny: bool) -> dict[int, float]:
+    """The probe's computations alone, one thread, median of repetitions (the 2 sizes interleaved)."""
+    work = {k: _sync_work(k) for k in SYNC_WORK}
+    times: dict[int, list] = {k: [] for k in SYNC_WORK}
+    for _ in range(5 if tiny else 40):
+        for k, fn in work.items():
+            times[k].append(_median_of(fn, 1))
+    return {k: statistics.median(v) for k, v in times.items()}
+
+
+def _sync_costs(device: str, tiny: bool, alone: dict[int, float], latency: float) -> tuple[float, float, str]:
+    """``sync_s`` and ``corun_slowdown`` (module docstring) from 2 workers' computation + all-reduce steps."""
+    from graphscale.distributed.launch import launch
+
+    results = launch(_sync_worker, 2, 5 if tiny else 40, device=device, timeout_s=120)
+    co = {k: max(r[k] for r in results) for k in SYNC_WORK}
+    small, large = SYNC_WORK
+    slowdown = min(max((co[large] - co[small]) / max(alone[large] - alone[small], 1e-9), 1.0), 2.0)
+    sync = max(co[small] - slowdown * alone[small], latency)
+    return sync, slowdown, (f"2 workers alternate {small} or {large} float32 256x256 torch.mm (1 thread) with a "
+                            "1-element all-reduce, median step of the slower worker, against the same computation "
+                            "alone: slope = corun_slowdown (clamped to [1, 2]), intercept = sync_s (at least the "
+                            "collective latency)")
+
+
+def _sync_worker(env, repeats: int) -> dict:  # pragma: no cover - spawned
+    import torch
+    import torch.distributed as dist
+
+    torch.set_num_threads(1)
+    work = {k: _sync_work(k) for k in SYNC_WORK}
+    flag = torch.ones(1, device=env.device)
+    times: dict[int, list] = {k: [] for k in SYNC_WORK}
+    dist.barrier()
+    for _ in range(repeats):
+        for k, fn in work.items():
+            start = time.perf_counter()
+            fn()
+            dist.all_reduce(flag)
+            times[k].append(time.perf_counter() - start)
+    return {k: statistics.median(v) for k, v in times.items()}
 
 
 def _mem_available() -> int:
@@ -261,20 +379,17 @@ def _fixed_costs(device: str, seconds: float) -> tuple[float, float, str]:
                                                    "layer = half the difference, per step = the rest")
 
 
-def _elementwise_cost(machine: Machine, tiny: bool, seconds: float) -> tuple[float, str]:
-    """Seconds per element of a layer's elementwise passes (keyed dropout, activation, their gradients, the
-    allocations): a GCN training step on a random graph, less what :func:`~graphscale.advise.predict.layer_seconds`
-    prices without them (products and fixed costs), over the elements it counts."""
+def _calibration_step(device: str, tiny: bool):
+    """A 2-layer GCN training step on a random graph (``step``), and its sizes ``(n, features, edges, classes)``."""
     import torch
 
-    from graphscale.advise.predict import layer_seconds
     from graphscale.config import build_config
     from graphscale.data.block import Block
     from graphscale.nn.models import build_model
     from graphscale.strategies.base import masked_loss_sum
     from graphscale.testing import random_graph
 
-    (n, features), device = ((1000, 64) if tiny else (5000, 256)), machine.device
+    n, features = (1000, 64) if tiny else (5000, 256)
     graph = random_graph(n, 8.0, num_features=features, seed=0)
     block = Block.full(graph).to(torch.device(device))
     x, y = graph.x.to(device), graph.y.to(device)
@@ -289,9 +404,33 @@ def _elementwise_cost(machine: Machine, tiny: bool, seconds: float) -> tuple[flo
         masked_loss_sum(model(block, x), y, mask).backward()
         opt.step()
         sync()
-    taken = _best(step, seconds, at_least=20)
-    widths, outs = [features, 16], [16, int(graph.y.max()) + 1]
     edges = block.num_edges if hasattr(block, "num_edges") else int(block.indices.numel())
+    return step, (n, features, edges, int(graph.y.max()) + 1)
+
+
+def _load_factor(device: str, tiny: bool, seconds: float) -> tuple[float, str]:
+    """The median over the best of repetitions of the calibration step (module docstring)."""
+    step = _calibration_step(device, tiny)[0]
+    times = []
+    deadline = time.perf_counter() + seconds
+    while len(times) < 20 or time.perf_counter() < deadline:
+        start = time.perf_counter()
+        step()
+        times.append(time.perf_counter() - start)
+    return max(statistics.median(times) / min(times), 1.0), (f"a 2-layer GCN training step (the elementwise "
+                                                              f"calibration's), 1 thread, {len(times)} repetitions "
+                                                              f"over {seconds:g} s: median / best")
+
+
+def _elementwise_cost(machine: Machine, tiny: bool, seconds: float) -> tuple[float, str]:
+    """Seconds per element of a layer's elementwise passes (keyed dropout, activation, their gradients, the
+    allocations): a GCN training step on a random graph, less what :func:`~graphscale.advise.predict.layer_seconds`
+    prices without them (products and fixed costs), over the elements it counts."""
+    from graphscale.advise.predict import layer_seconds
+
+    step, (n, features, edges, classes) = _calibration_step(machine.device, tiny)
+    taken = _best(step, seconds, at_least=20)
+    widths, outs = [features, 16], [16, classes]
     priced = layer_seconds(machine, n, edges + n, widths, outs) + machine.step_s
     per = taken - priced  # layer_seconds so far priced the elementwise passes at elementwise_s = 0
     elements = n * (widths[0] + 3 * outs[0] + 3 * widths[1] + 3 * outs[1])

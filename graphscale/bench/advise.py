@@ -10,21 +10,24 @@ strategy it prints:
   the epoch the prediction replayed for the sampled strategies);
 * ``mem pred`` / ``mem meas``: the largest worker's peak resident set (predicted: the tracked model plus the
   profile's per-worker process baseline; measured: the kernel's ``VmHWM`` of the largest worker);
-* ``s pred`` / ``s meas``: epoch time (measured: the shortest epoch after the first);
+* ``s pred`` / ``s meas``: epoch time (measured: the median of the epochs after ``--warmup`` warm-up ones; every
+  strategy's epoch is the span of its ``train_epoch`` the report's ``seconds`` measure, evaluation outside it);
 * ``time err``: ``pred / meas - 1``.
 
 and per dataset the Spearman rank correlation of the predicted and measured epoch times over the strategies that
-ran. The issue's default graphs are Cora, a 200k-vertex SBM and a 200k-vertex R-MAT (``--datasets`` takes smaller
+ran, with the load average (1 minute) before and after the dataset's runs: the machine may be shared, so judge
+predicted against measured by ratios and ranks within one table. The issue's default graphs are Cora, a 200k-vertex SBM and a 200k-vertex R-MAT (``--datasets`` takes smaller
 ones: ``--nodes`` resizes the two synthetic defaults).
 
 Example (the default graphs take about an hour on 2 cores; this one a few minutes)::
 
-    graphscale bench advise --nodes 20000 --epochs 4
+    graphscale bench advise --nodes 20000 --epochs 6 --profile
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 
 from graphscale.bench.memory import train_once
@@ -47,7 +50,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--layers", type=int, default=None, help="layers (default: the model's preset)")
     parser.add_argument("--workers", type=int, default=2, help="workers of the distributed strategies (default 2)")
     parser.add_argument("--strategies", default="", help="comma-separated strategies to run (default: all predicted)")
-    parser.add_argument("--epochs", type=int, default=4, help="epochs per run (default 4; the first is not timed)")
+    parser.add_argument("--epochs", type=int, default=6, help="epochs per run (default 6)")
+    parser.add_argument("--warmup", type=int, default=2, help="first epochs left out of the measured median "
+                                                              "(default 2)")
     parser.add_argument("--cache-dir", default="", help="cache directory (data, stores, the machine profile)")
     parser.add_argument("--timeout", type=float, default=1800, help="seconds per run (default 1800)")
     parser.add_argument("--profile", action="store_true", help="measure this machine again first")
@@ -86,11 +91,11 @@ def spearman(xs: list[float], ys: list[float]) -> float | None:
     return cov / var if var else None
 
 
-def measured_seconds(report: dict) -> float:
-    """The shortest epoch after the first (the first alone for a one-epoch run): best of epochs, as the profile's
-    rates are best of repetitions (a shared machine's other load only adds time)."""
+def measured_seconds(report: dict, warmup: int) -> float:
+    """The median of the epochs after the first ``warmup`` (steady state: allocations, caches and lazy set-up
+    belong to the first epochs)."""
     times = [e["seconds"] for e in report["epochs"]]
-    return min(times[1:] if len(times) > 1 else times)
+    return statistics.median(times[warmup:])
 
 
 def measured_memory(report: dict) -> int | None:
@@ -105,6 +110,10 @@ def measure_dataset(args: argparse.Namespace, dataset: str) -> tuple[list[dict],
 
     ns = _advise_args(args, dataset)
     result = advise(ns)
+    m = result["machine"]
+    print(f"profile ({m.host}, {m.cores} cores): {m.gemm_flops / 1e9:.1f} GFLOP/s per thread, threads x"
+          f"{m.thread_speedup:.2f} with {m.cores}, {m.sync_s * 1e3:.2f} ms per synchronising collective "
+          f"(latency {m.collective_latency_s * 1e3:.2f} ms), co-run x{m.corun_slowdown:.2f}", flush=True)
     wanted = {s for s in args.strategies.split(",") if s}
     rows = []
     for prediction, config in zip(result["predictions"], result["configs"]):
@@ -122,7 +131,7 @@ def measure_dataset(args: argparse.Namespace, dataset: str) -> tuple[list[dict],
 
         epoch = -1 if prediction.bytes_epoch is None else prediction.bytes_epoch
         row.update(bytes_meas=moved_bytes(report["epochs"][epoch]["bytes"]), mem_meas=measured_memory(report),
-                   s_meas=measured_seconds(report), error=None)
+                   s_meas=measured_seconds(report, args.warmup), error=None)
         rows.append(row)
     ok = [r for r in rows if not r.get("error")]
     return rows, spearman([r["s_pred"] for r in ok], [r["s_meas"] for r in ok])
@@ -154,10 +163,14 @@ def run(args: argparse.Namespace) -> list[dict]:
     """Measure every dataset and print a table per dataset with its Spearman."""
     if args.epochs < 1 or args.workers < 1 or args.nodes < 1:
         raise ValueError("--epochs, --workers and --nodes must be >= 1")
+    if not 0 <= args.warmup < args.epochs:
+        raise ValueError(f"--warmup must be >= 0 and below --epochs ({args.epochs}), got {args.warmup}")
     datasets = split_specs(args.datasets or DEFAULT_DATASETS.format(n=args.nodes))
     everything = []
     for dataset in datasets:
+        load = os.getloadavg()[0]
         rows, rho = measure_dataset(args, dataset)
+        load = (load, os.getloadavg()[0])
         args.profile = False  # --profile measures once: every graph is priced on the same profile
         everything += rows
         within = [r for r in rows if not r.get("error")]
@@ -166,5 +179,6 @@ def run(args: argparse.Namespace) -> list[dict]:
         print(format_table(display(rows), title=f"advise: predicted against measured on {dataset}"))
         print(f"{dataset}: Spearman of epoch times {rho:.2f}" if rho is not None else f"{dataset}: Spearman -",
               f"over {len(within)} strategies; time within 35%: {hits}/{len(within)}; "
-              f"memory within 25%: {mem_hits}/{len(within)}")
+              f"memory within 25%: {mem_hits}/{len(within)}; load average {load[0]:.1f} before, {load[1]:.1f} after; "
+              f"epochs: median of {args.epochs - args.warmup} after {args.warmup} warm-up")
     return everything

@@ -290,9 +290,10 @@ def predict(data, model, config, machine, epoch: int = 0):
     seconds = max(layer_seconds(machine, r_rows, r_edges, widths, outs, calls=len(iterations), workers=world)
                   for r_rows, r_edges in rows)
     seconds = prediction_time(machine, seconds + out.get("h2d", 0) / world / machine.memory_bandwidth,
-                              sum(out.values()) / world - out.get("h2d", 0) / world, len(iterations), len(iterations))
+                              sum(out.values()) / world - out.get("h2d", 0) / world, len(iterations) + 1,
+                              len(iterations))
     return Prediction("data-parallel", world, {"cache": sc.cache, "batch_size": sc.batch_size}, max(mem), mem, out,
                       seconds, exact=False, semantics="sampled mini-batch training (equal to single --minibatch "
                       "over the union of the micro-batches, not to full-graph training)",
                       notes=[f"bytes: the closed forms over epoch {epoch}'s replayed schedule and samples"],
-                      bytes_epoch=epoch)
+                      bytes_epoch=epoch, collectives=len(iterations) + 1)

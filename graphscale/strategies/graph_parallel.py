@@ -441,6 +441,10 @@ def predict(data, model, config, machine):
         out["allreduce"] = allreduce_bytes_per_epoch(params, workers, elem)
         out[CONTROL] = allreduce_bytes_per_epoch(1, workers, 8)
     out = {k: v for k, v in out.items() if v}
+    # the halo exchanges of an epoch: the closed form's terms (one row of width 1, one byte each), then the gradient
+    # and loss all-reduces
+    exchanges = halo_bytes_per_epoch([1], [1] * len(d.widths), 1, model.learned_input_map) if workers > 1 else 0
+    collectives = exchanges + (2 if workers > 1 else 0)
     peaks, seconds = [], []
     for p in parts:
         inner, local, edges = int(p["num_inner"]), int(p["num_inner"]) + int(p["num_halo"]), int(p["num_edges"])
@@ -449,6 +453,7 @@ def predict(data, model, config, machine):
         sent = sum(out.values()) / workers
         seconds.append(prediction_time(machine, layer_seconds(machine, inner, edges, list(d.widths), list(d.out),
                                                                      workers=workers),
-                                       sent, 2 * len(d.widths) + 2))
+                                       sent, collectives))
     return Prediction("graph-parallel", workers, {}, max(peaks), peaks, out, max(seconds),
-                      notes=["bytes: halo_bytes_per_epoch + allreduce_bytes_per_epoch over the store's halo counts"])
+                      notes=["bytes: halo_bytes_per_epoch + allreduce_bytes_per_epoch over the store's halo counts"],
+                      collectives=collectives)

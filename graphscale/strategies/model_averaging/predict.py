@@ -51,4 +51,4 @@ def predict(data, model, config, machine):
                       semantics="each partition trains on its own subgraph (edges between partitions dropped), "
                                 f"models averaged every {sc.average_every} epoch(s) (SDT-GNN)",
                       notes=[("bytes: allreduce_bytes_per_epoch of the floating state and the loss, on averaging "
-                             "epochs")])
+                             "epochs")], collectives=2)

@@ -41,8 +41,28 @@ def predict(data, model, config, machine):
     compute = layer_seconds(machine, n / world, (e + n) / world, list(dims.widths), list(dims.out),
                             calls=sets.num_chunks, workers=world)
     compute *= 1 + recomputes / (3 * max(len(modes), 1))
-    seconds = compute + modelled_seconds(out, bw) / world + machine.step_s
+    collectives = offload_collectives(plans, dims, dedup, world)
+    seconds = (compute + modelled_seconds(out, bw) / world + machine.step_s
+               + collectives * (machine.sync_s or machine.collective_latency_s))
     return Prediction("offload", world, {"chunks": sets.num_chunks, "dedup": dedup}, max(peaks), peaks, out,
                       seconds, notes=[f"bytes: offload.cost.epoch_bytes with modes {modes}",
-                                      "memory: offload.memory.modelled_peaks (device side; host arrays excluded)"])
+                                      "memory: offload.memory.modelled_peaks (device side; host arrays excluded)"],
+                      collectives=collectives)
+
+
+def offload_collectives(plans, dims, dedup: str, world: int) -> int:
+    """Synchronising collectives of one worker's training epoch (:class:`~.passes.OffloadPasses`): per layer
+    forward, a row exchange per batch and the closing barrier; per layer backward, a row exchange per batch, the
+    gradient push per batch where the layer's sources need gradients (with ``--dedup baseline`` a barrier per
+    rank instead) and the closing barrier; the learned input's passes likewise; the gradient and loss
+    all-reduces."""
+    if world < 2:
+        return 0
+    batches = max(len(p.batches) for p in plans)
+    layers = range(len(dims.widths))
+    push = world if dedup == "baseline" else 1
+    forward = len(layers) * (batches + 1)
+    backward = sum(batches * (1 + (push if dims.needs_src_grad(layer) else 0)) + 1 for layer in layers)
+    learned = 2 * (batches + 1) if dims.learned_input else 0
+    return forward + backward + learned + 2
 

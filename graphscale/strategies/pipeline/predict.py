@@ -46,8 +46,11 @@ def predict(data, model, config, machine):
         peaks.append(keep + data_rows + 8 * (n + 1 + e) + state_bytes(params, elem))
         times.append(layer_seconds(machine, n, e + n, w, o, calls=chunks, workers=world, input_grad=s > 0))
     compute = max(times) * (1 + (stages - 1) / chunks)
-    seconds = prediction_time(machine, compute, sum(out.values()) / max(stages - 1, 1), 4 * chunks)
+    # a worker waits once per chunk on its boundary's receive (activations into a later stage, gradients back into
+    # an earlier one; the sends are asynchronous), and on the loss broadcast, the one collective
+    seconds = prediction_time(machine, compute, sum(out.values()) / max(stages - 1, 1), chunks + 1)
     return Prediction("pipeline", world, {"chunks": chunks}, max(peaks), peaks, out, seconds, exact=False,
                       semantics=f"stale cross-chunk rows (GNNPipe historical embeddings, refreshed every "
                                 f"{sc.history_period} epochs)",
-                      notes=["bytes: pipeline_bytes_per_epoch over the stage boundaries (+ send times, loss)"])
+                      notes=["bytes: pipeline_bytes_per_epoch over the stage boundaries (+ send times, loss)"],
+                      collectives=1)

@@ -63,9 +63,12 @@ def predict(data, model, config, machine, epoch: int = 0):
            + state_bytes(params, elem) for c in cached]
     compute = layer_seconds(machine, busiest * len(batches) / world, edges / world, w, o, calls=len(batches),
                             workers=world)
-    seconds = prediction_time(machine, compute, sum(out.values()) / world, len(batches) * (2 * len(w) + 1),
-                              len(batches))
+    # per mini-batch: a shuffle per layer forward and per layer whose backward ships gradients, the gradient
+    # all-reduce; per epoch: the loss all-reduce
+    collectives = len(batches) * (len(back) + sum(1 for b in back if b) + 1) + 1
+    seconds = prediction_time(machine, compute, sum(out.values()) / world, collectives, len(batches))
     return Prediction("split-parallel", world, {"batch_size": sc.batch_size}, max(mem), mem, out, seconds,
                       exact=False, semantics="sampled mini-batch training (equal to single --minibatch, not to "
                       "full-graph training)", notes=[(f"bytes: the closed forms over epoch {epoch}'s replayed "
-                                                      "samples and their splits")], bytes_epoch=epoch)
+                                                      "samples and their splits")], bytes_epoch=epoch,
+                      collectives=collectives)

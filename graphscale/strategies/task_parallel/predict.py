@@ -47,7 +47,7 @@ def predict(data, model, config, machine):
     compute = layer_seconds(machine, n / plan.workers, (e + n) / plan.workers, w, o, calls=max(sc.subgraphs, 1),
                             workers=sc.workers)
     seconds = prediction_time(machine, compute,
-                              sum(out.values()) / plan.workers, 2 * sc.subgraphs * len(w))
+                              sum(out.values()) / plan.workers, 2 * sc.subgraphs * len(w) + 1)
     peak = (node_data_bytes(n, data.num_features, elem) // max(len(plan.t_ranks), 1)
             + activation_bytes(n / max(sc.subgraphs, 1), w, o, elem) + n * max(w + o) * elem
             + state_bytes(params, elem))
@@ -56,4 +56,5 @@ def predict(data, model, config, machine):
                       semantics=("exact propagation (--dependency full)" if sc.dependency == "full" else
                                  f"subgraph propagation drops edges (--dependency {sc.dependency}); decoupled "
                                  "model by default"),
-                      notes=["bytes: task_parallel.chain.epoch_bytes", "time: task_parallel.simulate makespan"])
+                      notes=["bytes: task_parallel.chain.epoch_bytes", "time: task_parallel.simulate makespan"],
+                      collectives=1)
