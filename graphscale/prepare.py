@@ -23,7 +23,15 @@ the strategy's view needs exactly once:
   normalised, cast graph is written once as a graph directory in the cache
   directory, which every worker memory-maps; a strategy that needs a vertex
   partition (``Strategy.needs_vertex_partition``) gets it computed here and
-  saved next to it.
+  saved next to it, and a strategy with shared data (``Strategy.shared_data_key``:
+  split plan, chunk assignment, offload layout, task plan) gets its folder written
+  here (``Strategy.prepare_shared``), for any number of workers.
+
+:func:`prepare_graph` prepares an in-memory graph the same way (tests, benches and
+Python callers that hand a strategy a ``Graph``): the handle keeps the graph in
+memory and carries the partition and shared folder written into the cache, keyed
+by the graph's content hash (a partition-local strategy gets a store of it). The
+strategies compute none of this in a worker: a handle without it is an error.
 
 Cache entries live under ``--cache-dir`` (default ``$GRAPHSCALE_CACHE_DIR``,
 else ``$XDG_CACHE_HOME/graphscale``, else ``~/.cache/graphscale``), one
