@@ -150,7 +150,7 @@ _SCRIPT = textwrap.dedent("""
         graph = normalize_features(generate(spec), "auto")
         model = build_model(config.model, graph.num_features, graph.num_classes, seed=0)
         strategy, env = SingleStrategy(), DistEnv.local()
-        strategy.setup(prepare_graph(graph, config), model, env, config)
+        strategy.setup(graph, model, env, config)
         try:
             return Trainer(strategy, env, config, memory_baseline=baseline).fit()["history"][0]
         finally:
