@@ -22,13 +22,17 @@ from graphscale.advise.predict import (
     state_bytes,
 )
 from graphscale.strategies.task_parallel.chain import epoch_bytes, resolve_plan
+from graphscale.strategies.task_parallel.strategy import TaskParallelStrategy
 
 
 def predict(data, model, config, machine):
     from graphscale.strategies.task_parallel.chain import PLAN_FILE
 
     sc = config.strategy
-    q = int(json.loads((data.require_shared("task-parallel") / PLAN_FILE).read_text())["t_workers"])  # the parent's
+    if TaskParallelStrategy.shared_data_key(config) is None:  # --t-workers with --chunking contiguous
+        q = sc.t_workers
+    else:  # the parent's choice
+        q = int(json.loads((data.require_shared("task-parallel") / PLAN_FILE).read_text())["t_workers"])
     plan = resolve_plan(config, q)
     elem, params, d = element_size(model), num_params(model), dims(model, config, data)
     n, e = data.num_nodes, int(data.summary["edges"])

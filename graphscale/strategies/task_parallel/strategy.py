@@ -198,8 +198,10 @@ class TaskParallelStrategy(TSegments, PSegments, Exchange, StageCheckpoint, Stra
             raise ValueError(f"--workers {sc.workers} but the group has {env.world_size} workers")
         self.comm = Comm(env)
         graph = self.data.open_graph()
-        shared = self.data.require_shared(config.strategy.name)
-        self.plan = resolve_plan(config, int(json.loads((shared / PLAN_FILE).read_text())["t_workers"]))
+        # the parent's plan and chunks; nothing is prepared for --t-workers with --chunking contiguous
+        shared = None if self.shared_data_key(config) is None else self.data.require_shared(config.strategy.name)
+        q = sc.t_workers if shared is None else int(json.loads((shared / PLAN_FILE).read_text())["t_workers"])
+        self.plan = resolve_plan(config, q)
         check_plan(config, self.plan)
         self.split = task_split(model)
         self.segments = build_segments(self.split, self.plan)
@@ -210,9 +212,9 @@ class TaskParallelStrategy(TSegments, PSegments, Exchange, StageCheckpoint, Stra
         self.graph = graph
         self.num_nodes = graph.num_nodes
         self.num_chunks = num_chunks(config, self.plan)
-        if (shared / CHUNK_FILE).is_file():  # --chunking partitioner: the parent's chunks
+        if sc.chunking == "partitioner":  # the parent's chunks
             self.chunk_of = torch.from_numpy(np.load(shared / CHUNK_FILE).astype(np.int64))
-        else:
+        else:  # contiguous ranges
             self.chunk_of = assign_chunks(graph, self.num_chunks, sc.chunking, sc.partitioner, sc.balance,
                                           config.seed)
         self.members = chunk_members(self.chunk_of, self.num_chunks)
