@@ -94,7 +94,8 @@ class DataHandle:
 
     @classmethod
     def of(cls, data: DataHandle | Graph) -> DataHandle:
-        """``data`` itself when it is a handle, else an in-memory handle on the graph."""
+        """``data`` itself when it is a handle, else an in-memory handle on the graph with nothing prepared (what
+        ``single`` needs; other strategies need :func:`graphscale.prepare.prepare_graph`'s handle)."""
         if isinstance(data, DataHandle):
             return data
         if isinstance(data, Graph):
