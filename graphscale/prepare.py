@@ -23,7 +23,15 @@ the strategy's view needs exactly once:
   normalised, cast graph is written once as a graph directory in the cache
   directory, which every worker memory-maps; a strategy that needs a vertex
   partition (``Strategy.needs_vertex_partition``) gets it computed here and
-  saved next to it.
+  saved next to it, and a strategy with shared data (``Strategy.shared_data_key``:
+  split plan, chunk assignment, offload layout, task plan) gets its folder written
+  here (``Strategy.prepare_shared``), for any number of workers.
+
+:func:`prepare_graph` prepares an in-memory graph the same way (tests, benches and
+Python callers that hand a strategy a ``Graph``): the handle keeps the graph in
+memory and carries the partition and shared folder written into the cache, keyed
+by the graph's content hash (a partition-local strategy gets a store of it). The
+strategies compute none of this in a worker: a handle without it is an error.
 
 Cache entries live under ``--cache-dir`` (default ``$GRAPHSCALE_CACHE_DIR``,
 else ``$XDG_CACHE_HOME/graphscale``, else ``~/.cache/graphscale``), one
@@ -37,6 +45,7 @@ write an entry once and a crashed run leaves nothing half-written.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import fcntl
 import hashlib
 import json
@@ -330,7 +339,7 @@ def _partition_local(config: RunConfig, cache: Path | None, strategy) -> DataHan
     handle = store_handle(path, effective_norm(config.data.features, config.data.feature_norm),
                           stored_feature_dtype(config), meta,
                           learnable=bool(learnable_dim(config.data.features)))
-    strategy.prepare_partitions(config, handle)
+    handle = dataclasses.replace(handle, **strategy.prepare_partitions(config, handle))
     if sc.partitions:  # a store the user gave; the cache's stores were written from checked graphs
         _check_store_node_data(path, meta)
     return handle
@@ -381,9 +390,8 @@ def _dataset_bytes(config: RunConfig, cache: Path) -> int:
 
 
 def _host_shared(config: RunConfig, cache: Path, strategy) -> DataHandle:
-    from graphscale.data.formats import is_graph_dir, load_graph_dir, replace_dir, save_graph_dir, temp_sibling
+    from graphscale.data.formats import is_graph_dir, load_graph_dir, save_graph_dir
 
-    needs_partition = strategy.needs_vertex_partition(config)
     spec = canonical_spec(config.data.dataset)
     fields = {"kind": "graph", "dataset": spec, "files": _fingerprint(spec),
               "feature_norm": config.data.feature_norm, "dtype": config.dtype, **_feature_fields(config)}
@@ -401,10 +409,25 @@ def _host_shared(config: RunConfig, cache: Path, strategy) -> DataHandle:
     if graph is None:
         graph = load_graph_dir(path)
     summary = {**graph.summary(), "name": graph.name}
-    handle = DataHandle(HOST_SHARED, summary, path=str(path), dtype=config.dtype)
+    return DataHandle(HOST_SHARED, summary, path=str(path), dtype=config.dtype,
+                      **_strategy_data(graph, fields, config, cache, strategy))
+
+
+def _strategy_data(graph: Graph, fields: dict, config: RunConfig, cache: Path, strategy) -> dict:
+    """What ``strategy`` prepares for the workers of a host-shared run (or of an in-memory graph's run) on
+    ``graph``, whose cache key is ``fields``: the vertex partition into ``--workers`` parts
+    (``Strategy.needs_vertex_partition``, more than one worker) and the shared folder of
+    ``Strategy.prepare_shared`` (``Strategy.shared_data_key``), written into ``cache`` once per key.
+
+    Returns:
+        the handle's fields: ``owner_path``, ``owner_parts`` and ``shared`` (those prepared).
+    """
+    from graphscale.data.formats import replace_dir, temp_sibling
+
+    sc = config.strategy
+    out: dict = {}
     owner, owner_fields = None, fields
-    if needs_partition and config.strategy.workers > 1:
-        sc = config.strategy
+    if strategy.needs_vertex_partition(config) and sc.workers > 1:
         owner_fields = {**fields, "kind": "owner", "partitioner": sc.partitioner, "balance": sc.balance,
                         "parts": sc.workers, "seed": config.seed}
         owner_digest, owner_name = _key(owner_fields)
@@ -419,29 +442,84 @@ def _host_shared(config: RunConfig, cache: Path, strategy) -> DataHandle:
                 tmp = owner_path.with_name(f".{owner_path.name}.tmp-{os.getpid()}.npy")
                 np.save(tmp, owner.numpy().astype(np.int64))
                 os.replace(tmp, owner_path)
-        handle.owner_path, handle.owner_parts = str(owner_path), sc.workers
+        out.update(owner_path=str(owner_path), owner_parts=sc.workers)
     shared_key = strategy.shared_data_key(config)
-    if shared_key is not None and config.strategy.workers > 1:
-        shared_fields = {**owner_fields, "kind": f"shared:{config.strategy.name}", **shared_key}
-        digest, name = _key(shared_fields)
-        folder = cache / "shared" / name
-        with _locked(cache, digest):
-            if not (folder / ".complete").is_file():
-                if owner is None:
-                    owner = handle.vertex_owner(graph, config.strategy.workers, config.strategy.partitioner,
-                                                config.seed, config.strategy.balance)
-                folder.parent.mkdir(parents=True, exist_ok=True)
-                tmp = temp_sibling(folder, "tmp")
-                tmp.mkdir()
-                try:
-                    strategy.prepare_shared(graph, owner, config, tmp)
-                    (tmp / ".complete").write_text(json.dumps(shared_fields))
-                    replace_dir(tmp, folder)
-                except BaseException:
-                    shutil.rmtree(tmp, ignore_errors=True)
-                    raise
-        handle.extras["shared"] = str(folder)
-    return handle
+    if shared_key is None:
+        return out
+    shared_fields = {**owner_fields, "kind": f"shared:{sc.name}", **shared_key}
+    digest, name = _key(shared_fields)
+    folder = cache / "shared" / name
+    with _locked(cache, digest):
+        if not (folder / ".complete").is_file():
+            if owner is None and "owner_path" in out:
+                owner = torch.from_numpy(np.load(out["owner_path"]).astype(np.int64))
+            elif owner is None and strategy.needs_vertex_partition(config):  # one worker: one part
+                owner = torch.zeros(graph.num_nodes, dtype=torch.int64)
+            folder.parent.mkdir(parents=True, exist_ok=True)
+            tmp = temp_sibling(folder, "tmp")
+            tmp.mkdir()
+            try:
+                strategy.prepare_shared(graph, owner, config, tmp)
+                (tmp / ".complete").write_text(json.dumps(shared_fields))
+                replace_dir(tmp, folder)
+            except BaseException:
+                shutil.rmtree(tmp, ignore_errors=True)
+                raise
+    out["shared"] = str(folder)
+    return out
+
+
+def prepare_graph(graph: Graph, config: RunConfig, cache_dir: str | Path | None = None) -> DataHandle:
+    """The handle a run of ``config`` on the in-memory ``graph`` gives its workers, prepared here, before any worker
+    starts, by the path :func:`prepare_data` takes for a dataset: tests and Python callers that hand a strategy a
+    graph object use it.
+
+    The graph is used as it is (no normalisation, features in their dtype). ``memory`` and ``host-shared``
+    strategies get an in-memory handle on it carrying what the strategy prepares (:func:`_strategy_data`: the vertex
+    partition, the shared folder), written into ``cache_dir`` (default: the run's cache directory) under a key that
+    holds a content hash of the graph; ``partition-local`` strategies get a partition store of it written there
+    (raw features as given: ``feature_norm`` ``none``), checked by the strategy as :func:`prepare_data` checks it.
+
+    Raises:
+        ValueError: an unwritable cache directory, a partition the strategy cannot use (as :func:`prepare_data`).
+    """
+    from graphscale.data.convert import graph_digest
+    from graphscale.registry import STRATEGIES
+
+    cls = STRATEGIES.get(config.strategy.name)
+    handle = DataHandle.in_memory(graph)
+    if cls.data_view == MEMORY:
+        return handle
+    cache = Path(cache_dir) if cache_dir is not None else resolve_cache_dir(config)
+    cache.mkdir(parents=True, exist_ok=True)
+    fields = {"kind": "graph", "dataset": f"memory:{graph.name}", "digest": graph_digest(graph)}
+    if cls.data_view == HOST_SHARED:
+        return dataclasses.replace(handle, **_strategy_data(graph, fields, config, cache, cls))
+    sc = config.strategy
+    parts = cls.store_parts(config, lambda: _graph_bytes(graph))
+    fields = {**fields, "kind": "store", "partitioner": sc.partitioner, "balance": sc.balance, "parts": parts,
+              "seed": config.seed, **({"halo_hops": sc.halo_hops} if sc.halo_hops != 1 else {})}
+    digest, name = _key(fields)
+    path = cache / "stores" / name
+    with _locked(cache, digest):
+        from graphscale.partition.store import check_partition_store
+
+        try:
+            meta = check_partition_store(path)
+        except (FileNotFoundError, ValueError):
+            meta = write_training_store(graph, path, parts, sc.partitioner, config.seed, sc.balance,
+                                        extra={"cache_key": fields}, halo_hops=sc.halo_hops)
+    store = store_handle(path, "none", handle.dtype, meta)
+    return dataclasses.replace(store, **cls.prepare_partitions(config, store))
+
+
+def _graph_bytes(graph: Graph) -> int:
+    """``S`` of an in-memory graph (:func:`graphscale.partition.allocation.data_bytes`)."""
+    from graphscale.partition.allocation import data_bytes
+
+    features = 0 if graph.x is None else graph.x.shape[1]
+    itemsize = 4 if graph.x is None else graph.x.element_size()
+    return data_bytes(graph.num_nodes, graph.num_edges, features, itemsize)
 
 
 def input_dataset(graph: Graph, config: RunConfig) -> str:

@@ -58,7 +58,7 @@ def test_views_and_cache_reuse(tmp_path):
     assert shared.view == HOST_SHARED and shared.owner_parts == 2 and os.path.isfile(shared.owner_path)
     assert prepare_data(config_for("data-parallel", 2, tmp_path)).owner_path == shared.owner_path  # evaluation
     # split-parallel's plan is built once by the parent and memory-mapped by the workers
-    plan = SplitPlan.load(shared.extras["shared"])
+    plan = SplitPlan.load(shared.shared)
     graph = shared.open_graph()
     built = SplitPlan.build(torch.from_numpy(np.load(shared.owner_path)), graph.out_degrees(), 2,
                             0.1)
@@ -242,10 +242,10 @@ def test_offload_layout_is_planned_once_in_the_parent(tmp_path):
 
     config = config_for("offload", 2, tmp_path, chunks=2)
     handle = prepare_data(config)
-    stored = ChunkSets.load(handle.extras["shared"])
+    stored = ChunkSets.load(handle.shared)
     graph = handle.open_graph()
     model = build_model(config.model, graph.num_features, graph.num_classes, seed=0)
-    owner, batch, chunks = plan_layout(graph, handle.vertex_owner(graph, 2, "metis", 0), 2, config, model,
+    owner, batch, chunks = plan_layout(graph, handle.vertex_owner(2), 2, config, model,
                                        probe_dims(model, graph.num_features, torch.float32), Bandwidths())
     fresh = ChunkSets.build(graph, owner, batch, 2, chunks)
     assert stored.num_chunks == 2 and torch.equal(stored.owner, fresh.owner) and torch.equal(stored.batch, fresh.batch)
@@ -253,7 +253,7 @@ def test_offload_layout_is_planned_once_in_the_parent(tmp_path):
         for row_a, row_b in zip(getattr(stored, kind), getattr(fresh, kind)):
             assert all(torch.equal(a, b) for a, b in zip(row_a, row_b)), kind
     for rank in range(2):  # and every worker's plan, which the worker maps instead of building it
-        got = WorkerPlan.load(plan_folder(handle.extras["shared"], rank))
+        got = WorkerPlan.load(plan_folder(handle.shared, rank))
         want = build_worker_plan(graph, fresh, rank, config.strategy.dedup)
         assert (got.capacity, got.recv_capacity, len(got.batches)) == (want.capacity, want.recv_capacity, 2)
         for x, y in zip(got.batches, want.batches):

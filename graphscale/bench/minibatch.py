@@ -293,6 +293,7 @@ def _ledger_worker(env, dataset: str, runs: list[tuple[str, str, float]], model_
     from graphscale.config import ModelConfig, RunConfig, StrategyConfig
     from graphscale.data.datasets import load_dataset
     from graphscale.nn.models import build_model
+    from graphscale.prepare import prepare_graph
     from graphscale.strategies.data_parallel import DataParallel
     from graphscale.strategies.split_parallel import SplitParallel
 
@@ -305,7 +306,7 @@ def _ledger_worker(env, dataset: str, runs: list[tuple[str, str, float]], model_
                                                    cache_fraction=fraction), seed=seed)
         model = build_model(config.model, graph.num_features, graph.num_classes, seed=seed)
         strategy = (SplitParallel if strategy_name == "split-parallel" else DataParallel)()
-        strategy.setup(graph, model, env, config)
+        strategy.setup(prepare_graph(graph, config), model, env, config)
         out.append(strategy.train_epoch(0).bytes)
         strategy.teardown()
     return out
@@ -317,6 +318,7 @@ def _accuracy_worker(env, dataset: str, name: str, model_cfg: dict, fanouts: lis
     from graphscale.config import ModelConfig, OptimConfig, RunConfig, StrategyConfig, build_config
     from graphscale.data.datasets import load_dataset, normalize_features
     from graphscale.nn.models import build_model
+    from graphscale.prepare import prepare_graph
     from graphscale.strategies.data_parallel import DataParallel
     from graphscale.strategies.single import SingleStrategy
     from graphscale.strategies.split_parallel import SplitParallel
@@ -329,7 +331,7 @@ def _accuracy_worker(env, dataset: str, name: str, model_cfg: dict, fanouts: lis
                                                batch_size=batch_size, minibatch=True, cache=cache), seed=seed)
     model = build_model(config.model, graph.num_features, graph.num_classes, seed=seed)
     strategy = {"single": SingleStrategy, "data-parallel": DataParallel, "split-parallel": SplitParallel}[name]()
-    strategy.setup(graph, model, env, config)
+    strategy.setup(prepare_graph(graph, config), model, env, config)
     accs = []
     for epoch in range(epochs):
         strategy.train_epoch(epoch)

@@ -147,6 +147,7 @@ def _measure_worker(env, spec: str, model_name: str, chunks: list[int]) -> list[
     from graphscale.config import ModelConfig, RunConfig, StrategyConfig
     from graphscale.data.datasets import load_dataset
     from graphscale.nn.models import build_model
+    from graphscale.prepare import prepare_graph
     from graphscale.strategies.graph_parallel import GraphParallel
     from graphscale.strategies.offload import OffloadStrategy
     from graphscale.strategies.offload.cost import epoch_bytes
@@ -163,7 +164,7 @@ def _measure_worker(env, spec: str, model_name: str, chunks: list[int]) -> list[
                                                    dedup=dedup if dedup != "-" else "reorg"))
         model = build_model(config.model, graph.num_features, graph.num_classes, seed=0)
         strategy = GraphParallel() if name == "graph-parallel" else OffloadStrategy()
-        strategy.setup(graph, model, env, config)
+        strategy.setup(prepare_graph(graph, config), model, env, config)
         first = strategy.train_epoch(0)
         second = strategy.train_epoch(1)
         row = {"strategy": name, "K": k, "dedup": dedup, "recompute": recompute, "loss": [first.loss, second.loss],
@@ -293,6 +294,7 @@ def epoch_rate_row(device: str, spec: str, chunks: int, plain_gbs: float, reside
     from graphscale.data.datasets import load_dataset
     from graphscale.distributed.env import DistEnv
     from graphscale.nn.models import build_model
+    from graphscale.prepare import prepare_graph
     from graphscale.strategies.offload import OffloadStrategy
 
     graph = load_dataset(spec)
@@ -300,7 +302,7 @@ def epoch_rate_row(device: str, spec: str, chunks: int, plain_gbs: float, reside
                        strategy=StrategyConfig(name="offload", workers=1, chunks=chunks))
     model = build_model(config.model, graph.num_features, graph.num_classes, seed=0).to(device)
     strategy = OffloadStrategy(resident_topology=resident)
-    strategy.setup(graph, model, DistEnv.local(device), config)
+    strategy.setup(prepare_graph(graph, config), model, DistEnv.local(device), config)
     strategy.train_epoch(0)  # warm-up: allocations, staging slots
     stats = [strategy.train_epoch(e) for e in (1, 2)]
     mode, resident = strategy.transfers.mode, strategy.dplan.resident

@@ -11,12 +11,16 @@ A handle says which *view* of the data a worker gets (see "Where data lives" in
 * ``partition-local``: a partition store (:mod:`graphscale.partition.store`);
   worker ``r`` memory-maps only ``part-r`` (and the O(|V|) book if it asks).
 
-A host-shared handle may also carry the run's vertex partition (``owner_path``,
-an ``.npy`` of the part of every vertex), computed by the parent before the
-workers start; :meth:`DataHandle.vertex_owner` returns it, or, for a handle
-built from an in-memory graph, runs the partitioner on this worker (the
-partitioners are deterministic for a seed, so every worker gets the same array
-without communication).
+What a strategy prepares for its workers is typed and written by the parent,
+before any worker starts, by the one preparation path
+(:func:`graphscale.prepare.prepare_data` for a run's dataset,
+:func:`graphscale.prepare.prepare_graph` for an in-memory graph: tests and
+Python callers): the run's vertex partition (``owner_path``, an ``.npy`` of the
+part of every vertex), the strategy's shared folder (``shared``:
+``Strategy.prepare_shared``) and model-averaging's state directory
+(``state_dir``). A handle is frozen: no worker changes what it was given, and
+no worker computes what the parent should have prepared (a strategy given a
+handle without its prepared data raises, naming the function that prepares it).
 
 Handles are small and picklable (paths and a summary, or the in-memory graph);
 :attr:`DataHandle.opened` logs every array a worker opened through the handle
@@ -41,7 +45,7 @@ VIEWS = (MEMORY, HOST_SHARED, PARTITION_LOCAL)
 GRAPH_ARRAYS = ("indptr", "indices", "x", "y", "train_mask", "val_mask", "test_mask")
 
 
-@dataclass
+@dataclass(frozen=True)
 class DataHandle:
     """Where a worker finds its data.
 
@@ -58,7 +62,10 @@ class DataHandle:
             holds raw features), else ``none``; graph directories and in-memory graphs are already normalised.
         dtype: feature dtype the worker stores its features in (``float32`` / ``float64``, or ``bfloat16`` with
             ``--feature-dtype bfloat16``: the model upcasts the rows it reads).
-        extras: strategy-specific prepared data (``shared``: the folder of ``Strategy.prepare_shared``).
+        shared: the folder the parent wrote with ``Strategy.prepare_shared`` (split plan, chunk assignment,
+            offload layout, task plan), or ``None`` for a strategy that prepares none.
+        state_dir: ``model-averaging``: the directory of its partition states (several parts per worker, a
+            checkpoint, or ``--state-dir``), else ``None``.
     """
 
     view: str
@@ -69,7 +76,8 @@ class DataHandle:
     owner_parts: int = 0
     feature_norm: str = "none"
     dtype: str = "float32"
-    extras: dict = field(default_factory=dict)
+    shared: str | None = None
+    state_dir: str | None = None
     opened: list[tuple[str, int]] = field(default_factory=list, compare=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -86,7 +94,8 @@ class DataHandle:
 
     @classmethod
     def of(cls, data: DataHandle | Graph) -> DataHandle:
-        """``data`` itself when it is a handle, else an in-memory handle on the graph."""
+        """``data`` itself when it is a handle, else an in-memory handle on the graph with nothing prepared (what
+        ``single`` needs; other strategies need :func:`graphscale.prepare.prepare_graph`'s handle)."""
         if isinstance(data, DataHandle):
             return data
         if isinstance(data, Graph):
@@ -150,19 +159,31 @@ class DataHandle:
             if value is not None:
                 self.opened.append((str(folder / f"{name}.npy"), int(value.shape[0])))
 
-    def vertex_owner(self, graph: Graph, num_parts: int, partitioner: str, seed: int,
-                     balance: str = "") -> torch.Tensor:
-        """The part of every vertex of ``graph`` (int64 ``[N]``).
+    def vertex_owner(self, num_parts: int) -> torch.Tensor:
+        """The part of every vertex (int64 ``[N]``): all zeros for one part, else the parent's partition.
 
-        The parent's partition when the handle carries one for ``num_parts`` parts; otherwise the partitioner
-        runs here (deterministic for ``seed``, so every worker computes the same array).
+        Raises:
+            ValueError: the handle carries no partition into ``num_parts`` parts (names how to prepare one).
         """
         if num_parts == 1:
-            return torch.zeros(graph.num_nodes, dtype=torch.int64)
-        if self.owner_path is not None and self.owner_parts == num_parts:
-            owner = np.load(self.owner_path, mmap_mode="c")
-            self.opened.append((str(self.owner_path), int(owner.shape[0])))
-            return torch.from_numpy(np.asarray(owner, dtype=np.int64))
-        from graphscale.partition.build import build_vertex_partitioner
+            return torch.zeros(self.num_nodes, dtype=torch.int64)
+        if self.owner_path is None or self.owner_parts != num_parts:
+            have = f"one into {self.owner_parts} parts" if self.owner_path else "none"
+            raise ValueError(f"the data handle carries no vertex partition into {num_parts} parts ({have}); "
+                             f"prepare it for --workers {num_parts} with graphscale.prepare.prepare_data(config) "
+                             "or prepare_graph(graph, config) before the workers start")
+        owner = np.load(self.owner_path, mmap_mode="c")
+        self.opened.append((str(self.owner_path), int(owner.shape[0])))
+        return torch.from_numpy(np.asarray(owner, dtype=np.int64))
 
-        return build_vertex_partitioner(partitioner, balance).partition(graph, num_parts, seed=seed)
+    def require_shared(self, strategy: str) -> Path:
+        """The folder of ``strategy``'s ``prepare_shared``.
+
+        Raises:
+            ValueError: the handle was not prepared for ``strategy`` (names how to prepare it).
+        """
+        if self.shared is None:
+            raise ValueError(f"strategy {strategy!r} reads the plan its parent prepares, which this data handle "
+                             "lacks; prepare the data with graphscale.prepare.prepare_data(config) or "
+                             "prepare_graph(graph, config) before the workers start")
+        return Path(self.shared)

@@ -98,8 +98,9 @@ class Strategy(ABC):
     @classmethod
     def prepare_shared(cls, graph: Graph, owner: torch.Tensor, config: RunConfig, folder: Path) -> None:
         """Write strategy-specific data every worker of a host-shared run maps, into the new ``folder``
-        (in the parent, before any worker starts; ``owner`` is the run's vertex partition). Workers find the
-        folder as ``data.extras["shared"]``."""
+        (in the parent, before any worker starts, for every run of the strategy, one worker included; ``owner`` is
+        the run's vertex partition when :meth:`needs_vertex_partition`, else ``None``). Workers find the folder as
+        ``data.shared`` (:meth:`~graphscale.data.handle.DataHandle.require_shared`)."""
 
     @classmethod
     def store_parts(cls, config: RunConfig, data_bytes: Callable[[], int]) -> int:
@@ -108,9 +109,10 @@ class Strategy(ABC):
         return config.strategy.workers
 
     @classmethod
-    def prepare_partitions(cls, config: RunConfig, handle: DataHandle) -> None:
-        """Check (in the parent) that a partition-local run's store fits the run, and add to ``handle.extras``
-        what the workers need. By default a store must have one part per worker."""
+    def prepare_partitions(cls, config: RunConfig, handle: DataHandle) -> dict:
+        """Check (in the parent) that a partition-local run's store fits the run, and return the handle's fields the
+        strategy prepares for its workers (``state_dir``). By default a store must have one part per worker, and
+        nothing is prepared."""
         parts, workers = int(handle.summary["parts"]), config.strategy.workers
         if handle.summary.get("halo_hops", 1) != 1:
             raise ValueError(f"partition store {handle.path} holds a {handle.summary['halo_hops']}-hop halo "
@@ -120,12 +122,15 @@ class Strategy(ABC):
             raise ValueError(f"partition store {handle.path} has {parts} parts but --workers is {workers}; "
                              f"strategy {config.strategy.name!r} trains one part per worker (use --workers {parts} "
                              "or partition again with --parts)")
+        return {}
 
     def setup(self, data: DataHandle | Graph, model: torch.nn.Module, env: DistEnv, config: RunConfig) -> None:
         """Prepare partitions, buffers and the optimiser. Called once per worker.
 
         Args:
-            data: the worker's data handle (a bare :class:`Graph` is taken as an in-memory handle).
+            data: the worker's data handle, prepared by the parent (:func:`graphscale.prepare.prepare_data`, or
+                :func:`graphscale.prepare.prepare_graph` for an in-memory graph); a bare :class:`Graph` is taken as
+                an in-memory handle with nothing prepared, which only strategies that need nothing prepared accept.
             model: the model, on ``env.device``.
             env: this worker's DistEnv.
             config: the run configuration.
@@ -154,10 +159,9 @@ class Strategy(ABC):
         self.optimizer.add_param_group({"params": [self.input_table.weight]})
         return self.input_table.weight
 
-    def vertex_owner(self, graph: Graph) -> torch.Tensor:
-        """The run's vertex partition into ``world_size`` parts (prepared by the parent where it can be)."""
-        sc = self.config.strategy
-        return self.data.vertex_owner(graph, self.env.world_size, sc.partitioner, self.config.seed, sc.balance)
+    def vertex_owner(self) -> torch.Tensor:
+        """The run's vertex partition into ``world_size`` parts, prepared by the parent."""
+        return self.data.vertex_owner(self.env.world_size)
 
     @abstractmethod
     def train_epoch(self, epoch: int) -> EpochStats:

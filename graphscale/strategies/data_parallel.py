@@ -151,7 +151,7 @@ class DataParallel(MiniBatchStrategy):
         super().setup(data, model, env, config)
         graph = self.graph
         rank, world, policy = env.rank, env.world_size, config.strategy.cache
-        owner = self.vertex_owner(graph) if policy == "pagraph" else None
+        owner = self.vertex_owner() if policy == "pagraph" else None
         self.owner = owner
         self.schedule = MicroBatchSchedule(self.train_ids, config.strategy.batch_size, world, config.seed, owner)
         own_train = self.schedule.own[rank] if owner is not None else None
@@ -251,7 +251,7 @@ def predict(data, model, config, machine, epoch: int = 0):
     sc, world = config.strategy, config.strategy.workers
     graph = data.open_graph()
     elem, params, d = element_size(model), num_params(model), dims(model, config, data)
-    owner = data.vertex_owner(graph, world, sc.partitioner, config.seed, sc.balance) if sc.cache == "pagraph" else None
+    owner = data.vertex_owner(world) if sc.cache == "pagraph" else None
     train_ids = torch.nonzero(graph.train_mask).flatten()
     schedule = MicroBatchSchedule(train_ids, sc.batch_size, world, config.seed, owner)
     caches = [FeatureCache.build(sc.cache, graph, r, world, sc.cache_fraction,

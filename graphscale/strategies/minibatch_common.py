@@ -98,7 +98,7 @@ class MiniBatchStrategy(Strategy):
     def evaluate(self) -> dict[str, float]:
         if self.evaluator is None:  # each worker evaluates its part of the run's vertex partition (few halo rows)
             owner = getattr(self, "owner", None)
-            owner = self.vertex_owner(self.graph) if owner is None else owner
+            owner = self.vertex_owner() if owner is None else owner
             self.evaluator = LayerwiseEvaluator(self.comm, self.graph, self.model, owner,
                                                 batch_rows=self.eval_batch_rows)
         return self.evaluator.evaluate()

@@ -17,6 +17,7 @@ from graphscale.data.feature_cache import FeatureCache, cache_rows
 from graphscale.data.sampler import NeighborSampler
 from graphscale.distributed.env import DistEnv
 from graphscale.nn.models import build_model
+from graphscale.prepare import prepare_graph
 from graphscale.registry import STRATEGIES
 from graphscale.strategies.base import make_optimizer
 from graphscale.strategies.data_parallel import DataParallel, MicroBatchSchedule, reference_step
@@ -53,7 +54,7 @@ def _worker(env: DistEnv, combos: list[tuple[str, str, str]]) -> list[dict]:
         config = make_config(cache, model_name, env.world_size)
         model = build_model(config.model, graph.num_features, graph.num_classes, seed=0, dtype=dtype)
         strategy = DataParallel()
-        strategy.setup(graph, model, env, config)
+        strategy.setup(prepare_graph(graph, config), model, env, config)
         epochs = []
         for epoch in range(EPOCHS):
             stats = strategy.train_epoch(epoch)
@@ -154,7 +155,7 @@ def test_one_worker_is_single_minibatch_training():
               for _ in range(2)]
     single, dp = SingleStrategy(), DataParallel()
     single.setup(graph, models[0], DistEnv.local(), config)
-    dp.setup(graph, models[1], DistEnv.local(), config)
+    dp.setup(prepare_graph(graph, config), models[1], DistEnv.local(), config)
     for epoch in range(2):
         s, d = single.train_epoch(epoch), dp.train_epoch(epoch)
         assert d.loss == pytest.approx(s.loss, rel=1e-12)
@@ -179,7 +180,7 @@ def test_cache_policies_and_errors():
     config = make_config("lru", "sage", 1)
     model = build_model(config.model, graph.num_features, graph.num_classes, seed=0, dtype=torch.float64)
     with pytest.raises(ValueError, match="--cache must be one of none, pagraph, quiver"):
-        DataParallel().setup(graph, model, DistEnv.local(), config)
+        DataParallel().setup(prepare_graph(graph, config), model, DistEnv.local(), config)
     config = make_config("pagraph", "sage", 1)
     config.strategy.cache_fraction = -0.1
     with pytest.raises(ValueError, match=r"--cache-fraction must lie in \[0, 1\]"):  # in the parent

@@ -19,6 +19,7 @@ from graphscale.data.block import Block
 from graphscale.distributed.comm import Comm
 from graphscale.distributed.env import DistEnv
 from graphscale.nn.models import build_model
+from graphscale.prepare import prepare_graph
 from graphscale.strategies.base import COUNTS_PER_SPLIT, SPLITS, counts_to_metrics, split_counts
 from graphscale.strategies.evaluation import (
     EVAL_HALO,
@@ -212,7 +213,7 @@ def test_minibatch_strategies_evaluate_with_it(strategy):
                        strategy=StrategyConfig(name=strategy, workers=1, fanouts=[3, 3], batch_size=8))
     s = STRATEGIES.get(strategy)()
     s.eval_batch_rows = BATCH_ROWS
-    s.setup(graph, model, DistEnv.local(), config)
+    s.setup(prepare_graph(graph, config), model, DistEnv.local(), config)
     assert_metrics(s.evaluate(), ref_metrics, torch.float64, strategy)
     assert isinstance(s.evaluator, LayerwiseEvaluator) and s.evaluator.num_owned == graph.num_nodes
     assert s.evaluator.max_batch_dst == BATCH_ROWS

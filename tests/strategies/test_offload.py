@@ -19,6 +19,7 @@ from graphscale.data.block import Block
 from graphscale.distributed.env import DistEnv
 from graphscale.metrics.units import parse_bytes
 from graphscale.nn.models import build_model
+from graphscale.prepare import prepare_graph
 from graphscale.strategies.base import counts_to_metrics, masked_loss_sum, split_counts
 from graphscale.strategies.offload import OffloadStrategy
 from graphscale.strategies.offload.cost import epoch_bytes, layer_pass_rows, probe_dims
@@ -67,7 +68,7 @@ def _run_combos(env: DistEnv, combos: list[tuple]) -> list[dict]:
         config = make_config(model_name, recompute, dedup, chunks, env.world_size)
         model = build_model(config.model, graph.num_features, graph.num_classes, seed=0, dtype=dtype)
         strategy = OffloadStrategy(order_seed=order_seed)
-        strategy.setup(graph, model, env, config)
+        strategy.setup(prepare_graph(graph, config), model, env, config)
         metrics = strategy.evaluate()  # with the initial parameters, like the reference
         stats = strategy.train_epoch(0)
         owned = strategy.owned
@@ -179,7 +180,7 @@ def test_rejects_bad_options():
         for key, value in strategy.items():
             setattr(config.strategy, key, value)
         model = build_model(config.model, graph.num_features, graph.num_classes, seed=0, dtype=torch.float64)
-        OffloadStrategy().setup(graph, model, env, config)
+        OffloadStrategy().setup(prepare_graph(graph, config), model, env, config)
 
     with pytest.raises(ValueError, match="--recompute hybrid"):
         setup(recompute="hybrid")
@@ -206,7 +207,7 @@ def test_trajectory_matches_single_strategy():
         config = make_config("gat", "recompute", "reorg", 4, 1)
         model = build_model(config.model, graph.num_features, graph.num_classes, seed=0, dtype=torch.float64)
         strategy = SingleStrategy() if name == "single" else OffloadStrategy()
-        strategy.setup(graph, model, DistEnv.local(), config)
+        strategy.setup(prepare_graph(graph, config), model, DistEnv.local(), config)
         losses = [strategy.train_epoch(epoch).loss for epoch in range(5)]
         runs[name] = (losses, [p.detach().clone() for p in model.parameters()], strategy.evaluate())
         strategy.teardown()
@@ -228,7 +229,7 @@ def test_host_arrays_need_room_in_the_shm_dir(tmp_path, monkeypatch):
     def setup() -> OffloadStrategy:
         model = build_model(config.model, graph.num_features, graph.num_classes, seed=0, dtype=torch.float64)
         strategy = OffloadStrategy()
-        strategy.setup(graph, model, DistEnv.local(), config)
+        strategy.setup(prepare_graph(graph, config), model, DistEnv.local(), config)
         return strategy
 
     with monkeypatch.context() as patch:

@@ -9,7 +9,7 @@ import torch
 from graphscale.config import ModelConfig, RunConfig, StrategyConfig
 from graphscale.distributed.env import DistEnv
 from graphscale.nn.models import build_model
-from graphscale.prepare import store_handle, write_training_store
+from graphscale.prepare import prepare_graph, store_handle, write_training_store
 from graphscale.strategies.graph_parallel import GraphParallel
 from graphscale.strategies.offload import OffloadStrategy
 from graphscale.strategies.offload.memory import choose_chunks, estimate_peak
@@ -48,7 +48,7 @@ def test_model_tracks_measured_peak_and_budget_picks_k(model_name, recompute):
     for k in (1, 2, 4, 8):
         graph, config, model = make(model_name, recompute, chunks=k)
         strategy = OffloadStrategy()
-        strategy.setup(graph, model, env, config)
+        strategy.setup(prepare_graph(graph, config), model, env, config)
         measured[k], losses[k] = steady_peak(strategy)
         estimated[k] = estimate_peak(graph, strategy.sets.owner, strategy.sets.batch, 1, k, model, strategy.dims,
                                      config, strategy.bandwidths)
@@ -62,7 +62,7 @@ def test_model_tracks_measured_peak_and_budget_picks_k(model_name, recompute):
     config.strategy.dedup = "intra"  # the identity schedule, as in `smallest` below
     owner = torch.zeros(graph.num_nodes, dtype=torch.int64)
     strategy = OffloadStrategy()
-    strategy.setup(graph, model, env, config)
+    strategy.setup(prepare_graph(graph, config), model, env, config)
     dims = strategy.dims
     smallest = next(k for k in range(1, 9) if estimate_peak(
         graph, owner, two_level_partition(graph, 1, k, "metis", owner=owner)[1], 1, k, model, dims, config,
@@ -87,7 +87,7 @@ def test_chunking_beats_graph_parallel_memory_at_identical_loss(tmp_path):
     gp.teardown()
     graph, config, model = make("gcn", "auto", chunks=16)
     strategy = OffloadStrategy()
-    strategy.setup(graph, model, DistEnv.local(), config)
+    strategy.setup(prepare_graph(graph, config), model, DistEnv.local(), config)
     peak, loss = steady_peak(strategy)
     strategy.teardown()
     assert loss == pytest.approx(gp_stats.loss, rel=1e-5)

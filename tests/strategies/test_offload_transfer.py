@@ -19,6 +19,7 @@ import torch
 from graphscale.config import ModelConfig, OptimConfig, RunConfig, StrategyConfig
 from graphscale.distributed.env import DistEnv
 from graphscale.nn.models import build_model
+from graphscale.prepare import prepare_graph
 from graphscale.strategies.offload import OffloadStrategy
 from graphscale.strategies.offload.cost import epoch_bytes
 from graphscale.strategies.offload.transfer import Request, Transfers, pipelined
@@ -113,7 +114,7 @@ def _run(model_name: str, dedup: str, recompute: str, memory_budget: str | None 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        strategy.setup(graph, model, env, config)
+        strategy.setup(prepare_graph(graph, config), model, env, config)
         setup = env.ledger.since(before)
         stats = [strategy.train_epoch(e) for e in range(2)]
         metrics = strategy.evaluate()

@@ -8,6 +8,7 @@ the pipeline must reproduce its losses, gradients and parameters for every numbe
 from __future__ import annotations
 
 import copy
+import dataclasses
 
 import numpy as np
 import pytest
@@ -19,6 +20,7 @@ from graphscale.data.handle import DataHandle
 from graphscale.distributed.env import DistEnv
 from graphscale.nn.models import build_model
 from graphscale.partition.base import halo_sizes
+from graphscale.prepare import prepare_graph
 from graphscale.strategies.chunking import assign_chunks, chunk_order, rcm_chunks
 from graphscale.strategies.graph_parallel import halo_bytes_per_epoch
 from graphscale.strategies.pipeline.passes import EVAL_HALO, EVAL_STAGE, INIT_HALO, PIPE_BWD, PIPE_FWD, PIPE_INIT
@@ -90,9 +92,7 @@ def handle_with_chunks(g: Graph, chunk_of: torch.Tensor, folder, width: int = 1)
     folder.mkdir(parents=True, exist_ok=True)
     np.save(folder / CHUNK_FILE, chunk_of.numpy())
     np.save(folder / SUBCHUNK_FILE, assign_subchunks(g, chunk_of, width).numpy())
-    handle = DataHandle.in_memory(g)
-    handle.extras["shared"] = str(folder)
-    return handle
+    return dataclasses.replace(DataHandle.in_memory(g), shared=str(folder))
 
 
 def reference_run(g: Graph, chunk_of: torch.Tensor, config: RunConfig, epochs: int = EPOCHS):
@@ -229,7 +229,7 @@ def test_one_chunk_equals_single(model):
     pipe_model = build_model(config.model, g.num_features, 3, seed=0, dtype=torch.float64)
     single_model = copy.deepcopy(pipe_model)
     pipe, single = PipelineStrategy(), SingleStrategy()
-    pipe.setup(g, pipe_model, env, config)
+    pipe.setup(prepare_graph(g, config), pipe_model, env, config)
     single.setup(g, single_model, env, dataclasses_replace_strategy(config, "single"))
     for epoch in range(EPOCHS):
         assert_close_rel(pipe.train_epoch(epoch).loss, single.train_epoch(epoch).loss, torch.float64,
@@ -295,7 +295,7 @@ def test_fixed_point_with_zero_learning_rate(period):
     single.setup(g, copy.deepcopy(pipe_model), DistEnv(), dataclasses_replace_strategy(config, "single"))
     exact = single.train_epoch(0).loss
     pipe = PipelineStrategy()
-    pipe.setup(g, pipe_model, DistEnv(), config)
+    pipe.setup(prepare_graph(g, config), pipe_model, DistEnv(), config)
     for epoch in range(5):
         stats = pipe.train_epoch(epoch)
         assert stats.extra["stale_frac"] > 0
@@ -338,8 +338,7 @@ def _worker(env: DistEnv, jobs: list[tuple[Graph, tuple, str]], width: int = 1) 
         config = make_config(*case, workers=env.world_size)
         config.strategy.hybrid_width = width
         model = build_model(config.model, g.num_features, g.meta["num_classes"], seed=0, dtype=torch.float64)
-        handle = DataHandle.in_memory(g)
-        handle.extras["shared"] = folder
+        handle = dataclasses.replace(DataHandle.in_memory(g), shared=folder)
         strategy = RecordingPipeline()
         strategy.setup(handle, model, env, config)
         stats = [strategy.train_epoch(e) for e in range(EPOCHS)]
@@ -676,8 +675,7 @@ def _resume_worker(env: DistEnv, g: Graph, folders: list[str], ckpt_dir: str) ->
 
     out = []
     for (case, width), folder in zip(RESUME_CASES, folders):
-        handle = DataHandle.in_memory(g)
-        handle.extras["shared"] = folder
+        handle = dataclasses.replace(DataHandle.in_memory(g), shared=folder)
 
         def config(epochs: int, path: str, resume: bool = False, case=case, width=width) -> RunConfig:
             c = make_config(*case, workers=env.world_size)

@@ -19,6 +19,7 @@ from graphscale.distributed.env import DistEnv
 from graphscale.nn.models import build_model
 from graphscale.partition.metis import MetisPartitioner
 from graphscale.partition.random import RandomPartitioner
+from graphscale.prepare import prepare_graph
 from graphscale.registry import STRATEGIES
 from graphscale.strategies.base import make_optimizer, masked_loss_sum
 from graphscale.strategies.single import SingleStrategy
@@ -76,7 +77,7 @@ def _worker(env: DistEnv, combos: list[tuple[str, str, int, int]]) -> list[dict]
         config = make_config(model_name, env.world_size, hidden=hidden)
         model = build_model(config.model, graph.num_features, graph.num_classes, seed=0, dtype=dtype)
         strategy = SplitParallel()
-        strategy.setup(graph, model, env, config)
+        strategy.setup(prepare_graph(graph, config), model, env, config)
         model.train()
         model.set_epoch(0)
         loss, logits, local = strategy.step(strategy.loader.batches(0)[0], strategy.loader.batch_key(0, 0))
@@ -87,7 +88,7 @@ def _worker(env: DistEnv, combos: list[tuple[str, str, int, int]]) -> list[dict]
         # a fresh run: epochs of training, its Ledger, the parameters it ends with
         model = build_model(config.model, graph.num_features, graph.num_classes, seed=0, dtype=dtype)
         strategy = SplitParallel()
-        strategy.setup(graph, model, env, config)
+        strategy.setup(prepare_graph(graph, config), model, env, config)
         stats = [strategy.train_epoch(e) for e in range(epochs)]
         out.append({"loss": loss, "logits": logits, "targets": local.ids(3), "grads": grads,
                     "loss2": loss2, "logits2": logits2, "targets2": local2.ids(3), "grads2": grads2,

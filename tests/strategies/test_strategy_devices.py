@@ -23,9 +23,9 @@ import graphscale
 from graphscale.config import ModelConfig, OptimConfig, RunConfig, StrategyConfig
 from graphscale.data.block import Block
 from graphscale.data.graph import Graph
-from graphscale.data.handle import DataHandle
 from graphscale.distributed.env import DistEnv
 from graphscale.nn.models import build_model
+from graphscale.prepare import prepare_graph
 from graphscale.strategies.task_parallel.chain import num_chunks, resolve_plan
 from graphscale.strategies.task_parallel.chunks import assign_chunks, layout
 from graphscale.strategies.task_parallel.strategy import TaskParallelStrategy
@@ -107,10 +107,11 @@ def _tp_worker(env: DistEnv, g: Graph, cases, guard: bool) -> list[dict]:
         if checkpoint:
             config.checkpoint = "unused.pt"  # only makes the T stages gather to rank 0 after every epoch
         model = build_model(config.model, g.num_features, 3, seed=0, dtype=torch.float64, decoupled=True)
+        handle = prepare_graph(g, config)
         mode = DevicelessFactories()
         with mode if guard else _Nothing():
             strategy = TaskParallelStrategy()
-            strategy.setup(DataHandle.in_memory(g), model, env, config)
+            strategy.setup(handle, model, env, config)
             stats = [strategy.train_epoch(e) for e in range(2)]
             strategy.evaluate()
             if env.rank == 0:

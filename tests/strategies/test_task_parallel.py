@@ -16,10 +16,10 @@ import torch
 
 from graphscale.config import ModelConfig, OptimConfig, RunConfig, StrategyConfig
 from graphscale.data.block import Block
-from graphscale.data.handle import DataHandle
 from graphscale.distributed.env import DistEnv
 from graphscale.nn.layers import gcn_aggregate, gcn_aggregate_transpose
 from graphscale.nn.models import build_model, is_decoupled
+from graphscale.prepare import prepare_graph
 from graphscale.strategies.graph_parallel import allreduce_bytes_per_epoch
 from graphscale.strategies.single import SingleStrategy
 from graphscale.strategies.stage_state import stage_state_bytes
@@ -292,7 +292,7 @@ def _worker(env: DistEnv, g, cases) -> list[dict]:
         config = _config(case, env.world_size)
         model = fresh_model(config, g)
         strategy = TaskParallelStrategy()
-        strategy.setup(DataHandle.in_memory(g), model, env, config)
+        strategy.setup(prepare_graph(g, config), model, env, config)
         stats = [strategy.train_epoch(e) for e in range(EPOCHS)]
         owned = {n: (p.detach().clone(), p.grad.clone()) for n, p in model.named_parameters() if p.grad is not None}
         out.append({"losses": [s.loss for s in stats], "bytes": [s.bytes for s in stats], "owned": owned,
@@ -410,7 +410,7 @@ def _resume_worker(env: DistEnv, g, path: str) -> dict:
         config.checkpoint = path
         model = build_model(config.model, g.num_features, 3, seed=0, dtype=torch.float64, decoupled=True)
         tp = TaskParallelStrategy()
-        tp.setup(DataHandle.in_memory(g), model, env, config)
+        tp.setup(prepare_graph(g, config), model, env, config)
         return tp
 
     straight = strategy()

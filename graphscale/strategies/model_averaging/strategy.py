@@ -207,7 +207,7 @@ class ModelAveraging(Strategy):
         return allocation.parts
 
     @classmethod
-    def prepare_partitions(cls, config: RunConfig, handle: DataHandle) -> None:
+    def prepare_partitions(cls, config: RunConfig, handle: DataHandle) -> dict:
         sc = config.strategy
         parts, workers = int(handle.summary["parts"]), sc.workers
         evaluation_mode(sc.evaluation, int(handle.summary.get("halo_hops", 1)), config.model.layers)
@@ -222,7 +222,8 @@ class ModelAveraging(Strategy):
 
                 key = hashlib.sha1(json.dumps(cls.identity(config, handle), sort_keys=True).encode()).hexdigest()
                 folder = str(resolve_cache_dir(config) / "averaging" / key[:20])
-            handle.extras["state_dir"] = folder
+            return {"state_dir": folder}
+        return {}
 
     @staticmethod
     def identity(config: RunConfig, handle: DataHandle) -> dict:
@@ -255,7 +256,7 @@ class ModelAveraging(Strategy):
         self.device = env.device  # the model, the averaged buffers and every reduced tensor
         self.global_flat = flatten(self.float_state, self.dtype, self.device)  # identical on every worker
         self.global_opt: torch.Tensor | None = None
-        folder = handle.extras.get("state_dir")
+        folder = handle.state_dir
         self.states = PartitionStates(folder, self.identity(config, handle), writer=env.is_main)
         self.comm.barrier()  # run.json exists before any worker writes a state
         self.last_epoch = -1  # the epoch whose partition states are stored

@@ -147,15 +147,23 @@ def save_ragged(folder: Path, name: str, parts: list[torch.Tensor]) -> None:
 
 
 def load_ragged(folder: Path, name: str, count: int) -> list[torch.Tensor]:
-    """The ``count`` parts :func:`save_ragged` wrote, as views of the memory-mapped concatenation.
+    """The ``count`` parts :func:`save_ragged` wrote, each memory-mapped on its own (copy-on-write, pages shared
+    with every process mapping the file): a part's tensor owns a storage of its own bytes, as a part built in
+    memory does, so the memory tracker (which counts storages) counts one chunk's topology, not the file's.
 
     Raises:
         ValueError: the file holds another number of parts.
     """
-    flat, offsets = _read(folder, name), _read(folder, f"{name}_offsets").tolist()
+    path = folder / f"{name}.npy"
+    flat, offsets = np.load(path, mmap_mode="c"), _read(folder, f"{name}_offsets").tolist()
     if len(offsets) != count + 1:
         raise ValueError(f"{folder / (name + '_offsets.npy')}: expected {count + 1} offsets, found {len(offsets)}")
-    return [flat[offsets[g]: offsets[g + 1]] for g in range(count)]
+    if offsets[-1] != flat.shape[0]:
+        raise ValueError(f"{path}: {flat.shape[0]} entries, but its offsets end at {offsets[-1]}")
+    item = flat.dtype.itemsize
+    return [torch.from_numpy(np.memmap(path, flat.dtype, "c", flat.offset + offsets[g] * item,
+                                       (offsets[g + 1] - offsets[g],)))
+            if offsets[g + 1] > offsets[g] else torch.from_numpy(np.zeros(0, flat.dtype)) for g in range(count)]
 
 
 #: the three kinds of per-chunk vertex sets of :class:`ChunkSets`

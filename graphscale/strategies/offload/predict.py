@@ -1,7 +1,6 @@
 """The prediction of an ``offload`` run (:mod:`graphscale.advise.predict`).
 
-The layout is the run's: the parent's chunk sets of the host-shared handle (``prepare_shared``), or for one worker
-:func:`~.strategy.plan_layout` as the strategy's setup computes it. Bytes are :func:`~.cost.epoch_bytes` of the
+The layout is the run's: the parent's chunk sets (``prepare_shared``), as the strategy's setup maps them.
 layout and the per-layer modes :func:`~.cost.layer_modes` picks (the strategy's default bandwidths, as the run's);
 memory is :func:`~.memory.modelled_peaks` (the ``--memory-budget`` model); time prices the chunk passes' rows and
 edges on the machine profile plus the transfers at the profile's host-device (CUDA) or memory (CPU) bandwidth.
@@ -14,7 +13,6 @@ from graphscale.advise.predict import dims as model_dims
 from graphscale.strategies.offload.cost import Bandwidths, epoch_bytes, layer_modes, layer_pass_rows, modelled_seconds
 from graphscale.strategies.offload.memory import fit_phases, modelled_peaks
 from graphscale.strategies.offload.plan import ChunkSets, build_worker_plan, check_dedup
-from graphscale.strategies.offload.strategy import plan_layout
 
 
 def predict(data, model, config, machine):
@@ -23,13 +21,7 @@ def predict(data, model, config, machine):
     elem, params = element_size(model), num_params(model)
     dims = model_dims(model, config, data)
     dedup = check_dedup(sc.dedup)
-    shared = data.extras.get("shared")
-    if shared is not None:
-        sets = ChunkSets.load(shared)
-    else:
-        owner = data.vertex_owner(graph, world, sc.partitioner, config.seed, sc.balance)
-        owner, batch, chunks = plan_layout(graph, owner, world, config, model, dims, Bandwidths())
-        sets = ChunkSets.build(graph, owner, batch, world, chunks)
+    sets = ChunkSets.load(data.require_shared("offload"))  # the run's layout, planned by the parent
     modes = layer_modes(sc.recompute, dims, layer_pass_rows(sets, dedup), graph.num_nodes, elem, Bandwidths())
     out = {k: v for k, v in epoch_bytes(sets, dedup, modes, dims, elem, params).items() if v}
     plans = [build_worker_plan(graph, sets, r, dedup) for r in range(world)]

@@ -16,8 +16,10 @@ reorganises the schedule (``--dedup reorg``,
 memory budget (``--memory-budget``) (:func:`plan_layout`), and writes the chunk
 sets and every worker's plan (its chunk blocks and slot plans,
 :class:`~graphscale.strategies.offload.plan.WorkerPlan`) into the cache directory, which every worker
-memory-maps (one copy per host, in the page cache). Given an in-memory graph instead (tests, the Python API), rank 0 plans
-the layout and broadcasts ``owner`` and ``batch`` (category ``"setup"``). Batch ``j`` = chunk ``(i, j)`` on every worker ``i``.
+memory-maps (one copy per host, in the page cache); an in-memory graph is prepared the same way
+(:func:`graphscale.prepare.prepare_graph`). Only a test's ``order_seed`` (a random schedule) has rank 0 schedule
+the parent's partition and broadcast ``owner`` and ``batch`` (category ``"setup"``). Batch ``j`` = chunk ``(i, j)``
+on every worker ``i``.
 
 **Epoch** (the spec's Algorithm 1). Layer by layer, batch by batch, with a
 barrier between layers:
@@ -271,15 +273,15 @@ class OffloadStrategy(OffloadPasses, Strategy):
         self.elem = torch.empty(0, dtype=self.dtype).element_size()
         self.dims = probe_dims(model, graph.num_features, self.dtype)
         self.num_layers = model.num_layers
-        shared = self.data.extras.get("shared")
-        if shared is not None and self.order_seed is None:  # the parent planned the layout: map its sets and plan
+        shared = self.data.require_shared(config.strategy.name)
+        if self.order_seed is None:  # the parent planned the layout: map its sets and plan
             self.sets = ChunkSets.load(shared)
             if self.sets.num_parts != env.world_size:
                 raise ValueError(f"{shared}: an offload layout for {self.sets.num_parts} workers, not {env.world_size}")
             self.plan: WorkerPlan = WorkerPlan.load(plan_folder(shared, env.rank))
             if self.plan.dedup != self.dedup:
                 raise ValueError(f"{shared}: a plan for --dedup {self.plan.dedup}, not {self.dedup}")
-        else:
+        else:  # a test's random batch order (not a run option): the parent's partition, scheduled here
             owner, batch, chunks = self._layout(graph, config)
             self.sets = ChunkSets.build(graph, owner, batch, env.world_size, chunks)
             self.plan = build_worker_plan(graph, self.sets, env.rank, self.dedup)
@@ -302,12 +304,13 @@ class OffloadStrategy(OffloadPasses, Strategy):
     def _layout(self, graph: Graph, config: RunConfig) -> tuple[torch.Tensor, torch.Tensor, int]:
         """Rank 0 plans the layout (:func:`plan_layout`); everyone receives ``(owner, batch, K)``.
 
-        Runs only for a handle without the parent's layout (an in-memory graph, or ``order_seed``)."""
+        Runs only with ``order_seed`` (a schedule the parent's preparation does not know), on the parent's
+        vertex partition."""
         n = graph.num_nodes
         header = torch.zeros(1, dtype=torch.int64, device=self.device)
         layout = torch.empty(2, n, dtype=torch.int64, device=self.device)
         if self.env.rank == 0:
-            owner, batch, chunks = plan_layout(graph, self.vertex_owner(graph), self.env.world_size, config,
+            owner, batch, chunks = plan_layout(graph, self.vertex_owner(), self.env.world_size, config,
                                                self.model, self.dims, self.bandwidths, self.order_seed)
             header[0] = chunks
             layout[0], layout[1] = owner.to(self.device), batch.to(self.device)

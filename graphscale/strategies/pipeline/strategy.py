@@ -260,13 +260,9 @@ class PipelineStrategy(ChunkPasses, StageCheckpoint, Strategy):
         self.schedule, self.fresh_cross = sc.schedule, sc.cross_chunk_grad == "fresh"
         self.group = self._group_comm(env)
         graph = self.data.open_graph()
-        shared = self.data.extras.get("shared")
-        if shared:
-            chunk_of = torch.from_numpy(np.load(Path(shared) / CHUNK_FILE).astype(np.int64))
-            sub_of = torch.from_numpy(np.load(Path(shared) / SUBCHUNK_FILE).astype(np.int64))
-        else:
-            chunk_of, sub_of = assign_hybrid(graph, num_chunks(config), self.width, sc.hybrid_split, sc.partitioner,
-                                             sc.balance, config.seed)
+        shared = self.data.require_shared(config.strategy.name)
+        chunk_of = torch.from_numpy(np.load(shared / CHUNK_FILE).astype(np.int64))
+        sub_of = torch.from_numpy(np.load(shared / SUBCHUNK_FILE).astype(np.int64))
         self.plan = ChunkPlan.build(graph, chunk_of, sub_of, self.member)
         self.layers = stage_layers(model.num_layers, self.stages)[self.stage]
         self.first, self.last = self.stage == 0, self.stage == self.stages - 1

@@ -30,12 +30,7 @@ def predict(data, model, config, machine, epoch: int = 0):
     sc, world = config.strategy, config.strategy.workers
     graph = data.open_graph()
     elem, params, d = element_size(model), num_params(model), dims(model, config, data)
-    shared = data.extras.get("shared")
-    if shared is not None:
-        plan = SplitPlan.load(shared)
-    else:
-        owner = data.vertex_owner(graph, world, sc.partitioner, config.seed, sc.balance)
-        plan = SplitPlan.build(owner, graph.out_degrees(), world, sc.cache_fraction)
+    plan = SplitPlan.load(data.require_shared("split-parallel"))  # the run's plan, built by the parent
     modes, widths, back = split_modes(layer_kinds(model)), shipped_widths(model), shuffle_backward(model)
     loader = MiniBatchLoader(torch.nonzero(graph.train_mask).flatten(), sc.batch_size, seed=config.seed)
     sampler = NeighborSampler(graph, sc.fanouts, seed=config.seed)

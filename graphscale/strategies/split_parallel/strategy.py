@@ -196,15 +196,9 @@ class SplitParallel(MiniBatchStrategy):
 
     def setup(self, data: DataHandle | Graph, model: torch.nn.Module, env: DistEnv, config: RunConfig) -> None:
         super().setup(data, model, env, config)
-        graph = self.graph
         self.in_degrees = self.sampler.degrees  # the in-degrees, computed once
-        self.owner = self.vertex_owner(graph)
-        shared = self.data.extras.get("shared")
-        if shared is not None:
-            self.plan = SplitPlan.load(shared)
-        else:
-            self.plan = SplitPlan.build(self.owner, graph.out_degrees(), env.world_size,
-                                        config.strategy.cache_fraction)
+        self.owner = self.vertex_owner()
+        self.plan = SplitPlan.load(self.data.require_shared(config.strategy.name))
         self.cache_x = load_host_rows(self.comm, self.x_host, self.plan.cached_ids(env.rank), env.device)  # at setup
         self.kinds = layer_kinds(model)
         self.modes = split_modes(self.kinds)

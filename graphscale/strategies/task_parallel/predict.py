@@ -11,7 +11,6 @@ used until calibrated.)
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 from graphscale.advise.predict import (
     Prediction,
@@ -22,21 +21,18 @@ from graphscale.advise.predict import (
     num_params,
     state_bytes,
 )
-from graphscale.strategies.task_parallel.chain import epoch_bytes, resolve_plan, scheduled_t_workers
+from graphscale.strategies.task_parallel.chain import epoch_bytes, resolve_plan
+from graphscale.strategies.task_parallel.strategy import TaskParallelStrategy
 
 
 def predict(data, model, config, machine):
     from graphscale.strategies.task_parallel.chain import PLAN_FILE
 
     sc = config.strategy
-    shared = data.extras.get("shared")
-    if shared is not None and (Path(shared) / PLAN_FILE).is_file():
-        q = int(json.loads((Path(shared) / PLAN_FILE).read_text())["t_workers"])
-    elif sc.t_workers:
+    if TaskParallelStrategy.shared_data_key(config) is None:  # --t-workers with --chunking contiguous
         q = sc.t_workers
-    else:
-        q = scheduled_t_workers(config, data.num_nodes, int(data.summary["edges"]), data.num_features,
-                                data.num_classes)
+    else:  # the parent's choice
+        q = int(json.loads((data.require_shared("task-parallel") / PLAN_FILE).read_text())["t_workers"])
     plan = resolve_plan(config, q)
     elem, params, d = element_size(model), num_params(model), dims(model, config, data)
     n, e = data.num_nodes, int(data.summary["edges"])

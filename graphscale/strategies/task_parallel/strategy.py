@@ -109,7 +109,6 @@ from graphscale.strategies.task_parallel.chain import (
     num_chunks,
     resolve_plan,
     scheduled_plan,
-    scheduled_t_workers,
 )
 from graphscale.strategies.task_parallel.checkpoint import StageCheckpoint
 from graphscale.strategies.task_parallel.chunks import FULL, Layout, assign_chunks, chunk_members, layout
@@ -199,8 +198,10 @@ class TaskParallelStrategy(TSegments, PSegments, Exchange, StageCheckpoint, Stra
             raise ValueError(f"--workers {sc.workers} but the group has {env.world_size} workers")
         self.comm = Comm(env)
         graph = self.data.open_graph()
-        shared = self.data.extras.get("shared")
-        self.plan = resolve_plan(config, self._t_workers(graph, Path(shared) if shared else None))
+        # the parent's plan and chunks; nothing is prepared for --t-workers with --chunking contiguous
+        shared = None if self.shared_data_key(config) is None else self.data.require_shared(config.strategy.name)
+        q = sc.t_workers if shared is None else int(json.loads((shared / PLAN_FILE).read_text())["t_workers"])
+        self.plan = resolve_plan(config, q)
         check_plan(config, self.plan)
         self.split = task_split(model)
         self.segments = build_segments(self.split, self.plan)
@@ -211,9 +212,9 @@ class TaskParallelStrategy(TSegments, PSegments, Exchange, StageCheckpoint, Stra
         self.graph = graph
         self.num_nodes = graph.num_nodes
         self.num_chunks = num_chunks(config, self.plan)
-        if shared and (Path(shared) / CHUNK_FILE).is_file():
-            self.chunk_of = torch.from_numpy(np.load(Path(shared) / CHUNK_FILE).astype(np.int64))
-        else:
+        if sc.chunking == "partitioner":  # the parent's chunks
+            self.chunk_of = torch.from_numpy(np.load(shared / CHUNK_FILE).astype(np.int64))
+        else:  # contiguous ranges
             self.chunk_of = assign_chunks(graph, self.num_chunks, sc.chunking, sc.partitioner, sc.balance,
                                           config.seed)
         self.members = chunk_members(self.chunk_of, self.num_chunks)
@@ -234,19 +235,6 @@ class TaskParallelStrategy(TSegments, PSegments, Exchange, StageCheckpoint, Stra
         self.trim = not allocator.state()["retaining"]
         self.tracker.track_module("model", model, category=PARAMETERS)
         self.timeline: list[tuple] = []
-
-    def _t_workers(self, graph: Graph, shared: Path | None) -> int:
-        """``q``: the parent's choice (written with the shared data), ``--t-workers``, or the scheduling model's
-        on rank 0, broadcast (a handle without the parent's preparation)."""
-        if shared is not None and (shared / PLAN_FILE).is_file():
-            return int(json.loads((shared / PLAN_FILE).read_text())["t_workers"])
-        if self.config.strategy.t_workers:
-            return self.config.strategy.t_workers
-        q = torch.zeros(1, dtype=torch.int64, device=self.device)
-        if self.env.rank == 0:
-            q[0] = scheduled_t_workers(self.config, graph.num_nodes, graph.num_edges, graph.num_features,
-                                       graph.num_classes)
-        return int(self.comm.broadcast(q, 0, CONTROL)[0])
 
     def _group_comms(self, env: DistEnv) -> dict[tuple[str, int], Comm]:
         """A Comm per group of more than one rank (every rank creates every group, in the same order)."""
