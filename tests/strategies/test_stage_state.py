@@ -4,6 +4,8 @@ pipeline's checkpoint gathers move those bytes (task-parallel's resume test live
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
@@ -125,8 +127,7 @@ def _pipeline_worker(env: DistEnv, g, folder: str, width: int) -> dict:
                        strategy=StrategyConfig(name="pipeline", workers=env.world_size, chunks=4, history_period=2,
                                                hybrid_width=width),
                        seed=0, dtype="float64")
-    handle = DataHandle.in_memory(g)
-    handle.extras["shared"] = folder
+    handle = dataclasses.replace(DataHandle.in_memory(g), shared=folder)
     model = build_model(config.model, g.num_features, 3, seed=0, dtype=torch.float64)
     strategy = PipelineStrategy()
     strategy.setup(handle, model, env, config)
