@@ -45,7 +45,7 @@ def _worker_pool(request):
     mp.undo()
     pool.close()
     if hasattr(request.config, "workeroutput"):  # a pytest-xdist worker: its counts go to the controller's summary
-        request.config.workeroutput["worker_pool"] = (pool.pooled, pool.spawned)
+        request.config.workeroutput["worker_pool"] = (pool.pooled, pool.started, pool.spawned)
 
 
 @pytest.fixture(autouse=True)
@@ -65,18 +65,20 @@ def _fresh_workers_for_perf(request, _worker_pool):
 @pytest.hookimpl(optionalhook=True)
 def pytest_testnodedown(node, error):
     """pytest-xdist's controller: add up the pool counts of its worker processes (each has its own pool)."""
-    pooled, spawned = getattr(node, "workeroutput", {}).get("worker_pool", (0, 0))
-    counts = node.config.stash.setdefault(_XDIST_COUNTS_KEY, [0, 0])
-    counts[0] += pooled
-    counts[1] += spawned
+    mine = getattr(node, "workeroutput", {}).get("worker_pool", (0, 0, 0))
+    counts = node.config.stash.setdefault(_XDIST_COUNTS_KEY, [0, 0, 0])
+    for i, count in enumerate(mine):
+        counts[i] += count
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
     """How many multi-worker runs the pool served and how many were spawned (over every xdist process)."""
     pool = config.stash.get(_POOL_KEY, None)
-    pooled, spawned = (pool.pooled, pool.spawned) if pool is not None else config.stash.get(_XDIST_COUNTS_KEY, (0, 0))
+    counts = (pool.pooled, pool.started, pool.spawned) if pool is not None else config.stash.get(_XDIST_COUNTS_KEY, None)
+    pooled, started, spawned = counts or (0, 0, 0)
     if pooled + spawned:
-        terminalreporter.write_line(f"worker pool: {pooled} runs in pooled workers, {spawned} spawned")
+        terminalreporter.write_line(f"worker pool: {pooled} runs in pooled workers ({started} pools started), "
+                                    f"{spawned} spawned")
 
 
 def pytest_collection_modifyitems(config, items):
