@@ -49,6 +49,7 @@ else
   wait "$device_pid" || device=$?
   echo "device kernel backend (GRAPHSCALE_KERNELS=torch), run alongside the unit tier: the strategies' exactness tests"
   cat "$device_log"
+  rm -f "$device_log"  # (the perf tier's exec below skips the EXIT trap)
   if [ "$unit" -ne 0 ] || [ "$device" -ne 0 ]; then
     echo "unit tier exit status $unit, device kernel backend exit status $device: the perf tier does not run" >&2
     exit 1
