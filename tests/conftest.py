@@ -10,6 +10,8 @@ import pytest
 #: the CPU ones in a persistent pool (graphscale/testing/pool.py)
 POOL_ENV = "GRAPHSCALE_TEST_POOL"
 _POOL_KEY = pytest.StashKey()
+#: under pytest-xdist, the controller's sum of its worker processes' pool counts
+_XDIST_COUNTS_KEY = pytest.StashKey()
 
 
 @pytest.fixture(autouse=True, scope="session")
@@ -42,6 +44,8 @@ def _worker_pool(request):
     yield pool
     mp.undo()
     pool.close()
+    if hasattr(request.config, "workeroutput"):  # a pytest-xdist worker: its counts go to the controller's summary
+        request.config.workeroutput["worker_pool"] = (pool.pooled, pool.started, pool.spawned)
 
 
 @pytest.fixture(autouse=True)
@@ -58,17 +62,34 @@ def _fresh_workers_for_perf(request, _worker_pool):
     mp.undo()
 
 
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error):
+    """pytest-xdist's controller: add up the pool counts of its worker processes (each has its own pool)."""
+    mine = getattr(node, "workeroutput", {}).get("worker_pool", (0, 0, 0))
+    counts = node.config.stash.setdefault(_XDIST_COUNTS_KEY, [0, 0, 0])
+    for i, count in enumerate(mine):
+        counts[i] += count
+
+
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
-    """How many multi-worker runs the pool served and how many were spawned."""
+    """How many multi-worker runs the pool served and how many were spawned (over every xdist process)."""
     pool = config.stash.get(_POOL_KEY, None)
-    if pool is not None and pool.pooled + pool.spawned:
-        terminalreporter.write_line(f"worker pool: {pool.pooled} runs in pooled workers, {pool.spawned} spawned")
+    counts = (pool.pooled, pool.started, pool.spawned) if pool is not None else config.stash.get(_XDIST_COUNTS_KEY, None)
+    pooled, started, spawned = counts or (0, 0, 0)
+    if pooled + spawned:
+        terminalreporter.write_line(f"worker pool: {pooled} runs in pooled workers ({started} pools started), "
+                                    f"{spawned} spawned")
 
 
 def pytest_collection_modifyitems(config, items):
-    """Tests marked ``gpu`` are skipped, with the reason, where torch sees no CUDA device."""
+    """Tests marked ``gpu`` are skipped, with the reason, where torch sees no CUDA device. Under pytest-xdist
+    (``scripts/test.sh`` runs ``pytest -n 2``) the tests marked ``slow`` come first, the rest in their usual order: the
+    scheduler hands tests out in collection order, so the long ones start early and the short ones fill the two
+    processes' ends evenly instead of one long test finishing alone."""
     import torch
 
+    if hasattr(config, "workerinput"):  # an xdist worker: every worker sorts its (identical) collection the same way
+        items.sort(key=lambda item: item.get_closest_marker("slow") is None)  # stable: the rest keep their order
     if torch.cuda.is_available():
         return
     skip = pytest.mark.skip(reason="gpu: torch sees no CUDA device")

@@ -25,10 +25,19 @@ def one_thread():
     torch.set_num_threads(before)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("model, bar", [("gcn", 0.80), ("gat", 0.81)])
 def test_cora_accuracy_over_5_seeds(model, bar, one_thread):
-    """The issue's bars: GCN >= 80%, GAT >= 81% test accuracy on Cora, averaged over 5 seeds."""
-    accs = [run(cora(model, seed=s))["final"]["test_acc"] for s in range(5)]
+    """The issue's bars: GCN >= 80%, GAT >= 81% test accuracy on Cora (at the best validation epoch), averaged over
+    5 seeds, reached in 100 epochs (half the default 200: the suite's longest test otherwise).
+
+    Measured (seeds 0-9, one thread; an epoch-E run is the first E epochs of the 200-epoch run, so both columns
+    come from the same runs): GCN, 100 epochs: 0.811 0.815 0.831 0.818 0.811 0.823 0.798 0.818 0.819 0.811, mean
+    of seeds 0-4 0.817, of any 5 consecutive seeds at least 0.814 (200 epochs: 0.819 and 0.816). GAT, 100 epochs:
+    0.837 0.820 0.831 0.814 0.825 0.814 0.806 0.815 0.817 0.820, mean of seeds 0-4 0.825, of any 5 consecutive
+    seeds at least 0.814 (200 epochs: 0.833 and 0.822). The bars stay the issue's (at 50 epochs GCN's would fail:
+    0.772 over seeds 0-4)."""
+    accs = [run(cora(model, epochs=100, seed=s))["final"]["test_acc"] for s in range(5)]
     assert statistics.mean(accs) >= bar, accs
 
 

@@ -170,6 +170,8 @@ class WorkerPool:
         self._pools: dict[tuple, _Pool] = {}
         #: runs served by the pool and runs handed to the launcher's spawning
         self.pooled = self.spawned = 0
+        #: pools started (each spawns ``world_size`` interpreters; a world size not kept starts a new one)
+        self.started = 0
 
     def __call__(self, fn: Callable, world_size: int, args: tuple, backend: str, kind: str, timeout_s: float,
                  allocator_mode: str) -> list[Any]:
@@ -187,6 +189,7 @@ class WorkerPool:
             while len(self._pools) >= MAX_POOLS:
                 self._pools.pop(next(iter(self._pools))).close()
             pool = _Pool(world_size, timeout_s, allocator_mode)
+            self.started += 1
             if not pool.ok:
                 pool.close()
                 return self._spawned(fn, world_size, args, backend, kind, timeout_s, allocator_mode)

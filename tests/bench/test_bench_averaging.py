@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import argparse
 
+import pytest
+
 from graphscale.bench import averaging
 
 
+@pytest.mark.slow
 def test_bench_averaging_runs_the_grid_and_plots(tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("GRAPHSCALE_CACHE_DIR", str(tmp_path / "cache"))
     parser = argparse.ArgumentParser()

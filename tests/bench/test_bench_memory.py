@@ -13,6 +13,7 @@ from graphscale.cli import main
 MiB = 2**20
 
 
+@pytest.mark.slow
 def test_bench_memory_tabulates_each_strategy_per_worker(tmp_path, capsys, monkeypatch):
     real = memory.train_once
 

@@ -89,6 +89,7 @@ def test_failed_runs_end_without_waiting_for_the_hang_or_the_timeout(record_prop
     assert raising < 25  # the parent stopped the blocked worker, it did not wait for the timeout
 
 
+@pytest.mark.slow
 def test_hung_worker_ends_the_run_within_the_timeout_naming_rank_and_collective():
     error = _hung_run()
     assert error.rank == 0 and error.still_running == [1]

@@ -166,6 +166,7 @@ def check_run(world_size: int, results: list[list[dict]]) -> None:
             assert_close_rel(g, g_h, torch.float64, what=f"{other} vs hybrid gradient")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("world_size", [1, 2, 4])
 def test_offload_matches_single_process(world_size):
     check_run(world_size, run_distributed(_worker, world_size, COMBOS))

@@ -245,6 +245,7 @@ def test_bad_options_are_named():
 
 
 # --------------------------------------------------------------------------- training
+@pytest.mark.slow
 @pytest.mark.parametrize("world_size", [1, 2, 3, 4])
 def test_split_parallel_matches_single(world_size):
     results = run_distributed(_worker, world_size, COMBOS)

@@ -322,6 +322,7 @@ def _mirror_rows(g, config, plan, epoch: int) -> dict[int, int]:
     return rows
 
 
+@pytest.mark.slow
 def test_distributed_runs_equal_their_oracles_and_move_the_closed_form_bytes():
     """§4 on 4 workers: placement invariance (T/P splits, both p_splits, hybrid groups: loss, every gradient and
     parameter after 5 Adam steps = single on the decoupled model); causal / block_diag / subgraph-mean = the masked
