@@ -126,3 +126,112 @@ def test_feature_dtype_refusals(tmp_path):
     with pytest.raises(ValueError, match=r"run.toml: \[data\] feature_dtype is not used by strategy 'pipeline'"):
         build_config({}, tmp_path / "run.toml")
     validate(config(strategy={"name": "graph-parallel", "workers": 2}))
+
+
+class DropInput(torch.nn.Module):
+    """A forward that drops its input before the first conv (not learned, but conv 0 does not read ``x`` itself)."""
+
+    def __init__(self) -> None:
+        from torch_geometric.nn.conv import SAGEConv
+
+        from graphscale.testing import pyg_models
+
+        super().__init__()
+        self.conv1, self.conv2 = SAGEConv(pyg_models.IN, 8), SAGEConv(8, pyg_models.CLASSES)
+
+    def forward(self, x, edge_index):
+        h = torch.nn.functional.dropout(x, 0.5, self.training)
+        return self.conv2(torch.relu(self.conv1(h, edge_index)), edge_index)
+
+
+#: forward models (graphscale.testing.pyg_models factories, or this module's) and whether layer 0 moves stored rows
+FORWARD = {"sage_jk_cat": True, "skip_jk_dropout": False, "drop_input": False}
+
+
+def forward_model(name: str):
+    from graphscale.nn.pyg import as_gnn
+    from graphscale.testing import pyg_models
+
+    torch.manual_seed(0)
+    module = DropInput() if name == "drop_input" else getattr(pyg_models, name)()
+    return as_gnn(module, pyg_models.IN, pyg_models.CLASSES, seed=0)
+
+
+def forward_config(strategy: str, workers: int) -> RunConfig:
+    config = RunConfig(model=ModelConfig(name="graphscale.testing.pyg_models:sage_jk_cat"),
+                       optim=OptimConfig(lr=0.01, weight_decay=5e-4),
+                       strategy=StrategyConfig(name=strategy, workers=workers, partitioner="random"), seed=0)
+    config.data.feature_dtype = "bfloat16"
+    return config
+
+
+def forward_graph():
+    from graphscale.testing import pyg_models
+
+    return random_graph(40, avg_degree=4.0, num_features=pyg_models.IN, num_classes=pyg_models.CLASSES, seed=0,
+                        dtype=torch.float32, isolated=2)
+
+
+def _predicted_halo(handle, model, config, whole: bool = True) -> int:
+    """The halo bytes the advisor predicts: graph-parallel's ``predict`` (``whole``), or the byte part of it
+    (``epoch_bytes``; the advisor's width probe does not run a forward model)."""
+    from graphscale.advise.profile import synthetic
+    from graphscale.partition.store import read_store_meta
+    from graphscale.strategies.graph_parallel import epoch_bytes, predict
+
+    if whole:
+        return predict(handle, model, config, synthetic()).bytes.get("halo", 0)
+    params = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    return epoch_bytes(read_store_meta(handle.path)["parts"], model, config, 4, params).get("halo", 0)
+
+
+def _forward_worker(env, store: str, gcnii_store: str) -> dict:
+    out = {}
+    for name in FORWARD:
+        config = forward_config("graph-parallel", env.world_size)
+        handle = store_handle(store, "none", "bfloat16")
+        model = forward_model(name)
+        out[name] = train(GraphParallel(), model, handle, env, config)
+        out[name].update(widths=model.layer_widths(), learned=model.learned_input_map,
+                         predicted=_predicted_halo(handle, model, config, whole=False))
+    config = make_config("gcnii", "graph-parallel", env.world_size)
+    handle = store_handle(gcnii_store, "none", "bfloat16")
+    model = build_model(config.model, handle.num_features, handle.num_classes, seed=0)
+    out["gcnii"] = train(GraphParallel(), model, handle, env, config)
+    out["gcnii"]["predicted"] = _predicted_halo(handle, model, config)
+    return out
+
+
+def test_graph_parallel_bfloat16_halo_of_forward_models_and_gcnii_equals_closed_form_and_predict(tmp_path):
+    """A PyG model with its own forward whose first conv reads ``x`` itself exchanges the stored bfloat16 rows at
+    layer 0 (upcast in the conv's step; losses equal ``single``'s on the same rows); one that computes on ``x``
+    first (a linear map, a dropout) exchanges float32 rows. The Ledger's halo bytes equal the closed form and the
+    advisor's prediction, also for GCNII (a learned input map: float32 rows both ways)."""
+    from graphscale.distributed.env import DistEnv
+
+    store, gcnii_store = tmp_path / "store", tmp_path / "gcnii"
+    write_training_store(forward_graph(), store, 2, "random", seed=0)
+    write_training_store(make_graph(), gcnii_store, 2, "random", seed=0)
+    runs = run_distributed(_forward_worker, 2, str(store), str(gcnii_store))
+    graph = forward_graph()
+    for name, raw in FORWARD.items():
+        results = [r[name] for r in runs]
+        assert [r["raw_exchange"] for r in results] == [raw, raw], name
+        sizes, widths, learned = [r["halo_rows"] for r in results], results[0]["widths"], results[0]["learned"]
+        assert learned == (name == "skip_jk_dropout"), name
+        expected = halo_bytes_per_epoch(sizes, widths, 4, learned, input_element_size=2 if raw else 4)
+        if raw:  # half of float32's layer-0 bytes
+            assert expected == halo_bytes_per_epoch(sizes, widths, 4, False) - sum(sizes) * widths[0] * 2
+        for epoch in range(EPOCHS):
+            assert sum(r["bytes"][epoch]["halo"] for r in results) == expected > 0, (name, epoch)
+        assert all(r["predicted"] == expected for r in results), name
+        config = forward_config("single", 1)
+        ref = train(SingleStrategy(), forward_model(name), DataHandle.in_memory(graph), DistEnv.local(), config)
+        for rank, r in enumerate(results):
+            assert r["x_dtype"] == torch.bfloat16
+            assert_close_rel(torch.tensor(r["losses"]), torch.tensor(ref["losses"]), torch.float32,
+                             what=f"{name} rank {rank} losses")
+    gcnii = [r["gcnii"] for r in runs]
+    assert not any(r["raw_exchange"] for r in gcnii)
+    measured = sum(r["bytes"][0]["halo"] for r in gcnii)
+    assert all(r["predicted"] == measured > 0 for r in gcnii)

@@ -60,8 +60,9 @@ from graphscale.nn.dropout import keyed_dropout
 from graphscale.nn.gnn import GNN
 from graphscale.nn.pyg_convs import ConvLayer, check_conv, check_row_wise, class_name, message_passing_class, run_conv
 
-#: the dropout functions keyed in ``keyed`` mode
-_DROPOUTS = (F.dropout, torch.dropout)
+#: the dropout functions keyed in ``keyed`` mode (``torch.dropout_`` and ``inplace=True``: the keyed rows written
+#: into the input, as torch's in-place dropout does)
+_DROPOUTS = (F.dropout, torch.dropout, torch.dropout_)
 #: functions that draw from the process RNG, refused in ``keyed`` mode (the dropouts among them when active)
 _RANDOM = (F.alpha_dropout, F.feature_alpha_dropout, F.dropout1d, F.dropout2d, F.dropout3d, torch.bernoulli,
            torch.rand, torch.rand_like, torch.randn, torch.randn_like, torch.randint, torch.randint_like,
@@ -126,6 +127,9 @@ class _Run(TorchFunctionMode):
         self.sites = 0
         self.inside = False
         self.stand_in = EdgeIndexStandIn()
+        self.given: Tensor | None = None  # the x the forward is given
+        self.stored: Tensor | None = None  # what conv call 0 gets instead of ``given`` itself (:meth:`ForwardGNN.run`)
+        self.first_reads_input = False  # whether conv call 0's input is ``given`` itself
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -141,11 +145,13 @@ class _Run(TorchFunctionMode):
 
     def _dropout(self, func, args, kwargs):
         bound = inspect.signature(F.dropout).bind(*args, **kwargs) if func is F.dropout else None
-        if bound is None:  # torch.dropout(input, p, train)
+        if bound is None:  # torch.dropout(input, p, train), torch.dropout_(input, p, train)
             x, p, training = (list(args) + [kwargs.get(k) for k in ("input", "p", "train")][len(args):])[:3]
+            inplace = func is torch.dropout_
         else:
             bound.apply_defaults()
             x, p, training = bound.arguments["input"], bound.arguments["p"], bound.arguments["training"]
+            inplace = bool(bound.arguments["inplace"])
         if not training or p == 0.0:
             return x
         if x.dim() != 2 or x.shape[0] != self.rows:
@@ -154,7 +160,10 @@ class _Run(TorchFunctionMode):
                                   "--pyg-dropout torch")
         site = self.sites
         self.sites += 1
-        return keyed_dropout(x, self.ids, float(p), self.model.seed, self.model.epoch, site, True)
+        out = keyed_dropout(x, self.ids, float(p), self.model.seed, self.model.epoch, site, True)
+        # in place: the keyed rows copied into x (autograd records the copy; the keyed dropout's backward needs only
+        # the ids, so overwriting its input is safe, and x's producer sees the in-place write as under torch's)
+        return x.copy_(out) if inplace else out
 
     def conv_call(self, conv: nn.Module, forward, *args, **kwargs):
         """A conv's forward while the model's forward runs: the strategy's layer, or the conv's own ``forward``
@@ -181,6 +190,13 @@ class _Run(TorchFunctionMode):
         self.calls.append(conv)
         self.widths.append(int(x.shape[1]))
         self.grads.append(x.requires_grad)
+        if i == 0:
+            self.first_reads_input = x is self.given
+            if self.stored is not None:
+                if not self.first_reads_input:
+                    raise ForwardUseError("call 0 read its forward's x itself at validation but not now; graphscale "
+                                          "needs the same conv calls on every forward")
+                x = self.stored
         self.inside = True
         try:
             with torch._C.DisableTorchFunction():  # the strategy's exchange and the conv run unobserved
@@ -248,34 +264,46 @@ class ForwardGNN(GNN):
         self.__dict__["layers"] = list(layers)  # not submodules: the convs are registered once, in ``net``
         self.net = module
         self.pyg_dropout, self.label, self.reason, self.out_width = dropout, label, reason, out_width
-        self.first_input_learned = self._check_rows(graph)
+        self.first_input_learned, self.first_reads_input = self._check_rows(graph)
 
     # ------------------------------------------------------------ running
     @property
     def learned_input_map(self) -> bool:
         """Whether the first conv call's input depends on parameters (then graph-parallel's layer-0 halo exchange
         runs backward too: :func:`~graphscale.strategies.graph_parallel.halo_bytes_per_epoch`); read in the dry
-        run's training-mode forward. The forward reads the input rows itself either way: a strategy hands it
-        upcast rows, never exchanges raw ones first."""
+        run's training-mode forward. See also :attr:`reads_stored_input`."""
         return self.first_input_learned
 
-    def run(self, x: Tensor, ids: Tensor, layer: Callable[[int, Tensor], Tensor]) -> Tensor:
+    @property
+    def reads_stored_input(self) -> bool:
+        """Whether the first conv call's input is the forward's ``x`` itself (no dropout or other code on it in
+        the dry run's training-mode forward): then :meth:`run` with ``stored_input=True`` hands that call the
+        stored rows (bfloat16 with ``--feature-dtype``), which :meth:`step` upcasts, and graph-parallel exchanges
+        them as stored (``b_0 = 2``); otherwise layer 0 exchanges the forward's float32 rows."""
+        return self.first_reads_input
+
+    def run(self, x: Tensor, ids: Tensor, layer: Callable[[int, Tensor], Tensor], stored_input: bool = False) -> Tensor:
         """The user's forward on the row space ``ids`` (module docstring).
 
         Args:
-            x: input rows of the row space, ``[R, in]``.
+            x: input rows of the row space, ``[R, in]`` (bfloat16 stored rows are upcast for the forward).
             ids: int64 global ids of the row space ``[R]`` (dropout keys).
             layer: ``layer(i, h) -> out``: conv call ``i`` on the strategy's block from ``h [R, d_i]``; ``out``
                 holds the outputs of the first ``D <= R`` rows.
+            stored_input: where :attr:`reads_stored_input`, conv call 0 gets ``x`` as stored rather than its upcast
+                copy (the same values once :meth:`step` upcasts them: a strategy moves the stored bytes).
 
         Returns:
             The forward's output ``[R, classes]``.
         """
-        return self._run(self.net, self.upcast(x), ids, layer, self.num_layers)[0]
+        up = self.upcast(x)
+        stored = x if stored_input and self.first_reads_input and up is not x else None
+        return self._run(self.net, up, ids, layer, self.num_layers, stored=stored)[0]
 
     def _run(self, module: nn.Module, x: Tensor, ids: Tensor, layer, limit: int | None,
-             states: list | None = None) -> tuple[Tensor, _Run]:
+             states: list | None = None, stored: Tensor | None = None) -> tuple[Tensor, _Run]:
         state = _Run(self, ids, x.shape[0], layer, limit)
+        state.given, state.stored = x, stored
         if states is not None:
             states.append(state)
         convs = _convs(module)
@@ -374,10 +402,11 @@ class ForwardGNN(GNN):
             raise ValueError(f"{self.label}: its forward calls none of its convs")
         return state.calls, state.widths, int(out.shape[1])
 
-    def _check_rows(self, graph: Graph) -> bool:
+    def _check_rows(self, graph: Graph) -> tuple[bool, bool]:
         """Refuse a forward that mixes rows, or that draws masks keyed dropout cannot key (module docstring): on a
         float64 copy, the probe graph whole (eval mode) against a sampled batch with full neighbourhoods, then one
-        training-mode forward. Returns whether the first conv call's input requires grad there."""
+        training-mode forward. Returns whether the first conv call's input requires grad there, and whether it is
+        the forward's ``x`` itself."""
         model = copy.deepcopy(self).double()
         x = graph.x.double()
         targets = torch.tensor([0, _PROBE_NODES // 2])
@@ -401,7 +430,7 @@ class ForwardGNN(GNN):
                              "its receptive field: a pooling, a normalisation over the rows of a batch, ...), which a "
                              "partition or a mini-batch holds differently from the whole graph; graphscale needs "
                              "row-wise code between the convs")
-        return state.grads[0]
+        return state.grads[0], state.first_reads_input
 
 
 #: vertices of the validation probe graph

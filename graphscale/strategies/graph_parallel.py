@@ -62,7 +62,10 @@ of layer 0 is skipped (``k_0 = 1``). With ``--feature-dtype bfloat16`` the worke
 holds its feature rows in bfloat16 and step 0 exchanges them as stored (``b_0 =
 2``; the step upcasts its source rows and applies its dropout after the exchange,
 keyed by the same ids, so the rows are those of ``single``); a learned
-``input_map`` reads its upcast rows locally and exchanges float32 rows as usual. GCNII's ``input_map`` is a learned
+``input_map`` reads its upcast rows locally and exchanges float32 rows as usual. A PyG model with its own
+forward exchanges the stored rows where its first conv call reads the forward's ``x`` itself (the conv's step
+upcasts them); where the forward computes on ``x`` first (a dropout, a linear map), layer 0 exchanges that
+float32 result (:func:`exchanges_stored_input`). GCNII's ``input_map`` is a learned
 projection, so its layer-0 exchange runs in both directions. With ``rho =
 sum_i |B_i| / N`` and all ``d_l = H`` this is GNNPipe's ``V_g = 2 rho L N H b``
 (minus the skipped backward).
@@ -137,6 +140,14 @@ def halo_bytes_per_epoch(halo_sizes: Sequence[int], widths: Sequence[int], eleme
     first = element_size if input_element_size is None else input_element_size
     return sum((2 if (layer > 0 or first_backward) else 1) * rows * int(d) * (first if layer == 0 else element_size)
                for layer, d in enumerate(widths))
+
+
+def exchanges_stored_input(model: torch.nn.Module) -> bool:
+    """Whether step 0 reads the stored feature rows themselves, so that with ``--feature-dtype bfloat16`` layer 0
+    exchanges them as stored (``b_0 = 2``): a model without a learned ``input_map``; for a PyG model with its own
+    forward, one whose first conv call reads the forward's ``x`` itself
+    (:attr:`~graphscale.nn.pyg_forward.ForwardGNN.reads_stored_input`)."""
+    return getattr(model, "reads_stored_input", not model.learned_input_map)
 
 
 def allreduce_bytes_per_epoch(num_params: int, world_size: int, element_size: int) -> int:
@@ -315,7 +326,7 @@ class GraphParallel(Strategy):
                 x = row_normalize(x)
             self.x = x.to(device=device, dtype=self.feature_dtype())
         #: step 0 exchanges the stored feature rows (bfloat16 bytes), upcast in the step, instead of their dropout
-        self.raw_exchange = self.x.dtype == torch.bfloat16 and not model.learned_input_map
+        self.raw_exchange = self.x.dtype == torch.bfloat16 and exchanges_stored_input(model)
         self.y = local.y[:n_inner].to(device)
         self.masks = {}
         for split in SPLITS:
@@ -353,7 +364,8 @@ class GraphParallel(Strategy):
         """This worker's logits, ``[|P_i|, C]`` in the order of :attr:`inner_ids` (a collective)."""
         model = self.model
         if not getattr(model, "layer_sequential", True):  # a PyG model with its own forward, on the owned rows
-            return model.run(self.x, self.inner_ids, lambda l, h: model.step(l, self.block, self.halo.gather(h)))
+            return model.run(self.x, self.inner_ids, lambda l, h: model.step(l, self.block, self.halo.gather(h)),
+                             stored_input=self.raw_exchange)
         h = self.x if self.raw_exchange else model.input_map(model.upcast(self.x), self.inner_ids)
         h0 = h if model.needs_h0 else None
         for layer in range(model.num_layers):
@@ -413,6 +425,20 @@ class GraphParallel(Strategy):
             self.tracker.untrack(name)
 
 
+def epoch_bytes(parts: list[dict], model: torch.nn.Module, config: RunConfig, element_size: int,
+                num_params: int) -> dict[str, int]:
+    """The bytes per training epoch :func:`predict` predicts, by category (zero categories left out), from the
+    store's per-part counts (``parts``: ``meta.json``'s list, ``num_halo`` read)."""
+    workers = len(parts)
+    halo = [int(p["num_halo"]) for p in parts]
+    first = 2 if config.data.feature_dtype == "bfloat16" and exchanges_stored_input(model) else None
+    out = {HALO: halo_bytes_per_epoch(halo, model.layer_widths(), element_size, model.learned_input_map, first)}
+    if workers > 1:
+        out["allreduce"] = allreduce_bytes_per_epoch(num_params, workers, element_size)
+        out[CONTROL] = allreduce_bytes_per_epoch(1, workers, 8)
+    return {k: v for k, v in out.items() if v}
+
+
 def predict(data, model, config, machine):
     """The prediction of a ``graph-parallel`` run (:mod:`graphscale.advise.predict`) from its partition store's
     per-part counts (``meta.json``: inner, halo and edge counts; nothing else is read): bytes from
@@ -434,13 +460,7 @@ def predict(data, model, config, machine):
     parts = read_store_meta(data.path)["parts"]
     workers, elem, params = len(parts), element_size(model), num_params(model)
     d = dims(model, config, data)
-    halo = [int(p["num_halo"]) for p in parts]
-    first = 2 if config.data.feature_dtype == "bfloat16" else None
-    out = {HALO: halo_bytes_per_epoch(halo, model.layer_widths(), elem, model.learned_input_map, first)}
-    if workers > 1:
-        out["allreduce"] = allreduce_bytes_per_epoch(params, workers, elem)
-        out[CONTROL] = allreduce_bytes_per_epoch(1, workers, 8)
-    out = {k: v for k, v in out.items() if v}
+    out = epoch_bytes(parts, model, config, elem, params)
     # the halo exchanges of an epoch: the closed form's terms (one row of width 1, one byte each), then the gradient
     # and loss all-reduces
     exchanges = halo_bytes_per_epoch([1], [1] * len(d.widths), 1, model.learned_input_map) if workers > 1 else 0

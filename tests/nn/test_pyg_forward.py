@@ -168,9 +168,57 @@ def test_forwards_that_cannot_run_on_rows_are_refused_in_one_line(make, message)
     assert message in str(err.value) and "\n" not in str(err.value)
 
 
-def test_torch_dropout_mode_accepts_random_functions_and_weight_dropout():
-    model = _Forward(lambda m, x, ei: _two(m, x, ei) + 0.0 * torch.rand(1))
-    assert as_gnn(model, IN, CLASSES, dropout="torch").num_layers == 2
+def _weight_dropout(m, x, ei):
+    return _two(m, x, ei) + 0.0 * F.dropout(m.conv1.lin_l.weight, 0.5, m.training).sum()
+
+
+@pytest.mark.parametrize("body", [
+    lambda m, x, ei: _two(m, x, ei) + 0.0 * torch.rand(1),
+    _weight_dropout,
+])
+def test_torch_dropout_mode_accepts_random_functions_and_weight_dropout(body):
+    graph = make_graph()
+    model = as_gnn(_Forward(body).double(), IN, CLASSES, dropout="torch")
+    assert model.num_layers == 2
+    model.train()
+    out = model(Block.full(graph), graph.x)
+    out.sum().backward()
+    assert out.shape == (graph.num_nodes, CLASSES) and model.net.conv1.lin_l.weight.grad is not None
+
+
+def _inplace(m, x, ei):
+    h = m.conv1(x, ei)  # an add's output: nothing saved for backward, so torch's dropout_ may overwrite it
+    F.dropout(h, 0.5, m.training, inplace=True)
+    return m.conv2(torch.relu(h), ei)
+
+
+def _inplace_torch(m, x, ei):
+    h = m.conv1(x, ei)
+    torch.dropout_(h, 0.5, m.training)
+    return m.conv2(torch.relu(h), ei)
+
+
+def _out_of_place(m, x, ei):
+    return m.conv2(torch.relu(F.dropout(m.conv1(x, ei), 0.5, m.training)), ei)
+
+
+@pytest.mark.parametrize("body", [_inplace, _inplace_torch])
+def test_keyed_dropout_in_place_equals_keyed_out_of_place(body):
+    """``F.dropout(h, inplace=True)`` and ``torch.dropout_`` write the keyed rows into ``h`` (used or not): the
+    outputs and gradients of the out-of-place keyed forward, and they drop."""
+    graph = make_graph()
+    results = []
+    for forward in (body, _out_of_place):
+        torch.manual_seed(0)
+        model = as_gnn(_Forward(forward).double(), IN, CLASSES)
+        model.train()
+        model.set_epoch(1)
+        out = model(Block.full(graph), graph.x)
+        out.square().sum().backward()
+        results.append((out.detach(), model.net.conv1.lin_l.weight.grad.clone()))
+        model.eval()
+        assert (out - model(Block.full(graph), graph.x)).abs().max() > 1e-3  # it drops
+    assert torch.equal(results[0][0], results[1][0]) and torch.equal(results[0][1], results[1][1])
 
 
 @pytest.mark.parametrize("strategy, why", [
