@@ -45,9 +45,9 @@ def test_predicted_bytes_equal_the_ledger_and_memory_is_bounded(name, tmp_path):
     assert low <= prediction.memory / measured <= high, (prediction.memory, measured)
 
 
-def _collectives_worker(env, config, data, epoch: int) -> int:
+def _collectives_worker(env, config, data, epoch: int) -> tuple[int, int]:
     """One worker: set the strategy up as a run does, train epochs ``0..epoch``; the collectives (``Comm``'s log:
-    collectives and barriers) of the last one."""
+    collectives and barriers) and the point-to-point receives (``DistEnv.receives``) of the last one."""
     import torch
 
     from graphscale.data.features import input_width
@@ -60,9 +60,9 @@ def _collectives_worker(env, config, data, epoch: int) -> int:
     strategy.setup(data, model.to(env.device), env, config)
     try:
         for e in range(epoch + 1):
-            env.comm_log = []
+            env.comm_log, env.receives = [], 0
             strategy.train_epoch(e)
-        return len(env.comm_log)
+        return len(env.comm_log), env.receives
     finally:
         env.comm_log = None
         strategy.teardown()
@@ -70,8 +70,8 @@ def _collectives_worker(env, config, data, epoch: int) -> int:
 
 @pytest.mark.parametrize("name", STRATEGIES)
 def test_predicted_collectives_equal_the_runs(name, tmp_path):
-    """The synchronising collectives each prediction prices (counted from the strategy's plan) are those a
-    worker's training epoch issues."""
+    """The synchronising collectives and receives each prediction prices (counted from the strategy's plan) are
+    those a worker's training epoch issues."""
     from graphscale.distributed.launch import launch
     from graphscale.prepare import prepare_data
 
@@ -80,7 +80,31 @@ def test_predicted_collectives_equal_the_runs(name, tmp_path):
     data = prepare_data(config)
     epoch = 1 if prediction.bytes_epoch is None else prediction.bytes_epoch
     counts = launch(_collectives_worker, config.strategy.workers, config, data, epoch, device="cpu", timeout_s=120)
-    assert counts == [prediction.collectives] * config.strategy.workers
+    waits = prediction.waits or [0] * config.strategy.workers
+    assert [tuple(c) for c in counts] == [(prediction.collectives, w) for w in waits]
+    assert prediction.messages == prediction.collectives + max(waits)
+    if name in ("pipeline", "task-parallel"):
+        assert max(waits) > 0
+
+
+@pytest.mark.parametrize("workers,width", [(3, 1), (4, 2)])
+def test_pipeline_receives_per_stage_equal_the_runs(workers, width, tmp_path):
+    """Every stage's receives (:func:`stage_receives`, what the prediction prices) are its worker's in a run: a
+    middle stage of a 3-stage pipeline receives twice per chunk, and a hybrid group's members as a pure stage's."""
+    from graphscale.distributed.launch import launch
+    from graphscale.prepare import prepare_data
+    from graphscale.strategies.pipeline.predict import stage_receives
+    from graphscale.strategies.pipeline.strategy import num_chunks, num_stages
+
+    config = build_config({"data": {"dataset": SBM}, "model": {"hidden": 8, "layers": 3},
+                           "strategy": {"name": "pipeline", "workers": workers, "hybrid_width": width},
+                           "optim": {"epochs": 2}, "cache_dir": str(tmp_path / "cache"), "progress": False})
+    stages, chunks = num_stages(config), num_chunks(config)
+    assert stages == workers // width
+    counts = launch(_collectives_worker, workers, config, prepare_data(config), 1, device="cpu", timeout_s=180)
+    assert [c[1] for c in counts] == [stage_receives(r // width, stages, chunks) for r in range(workers)]
+    if stages == 3:
+        assert counts[1][1] == 2 * (chunks + 1) == 2 * counts[0][1]
 
 
 def _advise(tmp_path, capsys, *extra):
