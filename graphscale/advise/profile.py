@@ -236,7 +236,7 @@ def _sync_work(k: int, device: str = "cpu"):
     import torch
 
     a = torch.ones(256, 256, device=device)
-    sync = torch.cuda.synchronize if a.is_cuda else (lambda: None)
+    sync = (lambda: torch.cuda.synchronize(a.device)) if a.is_cuda else (lambda: None)
     return lambda: ([torch.mm(a, a) for _ in range(k)], sync())
 
 
@@ -293,10 +293,9 @@ def _sync_worker(env, repeats: int) -> dict:  # pragma: no cover - spawned
     import torch.distributed as dist
 
     torch.set_num_threads(1)
-    device = env.device.type
     work = {k: _sync_work(k, str(env.device)) for k in SYNC_WORK}
     flag = torch.ones(1, device=env.device)
-    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    sync = (lambda: torch.cuda.synchronize(env.device)) if flag.is_cuda else (lambda: None)
     times: dict[int, list] = {k: [] for k in SYNC_WORK}
     dist.barrier()
     for _ in range(repeats):
