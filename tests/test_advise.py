@@ -264,3 +264,19 @@ def test_bench_advise_refuses_a_warmup_without_measured_epochs(tmp_path, capsys)
                  "--cache-dir", str(tmp_path / "cache")])
     err = capsys.readouterr().err.strip()
     assert code == 2 and "\n" not in err and "--warmup" in err
+
+
+def test_task_parallel_receives_per_worker_equal_the_runs(tmp_path):
+    """A T group of 2 ranks (3 workers, ``--t-workers 2``, 2 subgraphs): the receives the prediction prices per worker
+    (routed over the epoch's shuffle) are each worker's in a run."""
+    from graphscale.distributed.launch import launch
+    from graphscale.prepare import prepare_data
+
+    config = build_config({"data": {"dataset": SBM}, "model": {"hidden": 8},
+                           "strategy": {"name": "task-parallel", "workers": 3, "t_workers": 2, "subgraphs": 2},
+                           "optim": {"epochs": 2}, "cache_dir": str(tmp_path / "cache"), "progress": False})
+    prediction = predict_config(copy.deepcopy(config), synthetic())
+    assert prediction.options["t_workers"] == 2 and len(prediction.waits) == 3
+    counts = launch(_collectives_worker, 3, config, prepare_data(config), 1, device="cpu", timeout_s=180)
+    assert [c[1] for c in counts] == prediction.waits
+    assert len(set(prediction.waits)) > 1  # the workers' receives differ: a per-worker count, not a constant
