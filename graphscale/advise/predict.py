@@ -55,7 +55,12 @@ class Prediction:
         reason: why it does not fit (empty when it does).
         notes: how the figures were obtained (which closed forms, which model).
         collectives: synchronising collectives (``Comm`` collectives and barriers) one worker issues in a training
-            epoch, counted from the strategy's plan (each priced at the profile's ``sync_s``).
+            epoch, counted from the strategy's plan.
+        waits: blocking point-to-point receives (``Comm.recv``, counted in ``DistEnv.receives``) of each worker in
+            a training epoch, by rank, counted from the strategy's plan (empty: none).
+
+    ``seconds`` prices :attr:`messages` (``collectives`` plus the most ``waits`` of a worker), each at the
+    profile's ``sync_s``; the tests hold both counts to a real run's.
     """
 
     strategy: str
@@ -73,6 +78,12 @@ class Prediction:
     os_memory: int = 0
     bytes_epoch: int | None = None
     collectives: int = 0
+    waits: list[int] = field(default_factory=list)
+
+    @property
+    def messages(self) -> int:
+        """The synchronising waits :attr:`seconds` prices: :func:`synchronising_waits` of the two counts."""
+        return synchronising_waits(self.collectives, self.waits)
 
     @property
     def moved(self) -> int:
@@ -94,6 +105,12 @@ class Prediction:
         out = asdict(self)
         out["moved_bytes"] = self.moved
         return out
+
+
+def synchronising_waits(collectives: int, waits: list[int]) -> int:
+    """The waits one epoch's time prices: every worker's ``collectives`` plus the receives of the worker with the
+    most (``waits`` by rank)."""
+    return collectives + max(waits, default=0)
 
 
 def predictor(name: str):

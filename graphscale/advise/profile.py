@@ -19,10 +19,11 @@ Figures (each recorded with how it was measured, :attr:`Machine.how`). The rates
   interleaved repetitions: on a shared machine another process on a core stalls every parallel region, and the
   figure says so; it can be below 1);
 * ``sync_s`` / ``corun_slowdown``: what one synchronising collective costs inside training and how much slower a
-  worker computes while the others run: 2 workers alternate a fixed computation (two sizes) with a 1-element
-  all-reduce, the median step against the same computation alone in the parent (a line through the two sizes:
-  slope ``corun_slowdown``, intercept ``sync_s``: the latency, the partner's lag, the wake-up);
-* ``load_factor``: the median over the best of repetitions of the elementwise calibration's training step (one
+  worker computes while the others run: 2 workers alternate a fixed computation (two sizes, on the device) with a
+  1-element all-reduce, the median step against the same computation alone in the parent (:func:`sync_line`: a
+  line through the two sizes, slope ``corun_slowdown``, intercept ``sync_s``: the latency, the partner's lag, the
+  wake-up; on CUDA every step synchronises the device before reading the clock);
+* ``load_factor`` (:func:`load_factor_of`): the median over the best of repetitions of the elementwise calibration's training step (one
   thread): how much longer a typical step takes than a quiet one while the machine's other load runs (the rates
   above are best of repetitions; measured epochs are medians);
 * ``process_rss``: the peak resident set of a spawned worker after its process group, the training modules and
@@ -171,7 +172,7 @@ def measure(device: str = "cpu", tiny: bool = False) -> Machine:
         edge_s, edge_col_s, spmm_how = _spmm_costs(device, tiny, seconds)
         how["spmm"] = spmm_how
         layer_call, step, how["fixed_costs"] = _fixed_costs(device, seconds)
-        alone = _sync_work_alone(tiny)
+        alone = _sync_work_alone(tiny, device)
     latency, coll_bw, process_rss, coll_how = _collective(device, tiny)
     how["collective"] = coll_how
     how["process_rss"] = ("peak resident set (VmHWM) of a spawned worker after its all-reduces, importing "
@@ -230,16 +231,19 @@ def _thread_speedup(device: str, tiny: bool, cores: int) -> tuple[float, str]:
 SYNC_WORK = (2, 12)
 
 
-def _sync_work(k: int):
+def _sync_work(k: int, device: str = "cpu"):
+    """``k`` products of a 256x256 float32 matrix on ``device`` (waited for on CUDA, whose kernels are queued)."""
     import torch
 
-    a = torch.ones(256, 256)
-    return lambda: [torch.mm(a, a) for _ in range(k)]
+    a = torch.ones(256, 256, device=device)
+    sync = (lambda: torch.cuda.synchronize(a.device)) if a.is_cuda else (lambda: None)
+    return lambda: ([torch.mm(a, a) for _ in range(k)], sync())
 
 
-def _sync_work_alone(tiny: bool) -> dict[int, float]:
-    """The probe's computations alone, one thread, median of repetitions (the 2 sizes interleaved)."""
-    work = {k: _sync_work(k) for k in SYNC_WORK}
+def _sync_work_alone(tiny: bool, device: str = "cpu") -> dict[int, float]:
+    """The probe's computations alone on ``device``, one thread, median of repetitions (the 2 sizes
+    interleaved)."""
+    work = {k: _sync_work(k, device) for k in SYNC_WORK}
     times: dict[int, list] = {k: [] for k in SYNC_WORK}
     for _ in range(5 if tiny else 40):
         for k, fn in work.items():
@@ -247,16 +251,38 @@ def _sync_work_alone(tiny: bool) -> dict[int, float]:
     return {k: statistics.median(v) for k, v in times.items()}
 
 
+#: the range :func:`sync_line` clamps ``corun_slowdown`` to
+SLOWDOWN_RANGE = (1.0, 2.0)
+
+
+def sync_line(alone: dict[int, float], co: dict[int, float], latency: float) -> tuple[float, float]:
+    """``(sync_s, corun_slowdown)`` from the probe's timings: ``alone[k]`` / ``co[k]`` the step of ``k`` products
+    alone and beside the other worker with its all-reduce (the 2 sizes of :data:`SYNC_WORK`). The line through the
+    two co-run steps against the alone ones: slope = ``corun_slowdown``, clamped to :data:`SLOWDOWN_RANGE`;
+    intercept at the small size = ``sync_s``, at least ``latency`` (the bare collective)."""
+    small, large = SYNC_WORK
+    slope = (co[large] - co[small]) / max(alone[large] - alone[small], 1e-9)
+    slowdown = min(max(slope, SLOWDOWN_RANGE[0]), SLOWDOWN_RANGE[1])
+    return max(co[small] - slowdown * alone[small], latency), slowdown
+
+
+def load_factor_of(times: list[float]) -> float:
+    """Median over best of a step's repetition times, at least 1 (module docstring)."""
+    return max(statistics.median(times) / min(times), 1.0)
+
+
 def _sync_costs(device: str, tiny: bool, alone: dict[int, float], latency: float) -> tuple[float, float, str]:
-    """``sync_s`` and ``corun_slowdown`` (module docstring) from 2 workers' computation + all-reduce steps."""
+    """``sync_s`` and ``corun_slowdown`` (module docstring) from 2 workers' computation + all-reduce steps
+    (:func:`sync_line`); on CUDA the products run on each worker's GPU and every step synchronises the device
+    before it reads the clock, so it times the kernels and the (asynchronous) NCCL all-reduce."""
     from graphscale.distributed.launch import launch
 
     results = launch(_sync_worker, 2, 5 if tiny else 40, device=device, timeout_s=120)
     co = {k: max(r[k] for r in results) for k in SYNC_WORK}
+    sync, slowdown = sync_line(alone, co, latency)
     small, large = SYNC_WORK
-    slowdown = min(max((co[large] - co[small]) / max(alone[large] - alone[small], 1e-9), 1.0), 2.0)
-    sync = max(co[small] - slowdown * alone[small], latency)
-    return sync, slowdown, (f"2 workers alternate {small} or {large} float32 256x256 torch.mm (1 thread) with a "
+    where = "on the GPU, the device synchronised before every clock read" if device == "cuda" else "1 thread"
+    return sync, slowdown, (f"2 workers alternate {small} or {large} float32 256x256 torch.mm ({where}) with a "
                             "1-element all-reduce, median step of the slower worker, against the same computation "
                             "alone: slope = corun_slowdown (clamped to [1, 2]), intercept = sync_s (at least the "
                             "collective latency)")
@@ -267,8 +293,9 @@ def _sync_worker(env, repeats: int) -> dict:  # pragma: no cover - spawned
     import torch.distributed as dist
 
     torch.set_num_threads(1)
-    work = {k: _sync_work(k) for k in SYNC_WORK}
+    work = {k: _sync_work(k, str(env.device)) for k in SYNC_WORK}
     flag = torch.ones(1, device=env.device)
+    sync = (lambda: torch.cuda.synchronize(env.device)) if flag.is_cuda else (lambda: None)
     times: dict[int, list] = {k: [] for k in SYNC_WORK}
     dist.barrier()
     for _ in range(repeats):
@@ -276,6 +303,7 @@ def _sync_worker(env, repeats: int) -> dict:  # pragma: no cover - spawned
             start = time.perf_counter()
             fn()
             dist.all_reduce(flag)
+            sync()  # NCCL's all-reduce is queued: wait for it before reading the clock
             times[k].append(time.perf_counter() - start)
     return {k: statistics.median(v) for k, v in times.items()}
 
@@ -417,9 +445,8 @@ def _load_factor(device: str, tiny: bool, seconds: float) -> tuple[float, str]:
         start = time.perf_counter()
         step()
         times.append(time.perf_counter() - start)
-    return max(statistics.median(times) / min(times), 1.0), (f"a 2-layer GCN training step (the elementwise "
-                                                              f"calibration's), 1 thread, {len(times)} repetitions "
-                                                              f"over {seconds:g} s: median / best")
+    return load_factor_of(times), (f"a 2-layer GCN training step (the elementwise calibration's), 1 thread, "
+                                   f"{len(times)} repetitions over {seconds:g} s: median / best")
 
 
 def _elementwise_cost(machine: Machine, tiny: bool, seconds: float) -> tuple[float, str]:

@@ -307,8 +307,10 @@ class Comm:
         return work
 
     def recv(self, t: torch.Tensor, src: int, tag: int = 0) -> dist.Work:
-        """Non-blocking receive into ``t`` from ``src`` with ``tag`` (the sender records the bytes)."""
+        """Non-blocking receive into ``t`` from ``src`` with ``tag`` (the sender records the bytes; counted in
+        ``env.receives``)."""
         self._check_peer(src)
+        self.env.receives += 1
         landing = self._host(t)
         work = dist.irecv(landing, src=src, group=self.group, tag=tag)
         return work if landing is t else StagedReceive(work, landing, t)

@@ -31,6 +31,8 @@ class DistEnv:
             for every collective this worker blocked in (for an asynchronous one, its wait), in call order, which
             every worker shares (``graphscale bench scaling`` splits communication from waiting with it);
             ``None`` (the default) records nothing.
+        receives: point-to-point receives this worker posted (:meth:`~graphscale.distributed.comm.Comm.recv`,
+            each a blocking wait; counted always, reset by whoever reads it per epoch).
     """
 
     rank: int = 0
@@ -41,6 +43,7 @@ class DistEnv:
     timeout: timedelta = field(default_factory=lambda: timedelta(seconds=DEFAULT_TIMEOUT_S))
     ledger: Ledger = field(default_factory=Ledger)
     comm_log: list | None = None
+    receives: int = 0
 
     @classmethod
     def local(cls, device: str | torch.device = "cpu") -> DistEnv:

@@ -56,7 +56,8 @@ def _comm_checks(env: DistEnv) -> dict:
     assert torch.equal(b, torch.full((5,), float(root), dtype=torch.float64))
     assert env.ledger.total("bc") == (40 * (w - 1) if rank == root else 0)
 
-    # point to point around a ring
+    # point to point around a ring; env.receives counts the receives only (no collective, no send)
+    assert env.receives == 0
     if w > 1:
         buf = torch.empty(4, dtype=torch.int64)
         works = [comm.send(torch.full((4,), rank, dtype=torch.int64), (rank + 1) % w, "p2p"),
@@ -65,6 +66,7 @@ def _comm_checks(env: DistEnv) -> dict:
             work.wait()
         assert torch.equal(buf, torch.full((4,), (rank - 1) % w, dtype=torch.int64))
         assert env.ledger.by_peer("p2p") == {(rank + 1) % w: 32}
+        assert env.receives == 1
 
     # differentiable all_to_all_v: backward = reverse exchange, recorded under its own category
     x = send.clone().requires_grad_()

@@ -4,7 +4,8 @@ Bytes of a training epoch that refreshes no history (epoch 0 adds ``pipe_init``,
 forward): ``pipe_fwd = pipe_bwd`` half of :func:`~.plan.pipeline_bytes_per_epoch` over the stage boundaries of
 :func:`~.plan.stage_layers`, and ``control``: each boundary's send times (``K`` float64 each way) and the loss
 broadcast from the last stage (8 bytes to each other worker). Time: the slowest stage's layers over every vertex,
-plus the GPipe bubble (``(S - 1) / K`` of a stage's time) and the boundary transfers.
+plus the GPipe bubble (``(S - 1) / K`` of a stage's time) and the boundary transfers, priced with the loss
+broadcast (the one collective) and the busiest stage's receives (:func:`stage_receives`).
 """
 
 from __future__ import annotations
@@ -19,9 +20,18 @@ from graphscale.advise.predict import (
     num_params,
     prediction_time,
     state_bytes,
+    synchronising_waits,
 )
 from graphscale.strategies.pipeline.plan import pipeline_bytes_per_epoch, stage_layers
 from graphscale.strategies.pipeline.strategy import num_chunks, num_stages
+
+
+def stage_receives(stage: int, stages: int, chunks: int) -> int:
+    """Blocking receives of a worker of ``stage`` in a training epoch that refreshes no history: per chunk, its
+    activations from the stage before (every stage but the first) and its gradient from the stage after (every
+    stage but the last), plus one trade of send times with each neighbour stage (a hybrid group's ghost rows move
+    in collectives, not receives)."""
+    return (chunks + 1) * (int(stage > 0) + int(stage < stages - 1))
 
 
 def predict(data, model, config, machine):
@@ -46,11 +56,12 @@ def predict(data, model, config, machine):
         peaks.append(keep + data_rows + 8 * (n + 1 + e) + state_bytes(params, elem))
         times.append(layer_seconds(machine, n, e + n, w, o, calls=chunks, workers=world, input_grad=s > 0))
     compute = max(times) * (1 + (stages - 1) / chunks)
-    # a worker waits once per chunk on its boundary's receive (activations into a later stage, gradients back into
-    # an earlier one; the sends are asynchronous), and on the loss broadcast, the one collective
-    seconds = prediction_time(machine, compute, sum(out.values()) / max(stages - 1, 1), chunks + 1)
+    # the sends are asynchronous: a worker waits on its receives and on the loss broadcast, the one collective
+    collectives, waits = 1, [stage_receives(rank // sc.hybrid_width, stages, chunks) for rank in range(world)]
+    seconds = prediction_time(machine, compute, sum(out.values()) / max(stages - 1, 1),
+                              synchronising_waits(collectives, waits))
     return Prediction("pipeline", world, {"chunks": chunks}, max(peaks), peaks, out, seconds, exact=False,
                       semantics=f"stale cross-chunk rows (GNNPipe historical embeddings, refreshed every "
                                 f"{sc.history_period} epochs)",
                       notes=["bytes: pipeline_bytes_per_epoch over the stage boundaries (+ send times, loss)"],
-                      collectives=1)
+                      collectives=collectives, waits=waits)
