@@ -339,7 +339,7 @@ def _partition_local(config: RunConfig, cache: Path | None, strategy) -> DataHan
     handle = store_handle(path, effective_norm(config.data.features, config.data.feature_norm),
                           stored_feature_dtype(config), meta,
                           learnable=bool(learnable_dim(config.data.features)))
-    handle = dataclasses.replace(handle, **strategy.prepare_partitions(config, handle))
+    handle = dataclasses.replace(handle, **strategy.prepare_partitions(config, handle, cache))
     if sc.partitions:  # a store the user gave; the cache's stores were written from checked graphs
         _check_store_node_data(path, meta)
     return handle
@@ -446,7 +446,11 @@ def _strategy_data(graph: Graph, fields: dict, config: RunConfig, cache: Path, s
     shared_key = strategy.shared_data_key(config)
     if shared_key is None:
         return out
-    shared_fields = {**owner_fields, "kind": f"shared:{sc.name}", **shared_key}
+    # every prepare_shared may read the partitioner, its balance, the worker count and the seed (pipeline's chunks,
+    # offload's one-worker layout), whatever the worker count: all four are in the key ("key": 2 retires the
+    # folders of the keys that lacked them)
+    shared_fields = {**owner_fields, "kind": f"shared:{sc.name}", "partitioner": sc.partitioner,
+                     "balance": sc.balance, "workers": sc.workers, "seed": config.seed, "key": 2, **shared_key}
     digest, name = _key(shared_fields)
     folder = cache / "shared" / name
     with _locked(cache, digest):
@@ -510,7 +514,7 @@ def prepare_graph(graph: Graph, config: RunConfig, cache_dir: str | Path | None 
             meta = write_training_store(graph, path, parts, sc.partitioner, config.seed, sc.balance,
                                         extra={"cache_key": fields}, halo_hops=sc.halo_hops)
     store = store_handle(path, "none", handle.dtype, meta)
-    return dataclasses.replace(store, **cls.prepare_partitions(config, store))
+    return dataclasses.replace(store, **cls.prepare_partitions(config, store, cache))
 
 
 def _graph_bytes(graph: Graph) -> int:

@@ -5,6 +5,7 @@ prepare it, and the handle is frozen."""
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -88,3 +89,31 @@ def test_partition_local_strategies_get_a_store(tmp_path):
     assert handle.summary["nodes"] == 50 and handle.state_dir is None
     averaged = prepare_graph(graph, config_for("model-averaging", tmp_path, workers=1, parts=2))
     assert int(averaged.summary["parts"]) == 2 and averaged.state_dir is not None
+    # in the cache directory the caller names, not the run's default one
+    elsewhere = prepare_graph(graph, config_for("model-averaging", tmp_path, workers=1, parts=2), tmp_path / "other")
+    assert Path(elsewhere.state_dir).is_relative_to(tmp_path / "other")
+
+
+@pytest.mark.parametrize(("name", "options", "changed"), [
+    ("pipeline", {"workers": 1, "chunks": 2}, {"seed": 1}),  # its chunks are seeded
+    ("pipeline", {"workers": 1, "chunks": 2}, {"partitioner": "random"}),
+    ("offload", {"workers": 1, "chunks": 2}, {"seed": 1}),  # one worker's two-level partition
+    ("offload", {"workers": 1, "chunks": 2}, {"partitioner": "random"}),
+    ("offload", {"workers": 1, "memory_budget": "400000"}, {"recompute": "none"}),  # the memory model's chunk count
+    ("split-parallel", {"workers": 2, "fanouts": [2, 2]}, {"seed": 1}),
+])
+def test_a_shared_folder_is_keyed_by_every_option_its_preparation_reads(name, options, changed, tmp_path):
+    """Two runs whose preparation reads different options never share a folder (a run would otherwise train on the
+    plan of whichever run filled the cache first, whatever its own seed, partitioner or --recompute)."""
+    graph = random_graph(60, seed=7)
+
+    def folder(**more):
+        config = config_for(name, tmp_path, **{**options, **{k: v for k, v in more.items() if k != "seed"}})
+        config.seed = more.get("seed", 0)
+        try:
+            return prepare_graph(graph, config).shared
+        except ValueError as err:  # a preparation that refuses the options (a budget too small) writes nothing
+            return str(err)
+
+    assert folder() == folder()  # the same options: the same folder
+    assert folder() != folder(**changed)

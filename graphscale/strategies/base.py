@@ -109,10 +109,10 @@ class Strategy(ABC):
         return config.strategy.workers
 
     @classmethod
-    def prepare_partitions(cls, config: RunConfig, handle: DataHandle) -> dict:
+    def prepare_partitions(cls, config: RunConfig, handle: DataHandle, cache: Path | None = None) -> dict:
         """Check (in the parent) that a partition-local run's store fits the run, and return the handle's fields the
-        strategy prepares for its workers (``state_dir``). By default a store must have one part per worker, and
-        nothing is prepared."""
+        strategy prepares for its workers (``state_dir``, in ``cache``: the run's cache directory when ``None``).
+        By default a store must have one part per worker, and nothing is prepared."""
         parts, workers = int(handle.summary["parts"]), config.strategy.workers
         if handle.summary.get("halo_hops", 1) != 1:
             raise ValueError(f"partition store {handle.path} holds a {handle.summary['halo_hops']}-hop halo "

@@ -55,9 +55,9 @@ def test_worker_slower_than_a_short_timeout_finishes_under_a_longer_one():
     assert run_distributed(_slow_rank0, 2, 3.0, timeout_s=10) == [2.0, 2.0]
 
 
-def _hung_run() -> WorkerError:
+def _hung_run(timeout_s: float = 3) -> WorkerError:
     with pytest.raises(WorkerError) as info:
-        run_distributed(_rank1_never_joins, 2, timeout_s=3)
+        run_distributed(_rank1_never_joins, 2, timeout_s=timeout_s)
     return info.value
 
 
@@ -91,11 +91,13 @@ def test_failed_runs_end_without_waiting_for_the_hang_or_the_timeout(record_prop
 
 @pytest.mark.slow
 def test_hung_worker_ends_the_run_within_the_timeout_naming_rank_and_collective():
-    error = _hung_run()
+    # 10 s, not the perf tier's 3 s: the two workers also join their process group within the timeout, and this
+    # test shares the machine with the rest of the unit tier (the hang is 60 s, so the timeout still ends the run)
+    error = _hung_run(timeout_s=10)
     assert error.rank == 0 and error.still_running == [1]
     message = str(error)
     assert "rank 0: collective all_reduce (category 'control') timed out after" in message
-    assert "(timeout 3 s)" in message
+    assert "(timeout 10 s)" in message
     assert message.endswith("workers still running when its collective timed out: 1")
 
 

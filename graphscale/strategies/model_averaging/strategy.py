@@ -207,7 +207,7 @@ class ModelAveraging(Strategy):
         return allocation.parts
 
     @classmethod
-    def prepare_partitions(cls, config: RunConfig, handle: DataHandle) -> dict:
+    def prepare_partitions(cls, config: RunConfig, handle: DataHandle, cache: Path | None = None) -> dict:
         sc = config.strategy
         parts, workers = int(handle.summary["parts"]), sc.workers
         evaluation_mode(sc.evaluation, int(handle.summary.get("halo_hops", 1)), config.model.layers)
@@ -221,7 +221,7 @@ class ModelAveraging(Strategy):
                 from graphscale.data.cache import resolve_cache_dir
 
                 key = hashlib.sha1(json.dumps(cls.identity(config, handle), sort_keys=True).encode()).hexdigest()
-                folder = str(resolve_cache_dir(config) / "averaging" / key[:20])
+                folder = str((cache if cache is not None else resolve_cache_dir(config)) / "averaging" / key[:20])
             return {"state_dir": folder}
         return {}
 

@@ -194,7 +194,9 @@ class OffloadStrategy(OffloadPasses, Strategy):
         order_seed: when given, the batch order and the pairing of chunks into
             batches are additionally permuted at random with this seed (for
             testing that results do not depend on the schedule).
-        bandwidths: link speeds of the cost model (``auto`` modes, reorganisation, modelled time).
+        bandwidths: link speeds of the cost model (``auto`` modes, modelled time; with ``order_seed``, the
+            reorganisation and chunk count too). The parent plans a run's layout (:meth:`prepare_shared`) with
+            the default :class:`Bandwidths`, which ``--dedup reorg`` and ``--memory-budget`` read.
         transfer: ``auto`` (``uva`` where available with a resident topology, else ``staged``), ``staged`` or
             ``uva`` (:mod:`~graphscale.strategies.offload.transfer`).
         resident_topology: move the chunk topology and plan indices to the device once (not with
@@ -230,7 +232,8 @@ class OffloadStrategy(OffloadPasses, Strategy):
     @classmethod
     def shared_data_key(cls, config: RunConfig) -> dict | None:
         return {"chunks": offload_chunks(config), "memory_budget": config.strategy.memory_budget,
-                "dedup": config.strategy.dedup, "model": model_dict(config.model), "dtype": config.dtype,
+                "dedup": config.strategy.dedup, "recompute": config.strategy.recompute,  # (memory model's K)
+                "model": model_dict(config.model), "dtype": config.dtype,
                 "worker_plans": True}  # folders written before the plans were shared lack them: a new key
 
     @classmethod
