@@ -476,7 +476,8 @@ def _strategy_data(graph: Graph, fields: dict, config: RunConfig, cache: Path, s
 def prepare_graph(graph: Graph, config: RunConfig, cache_dir: str | Path | None = None) -> DataHandle:
     """The handle a run of ``config`` on the in-memory ``graph`` gives its workers, prepared here, before any worker
     starts, by the path :func:`prepare_data` takes for a dataset: tests and Python callers that hand a strategy a
-    graph object use it.
+    graph object use it. (A worker that builds its graph itself may call it too: every worker computes the same key,
+    one prepares under the cache's file lock, the others wait for it and read the same folder.)
 
     The graph is used as it is (no normalisation, features in their dtype). ``memory`` and ``host-shared``
     strategies get an in-memory handle on it carrying what the strategy prepares (:func:`_strategy_data`: the vertex
