@@ -2,27 +2,27 @@
 # Set up (if needed) and run the test suite. Extra arguments go to pytest (and skip the tiers after the first).
 #
 # Without arguments, three tiers run:
-# 1. the unit tier: `pytest -n $GRAPHSCALE_TEST_JOBS` (default 2: pytest-xdist processes, each with its own worker
-#    pool, cache directory and temporary directories; the tests marked `slow` are handed out first, see
-#    tests/conftest.py); pyproject's addopts deselect the `perf` marker; every assertion in it is deterministic
+# 1. the unit tier: `pytest` (GRAPHSCALE_TEST_JOBS=N>0: `pytest -n N`, pytest-xdist processes, each with its own
+#    worker pool, cache directory and temporary directories, the tests marked `slow` handed out first, see
+#    tests/conftest.py; not the default: measured slower on an idle 2-core machine, docs/testing.md);
+#    pyproject's addopts deselect the `perf` marker; every assertion in it is deterministic
 #    (exact values, ledger bytes, tracked bytes, op counts), never OS memory or wall time; the approximate
 #    strategies' accuracy tests (one seed each, bounds above the measured spread over seeds) run here;
-# 2. the device kernel backend, at the same time as the unit tier (one more process: many unit tests wait on
-#    subprocesses or sleep, so two cores have room for it): every strategy's exactness tests again with
+# 2. the device kernel backend (with GRAPHSCALE_TEST_JOBS=N>0 at the same time as the unit tier, in one more
+#    process): every strategy's exactness tests again with
 #    GRAPHSCALE_KERNELS=torch (the whole-tensor path CUDA takes, on CPU tensors), so both kernel paths are held to
 #    the single-process reference. It selects the tests by name: an exactness test's name says what it equals or
-#    matches (keep new ones named that way). Its output is printed after the unit tier's;
+#    matches (keep new ones named that way);
 # 3. the perf tier (`pytest -m perf`): bounds on OS-measured memory, page faults and wall time, run serially after
 #    the others have finished, so that no other test shares the machine with them; each bound's measured spread is
 #    in its test's docstring (`python -m graphscale.testing.perf_spread` measures it again).
-# GRAPHSCALE_TEST_JOBS=0 runs tiers 1 and 2 one after the other in this process, without pytest-xdist.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 if [ "$#" -gt 0 ]; then
   exec .venv/bin/python -m pytest --durations=15 "$@"
 fi
-JOBS=${GRAPHSCALE_TEST_JOBS:-2}
+JOBS=${GRAPHSCALE_TEST_JOBS:-0}
 case "$JOBS" in
   ''|*[!0-9]*) echo "GRAPHSCALE_TEST_JOBS=$JOBS: expected a number of pytest-xdist processes (0: none)" >&2; exit 2 ;;
 esac
