@@ -1,7 +1,5 @@
 """``python -m graphscale`` = the ``graphscale`` command."""
 
-import sys
+from graphscale.cli import console_entry
 
-from graphscale.cli import main
-
-sys.exit(main())
+console_entry()

@@ -515,5 +515,16 @@ def main(argv: list[str] | None = None) -> int:
         return 1
 
 
+def console_entry() -> None:
+    """The ``graphscale`` command and ``python -m graphscale``: :func:`main`, then exit with its code. A torchrun
+    rank exits without interpreter teardown (:func:`~graphscale.distributed.launch.exit_without_teardown`): a rank
+    hung there would keep every torchrun agent of the job waiting after the results are written."""
+    code = main()
+    launch = sys.modules.get("graphscale.distributed.launch")  # not imported: no process group was joined
+    if launch is not None and launch.torchrun_detected():
+        launch.exit_without_teardown(code)
+    sys.exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    console_entry()

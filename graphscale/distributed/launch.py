@@ -407,13 +407,21 @@ def _worker(rank: int, world_size: int, fn: Callable, args: tuple, workdir: str,
     try:
         dist.destroy_process_group()
     finally:
-        # Skip interpreter teardown: C++ static destructors of the communication libraries occasionally
-        # abort ("terminate called without an active exception") after all Python code has finished.
-        # Python-level exit handlers still run (multiprocessing releases its semaphores there).
+        exit_without_teardown(0)
+
+
+def exit_without_teardown(code: int) -> None:
+    """End this worker process with ``code``, skipping interpreter teardown: after a process group was used, the
+    C++ destructors of the communication libraries occasionally abort ("terminate called without an active
+    exception") or hang (pytorch/pytorch#75097) after all Python code has finished, and under torchrun a hung
+    rank keeps every agent of the job waiting. Python-level exit handlers still run (multiprocessing releases its
+    semaphores there, logging flushes) and so do the standard streams' flushes."""
+    try:
         atexit._run_exitfuncs()
         sys.stdout.flush()
         sys.stderr.flush()
-        os._exit(0)
+    finally:
+        os._exit(code)
 
 
 def remove_with_run(path: str | Path) -> None:

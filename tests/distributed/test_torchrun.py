@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -33,11 +34,38 @@ def _listening(port: int) -> bool:
         return s.connect_ex(("127.0.0.1", port)) == 0
 
 
+def _descendants(pid: int) -> list[int]:
+    try:
+        children = [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except OSError:
+        return []
+    return children + [d for c in children for d in _descendants(c)]
+
+
+def _hung(procs: list[subprocess.Popen], timeout: float) -> AssertionError:
+    """A run that did not end within ``timeout``: every Python process under the agents is sent SIGABRT, which
+    (``PYTHONFAULTHANDLER``) prints all its threads' stacks to the agent's stderr, kept in the failure."""
+    for p in procs:
+        for pid in _descendants(p.pid):
+            try:
+                os.kill(pid, signal.SIGABRT)
+            except ProcessLookupError:
+                pass
+    time.sleep(2)
+    outputs = []
+    for node, p in enumerate(procs):
+        p.kill()
+        stdout, stderr = p.communicate()
+        outputs.append(f"--- node {node} (exit {p.returncode}) stdout:\n{stdout[-2000:]}\nstderr:\n{stderr[-15000:]}")
+    return AssertionError(f"the two torchrun nodes did not end within {timeout:.0f} s; the stacks of their "
+                          "processes at that point:\n" + "\n".join(outputs))
+
+
 def _start_two_nodes(args: list[str], tmp_path: Path, timeout: float) -> list[subprocess.CompletedProcess]:
     """Node 0's agent hosts the rendezvous store (``is_host``, not guessed from the hostname, which matches for
     both agents here) and is listening before node 1's agent starts."""
     port = _free_port()
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONFAULTHANDLER": "1"}
     procs = []
     try:
         for node in range(2):
@@ -52,8 +80,12 @@ def _start_two_nodes(args: list[str], tmp_path: Path, timeout: float) -> list[su
             while node == 0 and not _listening(port) and procs[0].poll() is None and time.monotonic() < deadline:
                 time.sleep(0.1)
         out = []
+        deadline = time.monotonic() + timeout
         for p in procs:
-            stdout, stderr = p.communicate(timeout=timeout)
+            try:
+                stdout, stderr = p.communicate(timeout=max(1.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                raise _hung(procs, timeout) from None
             out.append(subprocess.CompletedProcess(p.args, p.returncode, stdout, stderr))
         return out
     finally:
@@ -63,7 +95,7 @@ def _start_two_nodes(args: list[str], tmp_path: Path, timeout: float) -> list[su
                 p.wait()
 
 
-def _torchrun_two_nodes(args: list[str], tmp_path: Path, timeout: float = 240) -> list[subprocess.CompletedProcess]:
+def _torchrun_two_nodes(args: list[str], tmp_path: Path, timeout: float = 180) -> list[subprocess.CompletedProcess]:
     """Start two torchrun agents (2 ranks each) of one c10d rendezvous; wait for both. A failure of torchrun's own
     rendezvous store (a port taken between choosing and binding it, a connection dropped on a loaded machine) is
     retried once with a fresh port; any other failure is returned as it is."""
