@@ -37,19 +37,22 @@ from typing import Any
 #: environment variables read once, when a process starts (malloc, preloads): a run whose values differ from the
 #: pool's start is spawned afresh
 _START_ONLY = ("LD_PRELOAD", "GLIBC_TUNABLES", "MALLOC_")
-#: the pools kept alive at once (each holds ``world_size`` interpreters)
-MAX_POOLS = 2
+#: the pools kept alive at once (each holds ``world_size`` interpreters): the suite's world sizes 2, 3 and 4
+MAX_POOLS = 3
+#: the collective timeout of joining a pool's group; each job then sets its own on the group
+_JOIN_TIMEOUT_S = 120
 
 
 def _start_only_env(environ: dict[str, str]) -> dict[str, str]:
     return {k: v for k, v in environ.items() if k.startswith(_START_ONLY)}
 
 
-def _pool_worker(rank: int, world_size: int, timeout_s: float, allocator_mode: str, workdir: str, conn,
-                 parent_pid: int) -> None:
-    """Body of one pool process: join the group once, then run jobs until told to stop."""
+def _pool_worker(rank: int, world_size: int, allocator_mode: str, workdir: str, conn, parent_pid: int) -> None:
+    """Body of one pool process: join the group once, then run jobs until told to stop, each with its own
+    collective timeout (set on the group before the job runs)."""
     import torch
     import torch.distributed as dist
+    from torch.distributed.distributed_c10d import _set_pg_timeout
 
     from graphscale import allocator
     from graphscale.distributed.env import DistEnv
@@ -60,9 +63,8 @@ def _pool_worker(rank: int, world_size: int, timeout_s: float, allocator_mode: s
     _die_with_launcher(parent_pid)
     allocator.configure(allocator_mode)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    timeout = timedelta(seconds=timeout_s)
     try:
-        _join_group("gloo", rank, world_size, timeout, f"file://{workdir}/store")
+        _join_group("gloo", rank, world_size, timedelta(seconds=_JOIN_TIMEOUT_S), f"file://{workdir}/store")
     except BaseException:  # noqa: BLE001 - the parent falls back to spawning
         conn.send(("error", traceback.format_exc()))
         os._exit(1)
@@ -72,7 +74,9 @@ def _pool_worker(rank: int, world_size: int, timeout_s: float, allocator_mode: s
         job = conn.recv()
         if job is None:
             break
-        fn, args, environ, cwd, jobdir = job
+        fn, args, timeout_s, environ, cwd, jobdir = job
+        timeout = timedelta(seconds=timeout_s)
+        _set_pg_timeout(timeout)  # what the launcher's group would have been created with
         os.chdir(cwd)
         os.environ.clear()
         os.environ.update(environ)
@@ -96,7 +100,7 @@ def _pool_worker(rank: int, world_size: int, timeout_s: float, allocator_mode: s
 class _Pool:
     """``world_size`` spawned processes in one gloo group."""
 
-    def __init__(self, world_size: int, timeout_s: float, allocator_mode: str) -> None:
+    def __init__(self, world_size: int, allocator_mode: str) -> None:
         self.world_size = world_size
         self.start_env = _start_only_env(dict(os.environ))
         self.workdir = tempfile.mkdtemp(prefix="graphscale-test-pool-")
@@ -105,7 +109,7 @@ class _Pool:
         for rank in range(world_size):
             parent, child = ctx.Pipe()
             p = ctx.Process(target=_pool_worker, name=f"graphscale-pool-worker-{rank}", daemon=False,
-                            args=(rank, world_size, timeout_s, allocator_mode, self.workdir, child, os.getpid()))
+                            args=(rank, world_size, allocator_mode, self.workdir, child, os.getpid()))
             p.start()
             child.close()
             self.conns.append(parent)
@@ -118,14 +122,14 @@ class _Pool:
         except (EOFError, OSError):
             return ("error", f"pool worker {rank} died")
 
-    def run(self, fn: Callable, args: tuple) -> list[Any] | None:
+    def run(self, fn: Callable, args: tuple, timeout_s: float) -> list[Any] | None:
         """The results by rank, or ``None`` when any worker failed (the pool is then unusable)."""
         from graphscale.distributed.launch import _remove_registered
 
         jobdir = tempfile.mkdtemp(prefix="graphscale-launch-")
         try:
             for conn in self.conns:
-                conn.send((fn, args, dict(os.environ), os.getcwd(), jobdir))
+                conn.send((fn, args, float(timeout_s), dict(os.environ), os.getcwd(), jobdir))
             results: list[Any] = [None] * self.world_size
             pending = set(range(self.world_size))
             while pending:
@@ -175,7 +179,7 @@ class WorkerPool:
 
     def __call__(self, fn: Callable, world_size: int, args: tuple, backend: str, kind: str, timeout_s: float,
                  allocator_mode: str) -> list[Any]:
-        key = (world_size, float(timeout_s), allocator_mode)
+        key = (world_size, allocator_mode)
         if kind != "cpu" or backend != "gloo":
             return self._spawned(fn, world_size, args, backend, kind, timeout_s, allocator_mode)
         try:
@@ -188,14 +192,14 @@ class WorkerPool:
         if pool is None:
             while len(self._pools) >= MAX_POOLS:
                 self._pools.pop(next(iter(self._pools))).close()
-            pool = _Pool(world_size, timeout_s, allocator_mode)
+            pool = _Pool(world_size, allocator_mode)
             self.started += 1
             if not pool.ok:
                 pool.close()
                 return self._spawned(fn, world_size, args, backend, kind, timeout_s, allocator_mode)
             self._pools[key] = pool
         try:
-            results = pool.run(fn, args)
+            results = pool.run(fn, args, timeout_s)
         except BaseException:  # (unpickling, Ctrl-C): other ranks' results may be unread; never reuse this pool
             pool.ok = False
             self._pools.pop(key).close()

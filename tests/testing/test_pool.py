@@ -91,3 +91,22 @@ def test_what_the_pool_does_not_reproduce_is_spawned(monkeypatch):
         pool.close()
     assert calls == [("cuda", 60, "default"), ("cpu", 60, "default")]
     assert pool._pools == {} and pool.spawned == 2
+
+
+def _timeouts(env):
+    gloo = torch.distributed.group.WORLD._get_backend(torch.device("cpu"))
+    return env.timeout.total_seconds(), gloo.options._timeout.total_seconds(), os.getpid()
+
+
+def test_runs_with_different_timeouts_share_a_pool_and_each_gets_its_own():
+    """The pool is keyed by world size and allocator only: a run's collective timeout is set on the pool's group
+    before it runs (``_set_pg_timeout``), as the launcher creates its group with it."""
+    pool = WorkerPool(_real_spawn())
+    try:
+        short = pool(_timeouts, 2, (), "gloo", "cpu", 7, "default")
+        long = pool(_timeouts, 2, (), "gloo", "cpu", 600, "default")
+    finally:
+        pool.close()
+    assert pool.started == 1 and pool.pooled == 2
+    assert [r[:2] for r in short] == [(7.0, 7.0)] * 2 and [r[:2] for r in long] == [(600.0, 600.0)] * 2
+    assert [r[2] for r in short] == [r[2] for r in long]
