@@ -90,11 +90,22 @@ def _pool_worker(rank: int, world_size: int, allocator_mode: str, workdir: str, 
             env = DistEnv(rank=rank, world_size=world_size, device=torch.device("cpu"), backend="gloo",
                           timeout=timeout, ledger=Ledger())
             conn.send(("ok", pickle.dumps(fn(env, *args))))
+            _destroy_subgroups()  # a spawned worker's groups end with its process
         except BaseException:  # noqa: BLE001 - the parent repeats the run in spawned workers
             conn.send(("error", traceback.format_exc()))
             os._exit(1)
     dist.destroy_process_group()
     os._exit(0)
+
+
+def _destroy_subgroups() -> None:
+    """Destroy the process groups a run created besides the pool's own (``new_group``: a pipeline stage's, a
+    task-parallel T or P group), with their connections."""
+    import torch.distributed as dist
+    from torch.distributed import distributed_c10d as c10d
+
+    for group in [g for g in list(c10d._world.pg_map) if g is not c10d.GroupMember.WORLD]:
+        dist.destroy_process_group(group)
 
 
 class _Pool:

@@ -110,3 +110,21 @@ def test_runs_with_different_timeouts_share_a_pool_and_each_gets_its_own():
     assert pool.started == 1 and pool.pooled == 2
     assert [r[:2] for r in short] == [(7.0, 7.0)] * 2 and [r[:2] for r in long] == [(600.0, 600.0)] * 2
     assert [r[2] for r in short] == [r[2] for r in long]
+
+
+def _open_groups(env, make):
+    from torch.distributed import distributed_c10d as c10d
+
+    if make:
+        torch.distributed.new_group([0, 1])
+    return len(c10d._world.pg_map)
+
+
+def test_a_runs_groups_are_destroyed_after_it():
+    pool = WorkerPool(_real_spawn())
+    try:
+        during = pool(_open_groups, 2, (True,), "gloo", "cpu", 60, "default")
+        after = pool(_open_groups, 2, (False,), "gloo", "cpu", 60, "default")
+    finally:
+        pool.close()
+    assert pool.started == 1 and during == [2, 2] and after == [1, 1]
