@@ -155,8 +155,8 @@ def add_declared(parser: argparse.ArgumentParser, name: str, *, default: Any = D
 
 
 def add_own(parser: argparse.ArgumentParser, flag: str, *, differs: str, **kwargs) -> argparse.Action:
-    """Add a command's own flag that shares a declared option's name but not its meaning (``differs`` says how);
-    ``kwargs`` are ``add_argument``'s.
+    """Add a command's own flag that shares a declared option's name but not its meaning (``differs`` says how, and
+    its help says so after its own text); ``kwargs`` are ``add_argument``'s.
 
     Raises:
         ValueError: ``flag`` is no declared option's, or ``differs`` is empty.
@@ -166,6 +166,7 @@ def add_own(parser: argparse.ArgumentParser, flag: str, *, differs: str, **kwarg
     if not differs:
         raise ValueError(f"{flag}: say how it differs from the declared option (differs=...)")
     action = parser.add_argument(flag, **kwargs)
+    action.help = (action.help or "") + f" [unlike train's {flag}: {differs}]".replace("%", "%%")
     action.own_flag = differs
     return action
 

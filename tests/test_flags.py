@@ -100,7 +100,8 @@ def test_the_check_reports_a_hand_written_flag_and_a_changed_one():
     changed = add_declared(sub, "layers")
     changed.type = float
     add_declared(sub, "dropout").help = "another text"
-    add_own(sub, "--timeout", type=float, differs="seconds per run")
+    timeout = add_own(sub, "--timeout", type=float, help="seconds per run", differs="not the collective timeout")
+    assert timeout.help == "seconds per run [unlike train's --timeout: not the collective timeout]"
     problems, own = flag_problems(parser)
     assert [p.split(":")[0] for p in problems] == ["cmd --hidden", "cmd --no-shuffle", "cmd --layers",
                                                    "cmd --dropout"]
