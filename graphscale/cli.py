@@ -400,13 +400,14 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     importlib.import_module("graphscale.partition.command").add_arguments(part)
     part.set_defaults(func=lambda a: importlib.import_module("graphscale.partition.command").run(a) and 0)
     advise = sub.add_parser("advise", help="predict every strategy's time, memory and bytes; recommend one",
-                            description=importlib.import_module("graphscale.advise.command").__doc__.splitlines()[0])
+                            description=importlib.import_module("graphscale.advise.command").__doc__.splitlines()[0],
+                            formatter_class=ChoicesHelpFormatter)
     importlib.import_module("graphscale.advise.command").add_arguments(advise)
     advise.set_defaults(func=lambda a: importlib.import_module("graphscale.advise.command").run(a))
     bench = sub.add_parser("bench", help="benchmarks that print tables (and can write plots)")
     bench_sub = bench.add_subparsers(dest="bench", required=True)
     for name, (module, text) in BENCHES.items():
-        p = bench_sub.add_parser(name, help=text, description=text)
+        p = bench_sub.add_parser(name, help=text, description=text, formatter_class=ChoicesHelpFormatter)
         if argv is None or bench_named(argv) == name:
             importlib.import_module(module).add_arguments(p)
         p.set_defaults(func=lambda a, m=module: importlib.import_module(m).run(a) and 0)
