@@ -78,7 +78,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--models", default="gcn", help="comma-separated models (default gcn; e.g. gcn,sage,gat)")
     parser.add_argument("--partitioners", default="spring",
                         help="comma-separated partitioners of the stores (default spring; e.g. spring,hdrf,metis,random)")
-    add_declared(parser, "parts", grid=True, default=[2, 4], note="here: p", why="the fewest that average")
+    add_declared(parser, "parts", grid=True, default=[2, 4], note="here: p",
+                 why="the smallest counts that average, on 2 cores")
     add_declared(parser, "workers", grid=True, default=[2], note="here: q, each run with q <= p",
                  why="a 2-core machine")
     add_declared(parser, "correction_steps", grid=True, default=[0, 1], why="without and with a correction step")

@@ -75,7 +75,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_declared(parser, "model", default="sage", note="here: the model whose shuffle widths are counted",
                  why="GSplit's GraphSage")
     add_declared(parser, "hidden", default=16, why="GSplit's")
-    add_declared(parser, "heads", default=4, why="the paper gives none; DGL's example GAT")
+    add_declared(parser, "heads", default=4, why="a small count; GSplit gives none")
     add_own(parser, "--epochs", type=int, default=1, help="epochs of inputs to sample (default 1)",
             differs="epochs of sampled inputs only (--accuracy-epochs trains): nothing is trained or evaluated")
     parser.add_argument("--batches", type=int, default=0,
