@@ -13,10 +13,11 @@ import sys
 from pathlib import Path
 
 from graphscale.config import StrategyConfig, declared_options
+from graphscale.flags import NOT_GIVEN, add_declared, add_own, show
 from graphscale.metrics.ledger import moved_bytes
 from graphscale.metrics.table import format_table
 from graphscale.metrics.units import format_bytes
-from graphscale.options import TOGGLE, declared, flag_of, int_list
+from graphscale.options import declared, flag_of, int_list
 
 #: ``graphscale bench NAME`` -> module with ``add_arguments(parser)`` and ``run(args)``.
 BENCHES = {
@@ -89,15 +90,6 @@ def _registry_names(dest: str) -> list[str]:
     return getattr(registry, REGISTRY_OPTIONS[dest]).names() if dest in REGISTRY_OPTIONS else []
 
 
-def _show(value) -> str:
-    """A default as the command line writes it (``""`` when there is none to show)."""
-    if isinstance(value, bool):
-        return "on" if value else "off"
-    if isinstance(value, list):
-        return ",".join(str(v) for v in value)
-    return "" if value in ("", None) else str(value)
-
-
 def _readers(dest: str) -> str:
     """``read by offload`` for an option only some strategies (models) read, from their declared ``options``."""
     from graphscale import registry
@@ -111,15 +103,15 @@ def _readers(dest: str) -> str:
 def _default(action: argparse.Action) -> str:
     """``default: X`` from the config dataclasses (and the model presets that change it); else argparse's."""
     if action.dest not in TRAIN_OPTIONS:
-        shown = "" if action.default is argparse.SUPPRESS else _show(action.default)
+        shown = "" if action.default is argparse.SUPPRESS else show(action.default)
         return f"default: {shown}" if shown else ""
     from graphscale.config import PRESETS, RunConfig
 
     section, field = TRAIN_OPTIONS[action.dest]
     value = getattr(getattr(RunConfig(), section) if section else RunConfig(), field)
-    presets = [f"{model} {_show(p[section][field])}" for model, p in PRESETS.items()
+    presets = [f"{model} {show(p[section][field])}" for model, p in PRESETS.items()
                if field in p.get(section, {}) and p[section][field] != value]
-    shown = _show(value) + (f" ({', '.join(presets)})" if presets else "")
+    shown = show(value) + (f" ({', '.join(presets)})" if presets else "")
     return f"default: {shown}" if shown else ""
 
 
@@ -147,53 +139,19 @@ class TrainHelpFormatter(ChoicesHelpFormatter):
 def add_train_arguments(p: argparse.ArgumentParser) -> None:
     """Every option defaults to None so that only what the user gave overrides the preset / TOML file; the defaults
     live in :mod:`graphscale.config` (``--help`` shows them, :class:`TrainHelpFormatter`). The ``[data]``,
-    ``[model]``, ``[optim]`` and run options are generated from their declarations (:func:`_add_declared`), in
+    ``[model]``, ``[optim]`` and run options are generated from their declarations (:func:`graphscale.flags.add_declared`), in
     declaration order, then the ``[strategy]`` groups (:func:`add_strategy_arguments`)."""
     p.add_argument("--config", metavar="FILE",
                    help="TOML file with [data], [model], [optim], [strategy] tables and top-level run fields; "
                         "flags override it")
-    for path, spec in declared_options().values():
+    for dest, (path, _spec) in declared_options().items():
         if path[0] == "strategy":
             continue
-        _add_declared(p, None, spec)
+        add_declared(p, dest, default=NOT_GIVEN)
         if path == ("seed",):  # not a configuration field: the runs of one command
             p.add_argument("--repeat", type=int, default=1,
                            help="train N times with seeds seed..seed+N-1 and report mean/std")
     add_strategy_arguments(p)
-
-
-def _move_into(parser: argparse.ArgumentParser, group, action: argparse.Action) -> None:
-    """Show ``action`` (added by ``parser.add_argument``, so subclasses see every option) under ``group``."""
-    for other in parser._action_groups:
-        if action in other._group_actions:
-            other._group_actions.remove(action)
-    group._group_actions.append(action)
-
-
-#: a declared option's type (as written in its dataclass) -> the argparse type of its value
-_ARG_TYPES = {"int": int, "int | None": int, "float": float, "str": None, "str | None": None}
-
-
-def _add_declared(parser: argparse.ArgumentParser, group, spec: dataclasses.Field) -> None:
-    """One declared option (:func:`graphscale.options.option`) as a flag that defaults to None (not given), shown
-    under ``group`` (``None``: the parser's own options)."""
-    md, kind = spec.metadata, str(spec.type)
-    kwargs = {"help": md["help"]}
-    if kind == "bool" and md["bool_form"] == TOGGLE:
-        kwargs["action"] = argparse.BooleanOptionalAction
-    elif kind == "bool":
-        kwargs.update(action="store_const", const=True)
-    else:
-        if md["parse"] is None and kind not in _ARG_TYPES:
-            raise TypeError(f"option {spec.name}: no command-line type for {kind!r}; declare parse=")
-        kwargs["type"] = md["parse"] or _ARG_TYPES[kind]
-        if md["choices"] and md["parse_choices"]:
-            kwargs["choices"] = md["choices"]
-        if md["metavar"]:
-            kwargs["metavar"] = md["metavar"]
-    action = parser.add_argument(flag_of(spec), **kwargs)
-    if group is not None:
-        _move_into(parser, group, action)
 
 
 def add_strategy_arguments(p: argparse.ArgumentParser) -> None:
@@ -211,7 +169,7 @@ def add_strategy_arguments(p: argparse.ArgumentParser) -> None:
         if fields:
             group = p.add_argument_group(title, text)
             for f in fields:
-                _add_declared(p, group, f)
+                add_declared(p, flag_of(f)[2:].replace("-", "_"), default=NOT_GIVEN, group=group)
 
 
 def overrides_from_args(args: argparse.Namespace) -> dict:
@@ -430,7 +388,8 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     plot.set_defaults(func=cmd_plot)
     info = sub.add_parser("info", help="versions, devices and backends; or a dataset's counts with --dataset",
                           description="Versions, devices and backends; with --dataset, a dataset's counts instead")
-    info.add_argument("--dataset", help="load this dataset spec (see `graphscale datasets`) and print its counts")
+    add_own(info, "--dataset", help="load this dataset spec (see `graphscale datasets`) and print its counts",
+            differs="what info prints: this dataset's counts instead of the versions (no default dataset)")
     info.add_argument("--devices", action="store_true",
                       help="also import torch to list its devices, threads and distributed backends (a GPU build "
                            "always does; without this a CPU build's info is read from package metadata only)")
@@ -441,13 +400,14 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     importlib.import_module("graphscale.partition.command").add_arguments(part)
     part.set_defaults(func=lambda a: importlib.import_module("graphscale.partition.command").run(a) and 0)
     advise = sub.add_parser("advise", help="predict every strategy's time, memory and bytes; recommend one",
-                            description=importlib.import_module("graphscale.advise.command").__doc__.splitlines()[0])
+                            description=importlib.import_module("graphscale.advise.command").__doc__.splitlines()[0],
+                            formatter_class=ChoicesHelpFormatter)
     importlib.import_module("graphscale.advise.command").add_arguments(advise)
     advise.set_defaults(func=lambda a: importlib.import_module("graphscale.advise.command").run(a))
     bench = sub.add_parser("bench", help="benchmarks that print tables (and can write plots)")
     bench_sub = bench.add_subparsers(dest="bench", required=True)
     for name, (module, text) in BENCHES.items():
-        p = bench_sub.add_parser(name, help=text, description=text)
+        p = bench_sub.add_parser(name, help=text, description=text, formatter_class=ChoicesHelpFormatter)
         if argv is None or bench_named(argv) == name:
             importlib.import_module(module).add_arguments(p)
         p.set_defaults(func=lambda a, m=module: importlib.import_module(m).run(a) and 0)

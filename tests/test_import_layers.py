@@ -35,7 +35,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("distributed", ("graphscale.distributed",)),
     ("data", ("graphscale.data",)),
     ("config", ("graphscale.config", "graphscale.registry", "graphscale.metrics", "graphscale.allocator",
-                "graphscale.errors")),
+                "graphscale.errors", "graphscale.flags")),
     ("declarations", ("graphscale.options", "graphscale.strategies.options")),
     ("package", ("graphscale",)),
 ]

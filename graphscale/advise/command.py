@@ -21,16 +21,24 @@ EXACT_SLACK = 1.10
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--dataset", default="", help="dataset spec (see `graphscale datasets`)")
-    parser.add_argument("--partitions", default="", metavar="DIR", help="a partition store (graphscale partition)")
-    parser.add_argument("--model", default="gcn", help="model name (gcn, sage, gat, gcnii, resgcn)")
-    parser.add_argument("--hidden", type=int, default=None, help="hidden width (default: the model's preset)")
-    parser.add_argument("--layers", type=int, default=None, help="layers (default: the model's preset)")
-    parser.add_argument("--workers", type=int, default=2, help="workers available")
-    parser.add_argument("--device-memory", default="", metavar="SIZE", help="per-worker memory budget, e.g. 2GiB")
-    parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"), help="the device the workers train on")
-    parser.add_argument("--cache-dir", default="", help="cache directory (data and the machine profile)")
-    parser.add_argument("--json", default="", metavar="PATH", help="also write the predictions as JSON here")
+    """``graphscale advise``'s options: those of a run made from their declarations (:mod:`graphscale.flags`)."""
+    from graphscale.flags import add_declared, add_own
+
+    preset = "the model's preset, as train"
+    add_declared(parser, "dataset")
+    add_declared(parser, "partitions", note="here: the partition-local strategies are predicted on this store")
+    add_declared(parser, "model")
+    add_declared(parser, "hidden", default=None, why=preset)
+    add_declared(parser, "layers", default=None, why=preset)
+    add_declared(parser, "workers", default=2, note="here: the workers available",
+                 why="the fewest the distributed strategies run on")
+    add_declared(parser, "device_memory", note="here: the budget each prediction must fit (default: the machine "
+                                               "profile's free memory, shared by the workers on CPU)")
+    add_own(parser, "--device", default="cpu", choices=("cpu", "cuda"),
+            help="the device the workers train on (default cpu)",
+            differs="the device predicted for: cpu or cuda, no auto (a prediction needs one)")
+    add_declared(parser, "cache_dir", note="here also the machine profile")
+    add_declared(parser, "json", note="here: the predictions")
     parser.add_argument("--profile", action="store_true", help="measure this machine again before predicting")
     parser.add_argument("--synthetic-profile", action="store_true", help=argparse.SUPPRESS)
 

@@ -41,20 +41,24 @@ DEFAULT_DATASETS = "cora,sbm:nodes={n},degree=10,features=64,seed=0,rmat:nodes={
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of ``graphscale bench advise``."""
+    from graphscale.flags import add_declared, add_own
+
     parser.add_argument("--datasets", default="", help="comma-separated dataset specs (default: cora, an SBM and "
                                                        "an R-MAT of --nodes vertices)")
     parser.add_argument("--nodes", type=int, default=200_000, help="vertices of the default SBM and R-MAT "
                                                                    "(default 200000)")
-    parser.add_argument("--model", default="gcn", help="model (default gcn)")
-    parser.add_argument("--hidden", type=int, default=None, help="hidden width (default: the model's preset)")
-    parser.add_argument("--layers", type=int, default=None, help="layers (default: the model's preset)")
-    parser.add_argument("--workers", type=int, default=2, help="workers of the distributed strategies (default 2)")
+    add_declared(parser, "model")
+    add_declared(parser, "hidden", default=None, why="the model's preset, as train")
+    add_declared(parser, "layers", default=None, why="the model's preset, as train")
+    add_declared(parser, "workers", default=2, note="here: of the distributed strategies",
+                 why="graphscale advise's default")
     parser.add_argument("--strategies", default="", help="comma-separated strategies to run (default: all predicted)")
-    parser.add_argument("--epochs", type=int, default=6, help="epochs per run (default 6)")
+    add_declared(parser, "epochs", default=6, note="here: per run", why="--warmup 2, then a median of 4")
     parser.add_argument("--warmup", type=int, default=2, help="first epochs left out of the measured median "
                                                               "(default 2)")
-    parser.add_argument("--cache-dir", default="", help="cache directory (data, stores, the machine profile)")
-    parser.add_argument("--timeout", type=float, default=1800, help="seconds per run (default 1800)")
+    add_declared(parser, "cache_dir", note="here also the machine profile")
+    add_own(parser, "--timeout", type=float, default=1800, help="seconds per run (default 1800)",
+            differs="a whole run's time limit, not the collective timeout")
     parser.add_argument("--profile", action="store_true", help="measure this machine again first")
     parser.add_argument("--synthetic-profile", action="store_true", help=argparse.SUPPRESS)
 

@@ -38,7 +38,7 @@ import statistics
 from pathlib import Path
 
 from graphscale.bench.memory import train_once
-from graphscale.bench.table import int_list, save_figure, split_specs
+from graphscale.bench.table import save_figure, split_specs
 from graphscale.metrics.table import format_table
 from graphscale.metrics.units import format_bytes
 
@@ -61,6 +61,8 @@ def full_grid(args: argparse.Namespace) -> argparse.Namespace:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of ``graphscale bench averaging``."""
+    from graphscale.flags import add_declared, add_own
+
     parser.add_argument("--full", action="store_true",
                         help="issue 25's whole grid (p 2,4,8,16; q 1,2,4; Cora, MUSAE Facebook with --musae, a nested "
                              "SBM; sage,gcn,gat; 3 seeds; spring,hdrf,metis,random; with and without a correction "
@@ -76,14 +78,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--models", default="gcn", help="comma-separated models (default gcn; e.g. gcn,sage,gat)")
     parser.add_argument("--partitioners", default="spring",
                         help="comma-separated partitioners of the stores (default spring; e.g. spring,hdrf,metis,random)")
-    parser.add_argument("--parts", type=int_list, default=[2, 4], help="partition counts p (default 2,4)")
-    parser.add_argument("--workers", type=int_list, default=[2], help="worker counts q, each run with q <= p (default 2)")
-    parser.add_argument("--correction-steps", type=int_list, default=[0, 1],
-                        help="correction steps per averaging round to compare (default 0,1)")
+    add_declared(parser, "parts", grid=True, default=[2, 4], note="here: p",
+                 why="the smallest counts that average, on 2 cores")
+    add_declared(parser, "workers", grid=True, default=[2], note="here: q, each run with q <= p",
+                 why="a 2-core machine")
+    add_declared(parser, "correction_steps", grid=True, default=[0, 1], why="without and with a correction step")
     parser.add_argument("--seeds", type=int, default=1, help="seeds per configuration (default 1)")
-    parser.add_argument("--epochs", type=int, default=200, help="epochs per run (default 200)")
+    add_declared(parser, "epochs", note="here: per run")
     parser.add_argument("--train-args", default="", help="extra arguments for every train run (quoted)")
-    parser.add_argument("--timeout", type=float, default=900, help="seconds per run (default 900)")
+    add_own(parser, "--timeout", type=float, default=900, help="seconds per run (default 900)",
+            differs="a whole run's time limit, not the collective timeout")
     parser.add_argument("--plot", default=None, metavar="PNG", help="write test accuracy per epoch here")
 
 

@@ -42,12 +42,14 @@ TARGETS = {"pyg-csr": (0.5, 0.6)}
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Register this benchmark's options on ``parser``."""
-    parser.add_argument("--dataset", default="sbm:nodes=200000,degree=10,features=128",
-                        help="dataset spec (see `graphscale datasets`); default sbm:nodes=200000,degree=10,features=128 "
-                             "(the issue's GPU figures: sbm:nodes=2000000,...)")
-    parser.add_argument("--device", default="cpu", help="cpu or cuda[:i] (default cpu: the device path on CPU tensors)")
-    parser.add_argument("--hidden", type=int, default=128, help="hidden width of the 2-layer GCN (default 128)")
-    parser.add_argument("--dropout", type=float, default=0.5, help="dropout probability (default 0.5)")
+    from graphscale.flags import add_declared, add_own
+
+    add_declared(parser, "dataset", default="sbm:nodes=200000,degree=10,features=128",
+                 why="a CPU-sized graph; the issue's GPU figures use sbm:nodes=2000000,...")
+    add_own(parser, "--device", default="cpu", help="cpu or cuda[:i] (default cpu: the device path on CPU tensors)",
+            differs="one torch device, cuda:i included, not a run's auto/cpu/cuda")
+    add_declared(parser, "hidden", default=128, note="here: of the 2-layer GCN", why="bench peers' width")
+    add_declared(parser, "dropout")
     parser.add_argument("--repeats", type=int, default=10, help="timed epochs per system; the median is reported")
     parser.add_argument("--warmup", type=int, default=3, help="untimed warm-up epochs per system (default 3)")
     parser.add_argument("--systems", default=",".join(SYSTEMS),

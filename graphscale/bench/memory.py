@@ -69,25 +69,29 @@ DEFAULT_OFFLOAD_BUDGET = "128MiB"
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of ``graphscale bench memory``."""
+    from graphscale.flags import add_declared, add_own
+
     parser.add_argument("--datasets", default=DEFAULT_DATASET,
                         help=f"comma-separated dataset specs (commas inside a spec are kept); default {DEFAULT_DATASET}"
                              "; the issue's large graph is sbm:nodes=2000000,degree=10,features=128")
     parser.add_argument("--strategies", default=",".join(STRATEGIES),
                         help=f"comma-separated strategies (default {','.join(STRATEGIES)}); single is the reference "
                              "of the ratios and runs on one worker")
-    parser.add_argument("--workers", type=int, default=4, help="workers of the distributed strategies (default 4)")
-    parser.add_argument("--epochs", type=int, default=2, help="epochs per run (default 2)")
-    parser.add_argument("--model", default="gcn", help="model (default gcn)")
-    parser.add_argument("--hidden", type=int, default=None, help="hidden width (default: the model's preset)")
-    parser.add_argument("--device", choices=["auto", "cpu", "cuda"], default=None, help="device of the runs")
+    add_declared(parser, "workers", default=4, note="here: of the distributed strategies",
+                 why="a multi-worker split on a small machine")
+    add_declared(parser, "epochs", default=2, note="here: per run", why="the first epoch and one steady one")
+    add_declared(parser, "model")
+    add_declared(parser, "hidden", default=None, why="the model's preset, as train")
+    add_declared(parser, "device", default=None, note="here: of the runs", why="not passed: train's own")
     parser.add_argument("--train-args", default="",
                         help="extra `graphscale train` options passed to every run, e.g. '--chunks 4'")
     parser.add_argument("--offload-budget", default=DEFAULT_OFFLOAD_BUDGET, metavar="SIZE",
                         help="--memory-budget of the offload runs (default %(default)s; 'none': no budget, one chunk "
                              "per worker unless --train-args says otherwise). On CPU offload's device buffers are "
                              "anonymous host memory; on a GPU they are device memory, which the budget stands for")
-    parser.add_argument("--timeout", type=float, default=900, help="seconds per run before it is stopped (default 900)")
-    parser.add_argument("--json", default=None, metavar="PATH", help="also write the rows and reports as JSON")
+    add_own(parser, "--timeout", type=float, default=900, help="seconds per run before it is stopped (default 900)",
+            differs="a whole run's time limit, not the collective timeout")
+    add_declared(parser, "json", note="here: the rows and reports")
     parser.add_argument("--plot", default=None, metavar="PATH",
                         help="also write a bar plot (PNG/PDF) of anonymous, file-backed and tracked MiB per worker")
 

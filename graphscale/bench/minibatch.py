@@ -62,24 +62,29 @@ def _int_list(text: str) -> list[int]:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Register this benchmark's options on ``parser``."""
-    parser.add_argument("--dataset", default="cora", help="dataset spec (see `graphscale datasets`); default cora")
-    parser.add_argument("--workers", type=int, default=4, help="workers W (default 4)")
-    parser.add_argument("--layers", type=int, default=3, help="GNN layers (default 3)")
+    from graphscale.flags import add_declared, add_own
+
+    add_declared(parser, "dataset", default="cora", why="a graph that is always at hand")
+    add_declared(parser, "workers", default=4, note="here: W, counted in one process (--ledger starts them)",
+                 why="GSplit's 4 GPUs")
+    add_declared(parser, "layers", default=3, why="GSplit's models")
     parser.add_argument("--fanout", type=int, default=20, help="neighbours sampled per vertex and layer (default 20)")
-    parser.add_argument("--batch-size", type=int, default=4096, help="mini-batch size B (default 4096)")
+    add_declared(parser, "batch_size", default=4096, why="GSplit's B")
     parser.add_argument("--cache-fractions", type=_float_list, default=[0.0, 0.1, 0.25],
                         help="per-worker cache sizes as fractions of all vertices (default 0,0.1,0.25)")
-    parser.add_argument("--model", default="sage", help="model whose shuffle widths are counted (default sage)")
-    parser.add_argument("--hidden", type=int, default=16, help="hidden width (default 16, as in the paper)")
-    parser.add_argument("--heads", type=int, default=4, help="GAT heads (default 4)")
-    parser.add_argument("--epochs", type=int, default=1, help="epochs of inputs to sample (default 1)")
+    add_declared(parser, "model", default="sage", note="here: the model whose shuffle widths are counted",
+                 why="GSplit's GraphSage")
+    add_declared(parser, "hidden", default=16, why="GSplit's")
+    add_declared(parser, "heads", default=4, why="a small count; GSplit gives none")
+    add_own(parser, "--epochs", type=int, default=1, help="epochs of inputs to sample (default 1)",
+            differs="epochs of sampled inputs only (--accuracy-epochs trains): nothing is trained or evaluated")
     parser.add_argument("--batches", type=int, default=0,
                         help="sample only this many iterations per epoch; 0 = all (default); volumes are "
                              "then per sampled iterations")
     parser.add_argument("--skew-batch-sizes", type=_int_list, default=None,
                         help="batch sizes of the split-quality table (default B/4,B,4B)")
-    parser.add_argument("--partitioner", default="metis", help="offline partitioner (default metis)")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the sampler, loader and partitioner")
+    add_declared(parser, "partitioner", note="here: the offline partitioner of the split")
+    add_declared(parser, "seed", note="here: of the sampler, loader and partitioner")
     parser.add_argument("--ledger", action="store_true",
                         help="also run one epoch of every system on W workers and print its Ledger bytes")
     parser.add_argument("--accuracy-epochs", type=int, default=0,

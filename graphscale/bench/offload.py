@@ -52,24 +52,30 @@ DEDUPS = ("baseline", "inter", "intra", "reorg")
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of ``graphscale bench offload``."""
+    from graphscale.flags import add_declared, add_own
+
     parser.add_argument("--graphs", default="it-like,paper-like,friendster-like,cora",
                         help=f"comma-separated graphs for tables 1-3 among {', '.join(GRAPHS)}, or dataset specs")
     parser.add_argument("--nodes", type=int, default=100_000, help="vertices of the synthetic graphs (default 100000)")
-    parser.add_argument("--parts", type=int_list, default=[2, 4, 8, 16, 32, 64, 128],
-                        help="subgraph counts of the replication-factor table (default 2,...,128)")
-    parser.add_argument("--workers", type=int, default=4, help="M of the traffic table (default 4, as the paper)")
+    add_own(parser, "--parts", type=int_list, default=[2, 4, 8, 16, 32, 64, 128],
+            help="subgraph counts of the replication-factor table (default 2,...,128)",
+            differs="subgraph counts a closed-form table is computed for (HongTu's chunks), not a store's partitions")
+    add_declared(parser, "workers", default=4, note="here: M of the traffic table (a closed form: no processes)",
+                 why="HongTu's 4 GPUs")
     parser.add_argument("--total-chunks", type=int_list, default=[32, 128],
                         help="total chunks M*K of the traffic table (default 32,128: the paper's Table 8)")
-    parser.add_argument("--hidden", type=int, default=128, help="row width of the modelled time (default 128)")
+    add_declared(parser, "hidden", default=128, note="here: the row width of the modelled time",
+                 why="HongTu's width for the large graphs")
     parser.add_argument("--train-graphs", default="cora,sbm:nodes=20000,degree=10,features=128,seed=0",
                         help="comma-separated ';'-free dataset specs of the measured runs (commas inside a spec "
                              "are kept: a new spec starts at a known dataset name)")
     parser.add_argument("--train-workers", type=int, default=2, help="workers of the measured runs (default 2)")
     parser.add_argument("--mem-chunks", type=int_list, default=[1, 2, 4, 8, 16, 32],
                         help="K of the measured memory sweep (default 1,2,4,8,16,32)")
-    parser.add_argument("--model", default="gcn", help="model of the measured runs (default gcn)")
+    add_declared(parser, "model", note="here: of the measured runs")
     parser.add_argument("--skip-measured", action="store_true", help="print only the closed-form tables")
-    parser.add_argument("--device", default="cpu", help="device of the host-to-device rate table (default cpu)")
+    add_own(parser, "--device", default="cpu", help="device of the host-to-device rate table (default cpu)",
+            differs="one torch device of a measured copy, cuda:i included, not a run's auto/cpu/cuda")
     parser.add_argument("--link-rows", type=int, default=1_000_000,
                         help="rows of the host array the gathers read (default 1000000)")
     parser.add_argument("--link-width", type=int, default=128, help="row width (fp32) of that array (default 128)")

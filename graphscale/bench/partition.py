@@ -86,19 +86,21 @@ def _int_list(text: str) -> list[int]:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Register this benchmark's options on ``parser``."""
+    from graphscale.flags import add_declared, add_own
+
     parser.add_argument("--suite", default="quality,throughput",
                         help=f"comma-separated suites out of {', '.join(SUITES)} (default quality,throughput)")
-    parser.add_argument("--dataset", action="append", default=None,
-                        help="dataset spec for the quality suite; repeat for several (default: cora and three "
-                             "1M-vertex SBM community graphs)")
+    add_declared(parser, "dataset", grid=True, default=None, note="here: of the quality suite",
+                 why="cora and three 1M-vertex SBM community graphs")
     parser.add_argument("--methods", default=",".join(DEFAULT_METHODS),
                         help="comma-separated partitioners; options after ':' joined by '+', e.g. "
                              "spring:merge=code or 2ps-l:remaining=hash+cluster_passes=1")
-    parser.add_argument("--parts", type=_int_list, default=[4, 8, 16], help="partition counts (default 4,8,16)")
+    add_own(parser, "--parts", type=_int_list, default=[4, 8, 16], help="partition counts (default 4,8,16)",
+            differs="partition counts each partitioner is scored at (no store is written), not a store's")
     parser.add_argument("--order", choices=["natural", "shuffled"], default="natural",
                         help="record order of the streams (default natural = CSR order)")
     parser.add_argument("--chunk-edges", type=int, default=1 << 22, help="records per chunk (default 2^22)")
-    parser.add_argument("--seed", type=int, default=0)
+    add_declared(parser, "seed")
     parser.add_argument("--throughput-parts", type=int, default=8, help="p of the throughput suite (default 8)")
     parser.add_argument("--throughput-repeat", type=int, default=3,
                         help="runs per method in the throughput suite; the fastest pass times are kept (default 3)")
@@ -111,7 +113,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="where streams and the memory graph go (kept, and reused when the spec matches); "
                              "default a temporary directory removed at the end")
     parser.add_argument("--plot", default=None, metavar="DIR", help="also write bar plots (PNG) into DIR")
-    parser.add_argument("--json", default=None, help="write every measured row as JSON to this file")
+    add_declared(parser, "json", note="here: every measured row")
 
 
 def _method_spec(text: str) -> str:

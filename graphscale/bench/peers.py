@@ -72,20 +72,22 @@ TARGETS = {"pyg-edge_index": (3.5, 0.3), "pyg-csr": (1.5, None)}
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Register this benchmark's options on ``parser``."""
-    parser.add_argument("--dataset", default="sbm:nodes=1000000,degree=10,features=128",
-                        help="dataset spec (see `graphscale datasets`); default sbm:nodes=1000000,degree=10,features=128")
-    parser.add_argument("--hidden", type=int, default=128,
-                        help="hidden width of the 2-layer GCN (default 128)")
-    parser.add_argument("--dropout", type=float, default=0.5, help="dropout probability (default 0.5)")
+    from graphscale.flags import add_declared, add_own
+
+    add_declared(parser, "dataset", default="sbm:nodes=1000000,degree=10,features=128",
+                 why="the issue's comparison graph")
+    add_declared(parser, "hidden", default=128, note="here: of the 2-layer GCN", why="the issue's comparison width")
+    add_declared(parser, "dropout")
     parser.add_argument("--repeats", type=int, default=3, help="timed epochs per system; the median is reported")
     parser.add_argument("--warmup", type=int, default=1, help="untimed warm-up epochs per system (default 1)")
     parser.add_argument("--threads", type=int, default=0,
                         help="torch (and kernel) threads in each system's process; 0 = torch's default")
     parser.add_argument("--systems", default=",".join(SYSTEMS),
                         help=f"comma-separated subset of {', '.join(SYSTEMS)} (default all)")
-    parser.add_argument("--allocator", choices=allocator.BENCH_MODES, default="default",
-                        help="malloc of every measured process (default: as installed); retain = graphscale "
-                             "train's worker configuration; tcmalloc / jemalloc are preloaded")
+    add_own(parser, "--allocator", choices=allocator.BENCH_MODES, default="default",
+            help="malloc of every measured process (default: as installed); retain = graphscale train's worker "
+                 "configuration; tcmalloc / jemalloc are preloaded",
+            differs="also tcmalloc / jemalloc (preloaded into each measured process), not only train's modes")
     parser.add_argument("--plot", default=None, metavar="PATH",
                         help="also write a bar plot (PNG/PDF) of time and peak memory relative to graphscale")
 

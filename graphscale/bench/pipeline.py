@@ -77,6 +77,8 @@ MIB = 2 ** 20
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of ``graphscale bench pipeline``."""
+    from graphscale.flags import add_declared
+
     parser.add_argument("--graphs", default=",".join(GRAPHS),
                         help=f"comma-separated graphs among {', '.join(GRAPHS)}, or dataset specs")
     parser.add_argument("--data-dir", default=DATA_DIR,
@@ -84,14 +86,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "note, where it is missing")
     parser.add_argument("--nodes", type=int, default=20_000, help="vertices of the synthetic graphs (default 20000)")
     parser.add_argument("--stages", type=int, default=8, help="stages = graph-parallel parts (default 8, the paper)")
-    parser.add_argument("--layers", type=int, default=32, help="layers of the volume table (default 32)")
-    parser.add_argument("--hidden", type=int, default=100, help="hidden width (default 100, the paper)")
+    add_declared(parser, "layers", default=32, note="here: of the volume table", why="GNNPipe's deep models")
+    add_declared(parser, "hidden", default=100, why="GNNPipe's")
     parser.add_argument("--depths", type=int_list, default=[8, 16, 32, 64, 128], help="depths of the GCNII table")
     parser.add_argument("--shallow-layers", type=int, default=4, help="depth of the shallow-model table (default 4)")
     parser.add_argument("--accuracy-layers", type=int, default=16,
                         help="GCNII / ResGCN+ depth of the timing and accuracy runs (default 16)")
-    parser.add_argument("--epochs", type=int, default=200, help="epochs of each accuracy run (default 200)")
-    parser.add_argument("--chunks", type=int, default=16, help="chunks of the accuracy runs (default 16 = 4 x 4)")
+    add_declared(parser, "epochs", note="here: of each accuracy run")
+    add_declared(parser, "chunks", default=16, note="here: of the accuracy runs", why="4 x 4")
     parser.add_argument("--seeds", type=int, default=1, help="seeds of the accuracy runs (default 1)")
     parser.add_argument("--jobs", type=int, default=min(os.cpu_count() or 1, 2),
                         help="processes running the accuracy runs side by side (default: the CPUs, at most 2)")

@@ -17,26 +17,18 @@ import argparse
 import time
 
 
-def _int_list(text: str) -> list[int]:
-    try:
-        values = [int(v) for v in text.split(",") if v.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"--fanouts expects comma-separated integers, got {text!r}") from None
-    if not values:
-        raise argparse.ArgumentTypeError("--fanouts expects at least one integer")
-    return values
-
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Register this benchmark's options on ``parser``."""
-    parser.add_argument("--dataset", default="cora", help="dataset spec (see `graphscale datasets`); default cora")
-    parser.add_argument("--fanouts", type=_int_list, default=[10, 10],
-                        help="comma-separated fanouts, input layer first; -1 = all neighbours (default 10,10)")
-    parser.add_argument("--batch-size", type=int, default=1024, help="targets per mini-batch (default 1024)")
-    parser.add_argument("--epochs", type=int, default=1, help="epochs over the training vertices (default 1)")
+    from graphscale.flags import add_declared, add_own
+
+    add_declared(parser, "dataset", default="cora", why="a graph that is always at hand")
+    add_declared(parser, "fanouts")
+    add_declared(parser, "batch_size", default=1024, why="batches large enough for a steady rate")
+    add_own(parser, "--epochs", type=int, default=1, help="epochs over the training vertices (default 1)",
+            differs="passes of the sampler only: nothing is trained or evaluated")
     parser.add_argument("--batches", type=int, default=0,
                         help="stop each epoch after this many batches; 0 = the whole epoch (default)")
-    parser.add_argument("--seed", type=int, default=0, help="sampler and shuffling seed (default 0)")
+    add_declared(parser, "seed", note="here: of the sampler and the shuffling")
     parser.add_argument("--plot", default=None, metavar="PATH", help="also write a bar plot (PNG/PDF) of edges/s")
 
 

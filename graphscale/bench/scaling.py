@@ -46,25 +46,24 @@ DEFAULT_DATASET = "sbm:nodes=300000,degree=10,features=128"
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of ``graphscale bench scaling``."""
-    from graphscale.options import int_list
+    from graphscale.flags import add_declared, add_own
 
-    parser.add_argument("--dataset", default=DEFAULT_DATASET, help=f"dataset spec (default {DEFAULT_DATASET})")
+    add_declared(parser, "dataset", default=DEFAULT_DATASET, why="an epoch long enough to time on 2 cores")
     parser.add_argument("--strategies", default=",".join(STRATEGIES),
                         help=f"comma-separated distributed strategies (default {','.join(STRATEGIES)})")
-    parser.add_argument("--workers", type=int_list, default=[1, 2], metavar="W,W,...",
-                        help="worker counts (default 1,2); single runs with as many threads")
-    parser.add_argument("--epochs", type=int, default=3, help="timed epochs after one warm-up epoch (default 3)")
-    parser.add_argument("--model", default="gcn", help="model (default gcn)")
-    parser.add_argument("--hidden", type=int, default=None, help="hidden width (default: the model's preset)")
-    parser.add_argument("--batch-size", type=int, default=1024, help="mini-batch strategies' batch (default 1024)")
-    parser.add_argument("--fanouts", type=int_list, default=[10, 10], metavar="F,F,...",
-                        help="mini-batch strategies' fanouts (default 10,10)")
+    add_declared(parser, "workers", grid=True, default=[1, 2], note="single runs with as many threads",
+                 why="one thread per worker on a 2-core machine")
+    add_own(parser, "--epochs", type=int, default=3, help="timed epochs after one warm-up epoch (default 3)",
+            differs="timed training epochs of the strategies alone: no evaluation, no accuracy")
+    add_declared(parser, "model")
+    add_declared(parser, "hidden", default=None, why="the model's preset, as train")
+    add_declared(parser, "batch_size", default=1024, note="here: of the mini-batch strategies",
+                 why="batches large enough to time")
+    add_declared(parser, "fanouts", note="here: of the mini-batch strategies")
     parser.add_argument("--overlap", choices=["both", "on", "off"], default="both",
                         help="graph-parallel with its halo exchange overlapped, without, or both (default both)")
-    parser.add_argument("--allocator", choices=["retain", "default"], default=None,
-                        help="every worker's malloc, as train --allocator (default: $GRAPHSCALE_ALLOCATOR, else "
-                             "default)")
-    parser.add_argument("--json", default=None, metavar="PATH", help="also write the rows and timings as JSON")
+    add_declared(parser, "allocator")
+    add_declared(parser, "json", note="here: the rows and timings")
 
 
 def bench_worker(env, config, data, threads: int, variants: list[bool], epochs: int) -> dict:

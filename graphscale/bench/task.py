@@ -69,17 +69,20 @@ GPU_FLOPS, GPU_BANDWIDTH, LINK_BANDWIDTH = 27.8e12, 768e9, 25e9
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of ``graphscale bench task``."""
+    from graphscale.flags import add_declared, add_own
+
     parser.add_argument("--sections", default=",".join(SECTIONS),
                         help=f"comma-separated sections among {', '.join(SECTIONS)} (default all)")
     parser.add_argument("--graphs", default="cora," + ",".join(f"sbm-{d}" for d in DEGREES),
                         help="comma-separated graphs: cora, sbm-D (power-law SBM of --nodes vertices, average degree "
                              "D), or dataset specs")
     parser.add_argument("--nodes", type=int, default=20_000, help="vertices of the sbm-D graphs (default 20000)")
-    parser.add_argument("--features", type=int, default=128, help="feature width of the sbm-D graphs (default 128)")
-    parser.add_argument("--workers", type=int, default=4, help="workers (default 4)")
+    add_own(parser, "--features", type=int, default=128, help="feature width of the sbm-D graphs (default 128)",
+            differs="the width of generated graphs' features, not train's feature mode (degree, random:D, ...)")
+    add_declared(parser, "workers", default=4, why="NeutronTask's 4-GPU machine")
     parser.add_argument("--depths", type=int_list, default=[2, 4, 8], help="layer counts (default 2,4,8)")
-    parser.add_argument("--hidden", type=int, default=128, help="hidden width (default 128, the paper's for cora)")
-    parser.add_argument("--partitioner", default="metis", help="graph parallelism's partitioner (default metis)")
+    add_declared(parser, "hidden", default=128, why="NeutronTask's for cora")
+    add_declared(parser, "partitioner", note="here: of graph parallelism")
     parser.add_argument("--measure-nodes", type=int, default=5_000,
                         help="comm: also train graphs of at most this many vertices and check the Ledger's bytes "
                              "against the closed forms (default 5000: cora)")
@@ -90,8 +93,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "--nodes vertices and --features features, or dataset specs such as "
                              "sbm:nodes=200000,degree=20,features=256,seed=0, where the data dominate each worker's "
                              "fixed runtime in the OS-measured figures; default cora)")
-    parser.add_argument("--parts", type=int_list, default=[1, 2, 4, 8, 16, 32, 64],
-                        help="replication: partition counts (default 1,2,4,8,16,32,64)")
+    add_own(parser, "--parts", type=int_list, default=[1, 2, 4, 8, 16, 32, 64],
+            help="replication: partition counts (default 1,2,4,8,16,32,64)",
+            differs="partition counts a replication factor is computed at (no store is written), not a store's")
     parser.add_argument("--hybrid-workers", type=int_list, default=[8],
                         help="replication: worker counts of the hybrid comparison, 2-layer TD model, half T, half P "
                              "(default 8, the paper's)")
@@ -106,11 +110,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="pipeline: graphs trained for the measured timestamps (default cora)")
     parser.add_argument("--pipeline-epochs", type=int, default=3,
                         help="pipeline: epochs of each measured run; the last one's timestamps are used (default 3)")
-    parser.add_argument("--epochs", type=int, default=50, help="accuracy / subgraphs: epochs per run (default 50)")
+    add_declared(parser, "epochs", default=50, note="here: per accuracy / subgraphs run",
+                 why="a sweep of many runs on 2 cores")
     parser.add_argument("--seeds", type=int, default=3, help="accuracy: seeds (default 3)")
     parser.add_argument("--subgraph-counts", type=int_list, default=[1, 2, 3, 4, 5, 6],
                         help="subgraphs: S values (default 1..6); each must divide --chunks")
-    parser.add_argument("--chunks", type=int, default=60, help="subgraphs: chunks M (default 60 = lcm of 1..6)")
+    add_declared(parser, "chunks", default=60, note="here: M of the subgraphs section", why="lcm of 1..6")
     parser.add_argument("--pipeline-subgraphs", type=int, default=4,
                         help="pipeline: subgraphs of the modelled epoch (default 4, the paper's)")
     parser.add_argument("--gpu-flops", type=float, default=GPU_FLOPS,
@@ -123,7 +128,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--gamma", type=float, default=0.5, help="pipeline: Eq. 6's gamma (default 0.5)")
     parser.add_argument("--ablation-epochs", type=int, default=3, help="ablation: epochs per run (default 3)")
     parser.add_argument("--train-args", default="", help="extra arguments for every train run (quoted)")
-    parser.add_argument("--timeout", type=float, default=900, help="seconds per train run (default 900)")
+    add_own(parser, "--timeout", type=float, default=900, help="seconds per train run (default 900)",
+            differs="a whole run's time limit, not the collective timeout")
     parser.add_argument("--plot", default=None, metavar="PNG",
                         help="write the comm bytes and the modelled pipeline makespans here")
 

@@ -87,24 +87,24 @@ def graph_dir_of(dataset: str) -> Path | None:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Register ``graphscale partition``'s options on ``parser``."""
-    parser.add_argument("--dataset", required=True,
-                        help="dataset spec (see `graphscale datasets`) or a bare edge-stream file")
+    """Register ``graphscale partition``'s options on ``parser`` (those of a run from their declarations:
+    :mod:`graphscale.flags`)."""
+    from graphscale.flags import add_declared, add_own
+
+    add_declared(parser, "dataset", required=True, note="here also a bare edge-stream file")
     parser.add_argument("--method", required=True, metavar="NAME[:key=value,...]",
                         help="partitioner and its options (e.g. spring:merge=code)")
-    parser.add_argument("--parts", type=int, help="number of partitions (or let --workers choose it)")
-    parser.add_argument("--workers", type=int,
-                        help="choose the number of partitions for this many workers from --device-memory "
-                             "(SDT-GNN's workload allocation: one per worker when the data fits in a third of "
-                             "the memory, else ceil(data / (M / 3)))")
-    parser.add_argument("--device-memory", metavar="SIZE",
-                        help="memory of one worker's device for --workers, e.g. 16GiB (default: measured: free "
-                             "GPU memory, or the host's available memory shared by the workers)")
-    parser.add_argument("--halo-hops", type=int, default=1,
-                        help="K: each part holds the K-hop in-neighbourhood of its home vertices, so an L-layer "
-                             "full-neighbour forward with K = L is exact for them (default 1)")
+    add_declared(parser, "parts", default=None, note="here: the store this command writes, at least 1",
+                 why="--workers chooses it")
+    add_own(parser, "--workers", type=int,
+            help="choose the number of partitions for this many workers from --device-memory (SDT-GNN's workload "
+                 "allocation: one per worker when the data fits in a third of the memory, else ceil(data / (M / "
+                 "3)))", differs="workers the store is sized for; no processes start")
+    add_declared(parser, "device_memory", note="here: read with --workers; measured: free GPU memory, or the "
+                                               "host's available memory shared by the workers")
+    add_declared(parser, "halo_hops")
     parser.add_argument("--out", required=True, help="partition store directory to write")
-    parser.add_argument("--seed", type=int, default=0, help="seed of randomised choices (default 0)")
+    add_declared(parser, "seed")
     parser.add_argument("--chunk-edges", type=int, default=1 << 22, help="records per streamed chunk (default 2^22)")
     parser.add_argument("--edges", default=None,
                         help="read the records from this edge-stream file (node data still from --dataset)")
@@ -117,9 +117,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-features", action="store_true", help="do not copy x into the store")
     parser.add_argument("--feature-chunk-mb", type=int, default=64, help="bound on one feature copy step (MiB)")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing partition store")
-    parser.add_argument("--json", default=None,
-                        help="also write the summary as JSON to this file (the directory must exist)")
-    parser.add_argument("--no-progress", dest="progress", action="store_false", help="hide the progress bars")
+    add_declared(parser, "json", note="here: the summary")
+    add_declared(parser, "progress", note="here: a bar per step")
 
 
 def partition_dataset(args: argparse.Namespace) -> dict:
