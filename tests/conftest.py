@@ -14,6 +14,25 @@ _POOL_KEY = pytest.StashKey()
 _XDIST_COUNTS_KEY = pytest.StashKey()
 
 
+def pytest_configure(config):
+    """Under pytest-xdist, each test process runs on a core of its own (``sched_setaffinity``; the workers and
+    commands it starts inherit the mask), so that its runs size their thread pools to that core
+    (:func:`graphscale.distributed.launch.cpu_count` reads the mask) instead of each process sizing them to the
+    whole machine and oversubscribing it. Where the processes outnumber the cores, they share the cores round-robin."""
+    worker = getattr(config, "workerinput", None)
+    if worker is None or not hasattr(os, "sched_setaffinity"):
+        return
+    cores = sorted(os.sched_getaffinity(0))
+    index = int(worker["workerid"].removeprefix("gw"))
+    count = int(worker["workercount"])
+    share = [core for i, core in enumerate(cores) if i % count == index] if count <= len(cores) else \
+        [cores[index % len(cores)]]
+    os.sched_setaffinity(0, share)
+    import torch
+
+    torch.set_num_threads(len(share))
+
+
 @pytest.fixture(autouse=True, scope="session")
 def _private_cache_dir(tmp_path_factory):
     """Runs write their partition stores and graph directories into a cache directory: keep the suite's apart
