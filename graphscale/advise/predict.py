@@ -172,6 +172,13 @@ def layer_seconds(machine, rows: float, edges: float, widths: list[int], outs: l
     return scale * total + fixed * machine.load_factor
 
 
+def host_seconds(machine, call_s: float, edge_s: float, calls: float, edges: float, workers: int = 1) -> float:
+    """One worker's time for ``calls`` repetitions of a host-side step over ``edges`` edges in all, at the profile's
+    cost per call ``call_s`` and per edge ``edge_s`` (:mod:`graphscale.advise.host_costs`: a task-parallel P block,
+    a sampled mini-batch), scaled by :func:`worker_scale` like the layers' data-proportional work."""
+    return (calls * call_s + edges * edge_s) * worker_scale(machine, workers)
+
+
 def worker_threads(machine, workers: int) -> int:
     """Torch threads of one of ``workers`` workers on the host (what the launcher gives: ``cores // workers``)."""
     return max(1, machine.cores // max(workers, 1))
