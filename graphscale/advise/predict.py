@@ -58,6 +58,9 @@ class Prediction:
             epoch, counted from the strategy's plan.
         waits: blocking point-to-point receives (``Comm.recv``, counted in ``DistEnv.receives``) of each worker in
             a training epoch, by rank, counted from the strategy's plan (empty: none).
+        events: host-side work ``seconds`` prices per event, counted from the strategy's plan for the busiest
+            worker of a training epoch (task-parallel: ``blocks`` built and their ``block_edges``; split-parallel:
+            ``samples`` and ``sampled_edges``); the tests hold them to a run's.
 
     ``seconds`` prices :attr:`messages` (``collectives`` plus the most ``waits`` of a worker), each at the
     profile's ``sync_s``; the tests hold both counts to a real run's.
@@ -79,6 +82,7 @@ class Prediction:
     bytes_epoch: int | None = None
     collectives: int = 0
     waits: list[int] = field(default_factory=list)
+    events: dict = field(default_factory=dict)
 
     @property
     def messages(self) -> int:

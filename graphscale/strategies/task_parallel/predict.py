@@ -119,8 +119,8 @@ def predict(data, model, config, machine):
     sparse = layer_seconds(machine, 0, e + n, w, o, calls=0, workers=sc.workers)
     rows_of, edges_of = chunk_edges(data.open_graph(), config, plan, data)
     builds = [block_builds(model, config, plan, rows_of, edges_of, rank) for rank in range(sc.workers)]
-    blocks = max(host_seconds(machine, machine.block_call_s, machine.block_edge_s, b, be, sc.workers)
-                 for b, be in builds)
+    busiest = max(builds, key=lambda b: host_seconds(machine, machine.block_call_s, machine.block_edge_s, *b))
+    blocks = host_seconds(machine, machine.block_call_s, machine.block_edge_s, *busiest, sc.workers)
     compute = dense / mean_size(plan.t_groups) + sparse / mean_size(plan.p_groups) + blocks
     collectives, waits = 1, [worker_receives(model, config, plan, rank) for rank in range(sc.workers)]
     seconds = prediction_time(machine, compute, sum(out.values()) / plan.workers,
@@ -136,4 +136,5 @@ def predict(data, model, config, machine):
                       notes=["bytes: task_parallel.chain.epoch_bytes",
                              ("time: the serial chain's layers, the P blocks rebuilt per subgraph and epoch, the "
                               "transfers")],
-                      collectives=collectives, waits=waits)
+                      collectives=collectives, waits=waits,
+                      events={"blocks": busiest[0], "block_edges": busiest[1]})
