@@ -75,3 +75,43 @@ def sample_costs(tiny: bool, seconds: float) -> tuple[float, float, str]:
     return call, edge, (f"NeighborSampler.sample (fanouts {', '.join(map(str, PROBE_FANOUTS))}) of 64 and 1024 "
                         f"targets on a random graph of {n} vertices (degree {deg:g}), best of repetitions, a line "
                         "through the two over the sampled edges")
+
+
+def transfer_costs(tiny: bool, seconds: float) -> tuple[float, str]:
+    """``(host_transfer_bandwidth, how)``: bytes per second of offload's host-array traffic on a CPU, where the
+    "host-to-device" reads are row gathers and the writes row scatters through the strategy's own pipeline
+    (:class:`~graphscale.strategies.offload.transfer.Transfers`, staged: a gather of random rows waited for, then
+    a write of as many rows flushed), the slope through 2 sizes (fixed costs left out), bytes = rows read + written."""
+    import statistics
+
+    import torch
+
+    from graphscale.advise.profile import _best
+    from graphscale.strategies.offload.transfer import Request, Transfers
+
+    rows, width = (20000, 64) if tiny else (400000, 64)
+    host = {"h": torch.zeros(rows, width)}
+    transfers = Transfers(host, "cpu", mode="staged")
+    gen = torch.Generator().manual_seed(0)
+    probes = []
+    for count in (rows // 16, rows // 4):
+        ids = torch.randperm(rows, generator=gen)[:count].sort().values
+        payload = torch.ones(count, width)
+
+        def round_trip(ids=ids, payload=payload):
+            transfers.wait(transfers.gather([Request("x", "h", ids)]))
+            transfers.write("h", ids, None, payload)
+            transfers.flush()
+        probes.append((2.0 * count * width * 4, round_trip))
+    slopes = []
+    try:
+        for _ in range(3):  # the median of 3 slopes: one slow large probe on a shared machine is not the rate
+            (small, fn_small), (large, fn_large) = probes
+            times = [_best(fn, seconds / 6, at_least=3) for fn in (fn_small, fn_large)]
+            slopes.append(max((times[1] - times[0]) / (large - small), 1e-13))
+    finally:
+        transfers.close()
+    slope = statistics.median(slopes)
+    return 1.0 / slope, (f"offload's staged Transfers on {rows} x {width} float32 host rows: a gather of random "
+                         f"rows waited for and a write of as many flushed, {rows // 16} and {rows // 4} rows, best "
+                         "of repetitions, bytes read + written over the difference's time, median of 3")

@@ -31,6 +31,9 @@ Figures (each recorded with how it was measured, :attr:`Machine.how`). The rates
 * ``block_call_s`` / ``block_edge_s`` and ``sample_call_s`` / ``sample_edge_s``: the host-side work repeated per
   task-parallel P block (built for every subgraph in every epoch) and per sampled mini-batch, per call and per
   edge (:mod:`graphscale.advise.host_costs`);
+* ``host_transfer_bandwidth``: on CPU, bytes per second of offload's host-array traffic (row gathers and scatters
+  through its staged transfer pipeline, :func:`graphscale.advise.host_costs.transfer_costs`; 0 on CUDA, where
+  ``h2d_bandwidth`` prices the link);
 * ``h2d_bandwidth``: a pinned host-to-device copy (CUDA only; ``0`` on CPU, where host and device are one);
 * ``free_memory``: ``MemAvailable`` (CPU) or ``cudaMemGetInfo`` (CUDA) when measured.
 
@@ -49,13 +52,13 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-#: version of the profile's fields; a file of another version is measured again (4: the host costs per block and
-#: per sampled mini-batch)
+#: version of the profile's fields; a file of another version is measured again (4: the host costs per block, per
+#: sampled mini-batch and per byte of offload's host-array traffic)
 PROFILE_VERSION = 4
 
 
 #: the per-event host costs (:mod:`graphscale.advise.host_costs`)
-HOST_COSTS = ("block_call_s", "block_edge_s", "sample_call_s", "sample_edge_s")
+HOST_COSTS = ("block_call_s", "block_edge_s", "sample_call_s", "sample_edge_s", "host_transfer_bandwidth")
 
 
 @dataclass
@@ -89,6 +92,7 @@ class Machine:
     block_edge_s: float = 0.0
     sample_call_s: float = 0.0
     sample_edge_s: float = 0.0
+    host_transfer_bandwidth: float = 0.0
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -109,10 +113,11 @@ def synthetic(device: str = "cpu", free_memory: int = 8 << 30) -> Machine:
     how = {k: "synthetic (not measured)" for k in ("gemm_flops", "spmm", "memory_bandwidth", "collective",
                                                   "h2d_bandwidth", "free_memory")}
     how.update({k: "synthetic (not measured)" for k in ("fixed_costs", "process_rss", "threads", "sync", "blocks",
-                                                        "sampling")})
+                                                        "sampling", "host_transfer")})
     return Machine(platform.node(), device, 5e10, 5e-9, 1e-9, 1e10, 1e-4, 1e9, 0.0, free_memory, 1, time.time(), how,
                    layer_call_s=2e-4, step_s=1e-3, process_rss=300 << 20, elementwise_s=2e-9, cores=1,
-                   sync_s=1e-4, block_call_s=1e-4, block_edge_s=2e-8, sample_call_s=1e-4, sample_edge_s=5e-8)
+                   sync_s=1e-4, block_call_s=1e-4, block_edge_s=2e-8, sample_call_s=1e-4, sample_edge_s=5e-8,
+                   host_transfer_bandwidth=2e9 if device == "cpu" else 0.0)
 
 
 def profile_path(cache: Path, device: str) -> Path:
@@ -162,7 +167,7 @@ def cached_profile(cache: Path, device: str, refresh: bool = False, tiny: bool =
 # ------------------------------------------------------------------------------------------------ measuring
 def measure(device: str = "cpu", tiny: bool = False) -> Machine:
     """Measure this host (module docstring); ``tiny``: small sizes, short repetitions."""
-    from graphscale.advise.host_costs import block_costs, sample_costs
+    from graphscale.advise.host_costs import block_costs, sample_costs, transfer_costs
     from graphscale.distributed.launch import cpu_count
     from graphscale.strategies.task_parallel.plan import measure_bandwidth, measure_flops
 
@@ -190,6 +195,10 @@ def measure(device: str = "cpu", tiny: bool = False) -> Machine:
         alone = _sync_work_alone(tiny, device)
         block_call, block_edge, how["blocks"] = block_costs(tiny, seconds)
         sample_call, sample_edge, how["sampling"] = sample_costs(tiny, seconds)
+        if device == "cuda":
+            host_transfer, how["host_transfer"] = 0.0, "none: h2d_bandwidth prices the link on CUDA"
+        else:
+            host_transfer, how["host_transfer"] = transfer_costs(tiny, seconds)
     latency, coll_bw, process_rss, coll_how = _collective(device, tiny)
     how["collective"] = coll_how
     how["process_rss"] = ("peak resident set (VmHWM) of a spawned worker after its all-reduces, importing "
@@ -197,7 +206,7 @@ def measure(device: str = "cpu", tiny: bool = False) -> Machine:
     machine = Machine(platform.node(), device, flops, edge_s, edge_col_s, bandwidth, latency, coll_bw, h2d, free,
                       1, time.time(), how, layer_call_s=layer_call, step_s=step, process_rss=process_rss,
                       cores=cpu_count(), block_call_s=block_call, block_edge_s=block_edge, sample_call_s=sample_call,
-                      sample_edge_s=sample_edge)
+                      sample_edge_s=sample_edge, host_transfer_bandwidth=host_transfer)
     with _threads(1):
         machine.elementwise_s, how["elementwise"] = _elementwise_cost(machine, tiny, seconds)
         machine.load_factor, how["load_factor"] = _load_factor(machine.device, tiny, seconds)
