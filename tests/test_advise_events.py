@@ -117,3 +117,20 @@ def test_host_event_costs_raise_the_predicted_time(tmp_path):
                                "cache_dir": str(tmp_path / "cache"), "progress": False})
         cheap, dear = (predict_config(copy.deepcopy(config), m) for m in (base, dearer))
         assert dear.seconds - cheap.seconds == pytest.approx(cheap.events[key] * 1e-6, rel=1e-9)
+
+
+def test_offload_host_bytes_are_priced_at_the_host_transfer_rate_on_cpu(tmp_path):
+    """On CPU offload's host categories cost their bytes (per worker) at ``host_transfer_bandwidth``: halving the
+    rate adds exactly those bytes' time once more (worker_scale 1 on the synthetic profile)."""
+    from graphscale.strategies.offload.cost import HOST_CATEGORIES
+
+    config = build_config({"data": {"dataset": SBM}, "model": {"hidden": 8},
+                           "strategy": {"name": "offload", "workers": 2}, "cache_dir": str(tmp_path / "cache"),
+                           "progress": False})
+    base = synthetic()
+    slower = copy.deepcopy(base)
+    slower.host_transfer_bandwidth /= 2
+    fast, slow = (predict_config(copy.deepcopy(config), m) for m in (base, slower))
+    host = sum(fast.bytes.get(c, 0) for c in HOST_CATEGORIES)
+    assert host > 0
+    assert slow.seconds - fast.seconds == pytest.approx(host / 2 / base.host_transfer_bandwidth, rel=1e-9)
