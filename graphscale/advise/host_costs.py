@@ -34,7 +34,7 @@ def block_costs(tiny: bool, seconds: float) -> tuple[float, float, str]:
     random graph's vertices, 4 chunks in 2 subgraphs (chunk ``v % 4``)."""
     import torch
 
-    from graphscale.advise.profile import _best
+    from graphscale.advise.timing import best_of as _best
     from graphscale.data.block import Block
     from graphscale.strategies.task_parallel.chunks import CAUSAL, masked_block
     from graphscale.testing import random_graph
@@ -59,7 +59,7 @@ def sample_costs(tiny: bool, seconds: float) -> tuple[float, float, str]:
     """``(sample_call_s, sample_edge_s, how)`` (module docstring): mini-batches of 64 and 1024 targets."""
     import torch
 
-    from graphscale.advise.profile import _best
+    from graphscale.advise.timing import best_of as _best
     from graphscale.data.sampler import NeighborSampler
     from graphscale.testing import random_graph
 
@@ -86,7 +86,7 @@ def transfer_costs(tiny: bool, seconds: float) -> tuple[float, str]:
 
     import torch
 
-    from graphscale.advise.profile import _best
+    from graphscale.advise.timing import best_of as _best
     from graphscale.strategies.offload.transfer import Request, Transfers
 
     rows, width = (20000, 64) if tiny else (400000, 64)

@@ -52,6 +52,8 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from graphscale.advise.timing import best_of as _best
+
 #: version of the profile's fields; a file of another version is measured again (4: the host costs per block, per
 #: sampled mini-batch and per byte of offload's host-array traffic)
 PROFILE_VERSION = 4
@@ -345,20 +347,6 @@ def _mem_available() -> int:
     import os
 
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
-
-
-def _best(fn, seconds: float, at_least: int = 1) -> float:
-    """The shortest of repetitions of ``fn`` over ``seconds`` and at least ``at_least`` of them (the best of
-    many: a shared machine's other load only ever adds time)."""
-    fn()
-    best, deadline, count = float("inf"), time.perf_counter() + seconds, 0
-    while True:
-        start = time.perf_counter()
-        fn()
-        end = time.perf_counter()
-        best, count = min(best, end - start), count + 1
-        if end >= deadline and count >= at_least:
-            return best
 
 
 def _spmm_costs(device: str, tiny: bool, seconds: float) -> tuple[float, float, str]:
