@@ -11,7 +11,9 @@ edge:
   ``causal``, the default mode) on a random graph, per call and per edge of the rows' CSR;
 * ``sample_call_s`` / ``sample_edge_s``: sampling one mini-batch's blocks
   (:meth:`~graphscale.data.sampler.NeighborSampler.sample`, fanouts 10, 10) on the same graph, per call and per
-  sampled edge (the blocks' edges).
+  sampled edge (the blocks' edges);
+* ``host_transfer_bandwidth`` (CPU): bytes per second of offload's host-array gathers and scatters through its own
+  transfer pipeline (:func:`transfer_costs`: the slope only, the median of 3).
 """
 
 from __future__ import annotations
