@@ -151,6 +151,25 @@ def test_a_profile_from_another_host_is_stale(tmp_path):
     assert loaded is None and "another-host" in why and "stale" in why and "\n" not in why
 
 
+def test_a_profile_of_an_older_version_is_measured_again_with_a_warning(tmp_path, monkeypatch):
+    """A cached profile without the host costs (version 3) is refused in one line and measured again."""
+    from graphscale.advise import profile
+
+    old = synthetic().to_dict()
+    old["version"] = 3
+    for key in profile.HOST_COSTS:
+        old.pop(key)
+    path = profile.profile_path(tmp_path, "cpu")
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps(old))
+    warnings = []
+    monkeypatch.setattr(profile, "measure", lambda device, tiny=False: synthetic(device))
+    machine = profile.cached_profile(tmp_path, "cpu", warn=warnings.append)
+    assert machine.version == profile.PROFILE_VERSION == 4 and machine.block_edge_s > 0
+    assert len(warnings) == 1 and "version 3, not 4" in warnings[0] and "\n" not in warnings[0]
+    assert load_profile(path)[0] is not None  # the new one is cached
+
+
 def test_predicted_os_memory_adds_the_process_baseline(tmp_path):
     machine = synthetic()
     prediction = predict_config(_config("graph-parallel", tmp_path), machine)
@@ -231,8 +250,9 @@ def test_the_profile_measures_every_figure_and_says_how():
     machine = measure("cpu", tiny=True)
     assert machine.threads == 1 and machine.cores == cpu_count()
     for key in ("threads", "thread_speedup", "sync", "load_factor", "collective", "fixed_costs", "elementwise",
-                "spmm"):
+                "spmm", "blocks", "sampling", "host_transfer"):
         assert machine.how[key]
+    assert machine.block_edge_s > 0 and machine.sample_edge_s > 0 and machine.host_transfer_bandwidth > 0
     assert "slope = corun_slowdown" in machine.how["sync"] and "median / best" in machine.how["load_factor"]
 
 

@@ -58,6 +58,9 @@ class Prediction:
             epoch, counted from the strategy's plan.
         waits: blocking point-to-point receives (``Comm.recv``, counted in ``DistEnv.receives``) of each worker in
             a training epoch, by rank, counted from the strategy's plan (empty: none).
+        events: host-side work ``seconds`` prices per event, counted from the strategy's plan for the busiest
+            worker of a training epoch (task-parallel: ``blocks`` built and their ``block_edges``; split-parallel:
+            ``samples`` and ``sampled_edges``); the tests hold them to a run's.
 
     ``seconds`` prices :attr:`messages` (``collectives`` plus the most ``waits`` of a worker), each at the
     profile's ``sync_s``; the tests hold both counts to a real run's.
@@ -79,6 +82,7 @@ class Prediction:
     bytes_epoch: int | None = None
     collectives: int = 0
     waits: list[int] = field(default_factory=list)
+    events: dict = field(default_factory=dict)
 
     @property
     def messages(self) -> int:
@@ -170,6 +174,13 @@ def layer_seconds(machine, rows: float, edges: float, widths: list[int], outs: l
             total += products + into + out_of
     fixed = calls * len(widths) * machine.layer_call_s / (1.0 if backward else 3.0)
     return scale * total + fixed * machine.load_factor
+
+
+def host_seconds(machine, call_s: float, edge_s: float, calls: float, edges: float, workers: int = 1) -> float:
+    """One worker's time for ``calls`` repetitions of a host-side step over ``edges`` edges in all, at the profile's
+    cost per call ``call_s`` and per edge ``edge_s`` (:mod:`graphscale.advise.host_costs`: a task-parallel P block,
+    a sampled mini-batch), scaled by :func:`worker_scale` like the layers' data-proportional work."""
+    return (calls * call_s + edges * edge_s) * worker_scale(machine, workers)
 
 
 def worker_threads(machine, workers: int) -> int:

@@ -28,6 +28,12 @@ Figures (each recorded with how it was measured, :attr:`Machine.how`). The rates
   above are best of repetitions; measured epochs are medians);
 * ``process_rss``: the peak resident set of a spawned worker after its process group, the training modules and
   a few tiny training steps (interpreter, torch runtime, graphscale: what every worker holds besides its data);
+* ``block_call_s`` / ``block_edge_s`` and ``sample_call_s`` / ``sample_edge_s``: the host-side work repeated per
+  task-parallel P block (built for every subgraph in every epoch) and per sampled mini-batch, per call and per
+  edge (:mod:`graphscale.advise.host_costs`);
+* ``host_transfer_bandwidth``: on CPU, bytes per second of offload's host-array traffic (row gathers and scatters
+  through its staged transfer pipeline, :func:`graphscale.advise.host_costs.transfer_costs`; 0 on CUDA, where
+  ``h2d_bandwidth`` prices the link);
 * ``h2d_bandwidth``: a pinned host-to-device copy (CUDA only; ``0`` on CPU, where host and device are one);
 * ``free_memory``: ``MemAvailable`` (CPU) or ``cudaMemGetInfo`` (CUDA) when measured.
 
@@ -46,8 +52,15 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-#: version of the profile's fields; a file of another version is measured again
-PROFILE_VERSION = 3
+from graphscale.advise.timing import best_of as _best
+
+#: version of the profile's fields; a file of another version is measured again (4: the host costs per block, per
+#: sampled mini-batch and per byte of offload's host-array traffic)
+PROFILE_VERSION = 4
+
+
+#: the per-event host costs (:mod:`graphscale.advise.host_costs`)
+HOST_COSTS = ("block_call_s", "block_edge_s", "sample_call_s", "sample_edge_s", "host_transfer_bandwidth")
 
 
 @dataclass
@@ -77,6 +90,11 @@ class Machine:
     sync_s: float = 0.0
     corun_slowdown: float = 1.0
     load_factor: float = 1.0
+    block_call_s: float = 0.0
+    block_edge_s: float = 0.0
+    sample_call_s: float = 0.0
+    sample_edge_s: float = 0.0
+    host_transfer_bandwidth: float = 0.0
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -85,7 +103,8 @@ class Machine:
     def from_dict(cls, d: dict) -> Machine:
         names = {f for f in cls.__dataclass_fields__}
         missing = sorted(names - set(d) - {"how", "measured_at", "version", "layer_call_s", "step_s", "process_rss",
-                                             "elementwise_s", "cores", "thread_speedup", "sync_s", "corun_slowdown", "load_factor"})
+                                             "elementwise_s", "cores", "thread_speedup", "sync_s", "corun_slowdown", "load_factor",
+                                             *HOST_COSTS})
         if missing:
             raise ValueError(f"machine profile lacks {', '.join(missing)}")
         return cls(**{k: v for k, v in d.items() if k in names})
@@ -95,10 +114,12 @@ def synthetic(device: str = "cpu", free_memory: int = 8 << 30) -> Machine:
     """A fixed profile (tests, and predictions that must not depend on this machine): a few-core CPU's rates."""
     how = {k: "synthetic (not measured)" for k in ("gemm_flops", "spmm", "memory_bandwidth", "collective",
                                                   "h2d_bandwidth", "free_memory")}
-    how.update({k: "synthetic (not measured)" for k in ("fixed_costs", "process_rss", "threads", "sync")})
+    how.update({k: "synthetic (not measured)" for k in ("fixed_costs", "process_rss", "threads", "sync", "blocks",
+                                                        "sampling", "host_transfer")})
     return Machine(platform.node(), device, 5e10, 5e-9, 1e-9, 1e10, 1e-4, 1e9, 0.0, free_memory, 1, time.time(), how,
                    layer_call_s=2e-4, step_s=1e-3, process_rss=300 << 20, elementwise_s=2e-9, cores=1,
-                   sync_s=1e-4)
+                   sync_s=1e-4, block_call_s=1e-4, block_edge_s=2e-8, sample_call_s=1e-4, sample_edge_s=5e-8,
+                   host_transfer_bandwidth=2e9 if device == "cpu" else 0.0)
 
 
 def profile_path(cache: Path, device: str) -> Path:
@@ -148,6 +169,7 @@ def cached_profile(cache: Path, device: str, refresh: bool = False, tiny: bool =
 # ------------------------------------------------------------------------------------------------ measuring
 def measure(device: str = "cpu", tiny: bool = False) -> Machine:
     """Measure this host (module docstring); ``tiny``: small sizes, short repetitions."""
+    from graphscale.advise.host_costs import block_costs, sample_costs, transfer_costs
     from graphscale.distributed.launch import cpu_count
     from graphscale.strategies.task_parallel.plan import measure_bandwidth, measure_flops
 
@@ -173,13 +195,20 @@ def measure(device: str = "cpu", tiny: bool = False) -> Machine:
         how["spmm"] = spmm_how
         layer_call, step, how["fixed_costs"] = _fixed_costs(device, seconds)
         alone = _sync_work_alone(tiny, device)
+        block_call, block_edge, how["blocks"] = block_costs(tiny, seconds)
+        sample_call, sample_edge, how["sampling"] = sample_costs(tiny, seconds)
+        if device == "cuda":
+            host_transfer, how["host_transfer"] = 0.0, "none: h2d_bandwidth prices the link on CUDA"
+        else:
+            host_transfer, how["host_transfer"] = transfer_costs(tiny, seconds)
     latency, coll_bw, process_rss, coll_how = _collective(device, tiny)
     how["collective"] = coll_how
     how["process_rss"] = ("peak resident set (VmHWM) of a spawned worker after its all-reduces, importing "
                           "graphscale.run and a few tiny training steps (the larger of the 2)")
     machine = Machine(platform.node(), device, flops, edge_s, edge_col_s, bandwidth, latency, coll_bw, h2d, free,
                       1, time.time(), how, layer_call_s=layer_call, step_s=step, process_rss=process_rss,
-                      cores=cpu_count())
+                      cores=cpu_count(), block_call_s=block_call, block_edge_s=block_edge, sample_call_s=sample_call,
+                      sample_edge_s=sample_edge, host_transfer_bandwidth=host_transfer)
     with _threads(1):
         machine.elementwise_s, how["elementwise"] = _elementwise_cost(machine, tiny, seconds)
         machine.load_factor, how["load_factor"] = _load_factor(machine.device, tiny, seconds)
@@ -318,20 +347,6 @@ def _mem_available() -> int:
     import os
 
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
-
-
-def _best(fn, seconds: float, at_least: int = 1) -> float:
-    """The shortest of repetitions of ``fn`` over ``seconds`` and at least ``at_least`` of them (the best of
-    many: a shared machine's other load only ever adds time)."""
-    fn()
-    best, deadline, count = float("inf"), time.perf_counter() + seconds, 0
-    while True:
-        start = time.perf_counter()
-        fn()
-        end = time.perf_counter()
-        best, count = min(best, end - start), count + 1
-        if end >= deadline and count >= at_least:
-            return best
 
 
 def _spmm_costs(device: str, tiny: bool, seconds: float) -> tuple[float, float, str]:

@@ -1,7 +1,10 @@
 """The prediction of a ``split-parallel`` run (:mod:`graphscale.advise.predict`): the strategy module's closed
 forms evaluated by replaying epoch ``epoch``'s seeded loader and sampler and splitting every mini-batch with the
 run's :class:`~.split.SplitPlan` (:func:`~.split.split_minibatch`, the strategy's own split), on the host-shared
-structure; no feature row is read."""
+structure; no feature row is read. Time adds to the layers and the transfers every worker's sampling of every
+mini-batch (the seeded sampler is rank-agnostic: each worker samples the whole mini-batch before splitting it;
+``events``: ``samples`` calls of the sampler, ``sampled_edges`` in the blocks they return), priced at the
+profile's ``sample_call_s`` / ``sample_edge_s``."""
 
 from __future__ import annotations
 
@@ -10,6 +13,7 @@ from graphscale.advise.predict import (
     activation_bytes,
     dims,
     element_size,
+    host_seconds,
     layer_seconds,
     node_data_bytes,
     num_params,
@@ -61,9 +65,11 @@ def predict(data, model, config, machine, epoch: int = 0):
     # per mini-batch: a shuffle per layer forward and per layer whose backward ships gradients, the gradient
     # all-reduce; per epoch: the loss all-reduce
     collectives = len(batches) * (len(back) + sum(1 for b in back if b) + 1) + 1
+    events = {"samples": len(batches), "sampled_edges": edges}  # every worker samples every mini-batch whole
+    compute += host_seconds(machine, machine.sample_call_s, machine.sample_edge_s, len(batches), edges, world)
     seconds = prediction_time(machine, compute, sum(out.values()) / world, collectives, len(batches))
     return Prediction("split-parallel", world, {"batch_size": sc.batch_size}, max(mem), mem, out, seconds,
                       exact=False, semantics="sampled mini-batch training (equal to single --minibatch, not to "
                       "full-graph training)", notes=[(f"bytes: the closed forms over epoch {epoch}'s replayed "
                                                       "samples and their splits")], bytes_epoch=epoch,
-                      collectives=collectives)
+                      collectives=collectives, events=events)

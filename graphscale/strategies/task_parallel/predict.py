@@ -1,12 +1,17 @@
 """The prediction of a ``task-parallel`` run (:mod:`graphscale.advise.predict`).
 
 The plan is the run's (the parent's scheduling-model choice written with the shared data, or ``--t-workers``);
-bytes are :func:`~.chain.epoch_bytes` (the closed form the tests hold the Ledger to); time is the whole graph's
-layers priced on the profile (:func:`~graphscale.advise.predict.layer_seconds`) spread over the workers, plus the
-chain's transfers, priced with the loss all-reduce (the one collective) and the busiest worker's receives
-(:func:`worker_receives`). (The discrete-event simulator, :func:`~.simulate.simulate` with :func:`~.simulate.modelled_costs`
-at the profile's rates, gave makespans about 100x below the other strategies' predictions on Cora, so it is not
-used until calibrated.)
+bytes are :func:`~.chain.epoch_bytes` (the closed form the tests hold the Ledger to). Time is the chain's, measured
+to be serial: a segment waits for the rows of the one before it (forward) and for the gradients of the one after
+it (backward), so on the 20k-vertex SBM with 2 workers an epoch took the sum of the T worker's and the P worker's
+busy time, each waiting for the other about half of it. It is the whole graph's layers priced on the profile
+(:func:`~graphscale.advise.predict.layer_seconds`: the dense half at the T groups' mean size, the sparse half at
+the P groups'), plus the busiest P member's blocks, rebuilt from the host-shared graph for every subgraph in every
+epoch (:func:`block_builds`, priced per block and per edge at the profile's ``block_call_s`` / ``block_edge_s``:
+about 40% of that epoch), plus the chain's transfers, priced with the loss all-reduce (the one collective) and the
+busiest worker's receives (:func:`worker_receives`). (The discrete-event simulator, :func:`~.simulate.simulate` with
+:func:`~.simulate.modelled_costs` at the profile's rates, gave makespans about 100x below the other strategies'
+predictions on Cora, so it is not used until calibrated.)
 """
 
 from __future__ import annotations
@@ -25,10 +30,10 @@ from graphscale.advise.predict import (
     synchronising_waits,
 )
 from graphscale.strategies.task_parallel.chain import build_segments, epoch_bytes, num_chunks, resolve_plan
-from graphscale.strategies.task_parallel.chunks import layout
+from graphscale.strategies.task_parallel.chunks import assign_chunks, layout
 from graphscale.strategies.task_parallel.exchange import Exchange
 from graphscale.strategies.task_parallel.strategy import TaskParallelStrategy
-from graphscale.strategies.task_parallel.tasks import task_split
+from graphscale.strategies.task_parallel.tasks import P, task_split
 
 
 def worker_receives(model, config, plan, rank: int, epoch: int = 1) -> int:
@@ -51,6 +56,46 @@ def worker_receives(model, config, plan, rank: int, epoch: int = 1) -> int:
     return count
 
 
+def chunk_edges(graph, config, plan, data) -> tuple[list[int], list[int]]:
+    """Rows and CSR edges of every chunk (``chunk_of`` as the run's setup assigns it: the parent's for
+    ``--chunking partitioner``, contiguous ranges otherwise)."""
+    import numpy as np
+    import torch
+
+    from graphscale.strategies.task_parallel.chain import CHUNK_FILE
+
+    sc, m = config.strategy, num_chunks(config, plan)
+    if sc.chunking == "partitioner":
+        chunk_of = torch.from_numpy(np.load(data.require_shared("task-parallel") / CHUNK_FILE).astype(np.int64))
+    else:
+        chunk_of = assign_chunks(graph, m, sc.chunking, sc.partitioner, sc.balance, config.seed)
+    degree = torch.as_tensor(np.diff(np.asarray(graph.indptr)), dtype=torch.int64)
+    rows = torch.bincount(chunk_of, minlength=m)
+    edges = torch.zeros(m, dtype=torch.int64).index_add_(0, chunk_of, degree)
+    return rows.tolist(), edges.tolist()
+
+
+def block_builds(model, config, plan, rows: list[int], edges: list[int], rank: int,
+                 epoch: int = 1) -> tuple[int, int]:
+    """``(blocks, edges)`` ``rank`` builds in training epoch ``epoch``: every P segment it works in builds, for every
+    subgraph where it owns rows, one block of those rows with all their CSR edges
+    (:meth:`.exchange.Exchange._p_prepare`); ownership as the run routes it (:meth:`.exchange.Exchange._owner` over
+    the epoch's :func:`~.chunks.layout`). ``rows`` / ``edges`` per chunk: :func:`chunk_edges`."""
+    sc = config.strategy
+    lay = layout(num_chunks(config, plan), sc.subgraphs, config.seed, epoch, sc.shuffle)
+    router = SimpleNamespace(num_chunks=lay.num_chunks, plan=plan, env=SimpleNamespace(rank=rank))
+    blocks = built = 0
+    for seg in build_segments(task_split(model), plan):
+        if seg.kind != P or rank not in seg.group:
+            continue
+        owner, me = Exchange._owner(router, seg, lay), seg.group.index(rank)
+        for s in range(lay.num_subgraphs):
+            mine = [c for c in lay.chunks(s) if int(owner[c]) == me]
+            if sum(rows[c] for c in mine):
+                blocks, built = blocks + 1, built + sum(edges[c] for c in mine)
+    return blocks, built
+
+
 def predict(data, model, config, machine):
     from graphscale.strategies.task_parallel.chain import PLAN_FILE
 
@@ -64,10 +109,19 @@ def predict(data, model, config, machine):
     n, e = data.num_nodes, int(data.summary["edges"])
     out = {k: v for k, v in epoch_bytes(model, plan, n, data.num_features, elem, sc.t_recompute).items() if v}
     w, o = list(d.widths), list(d.out)
-    from graphscale.advise.predict import layer_seconds, prediction_time
+    from graphscale.advise.predict import host_seconds, layer_seconds, prediction_time
 
-    compute = layer_seconds(machine, n / plan.workers, (e + n) / plan.workers, w, o, calls=max(sc.subgraphs, 1),
-                            workers=sc.workers)
+    def mean_size(groups):
+        return sum(len(g) for g in groups) / len(groups)
+
+    # the chain is serial (module docstring): the dense half at the T groups' size, the sparse half at the P groups'
+    dense = layer_seconds(machine, n, 0, w, o, calls=max(sc.subgraphs, 1), workers=sc.workers)
+    sparse = layer_seconds(machine, 0, e + n, w, o, calls=0, workers=sc.workers)
+    rows_of, edges_of = chunk_edges(data.open_graph(), config, plan, data)
+    builds = [block_builds(model, config, plan, rows_of, edges_of, rank) for rank in range(sc.workers)]
+    busiest = max(builds, key=lambda b: host_seconds(machine, machine.block_call_s, machine.block_edge_s, *b))
+    blocks = host_seconds(machine, machine.block_call_s, machine.block_edge_s, *busiest, sc.workers)
+    compute = dense / mean_size(plan.t_groups) + sparse / mean_size(plan.p_groups) + blocks
     collectives, waits = 1, [worker_receives(model, config, plan, rank) for rank in range(sc.workers)]
     seconds = prediction_time(machine, compute, sum(out.values()) / plan.workers,
                               synchronising_waits(collectives, waits))
@@ -79,5 +133,8 @@ def predict(data, model, config, machine):
                       semantics=("exact propagation (--dependency full)" if sc.dependency == "full" else
                                  f"subgraph propagation drops edges (--dependency {sc.dependency}); decoupled "
                                  "model by default"),
-                      notes=["bytes: task_parallel.chain.epoch_bytes", "time: task_parallel.simulate makespan"],
-                      collectives=collectives, waits=waits)
+                      notes=["bytes: task_parallel.chain.epoch_bytes",
+                             ("time: the serial chain's layers, the P blocks rebuilt per subgraph and epoch, the "
+                              "transfers")],
+                      collectives=collectives, waits=waits,
+                      events={"blocks": busiest[0], "block_edges": busiest[1]})

@@ -1,0 +1,136 @@
+"""The host-side events the epoch-time predictions price (``Prediction.events``: task-parallel's P blocks and their
+edges, split-parallel's sampled mini-batches and their edges) are counted from the strategies' plans; a run of the
+strategy does exactly that work (the calls counted in each worker, with the edges of what they return)."""
+
+import copy
+
+import pytest
+
+from graphscale.advise.configs import predict_config
+from graphscale.advise.profile import synthetic
+from graphscale.config import build_config
+
+SBM = "sbm:nodes=400,degree=6,features=16,seed=1"
+
+
+def _counting_worker(env, config, data, epoch: int, target: str) -> tuple[int, int]:
+    """One worker: set the strategy up as a run does, train epochs ``0..epoch``; the calls of ``target``
+    (``"blocks"``: ``Block.from_nodes``; ``"samples"``: ``NeighborSampler.sample``) in the last one and the edges of
+    the blocks they returned."""
+    import torch
+
+    from graphscale.data.block import Block
+    from graphscale.data.features import input_width
+    from graphscale.data.sampler import NeighborSampler
+    from graphscale.nn.models import build_model, is_decoupled
+    from graphscale.registry import STRATEGIES
+
+    counts = [0, 0]
+    if target == "blocks":
+        original = Block.from_nodes.__func__
+
+        def counted(cls, *args, **kwargs):
+            block = original(cls, *args, **kwargs)
+            counts[0], counts[1] = counts[0] + 1, counts[1] + block.num_edges
+            return block
+        Block.from_nodes = classmethod(counted)
+    else:
+        original = NeighborSampler.sample
+
+        def counted(self, *args, **kwargs):
+            blocks = original(self, *args, **kwargs)
+            counts[0], counts[1] = counts[0] + 1, counts[1] + sum(b.num_edges for b in blocks)
+            return blocks
+        NeighborSampler.sample = counted
+    model = build_model(config.model, input_width(config.data.features, data.num_features), data.num_classes,
+                        seed=config.seed, dtype=getattr(torch, config.dtype), decoupled=is_decoupled(config))
+    strategy = STRATEGIES.get(config.strategy.name)()
+    strategy.setup(data, model.to(env.device), env, config)
+    try:
+        for e in range(epoch + 1):
+            counts[0] = counts[1] = 0
+            strategy.train_epoch(e)
+        return tuple(counts)
+    finally:
+        strategy.teardown()
+
+
+def _run_counts(config, epoch: int, target: str) -> list[tuple[int, int]]:
+    from graphscale.distributed.launch import launch
+    from graphscale.prepare import prepare_data
+
+    return [tuple(c) for c in launch(_counting_worker, config.strategy.workers, config, prepare_data(config), epoch,
+                                     target, device="cpu", timeout_s=180)]
+
+
+@pytest.mark.parametrize("strategy", [{"workers": 2}, {"workers": 3, "p_split": "subgraphs"}],
+                         ids=["chain", "p-group"])
+def test_task_parallel_blocks_per_worker_equal_the_runs(strategy, tmp_path):
+    """Every worker's P blocks and their edges in an epoch (:func:`block_builds` over the epoch's layout) are the
+    run's, with a P group of 2 members splitting the subgraphs too; the prediction prices the busiest worker's (a
+    P group of several ranks has no byte prediction, so no prediction)."""
+    from graphscale.prepare import prepare_data
+    from graphscale.strategies.task_parallel.chain import resolve_plan
+    from graphscale.strategies.task_parallel.predict import block_builds, chunk_edges
+
+    config = build_config({"data": {"dataset": SBM}, "model": {"hidden": 8},
+                           "strategy": {"name": "task-parallel", "subgraphs": 2, "t_workers": 1, **strategy},
+                           "optim": {"epochs": 2}, "cache_dir": str(tmp_path / "cache"), "progress": False})
+    data = prepare_data(config)
+    from graphscale.nn.models import build_model, is_decoupled
+
+    model = build_model(config.model, data.num_features, data.num_classes, seed=config.seed,
+                        decoupled=is_decoupled(config))
+    plan = resolve_plan(config)
+    rows, edges = chunk_edges(data.open_graph(), config, plan, data)
+    predicted = [block_builds(model, config, plan, rows, edges, r, epoch=1) for r in range(config.strategy.workers)]
+    measured = _run_counts(config, 1, "blocks")
+    assert measured == predicted
+    assert sum(b for b, _ in measured) == 2 * len(plan.p_groups)  # every subgraph once per P stage
+    if len(plan.p_groups[0]) == 1:
+        prediction = predict_config(copy.deepcopy(config), synthetic())
+        assert (prediction.events["blocks"], prediction.events["block_edges"]) == max(measured)
+
+
+def test_split_parallel_samples_equal_the_runs(tmp_path):
+    """Every worker samples every mini-batch of the epoch whole: the prediction's ``samples`` and ``sampled_edges``
+    are each worker's in a run."""
+    config = build_config({"data": {"dataset": SBM}, "model": {"hidden": 8},
+                           "strategy": {"name": "split-parallel", "workers": 2, "batch_size": 16},
+                           "optim": {"epochs": 1}, "cache_dir": str(tmp_path / "cache"), "progress": False})
+    prediction = predict_config(copy.deepcopy(config), synthetic())
+    measured = _run_counts(config, prediction.bytes_epoch, "samples")
+    assert measured == [(prediction.events["samples"], prediction.events["sampled_edges"])] * 2
+    assert prediction.events["samples"] > 1
+
+
+def test_host_event_costs_raise_the_predicted_time(tmp_path):
+    """The blocks and the samples are priced: a profile whose per-edge costs are higher predicts a longer epoch by
+    exactly the counted edges times the difference (one worker's threads and no load: worker_scale 1)."""
+    base = synthetic()
+    dearer = copy.deepcopy(base)
+    dearer.block_edge_s += 1e-6
+    dearer.sample_edge_s += 1e-6
+    for name, key in (("task-parallel", "block_edges"), ("split-parallel", "sampled_edges")):
+        strategy = {"name": name, "workers": 2, **({"batch_size": 64} if name == "split-parallel" else {})}
+        config = build_config({"data": {"dataset": SBM}, "model": {"hidden": 8}, "strategy": strategy,
+                               "cache_dir": str(tmp_path / "cache"), "progress": False})
+        cheap, dear = (predict_config(copy.deepcopy(config), m) for m in (base, dearer))
+        assert dear.seconds - cheap.seconds == pytest.approx(cheap.events[key] * 1e-6, rel=1e-9)
+
+
+def test_offload_host_bytes_are_priced_at_the_host_transfer_rate_on_cpu(tmp_path):
+    """On CPU offload's host categories cost their bytes (per worker) at ``host_transfer_bandwidth``: halving the
+    rate adds exactly those bytes' time once more (worker_scale 1 on the synthetic profile)."""
+    from graphscale.strategies.offload.cost import HOST_CATEGORIES
+
+    config = build_config({"data": {"dataset": SBM}, "model": {"hidden": 8},
+                           "strategy": {"name": "offload", "workers": 2}, "cache_dir": str(tmp_path / "cache"),
+                           "progress": False})
+    base = synthetic()
+    slower = copy.deepcopy(base)
+    slower.host_transfer_bandwidth /= 2
+    fast, slow = (predict_config(copy.deepcopy(config), m) for m in (base, slower))
+    host = sum(fast.bytes.get(c, 0) for c in HOST_CATEGORIES)
+    assert host > 0
+    assert slow.seconds - fast.seconds == pytest.approx(host / 2 / base.host_transfer_bandwidth, rel=1e-9)
