@@ -15,22 +15,18 @@ _XDIST_COUNTS_KEY = pytest.StashKey()
 
 
 def pytest_configure(config):
-    """Under pytest-xdist, each test process runs on a core of its own (``sched_setaffinity``; the workers and
-    commands it starts inherit the mask), so that its runs size their thread pools to that core
-    (:func:`graphscale.distributed.launch.cpu_count` reads the mask) instead of each process sizing them to the
-    whole machine and oversubscribing it. Where the processes outnumber the cores, they share the cores round-robin."""
+    """Under pytest-xdist, each test process runs its in-process runs on its share of the cores
+    (``torch.set_num_threads``) instead of sizing its thread pool to the whole machine: two processes with two
+    threads each oversubscribe a 2-core machine. (Spawned and pooled workers size theirs as the launcher does, the
+    cores over the workers.)"""
     worker = getattr(config, "workerinput", None)
-    if worker is None or not hasattr(os, "sched_setaffinity"):
+    if worker is None:
         return
-    cores = sorted(os.sched_getaffinity(0))
-    index = int(worker["workerid"].removeprefix("gw"))
-    count = int(worker["workercount"])
-    share = [core for i, core in enumerate(cores) if i % count == index] if count <= len(cores) else \
-        [cores[index % len(cores)]]
-    os.sched_setaffinity(0, share)
     import torch
 
-    torch.set_num_threads(len(share))
+    from graphscale.distributed.launch import cpu_count
+
+    torch.set_num_threads(max(1, cpu_count() // int(worker["workercount"])))
 
 
 @pytest.fixture(autouse=True, scope="session")
