@@ -256,6 +256,17 @@ def test_the_profile_measures_every_figure_and_says_how():
     assert "slope = corun_slowdown" in machine.how["sync"] and "median / best" in machine.how["load_factor"]
 
 
+def test_a_host_cost_line_never_prices_work_free():
+    """cost_line: the line through two probes; a noisy pair (the small probe not faster than the large one) falls
+    back to the large probe's average cost per unit, a negative intercept to 0."""
+    from graphscale.advise.host_costs import cost_line
+
+    assert cost_line((100.0, 1100.0), (0.3, 1.3)) == pytest.approx((0.2, 0.001))
+    assert cost_line((100.0, 1100.0), (1.5, 1.1)) == (0.0, 1.1 / 1100.0)
+    assert cost_line((100.0, 1100.0), (1.1, 1.1)) == (0.0, 1.1 / 1100.0)
+    assert cost_line((100.0, 1100.0), (0.05, 1.1))[0] == 0.0
+
+
 def test_the_sync_line_recovers_a_known_slope_and_intercept():
     """sync_line on synthetic timings: co-run steps on the line ``sync + slowdown * alone`` give back both, and
     the clamps engage only outside their range."""

@@ -26,6 +26,7 @@ def _counting_worker(env, config, data, epoch: int, target: str) -> tuple[int, i
     from graphscale.registry import STRATEGIES
 
     counts = [0, 0]
+    saved = (Block.__dict__["from_nodes"], NeighborSampler.sample)  # restored below: pooled workers are reused
     if target == "blocks":
         original = Block.from_nodes.__func__
 
@@ -42,17 +43,20 @@ def _counting_worker(env, config, data, epoch: int, target: str) -> tuple[int, i
             counts[0], counts[1] = counts[0] + 1, counts[1] + sum(b.num_edges for b in blocks)
             return blocks
         NeighborSampler.sample = counted
-    model = build_model(config.model, input_width(config.data.features, data.num_features), data.num_classes,
-                        seed=config.seed, dtype=getattr(torch, config.dtype), decoupled=is_decoupled(config))
-    strategy = STRATEGIES.get(config.strategy.name)()
-    strategy.setup(data, model.to(env.device), env, config)
     try:
-        for e in range(epoch + 1):
-            counts[0] = counts[1] = 0
-            strategy.train_epoch(e)
-        return tuple(counts)
+        model = build_model(config.model, input_width(config.data.features, data.num_features), data.num_classes,
+                            seed=config.seed, dtype=getattr(torch, config.dtype), decoupled=is_decoupled(config))
+        strategy = STRATEGIES.get(config.strategy.name)()
+        strategy.setup(data, model.to(env.device), env, config)
+        try:
+            for e in range(epoch + 1):
+                counts[0] = counts[1] = 0
+                strategy.train_epoch(e)
+            return tuple(counts)
+        finally:
+            strategy.teardown()
     finally:
-        strategy.teardown()
+        Block.from_nodes, NeighborSampler.sample = saved
 
 
 def _run_counts(config, epoch: int, target: str) -> list[tuple[int, int]]:

@@ -24,10 +24,15 @@ GRAPH = {False: (50000, 16.0), True: (4000, 8.0)}
 PROBE_FANOUTS = (10, 10)
 
 
-def _line(sizes: tuple[float, float], times: tuple[float, float]) -> tuple[float, float]:
-    """``(intercept, slope)`` of the line through ``(sizes[i], times[i])``, both at least 0 (a quiet small probe
-    can time below the line of a noisy large one)."""
-    slope = max((times[1] - times[0]) / max(sizes[1] - sizes[0], 1e-12), 0.0)
+def cost_line(sizes: tuple[float, float], times: tuple[float, float]) -> tuple[float, float]:
+    """``(intercept, slope)`` of the line through ``(sizes[i], times[i])`` (``sizes[1] > sizes[0] > 0``, positive
+    times). Where noise makes the slope not positive (the small probe timed at or above the large one), the large
+    probe's average cost per unit is the slope and the intercept 0: the costs at the large size stay what was
+    measured and nothing is priced free. A negative intercept (a quiet small probe under a noisy large one's line)
+    is 0."""
+    slope = (times[1] - times[0]) / (sizes[1] - sizes[0])
+    if slope <= 0:
+        return 0.0, times[1] / sizes[1]
     return max(times[0] - slope * sizes[0], 0.0), slope
 
 
@@ -51,7 +56,7 @@ def block_costs(tiny: bool, seconds: float) -> tuple[float, float, str]:
         sizes.append(float(graph.indptr[count] - graph.indptr[0]))
         times.append(_best(lambda ids=ids: masked_block(Block.from_nodes(graph, ids), chunk_of, sub, CAUSAL),
                            seconds / 2))
-    call, edge = _line(tuple(sizes), tuple(times))
+    call, edge = cost_line(tuple(sizes), tuple(times))
     return call, edge, (f"masked_block(Block.from_nodes) (causal) of the first {n // 16} and {n // 2} vertices of a "
                         f"random graph of {n} vertices (degree {deg:g}), best of repetitions, a line through the two "
                         "over the rows' edges")
@@ -73,7 +78,7 @@ def sample_costs(tiny: bool, seconds: float) -> tuple[float, float, str]:
         targets = torch.randperm(n, generator=torch.Generator().manual_seed(0))[:batch]
         sizes.append(float(sum(b.num_edges for b in sampler.sample(targets, 0))))
         times.append(_best(lambda targets=targets: sampler.sample(targets, 0), seconds / 2))
-    call, edge = _line(tuple(sizes), tuple(times))
+    call, edge = cost_line(tuple(sizes), tuple(times))
     return call, edge, (f"NeighborSampler.sample (fanouts {', '.join(map(str, PROBE_FANOUTS))}) of 64 and 1024 "
                         f"targets on a random graph of {n} vertices (degree {deg:g}), best of repetitions, a line "
                         "through the two over the sampled edges")
@@ -83,7 +88,7 @@ def transfer_costs(tiny: bool, seconds: float) -> tuple[float, str]:
     """``(host_transfer_bandwidth, how)``: bytes per second of offload's host-array traffic on a CPU, where the
     "host-to-device" reads are row gathers and the writes row scatters through the strategy's own pipeline
     (:class:`~graphscale.strategies.offload.transfer.Transfers`, staged: a gather of random rows waited for, then
-    a write of as many rows flushed), the slope through 2 sizes (fixed costs left out), bytes = rows read + written."""
+    a write of as many rows flushed), the slope through 2 sizes (fixed costs left out), bytes = rows read + written (:func:`cost_line`)."""
     import statistics
 
     import torch
@@ -110,7 +115,7 @@ def transfer_costs(tiny: bool, seconds: float) -> tuple[float, str]:
         for _ in range(3):  # the median of 3 slopes: one slow large probe on a shared machine is not the rate
             (small, fn_small), (large, fn_large) = probes
             times = [_best(fn, seconds / 6, at_least=3) for fn in (fn_small, fn_large)]
-            slopes.append(max((times[1] - times[0]) / (large - small), 1e-13))
+            slopes.append(cost_line((small, large), (times[0], times[1]))[1])
     finally:
         transfers.close()
     slope = statistics.median(slopes)

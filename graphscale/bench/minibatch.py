@@ -42,6 +42,8 @@ import time
 
 import numpy as np
 
+from graphscale.options import int_list
+
 
 def _float_list(text: str) -> list[float]:
     try:
@@ -51,13 +53,6 @@ def _float_list(text: str) -> list[float]:
     if not values:
         raise argparse.ArgumentTypeError("expected at least one number")
     return values
-
-
-def _int_list(text: str) -> list[int]:
-    try:
-        return [int(v) for v in text.split(",") if v.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -81,7 +76,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--batches", type=int, default=0,
                         help="sample only this many iterations per epoch; 0 = all (default); volumes are "
                              "then per sampled iterations")
-    parser.add_argument("--skew-batch-sizes", type=_int_list, default=None,
+    parser.add_argument("--skew-batch-sizes", type=int_list, default=None,
                         help="batch sizes of the split-quality table (default B/4,B,4B)")
     add_declared(parser, "partitioner", note="here: the offline partitioner of the split")
     add_declared(parser, "seed", note="here: of the sampler, loader and partitioner")

@@ -38,8 +38,9 @@ from __future__ import annotations
 import argparse
 import time
 
-from graphscale.bench.table import int_list, split_specs
+from graphscale.bench.table import split_specs
 from graphscale.metrics.table import format_table
+from graphscale.options import int_list
 
 GRAPHS = {
     "it-like": "sbm:nodes={n},degree=20,homophily=0.97,classes=256,features=0,seed=0",

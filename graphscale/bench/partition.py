@@ -55,6 +55,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from graphscale.options import int_list
+
 DEFAULT_DATASETS = [
     "cora",
     "sbm:nodes=1000000,degree=20,features=0",
@@ -74,12 +76,9 @@ LOPSIDED = 1.5  # vertex balance (max / mean homes) above which a partition is f
 EDGE_IMBALANCED = 1.5  # edge balance (max / mean in-edges of homes: aggregation work) above which it is flagged
 
 
-def _int_list(text: str) -> list[int]:
-    try:
-        values = [int(v) for v in text.split(",") if v.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
-    if not values or min(values) < 1:
+def _positive_int_list(text: str) -> list[int]:
+    values = int_list(text)
+    if min(values) < 1:
         raise argparse.ArgumentTypeError(f"expected positive integers, got {text!r}")
     return values
 
@@ -95,7 +94,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--methods", default=",".join(DEFAULT_METHODS),
                         help="comma-separated partitioners; options after ':' joined by '+', e.g. "
                              "spring:merge=code or 2ps-l:remaining=hash+cluster_passes=1")
-    add_own(parser, "--parts", type=_int_list, default=[4, 8, 16], help="partition counts (default 4,8,16)",
+    add_own(parser, "--parts", type=_positive_int_list, default=[4, 8, 16], help="partition counts (default 4,8,16)",
             differs="partition counts each partitioner is scored at (no store is written), not a store's")
     parser.add_argument("--order", choices=["natural", "shuffled"], default="natural",
                         help="record order of the streams (default natural = CSR order)")

@@ -62,16 +62,6 @@ def save_figure(fig, path: str | Path) -> Path:
     return path
 
 
-def int_list(text: str) -> list[int]:
-    """``"2,4,8"`` -> ``[2, 4, 8]`` (an argparse type of the bench commands)."""
-    import argparse
-
-    try:
-        return [int(v) for v in text.split(",") if v.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
-
-
 def split_specs(text: str) -> list[str]:
     """Split a comma list of dataset specs whose own parameters also use commas (``key=value`` continues a spec)."""
     specs: list[str] = []

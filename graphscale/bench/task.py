@@ -53,11 +53,12 @@ import argparse
 import math
 from pathlib import Path
 
-from graphscale.bench.table import format_table, int_list, save_figure
+from graphscale.bench.table import format_table, save_figure
 from graphscale.bench.task_accuracy import accuracy, subgraphs
 from graphscale.bench.task_cost import comm, memory, replication
 from graphscale.bench.task_runs import Section
 from graphscale.bench.task_speed import ablation, pipeline
+from graphscale.options import int_list
 
 SECTIONS = ("comm", "memory", "replication", "accuracy", "subgraphs", "pipeline", "ablation")
 #: the synthetic power-law graphs: degree-corrected SBM (power-law degrees, exponent 2.5) at these average degrees

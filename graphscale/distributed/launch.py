@@ -415,11 +415,13 @@ def exit_without_teardown(code: int) -> None:
     C++ destructors of the communication libraries occasionally abort ("terminate called without an active
     exception") or hang (pytorch/pytorch#75097) after all Python code has finished, and under torchrun a hung
     rank keeps every agent of the job waiting. Python-level exit handlers still run (multiprocessing releases its
-    semaphores there, logging flushes) and so do the standard streams' flushes."""
+    semaphores there, logging flushes), and Python's and C's standard streams are flushed (a C library's buffered
+    log lines); non-daemon threads are not joined (graphscale leaves none running)."""
     try:
         atexit._run_exitfuncs()
         sys.stdout.flush()
         sys.stderr.flush()
+        ctypes.CDLL(None).fflush(None)
     finally:
         os._exit(code)
 

@@ -89,8 +89,9 @@ def _pool_worker(rank: int, world_size: int, allocator_mode: str, workdir: str, 
         try:
             env = DistEnv(rank=rank, world_size=world_size, device=torch.device("cpu"), backend="gloo",
                           timeout=timeout, ledger=Ledger())
-            conn.send(("ok", pickle.dumps(fn(env, *args))))
+            payload = pickle.dumps(fn(env, *args))
             _destroy_subgroups()  # a spawned worker's groups end with its process
+            conn.send(("ok", payload))
         except BaseException:  # noqa: BLE001 - the parent repeats the run in spawned workers
             conn.send(("error", traceback.format_exc()))
             os._exit(1)

@@ -35,27 +35,45 @@ def _listening(port: int) -> bool:
 
 
 def _descendants(pid: int) -> list[int]:
-    try:
-        children = [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
-    except OSError:
-        return []
-    return children + [d for c in children for d in _descendants(c)]
+    """Every process below ``pid`` (parents read from ``/proc/*/stat``, whichever thread started the child)."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(ppid, []).append(int(entry.name))
+    found, stack = [], [pid]
+    while stack:
+        for child in children.get(stack.pop(), []):
+            found.append(child)
+            stack.append(child)
+    return found
+
+
+def _signal(pids: list[int], sig: int) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            pass
 
 
 def _hung(procs: list[subprocess.Popen], timeout: float) -> AssertionError:
-    """A run that did not end within ``timeout``: every Python process under the agents is sent SIGABRT, which
-    (``PYTHONFAULTHANDLER``) prints all its threads' stacks to the agent's stderr, kept in the failure."""
-    for p in procs:
-        for pid in _descendants(p.pid):
-            try:
-                os.kill(pid, signal.SIGABRT)
-            except ProcessLookupError:
-                pass
+    """A run that did not end within ``timeout``: every process under the agents is sent SIGABRT, which
+    (``PYTHONFAULTHANDLER``) prints all its threads' stacks to the agent's stderr, kept in the failure; then the
+    agents and everything under them are killed."""
+    below = [pid for p in procs for pid in _descendants(p.pid)]
+    _signal(below, signal.SIGABRT)
     time.sleep(2)
+    _signal(below + [p.pid for p in procs], signal.SIGKILL)
     outputs = []
     for node, p in enumerate(procs):
-        p.kill()
-        stdout, stderr = p.communicate()
+        try:
+            stdout, stderr = p.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            stdout, stderr = "", "(its output pipes stayed open 30 s after it was killed)"
         outputs.append(f"--- node {node} (exit {p.returncode}) stdout:\n{stdout[-2000:]}\nstderr:\n{stderr[-15000:]}")
     return AssertionError(f"the two torchrun nodes did not end within {timeout:.0f} s; the stacks of their "
                           "processes at that point:\n" + "\n".join(outputs))
@@ -95,7 +113,7 @@ def _start_two_nodes(args: list[str], tmp_path: Path, timeout: float) -> list[su
                 p.wait()
 
 
-def _torchrun_two_nodes(args: list[str], tmp_path: Path, timeout: float = 180) -> list[subprocess.CompletedProcess]:
+def _torchrun_two_nodes(args: list[str], tmp_path: Path, timeout: float = 300) -> list[subprocess.CompletedProcess]:
     """Start two torchrun agents (2 ranks each) of one c10d rendezvous; wait for both. A failure of torchrun's own
     rendezvous store (a port taken between choosing and binding it, a connection dropped on a loaded machine) is
     retried once with a fresh port; any other failure is returned as it is."""
@@ -188,3 +206,21 @@ def test_torchrun_checks_workers_and_refuses_offload_across_nodes(monkeypatch):
         validate(config)
     _torchrun_env(monkeypatch, 1, 4, 4)
     validate(config)  # one node: fine
+
+
+@pytest.mark.parametrize("argv, code, stream, text", [
+    (["train", "--dataset", "nosuch:x=1", "--no-progress"], 2, "stderr", "graphscale: error: "),
+    (["datasets"], 0, "stdout", "cora"),
+])
+def test_a_torchrun_rank_exits_with_the_commands_code_and_its_output(argv, code, stream, text):
+    """Under torchrun the command ends without interpreter teardown (``console_entry``): the exit code is the
+    command's and what it printed to a pipe is all there."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0",
+           "LOCAL_WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port())}
+    # launch imported first, so the fast exit is taken whatever the command imports
+    program = ("import graphscale.distributed.launch, sys; sys.argv[0] = 'graphscale'; "
+               "from graphscale.cli import console_entry; console_entry()")
+    done = subprocess.run([sys.executable, "-c", program, *argv], check=False, cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == code, done.stderr[-2000:]
+    assert text in getattr(done, stream)

@@ -127,4 +127,4 @@ def test_a_runs_groups_are_destroyed_after_it():
         after = pool(_open_groups, 2, (False,), "gloo", "cpu", 60, "default")
     finally:
         pool.close()
-    assert pool.started == 1 and during == [2, 2] and after == [1, 1]
+    assert pool.started == 1 and pool.pooled == 2 and pool.spawned == 0 and during == [2, 2] and after == [1, 1]
