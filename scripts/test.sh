@@ -2,9 +2,10 @@
 # Set up (if needed) and run the test suite. Extra arguments go to pytest (and skip the perf tier).
 #
 # Without arguments, two tiers run:
-# 1. the unit tier: `pytest` (GRAPHSCALE_TEST_JOBS=N>0: `pytest -n N`, pytest-xdist processes, each on its own
-#    core with its own worker pool, cache directory and temporary directories, the tests marked `slow` handed out
-#    first, see tests/conftest.py); pyproject's addopts deselect the `perf` marker; every assertion in it is
+# 1. the unit tier: `pytest -n 2` (GRAPHSCALE_TEST_JOBS=N: N pytest-xdist processes, default 2; 0: one process
+#    without xdist), each process with its torch threads set to its share of the cores, its own worker pool, cache
+#    directory and temporary directories, the tests marked `slow` handed out first (tests/conftest.py, and
+#    docs/testing.md for the measurements); pyproject's addopts deselect the `perf` marker; every assertion in it is
 #    deterministic (exact values, ledger bytes, tracked bytes, op counts), never OS memory or wall time; every
 #    strategy's exactness tests run on both kernel paths (default and GRAPHSCALE_KERNELS=torch, the whole-tensor
 #    path CUDA takes, on CPU tensors: tests/strategies/conftest.py); the approximate strategies' accuracy tests
@@ -18,7 +19,7 @@ bash scripts/setup.sh
 if [ "$#" -gt 0 ]; then
   exec .venv/bin/python -m pytest --durations=15 "$@"
 fi
-JOBS=${GRAPHSCALE_TEST_JOBS:-0}
+JOBS=${GRAPHSCALE_TEST_JOBS:-2}
 case "$JOBS" in
   ''|*[!0-9]*) echo "GRAPHSCALE_TEST_JOBS=$JOBS: expected a number of pytest-xdist processes (0: none)" >&2; exit 2 ;;
 esac

@@ -46,9 +46,10 @@ import statistics
 import time
 from pathlib import Path
 
-from graphscale.bench.table import int_list, split_specs
+from graphscale.bench.table import split_specs
 from graphscale.metrics.table import format_table
 from graphscale.metrics.units import format_bytes
+from graphscale.options import int_list
 
 #: the shared dataset directory (MUSAE Facebook lives in ``musae_facebook`` under it)
 DATA_DIR = "/work/shared/data"
