@@ -172,7 +172,8 @@ def test_single_os_anonymous_peak_is_within_margin_of_the_design(record_property
     loaded), and by at most 2x that much.
 
     Measured on the 2-core development machine for this graph (300k nodes, ~3M edges, 128 features; tracked
-    peak 203 MiB): growth / tracked = 1.64 to 1.82 over 4 runs. The excess, 130-165 MiB, is memory the tracker
+    peak 203 MiB): growth / tracked = 1.64 to 1.82 over 4 runs; over 10 perf-tier runs on the idle 2-core CI machine (`python -m graphscale.testing.perf_spread --runs 10`, `d291b51`): 1.46 to 1.55 (VmHWM above the
+    anonymous growth: 6-30 MiB). The excess, 93-165 MiB, is memory the tracker
     does not count by design: the block's cached transpose (16 bytes per edge plus 8 per vertex, ~50 MiB here),
     gradient temporaries autograd does not save, and heap the allocator keeps after freeing. (Before keyed
     dropout was fused into the first dense product, the tracked figure also held a dropped copy of the

@@ -270,8 +270,8 @@ print(json.dumps(epoch("sbm:nodes=200000,degree=10,features=32")))
 def test_deferral_saves_the_hidden_gradient_as_the_os_measures_it(record_property):
     """The OS confirms what deferral is for: a 2-layer GCN epoch (200k vertices, hidden 128) peaks lower with it than
     layer by layer by about one ``[N, 128]`` float32 tensor, the hidden rows' gradient (97.7 MiB). Measured on the
-    2-core development machine: 96-104 MiB less; in the perf tier on a loaded 2-core machine, 1.00x and 1.06x of
-    it (2 runs). The bound asks for 3/4 of it; without deferral the difference is none."""
+    2-core development machine: 96-104 MiB less; over 10 perf-tier runs on the idle 2-core CI machine (`python -m graphscale.testing.perf_spread --runs 10`, `d291b51`): 0.92x to 1.08x of it (mean
+    1.04x). The bound asks for 3/4 of it; without deferral the difference is none."""
     growth = {}
     for mode in ("on", "off"):
         out = subprocess.run([sys.executable, "-c", _DEFER_SCRIPT, mode], capture_output=True, text=True, timeout=300,
