@@ -48,24 +48,16 @@ def test_predicted_bytes_equal_the_ledger_and_memory_is_bounded(name, tmp_path):
 def _collectives_worker(env, config, data, epoch: int) -> tuple[int, int]:
     """One worker: set the strategy up as a run does, train epochs ``0..epoch``; the collectives (``Comm``'s log:
     collectives and barriers) and the point-to-point receives (``DistEnv.receives``) of the last one."""
-    import torch
+    from graphscale.testing.distributed import train_epochs
 
-    from graphscale.data.features import input_width
-    from graphscale.nn.models import build_model, is_decoupled
-    from graphscale.registry import STRATEGIES
+    def reset(_epoch):
+        env.comm_log, env.receives = [], 0
 
-    model = build_model(config.model, input_width(config.data.features, data.num_features), data.num_classes,
-                        seed=config.seed, dtype=getattr(torch, config.dtype), decoupled=is_decoupled(config))
-    strategy = STRATEGIES.get(config.strategy.name)()
-    strategy.setup(data, model.to(env.device), env, config)
     try:
-        for e in range(epoch + 1):
-            env.comm_log, env.receives = [], 0
-            strategy.train_epoch(e)
+        train_epochs(env, config, data, epoch, reset)
         return len(env.comm_log), env.receives
     finally:
         env.comm_log = None
-        strategy.teardown()
 
 
 @pytest.mark.parametrize("name", STRATEGIES)

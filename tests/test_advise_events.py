@@ -17,13 +17,9 @@ def _counting_worker(env, config, data, epoch: int, target: str) -> tuple[int, i
     """One worker: set the strategy up as a run does, train epochs ``0..epoch``; the calls of ``target``
     (``"blocks"``: ``Block.from_nodes``; ``"samples"``: ``NeighborSampler.sample``) in the last one and the edges of
     the blocks they returned."""
-    import torch
-
     from graphscale.data.block import Block
-    from graphscale.data.features import input_width
     from graphscale.data.sampler import NeighborSampler
-    from graphscale.nn.models import build_model, is_decoupled
-    from graphscale.registry import STRATEGIES
+    from graphscale.testing.distributed import train_epochs
 
     counts = [0, 0]
     saved = (Block.__dict__["from_nodes"], NeighborSampler.sample)  # restored below: pooled workers are reused
@@ -43,18 +39,12 @@ def _counting_worker(env, config, data, epoch: int, target: str) -> tuple[int, i
             counts[0], counts[1] = counts[0] + 1, counts[1] + sum(b.num_edges for b in blocks)
             return blocks
         NeighborSampler.sample = counted
+    def reset(_epoch):
+        counts[0] = counts[1] = 0
+
     try:
-        model = build_model(config.model, input_width(config.data.features, data.num_features), data.num_classes,
-                            seed=config.seed, dtype=getattr(torch, config.dtype), decoupled=is_decoupled(config))
-        strategy = STRATEGIES.get(config.strategy.name)()
-        strategy.setup(data, model.to(env.device), env, config)
-        try:
-            for e in range(epoch + 1):
-                counts[0] = counts[1] = 0
-                strategy.train_epoch(e)
-            return tuple(counts)
-        finally:
-            strategy.teardown()
+        train_epochs(env, config, data, epoch, reset)
+        return tuple(counts)
     finally:
         Block.from_nodes, NeighborSampler.sample = saved
 

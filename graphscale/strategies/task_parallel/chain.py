@@ -85,6 +85,19 @@ def num_chunks(config: RunConfig, plan: TaskPlan | None = None) -> int:
     return config.strategy.subgraphs * lcm(*group_sizes(plan))
 
 
+def run_chunk_of(graph, config: RunConfig, plan: TaskPlan, shared) -> torch.Tensor:
+    """The chunk of every vertex, as a run has it: the parent's (``--chunking partitioner``: written to the
+    strategy's shared folder ``shared`` before the workers start), else contiguous ranges, computed here."""
+    import numpy as np
+
+    from graphscale.strategies.task_parallel.chunks import assign_chunks
+
+    sc = config.strategy
+    if sc.chunking == "partitioner":
+        return torch.from_numpy(np.load(shared / CHUNK_FILE).astype(np.int64))
+    return assign_chunks(graph, num_chunks(config, plan), sc.chunking, sc.partitioner, sc.balance, config.seed)
+
+
 def check_task_config(config: RunConfig) -> None:
     """Everything the parent can check before it loads the data (with ``--t-workers``: the plan too).
 

@@ -29,8 +29,14 @@ from graphscale.advise.predict import (
     state_bytes,
     synchronising_waits,
 )
-from graphscale.strategies.task_parallel.chain import build_segments, epoch_bytes, num_chunks, resolve_plan
-from graphscale.strategies.task_parallel.chunks import assign_chunks, layout
+from graphscale.strategies.task_parallel.chain import (
+    build_segments,
+    epoch_bytes,
+    num_chunks,
+    resolve_plan,
+    run_chunk_of,
+)
+from graphscale.strategies.task_parallel.chunks import layout
 from graphscale.strategies.task_parallel.exchange import Exchange
 from graphscale.strategies.task_parallel.strategy import TaskParallelStrategy
 from graphscale.strategies.task_parallel.tasks import P, task_split
@@ -62,13 +68,9 @@ def chunk_edges(graph, config, plan, data) -> tuple[list[int], list[int]]:
     import numpy as np
     import torch
 
-    from graphscale.strategies.task_parallel.chain import CHUNK_FILE
-
-    sc, m = config.strategy, num_chunks(config, plan)
-    if sc.chunking == "partitioner":
-        chunk_of = torch.from_numpy(np.load(data.require_shared("task-parallel") / CHUNK_FILE).astype(np.int64))
-    else:
-        chunk_of = assign_chunks(graph, m, sc.chunking, sc.partitioner, sc.balance, config.seed)
+    m = num_chunks(config, plan)
+    shared = data.require_shared("task-parallel") if config.strategy.chunking == "partitioner" else None
+    chunk_of = run_chunk_of(graph, config, plan, shared)
     degree = torch.as_tensor(np.diff(np.asarray(graph.indptr)), dtype=torch.int64)
     rows = torch.bincount(chunk_of, minlength=m)
     edges = torch.zeros(m, dtype=torch.int64).index_add_(0, chunk_of, degree)

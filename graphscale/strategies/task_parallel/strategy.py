@@ -108,6 +108,7 @@ from graphscale.strategies.task_parallel.chain import (
     check_task_config,
     num_chunks,
     resolve_plan,
+    run_chunk_of,
     scheduled_plan,
 )
 from graphscale.strategies.task_parallel.checkpoint import StageCheckpoint
@@ -212,11 +213,7 @@ class TaskParallelStrategy(TSegments, PSegments, Exchange, StageCheckpoint, Stra
         self.graph = graph
         self.num_nodes = graph.num_nodes
         self.num_chunks = num_chunks(config, self.plan)
-        if sc.chunking == "partitioner":  # the parent's chunks
-            self.chunk_of = torch.from_numpy(np.load(shared / CHUNK_FILE).astype(np.int64))
-        else:  # contiguous ranges
-            self.chunk_of = assign_chunks(graph, self.num_chunks, sc.chunking, sc.partitioner, sc.balance,
-                                          config.seed)
+        self.chunk_of = run_chunk_of(graph, config, self.plan, shared)
         self.members = chunk_members(self.chunk_of, self.num_chunks)
         self.dtype = next(model.parameters()).dtype
         self.device = env.device  # every buffer, message and block; the routing tables stay on the host
