@@ -64,9 +64,12 @@ def _worker_pool(request):
 
 
 @pytest.fixture(autouse=True)
-def _fresh_workers_for_perf(request, _worker_pool):
-    """The perf tier measures fresh workers (resident memory from their start, wall time with start-up): no pool."""
-    if _worker_pool is None or request.node.get_closest_marker("perf") is None:
+def _fresh_workers(request, _worker_pool):
+    """Runs in freshly spawned workers, not the pool, for the tests that need them: the perf tier measures fresh
+    workers (resident memory from their start, wall time with start-up), and a test marked ``spawn`` makes runs
+    fail on purpose (a failed run stops its pool and is repeated in spawned workers: spawning it at once spares the
+    failed attempt, a hung one's whole timeout, and the pool's restart by the next test)."""
+    if _worker_pool is None or not any(request.node.get_closest_marker(m) for m in ("perf", "spawn")):
         yield
         return
     from graphscale.distributed import launch

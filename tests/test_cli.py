@@ -366,6 +366,7 @@ def _reset_first_then_the_cause(env, *args):
     raise ValueError("--frobnicate must be positive, got -1 (the primary failure)")
 
 
+@pytest.mark.spawn
 @pytest.mark.parametrize("body, expected", [
     (_fails_on_rank1, "worker 1: IndexError: index 99 is out of bounds for dimension 0 with size 3 (at test_cli.py:"),
     (_reset_first_then_the_cause, ("worker 1: --frobnicate must be positive, got -1 (the primary failure); 1 other "

@@ -37,8 +37,9 @@ from typing import Any
 #: environment variables read once, when a process starts (malloc, preloads): a run whose values differ from the
 #: pool's start is spawned afresh
 _START_ONLY = ("LD_PRELOAD", "GLIBC_TUNABLES", "MALLOC_")
-#: the pools kept alive at once (each holds ``world_size`` interpreters): the suite's world sizes 2, 3 and 4
-MAX_POOLS = 3
+#: the pools kept alive at once (each holds ``world_size`` interpreters): the suite's world sizes 2, 3 and 4 and the
+#: retained allocator's 2 (with 3, the suite's order evicted and restarted a pool 4-5 times per run)
+MAX_POOLS = 4
 #: the collective timeout of joining a pool's group; each job then sets its own on the group
 _JOIN_TIMEOUT_S = 120
 

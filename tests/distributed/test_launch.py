@@ -91,6 +91,7 @@ def test_failed_runs_end_without_waiting_for_the_hang_or_the_timeout(record_prop
 
 
 @pytest.mark.slow
+@pytest.mark.spawn
 def test_hung_worker_ends_the_run_within_the_timeout_naming_rank_and_collective():
     # 10 s, not the perf tier's 3 s: the two workers also join their process group within the timeout, and this
     # test shares the machine with the rest of the unit tier (the hang is 60 s, so the timeout still ends the run)
@@ -121,6 +122,7 @@ def test_two_workers_return_results_by_rank():
     assert torch.equal(out[1]["tensor"], torch.tensor([0, 1, 2]))
 
 
+@pytest.mark.spawn
 def test_raising_worker_ends_the_run_with_its_traceback():
     error = _raising_run()
     assert error.rank == 1
@@ -128,6 +130,7 @@ def test_raising_worker_ends_the_run_with_its_traceback():
     assert "_raise_on_rank1" in error.worker_traceback
 
 
+@pytest.mark.spawn
 def test_dead_worker_without_traceback_is_reported():
     with pytest.raises(WorkerError) as info:
         run_distributed(_exit_on_rank0, 2, timeout_s=30)

@@ -156,6 +156,7 @@ def test_resume_continues_identically(tmp_path):
     assert losses(resumed) == pytest.approx(losses(straight), rel=1e-12)  # history: 2 restored + 2 trained
 
 
+@pytest.mark.spawn
 def test_bad_input_is_named(tmp_path):
     with pytest.raises(ValueError, match="--average-every must be >= 1"):
         validate(config_for(tmp_path, average_every=0))

@@ -128,3 +128,15 @@ def test_a_runs_groups_are_destroyed_after_it():
     finally:
         pool.close()
     assert pool.started == 1 and pool.pooled == 2 and pool.spawned == 0 and during == [2, 2] and after == [1, 1]
+
+
+@pytest.mark.spawn
+def test_a_test_marked_spawn_spawns_its_runs():
+    """The suite's fixture (tests/conftest.py) hands a ``spawn``-marked test the launcher's own spawning step."""
+    assert not isinstance(launch._spawn, WorkerPool)
+
+
+def test_an_unmarked_test_runs_in_the_pool():
+    if os.environ.get("GRAPHSCALE_TEST_POOL", "1") == "0":
+        pytest.skip("GRAPHSCALE_TEST_POOL=0: no pool")
+    assert isinstance(launch._spawn, WorkerPool)
