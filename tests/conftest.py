@@ -80,6 +80,32 @@ def _fresh_workers(request, _worker_pool):
     mp.undo()
 
 
+@pytest.fixture
+def train_in_process():
+    """:func:`graphscale.bench.memory.train_once` without the fresh interpreter: the same ``graphscale train``
+    arguments (``train_argv``) through ``cli.main`` in the test's process, its multi-worker runs in the suite's pool.
+    For the tests of benches that check their grid and tables (``bench averaging``, ``bench advise``), not a fresh
+    process's OS figures (``bench memory``'s tests keep the subprocess); each spared run is an interpreter, torch
+    and its optimiser's compiler stack started (about 4 s of CPU)."""
+    import json
+    import tempfile
+    from pathlib import Path
+
+    from graphscale.bench.memory import train_argv
+    from graphscale.cli import main
+
+    def train_once(dataset, strategy, workers, epochs, model="gcn", hidden=None, device=None, extra=None,
+                   timeout=900):
+        with tempfile.TemporaryDirectory(prefix="graphscale-test-train-") as tmp:
+            out = Path(tmp) / "report.json"
+            code = main(train_argv(dataset, strategy, workers, epochs, model, hidden, device, extra, out))
+            if code != 0 or not out.exists():
+                return {"error": f"exit {code}"}
+            return json.loads(out.read_text())
+
+    return train_once
+
+
 @pytest.hookimpl(optionalhook=True)
 def pytest_testnodedown(node, error):
     """pytest-xdist's controller: add up the pool counts of its worker processes (each has its own pool)."""

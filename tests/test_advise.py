@@ -185,7 +185,10 @@ def test_spearman():
     assert spearman([1], [2]) is None and spearman([1, 1], [1, 2]) is None
 
 
-def test_bench_advise_prints_predicted_against_measured(tmp_path, capsys):
+def test_bench_advise_prints_predicted_against_measured(tmp_path, capsys, monkeypatch, train_in_process):
+    from graphscale.bench import advise as bench_advise
+
+    monkeypatch.setattr(bench_advise, "train_once", train_in_process)  # the table, not fresh processes' figures
     code = main(["bench", "advise", "--datasets", SBM, "--strategies", "single,graph-parallel", "--epochs", "2",
                  "--warmup", "1",
                  "--hidden", "8", "--synthetic-profile", "--cache-dir", str(tmp_path / "cache")])

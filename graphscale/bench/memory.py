@@ -102,19 +102,26 @@ def node_data_bytes(graph: dict, dtype: str = "float32") -> int:
     return int(graph["nodes"]) * (int(graph["features"]) * elem + 8 + 3)
 
 
+def train_argv(dataset: str, strategy: str, workers: int, epochs: int, model: str, hidden: int | None,
+               device: str | None, extra: list[str] | None, out: Path) -> list[str]:
+    """The ``graphscale`` arguments of a bench's train run writing its JSON report to ``out``."""
+    argv = ["train", "--dataset", dataset, "--strategy", strategy, "--workers", str(workers), "--epochs", str(epochs),
+            "--model", model, "--json", str(out),
+            "--no-progress", "--oversubscribe"]  # memory per worker is measured at any worker count
+    if hidden is not None:
+        argv += ["--hidden", str(hidden)]
+    if device is not None:
+        argv += ["--device", device]
+    return argv + list(extra or [])
+
+
 def train_once(dataset: str, strategy: str, workers: int, epochs: int, model: str = "gcn", hidden: int | None = None,
                device: str | None = None, extra: list[str] | None = None, timeout: float = 900) -> dict:
     """One ``graphscale train`` run in a subprocess; its JSON report, or ``{"error": message}``."""
     with tempfile.TemporaryDirectory(prefix="graphscale-bench-memory-") as tmp:
         out = Path(tmp) / "report.json"
-        argv = [sys.executable, "-m", "graphscale", "train", "--dataset", dataset, "--strategy", strategy,
-                "--workers", str(workers), "--epochs", str(epochs), "--model", model, "--json", str(out),
-                "--no-progress", "--oversubscribe"]  # memory per worker is measured at any worker count
-        if hidden is not None:
-            argv += ["--hidden", str(hidden)]
-        if device is not None:
-            argv += ["--device", device]
-        argv += list(extra or [])
+        argv = [sys.executable, "-m", "graphscale", *train_argv(dataset, strategy, workers, epochs, model, hidden,
+                                                                device, extra, out)]
         try:
             proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False,
                                   env={**os.environ, "PYTHONUNBUFFERED": "1"})

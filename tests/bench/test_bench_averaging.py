@@ -10,8 +10,9 @@ from graphscale.bench import averaging
 
 
 @pytest.mark.slow
-def test_bench_averaging_runs_the_grid_and_plots(tmp_path, capsys, monkeypatch):
+def test_bench_averaging_runs_the_grid_and_plots(tmp_path, capsys, monkeypatch, train_in_process):
     monkeypatch.setenv("GRAPHSCALE_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(averaging, "train_once", train_in_process)  # the grid and its table, not fresh processes
     parser = argparse.ArgumentParser()
     averaging.add_arguments(parser)
     args = parser.parse_args(["--parts", "2", "--workers", "1", "--epochs", "3", "--correction-steps", "0,1",
