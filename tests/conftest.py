@@ -86,7 +86,8 @@ def train_in_process():
     arguments (``train_argv``) through ``cli.main`` in the test's process, its multi-worker runs in the suite's pool.
     For the tests of benches that check their grid and tables (``bench averaging``, ``bench advise``), not a fresh
     process's OS figures (``bench memory``'s tests keep the subprocess); each spared run is an interpreter, torch
-    and its optimiser's compiler stack started (about 4 s of CPU)."""
+    and its optimiser's compiler stack started (about 4 s of CPU). ``timeout`` is the subprocess's limit and has no
+    in-process equivalent: the run's own collective timeout bounds a hang instead."""
     import json
     import tempfile
     from pathlib import Path
