@@ -157,8 +157,8 @@ def test_a_profile_of_an_older_version_is_measured_again_with_a_warning(tmp_path
     warnings = []
     monkeypatch.setattr(profile, "measure", lambda device, tiny=False: synthetic(device))
     machine = profile.cached_profile(tmp_path, "cpu", warn=warnings.append)
-    assert machine.version == profile.PROFILE_VERSION == 4 and machine.block_edge_s > 0
-    assert len(warnings) == 1 and "version 3, not 4" in warnings[0] and "\n" not in warnings[0]
+    assert machine.version == profile.PROFILE_VERSION == 5 and machine.block_edge_s > 0
+    assert len(warnings) == 1 and "version 3, not 5" in warnings[0] and "\n" not in warnings[0]
     assert load_profile(path)[0] is not None  # the new one is cached
 
 
@@ -245,6 +245,7 @@ def test_the_profile_measures_every_figure_and_says_how():
                 "spmm", "blocks", "sampling", "host_transfer"):
         assert machine.how[key]
     assert machine.block_edge_s > 0 and machine.sample_edge_s > 0 and machine.host_transfer_bandwidth > 0
+    assert "GCN training steps" in machine.how["sync"]
     assert "slope = corun_slowdown" in machine.how["sync"] and "median / best" in machine.how["load_factor"]
 
 
@@ -303,3 +304,49 @@ def test_task_parallel_receives_per_worker_equal_the_runs(tmp_path):
     counts = launch(_collectives_worker, 3, config, prepare_data(config), 1, device="cpu", timeout_s=180)
     assert [c[1] for c in counts] == prediction.waits
     assert len(set(prediction.waits)) > 1  # the workers' receives differ: a per-worker count, not a constant
+
+
+def _host_bytes_worker(env, config, data) -> int:
+    """One offload worker set up as a run does: the bytes of the host arrays it maps."""
+    import torch
+
+    from graphscale.data.features import input_width
+    from graphscale.nn.models import build_model
+    from graphscale.registry import STRATEGIES
+
+    model = build_model(config.model, input_width(config.data.features, data.num_features), data.num_classes,
+                        seed=config.seed, dtype=getattr(torch, config.dtype))
+    strategy = STRATEGIES.get("offload")()
+    strategy.setup(data, model, env, config)
+    try:
+        return strategy.host.nbytes()
+    finally:
+        strategy.teardown()
+
+
+def test_offload_host_memory_is_the_host_arrays_every_worker_maps(tmp_path):
+    """offload's ``host_memory`` (counted in ``os_memory``, not in the device-side ``memory``) is the bytes of the
+    host arrays each worker of a run maps."""
+    from graphscale.distributed.launch import launch
+    from graphscale.prepare import prepare_data
+
+    config = _config("offload", tmp_path)
+    machine = synthetic()
+    prediction = predict_config(copy.deepcopy(config), machine)
+    mapped = launch(_host_bytes_worker, 2, config, prepare_data(config), device="cpu", timeout_s=120)
+    assert prediction.host_memory > 0 and list(mapped) == [prediction.host_memory] * 2
+    assert prediction.os_memory == prediction.memory + prediction.host_memory + machine.process_rss
+
+
+def test_model_averaging_prices_the_rows_its_step_runs(tmp_path):
+    """A part's training step runs on every local vertex (home and halo): :func:`trained_rows` of each part's
+    ``meta.json`` counts are the destination rows of the block the strategy builds from that part."""
+    from graphscale.partition.store import read_store_meta
+    from graphscale.prepare import prepare_data
+    from graphscale.strategies.model_averaging.predict import trained_rows
+
+    data = prepare_data(_config("model-averaging", tmp_path))
+    parts = read_store_meta(data.path)["parts"]
+    for j, part in enumerate(parts):
+        local = data.open_partition(j)
+        assert trained_rows(part) == local.graph.indptr.numel() - 1 > int(part["num_inner"])

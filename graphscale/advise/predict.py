@@ -42,8 +42,12 @@ class Prediction:
         options: the key options of the configuration (``--chunks``, ``--t-workers``, ...), as ``train`` flags.
         memory: the largest worker's peak memory in bytes (tracked figure: resident data, parameters, optimiser
             state, autograd's saved tensors).
-        os_memory: ``memory`` plus the profile's per-worker process baseline (``process_rss``): the predicted
-            peak resident set the OS measures (set by :func:`graphscale.advise.configs.predict_config`).
+        os_memory: ``memory`` plus ``host_memory`` plus the profile's per-worker process baseline
+            (``process_rss``): the predicted peak resident set the OS measures (set by
+            :func:`graphscale.advise.configs.predict_config`).
+        host_memory: bytes besides ``memory`` that the largest worker holds resident in host memory and the OS
+            counts in its resident set, which a device budget does not hold (offload: the host arrays, shared-memory
+            files every worker maps and touches whole: ``RssShmem``).
         bytes_epoch: the epoch whose bytes ``bytes`` are, where they vary with the epoch (the sampled
             strategies); ``None``: every epoch after the first.
         memory_per_worker: every worker's peak.
@@ -83,6 +87,7 @@ class Prediction:
     collectives: int = 0
     waits: list[int] = field(default_factory=list)
     events: dict = field(default_factory=dict)
+    host_memory: int = 0
 
     @property
     def messages(self) -> int:

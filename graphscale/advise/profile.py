@@ -19,7 +19,8 @@ Figures (each recorded with how it was measured, :attr:`Machine.how`). The rates
   interleaved repetitions: on a shared machine another process on a core stalls every parallel region, and the
   figure says so; it can be below 1);
 * ``sync_s`` / ``corun_slowdown``: what one synchronising collective costs inside training and how much slower a
-  worker computes while the others run: 2 workers alternate a fixed computation (two sizes, on the device) with a
+  worker computes while the others run: 2 workers alternate a fixed computation (1 or 4 of the load factor's 2-layer
+  GCN calibration steps, on the device: what workers run, not a dense GEMM, which contends far more) with a
   1-element all-reduce, the median step against the same computation alone in the parent (:func:`sync_line`: a
   line through the two sizes, slope ``corun_slowdown``, intercept ``sync_s``: the latency, the partner's lag, the
   wake-up; on CUDA every step synchronises the device before reading the clock);
@@ -55,8 +56,9 @@ from pathlib import Path
 from graphscale.advise.timing import best_of as _best
 
 #: version of the profile's fields; a file of another version is measured again (4: the host costs per block, per
-#: sampled mini-batch and per byte of offload's host-array traffic)
-PROFILE_VERSION = 4
+#: sampled mini-batch and per byte of offload's host-array traffic; 5: ``corun_slowdown`` / ``sync_s`` measured on
+#: the GCN calibration step instead of a dense GEMM)
+PROFILE_VERSION = 5
 
 
 #: the per-event host costs (:mod:`graphscale.advise.host_costs`)
@@ -256,25 +258,27 @@ def _thread_speedup(device: str, tiny: bool, cores: int) -> tuple[float, str]:
                                        f"{cores} threads, interleaved, median of the ratios")
 
 
-#: ``torch.mm`` calls of the two sizes of the synchronisation probe's computation (:func:`_sync_costs`)
-SYNC_WORK = (2, 12)
+#: training steps of the two sizes of the synchronisation probe's computation (:func:`_sync_costs`)
+SYNC_WORK = (1, 4)
 
 
-def _sync_work(k: int, device: str = "cpu"):
-    """``k`` products of a 256x256 float32 matrix on ``device`` (waited for on CUDA, whose kernels are queued)."""
-    import torch
-
-    a = torch.ones(256, 256, device=device)
-    sync = (lambda: torch.cuda.synchronize(a.device)) if a.is_cuda else (lambda: None)
-    return lambda: ([torch.mm(a, a) for _ in range(k)], sync())
+def _sync_works(device: str = "cpu", tiny: bool = False) -> dict:
+    """``k -> `` a callable running ``k`` calibration steps (:func:`_calibration_step`: the 2-layer GCN training
+    step the elementwise cost, the load factor and the thread speed-up are measured on) for each ``k`` of
+    :data:`SYNC_WORK`, one model and graph shared. The probe times what the workers run (sparse products,
+    elementwise passes, small GEMMs), not a dense GEMM: two 1-thread workers slow each other much less on the
+    former (on the 2-core development host: two workers' GCN steps ran about 1.1x their time alone, two GEMM loops
+    1.7x, which priced every multi-worker strategy's compute that much too high)."""
+    step = _calibration_step(device, tiny)[0]  # on CUDA it synchronises the device after each step
+    return {k: (lambda k=k: [step() for _ in range(k)]) for k in SYNC_WORK}
 
 
 def _sync_work_alone(tiny: bool, device: str = "cpu") -> dict[int, float]:
     """The probe's computations alone on ``device``, one thread, median of repetitions (the 2 sizes
     interleaved)."""
-    work = {k: _sync_work(k, device) for k in SYNC_WORK}
+    work = _sync_works(device, tiny)
     times: dict[int, list] = {k: [] for k in SYNC_WORK}
-    for _ in range(5 if tiny else 40):
+    for _ in range(5 if tiny else 20):
         for k, fn in work.items():
             times[k].append(_median_of(fn, 1))
     return {k: statistics.median(v) for k, v in times.items()}
@@ -306,23 +310,24 @@ def _sync_costs(device: str, tiny: bool, alone: dict[int, float], latency: float
     before it reads the clock, so it times the kernels and the (asynchronous) NCCL all-reduce."""
     from graphscale.distributed.launch import launch
 
-    results = launch(_sync_worker, 2, 5 if tiny else 40, device=device, timeout_s=120)
+    results = launch(_sync_worker, 2, 5 if tiny else 20, tiny, device=device, timeout_s=300)
     co = {k: max(r[k] for r in results) for k in SYNC_WORK}
     sync, slowdown = sync_line(alone, co, latency)
     small, large = SYNC_WORK
     where = "on the GPU, the device synchronised before every clock read" if device == "cuda" else "1 thread"
-    return sync, slowdown, (f"2 workers alternate {small} or {large} float32 256x256 torch.mm ({where}) with a "
-                            "1-element all-reduce, median step of the slower worker, against the same computation "
+    return sync, slowdown, (f"2 workers alternate {small} or {large} 2-layer GCN training steps (the elementwise "
+                            f"calibration's; {where}) with a 1-element all-reduce, median step of the slower worker, "
+                            "against the same computation "
                             "alone: slope = corun_slowdown (clamped to [1, 2]), intercept = sync_s (at least the "
                             "collective latency)")
 
 
-def _sync_worker(env, repeats: int) -> dict:  # pragma: no cover - spawned
+def _sync_worker(env, repeats: int, tiny: bool = False) -> dict:  # pragma: no cover - spawned
     import torch
     import torch.distributed as dist
 
     torch.set_num_threads(1)
-    work = {k: _sync_work(k, str(env.device)) for k in SYNC_WORK}
+    work = _sync_works(str(env.device), tiny)
     flag = torch.ones(1, device=env.device)
     sync = (lambda: torch.cuda.synchronize(env.device)) if flag.is_cuda else (lambda: None)
     times: dict[int, list] = {k: [] for k in SYNC_WORK}
