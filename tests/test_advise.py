@@ -350,3 +350,34 @@ def test_model_averaging_prices_the_rows_its_step_runs(tmp_path):
     for j, part in enumerate(parts):
         local = data.open_partition(j)
         assert trained_rows(part) == local.graph.indptr.numel() - 1 > int(part["num_inner"])
+
+
+def test_pipeline_halo_rows_are_the_blocks_gathered_rows():
+    """:func:`halo_rows` (what pipeline's prediction prices each chunk's input side over) counts, per chunk, the
+    halo rows of the block :meth:`ChunkPlan.build` gives it, without building the blocks."""
+    import torch
+
+    from graphscale.strategies.pipeline.plan import ChunkPlan, halo_rows
+    from graphscale.testing import random_graph
+
+    graph = random_graph(500, 6.0, num_features=4, seed=0)
+    chunk_of = torch.randint(0, 4, (500,), generator=torch.Generator().manual_seed(0))
+    counts = halo_rows(graph, chunk_of)
+    assert counts == [b.halo_ids.numel() for b in ChunkPlan.build(graph, chunk_of).blocks]
+    assert halo_rows(graph, torch.zeros(500, dtype=torch.int64)) == [0]  # one chunk gathers nothing
+
+
+def test_layer_sources_price_the_input_side_only():
+    """``sources`` rows (a chunked block's gathered neighbour rows too) add the input side's elementwise pass and,
+    for a layer that transforms first (``o < d``), its dense product; the output side stays on ``rows``."""
+    from graphscale.advise.predict import layer_seconds, worker_scale
+
+    machine = synthetic()
+    rows, halo, d, o = 1000, 300, 8, 4
+    base = layer_seconds(machine, rows, 5000, [d], [o])
+    assert layer_seconds(machine, rows, 5000, [d], [o], sources=rows) == base
+    extra = worker_scale(machine, 1) * (2 * (2.0 * halo * d * o / machine.gemm_flops) + halo * d * machine.elementwise_s)
+    assert layer_seconds(machine, rows, 5000, [d], [o], sources=rows + halo) - base == pytest.approx(extra)
+    widening = layer_seconds(machine, rows, 5000, [o], [d], sources=rows + halo) - layer_seconds(machine, rows, 5000,
+                                                                                                    [o], [d])
+    assert widening == pytest.approx(worker_scale(machine, 1) * halo * o * machine.elementwise_s)

@@ -154,7 +154,8 @@ def prediction_time(machine, compute: float, nbytes: float, messages: int, steps
 
 
 def layer_seconds(machine, rows: float, edges: float, widths: list[int], outs: list[int],
-                  backward: bool = True, calls: float = 1, workers: int = 1, input_grad: bool = False) -> float:
+                  backward: bool = True, calls: float = 1, workers: int = 1, input_grad: bool = False,
+                  sources: float | None = None) -> float:
     """One worker's compute time for ``rows`` destination rows over ``edges`` edges through every layer, in
     ``calls`` passes (chunks, mini-batches), when ``workers`` workers share the host's cores: a dense product
     ``2 rows d o`` FLOPs at the GEMM rate, the sparse product at the SpMM cost per edge and per edge-column (on the
@@ -165,13 +166,18 @@ def layer_seconds(machine, rows: float, edges: float, widths: list[int], outs: l
     does, as a later pipeline stage's).
     The elementwise cost is calibrated against this formula (:func:`graphscale.advise.profile.measure`).
     Every pass of every layer adds the profile's fixed ``layer_call_s`` (a third of it forward only).
+    ``sources``: the rows entering each layer where they outnumber the destination rows (a chunked block's
+    sources: its destinations and the neighbour rows it gathers from other chunks, summed over the calls;
+    ``None``: ``rows``): the input side's elementwise passes run over them, and so does the dense product of a
+    layer that transforms first (``o < d``).
     The data-proportional part is scaled by :func:`worker_scale`."""
     scale = worker_scale(machine, workers)
+    src = rows if sources is None else sources
     total = 0.0
     for i, (d, o) in enumerate(zip(widths, outs)):
-        products = 2.0 * rows * d * o / machine.gemm_flops + edges * (machine.spmm_edge_s
-                                                                       + machine.spmm_edge_col_s * min(d, o))
-        into, out_of = rows * d * machine.elementwise_s, rows * o * machine.elementwise_s
+        dense = (src if o < d else rows) * d * o
+        products = 2.0 * dense / machine.gemm_flops + edges * (machine.spmm_edge_s + machine.spmm_edge_col_s * min(d, o))
+        into, out_of = src * d * machine.elementwise_s, rows * o * machine.elementwise_s
         first = i == 0 and not input_grad
         if backward:
             total += products * (2.0 if first else 3.0) + into * (1.0 if first else 3.0) + 3.0 * out_of
