@@ -266,9 +266,10 @@ def _sync_works(device: str = "cpu", tiny: bool = False) -> dict:
     """``k -> `` a callable running ``k`` calibration steps (:func:`_calibration_step`: the 2-layer GCN training
     step the elementwise cost, the load factor and the thread speed-up are measured on) for each ``k`` of
     :data:`SYNC_WORK`, one model and graph shared. The probe times what the workers run (sparse products,
-    elementwise passes, small GEMMs), not a dense GEMM: two 1-thread workers slow each other much less on the
-    former (on the 2-core development host: two workers' GCN steps ran about 1.1x their time alone, two GEMM loops
-    1.7x, which priced every multi-worker strategy's compute that much too high)."""
+    elementwise passes, small GEMMs), not a dense GEMM. Version 4's GEMM probe gave ``corun_slowdown`` 1.67 on the
+    2-core development host, while model-averaging's two workers (each training its part, no collective inside the
+    epoch) ran the 200k-vertex SBM's epoch in 0.106 s against 0.085 s for one part's step alone (1 thread, best of
+    8): 1.25x, so every multi-worker strategy's compute was priced too high."""
     step = _calibration_step(device, tiny)[0]  # on CUDA it synchronises the device after each step
     return {k: (lambda k=k: [step() for _ in range(k)]) for k in SYNC_WORK}
 
