@@ -225,6 +225,30 @@ def test_a_worker_is_priced_with_its_threads_and_the_co_run_slowdown():
     assert layer_seconds(machine, 1000, 5000, [16, 8], [8, 4], workers=4) == pytest.approx(one * 2.5 * 1.5)
 
 
+def test_independent_workers_are_priced_with_the_free_co_run_slowdown():
+    """Workers that do not synchronise inside the work (model-averaging's) pay ``corun_free``, not the lock-step
+    ``corun_slowdown``; one worker pays neither; model-averaging's prediction uses it."""
+    from dataclasses import replace
+
+    from graphscale.advise.predict import layer_seconds, worker_scale
+
+    machine = replace(synthetic(), cores=4, thread_speedup=2.5, corun_slowdown=1.5, corun_free=1.2, layer_call_s=0.0)
+    assert worker_scale(machine, 4, independent=True) == pytest.approx(1.2)
+    assert worker_scale(machine, 1, independent=True) == worker_scale(machine, 1)
+    lockstep = layer_seconds(machine, 1000, 5000, [16, 8], [8, 4], workers=4)
+    assert layer_seconds(machine, 1000, 5000, [16, 8], [8, 4], workers=4, independent=True) == \
+        pytest.approx(lockstep * 1.2 / 1.5)
+
+
+def test_model_averaging_prices_its_workers_as_independent(tmp_path):
+    from dataclasses import replace
+
+    config = _config("model-averaging", tmp_path)
+    base = replace(synthetic(), cores=2, corun_slowdown=2.0, corun_free=1.0)
+    lockstep = predict_config(copy.deepcopy(config), replace(base, corun_free=2.0)).seconds
+    assert predict_config(copy.deepcopy(config), base).seconds < lockstep
+
+
 def test_collectives_are_priced_at_the_profiles_sync_cost():
     from dataclasses import replace
 
@@ -245,7 +269,7 @@ def test_the_profile_measures_every_figure_and_says_how():
                 "spmm", "blocks", "sampling", "host_transfer"):
         assert machine.how[key]
     assert machine.block_edge_s > 0 and machine.sample_edge_s > 0 and machine.host_transfer_bandwidth > 0
-    assert "GCN training steps" in machine.how["sync"]
+    assert "corun_free" in machine.how["sync"] and 1.0 <= machine.corun_free <= 2.0
     assert "slope = corun_slowdown" in machine.how["sync"] and "median / best" in machine.how["load_factor"]
 
 
@@ -274,6 +298,18 @@ def test_the_sync_line_recovers_a_known_slope_and_intercept():
     assert sync_line(alone, faster, 1e-5) == (pytest.approx(0.003 + 0.5 * 0.002 - 0.002), pytest.approx(1.0))
     slower = {k: 0.004 + 3.0 * t for k, t in alone.items()}  # slope 3: clamped to 2
     assert sync_line(alone, slower, 1e-5) == (pytest.approx(0.004 + 3.0 * 0.002 - 2.0 * 0.002), pytest.approx(2.0))
+
+
+def test_the_free_co_run_slowdown_is_the_slope_without_the_collective():
+    """free_slowdown: the slope of the slower worker's steps without the all-reduce against the alone ones,
+    clamped as sync_line's (a fixed per-step offset, such as a collective's, does not enter it)."""
+    from graphscale.advise.profile import SYNC_WORK, free_slowdown
+
+    small, large = SYNC_WORK
+    alone = {small: 0.002, large: 0.012}
+    assert free_slowdown(alone, {k: 0.0005 + 1.1 * t for k, t in alone.items()}) == pytest.approx(1.1)
+    assert free_slowdown(alone, {k: 0.5 * t for k, t in alone.items()}) == 1.0
+    assert free_slowdown(alone, {k: 3.0 * t for k, t in alone.items()}) == 2.0
 
 
 def test_the_load_factor_is_median_over_best():

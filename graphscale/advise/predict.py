@@ -155,7 +155,7 @@ def prediction_time(machine, compute: float, nbytes: float, messages: int, steps
 
 def layer_seconds(machine, rows: float, edges: float, widths: list[int], outs: list[int],
                   backward: bool = True, calls: float = 1, workers: int = 1, input_grad: bool = False,
-                  sources: float | None = None) -> float:
+                  sources: float | None = None, independent: bool = False) -> float:
     """One worker's compute time for ``rows`` destination rows over ``edges`` edges through every layer, in
     ``calls`` passes (chunks, mini-batches), when ``workers`` workers share the host's cores: a dense product
     ``2 rows d o`` FLOPs at the GEMM rate, the sparse product at the SpMM cost per edge and per edge-column (on the
@@ -170,8 +170,9 @@ def layer_seconds(machine, rows: float, edges: float, widths: list[int], outs: l
     sources: its destinations and the neighbour rows it gathers from other chunks, summed over the calls;
     ``None``: ``rows``): the input side's elementwise passes run over them, and so does the dense product of a
     layer that transforms first (``o < d``).
-    The data-proportional part is scaled by :func:`worker_scale`."""
-    scale = worker_scale(machine, workers)
+    The data-proportional part is scaled by :func:`worker_scale` (``independent``: workers that do not
+    synchronise inside the work priced)."""
+    scale = worker_scale(machine, workers, independent)
     src = rows if sources is None else sources
     total = 0.0
     for i, (d, o) in enumerate(zip(widths, outs)):
@@ -199,15 +200,18 @@ def worker_threads(machine, workers: int) -> int:
     return max(1, machine.cores // max(workers, 1))
 
 
-def worker_scale(machine, workers: int) -> float:
+def worker_scale(machine, workers: int, independent: bool = False) -> float:
     """Time of a worker's data-proportional work relative to the profile's rates (measured with ``threads``
     threads, one worker alone): ``threads`` over the worker's threads' speed, the speed of ``t`` threads
     interpolated linearly between 1 (one thread) and the measured ``thread_speedup`` (all ``cores``); times
-    ``corun_slowdown`` when other workers compute beside it, and ``load_factor`` (a typical step against the
-    quiet one the rates are)."""
+    ``corun_slowdown`` when other workers compute beside it in lock-step (collectives or receives inside the work:
+    the figure holds the partner's lag), ``corun_free`` when they compute side by side without waiting for each
+    other (``independent``: model-averaging's workers, each training its own partition for a whole epoch), and
+    ``load_factor`` (a typical step against the quiet one the rates are)."""
     t, cores = worker_threads(machine, workers), max(machine.cores, 1)
     speed = 1.0 if cores == 1 else 1.0 + (machine.thread_speedup - 1.0) * (t - 1) / (cores - 1)
-    return machine.threads / speed * (machine.corun_slowdown if workers > 1 else 1.0) * machine.load_factor
+    corun = 1.0 if workers < 2 else machine.corun_free if independent else machine.corun_slowdown
+    return machine.threads / speed * corun * machine.load_factor
 
 
 def transfer_seconds(machine, nbytes: float, messages: int) -> float:

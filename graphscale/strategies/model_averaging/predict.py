@@ -6,7 +6,9 @@ all-reduce (:func:`~graphscale.strategies.graph_parallel.allreduce_bytes_per_epo
 of the loss sum (``control``). Partition ``j`` trains on worker ``j mod q``, one after another: a worker's time is
 the sum of its parts'; its memory the largest part's. A part's step runs the model on its whole local graph (one
 block over every local vertex: :meth:`.strategy.ModelAveraging._open`), so its layers are priced over the local
-rows (home and halo vertices, :func:`trained_rows`) and the local graph's edges, not over the home rows alone. ``--correction-steps`` is not modelled (its bytes depend on the samples).
+rows (home and halo vertices, :func:`trained_rows`) and the local graph's edges, not over the home rows alone; the
+workers do not wait for each other until the epoch's all-reduces, so their side-by-side compute is priced with the
+profile's ``corun_free``, not the lock-step ``corun_slowdown`` (:func:`~graphscale.advise.predict.worker_scale`). ``--correction-steps`` is not modelled (its bytes depend on the samples).
 """
 
 from __future__ import annotations
@@ -46,7 +48,7 @@ def predict(data, model, config, machine):
         need = (node_data_bytes(local, data.num_features, elem) + 8 * (local + 1 + edges)
                 + activation_bytes(local, w, o, elem) + state_bytes(params, elem))
         peaks[j % world] = max(peaks[j % world], need)
-        times[j % world] += layer_seconds(machine, local, edges, w, o, workers=world) + machine.step_s
+        times[j % world] += layer_seconds(machine, local, edges, w, o, workers=world, independent=True) + machine.step_s
     seconds = prediction_time(machine, max(times), sum(out.values()) / world, 2, 0)
     return Prediction("model-averaging", world, {"parts": len(parts), "average_every": sc.average_every},
                       max(peaks), peaks, out, seconds, exact=False,
