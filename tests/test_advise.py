@@ -157,8 +157,8 @@ def test_a_profile_of_an_older_version_is_measured_again_with_a_warning(tmp_path
     warnings = []
     monkeypatch.setattr(profile, "measure", lambda device, tiny=False: synthetic(device))
     machine = profile.cached_profile(tmp_path, "cpu", warn=warnings.append)
-    assert machine.version == profile.PROFILE_VERSION == 4 and machine.block_edge_s > 0
-    assert len(warnings) == 1 and "version 3, not 4" in warnings[0] and "\n" not in warnings[0]
+    assert machine.version == profile.PROFILE_VERSION == 5 and machine.block_edge_s > 0
+    assert len(warnings) == 1 and "version 3, not 5" in warnings[0] and "\n" not in warnings[0]
     assert load_profile(path)[0] is not None  # the new one is cached
 
 
@@ -228,6 +228,30 @@ def test_a_worker_is_priced_with_its_threads_and_the_co_run_slowdown():
     assert layer_seconds(machine, 1000, 5000, [16, 8], [8, 4], workers=4) == pytest.approx(one * 2.5 * 1.5)
 
 
+def test_independent_workers_are_priced_with_the_free_co_run_slowdown():
+    """Workers that do not synchronise inside the work (model-averaging's) pay ``corun_free``, not the lock-step
+    ``corun_slowdown``; one worker pays neither; model-averaging's prediction uses it."""
+    from dataclasses import replace
+
+    from graphscale.advise.predict import layer_seconds, worker_scale
+
+    machine = replace(synthetic(), cores=4, thread_speedup=2.5, corun_slowdown=1.5, corun_free=1.2, layer_call_s=0.0)
+    assert worker_scale(machine, 4, independent=True) == pytest.approx(1.2)
+    assert worker_scale(machine, 1, independent=True) == worker_scale(machine, 1)
+    lockstep = layer_seconds(machine, 1000, 5000, [16, 8], [8, 4], workers=4)
+    assert layer_seconds(machine, 1000, 5000, [16, 8], [8, 4], workers=4, independent=True) == \
+        pytest.approx(lockstep * 1.2 / 1.5)
+
+
+def test_model_averaging_prices_its_workers_as_independent(tmp_path):
+    from dataclasses import replace
+
+    config = _config("model-averaging", tmp_path)
+    base = replace(synthetic(), cores=2, corun_slowdown=2.0, corun_free=1.0)
+    lockstep = predict_config(copy.deepcopy(config), replace(base, corun_free=2.0)).seconds
+    assert predict_config(copy.deepcopy(config), base).seconds < lockstep
+
+
 def test_collectives_are_priced_at_the_profiles_sync_cost():
     from dataclasses import replace
 
@@ -248,6 +272,7 @@ def test_the_profile_measures_every_figure_and_says_how():
                 "spmm", "blocks", "sampling", "host_transfer"):
         assert machine.how[key]
     assert machine.block_edge_s > 0 and machine.sample_edge_s > 0 and machine.host_transfer_bandwidth > 0
+    assert "corun_free" in machine.how["sync"] and 1.0 <= machine.corun_free <= 2.0
     assert "slope = corun_slowdown" in machine.how["sync"] and "median / best" in machine.how["load_factor"]
 
 
@@ -278,6 +303,18 @@ def test_the_sync_line_recovers_a_known_slope_and_intercept():
     assert sync_line(alone, slower, 1e-5) == (pytest.approx(0.004 + 3.0 * 0.002 - 2.0 * 0.002), pytest.approx(2.0))
 
 
+def test_the_free_co_run_slowdown_is_the_slope_without_the_collective():
+    """free_slowdown: the slope of the slower worker's steps without the all-reduce against the alone ones,
+    clamped as sync_line's (a fixed per-step offset, such as a collective's, does not enter it)."""
+    from graphscale.advise.profile import SYNC_WORK, free_slowdown
+
+    small, large = SYNC_WORK
+    alone = {small: 0.002, large: 0.012}
+    assert free_slowdown(alone, {k: 0.0005 + 1.1 * t for k, t in alone.items()}) == pytest.approx(1.1)
+    assert free_slowdown(alone, {k: 0.5 * t for k, t in alone.items()}) == 1.0
+    assert free_slowdown(alone, {k: 3.0 * t for k, t in alone.items()}) == 2.0
+
+
 def test_the_load_factor_is_median_over_best():
     from graphscale.advise.profile import load_factor_of
 
@@ -306,3 +343,80 @@ def test_task_parallel_receives_per_worker_equal_the_runs(tmp_path):
     counts = launch(_collectives_worker, 3, config, prepare_data(config), 1, device="cpu", timeout_s=180)
     assert [c[1] for c in counts] == prediction.waits
     assert len(set(prediction.waits)) > 1  # the workers' receives differ: a per-worker count, not a constant
+
+
+def _host_bytes_worker(env, config, data) -> int:
+    """One offload worker set up as a run does: the bytes of the host arrays it maps."""
+    import torch
+
+    from graphscale.data.features import input_width
+    from graphscale.nn.models import build_model
+    from graphscale.registry import STRATEGIES
+
+    model = build_model(config.model, input_width(config.data.features, data.num_features), data.num_classes,
+                        seed=config.seed, dtype=getattr(torch, config.dtype))
+    strategy = STRATEGIES.get("offload")()
+    strategy.setup(data, model, env, config)
+    try:
+        return strategy.host.nbytes()
+    finally:
+        strategy.teardown()
+
+
+def test_offload_host_memory_is_the_host_arrays_every_worker_maps(tmp_path):
+    """offload's ``host_memory`` (counted in ``os_memory``, not in the device-side ``memory``) is the bytes of the
+    host arrays each worker of a run maps."""
+    from graphscale.distributed.launch import launch
+    from graphscale.prepare import prepare_data
+
+    config = _config("offload", tmp_path)
+    machine = synthetic()
+    prediction = predict_config(copy.deepcopy(config), machine)
+    mapped = launch(_host_bytes_worker, 2, config, prepare_data(config), device="cpu", timeout_s=120)
+    assert prediction.host_memory > 0 and list(mapped) == [prediction.host_memory] * 2
+    assert prediction.os_memory == prediction.memory + prediction.host_memory + machine.process_rss
+
+
+def test_model_averaging_prices_the_rows_its_step_runs(tmp_path):
+    """A part's training step runs on every local vertex (home and halo): :func:`trained_rows` of each part's
+    ``meta.json`` counts are the destination rows of the block the strategy builds from that part."""
+    from graphscale.partition.store import read_store_meta
+    from graphscale.prepare import prepare_data
+    from graphscale.strategies.model_averaging.predict import trained_rows
+
+    data = prepare_data(_config("model-averaging", tmp_path))
+    parts = read_store_meta(data.path)["parts"]
+    for j, part in enumerate(parts):
+        local = data.open_partition(j)
+        assert trained_rows(part) == local.graph.indptr.numel() - 1 > int(part["num_inner"])
+
+
+def test_pipeline_halo_rows_are_the_blocks_gathered_rows():
+    """:func:`halo_rows` (what pipeline's prediction prices each chunk's input side over) counts, per chunk, the
+    halo rows of the block :meth:`ChunkPlan.build` gives it, without building the blocks."""
+    import torch
+
+    from graphscale.strategies.pipeline.plan import ChunkPlan, halo_rows
+    from graphscale.testing import random_graph
+
+    graph = random_graph(500, 6.0, num_features=4, seed=0)
+    chunk_of = torch.randint(0, 4, (500,), generator=torch.Generator().manual_seed(0))
+    counts = halo_rows(graph, chunk_of)
+    assert counts == [b.halo_ids.numel() for b in ChunkPlan.build(graph, chunk_of).blocks]
+    assert halo_rows(graph, torch.zeros(500, dtype=torch.int64)) == [0]  # one chunk gathers nothing
+
+
+def test_layer_sources_price_the_input_side_only():
+    """``sources`` rows (a chunked block's gathered neighbour rows too) add the input side's elementwise pass and,
+    for a layer that transforms first (``o < d``), its dense product; the output side stays on ``rows``."""
+    from graphscale.advise.predict import layer_seconds, worker_scale
+
+    machine = synthetic()
+    rows, halo, d, o = 1000, 300, 8, 4
+    base = layer_seconds(machine, rows, 5000, [d], [o])
+    assert layer_seconds(machine, rows, 5000, [d], [o], sources=rows) == base
+    extra = worker_scale(machine, 1) * (2 * (2.0 * halo * d * o / machine.gemm_flops) + halo * d * machine.elementwise_s)
+    assert layer_seconds(machine, rows, 5000, [d], [o], sources=rows + halo) - base == pytest.approx(extra)
+    widening = layer_seconds(machine, rows, 5000, [o], [d], sources=rows + halo) - layer_seconds(machine, rows, 5000,
+                                                                                                    [o], [d])
+    assert widening == pytest.approx(worker_scale(machine, 1) * halo * o * machine.elementwise_s)

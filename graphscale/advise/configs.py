@@ -57,5 +57,5 @@ def predict_config(config: RunConfig, machine) -> Prediction:
     model = build_model(config.model, input_width(config.data.features, data.num_features), data.num_classes,
                         seed=config.seed, dtype=getattr(torch, config.dtype), decoupled=is_decoupled(config))
     prediction = predictor(config.strategy.name)(data, model, config, machine)
-    prediction.os_memory = prediction.memory + machine.process_rss
+    prediction.os_memory = prediction.memory + prediction.host_memory + machine.process_rss
     return prediction

@@ -42,8 +42,12 @@ class Prediction:
         options: the key options of the configuration (``--chunks``, ``--t-workers``, ...), as ``train`` flags.
         memory: the largest worker's peak memory in bytes (tracked figure: resident data, parameters, optimiser
             state, autograd's saved tensors).
-        os_memory: ``memory`` plus the profile's per-worker process baseline (``process_rss``): the predicted
-            peak resident set the OS measures (set by :func:`graphscale.advise.configs.predict_config`).
+        os_memory: ``memory`` plus ``host_memory`` plus the profile's per-worker process baseline
+            (``process_rss``): the predicted peak resident set the OS measures (set by
+            :func:`graphscale.advise.configs.predict_config`).
+        host_memory: bytes besides ``memory`` that the largest worker holds resident in host memory and the OS
+            counts in its resident set, which a device budget does not hold (offload: the host arrays, shared-memory
+            files every worker maps and touches whole: ``RssShmem``).
         bytes_epoch: the epoch whose bytes ``bytes`` are, where they vary with the epoch (the sampled
             strategies); ``None``: every epoch after the first.
         memory_per_worker: every worker's peak.
@@ -83,6 +87,7 @@ class Prediction:
     collectives: int = 0
     waits: list[int] = field(default_factory=list)
     events: dict = field(default_factory=dict)
+    host_memory: int = 0
 
     @property
     def messages(self) -> int:
@@ -149,7 +154,8 @@ def prediction_time(machine, compute: float, nbytes: float, messages: int, steps
 
 
 def layer_seconds(machine, rows: float, edges: float, widths: list[int], outs: list[int],
-                  backward: bool = True, calls: float = 1, workers: int = 1, input_grad: bool = False) -> float:
+                  backward: bool = True, calls: float = 1, workers: int = 1, input_grad: bool = False,
+                  sources: float | None = None, independent: bool = False) -> float:
     """One worker's compute time for ``rows`` destination rows over ``edges`` edges through every layer, in
     ``calls`` passes (chunks, mini-batches), when ``workers`` workers share the host's cores: a dense product
     ``2 rows d o`` FLOPs at the GEMM rate, the sparse product at the SpMM cost per edge and per edge-column (on the
@@ -160,13 +166,19 @@ def layer_seconds(machine, rows: float, edges: float, widths: list[int], outs: l
     does, as a later pipeline stage's).
     The elementwise cost is calibrated against this formula (:func:`graphscale.advise.profile.measure`).
     Every pass of every layer adds the profile's fixed ``layer_call_s`` (a third of it forward only).
-    The data-proportional part is scaled by :func:`worker_scale`."""
-    scale = worker_scale(machine, workers)
+    ``sources``: the rows entering each layer where they outnumber the destination rows (a chunked block's
+    sources: its destinations and the neighbour rows it gathers from other chunks, summed over the calls;
+    ``None``: ``rows``): the input side's elementwise passes run over them, and so does the dense product of a
+    layer that transforms first (``o < d``).
+    The data-proportional part is scaled by :func:`worker_scale` (``independent``: workers that do not
+    synchronise inside the work priced)."""
+    scale = worker_scale(machine, workers, independent)
+    src = rows if sources is None else sources
     total = 0.0
     for i, (d, o) in enumerate(zip(widths, outs)):
-        products = 2.0 * rows * d * o / machine.gemm_flops + edges * (machine.spmm_edge_s
-                                                                       + machine.spmm_edge_col_s * min(d, o))
-        into, out_of = rows * d * machine.elementwise_s, rows * o * machine.elementwise_s
+        dense = (src if o < d else rows) * d * o
+        products = 2.0 * dense / machine.gemm_flops + edges * (machine.spmm_edge_s + machine.spmm_edge_col_s * min(d, o))
+        into, out_of = src * d * machine.elementwise_s, rows * o * machine.elementwise_s
         first = i == 0 and not input_grad
         if backward:
             total += products * (2.0 if first else 3.0) + into * (1.0 if first else 3.0) + 3.0 * out_of
@@ -188,15 +200,18 @@ def worker_threads(machine, workers: int) -> int:
     return max(1, machine.cores // max(workers, 1))
 
 
-def worker_scale(machine, workers: int) -> float:
+def worker_scale(machine, workers: int, independent: bool = False) -> float:
     """Time of a worker's data-proportional work relative to the profile's rates (measured with ``threads``
     threads, one worker alone): ``threads`` over the worker's threads' speed, the speed of ``t`` threads
     interpolated linearly between 1 (one thread) and the measured ``thread_speedup`` (all ``cores``); times
-    ``corun_slowdown`` when other workers compute beside it, and ``load_factor`` (a typical step against the
-    quiet one the rates are)."""
+    ``corun_slowdown`` when other workers compute beside it in lock-step (collectives or receives inside the work:
+    the figure holds the partner's lag), ``corun_free`` when they compute side by side without waiting for each
+    other (``independent``: model-averaging's workers, each training its own partition for a whole epoch), and
+    ``load_factor`` (a typical step against the quiet one the rates are)."""
     t, cores = worker_threads(machine, workers), max(machine.cores, 1)
     speed = 1.0 if cores == 1 else 1.0 + (machine.thread_speedup - 1.0) * (t - 1) / (cores - 1)
-    return machine.threads / speed * (machine.corun_slowdown if workers > 1 else 1.0) * machine.load_factor
+    corun = 1.0 if workers < 2 else machine.corun_free if independent else machine.corun_slowdown
+    return machine.threads / speed * corun * machine.load_factor
 
 
 def transfer_seconds(machine, nbytes: float, messages: int) -> float:

@@ -23,6 +23,12 @@ Figures (each recorded with how it was measured, :attr:`Machine.how`). The rates
   1-element all-reduce, the median step against the same computation alone in the parent (:func:`sync_line`: a
   line through the two sizes, slope ``corun_slowdown``, intercept ``sync_s``: the latency, the partner's lag, the
   wake-up; on CUDA every step synchronises the device before reading the clock);
+* ``corun_free``: the same two workers running the same steps without the all-reduce (one barrier before them),
+  the slower worker's median step against the computation alone, a line through the two sizes (slope, clamped like
+  ``corun_slowdown``): the slowdown of workers that compute side by side but wait for each other only at the end
+  of a long stretch (model-averaging's workers, each training its own partition for a whole epoch). In lock-step
+  every step costs the slower of the two workers' steps, so ``corun_slowdown`` also holds the partner's lag,
+  which grows with the step; ``corun_free`` does not (it is 1 on a profile of version 4 or older);
 * ``load_factor`` (:func:`load_factor_of`): the median over the best of repetitions of the elementwise calibration's training step (one
   thread): how much longer a typical step takes than a quiet one while the machine's other load runs (the rates
   above are best of repetitions; measured epochs are medians);
@@ -55,8 +61,9 @@ from pathlib import Path
 from graphscale.advise.timing import best_of as _best
 
 #: version of the profile's fields; a file of another version is measured again (4: the host costs per block, per
-#: sampled mini-batch and per byte of offload's host-array traffic)
-PROFILE_VERSION = 4
+#: sampled mini-batch and per byte of offload's host-array traffic; 5: ``corun_free``, the co-run slowdown of workers
+#: that compute without synchronising)
+PROFILE_VERSION = 5
 
 
 #: the per-event host costs (:mod:`graphscale.advise.host_costs`)
@@ -89,6 +96,7 @@ class Machine:
     thread_speedup: float = 1.0
     sync_s: float = 0.0
     corun_slowdown: float = 1.0
+    corun_free: float = 1.0
     load_factor: float = 1.0
     block_call_s: float = 0.0
     block_edge_s: float = 0.0
@@ -103,7 +111,7 @@ class Machine:
     def from_dict(cls, d: dict) -> Machine:
         names = {f for f in cls.__dataclass_fields__}
         missing = sorted(names - set(d) - {"how", "measured_at", "version", "layer_call_s", "step_s", "process_rss",
-                                             "elementwise_s", "cores", "thread_speedup", "sync_s", "corun_slowdown", "load_factor",
+                                             "elementwise_s", "cores", "thread_speedup", "sync_s", "corun_slowdown", "load_factor", "corun_free",
                                              *HOST_COSTS})
         if missing:
             raise ValueError(f"machine profile lacks {', '.join(missing)}")
@@ -213,7 +221,7 @@ def measure(device: str = "cpu", tiny: bool = False) -> Machine:
         machine.elementwise_s, how["elementwise"] = _elementwise_cost(machine, tiny, seconds)
         machine.load_factor, how["load_factor"] = _load_factor(machine.device, tiny, seconds)
     machine.thread_speedup, how["thread_speedup"] = _thread_speedup(device, tiny, machine.cores)
-    machine.sync_s, machine.corun_slowdown, how["sync"] = _sync_costs(device, tiny, alone, latency)
+    machine.sync_s, machine.corun_slowdown, machine.corun_free, how["sync"] = _sync_costs(device, tiny, alone, latency)
     return machine
 
 
@@ -295,26 +303,37 @@ def sync_line(alone: dict[int, float], co: dict[int, float], latency: float) -> 
     return max(co[small] - slowdown * alone[small], latency), slowdown
 
 
+def free_slowdown(alone: dict[int, float], free: dict[int, float]) -> float:
+    """``corun_free`` from the probe's timings without the all-reduce: ``free[k]`` the slower worker's median step of
+    ``k`` products beside the other worker; the slope of the line through the two sizes against the alone steps,
+    clamped to :data:`SLOWDOWN_RANGE` (as :func:`sync_line`'s)."""
+    small, large = SYNC_WORK
+    slope = (free[large] - free[small]) / max(alone[large] - alone[small], 1e-9)
+    return min(max(slope, SLOWDOWN_RANGE[0]), SLOWDOWN_RANGE[1])
+
+
 def load_factor_of(times: list[float]) -> float:
     """Median over best of a step's repetition times, at least 1 (module docstring)."""
     return max(statistics.median(times) / min(times), 1.0)
 
 
-def _sync_costs(device: str, tiny: bool, alone: dict[int, float], latency: float) -> tuple[float, float, str]:
+def _sync_costs(device: str, tiny: bool, alone: dict[int, float], latency: float) -> tuple[float, float, float, str]:
     """``sync_s`` and ``corun_slowdown`` (module docstring) from 2 workers' computation + all-reduce steps
-    (:func:`sync_line`); on CUDA the products run on each worker's GPU and every step synchronises the device
+    (:func:`sync_line`), and ``corun_free`` from the same steps without the all-reduce (:func:`free_slowdown`); on CUDA the products run on each worker's GPU and every step synchronises the device
     before it reads the clock, so it times the kernels and the (asynchronous) NCCL all-reduce."""
     from graphscale.distributed.launch import launch
 
     results = launch(_sync_worker, 2, 5 if tiny else 40, device=device, timeout_s=120)
-    co = {k: max(r[k] for r in results) for k in SYNC_WORK}
+    co = {k: max(r["sync"][k] for r in results) for k in SYNC_WORK}
     sync, slowdown = sync_line(alone, co, latency)
+    free = free_slowdown(alone, {k: max(r["free"][k] for r in results) for k in SYNC_WORK})
     small, large = SYNC_WORK
     where = "on the GPU, the device synchronised before every clock read" if device == "cuda" else "1 thread"
-    return sync, slowdown, (f"2 workers alternate {small} or {large} float32 256x256 torch.mm ({where}) with a "
-                            "1-element all-reduce, median step of the slower worker, against the same computation "
-                            "alone: slope = corun_slowdown (clamped to [1, 2]), intercept = sync_s (at least the "
-                            "collective latency)")
+    return sync, slowdown, free, (f"2 workers alternate {small} or {large} float32 256x256 torch.mm ({where}) with "
+                                  "a 1-element all-reduce, median step of the slower worker, against the same "
+                                  "computation alone: slope = corun_slowdown (clamped to [1, 2]), intercept = sync_s "
+                                  "(at least the collective latency); the same without the all-reduce: slope = "
+                                  "corun_free")
 
 
 def _sync_worker(env, repeats: int) -> dict:  # pragma: no cover - spawned
@@ -334,7 +353,16 @@ def _sync_worker(env, repeats: int) -> dict:  # pragma: no cover - spawned
             dist.all_reduce(flag)
             sync()  # NCCL's all-reduce is queued: wait for it before reading the clock
             times[k].append(time.perf_counter() - start)
-    return {k: statistics.median(v) for k, v in times.items()}
+    free: dict[int, list] = {k: [] for k in SYNC_WORK}
+    dist.barrier()
+    for _ in range(repeats):  # side by side, no collective until the end: corun_free
+        for k, fn in work.items():
+            start = time.perf_counter()
+            fn()
+            free[k].append(time.perf_counter() - start)
+    dist.barrier()
+    return {"sync": {k: statistics.median(v) for k, v in times.items()},
+            "free": {k: statistics.median(v) for k, v in free.items()}}
 
 
 def _mem_available() -> int:

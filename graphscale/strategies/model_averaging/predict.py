@@ -4,7 +4,11 @@ Bytes of an averaging epoch (``(epoch + 1) % --average-every == 0``; other epoch
 all-reduce (:func:`~graphscale.strategies.graph_parallel.allreduce_bytes_per_epoch`) of the floating state
 (:func:`.averaging.float_tensors`; with ``--optimizer-state averaged``, the default, Adam's two moments too) and
 of the loss sum (``control``). Partition ``j`` trains on worker ``j mod q``, one after another: a worker's time is
-the sum of its parts'; its memory the largest part's. ``--correction-steps`` is not modelled (its bytes depend on the samples).
+the sum of its parts'; its memory the largest part's. A part's step runs the model on its whole local graph (one
+block over every local vertex: :meth:`.strategy.ModelAveraging._open`), so its layers are priced over the local
+rows (home and halo vertices, :func:`trained_rows`) and the local graph's edges, not over the home rows alone; the
+workers do not wait for each other until the epoch's all-reduces, so their side-by-side compute is priced with the
+profile's ``corun_free``, not the lock-step ``corun_slowdown`` (:func:`~graphscale.advise.predict.worker_scale`). ``--correction-steps`` is not modelled (its bytes depend on the samples).
 """
 
 from __future__ import annotations
@@ -40,11 +44,11 @@ def predict(data, model, config, machine):
     w, o = list(d.widths), list(d.out)
     peaks, times = [0] * world, [0.0] * world
     for j, p in enumerate(parts):
-        inner, local, edges = int(p["num_inner"]), int(p["num_inner"]) + int(p["num_halo"]), int(p["num_edges"])
+        local, edges = trained_rows(p), int(p["num_edges"])
         need = (node_data_bytes(local, data.num_features, elem) + 8 * (local + 1 + edges)
                 + activation_bytes(local, w, o, elem) + state_bytes(params, elem))
         peaks[j % world] = max(peaks[j % world], need)
-        times[j % world] += layer_seconds(machine, inner, edges, w, o, workers=world) + machine.step_s
+        times[j % world] += layer_seconds(machine, local, edges, w, o, workers=world, independent=True) + machine.step_s
     seconds = prediction_time(machine, max(times), sum(out.values()) / world, 2, 0)
     return Prediction("model-averaging", world, {"parts": len(parts), "average_every": sc.average_every},
                       max(peaks), peaks, out, seconds, exact=False,
@@ -52,3 +56,9 @@ def predict(data, model, config, machine):
                                 f"models averaged every {sc.average_every} epoch(s) (SDT-GNN)",
                       notes=[("bytes: allreduce_bytes_per_epoch of the floating state and the loss, on averaging "
                              "epochs")], collectives=2)
+
+
+def trained_rows(part: dict) -> int:
+    """Destination rows of a part's training step (full-neighbour): every local vertex, home and halo, as the
+    strategy's block over the partition's local graph has (``meta.json``'s ``num_inner + num_halo``)."""
+    return int(part["num_inner"]) + int(part["num_halo"])

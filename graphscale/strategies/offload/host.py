@@ -77,6 +77,28 @@ def check_free_space(shm_dir: str, needed: int) -> None:
                          f"with room (a larger tmpfs, or a disk directory: slower) or free space in {shm_dir}")
 
 
+def host_array_specs(num_nodes: int, dims, modes: list[str]) -> dict[str, tuple[int, int]]:
+    """``name -> (rows, width)`` of the run's host arrays: ``H^0..H^L``, ``G^1..G^L``, the hybrid layers' ``A^l``
+    and, when the input map learns, ``G^0`` and the raw input ``X`` (``dims``: the model's
+    :class:`~graphscale.strategies.offload.cost.ModelDims`; ``modes``: the per-layer modes)."""
+    n, layers = num_nodes, len(dims.widths)
+    specs = {f"H{l}": (n, w) for l, w in enumerate(dims.widths)}
+    specs[f"H{layers}"] = (n, dims.out[-1])
+    for l in range(layers):
+        specs[f"G{l + 1}"] = (n, dims.out[l])
+        if modes[l] == "hybrid":
+            specs[f"A{l}"] = (n, dims.agg[l])
+    if dims.learned_input:
+        specs["G0"] = (n, dims.widths[0])
+        specs["X"] = (n, dims.in_dim)
+    return specs
+
+
+def host_array_bytes(specs: dict[str, tuple[int, int]], element_size: int) -> int:
+    """Bytes of the host arrays ``specs`` describe (what :meth:`HostArrays.nbytes` gives once they are mapped)."""
+    return sum(rows * width for rows, width in specs.values()) * element_size
+
+
 class HostArrays:
     """Named ``[rows, width]`` host arrays in shared memory, mapped by every worker.
 

@@ -142,7 +142,7 @@ from graphscale.strategies.offload.cost import (
     modelled_seconds,
     probe_dims,
 )
-from graphscale.strategies.offload.host import HostArrays
+from graphscale.strategies.offload.host import HostArrays, host_array_specs
 from graphscale.strategies.offload.memory import choose_chunks
 from graphscale.strategies.offload.passes import OffloadPasses
 from graphscale.strategies.offload.plan import (
@@ -324,16 +324,8 @@ class OffloadStrategy(OffloadPasses, Strategy):
 
     def _allocate_host(self, graph: Graph) -> None:
         """Host arrays ``H^0..H^L``, ``G^1..G^L`` (``G^0`` if the input map learns), ``A^l``, raw ``X``."""
-        n, dims = graph.num_nodes, self.dims
-        specs = {f"H{l}": (n, w) for l, w in enumerate(dims.widths)}
-        specs[f"H{self.num_layers}"] = (n, dims.out[-1])
-        for l in range(self.num_layers):
-            specs[f"G{l + 1}"] = (n, dims.out[l])
-            if self.modes[l] == "hybrid":
-                specs[f"A{l}"] = (n, dims.agg[l])
-        if dims.learned_input:
-            specs["G0"] = (n, dims.widths[0])
-            specs["X"] = (n, dims.in_dim)
+        dims = self.dims
+        specs = host_array_specs(graph.num_nodes, dims, self.modes)
         self.host = HostArrays(self.comm, specs, self.dtype, self.device, self.config.strategy.shm_dir)
         # the owner writes its own rows of the input (a host-side copy, no transfer)
         first = "X" if dims.learned_input else "H0"

@@ -4,7 +4,8 @@ Bytes of a training epoch that refreshes no history (epoch 0 adds ``pipe_init``,
 forward): ``pipe_fwd = pipe_bwd`` half of :func:`~.plan.pipeline_bytes_per_epoch` over the stage boundaries of
 :func:`~.plan.stage_layers`, and ``control``: each boundary's send times (``K`` float64 each way) and the loss
 broadcast from the last stage (8 bytes to each other worker). Time: the slowest stage's layers over every vertex,
-plus the GPipe bubble (``(S - 1) / K`` of a stage's time) and the boundary transfers, priced with the loss
+their input side over every chunk's sources (the chunk's rows and the neighbour rows its block gathers from other
+chunks, :func:`~.plan.halo_rows`: with 8 chunks 1.38 and 1.31 times the vertices on the 200k-vertex SBM and R-MAT), plus the GPipe bubble (``(S - 1) / K`` of a stage's time) and the boundary transfers, priced with the loss
 broadcast (the one collective) and the busiest stage's receives (:func:`stage_receives`).
 """
 
@@ -22,8 +23,8 @@ from graphscale.advise.predict import (
     state_bytes,
     synchronising_waits,
 )
-from graphscale.strategies.pipeline.plan import pipeline_bytes_per_epoch, stage_layers
-from graphscale.strategies.pipeline.strategy import num_chunks, num_stages
+from graphscale.strategies.pipeline.plan import halo_rows, pipeline_bytes_per_epoch, stage_layers
+from graphscale.strategies.pipeline.strategy import CHUNK_FILE, num_chunks, num_stages
 
 
 def stage_receives(stage: int, stages: int, chunks: int) -> int:
@@ -43,6 +44,7 @@ def predict(data, model, config, machine):
     widths, outs = list(d.widths), list(d.out)
     n, e = data.num_nodes, int(data.summary["edges"])
     layers = stage_layers(model.num_layers, stages)
+    halo = sum(chunk_halo_rows(data))  # rows the chunks' blocks gather from other chunks, per layer pass
     pipe = pipeline_bytes_per_epoch(n, [widths[r.start] for r in layers[1:]], elem, bool(d.needs_h0))
     out = {"pipe_fwd": pipe // 2, "pipe_bwd": pipe // 2,
            "control": 2 * (stages - 1) * 8 * chunks + 8 * (world - 1)}
@@ -54,7 +56,8 @@ def predict(data, model, config, machine):
         keep = n * sum(w) * elem + activation_bytes(n, w, o, elem)
         data_rows = node_data_bytes(n, data.num_features, elem) if s == 0 else 0
         peaks.append(keep + data_rows + 8 * (n + 1 + e) + state_bytes(params, elem))
-        times.append(layer_seconds(machine, n, e + n, w, o, calls=chunks, workers=world, input_grad=s > 0))
+        times.append(layer_seconds(machine, n, e + n, w, o, calls=chunks, workers=world, input_grad=s > 0,
+                                   sources=n + halo))
     compute = max(times) * (1 + (stages - 1) / chunks)
     # the sends are asynchronous: a worker waits on its receives and on the loss broadcast, the one collective
     collectives, waits = 1, [stage_receives(rank // sc.hybrid_width, stages, chunks) for rank in range(world)]
@@ -65,3 +68,12 @@ def predict(data, model, config, machine):
                                 f"{sc.history_period} epochs)",
                       notes=["bytes: pipeline_bytes_per_epoch over the stage boundaries (+ send times, loss)"],
                       collectives=collectives, waits=waits)
+
+
+def chunk_halo_rows(data) -> list[int]:
+    """:func:`~.plan.halo_rows` of the run's chunks (the parent's ``chunk_of``, in the strategy's shared folder)."""
+    import numpy as np
+    import torch
+
+    chunk_of = torch.from_numpy(np.load(data.require_shared("pipeline") / CHUNK_FILE).astype(np.int64))
+    return halo_rows(data.open_graph(), chunk_of)
