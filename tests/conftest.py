@@ -88,6 +88,8 @@ def train_in_process():
     process's OS figures (``bench memory``'s tests keep the subprocess); each spared run is an interpreter, torch
     and its optimiser's compiler stack started (about 4 s of CPU). ``timeout`` is the subprocess's limit and has no
     in-process equivalent: the run's own collective timeout bounds a hang instead."""
+    import contextlib
+    import io
     import json
     import tempfile
     from pathlib import Path
@@ -99,9 +101,12 @@ def train_in_process():
                    timeout=900):
         with tempfile.TemporaryDirectory(prefix="graphscale-test-train-") as tmp:
             out = Path(tmp) / "report.json"
-            code = main(train_argv(dataset, strategy, workers, epochs, model, hidden, device, extra, out))
+            err = io.StringIO()
+            with contextlib.redirect_stderr(err):
+                code = main(train_argv(dataset, strategy, workers, epochs, model, hidden, device, extra, out))
             if code != 0 or not out.exists():
-                return {"error": f"exit {code}"}
+                lines = [ln.strip() for ln in err.getvalue().splitlines() if ln.strip()]
+                return {"error": f"exit {code}: {lines[-1] if lines else ''}"}
             return json.loads(out.read_text())
 
     return train_once

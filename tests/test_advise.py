@@ -262,17 +262,19 @@ def test_collectives_are_priced_at_the_profiles_sync_cost():
     assert transfer_seconds(replace(machine, sync_s=0.0), 0, 5) == pytest.approx(5 * 1e-4)
 
 
-def test_the_profile_measures_every_figure_and_says_how():
+def test_the_profile_measures_every_figure_and_says_how(monkeypatch):
+    from graphscale.advise import profile
     from graphscale.advise.profile import measure
     from graphscale.distributed.launch import cpu_count
 
+    monkeypatch.setattr(profile, "free_slowdown", lambda alone, free: 1.37)  # what becomes corun_free
     machine = measure("cpu", tiny=True)
     assert machine.threads == 1 and machine.cores == cpu_count()
     for key in ("threads", "thread_speedup", "sync", "load_factor", "collective", "fixed_costs", "elementwise",
                 "spmm", "blocks", "sampling", "host_transfer"):
         assert machine.how[key]
     assert machine.block_edge_s > 0 and machine.sample_edge_s > 0 and machine.host_transfer_bandwidth > 0
-    assert "corun_free" in machine.how["sync"] and 1.0 <= machine.corun_free <= 2.0
+    assert "corun_free" in machine.how["sync"] and machine.corun_free == 1.37  # free_slowdown's, below
     assert "slope = corun_slowdown" in machine.how["sync"] and "median / best" in machine.how["load_factor"]
 
 
@@ -420,3 +422,39 @@ def test_layer_sources_price_the_input_side_only():
     widening = layer_seconds(machine, rows, 5000, [o], [d], sources=rows + halo) - layer_seconds(machine, rows, 5000,
                                                                                                     [o], [d])
     assert widening == pytest.approx(worker_scale(machine, 1) * halo * o * machine.elementwise_s)
+
+
+def test_model_averaging_and_pipeline_predictions_price_their_rows(tmp_path, monkeypatch):
+    """The terms the two predictions add are used: model-averaging's time and memory are priced over
+    :func:`trained_rows` (home and halo rows; the home rows alone price less), pipeline's time over each chunk's
+    gathered halo rows too (none priced less)."""
+    from graphscale.strategies.model_averaging import predict as ma
+    from graphscale.strategies.pipeline import predict as pp
+
+    machine = synthetic()
+    runs = {}
+    for name, module, attr, stand_in in (
+            ("model-averaging", ma, "trained_rows", lambda part: int(part["num_inner"])),
+            ("pipeline", pp, "chunk_halo_rows", lambda data: [0])):
+        config = _config(name, tmp_path)
+        priced = predict_config(copy.deepcopy(config), machine)
+        with monkeypatch.context() as m:
+            m.setattr(module, attr, stand_in)
+            runs[name] = (priced, predict_config(copy.deepcopy(config), machine))
+    priced, home_only = runs["model-averaging"]
+    assert priced.seconds > home_only.seconds and priced.memory > home_only.memory
+    priced, no_halo = runs["pipeline"]
+    assert priced.seconds > no_halo.seconds
+
+
+def test_a_cpu_budget_holds_each_workers_share_of_the_host_arrays():
+    """On CPU the budget is host memory: offload's shared host arrays count once per host, split over its workers;
+    a CUDA budget holds the device-side ``memory`` alone."""
+    from graphscale.advise.predict import Prediction
+
+    def offload(budget, device):
+        return Prediction("offload", 2, memory=100, host_memory=61).check_fit(budget, device)
+
+    assert offload(131, "cpu").fits and not offload(130, "cpu").fits  # 100 + ceil(61 / 2)
+    assert "needs 131 B per worker" in offload(130, "cpu").reason
+    assert offload(100, "cuda").fits and not offload(99, "cuda").fits

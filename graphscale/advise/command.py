@@ -110,7 +110,7 @@ def rank(config, workers: int, machine, budget: int, partitions: str = "") -> di
                 prediction = predict_config(candidate, machine)
             except (ValueError, FileNotFoundError, KeyError) as err:
                 raise ValueError(f"--dataset {config.data.dataset or 'cora'}: {str(err).splitlines()[0]}") from None
-            predictions.append(prediction.check_fit(budget))
+            predictions.append(prediction.check_fit(budget, config.device))
             configs.append(candidate)
             continue
         try:
@@ -120,14 +120,14 @@ def rank(config, workers: int, machine, budget: int, partitions: str = "") -> di
 
             prediction = Prediction(candidate.strategy.name, candidate.strategy.workers, fits=False,
                                     reason=str(err).splitlines()[0])
-        predictions.append(prediction.check_fit(budget))
+        predictions.append(prediction.check_fit(budget, config.device))
         configs.append(candidate)
     feasible = [i for i, p in enumerate(predictions) if p.fits]
     if not feasible:
         sized = [p for p in predictions if p.memory]
-        closest = min(sized, key=lambda p: p.memory) if sized else predictions[0]
+        closest = min(sized, key=lambda p: p.need(config.device)) if sized else predictions[0]
         raise ValueError(f"--device-memory {format_bytes(budget)}: no configuration fits; the smallest requirement "
-                         f"is {format_bytes(closest.memory)} per worker ({closest.strategy} on {closest.workers} "
+                         f"is {format_bytes(closest.need(config.device))} per worker ({closest.strategy} on {closest.workers} "
                          f"worker(s)), the closest")
     order = sorted(feasible, key=lambda i: predictions[i].seconds)
     fastest = predictions[order[0]].seconds
@@ -184,7 +184,8 @@ def run(args: argparse.Namespace) -> int:
         rows.append({"rank": rank.get(i, "-"), "strategy": p.strategy, "workers": p.workers,
                      "options": " ".join(f"{k}={v}" for k, v in p.options.items()) or "-",
                      "s/epoch": p.seconds if p.fits or p.memory else None,
-                     "memory/worker": format_bytes(p.memory) if p.memory else "-",
+                     "tracked/worker": format_bytes(p.memory) if p.memory else "-",
+                     "RSS/worker": format_bytes(p.os_memory) if p.memory else "-",
                      "bytes/epoch": format_bytes(p.moved) if p.memory else "-",
                      "accuracy": "exact" if p.exact else "approx.", "why": reason(p, preds[best], fastest)})
     print(format_table(rows))

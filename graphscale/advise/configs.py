@@ -20,7 +20,7 @@ STRATEGY_ORDER = ("single", "graph-parallel", "offload", "pipeline", "task-paral
 
 def candidates(base: RunConfig, workers: int) -> list[RunConfig]:
     """One configuration per strategy for ``workers`` workers (``single``: one worker), options at their defaults
-    (offload: ``--memory-budget`` from ``--device-memory`` when given; model-averaging: one part per worker)."""
+    (model-averaging: one part per worker)."""
     out = []
     for name in STRATEGY_ORDER:
         w = 1 if name == "single" else workers

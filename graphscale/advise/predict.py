@@ -46,8 +46,9 @@ class Prediction:
             (``process_rss``): the predicted peak resident set the OS measures (set by
             :func:`graphscale.advise.configs.predict_config`).
         host_memory: bytes besides ``memory`` that the largest worker holds resident in host memory and the OS
-            counts in its resident set, which a device budget does not hold (offload: the host arrays, shared-memory
-            files every worker maps and touches whole: ``RssShmem``).
+            counts in its resident set (offload: the host arrays, shared-memory files every worker maps and touches
+            whole: ``RssShmem``); one copy per host: a CUDA budget does not hold it, a CPU budget holds each
+            worker's share (:meth:`need`).
         bytes_epoch: the epoch whose bytes ``bytes`` are, where they vary with the epoch (the sampled
             strategies); ``None``: every epoch after the first.
         memory_per_worker: every worker's peak.
@@ -55,7 +56,7 @@ class Prediction:
         seconds: predicted epoch time.
         exact: whether it reproduces ``single`` (full-graph) training.
         semantics: one sentence: exact, or the approximation.
-        fits: whether ``memory`` fits the device-memory budget (set by :func:`check_fit`).
+        fits: whether :meth:`need` fits the device-memory budget (set by :func:`check_fit`).
         reason: why it does not fit (empty when it does).
         notes: how the figures were obtained (which closed forms, which model).
         collectives: synchronising collectives (``Comm`` collectives and barriers) one worker issues in a training
@@ -101,13 +102,22 @@ class Prediction:
 
         return moved_bytes(self.bytes)
 
-    def check_fit(self, budget: int | None) -> Prediction:
-        """Set :attr:`fits` / :attr:`reason` against a per-worker budget in bytes (``None``: no budget)."""
-        if budget is not None and self.memory > budget:
+    def need(self, device: str = "cpu") -> int:
+        """Bytes per worker the budget must hold: :attr:`memory`, and on CPU, where the budget is host memory, each
+        worker's share of :attr:`host_memory` (one copy per host, which its workers map)."""
+        if device == "cuda" or not self.host_memory:
+            return self.memory
+        return self.memory + -(-self.host_memory // max(self.workers, 1))
+
+    def check_fit(self, budget: int | None, device: str = "cpu") -> Prediction:
+        """Set :attr:`fits` / :attr:`reason` against a per-worker budget in bytes (``None``: no budget) of
+        ``device``'s memory (:meth:`need`)."""
+        need = self.need(device)
+        if budget is not None and need > budget:
             from graphscale.metrics.units import format_bytes
 
             self.fits = False
-            self.reason = f"needs {format_bytes(self.memory)} per worker, more than the {format_bytes(budget)} budget"
+            self.reason = f"needs {format_bytes(need)} per worker, more than the {format_bytes(budget)} budget"
         return self
 
     def to_dict(self) -> dict:

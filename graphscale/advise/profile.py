@@ -28,7 +28,7 @@ Figures (each recorded with how it was measured, :attr:`Machine.how`). The rates
   ``corun_slowdown``): the slowdown of workers that compute side by side but wait for each other only at the end
   of a long stretch (model-averaging's workers, each training its own partition for a whole epoch). In lock-step
   every step costs the slower of the two workers' steps, so ``corun_slowdown`` also holds the partner's lag,
-  which grows with the step; ``corun_free`` does not (it is 1 on a profile of version 4 or older);
+  which grows with the step; ``corun_free`` does not;
 * ``load_factor`` (:func:`load_factor_of`): the median over the best of repetitions of the elementwise calibration's training step (one
   thread): how much longer a typical step takes than a quiet one while the machine's other load runs (the rates
   above are best of repetitions; measured epochs are medians);

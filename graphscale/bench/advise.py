@@ -117,7 +117,8 @@ def measure_dataset(args: argparse.Namespace, dataset: str) -> tuple[list[dict],
     m = result["machine"]
     print(f"profile ({m.host}, {m.cores} cores): {m.gemm_flops / 1e9:.1f} GFLOP/s per thread, threads x"
           f"{m.thread_speedup:.2f} with {m.cores}, {m.sync_s * 1e3:.2f} ms per synchronising collective "
-          f"(latency {m.collective_latency_s * 1e3:.2f} ms), co-run x{m.corun_slowdown:.2f}", flush=True)
+          f"(latency {m.collective_latency_s * 1e3:.2f} ms), co-run x{m.corun_slowdown:.2f} (without "
+          f"synchronising x{m.corun_free:.2f})", flush=True)
     wanted = {s for s in args.strategies.split(",") if s}
     rows = []
     for prediction, config in zip(result["predictions"], result["configs"]):
