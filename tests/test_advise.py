@@ -458,3 +458,14 @@ def test_a_cpu_budget_holds_each_workers_share_of_the_host_arrays():
     assert offload(131, "cpu").fits and not offload(130, "cpu").fits  # 100 + ceil(61 / 2)
     assert "needs 131 B per worker" in offload(130, "cpu").reason
     assert offload(100, "cuda").fits and not offload(99, "cuda").fits
+
+
+def test_the_predicted_resident_set_leaves_the_gpus_bytes_out_on_cuda(tmp_path):
+    """``os_memory`` is what the OS counts: on CPU the tracked ``memory`` is in it, on CUDA the GPU holds that."""
+    config = _config("single", tmp_path)
+    cpu = predict_config(copy.deepcopy(config), synthetic("cpu"))
+    config.device = "cuda"
+    cuda_machine = synthetic("cuda")
+    cuda = predict_config(copy.deepcopy(config), cuda_machine)
+    assert cpu.memory > 0 and cpu.os_memory == cpu.memory + cpu.host_memory + synthetic("cpu").process_rss
+    assert cuda.memory > 0 and cuda.os_memory == cuda.host_memory + cuda_machine.process_rss

@@ -57,5 +57,6 @@ def predict_config(config: RunConfig, machine) -> Prediction:
     model = build_model(config.model, input_width(config.data.features, data.num_features), data.num_classes,
                         seed=config.seed, dtype=getattr(torch, config.dtype), decoupled=is_decoupled(config))
     prediction = predictor(config.strategy.name)(data, model, config, machine)
-    prediction.os_memory = prediction.memory + prediction.host_memory + machine.process_rss
+    device_side = 0 if str(config.device).startswith("cuda") else prediction.memory  # on CUDA the GPU holds it
+    prediction.os_memory = device_side + prediction.host_memory + machine.process_rss
     return prediction

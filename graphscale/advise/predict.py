@@ -42,8 +42,8 @@ class Prediction:
         options: the key options of the configuration (``--chunks``, ``--t-workers``, ...), as ``train`` flags.
         memory: the largest worker's peak memory in bytes (tracked figure: resident data, parameters, optimiser
             state, autograd's saved tensors).
-        os_memory: ``memory`` plus ``host_memory`` plus the profile's per-worker process baseline
-            (``process_rss``): the predicted peak resident set the OS measures (set by
+        os_memory: ``memory`` (on CPU; on CUDA the GPU holds it) plus ``host_memory`` plus the profile's
+            per-worker process baseline (``process_rss``): the predicted peak resident set the OS measures (set by
             :func:`graphscale.advise.configs.predict_config`).
         host_memory: bytes besides ``memory`` that the largest worker holds resident in host memory and the OS
             counts in its resident set (offload: the host arrays, shared-memory files every worker maps and touches

@@ -24,7 +24,7 @@ from graphscale.advise.predict import (
     synchronising_waits,
 )
 from graphscale.strategies.pipeline.plan import halo_rows, pipeline_bytes_per_epoch, stage_layers
-from graphscale.strategies.pipeline.strategy import CHUNK_FILE, num_chunks, num_stages
+from graphscale.strategies.pipeline.strategy import num_chunks, num_stages, read_chunks
 
 
 def stage_receives(stage: int, stages: int, chunks: int) -> int:
@@ -71,9 +71,6 @@ def predict(data, model, config, machine):
 
 
 def chunk_halo_rows(data) -> list[int]:
-    """:func:`~.plan.halo_rows` of the run's chunks (the parent's ``chunk_of``, in the strategy's shared folder)."""
-    import numpy as np
-    import torch
-
-    chunk_of = torch.from_numpy(np.load(data.require_shared("pipeline") / CHUNK_FILE).astype(np.int64))
+    """:func:`~.plan.halo_rows` of the run's chunks (the parent's, in the strategy's shared folder)."""
+    chunk_of, _ = read_chunks(data.require_shared("pipeline"))
     return halo_rows(data.open_graph(), chunk_of)

@@ -194,6 +194,12 @@ def stage_parameters(model: torch.nn.Module, layers: range, first: bool, last: b
     return own | {n for n, _ in others if (n in used and first) or (n not in used and last)}
 
 
+def read_chunks(shared: Path) -> tuple[torch.Tensor, torch.Tensor]:
+    """The chunk and sub-chunk of every vertex, as :meth:`PipelineStrategy.prepare_shared` wrote them to the
+    strategy's shared folder."""
+    return tuple(torch.from_numpy(np.load(shared / name).astype(np.int64)) for name in (CHUNK_FILE, SUBCHUNK_FILE))
+
+
 def check_width(workers: int, width: int) -> None:
     """Raises ``ValueError`` unless ``--hybrid-width`` divides ``--workers``."""
     if width < 1 or workers % width:
@@ -261,8 +267,7 @@ class PipelineStrategy(ChunkPasses, StageCheckpoint, Strategy):
         self.group = self._group_comm(env)
         graph = self.data.open_graph()
         shared = self.data.require_shared(config.strategy.name)
-        chunk_of = torch.from_numpy(np.load(shared / CHUNK_FILE).astype(np.int64))
-        sub_of = torch.from_numpy(np.load(shared / SUBCHUNK_FILE).astype(np.int64))
+        chunk_of, sub_of = read_chunks(shared)
         self.plan = ChunkPlan.build(graph, chunk_of, sub_of, self.member)
         self.layers = stage_layers(model.num_layers, self.stages)[self.stage]
         self.first, self.last = self.stage == 0, self.stage == self.stages - 1
