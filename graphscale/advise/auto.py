@@ -22,9 +22,8 @@ DEFAULT_WORKERS = 2
 def resolve(overrides: dict, config_file=None) -> tuple[dict, dict]:
     """``(overrides for the recommended configuration, the advice)`` for overrides naming ``--strategy auto``."""
     from graphscale.advise.command import rank
-    from graphscale.advise.profile import cached_profile
+    from graphscale.advise.calibrate import calibrated_profile
     from graphscale.config import build_config
-    from graphscale.data.cache import resolve_cache_dir
 
     out = copy.deepcopy(overrides)
     strategy = out.setdefault("strategy", {})
@@ -33,8 +32,8 @@ def resolve(overrides: dict, config_file=None) -> tuple[dict, dict]:
     if workers < 1:
         raise ValueError(f"--workers must be >= 1, got {workers}")
     base = build_config(out, config_file)
-    machine = cached_profile(resolve_cache_dir(base), base.device if base.device == "cuda" else "cpu",
-                             warn=lambda line: print(f"graphscale: warning: {line}", file=sys.stderr))
+    machine = calibrated_profile(base, workers, warn=lambda line: print(f"graphscale: warning: {line}", file=sys.stderr),
+                              note=lambda line: print(f"graphscale: {line}", file=sys.stderr))
     budget = machine.free_memory if base.device == "cuda" else machine.free_memory // workers
     result = rank(base, workers, machine, budget)
     best = result["predictions"][result["recommended"]]

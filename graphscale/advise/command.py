@@ -73,13 +73,16 @@ def base_config(args: argparse.Namespace):
 
 
 def machine_profile(args: argparse.Namespace, config):
-    from graphscale.advise.profile import cached_profile, synthetic
-    from graphscale.data.cache import resolve_cache_dir
+    """The synthetic profile (tests), or this host's, calibrated for the model on ``--workers``
+    (:func:`graphscale.advise.calibrate.calibrated_profile`)."""
+    from graphscale.advise.calibrate import calibrated_profile
+    from graphscale.advise.profile import synthetic
 
     if args.synthetic_profile:
         return synthetic(args.device)
-    return cached_profile(resolve_cache_dir(config), args.device, refresh=args.profile,
-                          warn=lambda line: print(f"graphscale: warning: {line}", file=sys.stderr))
+    return calibrated_profile(config, args.workers, refresh=args.profile,
+                              warn=lambda line: print(f"graphscale: warning: {line}", file=sys.stderr),
+                              note=lambda line: print(f"graphscale: {line}", file=sys.stderr))
 
 
 def budget_of(args: argparse.Namespace, machine) -> int:

@@ -3,7 +3,8 @@
 :func:`predict_config` prepares the data as the run would (:func:`graphscale.prepare.prepare_data`: the cache's
 store, graph directory and shared plans, reused by the run that follows; a ``single`` run is priced from the
 host-shared graph directory instead of loading the graph into memory), builds the model as a worker does, and
-calls the strategy's ``predict``.
+calls the strategy's ``predict``; the epoch time is then put on the profile's calibration line of the strategy
+(:func:`calibrated_seconds`, :mod:`graphscale.advise.calibrate`) where the profile has one.
 """
 
 from __future__ import annotations
@@ -57,6 +58,41 @@ def predict_config(config: RunConfig, machine) -> Prediction:
     model = build_model(config.model, input_width(config.data.features, data.num_features), data.num_classes,
                         seed=config.seed, dtype=getattr(torch, config.dtype), decoupled=is_decoupled(config))
     prediction = predictor(config.strategy.name)(data, model, config, machine)
+    prediction.modelled_seconds = prediction.seconds
+    calibrated = calibrated_seconds(machine, config, prediction.seconds)
+    if calibrated is not None:
+        prediction.seconds = calibrated
+        prediction.notes.append("seconds: the model's time on the profile's calibration line of this strategy")
     device_side = 0 if str(config.device).startswith("cuda") else prediction.memory  # on CUDA the GPU holds it
-    prediction.os_memory = device_side + prediction.host_memory + machine.process_rss
+    prediction.os_memory = prediction.modelled_os_memory = device_side + prediction.host_memory + machine.process_rss
+    line = calibration_line(machine, config).get("memory")
+    if line is not None:
+        prediction.os_memory = max(int(line["intercept_bytes"] + line["slope"] * prediction.os_memory), 0)
+        prediction.notes.append("os_memory: the model's on the profile's calibration line of this strategy")
     return prediction
+
+
+def model_key(config) -> str:
+    """The profile's key of the calibrations of ``config``'s model: its name and widths."""
+    model = config.model
+    return f"{model.name} hidden={model.hidden} layers={model.layers} dtype={config.dtype} device={config.device}"
+
+
+def run_key(config) -> str:
+    """The key of one configuration's line among its model's: strategy and workers."""
+    return f"{config.strategy.name}@{config.strategy.workers}"
+
+
+def calibration_line(machine, config) -> dict:
+    """The profile's calibration of ``config``'s strategy, workers and model (:mod:`graphscale.advise.calibrate`;
+    empty where it has none)."""
+    return (machine.calibration or {}).get(model_key(config), {}).get(run_key(config)) or {}
+
+
+def calibrated_seconds(machine, config, modelled: float) -> float | None:
+    """``modelled`` on the calibration line of ``config``'s strategy, workers and model (module docstring);
+    ``None`` when the profile has none."""
+    line = calibration_line(machine, config)
+    if not line:
+        return None
+    return max(line["intercept_s"] + line["slope"] * modelled, 0.0)

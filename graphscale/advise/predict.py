@@ -44,7 +44,8 @@ class Prediction:
             state, autograd's saved tensors).
         os_memory: ``memory`` (on CPU; on CUDA the GPU holds it) plus ``host_memory`` plus the profile's
             per-worker process baseline (``process_rss``): the predicted peak resident set the OS measures (set by
-            :func:`graphscale.advise.configs.predict_config`).
+            :func:`graphscale.advise.configs.predict_config`; on the calibration line of a multi-worker strategy
+            where the profile has one: :attr:`modelled_os_memory` keeps the model's).
         host_memory: bytes besides ``memory`` that the largest worker holds resident in host memory and the OS
             counts in its resident set (offload: the host arrays, shared-memory files every worker maps and touches
             whole: ``RssShmem``); one copy per host: a CUDA budget does not hold it, a CPU budget holds each
@@ -53,7 +54,12 @@ class Prediction:
             strategies); ``None``: every epoch after the first.
         memory_per_worker: every worker's peak.
         bytes: bytes moved per training epoch by Ledger category, summed over workers (closed forms).
-        seconds: predicted epoch time.
+        seconds: predicted epoch time: :attr:`modelled_seconds` on the profile's calibration line of the strategy
+            (:mod:`graphscale.advise.calibrate`) where it has one.
+        modelled_seconds: the strategy's model's epoch time (set by
+            :func:`graphscale.advise.configs.predict_config`).
+        modelled_os_memory: the model's ``os_memory``, which the profile's calibration line of a multi-worker
+            strategy puts ``os_memory`` on (as ``seconds``).
         exact: whether it reproduces ``single`` (full-graph) training.
         semantics: one sentence: exact, or the approximation.
         fits: whether :meth:`need` fits the device-memory budget (set by :func:`check_fit`).
@@ -89,6 +95,8 @@ class Prediction:
     waits: list[int] = field(default_factory=list)
     events: dict = field(default_factory=dict)
     host_memory: int = 0
+    modelled_seconds: float = 0.0
+    modelled_os_memory: int = 0
 
     @property
     def messages(self) -> int:

@@ -103,6 +103,7 @@ class Machine:
     sample_call_s: float = 0.0
     sample_edge_s: float = 0.0
     host_transfer_bandwidth: float = 0.0
+    calibration: dict | None = field(default_factory=dict)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -112,7 +113,7 @@ class Machine:
         names = {f for f in cls.__dataclass_fields__}
         missing = sorted(names - set(d) - {"how", "measured_at", "version", "layer_call_s", "step_s", "process_rss",
                                              "elementwise_s", "cores", "thread_speedup", "sync_s", "corun_slowdown", "load_factor", "corun_free",
-                                             *HOST_COSTS})
+                                             "calibration", *HOST_COSTS})
         if missing:
             raise ValueError(f"machine profile lacks {', '.join(missing)}")
         return cls(**{k: v for k, v in d.items() if k in names})
@@ -127,7 +128,7 @@ def synthetic(device: str = "cpu", free_memory: int = 8 << 30) -> Machine:
     return Machine(platform.node(), device, 5e10, 5e-9, 1e-9, 1e10, 1e-4, 1e9, 0.0, free_memory, 1, time.time(), how,
                    layer_call_s=2e-4, step_s=1e-3, process_rss=300 << 20, elementwise_s=2e-9, cores=1,
                    sync_s=1e-4, block_call_s=1e-4, block_edge_s=2e-8, sample_call_s=1e-4, sample_edge_s=5e-8,
-                   host_transfer_bandwidth=2e9 if device == "cpu" else 0.0)
+                   host_transfer_bandwidth=2e9 if device == "cpu" else 0.0, calibration=None)
 
 
 def profile_path(cache: Path, device: str) -> Path:

@@ -10,7 +10,8 @@ strategy it prints:
   the epoch the prediction replayed for the sampled strategies);
 * ``mem pred`` / ``mem meas``: the largest worker's peak resident set (predicted: the tracked model plus the
   profile's per-worker process baseline; measured: the kernel's ``VmHWM`` of the largest worker);
-* ``s pred`` / ``s meas``: epoch time (measured: the median of the epochs after ``--warmup`` warm-up ones; every
+* ``s model`` / ``s pred`` / ``s meas``: epoch time (the strategy's model; predicted: the model on the profile's
+  calibration line of the strategy, :mod:`graphscale.advise.calibrate`, measured on other graphs; measured: the median of the epochs after ``--warmup`` warm-up ones; every
   strategy's epoch is the span of its ``train_epoch`` the report's ``seconds`` measure, evaluation outside it);
 * ``time err``: ``pred / meas - 1``.
 
@@ -128,7 +129,8 @@ def measure_dataset(args: argparse.Namespace, dataset: str) -> tuple[list[dict],
         report = train_once(dataset, prediction.strategy, prediction.workers, args.epochs, args.model,
                             extra=extra, timeout=args.timeout)
         row = {"dataset": dataset, "strategy": prediction.strategy, "workers": prediction.workers,
-               "bytes_pred": prediction.moved, "mem_pred": prediction.os_memory, "s_pred": prediction.seconds}
+               "bytes_pred": prediction.moved, "mem_pred": prediction.os_memory, "s_pred": prediction.seconds,
+               "s_model": prediction.modelled_seconds}
         if "error" in report:
             rows.append(dict(row, error=report["error"]))
             continue
@@ -159,7 +161,7 @@ def display(rows: list[dict]) -> list[dict]:
                     "mem pred": format_bytes(r["mem_pred"]),
                     "mem meas": format_bytes(r["mem_meas"]) if r["mem_meas"] else "-",
                     "mem err": _ratio(r["mem_pred"], r["mem_meas"]),
-                    "s pred": f"{r['s_pred']:.4f}", "s meas": f"{r['s_meas']:.4f}",
+                    "s model": f"{r['s_model']:.4f}", "s pred": f"{r['s_pred']:.4f}", "s meas": f"{r['s_meas']:.4f}",
                     "time err": _ratio(r["s_pred"], r["s_meas"])})
     return out
 

@@ -1,0 +1,132 @@
+"""The profile's calibration: every strategy's modelled epoch time against its measured one on two probe graphs.
+
+The strategies' models (:mod:`graphscale.advise.predict`) price the work a run does from micro-benchmarks: GEMM,
+SpMM, elementwise passes, collectives, host events. What they leave out is strategy-specific and grows with the
+graph (a strategy's own packing, indexing and bookkeeping, two workers sharing a host's caches and memory
+bandwidth): on 2 shared cores the uncalibrated models under-predicted the multi-worker strategies by 18-62% and
+over-predicted ``single`` by up to 76%, and their profile figures moved 30-90% between two measurements a minute
+apart (``docs/benchmarks.md``). So the profile also runs each strategy itself, once per host, model and worker
+count: :func:`calibrate` trains every candidate ``graphscale advise`` weighs (:func:`~.configs.candidates`, the
+options at their defaults) on two SBM graphs (:data:`PROBE_GRAPHS`) for :data:`PROBE_EPOCHS` epochs, takes the
+median epoch after :data:`PROBE_WARMUP` warm-up ones (the span ``train_epoch`` measures, as ``bench advise``),
+and records, per strategy, the line through the two ``(modelled, measured)`` points
+(:func:`~.host_costs.cost_line`: intercept = the seconds per epoch the model leaves out whatever the size, slope =
+the factor on what it prices). A prediction's ``seconds`` is its model's time on that line
+(:func:`~.configs.calibrated_seconds`; ``Prediction.modelled_seconds`` keeps the model's). The probe graphs are not the
+graphs ``bench advise`` checks the predictions on (Cora, 200k-vertex SBM and R-MAT).
+
+A profile keeps one calibration per model and worker count (:func:`~.configs.model_key`, :func:`~.configs.run_key`);
+:func:`ensure_calibrated` runs the probes the first time a model and worker count is asked for (about a minute
+on 2 cores) and saves them with the profile. A synthetic profile (tests) is never calibrated
+(``Machine.calibration is None``).
+"""
+
+from __future__ import annotations
+
+import copy
+import statistics
+
+from graphscale.advise.configs import candidates, model_key, predict_config, run_key
+
+#: the two probe graphs (normal, ``tiny``): a small one, where fixed costs dominate, and a large one
+PROBE_GRAPHS = {False: ("sbm:nodes=4000,degree=10,features=64,seed=7", "sbm:nodes=100000,degree=10,features=64,seed=7"),
+                True: ("sbm:nodes=300,degree=6,features=16,seed=7", "sbm:nodes=1500,degree=6,features=16,seed=7")}
+#: epochs of each probe run and the first ones left out of its median
+PROBE_EPOCHS, PROBE_WARMUP = 5, 2
+
+
+def calibrated_profile(config, workers: int, refresh: bool = False, warn=None, note=None):
+    """The host's machine profile for ``config``'s device (:func:`~.profile.cached_profile`), calibrated for its
+    model on ``workers`` workers (:func:`ensure_calibrated`, saved with it); ``warn`` gets the one-line warnings,
+    ``note`` the notice that the probes run."""
+    from graphscale.advise.profile import cached_profile, profile_path, save_profile
+    from graphscale.data.cache import resolve_cache_dir
+
+    cache, device = resolve_cache_dir(config), "cuda" if str(config.device).startswith("cuda") else "cpu"
+    machine = cached_profile(cache, device, refresh=refresh, warn=warn)
+    ensure_calibrated(machine, config, workers, save=lambda m: save_profile(m, profile_path(cache, device)),
+                      note=note)
+    return machine
+
+
+def ensure_calibrated(machine, config, workers: int, save=None, note=None, tiny: bool = False) -> bool:
+    """Calibrate ``machine`` for every candidate of ``config`` on ``workers`` workers that it has no line for
+    (never a synthetic profile: ``calibration is None``); ``save(machine)`` keeps the result, ``note`` gets a
+    one-line notice before the probes run. Returns whether it ran the probes."""
+    if machine.calibration is None:
+        return False
+    lines = machine.calibration.setdefault(model_key(config), {})
+    missing = [c.strategy.name for c in candidates(config, workers) if run_key(c) not in lines]
+    if not missing:
+        return False
+    if note is not None:
+        note(f"calibrating the time models of {', '.join(missing)} for {config.model.name} on {workers} worker(s) "
+             "on this host (once per host, model and worker count: about a minute)")
+    lines.update(calibrate(machine, config, workers, tiny=tiny, strategies=missing))
+    machine.how[f"calibration {model_key(config)}"] = how(tiny)
+    if save is not None:
+        save(machine)
+    return True
+
+
+def how(tiny: bool) -> str:
+    small, large = PROBE_GRAPHS[tiny]
+    return (f"every candidate strategy trained for {PROBE_EPOCHS} epochs on {small} and {large}, the median epoch "
+            f"after {PROBE_WARMUP} against the model's time, a line through the two")
+
+
+def calibrate(machine, config, workers: int, tiny: bool = False, strategies=None) -> dict:
+    """``{"strategy@workers": {"intercept_s", "slope", "probes": [[modelled, measured], ...], "memory": {...}}}``
+    for ``config``'s model's candidates on ``workers`` workers (module docstring); ``memory``: the same line of the
+    predicted peak resident set (``intercept_bytes``), for the runs in spawned workers; ``strategies``: only these
+    (default: every candidate)."""
+    points: dict[str, list] = {}
+    memory: dict[str, list] = {}
+    for spec in PROBE_GRAPHS[tiny]:
+        base = copy.deepcopy(config)
+        base.data.dataset, base.optim.epochs, base.progress = spec, PROBE_EPOCHS, False
+        base.json = base.tensorboard = base.checkpoint = None
+        base.resume = False
+        for candidate in candidates(base, workers):
+            if strategies is not None and candidate.strategy.name not in strategies:
+                continue
+            prediction = predict_config(candidate, machine)
+            seconds, rss = probe(candidate)
+            points.setdefault(run_key(candidate), []).append([prediction.modelled_seconds, seconds])
+            if candidate.strategy.workers > 1 and rss:  # spawned workers: the peak is the run's own
+                memory.setdefault(run_key(candidate), []).append([prediction.modelled_os_memory, rss])
+    out = {}
+    for name, probes in points.items():
+        out[name] = dict(line(probes, "intercept_s"), probes=probes)
+        if len(memory.get(name, [])) == 2:
+            out[name]["memory"] = dict(line(memory[name], "intercept_bytes"), probes=memory[name])
+    return out
+
+
+def line(probes: list, intercept: str) -> dict:
+    """``{intercept: ..., "slope": ...}`` of the line through two ``[modelled, measured]`` probes: for times
+    (``intercept_s``) :func:`~.host_costs.cost_line`'s (an intercept is a cost: at least 0); for memory
+    (``intercept_bytes``) the exact line, whose intercept may be negative (a model that over-counts what every
+    worker holds). A large probe modelled no larger than the small one, or a slope not positive: its ratio."""
+    from graphscale.advise.host_costs import cost_line
+
+    (m0, t0), (m1, t1) = sorted(probes)
+    if not m1 > m0 > 0 or t1 <= t0:
+        return {intercept: 0.0, "slope": t1 / max(m1, 1e-12)}
+    if intercept == "intercept_s":
+        a, b = cost_line((m0, m1), (t0, t1))
+    else:
+        b = (t1 - t0) / (m1 - m0)
+        a = t0 - b * m0
+    return {intercept: a, "slope": b}
+
+
+def probe(config) -> tuple[float, int | None]:
+    """One run of ``config``: the median epoch time after :data:`PROBE_WARMUP` (``train_epoch``'s span, the
+    slowest worker's) and the largest worker's peak resident set (``VmHWM``; ``None`` where the OS did not say)."""
+    from graphscale.run import run
+
+    report = run(config)
+    peaks = [m.get("peak_rss") for m in report["final"].get("os_memory_per_worker") or [] if m]
+    return (statistics.median([e["seconds"] for e in report["epochs"]][PROBE_WARMUP:]),
+            max((p for p in peaks if p), default=None))

@@ -1,0 +1,142 @@
+"""The machine profile's calibration (graphscale.advise.calibrate): each strategy's line through its modelled and
+measured epoch times on two probe graphs, applied to every prediction, measured once per host, model and worker
+count, never for a synthetic profile."""
+
+import copy
+import json
+import statistics
+
+import pytest
+
+from graphscale.advise import calibrate
+from graphscale.advise.configs import model_key, predict_config, run_key
+from graphscale.advise.host_costs import cost_line
+from graphscale.advise.profile import load_profile, profile_path, save_profile, synthetic
+from graphscale.cli import main
+from graphscale.config import build_config
+
+SBM = "sbm:nodes=400,degree=6,features=16,seed=1"
+
+
+def _base(tmp_path, strategy="single", workers=1):
+    return build_config({"data": {"dataset": SBM}, "strategy": {"name": strategy, "workers": workers},
+                         "model": {"hidden": 8}, "cache_dir": str(tmp_path / "cache"), "progress": False})
+
+
+def _measured_profile():
+    """A profile as a measured one starts: synthetic rates, no calibration yet."""
+    machine = synthetic()
+    machine.calibration = {}
+    return machine
+
+
+def test_a_prediction_is_its_model_on_the_strategys_calibration_line(tmp_path):
+    config = _base(tmp_path, "graph-parallel", 2)
+    machine = _measured_profile()
+    modelled = predict_config(copy.deepcopy(config), machine)
+    assert modelled.seconds == modelled.modelled_seconds > 0  # no line: the model's time
+    machine.calibration = {model_key(config): {run_key(config): {"intercept_s": 0.004, "slope": 1.5, "probes": []}}}
+    prediction = predict_config(copy.deepcopy(config), machine)
+    assert prediction.modelled_seconds == pytest.approx(modelled.modelled_seconds)
+    assert prediction.seconds == pytest.approx(0.004 + 1.5 * modelled.modelled_seconds)
+    other = _base(tmp_path, "single", 1)  # another strategy's key: uncalibrated
+    assert predict_config(other, machine).seconds == predict_config(copy.deepcopy(other), synthetic()).seconds
+    wider = copy.deepcopy(config)
+    wider.model.hidden = 16  # another model: another key
+    assert model_key(wider) != model_key(config)
+
+
+def test_the_lines_go_through_the_two_probes(tmp_path, monkeypatch):
+    """Probe runs measured at 2x the model's time plus 10 ms and at 1.5x its resident set less 100 MiB: time slope 2
+    and intercept 10 ms for every strategy asked, memory slope 1.5 and intercept -100 MiB for the multi-worker
+    ones (a single run's peak is its calibrating process's, not the run's)."""
+    def fake_probe(config):
+        prediction = predict_config(copy.deepcopy(config), synthetic())
+        return 0.01 + 2 * prediction.modelled_seconds, int(1.5 * prediction.modelled_os_memory) - (100 << 20)
+    monkeypatch.setattr(calibrate, "probe", fake_probe)
+    lines = calibrate.calibrate(_measured_profile(), _base(tmp_path), 2, tiny=True,
+                                strategies=["single", "graph-parallel"])
+    assert set(lines) == {"single@1", "graph-parallel@2"}
+    for line in lines.values():
+        (m0, t0), (m1, t1) = line["probes"]
+        assert m1 > m0 > 0
+        assert line["slope"] == pytest.approx(2.0) and line["intercept_s"] == pytest.approx(0.01)
+        assert (line["intercept_s"], line["slope"]) == cost_line((m0, m1), (t0, t1))
+    assert "memory" not in lines["single@1"]
+    memory = lines["graph-parallel@2"]["memory"]
+    assert memory["slope"] == pytest.approx(1.5, rel=1e-6) and memory["intercept_bytes"] == pytest.approx(-(100 << 20), rel=1e-6)
+    assert len(memory["probes"]) == 2
+    # the intercept is negative here: cost_line's floor at 0 applies to the time lines, whose intercepts are costs
+    machine = _measured_profile()
+    machine.calibration = {model_key(_base(tmp_path)): lines}
+    config = _base(tmp_path, "graph-parallel", 2)
+    prediction = predict_config(config, machine)
+    assert prediction.os_memory == int(memory["intercept_bytes"] + 1.5 * prediction.modelled_os_memory)
+
+
+def test_a_probe_is_the_median_epoch_after_the_warmup_and_the_largest_peak(tmp_path, monkeypatch):
+    """probe runs the configuration for PROBE_EPOCHS epochs: the median of the epochs after the warm-up and the
+    largest worker's peak resident set, from the run's report."""
+    seen = {}
+
+    def fake_run(config):
+        seen["epochs"] = config.optim.epochs
+        return {"epochs": [{"seconds": s} for s in (9.0, 8.0, 0.3, 0.1, 0.2)],
+                "final": {"os_memory_per_worker": [{"peak_rss": 5}, {"peak_rss": 7}, None]}}
+    monkeypatch.setattr("graphscale.run.run", fake_run)
+    config = _base(tmp_path)
+    config.optim.epochs = calibrate.PROBE_EPOCHS
+    assert calibrate.probe(config) == (statistics.median([0.3, 0.1, 0.2]), 7)
+    assert seen["epochs"] == calibrate.PROBE_EPOCHS == 5 and calibrate.PROBE_WARMUP == 2
+
+
+def test_a_real_calibration_runs_each_strategy_on_both_probe_graphs(tmp_path):
+    lines = calibrate.calibrate(_measured_profile(), _base(tmp_path), 2, tiny=True,
+                                strategies=["single", "graph-parallel"])
+    for key in ("single@1", "graph-parallel@2"):
+        probes = lines[key]["probes"]
+        assert len(probes) == 2 and all(m > 0 and t > 0 for m, t in probes)
+        assert lines[key]["slope"] > 0 and lines[key]["intercept_s"] >= 0
+    peaks = lines["graph-parallel@2"]["memory"]["probes"]
+    assert len(peaks) == 2 and all(m > 0 and t > 0 for m, t in peaks)
+    assert list((tmp_path / "cache").rglob("*")), "the probe graphs are prepared in the run's cache directory"
+
+
+def test_calibration_runs_once_per_model_and_worker_count_and_is_saved(tmp_path, monkeypatch):
+    calls = []
+
+    def fake(machine, config, workers, tiny=False, strategies=None):
+        calls.append((workers, tuple(strategies)))
+        return {f"{s}@{1 if s == 'single' else workers}": {"intercept_s": 0.0, "slope": 1.0, "probes": []}
+                for s in strategies}
+    monkeypatch.setattr(calibrate, "calibrate", fake)
+    monkeypatch.setattr("graphscale.advise.profile.measure", lambda device, tiny=False: _measured_profile())
+    config, notes = _base(tmp_path), []
+    machine = calibrate.calibrated_profile(config, 2, note=notes.append)
+    assert len(calls) == 1 and calls[0][0] == 2 and "offload" in calls[0][1] and len(notes) == 1
+    assert "calibrating" in notes[0] and "gcn on 2 worker(s)" in notes[0]
+    saved, why = load_profile(profile_path(tmp_path / "cache", "cpu"))
+    assert saved is not None, why
+    assert saved.calibration == machine.calibration and "single@1" in saved.calibration[model_key(config)]
+    calibrate.calibrated_profile(config, 2, note=notes.append)  # cached: no probes
+    assert len(calls) == 1 and len(notes) == 1
+    calibrate.calibrated_profile(config, 1, note=notes.append)  # one worker: single@1 is there, the rest not
+    assert calls[1][0] == 1 and "single" not in calls[1][1]
+
+
+def test_a_synthetic_profile_is_never_calibrated(tmp_path, monkeypatch):
+    monkeypatch.setattr(calibrate, "calibrate", lambda *a, **k: pytest.fail("a synthetic profile was calibrated"))
+    machine = synthetic()
+    assert machine.calibration is None
+    assert calibrate.ensure_calibrated(machine, _base(tmp_path), 2) is False
+    save_profile(machine, tmp_path / "p.json")
+    assert json.loads((tmp_path / "p.json").read_text())["calibration"] is None
+
+
+def test_advise_prints_the_calibration_notice(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(calibrate, "calibrate", lambda machine, config, workers, tiny=False, strategies=None: {})
+    monkeypatch.setattr("graphscale.advise.profile.measure", lambda device, tiny=False: _measured_profile())
+    code = main(["advise", "--dataset", SBM, "--workers", "2", "--hidden", "8", "--cache-dir", str(tmp_path / "c")])
+    assert code == 0
+    err = capsys.readouterr().err
+    assert "graphscale: calibrating the time models of single, graph-parallel" in err
