@@ -87,7 +87,7 @@ def test_a_probe_is_the_median_epoch_after_the_warmup_and_the_largest_peak(tmp_p
     config = _base(tmp_path)
     config.optim.epochs = calibrate.PROBE_EPOCHS
     assert calibrate.probe(config) == (statistics.median([0.3, 0.1, 0.2]), 7)
-    assert seen["epochs"] == calibrate.PROBE_EPOCHS == 5 and calibrate.PROBE_WARMUP == 2
+    assert seen["epochs"] == calibrate.PROBE_EPOCHS == 8 and calibrate.PROBE_WARMUP == 2
 
 
 def test_a_real_calibration_runs_each_strategy_on_both_probe_graphs(tmp_path):
@@ -140,3 +140,27 @@ def test_advise_prints_the_calibration_notice(tmp_path, monkeypatch, capsys):
     assert code == 0
     err = capsys.readouterr().err
     assert "graphscale: calibrating the time models of single, graph-parallel" in err
+
+
+def test_a_probe_run_that_fails_leaves_its_strategy_uncalibrated(tmp_path, monkeypatch):
+    """More workers than cores without --oversubscribe: the run refuses, the strategy's entry says why, its
+    predictions keep the model's time, and it is not probed again."""
+    def refuse(config):
+        if config.strategy.name == "graph-parallel":
+            raise ValueError("--workers 2 exceeds the 1 CPU core(s)\nsecond line")
+        return 0.01, None
+    monkeypatch.setattr(calibrate, "probe", refuse)
+    machine = _measured_profile()
+    lines = calibrate.calibrate(machine, _base(tmp_path), 2, tiny=True, strategies=["single", "graph-parallel"])
+    assert lines["graph-parallel@2"] == {"error": "ValueError: --workers 2 exceeds the 1 CPU core(s)"}
+    machine.calibration = {model_key(_base(tmp_path)): lines}
+    config = _base(tmp_path, "graph-parallel", 2)
+    prediction = predict_config(config, machine)
+    assert prediction.seconds == prediction.modelled_seconds
+    assert prediction.os_memory == prediction.modelled_os_memory
+    from graphscale.advise.configs import candidates
+
+    for other in candidates(_base(tmp_path), 2):  # the other candidates calibrated: nothing left to probe
+        machine.calibration[model_key(config)].setdefault(run_key(other), {"intercept_s": 0.0, "slope": 1.0})
+    monkeypatch.setattr(calibrate, "calibrate", lambda *a, **k: pytest.fail("probed again"))
+    assert not calibrate.ensure_calibrated(machine, _base(tmp_path), 2, tiny=True)

@@ -13,11 +13,15 @@ and records, per strategy, the line through the two ``(modelled, measured)`` poi
 (:func:`~.host_costs.cost_line`: intercept = the seconds per epoch the model leaves out whatever the size, slope =
 the factor on what it prices). A prediction's ``seconds`` is its model's time on that line
 (:func:`~.configs.calibrated_seconds`; ``Prediction.modelled_seconds`` keeps the model's). The probe graphs are not the
-graphs ``bench advise`` checks the predictions on (Cora, 200k-vertex SBM and R-MAT).
+graphs ``bench advise`` checks the predictions on (Cora, 200k-vertex SBM and R-MAT). The same probes give each
+multi-worker strategy a line for its predicted resident set against the largest worker's measured peak
+(``Prediction.modelled_os_memory`` keeps the model's); a ``single`` probe runs in the calibrating process, whose
+peak is not the run's, so ``single`` keeps its model.
 
 A profile keeps one calibration per model and worker count (:func:`~.configs.model_key`, :func:`~.configs.run_key`);
 :func:`ensure_calibrated` runs the probes the first time a model and worker count is asked for (about a minute
-on 2 cores) and saves them with the profile. A synthetic profile (tests) is never calibrated
+on 2 cores) and saves them with the profile; the probe graphs and their stores stay in the run's cache directory,
+reused by a later calibration. A synthetic profile (tests) is never calibrated
 (``Machine.calibration is None``).
 """
 
@@ -32,7 +36,7 @@ from graphscale.advise.configs import candidates, model_key, predict_config, run
 PROBE_GRAPHS = {False: ("sbm:nodes=4000,degree=10,features=64,seed=7", "sbm:nodes=100000,degree=10,features=64,seed=7"),
                 True: ("sbm:nodes=300,degree=6,features=16,seed=7", "sbm:nodes=1500,degree=6,features=16,seed=7")}
 #: epochs of each probe run and the first ones left out of its median
-PROBE_EPOCHS, PROBE_WARMUP = 5, 2
+PROBE_EPOCHS, PROBE_WARMUP = 8, 2
 
 
 def calibrated_profile(config, workers: int, refresh: bool = False, warn=None, note=None):
@@ -78,10 +82,12 @@ def how(tiny: bool) -> str:
 def calibrate(machine, config, workers: int, tiny: bool = False, strategies=None) -> dict:
     """``{"strategy@workers": {"intercept_s", "slope", "probes": [[modelled, measured], ...], "memory": {...}}}``
     for ``config``'s model's candidates on ``workers`` workers (module docstring); ``memory``: the same line of the
-    predicted peak resident set (``intercept_bytes``), for the runs in spawned workers; ``strategies``: only these
-    (default: every candidate)."""
+    predicted peak resident set (``intercept_bytes``), for the runs in spawned workers; a strategy whose probe run
+    failed (e.g. more workers than cores without ``--oversubscribe``) gets ``{"error": the one-line reason}``
+    instead, and its predictions stay uncalibrated; ``strategies``: only these (default: every candidate)."""
     points: dict[str, list] = {}
     memory: dict[str, list] = {}
+    failed: dict[str, str] = {}
     for spec in PROBE_GRAPHS[tiny]:
         base = copy.deepcopy(config)
         base.data.dataset, base.optim.epochs, base.progress = spec, PROBE_EPOCHS, False
@@ -90,13 +96,21 @@ def calibrate(machine, config, workers: int, tiny: bool = False, strategies=None
         for candidate in candidates(base, workers):
             if strategies is not None and candidate.strategy.name not in strategies:
                 continue
+            if run_key(candidate) in failed:
+                continue
             prediction = predict_config(candidate, machine)
-            seconds, rss = probe(candidate)
+            try:
+                seconds, rss = probe(candidate)
+            except Exception as err:  # noqa: BLE001 - a run this host refuses or fails is left uncalibrated
+                failed[run_key(candidate)] = f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
+                continue
             points.setdefault(run_key(candidate), []).append([prediction.modelled_seconds, seconds])
             if candidate.strategy.workers > 1 and rss:  # spawned workers: the peak is the run's own
                 memory.setdefault(run_key(candidate), []).append([prediction.modelled_os_memory, rss])
-    out = {}
+    out = {name: {"error": why} for name, why in failed.items()}
     for name, probes in points.items():
+        if name in failed:
+            continue
         out[name] = dict(line(probes, "intercept_s"), probes=probes)
         if len(memory.get(name, [])) == 2:
             out[name]["memory"] = dict(line(memory[name], "intercept_bytes"), probes=memory[name])

@@ -93,6 +93,6 @@ def calibrated_seconds(machine, config, modelled: float) -> float | None:
     """``modelled`` on the calibration line of ``config``'s strategy, workers and model (module docstring);
     ``None`` when the profile has none."""
     line = calibration_line(machine, config)
-    if not line:
+    if "intercept_s" not in line:  # none, or its probe run failed
         return None
     return max(line["intercept_s"] + line["slope"] * modelled, 0.0)

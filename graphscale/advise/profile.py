@@ -43,6 +43,10 @@ Figures (each recorded with how it was measured, :attr:`Machine.how`). The rates
 * ``h2d_bandwidth``: a pinned host-to-device copy (CUDA only; ``0`` on CPU, where host and device are one);
 * ``free_memory``: ``MemAvailable`` (CPU) or ``cudaMemGetInfo`` (CUDA) when measured.
 
+``calibration``: per model and worker count, every strategy's line through its modelled and measured epoch time
+(and resident set) on two probe graphs (:mod:`graphscale.advise.calibrate`; ``None`` for a synthetic profile,
+which is never calibrated).
+
 The profile lives in ``CACHE/advise/profile-<device>.json`` (``--cache-dir``). A profile recorded on another host
 is stale: :func:`load_profile` says so in one line and ``graphscale advise`` measures again (``--profile`` always
 does). ``tiny=True`` measures with small sizes and short repetitions (tests).
