@@ -1,5 +1,5 @@
 """The host-side events the epoch-time predictions price (``Prediction.events``: task-parallel's P blocks and their
-edges, split-parallel's sampled mini-batches and their edges) are counted from the strategies' plans; a run of the
+edges, split-parallel's and data-parallel's sampled mini-batches and their edges) are counted from the strategies' plans; a run of the
 strategy does exactly that work (the calls counted in each worker, with the edges of what they return)."""
 
 import copy
@@ -98,6 +98,18 @@ def test_split_parallel_samples_equal_the_runs(tmp_path):
     assert prediction.events["samples"] > 1
 
 
+def test_data_parallel_samples_equal_the_runs(tmp_path):
+    """Each worker samples its own micro-batches: the prediction's ``samples`` and ``sampled_edges`` are the
+    busiest worker's in a run."""
+    config = build_config({"data": {"dataset": SBM}, "model": {"hidden": 8},
+                           "strategy": {"name": "data-parallel", "workers": 2, "batch_size": 16},
+                           "optim": {"epochs": 1}, "cache_dir": str(tmp_path / "cache"), "progress": False})
+    prediction = predict_config(copy.deepcopy(config), synthetic())
+    measured = _run_counts(config, prediction.bytes_epoch, "samples")
+    assert (prediction.events["samples"], prediction.events["sampled_edges"]) in measured
+    assert prediction.events["samples"] > 1 and all(count > 1 for count, _ in measured)
+
+
 def test_host_event_costs_raise_the_predicted_time(tmp_path):
     """The blocks and the samples are priced: a profile whose per-edge costs are higher predicts a longer epoch by
     exactly the counted edges times the difference (one worker's threads and no load: worker_scale 1)."""
@@ -105,8 +117,9 @@ def test_host_event_costs_raise_the_predicted_time(tmp_path):
     dearer = copy.deepcopy(base)
     dearer.block_edge_s += 1e-6
     dearer.sample_edge_s += 1e-6
-    for name, key in (("task-parallel", "block_edges"), ("split-parallel", "sampled_edges")):
-        strategy = {"name": name, "workers": 2, **({"batch_size": 64} if name == "split-parallel" else {})}
+    for name, key in (("task-parallel", "block_edges"), ("split-parallel", "sampled_edges"),
+                      ("data-parallel", "sampled_edges")):
+        strategy = {"name": name, "workers": 2, **({"batch_size": 64} if name != "task-parallel" else {})}
         config = build_config({"data": {"dataset": SBM}, "model": {"hidden": 8}, "strategy": strategy,
                                "cache_dir": str(tmp_path / "cache"), "progress": False})
         cheap, dear = (predict_config(copy.deepcopy(config), m) for m in (base, dearer))

@@ -18,7 +18,7 @@ multi-worker strategy a line for its predicted resident set against the largest 
 (``Prediction.modelled_os_memory`` keeps the model's); a ``single`` probe runs in the calibrating process, whose
 peak is not the run's, so ``single`` keeps its model.
 
-A profile keeps one calibration per model and worker count (:func:`~.configs.model_key`, :func:`~.configs.run_key`);
+A profile keeps one calibration per graphscale version, model and worker count (:func:`~.configs.model_key`, :func:`~.configs.run_key`);
 :func:`ensure_calibrated` runs the probes the first time a model and worker count is asked for (about a minute
 on 2 cores) and saves them with the profile; the probe graphs and their stores stay in the run's cache directory,
 reused by a later calibration. A synthetic profile (tests) is never calibrated

@@ -73,9 +73,13 @@ def predict_config(config: RunConfig, machine) -> Prediction:
 
 
 def model_key(config) -> str:
-    """The profile's key of the calibrations of ``config``'s model: its name and widths."""
+    """The profile's key of the calibrations of ``config``'s model: its name, widths, dtype and device, and the
+    graphscale version whose models were calibrated (another version's lines are measured again)."""
+    from graphscale import __version__
+
     model = config.model
-    return f"{model.name} hidden={model.hidden} layers={model.layers} dtype={config.dtype} device={config.device}"
+    return (f"graphscale {__version__}: {model.name} hidden={model.hidden} layers={model.layers} dtype={config.dtype} "
+            f"device={config.device}")
 
 
 def run_key(config) -> str:

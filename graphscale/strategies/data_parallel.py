@@ -234,12 +234,15 @@ def predict(data, model, config, machine, epoch: int = 0):
     """The prediction of a ``data-parallel`` run (:mod:`graphscale.advise.predict`): the module docstring's closed
     forms evaluated by replaying epoch ``epoch``'s seeded schedule and sampler on the host-shared structure (the
     micro-batches' input rows and blocks are a function of the seed; no feature row is read), each worker's
-    cache classified as its setup builds it."""
+    cache classified as its setup builds it; ``events``: the busiest worker's ``samples`` (its micro-batches, each
+    sampled by that worker alone) and ``sampled_edges``, priced at the profile's ``sample_call_s`` /
+    ``sample_edge_s``."""
     from graphscale.advise.predict import (
         Prediction,
         activation_bytes,
         dims,
         element_size,
+        host_seconds,
         layer_seconds,
         node_data_bytes,
         num_params,
@@ -262,6 +265,7 @@ def predict(data, model, config, machine, epoch: int = 0):
     out = {"h2d": sum(c.ids.numel() for c in caches) * row, "h2d_struct": 0, P2P: 0,
            CONTROL: allreduce_bytes_per_epoch(1, world, 8)}
     rows = [[0, 0] for _ in range(world)]  # per worker: input rows, edges (the busiest micro-batch's and summed)
+    samples = [0] * world  # per worker: the micro-batches it samples
     busiest = 0
     out["h2d"] = 0  # the cache fill happens at setup, outside every epoch
     iterations = schedule.iterations(epoch)
@@ -279,6 +283,7 @@ def predict(data, model, config, machine, epoch: int = 0):
                 out[CONTROL] += 8 * parts["peer_pos"].numel()
             rows[r][0] += blocks[0].src_ids.numel()
             rows[r][1] += sum(b.num_edges for b in blocks)
+            samples[r] += 1
             busiest = max(busiest, blocks[0].src_ids.numel())
     if sc.cache == "quiver":
         out[CONTROL] += len(iterations) * world * (world - 1) * 8
@@ -287,8 +292,11 @@ def predict(data, model, config, machine, epoch: int = 0):
     widths, outs = list(d.widths), list(d.out)
     mem = [node_data_bytes(c.ids.numel(), data.num_features, elem) + activation_bytes(busiest, widths, outs, elem)
            + busiest * data.num_features * elem + state_bytes(params, elem) for c in caches]
-    seconds = max(layer_seconds(machine, r_rows, r_edges, widths, outs, calls=len(iterations), workers=world)
-                  for r_rows, r_edges in rows)
+    times = [layer_seconds(machine, r_rows, r_edges, widths, outs, calls=len(iterations), workers=world)
+             + host_seconds(machine, machine.sample_call_s, machine.sample_edge_s, count, r_edges, world)
+             for (r_rows, r_edges), count in zip(rows, samples)]
+    busiest_worker = max(range(world), key=times.__getitem__)
+    seconds = times[busiest_worker]
     seconds = prediction_time(machine, seconds + out.get("h2d", 0) / world / machine.memory_bandwidth,
                               sum(out.values()) / world - out.get("h2d", 0) / world, len(iterations) + 1,
                               len(iterations))
@@ -296,4 +304,5 @@ def predict(data, model, config, machine, epoch: int = 0):
                       seconds, exact=False, semantics="sampled mini-batch training (equal to single --minibatch "
                       "over the union of the micro-batches, not to full-graph training)",
                       notes=[f"bytes: the closed forms over epoch {epoch}'s replayed schedule and samples"],
-                      bytes_epoch=epoch, collectives=len(iterations) + 1)
+                      bytes_epoch=epoch, collectives=len(iterations) + 1,
+                      events={"samples": samples[busiest_worker], "sampled_edges": rows[busiest_worker][1]})
