@@ -410,11 +410,16 @@ def test_pipeline_halo_rows_are_the_blocks_gathered_rows():
 
 def test_layer_sources_price_the_input_side_only():
     """``sources`` rows (a chunked block's gathered neighbour rows too) add the input side's elementwise pass and,
-    for a layer that transforms first (``o < d``), its dense product; the output side stays on ``rows``."""
+    for a layer that transforms first (the layers' own choice, ``nn.order``), its dense product; the output side
+    stays on ``rows``."""
     from graphscale.advise.predict import layer_seconds, worker_scale
+    from graphscale.nn.order import cheaper_to_transform_first
 
     machine = synthetic()
-    rows, halo, d, o = 1000, 300, 8, 4
+    rows, halo, d, o = 1000, 300, 512, 4
+    for src in (rows, rows + halo):  # a narrowing layer transforms first, a widening one aggregates first
+        assert cheaper_to_transform_first(5000, src, rows, d, o, False, True, "cpu")
+        assert not cheaper_to_transform_first(5000, src, rows, o, d, False, True, "cpu")
     base = layer_seconds(machine, rows, 5000, [d], [o])
     assert layer_seconds(machine, rows, 5000, [d], [o], sources=rows) == base
     extra = worker_scale(machine, 1) * (2 * (2.0 * halo * d * o / machine.gemm_flops) + halo * d * machine.elementwise_s)

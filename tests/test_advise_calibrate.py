@@ -164,3 +164,14 @@ def test_a_probe_run_that_fails_leaves_its_strategy_uncalibrated(tmp_path, monke
         machine.calibration[model_key(config)].setdefault(run_key(other), {"intercept_s": 0.0, "slope": 1.0})
     monkeypatch.setattr(calibrate, "calibrate", lambda *a, **k: pytest.fail("probed again"))
     assert not calibrate.ensure_calibrated(machine, _base(tmp_path), 2, tiny=True)
+
+
+def test_a_line_through_noisy_probes_prices_nothing_free():
+    """Times: an intercept is a cost (at least 0); a large probe measured no slower than the small one gives its
+    ratio; memory keeps the exact line, a negative intercept included."""
+    assert calibrate.line([[1.0, 3.0], [2.0, 5.0]], cost=True) == (1.0, 2.0)
+    assert calibrate.line([[2.0, 5.0], [1.0, 3.0]], cost=True) == (1.0, 2.0)  # the order of the probes is free
+    assert calibrate.line([[1.0, 1.0], [2.0, 4.0]], cost=True) == (0.0, 3.0)  # below 0 at the origin: cost_line's 0
+    assert calibrate.line([[1.0, 1.0], [2.0, 4.0]], cost=False) == (-2.0, 3.0)
+    assert calibrate.line([[1.0, 5.0], [2.0, 4.0]], cost=True) == (0.0, 2.0)  # noise: the large probe's ratio
+    assert calibrate.line([[2.0, 5.0], [2.0, 6.0]], cost=True) == (0.0, 3.0)  # one modelled size: its ratio

@@ -110,6 +110,49 @@ def test_data_parallel_samples_equal_the_runs(tmp_path):
     assert prediction.events["samples"] > 1 and all(count > 1 for count, _ in measured)
 
 
+def _sampled_edges_worker(env, config, data, epoch: int) -> list[int]:
+    """One worker: the edges of every ``NeighborSampler.sample`` call of epoch ``epoch``, in order."""
+    from graphscale.data.sampler import NeighborSampler
+    from graphscale.testing.distributed import train_epochs
+
+    edges, original = [], NeighborSampler.sample
+
+    def counted(self, *args, **kwargs):
+        blocks = original(self, *args, **kwargs)
+        edges.append(sum(b.num_edges for b in blocks))
+        return blocks
+    NeighborSampler.sample = counted
+    try:
+        train_epochs(env, config, data, epoch, lambda _epoch: edges.clear())
+        return edges
+    finally:
+        NeighborSampler.sample = original
+
+
+def test_data_parallel_prices_each_iteration_at_its_slowest_worker(tmp_path):
+    """The workers step in lock-step, so an iteration costs its slowest worker's micro-batch: on a profile where
+    only sampled edges cost anything, the prediction is the sum over iterations of the most edges a worker sampled
+    in it (the run's per-call counts), more than any one worker's own total."""
+    from graphscale.distributed.launch import launch
+    from graphscale.prepare import prepare_data
+
+    config = build_config({"data": {"dataset": SBM}, "model": {"hidden": 8},
+                           "strategy": {"name": "data-parallel", "workers": 2, "batch_size": 16},
+                           "optim": {"epochs": 1}, "cache_dir": str(tmp_path / "cache"), "progress": False})
+    only_sampling = synthetic()
+    for name in ("spmm_edge_s", "spmm_edge_col_s", "layer_call_s", "step_s", "elementwise_s", "sync_s",
+                 "collective_latency_s", "sample_call_s"):
+        setattr(only_sampling, name, 0.0)
+    only_sampling.gemm_flops = only_sampling.collective_bandwidth = only_sampling.memory_bandwidth = 1e30
+    prediction = predict_config(copy.deepcopy(config), only_sampling)
+    per_call = launch(_sampled_edges_worker, 2, config, prepare_data(config), prediction.bytes_epoch,
+                      device="cpu", timeout_s=180)
+    assert len(per_call[0]) == len(per_call[1]) > 1  # every worker samples one micro-batch per iteration here
+    lockstep = sum(max(edges) for edges in zip(*per_call))
+    assert prediction.seconds == pytest.approx(lockstep * only_sampling.sample_edge_s, rel=1e-9)
+    assert lockstep > max(sum(edges) for edges in per_call)
+
+
 def test_host_event_costs_raise_the_predicted_time(tmp_path):
     """The blocks and the samples are priced: a profile whose per-edge costs are higher predicts a longer epoch by
     exactly the counted edges times the difference (one worker's threads and no load: worker_scale 1)."""
@@ -117,9 +160,8 @@ def test_host_event_costs_raise_the_predicted_time(tmp_path):
     dearer = copy.deepcopy(base)
     dearer.block_edge_s += 1e-6
     dearer.sample_edge_s += 1e-6
-    for name, key in (("task-parallel", "block_edges"), ("split-parallel", "sampled_edges"),
-                      ("data-parallel", "sampled_edges")):
-        strategy = {"name": name, "workers": 2, **({"batch_size": 64} if name != "task-parallel" else {})}
+    for name, key in (("task-parallel", "block_edges"), ("split-parallel", "sampled_edges")):
+        strategy = {"name": name, "workers": 2, **({"batch_size": 64} if name == "split-parallel" else {})}
         config = build_config({"data": {"dataset": SBM}, "model": {"hidden": 8}, "strategy": strategy,
                                "cache_dir": str(tmp_path / "cache"), "progress": False})
         cheap, dear = (predict_config(copy.deepcopy(config), m) for m in (base, dearer))

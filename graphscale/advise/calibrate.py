@@ -111,28 +111,28 @@ def calibrate(machine, config, workers: int, tiny: bool = False, strategies=None
     for name, probes in points.items():
         if name in failed:
             continue
-        out[name] = dict(line(probes, "intercept_s"), probes=probes)
+        intercept, slope = line(probes, cost=True)
+        out[name] = {"intercept_s": intercept, "slope": slope, "probes": probes}
         if len(memory.get(name, [])) == 2:
-            out[name]["memory"] = dict(line(memory[name], "intercept_bytes"), probes=memory[name])
+            intercept, slope = line(memory[name], cost=False)
+            out[name]["memory"] = {"intercept_bytes": intercept, "slope": slope, "probes": memory[name]}
     return out
 
 
-def line(probes: list, intercept: str) -> dict:
-    """``{intercept: ..., "slope": ...}`` of the line through two ``[modelled, measured]`` probes: for times
-    (``intercept_s``) :func:`~.host_costs.cost_line`'s (an intercept is a cost: at least 0); for memory
-    (``intercept_bytes``) the exact line, whose intercept may be negative (a model that over-counts what every
-    worker holds). A large probe modelled no larger than the small one, or a slope not positive: its ratio."""
+def line(probes: list, cost: bool) -> tuple[float, float]:
+    """``(intercept, slope)`` of the line through two ``[modelled, measured]`` probes: for a cost (times),
+    :func:`~.host_costs.cost_line`'s (the intercept at least 0); otherwise (memory) the exact line, whose intercept
+    may be negative (a model that over-counts what every worker holds). A large probe modelled no larger than the
+    small one, or measured no larger: ``(0, its ratio)``."""
     from graphscale.advise.host_costs import cost_line
 
     (m0, t0), (m1, t1) = sorted(probes)
     if not m1 > m0 > 0 or t1 <= t0:
-        return {intercept: 0.0, "slope": t1 / max(m1, 1e-12)}
-    if intercept == "intercept_s":
-        a, b = cost_line((m0, m1), (t0, t1))
-    else:
-        b = (t1 - t0) / (m1 - m0)
-        a = t0 - b * m0
-    return {intercept: a, "slope": b}
+        return 0.0, t1 / max(m1, 1e-12)
+    if cost:
+        return cost_line((m0, m1), (t0, t1))
+    slope = (t1 - t0) / (m1 - m0)
+    return t0 - slope * m0, slope
 
 
 def probe(config) -> tuple[float, int | None]:

@@ -176,8 +176,9 @@ def layer_seconds(machine, rows: float, edges: float, widths: list[int], outs: l
                   sources: float | None = None, independent: bool = False) -> float:
     """One worker's compute time for ``rows`` destination rows over ``edges`` edges through every layer, in
     ``calls`` passes (chunks, mini-batches), when ``workers`` workers share the host's cores: a dense product
-    ``2 rows d o`` FLOPs at the GEMM rate, the sparse product at the SpMM cost per edge and per edge-column (on the
-    narrower of the layer's two widths, as the layers transform first when it shrinks the product), and the
+    ``2 rows d o`` FLOPs at the GEMM rate, the sparse product at the SpMM cost per edge and per edge-column, in the
+    order the layer runs them (:func:`graphscale.nn.order.cheaper_to_transform_first`, the layers' own choice: the
+    dense product over the sources and the sparse one at the output width when it transforms first), and the
     elementwise passes (keyed dropout, activation, allocations) at the profile's measured cost per element of the
     layer's input and output rows. Backward costs twice the forward's products, except in the first layer, whose input needs no
     gradient (its weight gradient only: one product more, no elementwise pass over the input; ``input_grad``: it
@@ -187,17 +188,22 @@ def layer_seconds(machine, rows: float, edges: float, widths: list[int], outs: l
     ``sources``: the rows entering each layer where they outnumber the destination rows (a chunked block's
     sources: its destinations and the neighbour rows it gathers from other chunks, summed over the calls;
     ``None``: ``rows``): the input side's elementwise passes run over them, and so does the dense product of a
-    layer that transforms first (``o < d``).
+    layer that transforms first.
     The data-proportional part is scaled by :func:`worker_scale` (``independent``: workers that do not
     synchronise inside the work priced)."""
+    from graphscale.nn.order import cheaper_to_transform_first
+
     scale = worker_scale(machine, workers, independent)
     src = rows if sources is None else sources
     total = 0.0
     for i, (d, o) in enumerate(zip(widths, outs)):
-        dense = (src if o < d else rows) * d * o
-        products = 2.0 * dense / machine.gemm_flops + edges * (machine.spmm_edge_s + machine.spmm_edge_col_s * min(d, o))
-        into, out_of = src * d * machine.elementwise_s, rows * o * machine.elementwise_s
         first = i == 0 and not input_grad
+        transform = cheaper_to_transform_first(int(edges), int(src), int(rows), d, o, backward and not first,
+                                               backward, machine.device)
+        dense = (src if transform else rows) * d * o
+        products = (2.0 * dense / machine.gemm_flops
+                    + edges * (machine.spmm_edge_s + machine.spmm_edge_col_s * (o if transform else d)))
+        into, out_of = src * d * machine.elementwise_s, rows * o * machine.elementwise_s
         if backward:
             total += products * (2.0 if first else 3.0) + into * (1.0 if first else 3.0) + 3.0 * out_of
         else:

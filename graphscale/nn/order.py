@@ -33,10 +33,6 @@ class ProductCosts(NamedTuple):
 PRODUCT_COSTS = {"cpu": ProductCosts(500, 20, 5), "cuda": ProductCosts(200, 100, 70)}
 
 
-def _costs(device: torch.device) -> ProductCosts:
-    return PRODUCT_COSTS.get(device.type, PRODUCT_COSTS["cuda"])
-
-
 def _sparse_cost(costs: ProductCosts, nnz: int, width: int) -> int:
     return nnz * (costs.sparse_entry + costs.sparse_element * width)
 
@@ -57,10 +53,15 @@ def transform_first(block, x_src: Tensor, in_dim: int, out_dim: int, weight: Ten
     graph's; both give the same values up to float rounding.
     """
     grad = torch.is_grad_enabled()
-    x_grad = grad and x_src.requires_grad
-    w_grad = grad and weight.requires_grad
-    costs = _costs(x_src.device)
-    nnz, rows_src, rows_dst = block.num_edges + block.num_dst, block.num_src, block.num_dst
+    return cheaper_to_transform_first(block.num_edges + block.num_dst, block.num_src, block.num_dst, in_dim, out_dim,
+                                      grad and x_src.requires_grad, grad and weight.requires_grad, x_src.device.type)
+
+
+def cheaper_to_transform_first(nnz: int, rows_src: int, rows_dst: int, in_dim: int, out_dim: int, x_grad: bool,
+                               w_grad: bool, device_type: str) -> bool:
+    """:func:`transform_first`'s choice from the counts alone (``nnz``: the block's edges and self-loops; the
+    input's and the weight's need of gradients): also what ``graphscale advise`` prices a layer's products in."""
+    costs = PRODUCT_COSTS.get(device_type, PRODUCT_COSTS["cuda"])
     agg_first = (_sparse_cost(costs, nnz, in_dim) * (1 + int(x_grad))
                  + _dense_cost(costs, rows_dst, in_dim, out_dim) * (1 + int(x_grad) + int(w_grad)))
     tr_first = (_dense_cost(costs, rows_src, in_dim, out_dim) * (1 + int(x_grad) + int(w_grad))

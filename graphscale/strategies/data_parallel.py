@@ -234,9 +234,10 @@ def predict(data, model, config, machine, epoch: int = 0):
     """The prediction of a ``data-parallel`` run (:mod:`graphscale.advise.predict`): the module docstring's closed
     forms evaluated by replaying epoch ``epoch``'s seeded schedule and sampler on the host-shared structure (the
     micro-batches' input rows and blocks are a function of the seed; no feature row is read), each worker's
-    cache classified as its setup builds it; ``events``: the busiest worker's ``samples`` (its micro-batches, each
-    sampled by that worker alone) and ``sampled_edges``, priced at the profile's ``sample_call_s`` /
-    ``sample_edge_s``."""
+    cache classified as its setup builds it. The workers step in lock-step (a gradient all-reduce per iteration),
+    so each iteration costs its slowest worker's micro-batch: its layers and its sampling (the profile's
+    ``sample_call_s`` / ``sample_edge_s``); ``events``: the ``samples`` (micro-batches, each sampled by its
+    worker alone) and ``sampled_edges`` of the worker with the most sampled edges."""
     from graphscale.advise.predict import (
         Prediction,
         activation_bytes,
@@ -264,12 +265,15 @@ def predict(data, model, config, machine, epoch: int = 0):
     row = data.num_features * elem
     out = {"h2d": sum(c.ids.numel() for c in caches) * row, "h2d_struct": 0, P2P: 0,
            CONTROL: allreduce_bytes_per_epoch(1, world, 8)}
-    rows = [[0, 0] for _ in range(world)]  # per worker: input rows, edges (the busiest micro-batch's and summed)
+    rows = [[0, 0] for _ in range(world)]  # per worker: input rows, edges (summed over its micro-batches)
     samples = [0] * world  # per worker: the micro-batches it samples
+    steps = []  # per iteration: each worker's (input rows, edges) of its micro-batch
     busiest = 0
     out["h2d"] = 0  # the cache fill happens at setup, outside every epoch
     iterations = schedule.iterations(epoch)
+    widths, outs = list(d.widths), list(d.out)
     for k, micro in enumerate(iterations):
+        steps.append([(0, 0)] * world)
         for r, targets in enumerate(micro):
             if not targets.numel():
                 continue
@@ -281,22 +285,25 @@ def predict(data, model, config, machine, epoch: int = 0):
             if sc.cache == "quiver":
                 out[P2P] += parts["peer_pos"].numel() * row
                 out[CONTROL] += 8 * parts["peer_pos"].numel()
-            rows[r][0] += blocks[0].src_ids.numel()
-            rows[r][1] += sum(b.num_edges for b in blocks)
+            steps[k][r] = (blocks[0].src_ids.numel(), sum(b.num_edges for b in blocks))
+            rows[r][0] += steps[k][r][0]
+            rows[r][1] += steps[k][r][1]
             samples[r] += 1
             busiest = max(busiest, blocks[0].src_ids.numel())
     if sc.cache == "quiver":
         out[CONTROL] += len(iterations) * world * (world - 1) * 8
     out["allreduce"] = len(iterations) * allreduce_bytes_per_epoch(params, world, elem)
     out = {k: v for k, v in out.items() if v}
-    widths, outs = list(d.widths), list(d.out)
     mem = [node_data_bytes(c.ids.numel(), data.num_features, elem) + activation_bytes(busiest, widths, outs, elem)
            + busiest * data.num_features * elem + state_bytes(params, elem) for c in caches]
-    times = [layer_seconds(machine, r_rows, r_edges, widths, outs, calls=len(iterations), workers=world)
-             + host_seconds(machine, machine.sample_call_s, machine.sample_edge_s, count, r_edges, world)
-             for (r_rows, r_edges), count in zip(rows, samples)]
-    busiest_worker = max(range(world), key=times.__getitem__)
-    seconds = times[busiest_worker]
+
+    def step_seconds(step_rows: int, step_edges: int) -> float:  # one worker's micro-batch: sample, layers
+        return (layer_seconds(machine, step_rows, step_edges, widths, outs, workers=world)
+                + host_seconds(machine, machine.sample_call_s, machine.sample_edge_s, 1, step_edges, world))
+
+    # the workers step in lock-step (a gradient all-reduce per iteration): each iteration costs its slowest worker
+    seconds = sum(max(step_seconds(*step) if step[1] else 0.0 for step in micro) for micro in steps)
+    busiest_worker = max(range(world), key=lambda r: (rows[r][1], samples[r]))
     seconds = prediction_time(machine, seconds + out.get("h2d", 0) / world / machine.memory_bandwidth,
                               sum(out.values()) / world - out.get("h2d", 0) / world, len(iterations) + 1,
                               len(iterations))
