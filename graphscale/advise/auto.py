@@ -21,8 +21,8 @@ DEFAULT_WORKERS = 2
 
 def resolve(overrides: dict, config_file=None) -> tuple[dict, dict]:
     """``(overrides for the recommended configuration, the advice)`` for overrides naming ``--strategy auto``."""
-    from graphscale.advise.command import rank
     from graphscale.advise.calibrate import calibrated_profile
+    from graphscale.advise.command import rank
     from graphscale.config import build_config
 
     out = copy.deepcopy(overrides)
