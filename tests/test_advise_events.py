@@ -183,3 +183,48 @@ def test_offload_host_bytes_are_priced_at_the_host_transfer_rate_on_cpu(tmp_path
     host = sum(fast.bytes.get(c, 0) for c in HOST_CATEGORIES)
     assert host > 0
     assert slow.seconds - fast.seconds == pytest.approx(host / 2 / base.host_transfer_bandwidth, rel=1e-9)
+
+
+def test_lockstep_seconds_sums_each_steps_slowest_worker():
+    from graphscale.advise.predict import lockstep_seconds
+
+    steps = [[(1.0,), (3.0,)], [(2.0,), None], [None, None], [(4.0,), (0.5,)]]
+    assert lockstep_seconds(steps, lambda t: t) == 3.0 + 2.0 + 0.0 + 4.0
+    assert lockstep_seconds([], lambda t: t) == 0.0
+
+
+def test_split_parallel_prices_each_mini_batch_at_its_slowest_split(tmp_path):
+    """On a profile where only the sparse products cost anything, the prediction is the sum over the epoch's
+    mini-batches of the most edges a worker computes in it (the strategy's own splits, ``edges_per_split``), times
+    the layers' forward and backward passes over them: more than the evenly split total."""
+    import torch
+
+    from graphscale.data.sampler import MiniBatchLoader, NeighborSampler
+    from graphscale.nn.models import build_model
+    from graphscale.prepare import prepare_data
+    from graphscale.strategies.split_parallel.plan import SplitPlan
+    from graphscale.strategies.split_parallel.split import split_minibatch
+    from graphscale.strategies.split_parallel.strategy import layer_kinds, split_modes
+
+    config = build_config({"data": {"dataset": SBM}, "model": {"hidden": 8},
+                           "strategy": {"name": "split-parallel", "workers": 2, "batch_size": 16},
+                           "optim": {"epochs": 1}, "cache_dir": str(tmp_path / "cache"), "progress": False})
+    only_spmm = synthetic()
+    for name in ("spmm_edge_col_s", "layer_call_s", "step_s", "elementwise_s", "sync_s", "collective_latency_s",
+                 "sample_call_s", "sample_edge_s"):
+        setattr(only_spmm, name, 0.0)
+    only_spmm.gemm_flops = only_spmm.collective_bandwidth = only_spmm.memory_bandwidth = 1e30
+    prediction = predict_config(copy.deepcopy(config), only_spmm)
+    data = prepare_data(config)
+    graph = data.open_graph()
+    model = build_model(config.model, data.num_features, data.num_classes, seed=config.seed)
+    plan, modes = SplitPlan.load(data.require_shared("split-parallel")), split_modes(layer_kinds(model))
+    loader = MiniBatchLoader(torch.nonzero(graph.train_mask).flatten(), 16, seed=config.seed)
+    sampler = NeighborSampler(graph, config.strategy.fanouts, seed=config.seed)
+    epoch = prediction.bytes_epoch
+    per_batch = [split_minibatch(sampler.sample(t, loader.batch_key(epoch, i)), plan, modes).edges_per_split()
+                 for i, t in enumerate(loader.batches(epoch))]
+    passes = 2 + 3  # the first layer's forward and weight gradient, the second's forward and two gradients
+    slowest = sum(int(e.max()) for e in per_batch)
+    assert prediction.seconds == pytest.approx(passes * slowest * only_spmm.spmm_edge_s, rel=1e-9)
+    assert slowest > sum(int(e.sum()) for e in per_batch) / 2

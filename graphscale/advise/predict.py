@@ -212,6 +212,12 @@ def layer_seconds(machine, rows: float, edges: float, widths: list[int], outs: l
     return scale * total + fixed * machine.load_factor
 
 
+def lockstep_seconds(steps, step_seconds) -> float:
+    """An epoch of workers that step in lock-step (a collective per step): the sum over ``steps`` of the slowest
+    worker's ``step_seconds(*work)``, ``steps`` holding each worker's work of the step (``None``: none)."""
+    return sum(max((step_seconds(*work) for work in step if work is not None), default=0.0) for step in steps)
+
+
 def host_seconds(machine, call_s: float, edge_s: float, calls: float, edges: float, workers: int = 1) -> float:
     """One worker's time for ``calls`` repetitions of a host-side step over ``edges`` edges in all, at the profile's
     cost per call ``call_s`` and per edge ``edge_s`` (:mod:`graphscale.advise.host_costs`: a task-parallel P block,

@@ -245,6 +245,7 @@ def predict(data, model, config, machine, epoch: int = 0):
         element_size,
         host_seconds,
         layer_seconds,
+        lockstep_seconds,
         node_data_bytes,
         num_params,
         prediction_time,
@@ -273,7 +274,7 @@ def predict(data, model, config, machine, epoch: int = 0):
     iterations = schedule.iterations(epoch)
     widths, outs = list(d.widths), list(d.out)
     for k, micro in enumerate(iterations):
-        steps.append([(0, 0)] * world)
+        steps.append([None] * world)
         for r, targets in enumerate(micro):
             if not targets.numel():
                 continue
@@ -301,8 +302,7 @@ def predict(data, model, config, machine, epoch: int = 0):
         return (layer_seconds(machine, step_rows, step_edges, widths, outs, workers=world)
                 + host_seconds(machine, machine.sample_call_s, machine.sample_edge_s, 1, step_edges, world))
 
-    # the workers step in lock-step (a gradient all-reduce per iteration): each iteration costs its slowest worker
-    seconds = sum(max(step_seconds(*step) if step[1] else 0.0 for step in micro) for micro in steps)
+    seconds = lockstep_seconds(steps, step_seconds)  # a gradient all-reduce per iteration
     busiest_worker = max(range(world), key=lambda r: (rows[r][1], samples[r]))
     seconds = prediction_time(machine, seconds + out.get("h2d", 0) / world / machine.memory_bandwidth,
                               sum(out.values()) / world - out.get("h2d", 0) / world, len(iterations) + 1,

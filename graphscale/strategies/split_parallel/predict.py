@@ -1,10 +1,12 @@
 """The prediction of a ``split-parallel`` run (:mod:`graphscale.advise.predict`): the strategy module's closed
 forms evaluated by replaying epoch ``epoch``'s seeded loader and sampler and splitting every mini-batch with the
 run's :class:`~.split.SplitPlan` (:func:`~.split.split_minibatch`, the strategy's own split), on the host-shared
-structure; no feature row is read. Time adds to the layers and the transfers every worker's sampling of every
-mini-batch (the seeded sampler is rank-agnostic: each worker samples the whole mini-batch before splitting it;
-``events``: ``samples`` calls of the sampler, ``sampled_edges`` in the blocks they return), priced at the
-profile's ``sample_call_s`` / ``sample_edge_s``."""
+structure; no feature row is read. The workers step in lock-step (shuffles and a gradient all-reduce per
+mini-batch), so each mini-batch costs its slowest worker's split: its layers over its own input rows and the edges
+it computes (a partition's share, uneven on a skewed graph), and its sampling of the whole mini-batch (the seeded
+sampler is rank-agnostic: each worker samples the whole mini-batch before splitting it; ``events``: ``samples``
+calls of the sampler, ``sampled_edges`` in the blocks they return), priced at the profile's ``sample_call_s`` /
+``sample_edge_s``; plus the transfers."""
 
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ from graphscale.advise.predict import (
     element_size,
     host_seconds,
     layer_seconds,
+    lockstep_seconds,
     node_data_bytes,
     num_params,
     prediction_time,
@@ -41,14 +44,18 @@ def predict(data, model, config, machine, epoch: int = 0):
     row = data.num_features * elem
     out = {"h2d": 0, "h2d_struct": 0, "shuffle": 0}
     edges, busiest = 0, 0
+    steps = []  # per mini-batch: each worker's (own input rows, edges it computes, the mini-batch's sampled edges)
     batches = loader.batches(epoch)
     for i, targets in enumerate(batches):
         blocks = sampler.sample(targets, loader.batch_key(epoch, i))
         split = split_minibatch(blocks, plan, modes)
+        sampled, computed = sum(b.num_edges for b in blocks), split.edges_per_split()
+        steps.append([])
         for r in range(world):
             local = split.local(r)
             out["h2d"] += local.miss_ids.numel() * row
             out["h2d_struct"] += local.structure_bytes()
+            steps[-1].append((local.own_counts[0], int(computed[r]), sampled))
         out["shuffle"] += sum(lay.shuffle_rows() * widths[l] * elem * (2 if back[l] else 1)
                               for l, lay in enumerate(split.layers))
         edges += sum(b.num_edges for b in blocks)
@@ -60,13 +67,16 @@ def predict(data, model, config, machine, epoch: int = 0):
     cached = [plan.cached_ids(r).numel() for r in range(world)]
     mem = [node_data_bytes(c, data.num_features, elem) + activation_bytes(busiest / world, w, o, elem)
            + state_bytes(params, elem) for c in cached]
-    compute = layer_seconds(machine, busiest * len(batches) / world, edges / world, w, o, calls=len(batches),
-                            workers=world)
+
+    def step_seconds(rows: int, computed: int, sampled: int) -> float:  # one worker's split: sample, layers
+        return (layer_seconds(machine, rows, computed, w, o, workers=world)
+                + host_seconds(machine, machine.sample_call_s, machine.sample_edge_s, 1, sampled, world))
+
+    compute = lockstep_seconds(steps, step_seconds)  # shuffles and a gradient all-reduce per mini-batch
     # per mini-batch: a shuffle per layer forward and per layer whose backward ships gradients, the gradient
     # all-reduce; per epoch: the loss all-reduce
     collectives = len(batches) * (len(back) + sum(1 for b in back if b) + 1) + 1
     events = {"samples": len(batches), "sampled_edges": edges}  # every worker samples every mini-batch whole
-    compute += host_seconds(machine, machine.sample_call_s, machine.sample_edge_s, len(batches), edges, world)
     seconds = prediction_time(machine, compute, sum(out.values()) / world, collectives, len(batches))
     return Prediction("split-parallel", world, {"batch_size": sc.batch_size}, max(mem), mem, out, seconds,
                       exact=False, semantics="sampled mini-batch training (equal to single --minibatch, not to "
