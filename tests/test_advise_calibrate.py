@@ -47,12 +47,15 @@ def test_a_prediction_is_its_model_on_the_strategys_calibration_line(tmp_path):
 
 
 def test_the_lines_go_through_the_two_probes(tmp_path, monkeypatch):
-    """Probe runs measured at 2x the model's time plus 10 ms and at 1.5x its resident set less 100 MiB: time slope 2
-    and intercept 10 ms for every strategy asked, memory slope 1.5 and intercept -100 MiB for the multi-worker
-    ones (a single run's peak is its calibrating process's, not the run's)."""
+    """Probe runs measured at 2x the model's time plus 10 ms, and at the modelled resident set plus 1 MiB plus 3
+    bytes per graph byte: time slope 2 and intercept 10 ms for every strategy asked; for the multi-worker ones a
+    memory line of 1 MiB plus 3 bytes per graph byte (a single run's peak is its calibrating process's, not the
+    run's), which a prediction adds to its model's."""
     def fake_probe(config):
         prediction = predict_config(copy.deepcopy(config), synthetic())
-        return 0.01 + 2 * prediction.modelled_seconds, int(1.5 * prediction.modelled_os_memory) - (100 << 20)
+        assert prediction.graph_bytes > 0
+        return (0.01 + 2 * prediction.modelled_seconds,
+                prediction.modelled_os_memory + (1 << 20) + 3 * prediction.graph_bytes)
     monkeypatch.setattr(calibrate, "probe", fake_probe)
     lines = calibrate.calibrate(_measured_profile(), _base(tmp_path), 2, tiny=True,
                                 strategies=["single", "graph-parallel"])
@@ -64,14 +67,23 @@ def test_the_lines_go_through_the_two_probes(tmp_path, monkeypatch):
         assert (line["intercept_s"], line["slope"]) == cost_line((m0, m1), (t0, t1))
     assert "memory" not in lines["single@1"]
     memory = lines["graph-parallel@2"]["memory"]
-    assert memory["slope"] == pytest.approx(1.5, rel=1e-6) and memory["intercept_bytes"] == pytest.approx(-(100 << 20), rel=1e-6)
+    assert memory["slope"] == pytest.approx(3.0) and memory["intercept_bytes"] == pytest.approx(1 << 20)
     assert len(memory["probes"]) == 2
-    # the intercept is negative here: cost_line's floor at 0 applies to the time lines, whose intercepts are costs
     machine = _measured_profile()
     machine.calibration = {model_key(_base(tmp_path)): lines}
     config = _base(tmp_path, "graph-parallel", 2)
     prediction = predict_config(config, machine)
-    assert prediction.os_memory == int(memory["intercept_bytes"] + 1.5 * prediction.modelled_os_memory)
+    assert prediction.os_memory == int(prediction.modelled_os_memory + (1 << 20) + 3 * prediction.graph_bytes)
+
+
+def test_graph_bytes_are_the_feature_rows_and_the_csr(tmp_path):
+    config = _base(tmp_path)
+    prediction = predict_config(copy.deepcopy(config), synthetic())
+    from graphscale.prepare import prepare_data
+
+    data = prepare_data(config)
+    nodes, edges = data.num_nodes, int(data.summary["edges"])
+    assert prediction.graph_bytes == nodes * 16 * 4 + 8 * (nodes + 1 + edges)  # 16 float32 features
 
 
 def test_a_probe_is_the_median_epoch_after_the_warmup_and_the_largest_peak(tmp_path, monkeypatch):
@@ -97,8 +109,8 @@ def test_a_real_calibration_runs_each_strategy_on_both_probe_graphs(tmp_path):
         probes = lines[key]["probes"]
         assert len(probes) == 2 and all(m > 0 and t > 0 for m, t in probes)
         assert lines[key]["slope"] > 0 and lines[key]["intercept_s"] >= 0
-    peaks = lines["graph-parallel@2"]["memory"]["probes"]
-    assert len(peaks) == 2 and all(m > 0 and t > 0 for m, t in peaks)
+    residuals = lines["graph-parallel@2"]["memory"]["probes"]  # [graph bytes, measured - modelled], either sign
+    assert len(residuals) == 2 and residuals[0][0] < residuals[1][0] and all(isinstance(r, int) for _, r in residuals)
     assert list((tmp_path / "cache").rglob("*")), "the probe graphs are prepared in the run's cache directory"
 
 
@@ -168,10 +180,12 @@ def test_a_probe_run_that_fails_leaves_its_strategy_uncalibrated(tmp_path, monke
 
 def test_a_line_through_noisy_probes_prices_nothing_free():
     """Times: an intercept is a cost (at least 0); a large probe measured no slower than the small one gives its
-    ratio; memory keeps the exact line, a negative intercept included."""
+    ratio; memory residuals keep the exact line, of either sign."""
     assert calibrate.line([[1.0, 3.0], [2.0, 5.0]], cost=True) == (1.0, 2.0)
     assert calibrate.line([[2.0, 5.0], [1.0, 3.0]], cost=True) == (1.0, 2.0)  # the order of the probes is free
     assert calibrate.line([[1.0, 1.0], [2.0, 4.0]], cost=True) == (0.0, 3.0)  # below 0 at the origin: cost_line's 0
     assert calibrate.line([[1.0, 1.0], [2.0, 4.0]], cost=False) == (-2.0, 3.0)
+    assert calibrate.line([[1.0, 4.0], [2.0, 1.0]], cost=False) == (7.0, -3.0)  # a residual may fall
+    assert calibrate.line([[2.0, 4.0], [2.0, 2.0]], cost=False) == (3.0, 0.0)  # one size: the mean
     assert calibrate.line([[1.0, 5.0], [2.0, 4.0]], cost=True) == (0.0, 2.0)  # noise: the large probe's ratio
     assert calibrate.line([[2.0, 5.0], [2.0, 6.0]], cost=True) == (0.0, 3.0)  # one modelled size: its ratio

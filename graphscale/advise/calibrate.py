@@ -14,9 +14,12 @@ and records, per strategy, the line through the two ``(modelled, measured)`` poi
 the factor on what it prices). A prediction's ``seconds`` is its model's time on that line
 (:func:`~.configs.calibrated_seconds`; ``Prediction.modelled_seconds`` keeps the model's). The probe graphs are not the
 graphs ``bench advise`` checks the predictions on (Cora, 200k-vertex SBM and R-MAT). The same probes give each
-multi-worker strategy a line for its predicted resident set against the largest worker's measured peak
-(``Prediction.modelled_os_memory`` keeps the model's); a ``single`` probe runs in the calibrating process, whose
-peak is not the run's, so ``single`` keeps its model.
+multi-worker strategy a line for what its resident-set model leaves out: the largest worker's measured peak less
+the modelled one, against the graph's bytes (feature rows and CSR structure, ``Prediction.graph_bytes``: what a
+worker maps and the buffers that grow with it; the modelled figures of the two probes can lie too close together
+for a line in them: 449 and 454 MiB for data-parallel, measured 436 and 518), added to the model's
+(``Prediction.modelled_os_memory`` keeps it); a ``single`` probe runs in the calibrating process, whose peak is not
+the run's, so ``single`` keeps its model.
 
 A profile keeps one calibration per graphscale version, model and worker count (:func:`~.configs.model_key`, :func:`~.configs.run_key`);
 :func:`ensure_calibrated` runs the probes the first time a model and worker count is asked for (about a minute
@@ -81,8 +84,10 @@ def how(tiny: bool) -> str:
 
 def calibrate(machine, config, workers: int, tiny: bool = False, strategies=None) -> dict:
     """``{"strategy@workers": {"intercept_s", "slope", "probes": [[modelled, measured], ...], "memory": {...}}}``
-    for ``config``'s model's candidates on ``workers`` workers (module docstring); ``memory``: the same line of the
-    predicted peak resident set (``intercept_bytes``), for the runs in spawned workers; a strategy whose probe run
+    for ``config``'s model's candidates on ``workers`` workers (module docstring); ``memory``: the line of the
+    measured peak resident set less the modelled one against the graph's bytes (``Prediction.graph_bytes``;
+    ``intercept_bytes``, ``slope`` in bytes per graph byte, ``probes`` ``[[graph bytes, residual], ...]``), for the
+    runs in spawned workers; a strategy whose probe run
     failed (e.g. more workers than cores without ``--oversubscribe``) gets ``{"error": the one-line reason}``
     instead, and its predictions stay uncalibrated; ``strategies``: only these (default: every candidate)."""
     points: dict[str, list] = {}
@@ -106,7 +111,8 @@ def calibrate(machine, config, workers: int, tiny: bool = False, strategies=None
                 continue
             points.setdefault(run_key(candidate), []).append([prediction.modelled_seconds, seconds])
             if candidate.strategy.workers > 1 and rss:  # spawned workers: the peak is the run's own
-                memory.setdefault(run_key(candidate), []).append([prediction.modelled_os_memory, rss])
+                memory.setdefault(run_key(candidate), []).append(
+                    [prediction.graph_bytes, rss - prediction.modelled_os_memory])
     out = {name: {"error": why} for name, why in failed.items()}
     for name, probes in points.items():
         if name in failed:
@@ -120,19 +126,21 @@ def calibrate(machine, config, workers: int, tiny: bool = False, strategies=None
 
 
 def line(probes: list, cost: bool) -> tuple[float, float]:
-    """``(intercept, slope)`` of the line through two ``[modelled, measured]`` probes: for a cost (times),
-    :func:`~.host_costs.cost_line`'s (the intercept at least 0); otherwise (memory) the exact line, whose intercept
-    may be negative (a model that over-counts what every worker holds). A large probe modelled no larger than the
-    small one, or measured no larger: ``(0, its ratio)``."""
+    """``(intercept, slope)`` of the line through two ``[x, y]`` probes. A cost (times: ``x`` modelled, ``y``
+    measured): :func:`~.host_costs.cost_line`'s (the intercept at least 0); a large probe modelled no larger than
+    the small one, or measured no larger: ``(0, its ratio)``. Otherwise (memory: ``x`` the graph's bytes, ``y`` the
+    measured peak less the modelled one, of either sign): the exact line; one size: ``(the mean, 0)``."""
     from graphscale.advise.host_costs import cost_line
 
     (m0, t0), (m1, t1) = sorted(probes)
+    if not cost:
+        if m1 <= m0:
+            return (t0 + t1) / 2, 0.0
+        slope = (t1 - t0) / (m1 - m0)
+        return t0 - slope * m0, slope
     if not m1 > m0 > 0 or t1 <= t0:
         return 0.0, t1 / max(m1, 1e-12)
-    if cost:
-        return cost_line((m0, m1), (t0, t1))
-    slope = (t1 - t0) / (m1 - m0)
-    return t0 - slope * m0, slope
+    return cost_line((m0, m1), (t0, t1))
 
 
 def probe(config) -> tuple[float, int | None]:

@@ -65,10 +65,13 @@ def predict_config(config: RunConfig, machine) -> Prediction:
         prediction.notes.append("seconds: the model's time on the profile's calibration line of this strategy")
     device_side = 0 if str(config.device).startswith("cuda") else prediction.memory  # on CUDA the GPU holds it
     prediction.os_memory = prediction.modelled_os_memory = device_side + prediction.host_memory + machine.process_rss
+    prediction.graph_bytes = graph_bytes(data, next(model.parameters()).element_size())
     line = calibration_line(machine, config).get("memory")
     if line is not None:
-        prediction.os_memory = max(int(line["intercept_bytes"] + line["slope"] * prediction.os_memory), 0)
-        prediction.notes.append("os_memory: the model's on the profile's calibration line of this strategy")
+        left_out = line["intercept_bytes"] + line["slope"] * prediction.graph_bytes
+        prediction.os_memory = max(int(prediction.os_memory + left_out), 0)
+        prediction.notes.append("os_memory: the model's plus what the profile's calibration of this strategy "
+                                "measured it to leave out at this graph's size")
     return prediction
 
 
@@ -100,3 +103,10 @@ def calibrated_seconds(machine, config, modelled: float) -> float | None:
     if "intercept_s" not in line:  # none, or its probe run failed
         return None
     return max(line["intercept_s"] + line["slope"] * modelled, 0.0)
+
+
+def graph_bytes(data, elem: int) -> int:
+    """The graph's feature rows (at ``elem`` bytes an element) and CSR structure (int64 row pointers and
+    indices): the size the memory calibration scales with."""
+    nodes, edges = data.num_nodes, int(data.summary["edges"])
+    return nodes * data.num_features * elem + 8 * (nodes + 1 + edges)

@@ -44,8 +44,9 @@ class Prediction:
             state, autograd's saved tensors).
         os_memory: ``memory`` (on CPU; on CUDA the GPU holds it) plus ``host_memory`` plus the profile's
             per-worker process baseline (``process_rss``): the predicted peak resident set the OS measures (set by
-            :func:`graphscale.advise.configs.predict_config`; on the calibration line of a multi-worker strategy
-            where the profile has one: :attr:`modelled_os_memory` keeps the model's).
+            :func:`graphscale.advise.configs.predict_config`; plus the calibration's figure of what the model
+            leaves out, for a multi-worker strategy where the profile has one: :attr:`modelled_os_memory` keeps the
+            model's).
         host_memory: bytes besides ``memory`` that the largest worker holds resident in host memory and the OS
             counts in its resident set (offload: the host arrays, shared-memory files every worker maps and touches
             whole: ``RssShmem``); one copy per host: a CUDA budget does not hold it, a CPU budget holds each
@@ -58,8 +59,10 @@ class Prediction:
             (:mod:`graphscale.advise.calibrate`) where it has one.
         modelled_seconds: the strategy's model's epoch time (set by
             :func:`graphscale.advise.configs.predict_config`).
-        modelled_os_memory: the model's ``os_memory``, which the profile's calibration line of a multi-worker
-            strategy puts ``os_memory`` on (as ``seconds``).
+        modelled_os_memory: the model's ``os_memory``, to which the profile's calibration of a multi-worker
+            strategy adds what it measured the model to leave out at :attr:`graph_bytes`.
+        graph_bytes: the graph's feature rows and CSR structure in bytes
+            (:func:`graphscale.advise.configs.graph_bytes`).
         exact: whether it reproduces ``single`` (full-graph) training.
         semantics: one sentence: exact, or the approximation.
         fits: whether :meth:`need` fits the device-memory budget (set by :func:`check_fit`).
@@ -97,6 +100,7 @@ class Prediction:
     host_memory: int = 0
     modelled_seconds: float = 0.0
     modelled_os_memory: int = 0
+    graph_bytes: int = 0
 
     @property
     def messages(self) -> int:
