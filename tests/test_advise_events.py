@@ -144,6 +144,7 @@ def test_data_parallel_prices_each_iteration_at_its_slowest_worker(tmp_path):
                  "collective_latency_s", "sample_call_s"):
         setattr(only_sampling, name, 0.0)
     only_sampling.gemm_flops = only_sampling.collective_bandwidth = only_sampling.memory_bandwidth = 1e30
+    only_sampling.host_transfer_bandwidth = 1e30
     prediction = predict_config(copy.deepcopy(config), only_sampling)
     per_call = launch(_sampled_edges_worker, 2, config, prepare_data(config), prediction.bytes_epoch,
                       device="cpu", timeout_s=180)
@@ -195,8 +196,9 @@ def test_lockstep_seconds_sums_each_steps_slowest_worker():
 
 def test_split_parallel_prices_each_mini_batch_at_its_slowest_split(tmp_path):
     """On a profile where only the sparse products cost anything, the prediction is the sum over the epoch's
-    mini-batches of the most edges a worker computes in it (the strategy's own splits, ``edges_per_split``), times
-    the layers' forward and backward passes over them: more than the evenly split total."""
+    mini-batches of the slowest worker's sparse products: per layer the edges it computes in the strategy's own
+    split (and its rows' self-loops), times the layer's forward and backward passes: more than the evenly split
+    total."""
     import torch
 
     from graphscale.data.sampler import MiniBatchLoader, NeighborSampler
@@ -214,6 +216,7 @@ def test_split_parallel_prices_each_mini_batch_at_its_slowest_split(tmp_path):
                  "sample_call_s", "sample_edge_s"):
         setattr(only_spmm, name, 0.0)
     only_spmm.gemm_flops = only_spmm.collective_bandwidth = only_spmm.memory_bandwidth = 1e30
+    only_spmm.host_transfer_bandwidth = 1e30
     prediction = predict_config(copy.deepcopy(config), only_spmm)
     data = prepare_data(config)
     graph = data.open_graph()
@@ -222,9 +225,28 @@ def test_split_parallel_prices_each_mini_batch_at_its_slowest_split(tmp_path):
     loader = MiniBatchLoader(torch.nonzero(graph.train_mask).flatten(), 16, seed=config.seed)
     sampler = NeighborSampler(graph, config.strategy.fanouts, seed=config.seed)
     epoch = prediction.bytes_epoch
-    per_batch = [split_minibatch(sampler.sample(t, loader.batch_key(epoch, i)), plan, modes).edges_per_split()
-                 for i, t in enumerate(loader.batches(epoch))]
-    passes = 2 + 3  # the first layer's forward and weight gradient, the second's forward and two gradients
-    slowest = sum(int(e.max()) for e in per_batch)
-    assert prediction.seconds == pytest.approx(passes * slowest * only_spmm.spmm_edge_s, rel=1e-9)
-    assert slowest > sum(int(e.sum()) for e in per_batch) / 2
+    passes = (2, 3)  # the first layer's forward and weight gradient, the second's forward and two gradients
+    slowest, total = 0, 0
+    for i, targets in enumerate(loader.batches(epoch)):
+        split = split_minibatch(sampler.sample(targets, loader.batch_key(epoch, i)), plan, modes)
+        per_worker = []
+        for r in range(2):
+            own = split.local(r).own_counts  # each layer's sparse product: its computed edges and self-loops
+            per_worker.append(sum(p * (int(layer.computed[r]) + own[l + 1])
+                                  for l, (p, layer) in enumerate(zip(passes, split.layers))))
+        slowest, total = slowest + max(per_worker), total + sum(per_worker)
+    assert prediction.seconds == pytest.approx(slowest * only_spmm.spmm_edge_s, rel=1e-9)
+    assert slowest > total / 2
+
+
+def test_block_seconds_prices_each_layer_over_its_own_block():
+    """A sampled mini-batch's layers: the first over the input rows without its input's gradient, the next over the
+    (fewer) rows of its own block with it; less than pricing every layer over the input rows."""
+    from graphscale.advise.predict import block_seconds, layer_seconds
+
+    machine = synthetic()
+    layers, widths, outs = [(500, 5000, 5500), (50, 500, 550)], [64, 16], [16, 7]
+    expected = (layer_seconds(machine, 500, 5500, [64], [16], sources=5000)
+                + layer_seconds(machine, 50, 550, [16], [7], input_grad=True, sources=500))
+    assert block_seconds(machine, layers, widths, outs) == pytest.approx(expected, rel=1e-12)
+    assert block_seconds(machine, layers, widths, outs) < layer_seconds(machine, 5000, 6050, widths, outs)

@@ -216,6 +216,14 @@ def layer_seconds(machine, rows: float, edges: float, widths: list[int], outs: l
     return scale * total + fixed * machine.load_factor
 
 
+def block_seconds(machine, layers, widths: list[int], outs: list[int], workers: int = 1) -> float:
+    """One worker's forward and backward over a mini-batch's blocks, each layer priced over its own block:
+    ``layers`` holds each layer's ``(destination rows, source rows, edges)`` (:func:`layer_seconds` per layer, every
+    layer but the first with its input's gradient)."""
+    return sum(layer_seconds(machine, dst, edges, [d], [o], input_grad=i > 0, sources=src, workers=workers)
+               for i, ((dst, src, edges), d, o) in enumerate(zip(layers, widths, outs)))
+
+
 def lockstep_seconds(steps, step_seconds) -> float:
     """An epoch of workers that step in lock-step (a collective per step): the sum over ``steps`` of the slowest
     worker's ``step_seconds(*work)``, ``steps`` holding each worker's work of the step (``None``: none)."""

@@ -235,16 +235,19 @@ def predict(data, model, config, machine, epoch: int = 0):
     forms evaluated by replaying epoch ``epoch``'s seeded schedule and sampler on the host-shared structure (the
     micro-batches' input rows and blocks are a function of the seed; no feature row is read), each worker's
     cache classified as its setup builds it. The workers step in lock-step (a gradient all-reduce per iteration),
-    so each iteration costs its slowest worker's micro-batch: its layers and its sampling (the profile's
+    so each iteration costs its slowest worker's micro-batch: its layers, each over its own block
+    (:func:`~graphscale.advise.predict.block_seconds`), and its sampling (the profile's
     ``sample_call_s`` / ``sample_edge_s``); ``events``: the ``samples`` (micro-batches, each sampled by its
-    worker alone) and ``sampled_edges`` of the worker with the most sampled edges."""
+    worker alone) and ``sampled_edges`` of the worker with the most sampled edges. The input rows a worker reads
+    from host memory cross the host-device link on CUDA (``h2d_bandwidth``) and are row gathers on CPU, priced at the
+    profile's ``host_transfer_bandwidth``."""
     from graphscale.advise.predict import (
         Prediction,
         activation_bytes,
+        block_seconds,
         dims,
         element_size,
         host_seconds,
-        layer_seconds,
         lockstep_seconds,
         node_data_bytes,
         num_params,
@@ -286,9 +289,10 @@ def predict(data, model, config, machine, epoch: int = 0):
             if sc.cache == "quiver":
                 out[P2P] += parts["peer_pos"].numel() * row
                 out[CONTROL] += 8 * parts["peer_pos"].numel()
-            steps[k][r] = (blocks[0].src_ids.numel(), sum(b.num_edges for b in blocks))
-            rows[r][0] += steps[k][r][0]
-            rows[r][1] += steps[k][r][1]
+            sampled = sum(b.num_edges for b in blocks)
+            steps[k][r] = ([(b.num_dst, b.num_src, b.num_edges + b.num_dst) for b in blocks], sampled)
+            rows[r][0] += blocks[0].src_ids.numel()
+            rows[r][1] += sampled
             samples[r] += 1
             busiest = max(busiest, blocks[0].src_ids.numel())
     if sc.cache == "quiver":
@@ -298,13 +302,16 @@ def predict(data, model, config, machine, epoch: int = 0):
     mem = [node_data_bytes(c.ids.numel(), data.num_features, elem) + activation_bytes(busiest, widths, outs, elem)
            + busiest * data.num_features * elem + state_bytes(params, elem) for c in caches]
 
-    def step_seconds(step_rows: int, step_edges: int) -> float:  # one worker's micro-batch: sample, layers
-        return (layer_seconds(machine, step_rows, step_edges, widths, outs, workers=world)
-                + host_seconds(machine, machine.sample_call_s, machine.sample_edge_s, 1, step_edges, world))
+    def step_seconds(layers, sampled: int) -> float:  # one worker's micro-batch: sample, layers
+        return (block_seconds(machine, layers, widths, outs, workers=world)
+                + host_seconds(machine, machine.sample_call_s, machine.sample_edge_s, 1, sampled, world))
 
     seconds = lockstep_seconds(steps, step_seconds)  # a gradient all-reduce per iteration
+    # the input rows a worker reads from host memory: over the host-device link on CUDA; on CPU row gathers, at
+    # the profile's measured rate of offload's host-array gathers (not a plain copy's)
+    gather = machine.h2d_bandwidth or machine.host_transfer_bandwidth or machine.memory_bandwidth
     busiest_worker = max(range(world), key=lambda r: (rows[r][1], samples[r]))
-    seconds = prediction_time(machine, seconds + out.get("h2d", 0) / world / machine.memory_bandwidth,
+    seconds = prediction_time(machine, seconds + out.get("h2d", 0) / world / gather,
                               sum(out.values()) / world - out.get("h2d", 0) / world, len(iterations) + 1,
                               len(iterations))
     return Prediction("data-parallel", world, {"cache": sc.cache, "batch_size": sc.batch_size}, max(mem), mem, out,

@@ -2,8 +2,9 @@
 forms evaluated by replaying epoch ``epoch``'s seeded loader and sampler and splitting every mini-batch with the
 run's :class:`~.split.SplitPlan` (:func:`~.split.split_minibatch`, the strategy's own split), on the host-shared
 structure; no feature row is read. The workers step in lock-step (shuffles and a gradient all-reduce per
-mini-batch), so each mini-batch costs its slowest worker's split: its layers over its own input rows and the edges
-it computes (a partition's share, uneven on a skewed graph), and its sampling of the whole mini-batch (the seeded
+mini-batch), so each mini-batch costs its slowest worker's split: each layer over its own rows of the layer's
+source and destination levels and the edges it computes there (a partition's share, uneven on a skewed graph;
+:func:`~graphscale.advise.predict.block_seconds`), and its sampling of the whole mini-batch (the seeded
 sampler is rank-agnostic: each worker samples the whole mini-batch before splitting it; ``events``: ``samples``
 calls of the sampler, ``sampled_edges`` in the blocks they return), priced at the profile's ``sample_call_s`` /
 ``sample_edge_s``; plus the transfers."""
@@ -13,10 +14,10 @@ from __future__ import annotations
 from graphscale.advise.predict import (
     Prediction,
     activation_bytes,
+    block_seconds,
     dims,
     element_size,
     host_seconds,
-    layer_seconds,
     lockstep_seconds,
     node_data_bytes,
     num_params,
@@ -49,13 +50,15 @@ def predict(data, model, config, machine, epoch: int = 0):
     for i, targets in enumerate(batches):
         blocks = sampler.sample(targets, loader.batch_key(epoch, i))
         split = split_minibatch(blocks, plan, modes)
-        sampled, computed = sum(b.num_edges for b in blocks), split.edges_per_split()
+        sampled = sum(b.num_edges for b in blocks)
         steps.append([])
         for r in range(world):
             local = split.local(r)
             out["h2d"] += local.miss_ids.numel() * row
             out["h2d_struct"] += local.structure_bytes()
-            steps[-1].append((local.own_counts[0], int(computed[r]), sampled))
+            own = local.own_counts  # own rows per level: a layer's sources, then its destinations
+            layers = [(own[l + 1], own[l], int(lay.computed[r]) + own[l + 1]) for l, lay in enumerate(split.layers)]
+            steps[-1].append((layers, sampled))
         out["shuffle"] += sum(lay.shuffle_rows() * widths[l] * elem * (2 if back[l] else 1)
                               for l, lay in enumerate(split.layers))
         edges += sum(b.num_edges for b in blocks)
@@ -68,8 +71,8 @@ def predict(data, model, config, machine, epoch: int = 0):
     mem = [node_data_bytes(c, data.num_features, elem) + activation_bytes(busiest / world, w, o, elem)
            + state_bytes(params, elem) for c in cached]
 
-    def step_seconds(rows: int, computed: int, sampled: int) -> float:  # one worker's split: sample, layers
-        return (layer_seconds(machine, rows, computed, w, o, workers=world)
+    def step_seconds(layers, sampled: int) -> float:  # one worker's split: sample, layers
+        return (block_seconds(machine, layers, w, o, workers=world)
                 + host_seconds(machine, machine.sample_call_s, machine.sample_edge_s, 1, sampled, world))
 
     compute = lockstep_seconds(steps, step_seconds)  # shuffles and a gradient all-reduce per mini-batch
