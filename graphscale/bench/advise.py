@@ -20,9 +20,10 @@ ran, with the load average (1 minute) before and after the dataset's runs: the m
 predicted against measured by ratios and ranks within one table. The issue's default graphs are Cora, a 200k-vertex SBM and a 200k-vertex R-MAT (``--datasets`` takes smaller
 ones: ``--nodes`` resizes the two synthetic defaults).
 
-Example (the default graphs take about an hour on 2 cores; this one a few minutes)::
+Example (the default graphs take about 7 minutes on 2 cores with ``--epochs 10``; ``--profile`` adds the machine's
+profile and calibration, about 1.5 minutes)::
 
-    graphscale bench advise --nodes 20000 --epochs 6 --profile
+    graphscale bench advise --profile --epochs 10 --warmup 2
 """
 
 from __future__ import annotations
