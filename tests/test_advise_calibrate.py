@@ -117,7 +117,7 @@ def test_a_real_calibration_runs_each_strategy_on_both_probe_graphs(tmp_path):
 def test_calibration_runs_once_per_model_and_worker_count_and_is_saved(tmp_path, monkeypatch):
     calls = []
 
-    def fake(machine, config, workers, tiny=False, strategies=None):
+    def fake(machine, config, workers, tiny=False, strategies=None, warn=None):
         calls.append((workers, tuple(strategies)))
         return {f"{s}@{1 if s == 'single' else workers}": {"intercept_s": 0.0, "slope": 1.0, "probes": []}
                 for s in strategies}
@@ -146,7 +146,7 @@ def test_a_synthetic_profile_is_never_calibrated(tmp_path, monkeypatch):
 
 
 def test_advise_prints_the_calibration_notice(tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(calibrate, "calibrate", lambda machine, config, workers, tiny=False, strategies=None: {})
+    monkeypatch.setattr(calibrate, "calibrate", lambda machine, config, workers, tiny=False, strategies=None, warn=None: {})
     monkeypatch.setattr("graphscale.advise.profile.measure", lambda device, tiny=False: _measured_profile())
     code = main(["advise", "--dataset", SBM, "--workers", "2", "--hidden", "8", "--cache-dir", str(tmp_path / "c")])
     assert code == 0
@@ -189,3 +189,47 @@ def test_a_line_through_noisy_probes_prices_nothing_free():
     assert calibrate.line([[2.0, 4.0], [2.0, 2.0]], cost=False) == (3.0, 0.0)  # one size: the mean
     assert calibrate.line([[1.0, 5.0], [2.0, 4.0]], cost=True) == (0.0, 2.0)  # noise: the large probe's ratio
     assert calibrate.line([[2.0, 5.0], [2.0, 6.0]], cost=True) == (0.0, 3.0)  # one modelled size: its ratio
+
+
+def test_a_model_a_strategy_cannot_run_leaves_it_uncalibrated_with_a_warning(tmp_path, monkeypatch):
+    """SAGE has no decoupled form, so task-parallel's prediction raises: the calibration records why, warns once,
+    and calibrates the others (advise with a real profile used to fail here)."""
+    monkeypatch.setattr(calibrate, "probe", lambda config: (0.01, None))
+    config = build_config({"model": {"name": "sage", "hidden": 8}, "cache_dir": str(tmp_path / "cache"),
+                           "progress": False})
+    warnings = []
+    lines = calibrate.calibrate(_measured_profile(), config, 2, tiny=True,
+                                strategies=["graph-parallel", "task-parallel"], warn=warnings.append)
+    assert "intercept_s" in lines["graph-parallel@2"]
+    assert "decoupled" in lines["task-parallel@2"]["error"]
+    assert len(warnings) == 1 and warnings[0].startswith("calibration: task-parallel@2 on sbm:")
+
+
+def test_a_probe_runs_the_model_and_nothing_else_of_the_users_options(tmp_path):
+    """The probe configuration keeps the model, dtype, device, seed and cache directory; the user's features,
+    output files, checkpoints and strategy options are not the probe's; it may oversubscribe the cores."""
+    config = build_config({"data": {"dataset": SBM, "features": "onehot"}, "model": {"name": "gat", "hidden": 8},
+                           "json": str(tmp_path / "r.json"), "checkpoint": str(tmp_path / "ck"), "seed": 3,
+                           "strategy": {"name": "offload", "workers": 2, "chunks": 4},
+                           "cache_dir": str(tmp_path / "cache")})
+    probe = calibrate.probe_config(config, "sbm:nodes=300,degree=6,features=16,seed=7")
+    assert probe.model == config.model and probe.seed == 3 and probe.cache_dir == config.cache_dir
+    assert probe.data.dataset.startswith("sbm:nodes=300") and probe.data.features != "onehot"
+    assert probe.json is None and probe.checkpoint is None and not probe.resume and not probe.progress
+    assert probe.strategy.chunks != 4 and probe.oversubscribe and probe.device == "cpu"
+    assert probe.optim.epochs == calibrate.PROBE_EPOCHS
+
+
+def test_the_memory_left_out_is_never_extrapolated_below_the_probes_and_counts_in_the_budget(tmp_path):
+    """A falling residual line is held at the smallest residual the probes measured; on CPU ``need`` (the budget
+    check) holds the positive part, on CUDA the tracked memory alone."""
+    config = _base(tmp_path, "graph-parallel", 2)
+    machine = _measured_profile()
+    falling = {"intercept_bytes": 50 << 20, "slope": -1000.0, "probes": [[1, 50 << 20], [2, 10 << 20]]}
+    machine.calibration = {model_key(config): {run_key(config): {"intercept_s": 0.0, "slope": 1.0, "probes": [],
+                                                                 "memory": falling}}}
+    prediction = predict_config(copy.deepcopy(config), machine)
+    assert prediction.os_memory == prediction.modelled_os_memory + (10 << 20)  # 50 MiB - 1000 x graph bytes < 10 MiB
+    assert prediction.need("cpu") == prediction.memory + (10 << 20)
+    assert prediction.need("cuda") == prediction.memory
+    assert not prediction.check_fit(prediction.memory + (5 << 20), "cpu").fits

@@ -21,9 +21,9 @@ for a line in them: 449 and 454 MiB for data-parallel, measured 436 and 518), ad
 (``Prediction.modelled_os_memory`` keeps it); a ``single`` probe runs in the calibrating process, whose peak is not
 the run's, so ``single`` keeps its model.
 
-A profile keeps one calibration per graphscale version, model and worker count (:func:`~.configs.model_key`, :func:`~.configs.run_key`);
-:func:`ensure_calibrated` runs the probes the first time a model and worker count is asked for (about a minute
-on 2 cores) and saves them with the profile; the probe graphs and their stores stay in the run's cache directory,
+A profile keeps one calibration per graphscale version, model (its options, dtype and device) and worker count (:func:`~.configs.model_key`, :func:`~.configs.run_key`);
+:func:`ensure_calibrated` runs the probes the first time a model and worker count is asked for (about 70 s on 2
+cores) and saves them with the profile; the probe graphs and their stores stay in the run's cache directory,
 reused by a later calibration. A synthetic profile (tests) is never calibrated
 (``Machine.calibration is None``).
 """
@@ -33,7 +33,7 @@ from __future__ import annotations
 import copy
 import statistics
 
-from graphscale.advise.configs import candidates, model_key, predict_config, run_key
+from graphscale.advise.configs import candidates, device_kind, model_key, predict_config, run_key
 
 #: the two probe graphs (normal, ``tiny``): a small one, where fixed costs dominate, and a large one
 PROBE_GRAPHS = {False: ("sbm:nodes=4000,degree=10,features=64,seed=7", "sbm:nodes=100000,degree=10,features=64,seed=7"),
@@ -49,17 +49,17 @@ def calibrated_profile(config, workers: int, refresh: bool = False, warn=None, n
     from graphscale.advise.profile import cached_profile, profile_path, save_profile
     from graphscale.data.cache import resolve_cache_dir
 
-    cache, device = resolve_cache_dir(config), "cuda" if str(config.device).startswith("cuda") else "cpu"
+    cache, device = resolve_cache_dir(config), device_kind(config)
     machine = cached_profile(cache, device, refresh=refresh, warn=warn)
     ensure_calibrated(machine, config, workers, save=lambda m: save_profile(m, profile_path(cache, device)),
-                      note=note)
+                      note=note, warn=warn)
     return machine
 
 
-def ensure_calibrated(machine, config, workers: int, save=None, note=None, tiny: bool = False) -> bool:
+def ensure_calibrated(machine, config, workers: int, save=None, note=None, tiny: bool = False, warn=None) -> bool:
     """Calibrate ``machine`` for every candidate of ``config`` on ``workers`` workers that it has no line for
     (never a synthetic profile: ``calibration is None``); ``save(machine)`` keeps the result, ``note`` gets a
-    one-line notice before the probes run. Returns whether it ran the probes."""
+    one-line notice before the probes run, ``warn`` a probe run that failed. Returns whether it ran the probes."""
     if machine.calibration is None:
         return False
     lines = machine.calibration.setdefault(model_key(config), {})
@@ -68,8 +68,8 @@ def ensure_calibrated(machine, config, workers: int, save=None, note=None, tiny:
         return False
     if note is not None:
         note(f"calibrating the time models of {', '.join(missing)} for {config.model.name} on {workers} worker(s) "
-             "on this host (once per host, model and worker count: about a minute)")
-    lines.update(calibrate(machine, config, workers, tiny=tiny, strategies=missing))
+             "on this host (once per host, model and worker count: about 70 s on 2 cores)")
+    lines.update(calibrate(machine, config, workers, tiny=tiny, strategies=missing, warn=warn))
     machine.how[f"calibration {model_key(config)}"] = how(tiny)
     if save is not None:
         save(machine)
@@ -82,32 +82,47 @@ def how(tiny: bool) -> str:
             f"after {PROBE_WARMUP} against the model's time, a line through the two")
 
 
-def calibrate(machine, config, workers: int, tiny: bool = False, strategies=None) -> dict:
+def probe_config(config, spec: str):
+    """The configuration of a probe run on ``spec``: ``config``'s model, dtype, device, backend, seed and cache
+    directory, every other option at its default (the user's features, output files or checkpoints are not the
+    probe's); oversubscribed like the runs advised when the workers outnumber the cores."""
+    from graphscale.config import build_config
+
+    base = build_config({"data": {"dataset": spec}, "progress": False, "oversubscribe": True})
+    base.model = copy.deepcopy(config.model)
+    base.dtype, base.backend, base.seed, base.cache_dir = config.dtype, config.backend, config.seed, config.cache_dir
+    base.device = device_kind(config)
+    base.optim.epochs = PROBE_EPOCHS
+    return base
+
+
+def calibrate(machine, config, workers: int, tiny: bool = False, strategies=None, warn=None) -> dict:
     """``{"strategy@workers": {"intercept_s", "slope", "probes": [[modelled, measured], ...], "memory": {...}}}``
     for ``config``'s model's candidates on ``workers`` workers (module docstring); ``memory``: the line of the
     measured peak resident set less the modelled one against the graph's bytes (``Prediction.graph_bytes``;
     ``intercept_bytes``, ``slope`` in bytes per graph byte, ``probes`` ``[[graph bytes, residual], ...]``), for the
     runs in spawned workers; a strategy whose probe run
     failed (e.g. more workers than cores without ``--oversubscribe``) gets ``{"error": the one-line reason}``
-    instead, and its predictions stay uncalibrated; ``strategies``: only these (default: every candidate)."""
+    instead (``warn`` gets it in one line), and its predictions stay uncalibrated; ``strategies``: only these
+    (default: every candidate)."""
     points: dict[str, list] = {}
     memory: dict[str, list] = {}
     failed: dict[str, str] = {}
     for spec in PROBE_GRAPHS[tiny]:
-        base = copy.deepcopy(config)
-        base.data.dataset, base.optim.epochs, base.progress = spec, PROBE_EPOCHS, False
-        base.json = base.tensorboard = base.checkpoint = None
-        base.resume = False
+        base = probe_config(config, spec)
         for candidate in candidates(base, workers):
             if strategies is not None and candidate.strategy.name not in strategies:
                 continue
             if run_key(candidate) in failed:
                 continue
-            prediction = predict_config(candidate, machine)
             try:
+                prediction = predict_config(candidate, machine)
                 seconds, rss = probe(candidate)
-            except Exception as err:  # noqa: BLE001 - a run this host refuses or fails is left uncalibrated
+            except Exception as err:  # noqa: BLE001 - a configuration this model cannot run is left uncalibrated
                 failed[run_key(candidate)] = f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
+                if warn is not None:
+                    warn(f"calibration: {run_key(candidate)} on {spec} failed ({failed[run_key(candidate)]}); "
+                         "its predictions keep the model's time")
                 continue
             points.setdefault(run_key(candidate), []).append([prediction.modelled_seconds, seconds])
             if candidate.strategy.workers > 1 and rss:  # spawned workers: the peak is the run's own

@@ -67,22 +67,33 @@ def predict_config(config: RunConfig, machine) -> Prediction:
     prediction.os_memory = prediction.modelled_os_memory = device_side + prediction.host_memory + machine.process_rss
     prediction.graph_bytes = graph_bytes(data, next(model.parameters()).element_size())
     line = calibration_line(machine, config).get("memory")
-    if line is not None:
-        left_out = line["intercept_bytes"] + line["slope"] * prediction.graph_bytes
+    if line is not None:  # never below what the probes measured: a line is not extrapolated into a saving
+        left_out = max(line["intercept_bytes"] + line["slope"] * prediction.graph_bytes,
+                       min(r for _, r in line["probes"]))
         prediction.os_memory = max(int(prediction.os_memory + left_out), 0)
         prediction.notes.append("os_memory: the model's plus what the profile's calibration of this strategy "
                                 "measured it to leave out at this graph's size")
     return prediction
 
 
+def device_kind(config, workers: int = 1) -> str:
+    """``"cpu"`` or ``"cuda"``: the device ``config``'s workers would train on (``auto`` resolved as a run does)."""
+    from graphscale.distributed.launch import resolve_device
+
+    return resolve_device(config.device, workers, None if config.backend == "auto" else config.backend)
+
+
 def model_key(config) -> str:
-    """The profile's key of the calibrations of ``config``'s model: its name, widths, dtype and device, and the
-    graphscale version whose models were calibrated (another version's lines are measured again)."""
+    """The profile's key of the calibrations of ``config``'s model: every model option, the dtype, the device the
+    workers train on and the graphscale version whose models were calibrated (another version's lines are measured
+    again)."""
+    import json
+    from dataclasses import asdict
+
     from graphscale import __version__
 
-    model = config.model
-    return (f"graphscale {__version__}: {model.name} hidden={model.hidden} layers={model.layers} dtype={config.dtype} "
-            f"device={config.device}")
+    model = json.dumps(asdict(config.model), sort_keys=True, default=str)
+    return f"graphscale {__version__} {model} dtype={config.dtype} device={device_kind(config)}"
 
 
 def run_key(config) -> str:
@@ -93,7 +104,9 @@ def run_key(config) -> str:
 def calibration_line(machine, config) -> dict:
     """The profile's calibration of ``config``'s strategy, workers and model (:mod:`graphscale.advise.calibrate`;
     empty where it has none)."""
-    return (machine.calibration or {}).get(model_key(config), {}).get(run_key(config)) or {}
+    if not machine.calibration:
+        return {}
+    return machine.calibration.get(model_key(config), {}).get(run_key(config)) or {}
 
 
 def calibrated_seconds(machine, config, modelled: float) -> float | None:

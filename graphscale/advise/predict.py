@@ -116,10 +116,13 @@ class Prediction:
 
     def need(self, device: str = "cpu") -> int:
         """Bytes per worker the budget must hold: :attr:`memory`, and on CPU, where the budget is host memory, each
-        worker's share of :attr:`host_memory` (one copy per host, which its workers map)."""
-        if device == "cuda" or not self.host_memory:
+        worker's share of :attr:`host_memory` (one copy per host, which its workers map) and what the profile's
+        calibration measured the resident-set model to leave out (``os_memory - modelled_os_memory``, where
+        positive)."""
+        if device == "cuda":
             return self.memory
-        return self.memory + -(-self.host_memory // max(self.workers, 1))
+        left_out = max(self.os_memory - self.modelled_os_memory, 0) if self.modelled_os_memory else 0
+        return self.memory + -(-self.host_memory // max(self.workers, 1)) + left_out
 
     def check_fit(self, budget: int | None, device: str = "cpu") -> Prediction:
         """Set :attr:`fits` / :attr:`reason` against a per-worker budget in bytes (``None``: no budget) of
@@ -181,8 +184,9 @@ def layer_seconds(machine, rows: float, edges: float, widths: list[int], outs: l
     """One worker's compute time for ``rows`` destination rows over ``edges`` edges through every layer, in
     ``calls`` passes (chunks, mini-batches), when ``workers`` workers share the host's cores: a dense product
     ``2 rows d o`` FLOPs at the GEMM rate, the sparse product at the SpMM cost per edge and per edge-column, in the
-    order the layer runs them (:func:`graphscale.nn.order.cheaper_to_transform_first`, the layers' own choice: the
-    dense product over the sources and the sparse one at the output width when it transforms first), and the
+    order :func:`graphscale.nn.order.cheaper_to_transform_first` picks (what the GCN and SAGE layers run; the other
+    layers, whose order is fixed, are priced with the same choice): the dense product over the sources and the
+    sparse one at the output width when it transforms first, and the
     elementwise passes (keyed dropout, activation, allocations) at the profile's measured cost per element of the
     layer's input and output rows. Backward costs twice the forward's products, except in the first layer, whose input needs no
     gradient (its weight gradient only: one product more, no elementwise pass over the input; ``input_grad``: it
