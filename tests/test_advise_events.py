@@ -129,6 +129,18 @@ def _sampled_edges_worker(env, config, data, epoch: int) -> list[int]:
         NeighborSampler.sample = original
 
 
+def _only(cost: str):
+    """The synthetic profile with every time cost free but ``cost`` (a per-event seconds figure)."""
+    machine = synthetic()
+    for name in ("spmm_edge_s", "spmm_edge_col_s", "layer_call_s", "step_s", "elementwise_s", "sync_s",
+                 "collective_latency_s", "sample_call_s", "sample_edge_s"):
+        if name != cost:
+            setattr(machine, name, 0.0)
+    for name in ("gemm_flops", "collective_bandwidth", "memory_bandwidth", "host_transfer_bandwidth"):
+        setattr(machine, name, 1e30)
+    return machine
+
+
 def test_data_parallel_prices_each_iteration_at_its_slowest_worker(tmp_path):
     """The workers step in lock-step, so an iteration costs its slowest worker's micro-batch: on a profile where
     only sampled edges cost anything, the prediction is the sum over iterations of the most edges a worker sampled
@@ -139,12 +151,7 @@ def test_data_parallel_prices_each_iteration_at_its_slowest_worker(tmp_path):
     config = build_config({"data": {"dataset": SBM}, "model": {"hidden": 8},
                            "strategy": {"name": "data-parallel", "workers": 2, "batch_size": 16},
                            "optim": {"epochs": 1}, "cache_dir": str(tmp_path / "cache"), "progress": False})
-    only_sampling = synthetic()
-    for name in ("spmm_edge_s", "spmm_edge_col_s", "layer_call_s", "step_s", "elementwise_s", "sync_s",
-                 "collective_latency_s", "sample_call_s"):
-        setattr(only_sampling, name, 0.0)
-    only_sampling.gemm_flops = only_sampling.collective_bandwidth = only_sampling.memory_bandwidth = 1e30
-    only_sampling.host_transfer_bandwidth = 1e30
+    only_sampling = _only("sample_edge_s")
     prediction = predict_config(copy.deepcopy(config), only_sampling)
     per_call = launch(_sampled_edges_worker, 2, config, prepare_data(config), prediction.bytes_epoch,
                       device="cpu", timeout_s=180)
@@ -211,12 +218,7 @@ def test_split_parallel_prices_each_mini_batch_at_its_slowest_split(tmp_path):
     config = build_config({"data": {"dataset": SBM}, "model": {"hidden": 8},
                            "strategy": {"name": "split-parallel", "workers": 2, "batch_size": 16},
                            "optim": {"epochs": 1}, "cache_dir": str(tmp_path / "cache"), "progress": False})
-    only_spmm = synthetic()
-    for name in ("spmm_edge_col_s", "layer_call_s", "step_s", "elementwise_s", "sync_s", "collective_latency_s",
-                 "sample_call_s", "sample_edge_s"):
-        setattr(only_spmm, name, 0.0)
-    only_spmm.gemm_flops = only_spmm.collective_bandwidth = only_spmm.memory_bandwidth = 1e30
-    only_spmm.host_transfer_bandwidth = 1e30
+    only_spmm = _only("spmm_edge_s")
     prediction = predict_config(copy.deepcopy(config), only_spmm)
     data = prepare_data(config)
     graph = data.open_graph()
