@@ -200,3 +200,17 @@ def run(config: RunConfig) -> dict:
 def write_json(report: dict, path: str | os.PathLike) -> None:
     """Write ``report`` atomically (temporary file, then rename)."""
     write_json_atomic(path, report)
+
+
+def median_epoch_seconds(report: dict, warmup: int) -> float:
+    """The median epoch time of a report's epochs after the first ``warmup`` (steady state: allocations, caches
+    and lazy set-up belong to the first epochs)."""
+    import statistics
+
+    return statistics.median([e["seconds"] for e in report["epochs"]][warmup:])
+
+
+def largest_peak_rss(report: dict) -> int | None:
+    """The largest worker's peak resident set (``VmHWM``) in a report; ``None`` where the OS did not say."""
+    peaks = [m.get("peak_rss") for m in report["final"].get("os_memory_per_worker") or [] if m]
+    return max((p for p in peaks if p), default=None)

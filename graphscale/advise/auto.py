@@ -49,14 +49,14 @@ def resolve(overrides: dict, config_file=None) -> tuple[dict, dict]:
 def measured(report: dict, bytes_epoch: int | None = None) -> dict:
     """A run's measured figures, in the prediction's terms."""
     from graphscale.metrics.ledger import moved_bytes
+    from graphscale.run import largest_peak_rss
 
     times = [e["seconds"] for e in report["epochs"]]
     final = report["final"]
-    rss = [m.get("peak_rss") for m in final.get("os_memory_per_worker") or [] if m]
     epochs = report["epochs"]
     ledger = epochs[-1 if bytes_epoch is None else bytes_epoch]["bytes"] if epochs else {}
     return {"seconds": min(times[1:] if len(times) > 1 else times) if times else None,
-            "os_memory": max((r for r in rss if r), default=None),
+            "os_memory": largest_peak_rss(report),
             "memory": max(final["peak_memory_per_worker"] or [0]),
             "bytes": ledger, "moved_bytes": moved_bytes(ledger)}
 

@@ -12,7 +12,7 @@ median epoch after :data:`PROBE_WARMUP` warm-up ones (the span ``train_epoch`` m
 and records, per strategy, the line through the two ``(modelled, measured)`` points
 (:func:`~.host_costs.cost_line`: intercept = the seconds per epoch the model leaves out whatever the size, slope =
 the factor on what it prices). A prediction's ``seconds`` is its model's time on that line
-(:func:`~.configs.calibrated_seconds`; ``Prediction.modelled_seconds`` keeps the model's). The probe graphs are not the
+(:func:`~.configs.predict_config`; ``Prediction.modelled_seconds`` keeps the model's). The probe graphs are not the
 graphs ``bench advise`` checks the predictions on (Cora, 200k-vertex SBM and R-MAT). The same probes give each
 multi-worker strategy a line for what its resident-set model leaves out: the largest worker's measured peak less
 the modelled one, against the graph's bytes (feature rows and CSR structure, ``Prediction.graph_bytes``: what a
@@ -31,7 +31,6 @@ reused by a later calibration. A synthetic profile (tests) is never calibrated
 from __future__ import annotations
 
 import copy
-import statistics
 
 from graphscale.advise.configs import candidates, device_kind, model_key, predict_config, run_key
 
@@ -101,9 +100,8 @@ def calibrate(machine, config, workers: int, tiny: bool = False, strategies=None
     for ``config``'s model's candidates on ``workers`` workers (module docstring); ``memory``: the line of the
     measured peak resident set less the modelled one against the graph's bytes (``Prediction.graph_bytes``;
     ``intercept_bytes``, ``slope`` in bytes per graph byte, ``probes`` ``[[graph bytes, residual], ...]``), for the
-    runs in spawned workers; a strategy whose probe run
-    failed (e.g. more workers than cores without ``--oversubscribe``) gets ``{"error": the one-line reason}``
-    instead (``warn`` gets it in one line), and its predictions stay uncalibrated; ``strategies``: only these
+    runs in spawned workers; a configuration whose prediction or probe run failed (a model a strategy cannot run:
+    SAGE has no decoupled form for task-parallel) gets ``{"error": the one-line reason}`` instead (``warn`` gets it in one line), and its predictions stay uncalibrated; ``strategies``: only these
     (default: every candidate)."""
     points: dict[str, list] = {}
     memory: dict[str, list] = {}
@@ -161,9 +159,7 @@ def line(probes: list, cost: bool) -> tuple[float, float]:
 def probe(config) -> tuple[float, int | None]:
     """One run of ``config``: the median epoch time after :data:`PROBE_WARMUP` (``train_epoch``'s span, the
     slowest worker's) and the largest worker's peak resident set (``VmHWM``; ``None`` where the OS did not say)."""
-    from graphscale.run import run
+    from graphscale.run import largest_peak_rss, median_epoch_seconds, run
 
     report = run(config)
-    peaks = [m.get("peak_rss") for m in report["final"].get("os_memory_per_worker") or [] if m]
-    return (statistics.median([e["seconds"] for e in report["epochs"]][PROBE_WARMUP:]),
-            max((p for p in peaks if p), default=None))
+    return median_epoch_seconds(report, PROBE_WARMUP), largest_peak_rss(report)

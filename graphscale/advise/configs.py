@@ -4,7 +4,8 @@
 store, graph directory and shared plans, reused by the run that follows; a ``single`` run is priced from the
 host-shared graph directory instead of loading the graph into memory), builds the model as a worker does, and
 calls the strategy's ``predict``; the epoch time is then put on the profile's calibration line of the strategy
-(:func:`calibrated_seconds`, :mod:`graphscale.advise.calibrate`) where the profile has one.
+(:func:`calibration_line`, :mod:`graphscale.advise.calibrate`) where the profile has one, and the resident set
+gets what the calibration measured the model to leave out.
 """
 
 from __future__ import annotations
@@ -59,17 +60,17 @@ def predict_config(config: RunConfig, machine) -> Prediction:
                         seed=config.seed, dtype=getattr(torch, config.dtype), decoupled=is_decoupled(config))
     prediction = predictor(config.strategy.name)(data, model, config, machine)
     prediction.modelled_seconds = prediction.seconds
-    calibrated = calibrated_seconds(machine, config, prediction.seconds)
-    if calibrated is not None:
-        prediction.seconds = calibrated
+    line = calibration_line(machine, config)
+    if "intercept_s" in line:  # none, or its probe run failed: the model's time
+        prediction.seconds = max(line["intercept_s"] + line["slope"] * prediction.seconds, 0.0)
         prediction.notes.append("seconds: the model's time on the profile's calibration line of this strategy")
     device_side = 0 if str(config.device).startswith("cuda") else prediction.memory  # on CUDA the GPU holds it
     prediction.os_memory = prediction.modelled_os_memory = device_side + prediction.host_memory + machine.process_rss
     prediction.graph_bytes = graph_bytes(data, next(model.parameters()).element_size())
-    line = calibration_line(machine, config).get("memory")
-    if line is not None:  # never below what the probes measured: a line is not extrapolated into a saving
-        left_out = max(line["intercept_bytes"] + line["slope"] * prediction.graph_bytes,
-                       min(r for _, r in line["probes"]))
+    memory = line.get("memory")
+    if memory is not None:  # never below what the probes measured: a line is not extrapolated into a saving
+        left_out = max(memory["intercept_bytes"] + memory["slope"] * prediction.graph_bytes,
+                       min(r for _, r in memory["probes"]))
         prediction.os_memory = max(int(prediction.os_memory + left_out), 0)
         prediction.notes.append("os_memory: the model's plus what the profile's calibration of this strategy "
                                 "measured it to leave out at this graph's size")
@@ -107,15 +108,6 @@ def calibration_line(machine, config) -> dict:
     if not machine.calibration:
         return {}
     return machine.calibration.get(model_key(config), {}).get(run_key(config)) or {}
-
-
-def calibrated_seconds(machine, config, modelled: float) -> float | None:
-    """``modelled`` on the calibration line of ``config``'s strategy, workers and model (module docstring);
-    ``None`` when the profile has none."""
-    line = calibration_line(machine, config)
-    if "intercept_s" not in line:  # none, or its probe run failed
-        return None
-    return max(line["intercept_s"] + line["slope"] * modelled, 0.0)
 
 
 def graph_bytes(data, elem: int) -> int:

@@ -8,8 +8,9 @@ strategy it prints:
 
 * ``bytes pred`` / ``bytes meas``: bytes moved per epoch (predicted; the Ledger of the run's last epoch, or of
   the epoch the prediction replayed for the sampled strategies);
-* ``mem pred`` / ``mem meas``: the largest worker's peak resident set (predicted: the tracked model plus the
-  profile's per-worker process baseline; measured: the kernel's ``VmHWM`` of the largest worker);
+* ``mem pred`` / ``mem meas``: the largest worker's peak resident set (predicted: ``Prediction.os_memory``, the
+  tracked model, host arrays and the profile's per-worker process baseline, plus what the profile's calibration
+  measured the model to leave out; measured: the kernel's ``VmHWM`` of the largest worker);
 * ``s model`` / ``s pred`` / ``s meas``: epoch time (the strategy's model; predicted: the model on the profile's
   calibration line of the strategy, :mod:`graphscale.advise.calibrate`, measured on other graphs; measured: the median of the epochs after ``--warmup`` warm-up ones; every
   strategy's epoch is the span of its ``train_epoch`` the report's ``seconds`` measure, evaluation outside it);
@@ -97,19 +98,6 @@ def spearman(xs: list[float], ys: list[float]) -> float | None:
     return cov / var if var else None
 
 
-def measured_seconds(report: dict, warmup: int) -> float:
-    """The median of the epochs after the first ``warmup`` (steady state: allocations, caches and lazy set-up
-    belong to the first epochs)."""
-    times = [e["seconds"] for e in report["epochs"]]
-    return statistics.median(times[warmup:])
-
-
-def measured_memory(report: dict) -> int | None:
-    """The largest worker's exact peak resident set (``VmHWM``), ``None`` where the OS did not say."""
-    peaks = [m.get("peak_rss") for m in report["final"].get("os_memory_per_worker") or [] if m]
-    return max((p for p in peaks if p), default=None)
-
-
 def measure_dataset(args: argparse.Namespace, dataset: str) -> tuple[list[dict], float | None]:
     """The rows of one dataset and its Spearman of predicted against measured epoch times."""
     from graphscale.advise.command import advise, option_words
@@ -136,10 +124,11 @@ def measure_dataset(args: argparse.Namespace, dataset: str) -> tuple[list[dict],
             rows.append(dict(row, error=report["error"]))
             continue
         from graphscale.metrics.ledger import moved_bytes
+        from graphscale.run import largest_peak_rss, median_epoch_seconds
 
         epoch = -1 if prediction.bytes_epoch is None else prediction.bytes_epoch
-        row.update(bytes_meas=moved_bytes(report["epochs"][epoch]["bytes"]), mem_meas=measured_memory(report),
-                   s_meas=measured_seconds(report, args.warmup), error=None)
+        row.update(bytes_meas=moved_bytes(report["epochs"][epoch]["bytes"]), mem_meas=largest_peak_rss(report),
+                   s_meas=median_epoch_seconds(report, args.warmup), error=None)
         rows.append(row)
     ok = [r for r in rows if not r.get("error")]
     return rows, spearman([r["s_pred"] for r in ok], [r["s_meas"] for r in ok])

@@ -41,6 +41,7 @@ from graphscale.bench.memory import train_once
 from graphscale.bench.table import save_figure, split_specs
 from graphscale.metrics.table import format_table
 from graphscale.metrics.units import format_bytes
+from graphscale.run import largest_peak_rss
 
 #: the nested (hierarchical-community) SBM of the full grid: 20k vertices, 3 levels of communities, 8 classes
 NESTED_SBM = "sbm:nodes=20000,degree=10,classes=8,levels=3,homophily=0.9,features=64"
@@ -115,14 +116,14 @@ def measure(args: argparse.Namespace) -> tuple[list[dict], list[dict]]:
             rows.append({"dataset": dataset, "model": model, "run": "single", "partitioner": "", "p": 1, "q": 1,
                          "correction": 0, "test_acc": base, "gap_points": 0.0,
                          "reach_epoch": statistics.mean(_first_epoch(r, target) or 0 for r in singles),
-                         "bytes_per_epoch": 0, "rss_peak": _rss(singles[0])})
+                         "bytes_per_epoch": 0, "rss_peak": largest_peak_rss(singles[0])})
             curves.append({"label": f"{dataset} {model} single", "report": singles[0]})
             for partitioner in [p for p in args.partitioners.split(",") if p]:
                 for p in args.parts:
                     gp = train_once(dataset, "graph-parallel", p, 2, model, extra=["--partitioner", partitioner],
                                     timeout=args.timeout)
                     gp_bytes = None if "error" in gp else _total(gp["final"]["bytes_per_epoch"])
-                    gp_rss = None if "error" in gp else _rss(gp)
+                    gp_rss = None if "error" in gp else largest_peak_rss(gp)
                     for q in [q for q in args.workers if q <= p]:
                         for steps, state in [(c, o) for c in args.correction_steps
                                              for o in args.optimizer_states.split(",") if o]:
@@ -141,7 +142,7 @@ def measure(args: argparse.Namespace) -> tuple[list[dict], list[dict]]:
                             rows.append({**row, "test_acc": acc, "gap_points": 100 * (acc - base),
                                          "reach_epoch": statistics.mean(reach) if None not in reach else None,
                                          "bytes_per_epoch": _total(reports[0]["final"]["bytes_per_epoch"]),
-                                         "graph_parallel_bytes": gp_bytes, "rss_peak": _rss(reports[0]),
+                                         "graph_parallel_bytes": gp_bytes, "rss_peak": largest_peak_rss(reports[0]),
                                          "graph_parallel_rss": gp_rss})
                             curves.append({"label": f"{dataset} {model} {partitioner} p={p} q={q}"
                                                     + (f" +{steps} corr" if steps else "")
@@ -153,11 +154,6 @@ def measure(args: argparse.Namespace) -> tuple[list[dict], list[dict]]:
 def _total(bytes_per_epoch) -> int:
     """Bytes per epoch of a report (summed over the Ledger's categories)."""
     return int(sum(bytes_per_epoch.values())) if isinstance(bytes_per_epoch, dict) else int(bytes_per_epoch or 0)
-
-
-def _rss(report: dict) -> int | None:
-    peaks = [m.get("peak_rss") for m in report["final"].get("os_memory_per_worker") or [] if m]
-    return max(peaks) if peaks else None
 
 
 def _display(rows: list[dict]) -> list[dict]:

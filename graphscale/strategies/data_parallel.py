@@ -269,9 +269,9 @@ def predict(data, model, config, machine, epoch: int = 0):
     row = data.num_features * elem
     out = {"h2d": sum(c.ids.numel() for c in caches) * row, "h2d_struct": 0, P2P: 0,
            CONTROL: allreduce_bytes_per_epoch(1, world, 8)}
-    rows = [[0, 0] for _ in range(world)]  # per worker: input rows, edges (summed over its micro-batches)
+    sampled_edges = [0] * world  # per worker, over its micro-batches
     samples = [0] * world  # per worker: the micro-batches it samples
-    steps = []  # per iteration: each worker's (input rows, edges) of its micro-batch
+    steps = []  # per iteration: each worker's micro-batch (its blocks' rows and edges, its sampled edges)
     busiest = 0
     out["h2d"] = 0  # the cache fill happens at setup, outside every epoch
     iterations = schedule.iterations(epoch)
@@ -291,8 +291,7 @@ def predict(data, model, config, machine, epoch: int = 0):
                 out[CONTROL] += 8 * parts["peer_pos"].numel()
             sampled = sum(b.num_edges for b in blocks)
             steps[k][r] = ([(b.num_dst, b.num_src, b.num_edges + b.num_dst) for b in blocks], sampled)
-            rows[r][0] += blocks[0].src_ids.numel()
-            rows[r][1] += sampled
+            sampled_edges[r] += sampled
             samples[r] += 1
             busiest = max(busiest, blocks[0].src_ids.numel())
     if sc.cache == "quiver":
@@ -310,7 +309,7 @@ def predict(data, model, config, machine, epoch: int = 0):
     # the input rows a worker reads from host memory: over the host-device link on CUDA; on CPU row gathers, at
     # the profile's measured rate of offload's host-array gathers (not a plain copy's)
     gather = machine.h2d_bandwidth or machine.host_transfer_bandwidth or machine.memory_bandwidth
-    busiest_worker = max(range(world), key=lambda r: (rows[r][1], samples[r]))
+    busiest_worker = max(range(world), key=lambda r: (sampled_edges[r], samples[r]))
     seconds = prediction_time(machine, seconds + out.get("h2d", 0) / world / gather,
                               sum(out.values()) / world - out.get("h2d", 0) / world, len(iterations) + 1,
                               len(iterations))
@@ -319,4 +318,4 @@ def predict(data, model, config, machine, epoch: int = 0):
                       "over the union of the micro-batches, not to full-graph training)",
                       notes=[f"bytes: the closed forms over epoch {epoch}'s replayed schedule and samples"],
                       bytes_epoch=epoch, collectives=len(iterations) + 1,
-                      events={"samples": samples[busiest_worker], "sampled_edges": rows[busiest_worker][1]})
+                      events={"samples": samples[busiest_worker], "sampled_edges": sampled_edges[busiest_worker]})

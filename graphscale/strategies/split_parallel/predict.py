@@ -45,7 +45,7 @@ def predict(data, model, config, machine, epoch: int = 0):
     row = data.num_features * elem
     out = {"h2d": 0, "h2d_struct": 0, "shuffle": 0}
     edges, busiest = 0, 0
-    steps = []  # per mini-batch: each worker's (own input rows, edges it computes, the mini-batch's sampled edges)
+    steps = []  # per mini-batch: each worker's split (its rows and computed edges per layer, the sampled edges)
     batches = loader.batches(epoch)
     for i, targets in enumerate(batches):
         blocks = sampler.sample(targets, loader.batch_key(epoch, i))
@@ -61,7 +61,7 @@ def predict(data, model, config, machine, epoch: int = 0):
             steps[-1].append((layers, sampled))
         out["shuffle"] += sum(lay.shuffle_rows() * widths[l] * elem * (2 if back[l] else 1)
                               for l, lay in enumerate(split.layers))
-        edges += sum(b.num_edges for b in blocks)
+        edges += sampled
         busiest = max(busiest, blocks[0].src_ids.numel())
     out["allreduce"] = len(batches) * allreduce_bytes_per_epoch(params, world, elem)
     out["control"] = allreduce_bytes_per_epoch(1, world, 8)
