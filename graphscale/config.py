@@ -181,6 +181,10 @@ class RunConfig:
     """:mod:`graphscale.allocator`."""
     cache_dir: str = option("", "where runs keep the partition stores and graph directories they write, reused by "
                             "later runs (empty: $GRAPHSCALE_CACHE_DIR or ~/.cache/graphscale)", metavar="DIR")
+    host_memory: str = option("", "host memory one process may use, e.g. 4GiB; data that does not fit stays in "
+                              "memory-mapped files on disk (empty or auto: what the machine, or the memory cgroup the "
+                              "run is in, can spare when the run starts)", metavar="SIZE")
+    """The per-process host memory budget (:mod:`graphscale.metrics.host_memory`)."""
     seed: int = option(0, "seed of parameters, dropout masks, sampling, shuffling and partitioning")
     dtype: str = option("float32", "parameter and feature dtype", choices=DTYPES)
     device: str = option("auto", "auto: CUDA when there is one GPU per worker, else CPU", choices=DEVICES)

@@ -357,6 +357,9 @@ def validate(config: RunConfig) -> None:
         check_finite(option, value)
     if config.seed < 0:
         raise ValueError(f"--seed must be >= 0, got {config.seed}")
+    from graphscale.metrics.host_memory import resolve_host_memory
+
+    resolve_host_memory(config.host_memory)  # a size, or auto
     _check_workers(config, strategy)
     unused = strategy.unused_options(config)
     for option in sorted(strategy.options - set(unused)):
