@@ -148,6 +148,60 @@ def load_training_graph(spec: str, feature_norm: str, dtype: str, features: str 
     return graph
 
 
+def _write_dataset_dir(spec: str, path: Path) -> None:
+    """Write the graph directory ``spec`` describes: synthetic graphs generated straight into it in chunks
+    (:func:`graphscale.data.synthetic.generate_to_dir`, identical to the in-memory graph), other datasets loaded and
+    saved."""
+    from graphscale.data.datasets import load_dataset
+    from graphscale.data.formats import save_graph_dir
+    from graphscale.data.synthetic import PARAMS, generate_to_dir
+
+    if spec.partition(":")[0].lower() in PARAMS:
+        generate_to_dir(spec, path, overwrite=True)
+    else:
+        save_graph_dir(load_dataset(spec), path, overwrite=True)
+
+
+def dataset_dir(config: RunConfig, cache: Path, spec: str) -> Path:
+    """The graph directory of dataset ``spec``: ``DIR`` itself for ``graphdir:DIR``, else the cache's copy
+    (``CACHE/sources/NAME-KEY``), written once per spec and file fingerprint by :func:`_write_dataset_dir`. Every
+    run that trains on workers reads its data from here, memory-mapped."""
+    from graphscale.data.formats import is_graph_dir
+
+    kind, _, arg = spec.partition(":")
+    if kind.lower() == "graphdir":
+        return Path(arg)
+    digest, name = _key({"kind": "source", "dataset": spec, "files": _fingerprint(spec)})
+    path = cache / "sources" / name
+    with _locked(cache, digest):
+        if not is_graph_dir(path):
+            with setup_step(config, f"writing {spec} as a graph directory"):
+                path.parent.mkdir(parents=True, exist_ok=True)
+                _write_dataset_dir(spec, path)
+    return path
+
+
+def _training_dir(config: RunConfig, cache: Path, spec: str, feature_norm: str, dtype: str | None,
+                  fields: dict) -> Path:
+    """The graph directory a run trains on (:func:`graphscale.data.training_dir.write_training_dir`: the dataset's
+    directory with ``--features``, normalisation and ``dtype`` applied in row chunks), under the cache key
+    ``fields``, written once."""
+    from graphscale.data.formats import is_graph_dir
+    from graphscale.data.training_dir import write_training_dir
+
+    digest, name = _key(fields)
+    path = cache / "graphs" / name
+    source = dataset_dir(config, cache, spec)
+    with _locked(cache, digest):
+        if not is_graph_dir(path):
+            with setup_step(config, f"preparing {spec}'s features and writing the graph directory the workers "
+                                    "share"):
+                path.parent.mkdir(parents=True, exist_ok=True)
+                write_training_dir(source, path, features=config.data.features, seed=config.seed,
+                                   feature_norm=feature_norm, dtype=dtype, spec=spec)
+    return path
+
+
 def _feature_fields(config: RunConfig) -> dict:
     """What ``--features`` adds to a cache key (nothing without it, so existing entries keep their keys)."""
     from graphscale.data.features import parse_features
@@ -360,8 +414,11 @@ def _cached_store(config: RunConfig, cache: Path, parts: int) -> tuple[Path, dic
         with contextlib.suppress(FileNotFoundError, ValueError):
             return path, check_partition_store(path)
         build_vertex_partitioner(sc.partitioner, sc.balance)  # a bad name fails before the dataset loads
-        with setup_step(config, f"loading {config.data.dataset}"):
-            graph = training_graph(spec, config.data.features, config.seed)
+        from graphscale.data.formats import load_graph_dir
+
+        raw = {"kind": "graph", "dataset": spec, "files": fields["files"], "feature_norm": "none", "dtype": None,
+               **_feature_fields(config)}  # stores hold the raw features: workers normalise their rows
+        graph = load_graph_dir(_training_dir(config, cache, spec, "none", None, raw))
         with setup_step(config, f"partitioning {graph.num_nodes:,} vertices into {parts} parts ({sc.partitioner}) "
                                 f"and writing the partition store"):
             meta = write_training_store(graph, path, parts, sc.partitioner, config.seed, sc.balance, spec,
@@ -381,33 +438,25 @@ def _dataset_bytes(config: RunConfig, cache: Path) -> int:
     with _locked(cache, digest):
         with contextlib.suppress(FileNotFoundError, ValueError, KeyError):
             return int(json.loads(path.read_text())["data_bytes"])
-        graph = training_graph(spec, config.data.features, config.seed)
-        features = 0 if graph.x is None else graph.x.shape[1]
-        size = data_bytes(graph.num_nodes, graph.num_edges, features, getattr(torch, config.dtype).itemsize)
+        from graphscale.data.formats import read_graph_meta
+        from graphscale.data.training_dir import feature_width
+
+        meta = read_graph_meta(dataset_dir(config, cache, spec))
+        features = feature_width(config.data.features, meta["num_features"], meta["num_nodes"])
+        size = data_bytes(meta["num_nodes"], meta["num_edges"], features, getattr(torch, config.dtype).itemsize)
         path.parent.mkdir(parents=True, exist_ok=True)
         write_json_atomic(path, {"dataset": spec, "data_bytes": size})
         return size
 
 
 def _host_shared(config: RunConfig, cache: Path, strategy) -> DataHandle:
-    from graphscale.data.formats import is_graph_dir, load_graph_dir, save_graph_dir
+    from graphscale.data.formats import load_graph_dir
 
     spec = canonical_spec(config.data.dataset)
     fields = {"kind": "graph", "dataset": spec, "files": _fingerprint(spec),
               "feature_norm": config.data.feature_norm, "dtype": config.dtype, **_feature_fields(config)}
-    digest, name = _key(fields)
-    path = cache / "graphs" / name
-    graph = None
-    with _locked(cache, digest):
-        if not is_graph_dir(path):
-            with setup_step(config, f"loading {config.data.dataset} and preparing its features"):
-                graph = load_training_graph(spec, config.data.feature_norm, config.dtype, config.data.features,
-                                            config.seed)
-            with setup_step(config, "writing the graph directory the workers share"):
-                path.parent.mkdir(parents=True, exist_ok=True)
-                save_graph_dir(graph, path, overwrite=True)
-    if graph is None:
-        graph = load_graph_dir(path)
+    path = _training_dir(config, cache, spec, config.data.feature_norm, config.dtype, fields)
+    graph = load_graph_dir(path)
     summary = {**graph.summary(), "name": graph.name}
     return DataHandle(HOST_SHARED, summary, path=str(path), dtype=config.dtype,
                       **_strategy_data(graph, fields, config, cache, strategy))

@@ -262,6 +262,8 @@ class GraphDirWriter:
         self._rows = 0
         self._edges = 0
         self._closed = False
+        self._csr_linked = False
+        self._linked: list[str] = []
 
     def append_rows(self, counts, indices) -> None:
         """Append the in-edges of the next ``len(counts)`` destination rows.
@@ -291,6 +293,44 @@ class GraphDirWriter:
         self._rows += k
         self._edges += indices.size
 
+    def link(self, source: str | Path, arrays=("indptr", "indices")) -> None:
+        """Take whole arrays of the graph directory ``source`` (of this writer's ``num_nodes``) instead of writing
+        them: the CSR (``indptr``, ``indices``; no row may have been appended) and node arrays whose shape and
+        dtype match this writer's (none of their rows appended). Hard-linked where both lie on one file system
+        (graph directories are never changed in place, so the files can be shared), else copied by the kernel."""
+        self._check_open()
+        source = Path(source)
+        meta = _read_meta(source)
+        where = f"GraphDirWriter({self.path}).link({source})"
+        if meta["num_nodes"] != self.num_nodes:
+            raise ValueError(f"{where}: the source has {meta['num_nodes']} rows, this writer {self.num_nodes}")
+        if ("indptr" in arrays) != ("indices" in arrays):
+            raise ValueError(f"{where}: link indptr and indices together")
+        for name in arrays:
+            target = self._tmp / f"{name}.npy"
+            if name in ("indptr", "indices"):
+                if self._rows:
+                    raise ValueError(f"{where}: {self._rows} CSR rows were appended already")
+                if name == "indices":
+                    self._indices.close()
+                    self._rows, self._edges, self._csr_linked = self.num_nodes, int(meta["num_edges"]), True
+                self._indptr = None if name == "indptr" else self._indptr
+            else:
+                if name not in self._nodes or self._node_cursor[name]:
+                    raise ValueError(f"{where}: node array {name!r} is not an empty array of this writer")
+                expected = (self._nodes[name].shape, self._nodes[name].dtype)
+                found = np.load(source / f"{name}.npy", mmap_mode="r")
+                if (found.shape, found.dtype) != expected:
+                    raise ValueError(f"{where}: {name} has shape {found.shape} and dtype {found.dtype}, this "
+                                     f"writer's {expected[0]} and {expected[1]}")
+                del self._nodes[name], self._node_cursor[name]
+                self._linked.append(name)
+            target.unlink()
+            try:
+                os.link(source / f"{name}.npy", target)
+            except OSError:
+                shutil.copyfile(source / f"{name}.npy", target)
+
     def append_nodes(self, **arrays) -> None:
         """Append the next rows of node arrays (``x``, ``y``, ``train_mask``, ``val_mask``, ``test_mask``)."""
         self._check_open()
@@ -317,15 +357,18 @@ class GraphDirWriter:
             self.abort()
             raise ValueError(f"GraphDirWriter({self.path}): incomplete graph, missing {', '.join(missing)}")
         try:
-            self._indices.seek(0)
-            self._indices.write(_npy_header(np.dtype("<i8"), (self._edges,)))
-            self._indices.close()
-            for array in [self._indptr, *self._nodes.values()]:
+            if not self._csr_linked:
+                self._indices.seek(0)
+                self._indices.write(_npy_header(np.dtype("<i8"), (self._edges,)))
+                self._indices.close()
+                self._indptr.flush()
+            for array in self._nodes.values():
                 array.flush()
+            present = [k for k in NODE_ARRAYS if k in self._nodes or k in self._linked]
             meta = {"format": GRAPH_FORMAT, "version": GRAPH_FORMAT_VERSION, "name": self.name,
                     "num_nodes": self.num_nodes, "num_edges": self._edges, "num_features": self.num_features,
-                    "x_dtype": self.x_dtype if "x" in self._nodes else None, "num_classes": self.num_classes,
-                    "arrays": ["indptr", "indices", *self._nodes], "meta": self.meta,
+                    "x_dtype": self.x_dtype if "x" in present else None, "num_classes": self.num_classes,
+                    "arrays": ["indptr", "indices", *present], "meta": self.meta,
                     **({"label_width": self.label_width} if self.label_width else {})}
             (self._tmp / "meta.json").write_text(json.dumps(meta, indent=1))
             self._release()
@@ -421,6 +464,11 @@ def read_versioned_meta(path: Path, fmt: str, version: int, what: str) -> dict:
         raise ValueError(f"{meta_file}: unsupported version {meta.get('version')!r}, "
                          f"this graphscale reads version {version}")
     return meta
+
+
+def read_graph_meta(path: str | Path) -> dict:
+    """The checked ``meta.json`` of graph directory ``path`` (sizes and array names; no array is opened)."""
+    return _read_meta(Path(path))
 
 
 def _read_meta(path: Path) -> dict:
