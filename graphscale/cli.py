@@ -41,6 +41,9 @@ BENCHES = {
                 "(W workers x 1 thread), communication / waiting / compute per worker, parallel efficiency")),
     "advise": ("graphscale.bench.advise", ("graphscale advise checked: every predicted strategy run on Cora, an SBM "
                "and an R-MAT; predicted against measured bytes, memory and epoch time, Spearman of the ranking")),
+    "scale": ("graphscale.bench.scale", ("from a graph's spec to a trained epoch at growing sizes: convert, "
+              "partition, mini-batch, graph-parallel and offload steps, wall time, peak RSS and cgroup peak, bytes "
+              "read and written, disk, fitted bytes per vertex; optionally under a memory cgroup limit")),
     "task": ("graphscale.bench.task", ("NeutronTask task parallelism: bytes graph-parallel vs TP vs TP+TD, memory "
              "parts per worker, replication vs partitions, accuracy, subgraphs, modelled pipeline, ablation")),
 }

@@ -54,6 +54,11 @@ from graphscale.metrics.units import format_bytes
 from graphscale.strategies.offload.device import DeviceKit
 
 _PATH_BYTES = 1024
+#: the ``--shm-dir`` default: shared memory, unless the arrays exceed the host budget (:func:`array_directory`)
+DEFAULT_SHM_DIR = "/dev/shm"
+#: the share of a worker's ``--host-memory`` its share of the host arrays may take in shared memory; the rest is
+#: the worker's own working memory (chunks in flight, plans, the model)
+ARRAY_SHARE = 0.5
 
 
 def free_bytes(path: str) -> int:
@@ -75,6 +80,25 @@ def check_free_space(shm_dir: str, needed: int) -> None:
         raise ValueError(f"offload's host arrays need {format_bytes(needed)} ({needed:,} bytes) in {shm_dir}, "
                          f"which has {format_bytes(free)} ({free:,} bytes) free; point --shm-dir at a directory "
                          f"with room (a larger tmpfs, or a disk directory: slower) or free space in {shm_dir}")
+
+
+def array_directory(shm_dir: str, needed: int, workers: int, budget: int | None, spill_dir: str | None
+                    ) -> tuple[str, bool]:
+    """Where the host arrays go: ``(directory, in_memory)``.
+
+    A ``--shm-dir`` other than the default is used as given (in memory: page-locked on an accelerator). With the
+    default, the arrays live in shared memory (``/dev/shm``) when each worker's share, ``needed / workers``, fits in
+    :data:`ARRAY_SHARE` of its host budget ``budget`` (``--host-memory``) and ``/dev/shm`` has room; otherwise they
+    are files in ``spill_dir`` on disk (the cache directory), which the kernel pages in and writes back as the
+    budget allows, not page-locked (copies from them are pageable: slower on an accelerator, bounded in memory).
+    """
+    if shm_dir != DEFAULT_SHM_DIR or spill_dir is None:
+        return shm_dir, True
+    fits = budget is None or needed <= workers * budget * ARRAY_SHARE
+    if fits and os.path.isdir(shm_dir) and free_bytes(shm_dir) >= needed:
+        return shm_dir, True
+    os.makedirs(spill_dir, exist_ok=True)
+    return spill_dir, False
 
 
 def host_array_specs(num_nodes: int, dims, modes: list[str]) -> dict[str, tuple[int, int]]:
@@ -110,20 +134,32 @@ class HostArrays:
         dtype: element type of every array.
         device: the worker's compute device (CUDA: the arrays are page-locked).
         shm_dir: the directory holding the files (``--shm-dir``; its free space is checked first).
+        external: arrays of ``specs`` the caller already holds, used as they are (read-only inputs such as ``H^0``,
+            the graph directory's memory-mapped features: never copied, never page-locked).
+        budget: a worker's host memory budget (``--host-memory``, bytes; :func:`array_directory`).
+        spill_dir: where the arrays go on disk when they exceed the budget (``None``: always ``shm_dir``).
 
     Raises:
         ValueError: on rank 0, ``shm_dir`` is not writable or has too little free space.
     """
 
     def __init__(self, comm: Comm, specs: dict[str, tuple[int, int]], dtype: torch.dtype,
-                 device: torch.device, shm_dir: str) -> None:
+                 device: torch.device, shm_dir: str, external: dict[str, torch.Tensor] | None = None,
+                 budget: int | None = None, spill_dir: str | None = None) -> None:
         self.device = torch.device(device)
         self.dtype = dtype
         self.arrays: dict[str, torch.Tensor] = {}
         self._registered: list[torch.Tensor] = []
         self._kit = DeviceKit(self.device)
         elem = torch.empty(0, dtype=dtype).element_size()
-        path = self._agree_on_directory(comm, shm_dir, sum(rows * width for rows, width in specs.values()) * elem)
+        external = dict(external or {})
+        for name, array in external.items():
+            if tuple(array.shape) != tuple(specs[name]) or array.dtype != dtype:
+                raise ValueError(f"host array {name!r}: given {tuple(array.shape)} {array.dtype}, expected "
+                                 f"{tuple(specs[name])} {dtype}")
+        specs = {name: shape for name, shape in specs.items() if name not in external}
+        needed = sum(rows * width for rows, width in specs.values()) * elem
+        path, self.in_memory = self._agree_on_directory(comm, shm_dir, needed, budget, spill_dir)
         try:
             if comm.rank == 0:
                 for name, (rows, width) in specs.items():
@@ -140,25 +176,33 @@ class HostArrays:
         finally:
             if comm.rank == 0:
                 shutil.rmtree(path, ignore_errors=True)  # mappings outlive the files
-        for t in self.arrays.values():
+        for t in self.arrays.values() if self.in_memory else ():
             if self._kit.register(t):  # page-locked in place on an accelerator (pinned once, for the whole run)
                 self._registered.append(t)
+        self.arrays.update(external)
+        self.external = frozenset(external)
 
     @staticmethod
-    def _agree_on_directory(comm: Comm, shm_dir: str, needed: int) -> str:
+    def _agree_on_directory(comm: Comm, shm_dir: str, needed: int, budget: int | None,
+                            spill_dir: str | None) -> tuple[str, bool]:
+        """Rank 0 picks the directory (:func:`array_directory`) and creates the run's folder in it; every rank
+        receives ``(folder, in_memory)``."""
         buf = torch.zeros(_PATH_BYTES, dtype=torch.uint8, device=comm.env.device)
         if comm.rank == 0:
+            shm_dir, in_memory = array_directory(shm_dir, needed, comm.world_size, budget, spill_dir)
+            buf[-1] = int(in_memory)
             check_free_space(shm_dir, needed)
             # .graphscale-offload.run-HOST-PID-RANDOM: the directories of dead runs on this host are removed first
             path = str(temp_sibling(Path(shm_dir) / "graphscale-offload", "run"))
             remove_with_run(path)  # before it exists: the launcher (or its janitor) removes it however the run ends
             os.mkdir(path, 0o700)
             raw = path.encode()
-            if len(raw) >= _PATH_BYTES:
+            if len(raw) >= _PATH_BYTES - 1:
                 raise RuntimeError(f"host-array directory path is too long: {path}")
             buf[: len(raw)] = torch.tensor(list(raw), dtype=torch.uint8)
         buf = comm.broadcast(buf, 0, "setup").cpu()
-        return bytes(buf[buf != 0].tolist()).decode()
+        text = buf[:-1]
+        return bytes(text[text != 0].tolist()).decode(), bool(buf[-1])
 
     def _map(self, path: str, name: str, rows: int, width: int) -> None:
         if rows < 0 or width < 0:
@@ -177,8 +221,9 @@ class HostArrays:
         return name in self.arrays
 
     def nbytes(self) -> int:
-        """Bytes of host memory held by all arrays."""
-        return sum(t.numel() * t.element_size() for t in self.arrays.values())
+        """Bytes of the arrays this object created (in shared memory, or spilled to disk); the caller's
+        ``external`` arrays are not counted."""
+        return sum(t.numel() * t.element_size() for name, t in self.arrays.items() if name not in self.external)
 
     # ------------------------------------------------------------------ host-side edits
     def zero_rows(self, name: str, ids: torch.Tensor) -> None:

@@ -325,11 +325,20 @@ class OffloadStrategy(OffloadPasses, Strategy):
     def _allocate_host(self, graph: Graph) -> None:
         """Host arrays ``H^0..H^L``, ``G^1..G^L`` (``G^0`` if the input map learns), ``A^l``, raw ``X``."""
         dims = self.dims
+        from graphscale.data.cache import resolve_cache_dir
+        from graphscale.metrics.host_memory import resolve_host_memory
+
         specs = host_array_specs(graph.num_nodes, dims, self.modes)
-        self.host = HostArrays(self.comm, specs, self.dtype, self.device, self.config.strategy.shm_dir)
-        # the owner writes its own rows of the input (a host-side copy, no transfer)
         first = "X" if dims.learned_input else "H0"
-        self.host[first][self.owned] = graph.x[self.owned].to(self.dtype)
+        # the input rows are read only: the graph's own (memory-mapped) features serve as the input array when
+        # they are in the run's dtype, on a CPU device (an accelerator reads page-locked copies)
+        shared_input = graph.x.dtype == self.dtype and self.device.type == "cpu" and graph.x.is_contiguous()
+        self.host = HostArrays(self.comm, specs, self.dtype, self.device, self.config.strategy.shm_dir,
+                               external={first: graph.x} if shared_input else None,
+                               budget=resolve_host_memory(self.config.host_memory),
+                               spill_dir=str(resolve_cache_dir(self.config) / "offload"))
+        if not shared_input:  # the owner writes its own rows of the input (a host-side copy, no transfer)
+            self.host[first][self.owned] = graph.x[self.owned].to(self.dtype)
         self.comm.barrier()  # peers may read these rows as soon as setup returns
 
     def _setup_transfers(self) -> None:
