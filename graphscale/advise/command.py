@@ -1,8 +1,8 @@
 """``graphscale advise``: every strategy's predicted cost on this graph and machine, ranked, with the recommendation.
 
 ``--dataset SPEC`` or ``--partitions DIR`` (a store: its dataset, and for the partition-local strategies its
-parts), ``--model``, ``--workers``; ``--device-memory SIZE`` is the per-worker budget (default: the profile's free
-memory, shared by the workers on CPU). Infeasible configurations are listed with the reason; the recommendation
+parts), ``--model``, ``--workers``; ``--device-memory SIZE`` is the per-worker budget (default: on CPU ``--host-memory``
+when given, else the profile's free memory, shared by the workers on CPU). Infeasible configurations are listed with the reason; the recommendation
 is the fastest that fits, preferring exact strategies within 10% of the fastest. ``--profile`` measures the
 machine again (:mod:`graphscale.advise.profile`); ``--synthetic-profile`` uses fixed rates (tests).
 """
@@ -34,6 +34,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                  why="the fewest the distributed strategies run on")
     add_declared(parser, "device_memory", note="here: the budget each prediction must fit (default: the machine "
                                                "profile's free memory, shared by the workers on CPU)")
+    add_declared(parser, "host_memory", note="here: on CPU, each worker's budget when --device-memory is not given")
     add_own(parser, "--device", default="cpu", choices=("cpu", "cuda"),
             help="the device the workers train on (default cpu)",
             differs="the device predicted for: cpu or cuda, no auto (a prediction needs one)")
@@ -90,6 +91,10 @@ def budget_of(args: argparse.Namespace, machine) -> int:
 
     if args.device_memory:
         return parse_bytes(args.device_memory, "--device-memory")
+    if args.device == "cpu" and args.host_memory:
+        from graphscale.metrics.host_memory import resolve_host_memory
+
+        return resolve_host_memory(args.host_memory)
     return machine.free_memory if args.device == "cuda" else machine.free_memory // max(args.workers, 1)
 
 

@@ -34,3 +34,19 @@ def test_cgroup_v1_limit_is_read(tmp_path, monkeypatch):
 def test_bad_budget_is_refused_naming_the_option():
     with pytest.raises(ValueError, match="--host-memory: cannot parse 'lots'"):
         validate(build_config({"host_memory": "lots", "progress": False}))
+
+
+def test_advise_budget_is_the_host_budget_on_cpu():
+    from argparse import Namespace
+
+    from graphscale.advise.command import budget_of
+
+    class Machine:
+        free_memory = 8 * 1024**3
+
+    args = Namespace(device_memory="", host_memory="1GiB", device="cpu", workers=2)
+    assert budget_of(args, Machine) == 1024**3
+    args.host_memory = ""
+    assert budget_of(args, Machine) == 4 * 1024**3  # the profile's free memory shared by the workers
+    args.device_memory = "3GiB"
+    assert budget_of(args, Machine) == 3 * 1024**3
