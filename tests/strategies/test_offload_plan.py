@@ -240,3 +240,14 @@ def test_reorganize_lowers_the_modelled_cost(layout):
     assert not torch.equal(shuffled, chunk)
     for i in range(M):
         assert sorted(torch.unique(shuffled[owner == i]).tolist()) == list(range(K))
+
+
+@pytest.mark.parametrize("chunk_rows", [1, 7, 1000])
+def test_neighbour_sets_independent_of_the_row_chunk(chunk_rows):
+    graph = random_graph(80, avg_degree=5.0, num_features=2, num_classes=2, seed=4, isolated=3)
+    group = torch.randint(0, 6, (80,), generator=torch.Generator().manual_seed(1))
+    expected = [torch.unique(torch.cat([torch.nonzero(group == g).flatten(),
+                                        graph.indices[torch.isin(graph.dst_of_edges(), torch.nonzero(group == g))]]))
+                for g in range(6)]
+    got = neighbour_sets(graph, group, 6, chunk_rows=chunk_rows)
+    assert all(torch.equal(a, b) for a, b in zip(got, expected))

@@ -170,21 +170,37 @@ def load_ragged(folder: Path, name: str, count: int) -> list[torch.Tensor]:
 _SET_KINDS = ("dst", "nbr", "trans")
 
 
-def neighbour_sets(graph: Graph, group: torch.Tensor, num_groups: int) -> list[torch.Tensor]:
-    """``N_g = V_g ∪ in-neighbours(V_g)`` for every group of destinations, ascending ids (vectorised).
+#: destination rows whose in-edges :func:`neighbour_sets` keys at a time (bounds its temporaries)
+NEIGHBOUR_CHUNK_ROWS = 1 << 18
+
+
+def neighbour_sets(graph: Graph, group: torch.Tensor, num_groups: int,
+                   chunk_rows: int = NEIGHBOUR_CHUNK_ROWS) -> list[torch.Tensor]:
+    """``N_g = V_g ∪ in-neighbours(V_g)`` for every group of destinations, ascending ids.
+
+    The in-edges are keyed ``group(dst) * N + src`` one range of ``chunk_rows`` destination rows at a time (the
+    CSR may be memory-mapped), each range deduplicated before the next, so the temporaries stay at one range's
+    edges and the result at the sets' own size; the sets do not depend on ``chunk_rows``.
 
     Args:
         graph: the graph.
         group: int64 ``[N]`` group of every vertex (e.g. ``owner * K + batch``).
         num_groups: number of groups.
+        chunk_rows: destination rows per range.
 
     Returns:
         ``num_groups`` sorted int64 tensors.
     """
     n = max(graph.num_nodes, 1)
     group = torch.as_tensor(group, dtype=torch.int64)
-    keys = torch.cat([group[graph.dst_of_edges()] * n + graph.indices, group * n + torch.arange(graph.num_nodes)])
-    keys = torch.unique(keys)
+    parts = [group * n + torch.arange(graph.num_nodes)]
+    indptr = graph.indptr
+    for start in range(0, graph.num_nodes, chunk_rows):
+        stop = min(start + chunk_rows, graph.num_nodes)
+        lo, hi = int(indptr[start]), int(indptr[stop])
+        dst = torch.repeat_interleave(torch.arange(start, stop), (indptr[start + 1: stop + 1] - indptr[start:stop]))
+        parts.append(torch.unique(group[dst] * n + graph.indices[lo:hi].to(torch.int64)))
+    keys = torch.unique(torch.cat(parts))
     g = keys // n
     counts = torch.bincount(g, minlength=num_groups).tolist()
     return list(torch.split(keys % n, counts))
