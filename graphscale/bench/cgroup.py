@@ -1,11 +1,13 @@
 """One command measured as the OS sees it, optionally under a Linux memory cgroup limit.
 
 :func:`run_measured` runs a command (a whole process tree: a training run's launcher and its workers) and reports its
-wall time, the largest peak resident set of any process in the tree (``ru_maxrss`` of the waited-for children:
-the largest over the processes it waited for), the bytes it read from and wrote to storage (``ru_inblock`` /
-``ru_oublock``, 512-byte blocks that reached the block layer; page-cache hits read nothing) and, under a memory
-cgroup, the cgroup's peak charge: anonymous memory, shared memory and the page cache together, as Ginex measures a
-memory limit. With ``limit`` the tree runs in a fresh cgroup (v1 ``memory`` controller, else v2) whose
+wall time, the largest peak resident set of any process in the tree (``ru_maxrss`` of the command as its own small
+parent process sees it: the largest over the processes waited for), the bytes it read from and wrote to storage
+(``ru_inblock`` / ``ru_oublock``, 512-byte blocks that reached the block layer; page-cache hits read nothing) and,
+under a memory cgroup, the cgroup's peak charge (anonymous memory, shared memory and the page cache together, as
+Ginex measures a memory limit) and the peak of its anonymous plus shared memory, sampled every 50 ms (what the kernel
+cannot reclaim: the resident set also counts mapped file pages, which it can). With ``limit`` the tree runs in a
+fresh cgroup (v1 ``memory`` controller, else v2) whose
 ``memory.limit_in_bytes`` (``memory.max``) is ``limit``: the kernel reclaims page cache to stay below it and kills
 a process when anonymous memory does not fit (reported as ``oom_killed``). Creating cgroups needs root; without
 the controller or the rights the command runs unconfined and :attr:`Measured.cgroup` says why.
@@ -13,14 +15,38 @@ the controller or the rights the command runs unconfined and :attr:`Measured.cgr
 
 from __future__ import annotations
 
+import json
 import os
+import signal
 import subprocess
+import sys
 import tempfile
 import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
+#: the small process (``python -S``) that forks the command, waits for it and writes its rusage as JSON to the fd
+#: given: a command forked straight from this process would count this process's resident set in its peak
+#: (``ru_maxrss`` keeps the pre-exec high-water mark)
+_REPORTER = """import json, os, sys
+fd, procs = int(sys.argv[1]), sys.argv[2]
+if procs:
+    with open(procs, "w") as f:
+        f.write(str(os.getpid()))
+pid = os.fork()
+if pid == 0:
+    os.close(fd)
+    try:
+        os.execvp(sys.argv[3], sys.argv[3:])
+    finally:
+        os._exit(127)
+_, status, ru = os.wait4(pid, 0)
+code = os.waitstatus_to_exitcode(status)
+os.write(fd, json.dumps({"code": code, "maxrss": ru.ru_maxrss, "inblock": ru.ru_inblock,
+                         "oublock": ru.ru_oublock}).encode())
+sys.exit(code if code >= 0 else 128 - code)
+"""
 V1_ROOT = Path("/sys/fs/cgroup/memory")
 V2_ROOT = Path("/sys/fs/cgroup")
 
@@ -35,6 +61,7 @@ class Measured:
     read_bytes: int
     written_bytes: int
     cgroup_peak: int | None  # bytes charged to the cgroup at most (None: no cgroup)
+    anon_peak: int | None    # the cgroup's anonymous + shared memory at most, sampled (None: no cgroup)
     oom_killed: bool
     cgroup: str             # the cgroup's path, or why there was none
     stdout: str
@@ -62,16 +89,22 @@ class _Cgroup:
         else:
             raise OSError("no memory cgroup controller is mounted")
 
-    def join(self) -> None:
-        """Move the calling process into the cgroup (run in the child before exec)."""
-        (self.path / "cgroup.procs").write_text(str(os.getpid()))
-
     def peak(self) -> int | None:
         file = "memory.max_usage_in_bytes" if self.v1 else "memory.peak"
         try:
             return int((self.path / file).read_text())
         except (OSError, ValueError):
             return None
+
+    def anon(self) -> int | None:
+        """The cgroup's anonymous memory plus shared memory (tmpfs) now: what reclaiming page cache cannot free."""
+        try:
+            fields = dict(line.split() for line in (self.path / "memory.stat").read_text().splitlines())
+        except (OSError, ValueError):
+            return None
+        if self.v1:
+            return int(fields.get("total_rss", 0)) + int(fields.get("total_shmem", 0))
+        return int(fields.get("anon", 0)) + int(fields.get("shmem", 0))
 
     def oom_kills(self) -> int:
         try:
@@ -103,25 +136,32 @@ def run_measured(cmd: list[str], *, limit: int | None = None, env: dict | None =
         except OSError as err:
             why = f"unconfined: cannot create a memory cgroup ({err})"
     start = time.perf_counter()
+    read_end, write_end = os.pipe()
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
-        proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=err,
-                                preexec_fn=group.join if group is not None else None)
-        while True:  # wait4: the child's own rusage (its tree's largest RSS, its blocks), not this process's
-            pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
-            if pid:
-                break
+        procs = str(group.path / "cgroup.procs") if group is not None else ""  # the reporter joins it first
+        proc = subprocess.Popen([sys.executable, "-S", "-c", _REPORTER, str(write_end), procs, *cmd], env=env,
+                                stdout=out, stderr=err, pass_fds=(write_end,), start_new_session=True)
+        os.close(write_end)
+        anon_peak = None
+        while proc.poll() is None:
+            now = group.anon() if group is not None else None
+            if now is not None:
+                anon_peak = max(anon_peak or 0, now)
             if timeout is not None and time.perf_counter() - start > timeout:
-                proc.kill()
+                os.killpg(proc.pid, signal.SIGKILL)
             time.sleep(0.05)
-        proc.returncode = os.waitstatus_to_exitcode(status)
         seconds = time.perf_counter() - start
+        with os.fdopen(read_end) as pipe:
+            usage = json.loads(pipe.read() or '{"code": null, "maxrss": 0, "inblock": 0, "oublock": 0}')
         out.seek(0)
         err.seek(0)
         stdout, stderr = out.read(), err.read()
+    code = usage["code"] if usage["code"] is not None else proc.returncode
     peak = group.peak() if group is not None else None
     oom = group.oom_kills() > 0 if group is not None else False
     if group is not None:
         group.close()
-    return Measured(returncode=proc.returncode, seconds=seconds, max_rss=usage.ru_maxrss * 1024,
-                    read_bytes=usage.ru_inblock * 512, written_bytes=usage.ru_oublock * 512, cgroup_peak=peak,
+    return Measured(returncode=code, seconds=seconds, max_rss=usage["maxrss"] * 1024,
+                    read_bytes=usage["inblock"] * 512, written_bytes=usage["oublock"] * 512, cgroup_peak=peak,
+                    anon_peak=anon_peak,
                     oom_killed=oom, cgroup=why, stdout=stdout, stderr=stderr)

@@ -18,8 +18,9 @@ Per step the table gives the wall time, the largest process's peak resident set,
 limit, which the kernel enforces by reclaiming page cache and killing a process whose anonymous memory does not
 fit), the bytes read from and written to storage, the disk the step left behind, and the epoch's loss. Training
 steps get ``--host-memory`` equal to the limit. Below the table, per step, the slope of a least-squares line
-through the sizes: peak-RSS bytes per vertex (and, when the sizes vary degree or width through ``--graphs``, per
-edge record and per feature byte).
+through the sizes, of the peak RSS and of the anonymous + shared peak: bytes per vertex (and, when the sizes vary
+degree or width through ``--graphs``, per edge record and per feature byte). The resident set counts the pages of
+mapped files a step reads, which the kernel reclaims under a limit; the anonymous + shared peak is what it cannot.
 
 Example (the sizes of the docs' Large graphs page; hours on 2 cores)::
 
@@ -161,6 +162,7 @@ def run(args) -> int:
                              "vertices": shape[0] if shape else None, "edges": shape[1] if shape else None,
                              "feature_bytes": shape[2] if shape else None, "seconds": measured.seconds,
                              "max_rss": measured.max_rss, "cgroup_peak": measured.cgroup_peak,
+                             "anon_peak": measured.anon_peak,
                              "read_bytes": measured.read_bytes, "written_bytes": measured.written_bytes,
                              "disk": disk_bytes(work), "loss": _loss(work, step), "limit": limit,
                              "cgroup": measured.cgroup})
@@ -172,12 +174,17 @@ def run(args) -> int:
             shutil.rmtree(root, ignore_errors=True)
     print(format_table([{"graph": r["graph"], "step": r["step"], "s": r["seconds"], "peak RSS": format_bytes(r["max_rss"]),
                          "cgroup peak": format_bytes(r["cgroup_peak"]) if r["cgroup_peak"] is not None else "-",
+                         "anon peak": format_bytes(r["anon_peak"]) if r["anon_peak"] is not None else "-",
                          "read": format_bytes(r["read_bytes"]), "written": format_bytes(r["written_bytes"]),
                          "disk": format_bytes(r["disk"]), "loss": r["loss"] if r["loss"] is not None else "-",
                          "result": "ok" if r["ok"] else r["error"]} for r in rows]))
-    print()
-    print(format_table([{"step": step, **slope_cells(fit_slopes([r for r in rows if r["step"] == step and r["ok"]
-                                                                and r["vertices"]]))} for step in steps]))
+    for key, what in (("max_rss", "peak RSS"), ("anon_peak", "anonymous + shared peak")):
+        fits = {step: fit_slopes([r for r in rows if r["step"] == step and r["ok"] and r["vertices"]
+                                  and r[key] is not None], key) for step in steps}
+        if any(fit["points"] for fit in fits.values()):
+            print()
+            print(format_table([{"step": step, **slope_cells(fit)} for step, fit in fits.items()],
+                               title=f"{what}: least-squares bytes per vertex (edge record, feature byte) + fixed"))
     if limit is not None:
         print(f"every step ran under a memory cgroup limit of {format_bytes(limit)} ({rows[0]['cgroup'] if rows else ''})")
     if args.json:
@@ -190,12 +197,12 @@ def _row_line(row: dict) -> str:
             f"{row['seconds']:.1f} s, peak RSS {format_bytes(row['max_rss'])}")
 
 
-def fit_slopes(rows: list[dict]) -> dict:
-    """Least-squares ``peak RSS = fixed + a * vertices (+ b * edges + c * feature bytes)`` over ``rows``; the edge
-    and feature terms only where the rows vary them independently of the vertex count (full column rank)."""
+def fit_slopes(rows: list[dict], key: str = "max_rss") -> dict:
+    """Least-squares ``rows[key] = fixed + a * vertices (+ b * edges + c * feature bytes)``; the edge and feature
+    terms only where the rows vary them independently of the vertex count (full column rank)."""
     if len(rows) < 2:
         return {"points": len(rows)}
-    y = np.array([r["max_rss"] for r in rows], dtype=float)
+    y = np.array([r[key] for r in rows], dtype=float)
     columns = {"vertex": [r["vertices"] for r in rows], "edge": [r["edges"] for r in rows],
                "feature_byte": [r["feature_bytes"] for r in rows]}
     names = ["vertex"]
@@ -212,5 +219,5 @@ def slope_cells(fit: dict) -> dict:
     """The slope table's cells of one step's :func:`fit_slopes`."""
     def cell(name):
         return f"{fit[name]:.1f}" if name in fit else "-"
-    return {"RSS bytes/vertex": cell("vertex"), "per edge": cell("edge"), "per feature byte": cell("feature_byte"),
+    return {"bytes/vertex": cell("vertex"), "per edge": cell("edge"), "per feature byte": cell("feature_byte"),
             "fixed": format_bytes(fit["fixed"]) if "fixed" in fit else "-", "points": fit["points"]}

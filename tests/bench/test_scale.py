@@ -1,0 +1,59 @@
+"""``graphscale bench scale``'s pieces: the slope fit, the disk count, the measured subprocess."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import pytest
+
+from graphscale.bench.cgroup import run_measured
+from graphscale.bench.scale import disk_bytes, fit_slopes
+
+
+def _rows(points):
+    return [{"vertices": n, "edges": e, "feature_bytes": f, "max_rss": m} for n, e, f, m in points]
+
+
+def test_slope_per_vertex_from_sizes_of_one_shape():
+    fit = fit_slopes(_rows([(1000, 10_000, 512_000, 100 + 64 * 1000), (4000, 40_000, 2_048_000, 100 + 64 * 4000),
+                            (16000, 160_000, 8_192_000, 100 + 64 * 16000)]))
+    assert fit["vertex"] == pytest.approx(64) and fit["fixed"] == pytest.approx(100, abs=1e-6)
+    assert "edge" not in fit and "feature_byte" not in fit  # not separable from the vertex count here
+    assert fit_slopes(_rows([(1000, 1, 1, 5)])) == {"points": 1}
+
+
+def test_edge_and_feature_slopes_when_the_graphs_vary_them():
+    def rss(n, e, f):
+        return 1000 + 16 * n + 8 * e + 0.5 * f
+    points = [(n, e, f, rss(n, e, f)) for n, e, f in
+              ((1000, 5000, 1000), (1000, 20000, 1000), (1000, 5000, 9000), (4000, 5000, 1000), (4000, 40000, 64000))]
+    fit = fit_slopes(_rows(points))
+    assert (fit["vertex"], fit["edge"], fit["feature_byte"]) == pytest.approx((16, 8, 0.5))
+
+
+def test_disk_counts_hard_links_once(tmp_path):
+    (tmp_path / "a").write_bytes(b"x" * 100_000)
+    os.link(tmp_path / "a", tmp_path / "b")
+    assert 100_000 <= disk_bytes(tmp_path) < 200_000
+    assert disk_bytes(tmp_path / "missing") == 0
+
+
+def test_measured_command_reports_its_own_peak_and_exit_code():
+    small = run_measured([sys.executable, "-c", "print('hi')"])
+    big = run_measured([sys.executable, "-c", "import numpy as np; a = np.ones(40_000_000); print(a.sum())"])
+    assert small.returncode == 0 and small.stdout.strip() == "hi" and small.cgroup == "no limit asked"
+    assert big.max_rss > small.max_rss + 250 * 2**20  # 320 MB of float64 in the second command only
+    failed = run_measured([sys.executable, "-c", "import sys; sys.exit(3)"])
+    assert failed.returncode == 3
+
+
+def test_a_memory_limit_kills_what_does_not_fit_and_lets_through_what_does():
+    script = "import numpy as np; a = np.ones({n}); print(a.sum())"
+    over = run_measured([sys.executable, "-c", script.format(n=50_000_000)], limit=300 * 2**20)
+    if over.cgroup.startswith("unconfined"):
+        pytest.skip(over.cgroup)
+    assert over.oom_killed and over.returncode != 0
+    under = run_measured([sys.executable, "-c", script.format(n=10_000_000)], limit=300 * 2**20)
+    assert under.returncode == 0 and not under.oom_killed
+    assert 80 * 2**20 < under.cgroup_peak <= 300 * 2**20 and under.anon_peak <= under.cgroup_peak
