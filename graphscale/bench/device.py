@@ -36,7 +36,7 @@ import torch
 
 from graphscale.bench.peers import SYSTEMS, check_model_options, make_epoch, toy_data
 
-#: Goals of graphscale against PyG-CSR on the device (issue 24): time ratio, memory ratio, at most.
+#: Goals of graphscale against PyG-CSR on the device (docs/gpu.md): time ratio, memory ratio, at most.
 TARGETS = {"pyg-csr": (0.5, 0.6)}
 
 
@@ -45,7 +45,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     from graphscale.flags import add_declared, add_own
 
     add_declared(parser, "dataset", default="sbm:nodes=200000,degree=10,features=128",
-                 why="a CPU-sized graph; the issue's GPU figures use sbm:nodes=2000000,...")
+                 why="a CPU-sized graph; docs/gpu.md's GPU figures use sbm:nodes=2000000,...")
     add_own(parser, "--device", default="cpu", help="cpu or cuda[:i] (default cpu: the device path on CPU tensors)",
             differs="one torch device, cuda:i included, not a run's auto/cpu/cuda")
     add_declared(parser, "hidden", default=128, note="here: of the 2-layer GCN", why="bench peers' width")

@@ -1,4 +1,4 @@
-"""``graphscale bench task``: NeutronTask's hardware-independent results (issue 12's "Measurements"), on this machine.
+"""``graphscale bench task``: NeutronTask's hardware-independent results (the NeutronTask paper's measurements, docs/strategies/task-parallel.md), on this machine.
 
 Each section is a function of the parsed arguments returning a :class:`Section` (tables, failed runs, notes);
 ``--sections`` picks them. Every ratio is against a baseline computed in the same run. Train runs are
