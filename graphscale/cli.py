@@ -155,9 +155,9 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def add_strategy_arguments(p: argparse.ArgumentParser) -> None:
-    """The ``[strategy]`` options, generated from their declarations (:mod:`graphscale.strategies.options`): one
+    """The ``[strategy]`` options, generated from their declarations (:mod:`graphscale.options.by_strategy`): one
     group for the options of every strategy, one for those several share, then one per strategy."""
-    from graphscale.strategies.options import BY_STRATEGY
+    from graphscale.options.by_strategy import BY_STRATEGY
 
     own = {f.name for f in declared(StrategyConfig)} | {f.name for cls in BY_STRATEGY.values() for f in declared(cls)}
     groups = [("strategy", "read by every strategy", declared(StrategyConfig)),

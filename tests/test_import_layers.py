@@ -19,8 +19,9 @@ ROOT = Path(graphscale.__file__).parent
 #: the layers, top to bottom: a module may import its own layer (without a cycle) and the layers below it; the
 #: longest matching prefix places a module. Placed apart from their package: ``partition.command`` (the
 #: ``graphscale partition`` command: it prepares datasets and checks paths like a run), ``advise.predict`` (the
-#: prediction every strategy fills in, registered next to the strategy), ``data.handle`` (it opens partition
-#: stores) and ``strategies.options`` (plain declarations that :mod:`graphscale.config` assembles).
+#: prediction every strategy fills in, registered next to the strategy) and ``data.handle`` (it opens partition
+#: stores). The option declarations and the constants they share (``graphscale.options``) are the bottom: every
+#: layer reads them, and they import no strategy.
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("cli", ("graphscale.cli", "graphscale.__main__")),
     ("bench", ("graphscale.bench",)),
@@ -36,7 +37,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("data", ("graphscale.data",)),
     ("config", ("graphscale.config", "graphscale.registry", "graphscale.metrics", "graphscale.allocator",
                 "graphscale.errors", "graphscale.flags")),
-    ("declarations", ("graphscale.options", "graphscale.strategies.options")),
+    ("declarations", ("graphscale.options",)),
     ("package", ("graphscale",)),
 ]
 
@@ -162,6 +163,22 @@ def test_no_import_goes_up_the_layers():
 def test_the_import_graph_has_no_cycle():
     found = cycles(import_graph())
     assert not found, "import cycles:\n" + "\n".join(" <-> ".join(c) for c in found)
+
+
+def imports_of_strategies_from_below(graph: dict[str, set[str]]) -> list[str]:
+    """The imports of any module of the package ``graphscale.strategies`` by a module below the strategies' layer:
+    the package is imported only from above, whatever its ``__init__`` holds."""
+    strategies = [name for name, _ in LAYERS].index("strategies")
+    return [f"{module} ({LAYERS[layer_of(module)][0]}) imports {target}"
+            for module, targets in sorted(graph.items()) if layer_of(module) > strategies
+            for target in sorted(targets) if target.startswith("graphscale.strategies.")]
+
+
+def test_nothing_below_the_strategies_imports_the_strategies_package():
+    found = imports_of_strategies_from_below(import_graph())
+    assert not found, "imports of the strategies package from below it:\n" + "\n".join(found)
+    assert imports_of_strategies_from_below({"graphscale.config": {"graphscale.strategies.base"}}) == [
+        "graphscale.config (config) imports graphscale.strategies.base"]
 
 
 def test_the_checks_report_an_upward_import_and_a_cycle():

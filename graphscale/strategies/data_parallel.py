@@ -63,7 +63,7 @@ from graphscale.strategies.minibatch_common import (
     load_host_rows,
     record_structure,
 )
-from graphscale.strategies.options.shared import DataParallelOptions
+from graphscale.options.shared import DataParallelOptions
 
 
 class MicroBatchSchedule:

@@ -118,7 +118,7 @@ from graphscale.strategies.base import (
     unused_feature_options,
 )
 from graphscale.strategies.epoch import Epoch
-from graphscale.strategies.options.shared import GraphParallelOptions
+from graphscale.options.shared import GraphParallelOptions
 
 HALO = "halo"
 SETUP = "setup"

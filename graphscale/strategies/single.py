@@ -29,7 +29,7 @@ from graphscale.strategies.base import (
     unused_feature_options,
 )
 from graphscale.strategies.epoch import Epoch
-from graphscale.strategies.options.shared import SingleOptions
+from graphscale.options.shared import SingleOptions
 
 
 @STRATEGIES.register("single")

@@ -43,7 +43,7 @@ from graphscale.distributed.comm import Comm
 from graphscale.partition.store import LocalPartition
 from graphscale.strategies.base import SPLITS, split_counts
 from graphscale.strategies.model_averaging.correction import RowServer
-from graphscale.strategies.options.model_averaging import EVALUATIONS
+from graphscale.options.model_averaging import EVALUATIONS
 
 #: Ledger category of the exact evaluation's rows fetched from other workers
 EVALUATION = "evaluation"

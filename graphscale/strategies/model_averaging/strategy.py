@@ -100,7 +100,7 @@ from graphscale.strategies.model_averaging.evaluation import (
     evaluation_mode,
 )
 from graphscale.strategies.model_averaging.state import PartitionStates
-from graphscale.strategies.options.model_averaging import OPTIMIZER_STATES, ModelAveragingOptions
+from graphscale.options.model_averaging import OPTIMIZER_STATES, ModelAveragingOptions
 
 
 @dataclass

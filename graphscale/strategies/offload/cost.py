@@ -42,7 +42,7 @@ import torch
 from graphscale.data.block import Block
 from graphscale.distributed.comm import ALLREDUCE, CONTROL
 from graphscale.strategies.offload.plan import ChunkSets, check_dedup
-from graphscale.strategies.options.offload import RECOMPUTE_MODES
+from graphscale.options.offload import RECOMPUTE_MODES
 
 #: Ledger categories of the offload strategy.
 H2D_LOCAL, H2D_REMOTE, P2P, REUSE = "h2d_local", "h2d_remote", "p2p", "reuse"

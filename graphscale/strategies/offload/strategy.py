@@ -156,7 +156,7 @@ from graphscale.strategies.offload.plan import (
 from graphscale.strategies.offload.reorg import random_schedule, reorganize
 from graphscale.strategies.offload.resident import DevicePlan
 from graphscale.strategies.offload.transfer import Transfers, check_mode
-from graphscale.strategies.options.offload import OffloadOptions
+from graphscale.options.offload import OffloadOptions
 
 SETUP = "setup"
 

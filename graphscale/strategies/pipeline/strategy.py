@@ -148,7 +148,7 @@ from graphscale.strategies.chunking import chunk_order
 from graphscale.strategies.epoch import Epoch
 from graphscale.strategies.exchange import RowExchange
 from graphscale.strategies.groups import subgroup_comms
-from graphscale.strategies.options.pipeline import PipelineOptions
+from graphscale.options.pipeline import PipelineOptions
 from graphscale.strategies.pipeline.checkpoint import StageCheckpoint
 from graphscale.strategies.pipeline.passes import EVAL_HALO, EVAL_STAGE, ChunkPasses
 from graphscale.strategies.pipeline.plan import (

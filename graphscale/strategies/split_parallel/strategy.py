@@ -93,7 +93,7 @@ from graphscale.strategies.minibatch_common import (
     load_host_rows,
     record_structure,
 )
-from graphscale.strategies.options.split_parallel import SplitParallelOptions
+from graphscale.options.split_parallel import SplitParallelOptions
 from graphscale.strategies.split_parallel.plan import SplitPlan
 from graphscale.strategies.split_parallel.split import (
     HALO,

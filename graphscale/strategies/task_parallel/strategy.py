@@ -95,7 +95,7 @@ from graphscale.strategies.base import (
 )
 from graphscale.strategies.epoch import Epoch
 from graphscale.strategies.groups import subgroup_comms
-from graphscale.strategies.options.task_parallel import TaskParallelOptions
+from graphscale.options.task_parallel import TaskParallelOptions
 from graphscale.strategies.task_parallel.chain import (
     _EVAL,
     _FWD,
