@@ -24,8 +24,8 @@ from pathlib import Path
 from graphscale.config import DTYPES, FEATURE_DTYPES, RunConfig, StrategyConfig
 from graphscale.data.outputs import check_output_dir, check_output_path
 from graphscale.metrics.units import parse_bytes
-from graphscale.partition.build import build_vertex_partitioner
 from graphscale.options.by_strategy import own_chunks
+from graphscale.partition.build import build_vertex_partitioner
 
 #: the declared ``[strategy]`` options by name (their choices are checked here)
 _STRATEGY_FIELDS = {f.name: f for f in dataclasses.fields(StrategyConfig)}

@@ -11,8 +11,8 @@ import pytest
 from graphscale.cli import TRAIN_OPTIONS, build_parser, main, overrides_from_args
 from graphscale.config import StrategyConfig, build_config
 from graphscale.options import declared, option_names
-from graphscale.registry import STRATEGIES
 from graphscale.options.by_strategy import BY_STRATEGY
+from graphscale.registry import STRATEGIES
 
 
 def from_flags(*argv: str):
