@@ -180,7 +180,7 @@ def test_fixed_costs_scale_with_the_passes():
 
 
 def test_spearman():
-    from graphscale.bench.advise import spearman
+    from graphscale.bench.tools.advise import spearman
 
     assert spearman([1, 2, 3], [10, 20, 30]) == pytest.approx(1.0)
     assert spearman([1, 2, 3], [3, 2, 1]) == pytest.approx(-1.0)
@@ -188,7 +188,7 @@ def test_spearman():
 
 
 def test_bench_advise_prints_predicted_against_measured(tmp_path, capsys, monkeypatch, train_in_process):
-    from graphscale.bench import advise as bench_advise
+    from graphscale.bench.tools import advise as bench_advise
 
     monkeypatch.setattr(bench_advise, "train_once", train_in_process)  # the table, not fresh processes' figures
     code = main(["bench", "advise", "--datasets", SBM, "--strategies", "single,graph-parallel", "--epochs", "2",

@@ -22,8 +22,8 @@ ROOT = Path(graphscale.__file__).parent
 #: partition`` command: it prepares datasets and checks paths like a run) and ``data.handle`` (it opens partition
 #: stores). The cost models' shared layer (``graphscale.cost``: the prediction every strategy fills in, the machine
 #: profile's figures, the pricing primitives) sits below the strategies, which price their runs with it, and
-#: ``advise`` sits above both. The option declarations and the constants they share (``graphscale.options``) are the bottom: every
-#: layer reads them, and they import no strategy.
+#: ``advise`` sits above both. The option declarations and the constants they share (``graphscale.options``) are
+#: the bottom: every layer reads them, and they import no strategy.
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("cli", ("graphscale.cli", "graphscale.__main__")),
     ("bench", ("graphscale.bench",)),

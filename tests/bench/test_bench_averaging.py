@@ -6,7 +6,7 @@ import argparse
 
 import pytest
 
-from graphscale.bench import averaging
+from graphscale.bench.papers.sdt_gnn import averaging
 
 
 @pytest.mark.slow

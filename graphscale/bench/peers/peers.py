@@ -76,7 +76,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
     add_declared(parser, "dataset", default="sbm:nodes=1000000,degree=10,features=128",
                  why="the comparison graph of docs/benchmarks.md")
-    add_declared(parser, "hidden", default=128, note="here: of the 2-layer GCN", why="the comparison width of docs/benchmarks.md")
+    add_declared(parser, "hidden", default=128, note="here: of the 2-layer GCN",
+                 why="the comparison width of docs/benchmarks.md")
     add_declared(parser, "dropout")
     parser.add_argument("--repeats", type=int, default=3, help="timed epochs per system; the median is reported")
     parser.add_argument("--warmup", type=int, default=1, help="untimed warm-up epochs per system (default 1)")

@@ -1,6 +1,6 @@
 """``graphscale bench device``: a 2-layer GCN training epoch on one device, graphscale's device path against PyG.
 
-The model and systems are :mod:`graphscale.bench.peers`' (dropout -> GCN(in, hidden) -> ReLU -> dropout ->
+The model and systems are :mod:`graphscale.bench.peers.peers`' (dropout -> GCN(in, hidden) -> ReLU -> dropout ->
 GCN(hidden, classes), cross-entropy on the training vertices, backward, Adam step): ``graphscale`` (its device kernel
 backend: on CUDA always, on CPU by ``GRAPHSCALE_KERNELS=torch``, which this command sets in its processes),
 ``pyg-csr`` (``GCNConv(cached=True)`` on a torch sparse CSR ``adj_t``) and ``pyg-edge_index``. Adam runs with
@@ -34,7 +34,7 @@ from pathlib import Path
 
 import torch
 
-from graphscale.bench.peers import SYSTEMS, check_model_options, make_epoch, toy_data
+from graphscale.bench.peers.peers import SYSTEMS, check_model_options, make_epoch, toy_data
 
 #: Goals of graphscale against PyG-CSR on the device (docs/gpu.md): time ratio, memory ratio, at most.
 TARGETS = {"pyg-csr": (0.5, 0.6)}

@@ -142,7 +142,7 @@ def sys_seconds(results: list[dict]) -> float:
 
 def malloc_of(results: list[dict]) -> str:
     """The malloc the workers ran (``glibc retaining``...), one label when they all agree."""
-    from graphscale.bench.peers import malloc_label
+    from graphscale.bench.peers.peers import malloc_label
 
     labels = sorted({malloc_label(r["allocator"]) for r in results})
     return " | ".join(labels)

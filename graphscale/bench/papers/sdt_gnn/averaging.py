@@ -37,7 +37,7 @@ import argparse
 import statistics
 from pathlib import Path
 
-from graphscale.bench.memory import train_once
+from graphscale.bench.tools.memory import train_once
 from graphscale.bench.table import save_figure, split_specs
 from graphscale.metrics.table import format_table
 from graphscale.metrics.units import format_bytes
@@ -65,8 +65,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     from graphscale.flags import add_declared, add_own
 
     parser.add_argument("--full", action="store_true",
-                        help="the SDT-GNN paper's whole grid (p 2,4,8,16; q 1,2,4; Cora, MUSAE Facebook with --musae, a nested "
-                             "SBM; sage,gcn,gat; 3 seeds; spring,hdrf,metis,random; with and without a correction "
+                        help="the SDT-GNN paper's whole grid (p 2,4,8,16; q 1,2,4; Cora, MUSAE Facebook with --musae, "
+                             "a nested SBM; sage,gcn,gat; 3 seeds; spring,hdrf,metis,random; with and without a correction "
                              "step): days on 2 cores")
     parser.add_argument("--musae", default=None, metavar="DIR",
                         help="the MUSAE Facebook directory for --full (e.g. ../shared/data/musae_facebook)")

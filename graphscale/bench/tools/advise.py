@@ -3,7 +3,7 @@ against the measured ones, per graph.
 
 For each dataset the bench predicts every configuration (:func:`graphscale.advise.command.advise`, on the cached
 machine profile) and runs each one that fits as a ``graphscale train ... --json`` subprocess
-(:func:`graphscale.bench.memory.train_once`: a fresh interpreter, so the OS figures are the run's own). Per
+(:func:`graphscale.bench.tools.memory.train_once`: a fresh interpreter, so the OS figures are the run's own). Per
 strategy it prints:
 
 * ``bytes pred`` / ``bytes meas``: bytes moved per epoch (predicted; the Ledger of the run's last epoch, or of
@@ -33,7 +33,7 @@ import argparse
 import os
 import statistics
 
-from graphscale.bench.memory import train_once
+from graphscale.bench.tools.memory import train_once
 from graphscale.bench.table import split_specs
 from graphscale.metrics.table import format_table
 from graphscale.metrics.units import format_bytes
