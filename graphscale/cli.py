@@ -21,30 +21,30 @@ from graphscale.options import declared, flag_of, int_list
 
 #: ``graphscale bench NAME`` -> module with ``add_arguments(parser)`` and ``run(args)``.
 BENCHES = {
-    "peers": ("graphscale.bench.peers", "2-layer GCN epoch: graphscale against PyG (time and peak memory)"),
-    "device": ("graphscale.bench.device", ("2-layer GCN epoch on one device (GPU, or the device path on CPU): "
+    "peers": ("graphscale.bench.peers.peers", "2-layer GCN epoch: graphscale against PyG (time and peak memory)"),
+    "device": ("graphscale.bench.peers.device", ("2-layer GCN epoch on one device (GPU, or the device path on CPU): "
                "graphscale against PyG-CSR and PyG edge_index (time, peak memory, ops and kernels per epoch)")),
-    "sampler": ("graphscale.bench.sampler", "neighbour-sampler throughput in sampled edges per second"),
-    "partition": ("graphscale.bench.partition",
+    "sampler": ("graphscale.bench.tools.sampler", "neighbour-sampler throughput in sampled edges per second"),
+    "partition": ("graphscale.bench.papers.sdt_gnn.partition",
                   "partitioner replication factor, peak memory, pass throughput, time ratios"),
-    "minibatch": ("graphscale.bench.minibatch", ("mini-batch data vs split parallelism: feature bytes, redundant "
+    "minibatch": ("graphscale.bench.papers.gsplit", ("mini-batch data vs split parallelism: feature bytes, redundant "
                   "edges, split time and quality (GSplit Tables 1, 2, 4, 5)")),
-    "offload": ("graphscale.bench.offload",
+    "offload": ("graphscale.bench.papers.hongtu",
                 "HongTu offload: replication factor, host traffic by dedup mode, memory vs K (Tables 3/8, Fig. 10)"),
-    "pipeline": ("graphscale.bench.pipeline", ("GNNPipe: bytes per epoch graph vs pipeline vs hybrid (Table 5/7/8 "
+    "pipeline": ("graphscale.bench.papers.gnnpipe", ("GNNPipe: bytes per epoch graph vs pipeline vs hybrid (Table 5/7/8 "
                  "analogues), bubble / transfer / memory per stage (GPipe vs 1F1B), accuracy and ablation on Cora")),
-    "memory": ("graphscale.bench.memory", ("OS-measured memory per worker (anonymous / file-backed / RSS peak) "
+    "memory": ("graphscale.bench.tools.memory", ("OS-measured memory per worker (anonymous / file-backed / RSS peak) "
                "next to the tracked design figure, single against the distributed strategies")),
-    "averaging": ("graphscale.bench.averaging", ("model averaging against single (accuracy per epoch, gap) and "
+    "averaging": ("graphscale.bench.papers.sdt_gnn.averaging", ("model averaging against single (accuracy per epoch, gap) and "
                   "graph-parallel (bytes), memory per worker against the partition count")),
-    "scaling": ("graphscale.bench.scaling", ("epoch time of single (W threads) against each distributed strategy "
+    "scaling": ("graphscale.bench.tools.scaling", ("epoch time of single (W threads) against each distributed strategy "
                 "(W workers x 1 thread), communication / waiting / compute per worker, parallel efficiency")),
-    "advise": ("graphscale.bench.advise", ("graphscale advise checked: every predicted strategy run on Cora, an SBM "
+    "advise": ("graphscale.bench.tools.advise", ("graphscale advise checked: every predicted strategy run on Cora, an SBM "
                "and an R-MAT; predicted against measured bytes, memory and epoch time, Spearman of the ranking")),
-    "scale": ("graphscale.bench.scale", ("from a graph's spec to a trained epoch at growing sizes: convert, "
+    "scale": ("graphscale.bench.tools.scale", ("from a graph's spec to a trained epoch at growing sizes: convert, "
               "partition, mini-batch, graph-parallel and offload steps, wall time, peak RSS and cgroup peak, bytes "
               "read and written, disk, fitted bytes per vertex; optionally under a memory cgroup limit")),
-    "task": ("graphscale.bench.task", ("NeutronTask task parallelism: bytes graph-parallel vs TP vs TP+TD, memory "
+    "task": ("graphscale.bench.papers.neutrontask.task", ("NeutronTask task parallelism: bytes graph-parallel vs TP vs TP+TD, memory "
              "parts per worker, replication vs partitions, accuracy, subgraphs, modelled pipeline, ablation")),
 }
 
@@ -158,9 +158,9 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def add_strategy_arguments(p: argparse.ArgumentParser) -> None:
-    """The ``[strategy]`` options, generated from their declarations (:mod:`graphscale.strategies.options`): one
+    """The ``[strategy]`` options, generated from their declarations (:mod:`graphscale.options.by_strategy`): one
     group for the options of every strategy, one for those several share, then one per strategy."""
-    from graphscale.strategies.options import BY_STRATEGY
+    from graphscale.options.by_strategy import BY_STRATEGY
 
     own = {f.name for f in declared(StrategyConfig)} | {f.name for cls in BY_STRATEGY.values() for f in declared(cls)}
     groups = [("strategy", "read by every strategy", declared(StrategyConfig)),

@@ -9,7 +9,7 @@ plus top-level run fields, and command-line flags override it. The defaults
 below are those ``graphscale train --help`` shows.
 
 The ``[strategy]`` section, :class:`StrategyConfig`, is assembled from the option
-dataclasses each strategy declares (:mod:`graphscale.strategies.options`), which
+dataclasses each strategy declares (:mod:`graphscale.options.by_strategy`), which
 hold every field's default, help and allowed values.
 
 Options are strict: :func:`build_config` refuses an option the user gave (in the
@@ -28,17 +28,17 @@ from pathlib import Path
 import tomllib
 
 from graphscale.options import SWITCH, flag_of, option
-from graphscale.strategies.options import own_chunks
-from graphscale.strategies.options.model_averaging import ModelAveragingOptions
-from graphscale.strategies.options.offload import OffloadOptions
-from graphscale.strategies.options.pipeline import PipelineOptions
-from graphscale.strategies.options.shared import (
+from graphscale.options.by_strategy import own_chunks
+from graphscale.options.model_averaging import ModelAveragingOptions
+from graphscale.options.offload import OffloadOptions
+from graphscale.options.pipeline import PipelineOptions
+from graphscale.options.shared import (
     DataParallelOptions,
     GraphParallelOptions,
     SingleOptions,
 )
-from graphscale.strategies.options.split_parallel import SplitParallelOptions
-from graphscale.strategies.options.task_parallel import TaskParallelOptions
+from graphscale.options.split_parallel import SplitParallelOptions
+from graphscale.options.task_parallel import TaskParallelOptions
 
 #: Collective timeout in seconds unless ``--timeout`` says otherwise (PyTorch's default).
 DEFAULT_TIMEOUT_S = 600.0
@@ -58,7 +58,7 @@ ALLOCATORS = ("default", "retain")
 
 
 #: The training default of what a METIS partition balances (``--balance``; its values:
-#: :data:`graphscale.strategies.options.shared.BALANCE_CHOICES`).
+#: :data:`graphscale.options.shared.BALANCE_CHOICES`).
 DEFAULT_BALANCE = "edges+train"
 
 
@@ -123,7 +123,7 @@ class OptimConfig:
 class StrategyConfig(SingleOptions, GraphParallelOptions, DataParallelOptions, SplitParallelOptions, OffloadOptions,
                      ModelAveragingOptions, PipelineOptions, TaskParallelOptions):
     """The ``[strategy]`` section: the options every strategy reads (below) and those each strategy declares
-    (:mod:`graphscale.strategies.options`), one flat namespace, so strategy code reads ``config.strategy.X``.
+    (:mod:`graphscale.options.by_strategy`), one flat namespace, so strategy code reads ``config.strategy.X``.
 
     ``chunks`` is an alias: given (``--chunks``, ``chunks =`` in TOML, ``StrategyConfig(chunks=...)``), it sets the
     chosen strategy's own chunk count (``chunks_per_part`` of offload, ``pipeline_chunks``, ``task_chunks``);

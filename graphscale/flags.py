@@ -5,8 +5,8 @@ A flag whose name is a declared option's (:func:`graphscale.config.declared_opti
 (``train``, ``advise``, ``partition``, the benches): the same name, argparse type, choices, metavar and help, so
 the commands cannot drift apart. What a command may add:
 
-* its own default, with the reason in ``why`` (``--hidden 128`` in ``bench peers``: the issue's figures), shown
-  in the help as ``(default 128: why)``; the declaration's default needs no reason;
+* its own default, with the reason in ``why`` (``--hidden 128`` in ``bench peers``: the comparison width of
+  docs/benchmarks.md), shown in the help as ``(default 128: why)``; the declaration's default needs no reason;
 * a ``note`` after the declared help, saying what the value is for in that command;
 * ``grid=True``: several values, one run each (``--workers 1,2``: comma-separated for an int option; a repeated
   flag for a text option).

@@ -17,7 +17,7 @@ import math
 from pathlib import Path
 
 from graphscale.metrics.ledger import moved_bytes
-from graphscale.strategies.base import SPLITS
+from graphscale.options.shared import SPLITS
 
 #: the panels of a plot: (key of :func:`epoch_series`, title)
 PANELS = (("loss", "loss (solid: training epoch, dashed: validation)"), ("train_acc", "train {metric}"),

@@ -194,8 +194,7 @@ def _training_dir(config: RunConfig, cache: Path, spec: str, feature_norm: str, 
     source = dataset_dir(config, cache, spec)
     with _locked(cache, digest):
         if not is_graph_dir(path):
-            with setup_step(config, f"preparing {spec}'s features and writing the graph directory the workers "
-                                    "share"):
+            with setup_step(config, f"writing {spec}'s training graph directory (features prepared)"):
                 path.parent.mkdir(parents=True, exist_ok=True)
                 write_training_dir(source, path, features=config.data.features, seed=config.seed,
                                    feature_norm=feature_norm, dtype=dtype, spec=spec)

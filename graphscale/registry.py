@@ -80,3 +80,25 @@ def load_builtins(kind: str) -> None:
     """Import the modules that register the built-in entries of ``kind``."""
     for module in _BUILTIN_MODULES.get(kind, []):
         importlib.import_module(module)
+
+
+#: strategy name -> "module:function" of its ``predict(data, model, config, machine) -> Prediction`` (next to the
+#: strategy's code; :mod:`graphscale.cost`)
+PREDICTORS = {
+    "single": "graphscale.strategies.single:predict",
+    "graph-parallel": "graphscale.strategies.graph_parallel:predict",
+    "data-parallel": "graphscale.strategies.data_parallel:predict",
+    "split-parallel": "graphscale.strategies.split_parallel.predict:predict",
+    "offload": "graphscale.strategies.offload.predict:predict",
+    "pipeline": "graphscale.strategies.pipeline.predict:predict",
+    "task-parallel": "graphscale.strategies.task_parallel.predict:predict",
+    "model-averaging": "graphscale.strategies.model_averaging.predict:predict",
+}
+
+
+def predictor(name: str):
+    """The ``predict`` function of strategy ``name``."""
+    if name not in PREDICTORS:
+        raise ValueError(f"no prediction for strategy {name!r}; strategies with one: {', '.join(PREDICTORS)}")
+    module, func = PREDICTORS[name].split(":")
+    return getattr(importlib.import_module(module), func)

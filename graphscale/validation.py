@@ -2,7 +2,7 @@
 
 * :func:`graphscale.config.check_given` (called by :func:`graphscale.config.build_config`): an option the user gave
   that the chosen strategy or model does not read is an error naming the strategies (models) that read it. What each
-  reads is declared once: a strategy's option dataclass (:mod:`graphscale.strategies.options`, which its class reads
+  reads is declared once: a strategy's option dataclass (:mod:`graphscale.options.by_strategy`, which its class reads
   as ``Strategy.options``) less ``Strategy.unused_options(config)``, and ``GNN.options``.
 * :func:`validate` (called by :func:`graphscale.run.run`, so by ``graphscale train`` and the Python API): every
   option's range and its fit with the strategy and the model (a ``[strategy]`` option's allowed values from its
@@ -24,8 +24,8 @@ from pathlib import Path
 from graphscale.config import DTYPES, FEATURE_DTYPES, RunConfig, StrategyConfig
 from graphscale.data.outputs import check_output_dir, check_output_path
 from graphscale.metrics.units import parse_bytes
+from graphscale.options.by_strategy import own_chunks
 from graphscale.partition.build import build_vertex_partitioner
-from graphscale.strategies.options import own_chunks
 
 #: the declared ``[strategy]`` options by name (their choices are checked here)
 _STRATEGY_FIELDS = {f.name: f for f in dataclasses.fields(StrategyConfig)}
@@ -151,7 +151,7 @@ def _check_choice(option: str, value: str, choices) -> None:
 
 
 def _check_declared_choice(option: str, config: RunConfig) -> None:
-    """A ``[strategy]`` option declared with ``choices`` (:mod:`graphscale.strategies.options`) holds one of them
+    """A ``[strategy]`` option declared with ``choices`` (:mod:`graphscale.options.by_strategy`) holds one of them
     (or its default: ``balance``'s empty default means the partitioner's own)."""
     declared = _STRATEGY_FIELDS.get(option)
     choices = declared.metadata.get("choices") if declared is not None else None

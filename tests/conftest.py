@@ -82,7 +82,7 @@ def _fresh_workers(request, _worker_pool):
 
 @pytest.fixture
 def train_in_process():
-    """:func:`graphscale.bench.memory.train_once` without the fresh interpreter: the same ``graphscale train``
+    """:func:`graphscale.bench.tools.memory.train_once` without the fresh interpreter: the same ``graphscale train``
     arguments (``train_argv``) through ``cli.main`` in the test's process, its multi-worker runs in the suite's pool.
     For the tests of benches that check their grid and tables (``bench averaging``, ``bench advise``), not a fresh
     process's OS figures (``bench memory``'s tests keep the subprocess); each spared run is an interpreter, torch
@@ -94,7 +94,7 @@ def train_in_process():
     import tempfile
     from pathlib import Path
 
-    from graphscale.bench.memory import train_argv
+    from graphscale.bench.tools.memory import train_argv
     from graphscale.cli import main
 
     def train_once(dataset, strategy, workers, epochs, model="gcn", hidden=None, device=None, extra=None,

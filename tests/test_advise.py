@@ -7,9 +7,10 @@ import json
 import pytest
 
 from graphscale.advise.configs import predict_config
-from graphscale.advise.profile import load_profile, save_profile, synthetic
+from graphscale.advise.profile import load_profile, save_profile
 from graphscale.cli import main
 from graphscale.config import build_config
+from graphscale.cost.machine import synthetic
 from graphscale.run import run
 
 SBM = "sbm:nodes=400,degree=6,features=16,seed=1"
@@ -146,10 +147,11 @@ def test_a_profile_from_another_host_is_stale(tmp_path):
 def test_a_profile_of_an_older_version_is_measured_again_with_a_warning(tmp_path, monkeypatch):
     """A cached profile without the host costs (version 3) is refused in one line and measured again."""
     from graphscale.advise import profile
+    from graphscale.cost.machine import HOST_COSTS
 
     old = synthetic().to_dict()
     old["version"] = 3
-    for key in profile.HOST_COSTS:
+    for key in HOST_COSTS:
         old.pop(key)
     path = profile.profile_path(tmp_path, "cpu")
     path.parent.mkdir(parents=True)
@@ -169,7 +171,7 @@ def test_predicted_os_memory_adds_the_process_baseline(tmp_path):
 
 
 def test_fixed_costs_scale_with_the_passes():
-    from graphscale.advise.predict import layer_seconds
+    from graphscale.cost.pricing import layer_seconds
 
     machine = synthetic()
     one = layer_seconds(machine, 0, 0, [8, 8], [8, 4])
@@ -178,7 +180,7 @@ def test_fixed_costs_scale_with_the_passes():
 
 
 def test_spearman():
-    from graphscale.bench.advise import spearman
+    from graphscale.bench.tools.advise import spearman
 
     assert spearman([1, 2, 3], [10, 20, 30]) == pytest.approx(1.0)
     assert spearman([1, 2, 3], [3, 2, 1]) == pytest.approx(-1.0)
@@ -186,7 +188,7 @@ def test_spearman():
 
 
 def test_bench_advise_prints_predicted_against_measured(tmp_path, capsys, monkeypatch, train_in_process):
-    from graphscale.bench import advise as bench_advise
+    from graphscale.bench.tools import advise as bench_advise
 
     monkeypatch.setattr(bench_advise, "train_once", train_in_process)  # the table, not fresh processes' figures
     code = main(["bench", "advise", "--datasets", SBM, "--strategies", "single,graph-parallel", "--epochs", "2",
@@ -217,7 +219,7 @@ def test_train_strategy_auto_records_the_prediction(tmp_path, capsys):
 def test_a_worker_is_priced_with_its_threads_and_the_co_run_slowdown():
     from dataclasses import replace
 
-    from graphscale.advise.predict import layer_seconds, worker_scale, worker_threads
+    from graphscale.cost.pricing import layer_seconds, worker_scale, worker_threads
 
     machine = replace(synthetic(), cores=4, thread_speedup=2.5, corun_slowdown=1.5, layer_call_s=0.0)
     assert [worker_threads(machine, w) for w in (1, 2, 4, 8)] == [4, 2, 1, 1]
@@ -233,7 +235,7 @@ def test_independent_workers_are_priced_with_the_free_co_run_slowdown():
     ``corun_slowdown``; one worker pays neither; model-averaging's prediction uses it."""
     from dataclasses import replace
 
-    from graphscale.advise.predict import layer_seconds, worker_scale
+    from graphscale.cost.pricing import layer_seconds, worker_scale
 
     machine = replace(synthetic(), cores=4, thread_speedup=2.5, corun_slowdown=1.5, corun_free=1.2, layer_call_s=0.0)
     assert worker_scale(machine, 4, independent=True) == pytest.approx(1.2)
@@ -255,7 +257,7 @@ def test_model_averaging_prices_its_workers_as_independent(tmp_path):
 def test_collectives_are_priced_at_the_profiles_sync_cost():
     from dataclasses import replace
 
-    from graphscale.advise.predict import transfer_seconds
+    from graphscale.cost.pricing import transfer_seconds
 
     machine = replace(synthetic(), sync_s=3e-3, collective_latency_s=1e-4)
     assert transfer_seconds(machine, 0, 5) == pytest.approx(5 * 3e-3)
@@ -264,6 +266,7 @@ def test_collectives_are_priced_at_the_profiles_sync_cost():
 
 def test_the_profile_measures_every_figure_and_says_how(monkeypatch):
     from graphscale.advise import profile
+    from graphscale.cost.machine import HOST_COSTS
     from graphscale.advise.profile import measure
     from graphscale.distributed.launch import cpu_count
 
@@ -412,7 +415,7 @@ def test_layer_sources_price_the_input_side_only():
     """``sources`` rows (a chunked block's gathered neighbour rows too) add the input side's elementwise pass and,
     for a layer that transforms first (the layers' own choice, ``nn.order``), its dense product; the output side
     stays on ``rows``."""
-    from graphscale.advise.predict import layer_seconds, worker_scale
+    from graphscale.cost.pricing import layer_seconds, worker_scale
     from graphscale.nn.order import cheaper_to_transform_first
 
     machine = synthetic()
@@ -455,7 +458,7 @@ def test_model_averaging_and_pipeline_predictions_price_their_rows(tmp_path, mon
 def test_a_cpu_budget_holds_each_workers_share_of_the_host_arrays():
     """On CPU the budget is host memory: offload's shared host arrays count once per host, split over its workers;
     a CUDA budget holds the device-side ``memory`` alone."""
-    from graphscale.advise.predict import Prediction
+    from graphscale.cost.prediction import Prediction
 
     def offload(budget, device):
         return Prediction("offload", 2, memory=100, host_memory=61).check_fit(budget, device)

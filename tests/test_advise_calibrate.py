@@ -11,9 +11,10 @@ import pytest
 from graphscale.advise import calibrate
 from graphscale.advise.configs import model_key, predict_config, run_key
 from graphscale.advise.host_costs import cost_line
-from graphscale.advise.profile import load_profile, profile_path, save_profile, synthetic
+from graphscale.advise.profile import load_profile, profile_path, save_profile
 from graphscale.cli import main
 from graphscale.config import build_config
+from graphscale.cost.machine import synthetic
 
 SBM = "sbm:nodes=400,degree=6,features=16,seed=1"
 

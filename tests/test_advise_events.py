@@ -7,8 +7,8 @@ import copy
 import pytest
 
 from graphscale.advise.configs import predict_config
-from graphscale.advise.profile import synthetic
 from graphscale.config import build_config
+from graphscale.cost.machine import synthetic
 
 SBM = "sbm:nodes=400,degree=6,features=16,seed=1"
 
@@ -194,7 +194,7 @@ def test_offload_host_bytes_are_priced_at_the_host_transfer_rate_on_cpu(tmp_path
 
 
 def test_lockstep_seconds_sums_each_steps_slowest_worker():
-    from graphscale.advise.predict import lockstep_seconds
+    from graphscale.cost.pricing import lockstep_seconds
 
     steps = [[(1.0,), (3.0,)], [(2.0,), None], [None, None], [(4.0,), (0.5,)]]
     assert lockstep_seconds(steps, lambda t: t) == 3.0 + 2.0 + 0.0 + 4.0
@@ -244,7 +244,7 @@ def test_split_parallel_prices_each_mini_batch_at_its_slowest_split(tmp_path):
 def test_block_seconds_prices_each_layer_over_its_own_block():
     """A sampled mini-batch's layers: the first over the input rows without its input's gradient, the next over the
     (fewer) rows of its own block with it; less than pricing every layer over the input rows."""
-    from graphscale.advise.predict import block_seconds, layer_seconds
+    from graphscale.cost.pricing import block_seconds, layer_seconds
 
     machine = synthetic()
     layers, widths, outs = [(500, 5000, 5500), (50, 500, 550)], [64, 16], [16, 7]

@@ -349,7 +349,8 @@ def test_strategy_auto_runs_the_recommendation_and_records_it(tmp_path):
     """``strategy="auto"`` with in-memory data: the data is written once, ``graphscale advise`` ranks the
     strategies on it (a synthetic machine profile, so nothing is measured here), and the report holds the prediction
     next to the measurement, as ``graphscale train --strategy auto`` does."""
-    from graphscale.advise.profile import profile_path, save_profile, synthetic
+    from graphscale.advise.profile import profile_path, save_profile
+    from graphscale.cost.machine import synthetic
 
     cache = tmp_path / "cache"
     save_profile(synthetic(), profile_path(cache, "cpu"))

@@ -558,11 +558,12 @@ def test_setup_steps_print_progress_lines(tmp_path, capsys, monkeypatch):
     assert main(["train", "--strategy", "graph-parallel", "--workers", "2", "--epochs", "1", "--cache-dir",
                  str(tmp_path), "--partitioner", "random"]) == 130
     lines = capsys.readouterr().err.splitlines()
-    assert lines[:4] == ["graphscale: setup: loading cora ...", lines[1],
+    assert lines[:6] == ["graphscale: setup: writing cora as a graph directory ...", lines[1],
+                         "graphscale: setup: writing cora's training graph directory (features prepared) ...", lines[3],
                          ("graphscale: setup: partitioning 2,708 vertices into 2 parts (random) and writing the "
-                         "partition store ..."), lines[3]]
-    assert re.fullmatch(r"graphscale: setup: loading cora: done in \d+\.\d s", lines[1])
-    assert re.fullmatch(r"graphscale: setup: partitioning .*: done in \d+\.\d s", lines[3])
+                         "partition store ..."), lines[5]]
+    for i in (1, 3, 5):
+        assert re.fullmatch(r"graphscale: setup: .*: done in \d+\.\d s", lines[i]), lines[i]
 
 
 def test_train_help_shows_each_default_once(capsys, monkeypatch):

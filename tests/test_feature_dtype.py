@@ -175,7 +175,7 @@ def forward_graph():
 def _predicted_halo(handle, model, config, whole: bool = True) -> int:
     """The halo bytes the advisor predicts: graph-parallel's ``predict`` (``whole``), or the byte part of it
     (``epoch_bytes``; the advisor's width probe does not run a forward model)."""
-    from graphscale.advise.profile import synthetic
+    from graphscale.cost.machine import synthetic
     from graphscale.partition.store import read_store_meta
     from graphscale.strategies.graph_parallel import epoch_bytes, predict
 

@@ -17,10 +17,13 @@ import graphscale
 ROOT = Path(graphscale.__file__).parent
 
 #: the layers, top to bottom: a module may import its own layer (without a cycle) and the layers below it; the
-#: longest matching prefix places a module. Placed apart from their package: ``partition.command`` (the
-#: ``graphscale partition`` command: it prepares datasets and checks paths like a run), ``advise.predict`` (the
-#: prediction every strategy fills in, registered next to the strategy), ``data.handle`` (it opens partition
-#: stores) and ``strategies.options`` (plain declarations that :mod:`graphscale.config` assembles).
+#: longest matching prefix places a module. Placed apart from their package, always above it (importing a module
+#: imports its package: :func:`upward_imports` checks the packages too): ``partition.command`` (the ``graphscale
+#: partition`` command: it prepares datasets and checks paths like a run) and ``data.handle`` (it opens partition
+#: stores). The cost models' shared layer (``graphscale.cost``: the prediction every strategy fills in, the machine
+#: profile's figures, the pricing primitives) sits below the strategies, which price their runs with it, and
+#: ``advise`` sits above both. The option declarations and the constants they share (``graphscale.options``) are
+#: the bottom: every layer reads them, and they import no strategy.
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("cli", ("graphscale.cli", "graphscale.__main__")),
     ("bench", ("graphscale.bench",)),
@@ -29,14 +32,15 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("run", ("graphscale.run", "graphscale.partition.command")),
     ("prepare", ("graphscale.prepare", "graphscale.validation")),
     ("trainer", ("graphscale.trainer", "graphscale.checkpoint", "graphscale.progress", "graphscale.plot")),
-    ("strategies", ("graphscale.strategies", "graphscale.advise.predict", "graphscale.testing")),
+    ("strategies", ("graphscale.strategies", "graphscale.testing")),
+    ("cost", ("graphscale.cost",)),
     ("partition", ("graphscale.partition", "graphscale.data.handle")),
     ("nn", ("graphscale.nn",)),
     ("distributed", ("graphscale.distributed",)),
     ("data", ("graphscale.data",)),
     ("config", ("graphscale.config", "graphscale.registry", "graphscale.metrics", "graphscale.allocator",
                 "graphscale.errors", "graphscale.flags")),
-    ("declarations", ("graphscale.options", "graphscale.strategies.options")),
+    ("declarations", ("graphscale.options",)),
     ("package", ("graphscale",)),
 ]
 
@@ -144,13 +148,25 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return out
 
 
+def packages_of(module: str) -> list[str]:
+    """``module`` and the packages above it, ``graphscale`` left out: ``a.b.c`` -> ``[a.b.c, a.b]``."""
+    parts = module.split(".")
+    return [".".join(parts[:i]) for i in range(len(parts), 1, -1)]
+
+
 def upward_imports(graph: dict[str, set[str]]) -> list[str]:
+    """The imports of a module, or of a module inside a package, above the importer's layer: importing
+    ``graphscale.strategies.options.shared`` from ``config`` imports the package ``graphscale.strategies`` whatever
+    its ``__init__`` holds."""
     out = []
     for module, targets in sorted(graph.items()):
         for target in sorted(targets):
-            if layer_of(target) < layer_of(module) and (module, target) not in ALLOWED_UPWARD:
-                out.append(f"{module} ({LAYERS[layer_of(module)][0]}) imports {target} "
-                           f"({LAYERS[layer_of(target)][0]})")
+            above = [p for p in packages_of(target) if layer_of(p) < layer_of(module) and not
+                     (module == p or module.startswith(p + "."))]
+            if above and (module, target) not in ALLOWED_UPWARD:
+                where = "" if above[0] == target else f" in {above[0]}"
+                out.append(f"{module} ({LAYERS[layer_of(module)][0]}) imports {target}{where} "
+                           f"({LAYERS[layer_of(above[0])][0]})")
     return out
 
 
@@ -164,11 +180,41 @@ def test_the_import_graph_has_no_cycle():
     assert not found, "import cycles:\n" + "\n".join(" <-> ".join(c) for c in found)
 
 
+def imports_of_strategies_from_below(graph: dict[str, set[str]]) -> list[str]:
+    """The imports of any module of the package ``graphscale.strategies`` by a module below the strategies' layer:
+    the package is imported only from above, whatever its ``__init__`` holds."""
+    strategies = [name for name, _ in LAYERS].index("strategies")
+    return [f"{module} ({LAYERS[layer_of(module)][0]}) imports {target}"
+            for module, targets in sorted(graph.items()) if layer_of(module) > strategies
+            for target in sorted(targets) if target.startswith("graphscale.strategies.")]
+
+
+def test_nothing_below_the_strategies_imports_the_strategies_package():
+    found = imports_of_strategies_from_below(import_graph())
+    assert not found, "imports of the strategies package from below it:\n" + "\n".join(found)
+    assert imports_of_strategies_from_below({"graphscale.config": {"graphscale.strategies.base"}}) == [
+        "graphscale.config (config) imports graphscale.strategies.base"]
+
+
+def test_the_check_reports_a_module_placed_below_its_package(monkeypatch):
+    """A module placed in a lower layer than its package (the declarations once in ``strategies.options``) imports
+    the package: ``config`` importing it goes up to the strategies."""
+    layers = [(name, prefixes + ("graphscale.strategies.options",) if name == "declarations" else prefixes)
+              for name, prefixes in LAYERS]
+    monkeypatch.setitem(globals(), "LAYERS", layers)
+    graph = {"graphscale.config": {"graphscale.strategies.options.shared"}}
+    assert upward_imports(graph) == ["graphscale.config (config) imports graphscale.strategies.options.shared in "
+                                     "graphscale.strategies (strategies)"]
+
+
 def test_the_checks_report_an_upward_import_and_a_cycle():
     """The two checks find what they guard against (a synthetic graph: config importing cli, a <-> b)."""
     graph = {"graphscale.config": {"graphscale.cli"}, "graphscale.cli": {"graphscale.config"},
              "graphscale.data.a": {"graphscale.data.b"}, "graphscale.data.b": {"graphscale.data.a"}}
     assert upward_imports(graph) == ["graphscale.config (config) imports graphscale.cli (cli)"]
+    inside = {"graphscale.data.graph": {"graphscale.data.handle"}, "graphscale.registry": {"graphscale.data.handle"}}
+    assert upward_imports(inside) == ["graphscale.data.graph (data) imports graphscale.data.handle (partition)",
+                                      "graphscale.registry (config) imports graphscale.data.handle (partition)"]
     assert cycles(graph) == [["graphscale.cli", "graphscale.config"], ["graphscale.data.a", "graphscale.data.b"]]
 
 

@@ -235,8 +235,9 @@ def test_failed_store_write_leaves_nothing(tmp_path):
 
 
 def test_offload_layout_is_planned_once_in_the_parent(tmp_path):
+    from graphscale.cost.dims import probe_dims
     from graphscale.nn.models import build_model
-    from graphscale.strategies.offload.cost import Bandwidths, probe_dims
+    from graphscale.strategies.offload.cost import Bandwidths
     from graphscale.strategies.offload.plan import ChunkSets, WorkerPlan, build_worker_plan, plan_folder
     from graphscale.strategies.offload.strategy import plan_layout
 

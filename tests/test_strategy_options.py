@@ -1,4 +1,4 @@
-"""Each strategy declares its options (graphscale/strategies/options/); the config, the command line and the checks
+"""Each strategy declares its options (graphscale/options/); the config, the command line and the checks
 read those declarations, and ``--chunks`` is an alias of the chosen strategy's own chunk count."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import pytest
 from graphscale.cli import TRAIN_OPTIONS, build_parser, main, overrides_from_args
 from graphscale.config import StrategyConfig, build_config
 from graphscale.options import declared, option_names
+from graphscale.options.by_strategy import BY_STRATEGY
 from graphscale.registry import STRATEGIES
-from graphscale.strategies.options import BY_STRATEGY
 
 
 def from_flags(*argv: str):

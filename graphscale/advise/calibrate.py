@@ -1,6 +1,6 @@
 """The profile's calibration: every strategy's modelled epoch time against its measured one on two probe graphs.
 
-The strategies' models (:mod:`graphscale.advise.predict`) price the work a run does from micro-benchmarks: GEMM,
+The strategies' models (:mod:`graphscale.cost.prediction`) price the work a run does from micro-benchmarks: GEMM,
 SpMM, elementwise passes, collectives, host events. What they leave out is strategy-specific and grows with the
 graph (a strategy's own packing, indexing and bookkeeping, two workers sharing a host's caches and memory
 bandwidth): on 2 shared cores the uncalibrated models under-predicted the multi-worker strategies by 18-62% and

@@ -77,7 +77,7 @@ def machine_profile(args: argparse.Namespace, config):
     """The synthetic profile (tests), or this host's, calibrated for the model on ``--workers``
     (:func:`graphscale.advise.calibrate.calibrated_profile`)."""
     from graphscale.advise.calibrate import calibrated_profile
-    from graphscale.advise.profile import synthetic
+    from graphscale.cost.machine import synthetic
 
     if args.synthetic_profile:
         return synthetic(args.device)
@@ -124,7 +124,7 @@ def rank(config, workers: int, machine, budget: int, partitions: str = "") -> di
         try:
             prediction = predict_config(candidate, machine)
         except ValueError as err:
-            from graphscale.advise.predict import Prediction
+            from graphscale.cost.prediction import Prediction
 
             prediction = Prediction(candidate.strategy.name, candidate.strategy.workers, fits=False,
                                     reason=str(err).splitlines()[0])

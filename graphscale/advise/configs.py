@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import copy
 
-from graphscale.advise.predict import Prediction, predictor
 from graphscale.config import RunConfig
+from graphscale.cost.prediction import Prediction
+from graphscale.registry import predictor
 
 #: strategies in the order ``advise`` lists them (ties keep this order)
 STRATEGY_ORDER = ("single", "graph-parallel", "offload", "pipeline", "task-parallel", "model-averaging",

@@ -1,6 +1,6 @@
 """The machine profile the predictions price work with: measured once per host and cached.
 
-Figures (each recorded with how it was measured, :attr:`Machine.how`). The rates are measured with one thread
+Figures (:class:`~graphscale.cost.machine.Machine`; each recorded with how it was measured, :attr:`Machine.how`). The rates are measured with one thread
 (``threads``: a worker of a W-worker run on ``cores`` cores gets ``cores // W`` threads, priced with
 ``thread_speedup``):
 
@@ -59,80 +59,10 @@ import platform
 import statistics
 import time
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from graphscale.advise.timing import best_of as _best
-
-#: version of the profile's fields; a file of another version is measured again (4: the host costs per block, per
-#: sampled mini-batch and per byte of offload's host-array traffic; 5: ``corun_free``, the co-run slowdown of workers
-#: that compute without synchronising)
-PROFILE_VERSION = 5
-
-
-#: the per-event host costs (:mod:`graphscale.advise.host_costs`)
-HOST_COSTS = ("block_call_s", "block_edge_s", "sample_call_s", "sample_edge_s", "host_transfer_bandwidth")
-
-
-@dataclass
-class Machine:
-    """One host's measured rates (module docstring)."""
-
-    host: str
-    device: str
-    gemm_flops: float
-    spmm_edge_s: float
-    spmm_edge_col_s: float
-    memory_bandwidth: float
-    collective_latency_s: float
-    collective_bandwidth: float
-    h2d_bandwidth: float
-    free_memory: int
-    threads: int
-    measured_at: float = 0.0
-    how: dict = field(default_factory=dict)
-    version: int = PROFILE_VERSION
-    layer_call_s: float = 0.0
-    step_s: float = 0.0
-    process_rss: int = 0
-    elementwise_s: float = 0.0
-    cores: int = 1
-    thread_speedup: float = 1.0
-    sync_s: float = 0.0
-    corun_slowdown: float = 1.0
-    corun_free: float = 1.0
-    load_factor: float = 1.0
-    block_call_s: float = 0.0
-    block_edge_s: float = 0.0
-    sample_call_s: float = 0.0
-    sample_edge_s: float = 0.0
-    host_transfer_bandwidth: float = 0.0
-    calibration: dict | None = field(default_factory=dict)
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: dict) -> Machine:
-        names = {f for f in cls.__dataclass_fields__}
-        missing = sorted(names - set(d) - {"how", "measured_at", "version", "layer_call_s", "step_s", "process_rss",
-                                             "elementwise_s", "cores", "thread_speedup", "sync_s", "corun_slowdown", "load_factor", "corun_free",
-                                             "calibration", *HOST_COSTS})
-        if missing:
-            raise ValueError(f"machine profile lacks {', '.join(missing)}")
-        return cls(**{k: v for k, v in d.items() if k in names})
-
-
-def synthetic(device: str = "cpu", free_memory: int = 8 << 30) -> Machine:
-    """A fixed profile (tests, and predictions that must not depend on this machine): a few-core CPU's rates."""
-    how = {k: "synthetic (not measured)" for k in ("gemm_flops", "spmm", "memory_bandwidth", "collective",
-                                                  "h2d_bandwidth", "free_memory")}
-    how.update({k: "synthetic (not measured)" for k in ("fixed_costs", "process_rss", "threads", "sync", "blocks",
-                                                        "sampling", "host_transfer")})
-    return Machine(platform.node(), device, 5e10, 5e-9, 1e-9, 1e10, 1e-4, 1e9, 0.0, free_memory, 1, time.time(), how,
-                   layer_call_s=2e-4, step_s=1e-3, process_rss=300 << 20, elementwise_s=2e-9, cores=1,
-                   sync_s=1e-4, block_call_s=1e-4, block_edge_s=2e-8, sample_call_s=1e-4, sample_edge_s=5e-8,
-                   host_transfer_bandwidth=2e9 if device == "cpu" else 0.0, calibration=None)
+from graphscale.cost.machine import PROFILE_VERSION, Machine
 
 
 def profile_path(cache: Path, device: str) -> Path:
@@ -499,9 +429,9 @@ def _load_factor(device: str, tiny: bool, seconds: float) -> tuple[float, str]:
 
 def _elementwise_cost(machine: Machine, tiny: bool, seconds: float) -> tuple[float, str]:
     """Seconds per element of a layer's elementwise passes (keyed dropout, activation, their gradients, the
-    allocations): a GCN training step on a random graph, less what :func:`~graphscale.advise.predict.layer_seconds`
+    allocations): a GCN training step on a random graph, less what :func:`~graphscale.cost.pricing.layer_seconds`
     prices without them (products and fixed costs), over the elements it counts."""
-    from graphscale.advise.predict import layer_seconds
+    from graphscale.cost.pricing import layer_seconds
 
     step, (n, features, edges, classes) = _calibration_step(machine.device, tiny)
     taken = _best(step, seconds, at_least=20)

@@ -33,7 +33,7 @@ import numpy as np
 import torch
 
 from graphscale.data.graph import Graph
-from graphscale.strategies.options.shared import CACHE_POLICIES as POLICIES
+from graphscale.options.shared import CACHE_POLICIES as POLICIES
 
 
 @nb.njit(cache=True)

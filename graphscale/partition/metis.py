@@ -14,9 +14,9 @@ import torch
 
 from graphscale.config import DEFAULT_BALANCE
 from graphscale.data.graph import Graph
+from graphscale.options.shared import BALANCE_CHOICES
 from graphscale.partition.base import VertexPartitioner, validate_num_parts, validate_owner
 from graphscale.registry import PARTITIONERS
-from graphscale.strategies.options.shared import BALANCE_CHOICES
 
 _METIS_OK = 1
 _METIS_NOPTIONS = 40  # METIS 5's options array length

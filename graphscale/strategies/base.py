@@ -25,8 +25,7 @@ from graphscale.distributed.env import DistEnv
 from graphscale.errors import RunError
 from graphscale.metrics.memory import MemoryTracker
 from graphscale.metrics.stats import EpochStats
-
-SPLITS = ("train", "val", "test")
+from graphscale.options.shared import SPLITS
 
 
 class Strategy(ABC):

@@ -54,6 +54,7 @@ from graphscale.distributed.comm import CONTROL
 from graphscale.distributed.env import DistEnv
 from graphscale.metrics.stats import EpochStats
 from graphscale.options import option_names
+from graphscale.options.shared import DataParallelOptions
 from graphscale.registry import STRATEGIES
 from graphscale.strategies.base import allreduce_gradients, masked_loss_sum, optimizer_tensors
 from graphscale.strategies.epoch import Epoch
@@ -63,7 +64,6 @@ from graphscale.strategies.minibatch_common import (
     load_host_rows,
     record_structure,
 )
-from graphscale.strategies.options.shared import DataParallelOptions
 
 
 class MicroBatchSchedule:
@@ -231,21 +231,21 @@ class DataParallel(MiniBatchStrategy):
 
 
 def predict(data, model, config, machine, epoch: int = 0):
-    """The prediction of a ``data-parallel`` run (:mod:`graphscale.advise.predict`): the module docstring's closed
+    """The prediction of a ``data-parallel`` run (:mod:`graphscale.cost.prediction`): the module docstring's closed
     forms evaluated by replaying epoch ``epoch``'s seeded schedule and sampler on the host-shared structure (the
     micro-batches' input rows and blocks are a function of the seed; no feature row is read), each worker's
     cache classified as its setup builds it. The workers step in lock-step (a gradient all-reduce per iteration),
     so each iteration costs its slowest worker's micro-batch: its layers, each over its own block
-    (:func:`~graphscale.advise.predict.block_seconds`), and its sampling (the profile's
+    (:func:`~graphscale.cost.pricing.block_seconds`), and its sampling (the profile's
     ``sample_call_s`` / ``sample_edge_s``); ``events``: the ``samples`` (micro-batches, each sampled by its
     worker alone) and ``sampled_edges`` of the worker with the most sampled edges. The input rows a worker reads
     from host memory cross the host-device link on CUDA (``h2d_bandwidth``) and are row gathers on CPU, priced at the
     profile's ``host_transfer_bandwidth``."""
-    from graphscale.advise.predict import (
-        Prediction,
+    from graphscale.cost.dims import dims
+    from graphscale.cost.prediction import Prediction
+    from graphscale.cost.pricing import (
         activation_bytes,
         block_seconds,
-        dims,
         element_size,
         host_seconds,
         lockstep_seconds,

@@ -106,6 +106,7 @@ from graphscale.metrics.memory import MemoryTracker
 from graphscale.metrics.stats import EpochStats
 from graphscale.nn.ops import topology
 from graphscale.options import option_names
+from graphscale.options.shared import GraphParallelOptions
 from graphscale.registry import STRATEGIES
 from graphscale.strategies.base import (
     SPLITS,
@@ -118,7 +119,6 @@ from graphscale.strategies.base import (
     unused_feature_options,
 )
 from graphscale.strategies.epoch import Epoch
-from graphscale.strategies.options.shared import GraphParallelOptions
 
 HALO = "halo"
 SETUP = "setup"
@@ -440,14 +440,14 @@ def epoch_bytes(parts: list[dict], model: torch.nn.Module, config: RunConfig, el
 
 
 def predict(data, model, config, machine):
-    """The prediction of a ``graph-parallel`` run (:mod:`graphscale.advise.predict`) from its partition store's
+    """The prediction of a ``graph-parallel`` run (:mod:`graphscale.cost.prediction`) from its partition store's
     per-part counts (``meta.json``: inner, halo and edge counts; nothing else is read): bytes from
     :func:`halo_bytes_per_epoch` and :func:`allreduce_bytes_per_epoch` (the closed forms the tests hold the Ledger
     to), the slowest part's rows and edges priced on the machine profile."""
-    from graphscale.advise.predict import (
-        Prediction,
+    from graphscale.cost.dims import dims
+    from graphscale.cost.prediction import Prediction
+    from graphscale.cost.pricing import (
         activation_bytes,
-        dims,
         element_size,
         layer_seconds,
         node_data_bytes,

@@ -18,6 +18,7 @@ from graphscale.data.sampler import MiniBatchLoader, NeighborSampler
 from graphscale.metrics.memory import MemoryTracker
 from graphscale.metrics.stats import EpochStats
 from graphscale.options import option_names
+from graphscale.options.shared import SingleOptions
 from graphscale.registry import STRATEGIES
 from graphscale.strategies.base import (
     Strategy,
@@ -29,7 +30,6 @@ from graphscale.strategies.base import (
     unused_feature_options,
 )
 from graphscale.strategies.epoch import Epoch
-from graphscale.strategies.options.shared import SingleOptions
 
 
 @STRATEGIES.register("single")
@@ -110,12 +110,12 @@ class SingleStrategy(Strategy):
 
 
 def predict(data, model, config, machine):
-    """The prediction of a ``single`` run (:mod:`graphscale.advise.predict`): no bytes move; the whole graph's rows
+    """The prediction of a ``single`` run (:mod:`graphscale.cost.prediction`): no bytes move; the whole graph's rows
     and edges on one worker (mini-batch: the sampled rows, bounded by the fanouts)."""
-    from graphscale.advise.predict import (
-        Prediction,
+    from graphscale.cost.dims import dims
+    from graphscale.cost.prediction import Prediction
+    from graphscale.cost.pricing import (
         activation_bytes,
-        dims,
         element_size,
         layer_seconds,
         node_data_bytes,

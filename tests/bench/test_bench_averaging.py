@@ -6,7 +6,7 @@ import argparse
 
 import pytest
 
-from graphscale.bench import averaging
+from graphscale.bench.papers.sdt_gnn import averaging
 
 
 @pytest.mark.slow
@@ -41,7 +41,7 @@ def test_a_failed_run_is_listed_with_its_configuration(capsys, monkeypatch):
         capsys.readouterr().out
 
 
-def test_full_is_the_issues_grid_and_optimizer_states_are_an_axis(monkeypatch):
+def test_full_is_the_sdt_gnn_papers_grid_and_optimizer_states_are_an_axis(monkeypatch):
     parser = argparse.ArgumentParser()
     averaging.add_arguments(parser)
     full = averaging.full_grid(parser.parse_args(["--full", "--musae", "/data/musae_facebook"]))

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from graphscale.bench import memory
+from graphscale.bench.tools import memory
 from graphscale.bench.table import split_specs
 from graphscale.cli import main
 

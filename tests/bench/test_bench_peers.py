@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from graphscale import allocator
-from graphscale.bench import peers
+from graphscale.bench.peers import peers
 from graphscale.testing.graphs import random_graph
 
 

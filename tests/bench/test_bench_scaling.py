@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from graphscale.bench.scaling import shares
+from graphscale.bench.tools.scaling import shares
 from graphscale.cli import main
 
 

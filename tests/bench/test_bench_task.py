@@ -6,7 +6,11 @@ import argparse
 
 import pytest
 
-from graphscale.bench import task, task_accuracy, task_cost, task_runs, task_speed
+from graphscale.bench.papers.neutrontask import accuracy as task_accuracy
+from graphscale.bench.papers.neutrontask import cost as task_cost
+from graphscale.bench.papers.neutrontask import runs as task_runs
+from graphscale.bench.papers.neutrontask import speed as task_speed
+from graphscale.bench.papers.neutrontask import task
 
 TINY = "sbm:nodes=300,degree=8,features=16,classes=4,seed=0"
 

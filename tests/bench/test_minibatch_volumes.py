@@ -7,7 +7,7 @@ import argparse
 import pytest
 import torch
 
-from graphscale.bench import minibatch
+from graphscale.bench.papers import gsplit as minibatch
 from graphscale.config import ModelConfig
 from graphscale.data.sampler import MiniBatchLoader, NeighborSampler
 from graphscale.nn.models import build_model

@@ -1,4 +1,4 @@
-"""``graphscale bench scale``'s pieces: the slope fit, the disk count, the measured subprocess."""
+"""``graphscale.bench.tools.scale``'s pieces: the slope fit, the disk count, the measured subprocess."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import sys
 
 import pytest
 
-from graphscale.bench.cgroup import run_measured
-from graphscale.bench.scale import disk_bytes, fit_slopes
+from graphscale.bench.tools.cgroup import run_measured
+from graphscale.bench.tools.scale import disk_bytes, fit_slopes
 
 
 def _rows(points):

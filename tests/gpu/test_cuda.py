@@ -113,7 +113,7 @@ def test_compiled_keyed_dropout_on_cuda_gives_the_cpu_kernels_bits(dtype):
 def test_bench_device_on_cuda_issues_the_cpu_traces_ops():
     """The device path issues the same ops per epoch on CUDA as on CPU tensors (what the CPU tests count), and
     its peak device memory stays below PyG-CSR's."""
-    from graphscale.bench.device import bench_data, run_system
+    from graphscale.bench.peers.device import bench_data, run_system
 
     data = bench_data(load_dataset("sbm:nodes=20000,degree=10,features=128"))
     cpu = run_system("graphscale", data, "cpu", 128, 0.5, warmup=1, repeats=1)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from graphscale.bench.device import bench_data, run_system
+from graphscale.bench.peers.device import bench_data, run_system
 from graphscale.config import ModelConfig
 from graphscale.data.block import Block
 from graphscale.data.datasets import load_dataset

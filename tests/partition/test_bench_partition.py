@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from graphscale.bench import partition as bench
+from graphscale.bench.papers.sdt_gnn import partition as bench
 
 
 def parse(*argv: str) -> argparse.Namespace:

@@ -107,7 +107,7 @@ def test_model_averaging_memory_follows_one_partition_not_p_over_q(tmp_path, mon
     Evaluation is the default, exact one: layer by layer, the first layer on each partition's own store in turn,
     so it holds one partition's rows plus one hop of hidden rows (before it was layer-wise it held every home
     vertex's L-hop input rows, and this test ran with ``--evaluation truncated``)."""
-    from graphscale.bench.memory import train_once
+    from graphscale.bench.tools.memory import train_once
 
     monkeypatch.setenv("GRAPHSCALE_CACHE_DIR", str(tmp_path))
     # 246 MB of features: the partitions' data must dominate the worker's fixed runtime (numba's compiled

@@ -15,6 +15,7 @@ import pytest
 import torch
 
 from graphscale.config import ModelConfig, OptimConfig, RunConfig, StrategyConfig
+from graphscale.cost.dims import probe_dims
 from graphscale.data.block import Block
 from graphscale.distributed.env import DistEnv
 from graphscale.metrics.units import parse_bytes
@@ -22,7 +23,7 @@ from graphscale.nn.models import build_model
 from graphscale.prepare import prepare_graph
 from graphscale.strategies.base import counts_to_metrics, masked_loss_sum, split_counts
 from graphscale.strategies.offload import OffloadStrategy
-from graphscale.strategies.offload.cost import epoch_bytes, layer_pass_rows, probe_dims
+from graphscale.strategies.offload.cost import epoch_bytes, layer_pass_rows
 from graphscale.strategies.offload.plan import ChunkSets
 from graphscale.testing import assert_close_rel, random_graph, run_distributed
 

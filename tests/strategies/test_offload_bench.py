@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from graphscale.bench import offload as bench
+from graphscale.bench.papers import hongtu as bench
 
 
 def test_bench_offload_prints_the_tables(capsys):

@@ -466,7 +466,7 @@ def test_a_run_prepares_the_chunks_in_the_parent_and_trains(tmp_path):
 def test_bench_pipeline_prints_the_volume_tables(capsys, tmp_path):
     import argparse
 
-    from graphscale.bench import pipeline as bench
+    from graphscale.bench.papers import gnnpipe as bench
 
     parser = argparse.ArgumentParser()
     bench.add_arguments(parser)
@@ -492,7 +492,7 @@ def test_bench_pipeline_times_and_trains(capsys):
     accuracy runs (chunked reference), at a toy size."""
     import argparse
 
-    from graphscale.bench import pipeline as bench
+    from graphscale.bench.papers import gnnpipe as bench
 
     parser = argparse.ArgumentParser()
     bench.add_arguments(parser)

@@ -40,10 +40,10 @@ import torch
 
 from graphscale.data.block import Block
 from graphscale.distributed.comm import Comm
+from graphscale.options.model_averaging import EVALUATIONS
 from graphscale.partition.store import LocalPartition
 from graphscale.strategies.base import SPLITS, split_counts
 from graphscale.strategies.model_averaging.correction import RowServer
-from graphscale.strategies.options.model_averaging import EVALUATIONS
 
 #: Ledger category of the exact evaluation's rows fetched from other workers
 EVALUATION = "evaluation"

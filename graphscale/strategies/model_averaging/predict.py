@@ -1,4 +1,4 @@
-"""The prediction of a ``model-averaging`` run (:mod:`graphscale.advise.predict`) from its store's per-part counts.
+"""The prediction of a ``model-averaging`` run (:mod:`graphscale.cost.prediction`) from its store's per-part counts.
 
 Bytes of an averaging epoch (``(epoch + 1) % --average-every == 0``; other epochs move only ``control``): the ring
 all-reduce (:func:`~graphscale.strategies.graph_parallel.allreduce_bytes_per_epoch`) of the floating state
@@ -8,15 +8,15 @@ the sum of its parts'; its memory the largest part's. A part's step runs the mod
 block over every local vertex: :meth:`.strategy.ModelAveraging._open`), so its layers are priced over the local
 rows (home and halo vertices, :func:`trained_rows`) and the local graph's edges, not over the home rows alone; the
 workers do not wait for each other until the epoch's all-reduces, so their side-by-side compute is priced with the
-profile's ``corun_free``, not the lock-step ``corun_slowdown`` (:func:`~graphscale.advise.predict.worker_scale`). ``--correction-steps`` is not modelled (its bytes depend on the samples).
+profile's ``corun_free``, not the lock-step ``corun_slowdown`` (:func:`~graphscale.cost.pricing.worker_scale`). ``--correction-steps`` is not modelled (its bytes depend on the samples).
 """
 
 from __future__ import annotations
 
-from graphscale.advise.predict import (
-    Prediction,
+from graphscale.cost.dims import dims
+from graphscale.cost.prediction import Prediction
+from graphscale.cost.pricing import (
     activation_bytes,
-    dims,
     element_size,
     layer_seconds,
     node_data_bytes,

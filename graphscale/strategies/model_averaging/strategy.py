@@ -64,6 +64,7 @@ from graphscale.distributed.env import DistEnv
 from graphscale.metrics.memory import MemoryTracker
 from graphscale.metrics.stats import EpochStats
 from graphscale.options import option_names
+from graphscale.options.model_averaging import OPTIMIZER_STATES, ModelAveragingOptions
 from graphscale.registry import STRATEGIES
 from graphscale.strategies.base import (
     COUNTS_PER_SPLIT,
@@ -100,7 +101,6 @@ from graphscale.strategies.model_averaging.evaluation import (
     evaluation_mode,
 )
 from graphscale.strategies.model_averaging.state import PartitionStates
-from graphscale.strategies.options.model_averaging import OPTIMIZER_STATES, ModelAveragingOptions
 
 
 @dataclass

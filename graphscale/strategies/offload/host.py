@@ -104,7 +104,7 @@ def array_directory(shm_dir: str, needed: int, workers: int, budget: int | None,
 def host_array_specs(num_nodes: int, dims, modes: list[str]) -> dict[str, tuple[int, int]]:
     """``name -> (rows, width)`` of the run's host arrays: ``H^0..H^L``, ``G^1..G^L``, the hybrid layers' ``A^l``
     and, when the input map learns, ``G^0`` and the raw input ``X`` (``dims``: the model's
-    :class:`~graphscale.strategies.offload.cost.ModelDims`; ``modes``: the per-layer modes)."""
+    :class:`~graphscale.cost.dims.ModelDims`; ``modes``: the per-layer modes)."""
     n, layers = num_nodes, len(dims.widths)
     specs = {f"H{l}": (n, w) for l, w in enumerate(dims.widths)}
     specs[f"H{layers}"] = (n, dims.out[-1])

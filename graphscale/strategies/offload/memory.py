@@ -33,10 +33,11 @@ import numpy as np
 import torch
 
 from graphscale.config import RunConfig
+from graphscale.cost.dims import ModelDims
 from graphscale.data.block import Block
 from graphscale.data.graph import Graph
 from graphscale.metrics.memory import MemoryTracker
-from graphscale.strategies.offload.cost import Bandwidths, ModelDims, layer_modes, layer_pass_rows
+from graphscale.strategies.offload.cost import Bandwidths, layer_modes, layer_pass_rows
 from graphscale.strategies.offload.plan import ChunkSets, build_worker_plan, two_level_partition
 from graphscale.strategies.offload.reorg import reorganize
 

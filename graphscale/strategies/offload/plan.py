@@ -72,9 +72,9 @@ import torch
 
 from graphscale.data.block import Block
 from graphscale.data.graph import Graph
+from graphscale.options.offload import DEDUP_MODES
 from graphscale.partition.metis import work_weights
 from graphscale.registry import PARTITIONERS
-from graphscale.strategies.options.offload import DEDUP_MODES
 
 
 def check_dedup(dedup: str) -> str:

@@ -1,4 +1,4 @@
-"""The prediction of an ``offload`` run (:mod:`graphscale.advise.predict`).
+"""The prediction of an ``offload`` run (:mod:`graphscale.cost.prediction`).
 
 The layout is the run's: the parent's chunk sets (``prepare_shared``), as the strategy's setup maps them.
 layout and the per-layer modes :func:`~.cost.layer_modes` picks (the strategy's default bandwidths, as the run's);
@@ -6,7 +6,7 @@ memory is :func:`~.memory.modelled_peaks` (the ``--memory-budget`` model); time 
 edges on the machine profile plus the transfers at the profile's host-device bandwidth (CUDA) or, on CPU, its
 ``host_transfer_bandwidth``: the host arrays' row gathers and scatters through the strategy's own transfer pipeline,
 measured at about 3 GB/s on a 2-core host against 25 GB/s for a plain copy (the memory bandwidth the model used
-before), scaled like the workers' other CPU work (:func:`~graphscale.advise.predict.worker_scale`).
+before), scaled like the workers' other CPU work (:func:`~graphscale.cost.pricing.worker_scale`).
 
 ``host_memory`` is the host arrays (:func:`~.host.host_array_specs`: ``H^0..H^L``, ``G^1..G^L``, ...): shared-memory
 files every worker maps and, gathering its batches' rows and zeroing and writing its own, touches whole, so the
@@ -16,8 +16,9 @@ OS counts all of them in every worker's resident set (``RssShmem``: 85.5 MiB of 
 
 from __future__ import annotations
 
-from graphscale.advise.predict import Prediction, element_size, layer_seconds, num_params, worker_scale
-from graphscale.advise.predict import dims as model_dims
+from graphscale.cost.dims import dims as model_dims
+from graphscale.cost.prediction import Prediction
+from graphscale.cost.pricing import element_size, layer_seconds, num_params, worker_scale
 from graphscale.strategies.offload.cost import Bandwidths, epoch_bytes, layer_modes, layer_pass_rows, modelled_seconds
 from graphscale.strategies.offload.host import host_array_bytes, host_array_specs
 from graphscale.strategies.offload.memory import fit_phases, modelled_peaks

@@ -113,6 +113,7 @@ from pathlib import Path
 import torch
 
 from graphscale.config import RunConfig, model_dict
+from graphscale.cost.dims import probe_dims
 from graphscale.data.graph import Graph
 from graphscale.data.handle import DataHandle
 from graphscale.distributed.comm import Comm
@@ -122,6 +123,7 @@ from graphscale.metrics.stats import EpochStats
 from graphscale.metrics.units import parse_bytes
 from graphscale.nn.models import build_model
 from graphscale.options import option_names
+from graphscale.options.offload import OffloadOptions
 from graphscale.registry import STRATEGIES
 from graphscale.strategies.base import (
     COUNTS_PER_SPLIT,
@@ -140,7 +142,6 @@ from graphscale.strategies.offload.cost import (
     layer_modes,
     layer_pass_rows,
     modelled_seconds,
-    probe_dims,
 )
 from graphscale.strategies.offload.host import HostArrays, host_array_specs
 from graphscale.strategies.offload.memory import choose_chunks
@@ -156,7 +157,6 @@ from graphscale.strategies.offload.plan import (
 from graphscale.strategies.offload.reorg import random_schedule, reorganize
 from graphscale.strategies.offload.resident import DevicePlan
 from graphscale.strategies.offload.transfer import Transfers, check_mode
-from graphscale.strategies.options.offload import OffloadOptions
 
 SETUP = "setup"
 

@@ -44,8 +44,8 @@ from dataclasses import dataclass
 
 import torch
 
+from graphscale.options.offload import TRANSFER_MODES as MODES
 from graphscale.strategies.offload.device import DeviceKit
-from graphscale.strategies.options.offload import TRANSFER_MODES as MODES
 
 
 def check_mode(mode: str) -> str:

@@ -13,8 +13,8 @@ import torch
 
 from graphscale.data.block import Block
 from graphscale.data.graph import Graph
+from graphscale.options.pipeline import CROSS_CHUNK_GRADS, HISTORY_GRADS, HYBRID_SPLITS, SCHEDULES
 from graphscale.strategies.chunking import assign_chunks, positions, rcm_chunks
-from graphscale.strategies.options.pipeline import CROSS_CHUNK_GRADS, HISTORY_GRADS, HYBRID_SPLITS, SCHEDULES
 
 #: the two phases of a schedule step
 FORWARD, BACKWARD = "F", "B"

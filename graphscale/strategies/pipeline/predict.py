@@ -1,4 +1,4 @@
-"""The prediction of a ``pipeline`` run (:mod:`graphscale.advise.predict`; the pure pipeline, ``--hybrid-width 1``).
+"""The prediction of a ``pipeline`` run (:mod:`graphscale.cost.prediction`; the pure pipeline, ``--hybrid-width 1``).
 
 Bytes of a training epoch that refreshes no history (epoch 0 adds ``pipe_init``, a refresh epoch its exact
 forward): ``pipe_fwd = pipe_bwd`` half of :func:`~.plan.pipeline_bytes_per_epoch` over the stage boundaries of
@@ -11,17 +11,16 @@ broadcast (the one collective) and the busiest stage's receives (:func:`stage_re
 
 from __future__ import annotations
 
-from graphscale.advise.predict import (
-    Prediction,
+from graphscale.cost.dims import dims
+from graphscale.cost.prediction import Prediction, synchronising_waits
+from graphscale.cost.pricing import (
     activation_bytes,
-    dims,
     element_size,
     layer_seconds,
     node_data_bytes,
     num_params,
     prediction_time,
     state_bytes,
-    synchronising_waits,
 )
 from graphscale.strategies.pipeline.plan import halo_rows, pipeline_bytes_per_epoch, stage_layers
 from graphscale.strategies.pipeline.strategy import num_chunks, num_stages, read_chunks

@@ -134,6 +134,7 @@ from graphscale.distributed.env import DistEnv
 from graphscale.metrics.memory import MemoryTracker
 from graphscale.metrics.stats import EpochStats
 from graphscale.options import option_names
+from graphscale.options.pipeline import PipelineOptions
 from graphscale.registry import STRATEGIES
 from graphscale.strategies.base import (
     COUNTS_PER_SPLIT,
@@ -148,7 +149,6 @@ from graphscale.strategies.chunking import chunk_order
 from graphscale.strategies.epoch import Epoch
 from graphscale.strategies.exchange import RowExchange
 from graphscale.strategies.groups import subgroup_comms
-from graphscale.strategies.options.pipeline import PipelineOptions
 from graphscale.strategies.pipeline.checkpoint import StageCheckpoint
 from graphscale.strategies.pipeline.passes import EVAL_HALO, EVAL_STAGE, ChunkPasses
 from graphscale.strategies.pipeline.plan import (

@@ -1,21 +1,21 @@
-"""The prediction of a ``split-parallel`` run (:mod:`graphscale.advise.predict`): the strategy module's closed
+"""The prediction of a ``split-parallel`` run (:mod:`graphscale.cost.prediction`): the strategy module's closed
 forms evaluated by replaying epoch ``epoch``'s seeded loader and sampler and splitting every mini-batch with the
 run's :class:`~.split.SplitPlan` (:func:`~.split.split_minibatch`, the strategy's own split), on the host-shared
 structure; no feature row is read. The workers step in lock-step (shuffles and a gradient all-reduce per
 mini-batch), so each mini-batch costs its slowest worker's split: each layer over its own rows of the layer's
 source and destination levels and the edges it computes there (a partition's share, uneven on a skewed graph;
-:func:`~graphscale.advise.predict.block_seconds`), and its sampling of the whole mini-batch (the seeded
+:func:`~graphscale.cost.pricing.block_seconds`), and its sampling of the whole mini-batch (the seeded
 sampler is rank-agnostic: each worker samples the whole mini-batch before splitting it; ``events``: ``samples``
 calls of the sampler, ``sampled_edges`` in the blocks they return), priced at the profile's ``sample_call_s`` /
 ``sample_edge_s``; plus the transfers."""
 
 from __future__ import annotations
 
-from graphscale.advise.predict import (
-    Prediction,
+from graphscale.cost.dims import dims
+from graphscale.cost.prediction import Prediction
+from graphscale.cost.pricing import (
     activation_bytes,
     block_seconds,
-    dims,
     element_size,
     host_seconds,
     lockstep_seconds,

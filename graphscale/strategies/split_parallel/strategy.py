@@ -84,6 +84,7 @@ from graphscale.nn.layers import GATLayer, SAGELayer
 from graphscale.nn.models import GNN
 from graphscale.nn.ops import Topology, segment_softmax, spmm, spmm_heads, topology
 from graphscale.options import option_names
+from graphscale.options.split_parallel import SplitParallelOptions
 from graphscale.registry import STRATEGIES
 from graphscale.strategies.base import allreduce_gradients, masked_loss_sum, optimizer_tensors
 from graphscale.strategies.epoch import Epoch
@@ -93,7 +94,6 @@ from graphscale.strategies.minibatch_common import (
     load_host_rows,
     record_structure,
 )
-from graphscale.strategies.options.split_parallel import SplitParallelOptions
 from graphscale.strategies.split_parallel.plan import SplitPlan
 from graphscale.strategies.split_parallel.split import (
     HALO,

@@ -37,9 +37,9 @@ import torch
 
 from graphscale.data.block import Block
 from graphscale.data.graph import Graph
+from graphscale.options.task_parallel import CHUNKINGS, DEPENDENCIES
 from graphscale.strategies.chunking import assign_chunks as partition_chunks
 from graphscale.strategies.chunking import chunk_order, positions
-from graphscale.strategies.options.task_parallel import CHUNKINGS, DEPENDENCIES
 
 FULL, CAUSAL, BLOCK_DIAG = "full", "causal", "block_diag"
 

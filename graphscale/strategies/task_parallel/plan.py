@@ -50,7 +50,7 @@ from dataclasses import dataclass
 
 import torch
 
-from graphscale.strategies.options.task_parallel import P_SPLITS
+from graphscale.options.task_parallel import P_SPLITS
 
 #: the overlap weight gamma of Eq. 6 (the artifact's commented code)
 DEFAULT_GAMMA = 0.5

@@ -1,11 +1,11 @@
-"""The prediction of a ``task-parallel`` run (:mod:`graphscale.advise.predict`).
+"""The prediction of a ``task-parallel`` run (:mod:`graphscale.cost.prediction`).
 
 The plan is the run's (the parent's scheduling-model choice written with the shared data, or ``--t-workers``);
 bytes are :func:`~.chain.epoch_bytes` (the closed form the tests hold the Ledger to). Time is the chain's, measured
 to be serial: a segment waits for the rows of the one before it (forward) and for the gradients of the one after
 it (backward), so on the 20k-vertex SBM with 2 workers an epoch took the sum of the T worker's and the P worker's
 busy time, each waiting for the other about half of it. It is the whole graph's layers priced on the profile
-(:func:`~graphscale.advise.predict.layer_seconds`: the dense half at the T groups' mean size, the sparse half at
+(:func:`~graphscale.cost.pricing.layer_seconds`: the dense half at the T groups' mean size, the sparse half at
 the P groups'), plus the busiest P member's blocks, rebuilt from the host-shared graph for every subgraph in every
 epoch (:func:`block_builds`, priced per block and per edge at the profile's ``block_call_s`` / ``block_edge_s``:
 about 40% of that epoch), plus the chain's transfers, priced with the loss all-reduce (the one collective) and the
@@ -19,16 +19,9 @@ from __future__ import annotations
 import json
 from types import SimpleNamespace
 
-from graphscale.advise.predict import (
-    Prediction,
-    activation_bytes,
-    dims,
-    element_size,
-    node_data_bytes,
-    num_params,
-    state_bytes,
-    synchronising_waits,
-)
+from graphscale.cost.dims import dims
+from graphscale.cost.prediction import Prediction, synchronising_waits
+from graphscale.cost.pricing import activation_bytes, element_size, node_data_bytes, num_params, state_bytes
 from graphscale.strategies.task_parallel.chain import (
     build_segments,
     epoch_bytes,
@@ -111,7 +104,7 @@ def predict(data, model, config, machine):
     n, e = data.num_nodes, int(data.summary["edges"])
     out = {k: v for k, v in epoch_bytes(model, plan, n, data.num_features, elem, sc.t_recompute).items() if v}
     w, o = list(d.widths), list(d.out)
-    from graphscale.advise.predict import host_seconds, layer_seconds, prediction_time
+    from graphscale.cost.pricing import host_seconds, layer_seconds, prediction_time
 
     def mean_size(groups):
         return sum(len(g) for g in groups) / len(groups)

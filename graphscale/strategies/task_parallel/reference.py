@@ -14,8 +14,8 @@ import torch
 from graphscale.config import OptimConfig
 from graphscale.data.graph import Graph
 from graphscale.nn.models import GNN
+from graphscale.options.task_parallel import LOSS_NORMS
 from graphscale.strategies.base import make_optimizer, masked_loss_sum
-from graphscale.strategies.options.task_parallel import LOSS_NORMS
 from graphscale.strategies.task_parallel.chunks import Layout, layout, masked_operator
 
 GLOBAL, SUBGRAPH_MEAN = "global", "subgraph-mean"

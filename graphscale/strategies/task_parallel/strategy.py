@@ -84,6 +84,7 @@ from graphscale.distributed.env import DistEnv
 from graphscale.metrics.memory import MemoryTracker
 from graphscale.metrics.stats import EpochStats
 from graphscale.options import option_names
+from graphscale.options.task_parallel import TaskParallelOptions
 from graphscale.registry import STRATEGIES
 from graphscale.strategies.base import (
     COUNTS_PER_SPLIT,
@@ -95,7 +96,6 @@ from graphscale.strategies.base import (
 )
 from graphscale.strategies.epoch import Epoch
 from graphscale.strategies.groups import subgroup_comms
-from graphscale.strategies.options.task_parallel import TaskParallelOptions
 from graphscale.strategies.task_parallel.chain import (
     _EVAL,
     _FWD,

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from graphscale.bench.memory import train_once
+from graphscale.bench.tools.memory import train_once
 
 #: command-line options of the task-parallel variants (strategy `task-parallel`, model option --decoupled)
 TP = ["--strategy", "task-parallel", "--decoupled", "off"]
@@ -64,7 +64,7 @@ def total_bytes(report: dict) -> int:
 def train_run(args, section: Section, label: str, dataset: str, flags: Sequence[str], workers: int, epochs: int,
            layers: int = 2, seed: int = 0, extra: Sequence[str] = ()) -> dict | None:
     """One train run (``flags`` = ``["--strategy", NAME, *options]``); ``None``, and a line under the section,
-    when it failed. Runs are memoised in ``args.run_cache`` (when :func:`graphscale.bench.task.run` set one): comm and memory train the
+    when it failed. Runs are memoised in ``args.run_cache`` (when :func:`graphscale.bench.papers.neutrontask.task.run` set one): comm and memory train the
     same configurations."""
     argv = ["--layers", str(layers), "--seed", str(seed), *flags[2:], *extra, *args.train_args.split()]
     cache = getattr(args, "run_cache", None)

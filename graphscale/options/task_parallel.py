@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from graphscale.options import option
-from graphscale.strategies.options.shared import ChunkOrder, Partitioning
+from graphscale.options.shared import ChunkOrder, Partitioning
 
 #: ``--p-split``: P ranks split the propagation layers, or take whole subgraphs
 P_SPLITS = ("layers", "subgraphs")

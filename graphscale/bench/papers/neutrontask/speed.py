@@ -1,12 +1,12 @@
 """``graphscale bench task``'s speed sections: serial against pipelined makespan, modelled and measured
-(``pipeline``), and the TP+DM / +TD / +TS ablation (``ablation``); see :mod:`graphscale.bench.task`."""
+(``pipeline``), and the TP+DM / +TD / +TS ablation (``ablation``); see :mod:`graphscale.bench.papers.neutrontask.task`."""
 
 from __future__ import annotations
 
 import itertools
 
 from graphscale.bench.table import format_bytes, split_specs
-from graphscale.bench.task_runs import (
+from graphscale.bench.papers.neutrontask.runs import (
     TP,
     TP_TD,
     Section,
@@ -31,7 +31,7 @@ def subgraph_sizes(graph, count: int) -> tuple[list[int], list[int]]:
 
 
 def pipeline(args) -> Section:
-    """Serial against pipelined makespan, modelled at GPU speeds (:mod:`graphscale.bench.task`)."""
+    """Serial against pipelined makespan, modelled at GPU speeds (:mod:`graphscale.bench.papers.neutrontask.task`)."""
     from graphscale.strategies.task_parallel.plan import make_plan, task_costs
     from graphscale.strategies.task_parallel.simulate import ALL_KINDS, analyse, modelled_costs, simulate
 
@@ -105,7 +105,7 @@ def _measured_pipeline(args, out: Section) -> None:
 
 
 def ablation(args) -> Section:
-    """TP+DM, +TD, +TS: epoch seconds here (:mod:`graphscale.bench.task`)."""
+    """TP+DM, +TD, +TS: epoch seconds here (:mod:`graphscale.bench.papers.neutrontask.task`)."""
     out = Section("ablation")
     rows = []
     # --p-split subgraphs (the artifact's): any T worker count fits, so the scheduling model has a choice

@@ -75,8 +75,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     from graphscale.flags import add_declared, add_own
 
     add_declared(parser, "dataset", default="sbm:nodes=1000000,degree=10,features=128",
-                 why="the issue's comparison graph")
-    add_declared(parser, "hidden", default=128, note="here: of the 2-layer GCN", why="the issue's comparison width")
+                 why="the comparison graph of docs/benchmarks.md")
+    add_declared(parser, "hidden", default=128, note="here: of the 2-layer GCN",
+                 why="the comparison width of docs/benchmarks.md")
     add_declared(parser, "dropout")
     parser.add_argument("--repeats", type=int, default=3, help="timed epochs per system; the median is reported")
     parser.add_argument("--warmup", type=int, default=1, help="untimed warm-up epochs per system (default 1)")

@@ -2,20 +2,20 @@
 
 One module per strategy with options of its own (``offload``, ``pipeline``, ``task_parallel``,
 ``model_averaging``, ``split_parallel``) and :mod:`.shared` (options several strategies read, declared once,
-and the single-module strategies'). They sit apart from the strategies' code so that
-:mod:`graphscale.config` can assemble :class:`~graphscale.config.StrategyConfig` from them without importing
-any strategy (the declarations import only :mod:`graphscale.options`); each strategy class reads its own
+and the single-module strategies'). They sit in the configuration layer, apart from the strategies'
+code, so that :mod:`graphscale.config` can assemble :class:`~graphscale.config.StrategyConfig` from them without
+importing any strategy (the declarations import only :mod:`graphscale.options`); each strategy class reads its own
 (``options = option_names(...)``), which a test holds equal to this table.
 """
 
 from __future__ import annotations
 
-from graphscale.strategies.options.model_averaging import ModelAveragingOptions
-from graphscale.strategies.options.offload import OffloadOptions
-from graphscale.strategies.options.pipeline import PipelineOptions
-from graphscale.strategies.options.shared import DataParallelOptions, GraphParallelOptions, SingleOptions
-from graphscale.strategies.options.split_parallel import SplitParallelOptions
-from graphscale.strategies.options.task_parallel import TaskParallelOptions
+from graphscale.options.model_averaging import ModelAveragingOptions
+from graphscale.options.offload import OffloadOptions
+from graphscale.options.pipeline import PipelineOptions
+from graphscale.options.shared import DataParallelOptions, GraphParallelOptions, SingleOptions
+from graphscale.options.split_parallel import SplitParallelOptions
+from graphscale.options.task_parallel import TaskParallelOptions
 
 #: strategy name -> its option dataclass
 BY_STRATEGY = {"single": SingleOptions, "graph-parallel": GraphParallelOptions, "data-parallel": DataParallelOptions,

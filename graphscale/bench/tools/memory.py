@@ -73,7 +73,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
     parser.add_argument("--datasets", default=DEFAULT_DATASET,
                         help=f"comma-separated dataset specs (commas inside a spec are kept); default {DEFAULT_DATASET}"
-                             "; the issue's large graph is sbm:nodes=2000000,degree=10,features=128")
+                             "; docs/benchmarks.md's large graph is sbm:nodes=2000000,degree=10,features=128")
     parser.add_argument("--strategies", default=",".join(STRATEGIES),
                         help=f"comma-separated strategies (default {','.join(STRATEGIES)}); single is the reference "
                              "of the ratios and runs on one worker")

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from graphscale.options import option
-from graphscale.strategies.options.shared import ChunkOrder, Partitioning
+from graphscale.options.shared import ChunkOrder, Partitioning
 
 #: ``--history-grad`` values: drop gradients along stale edges (GNNPipe's technique 3), or apply the previous
 #: epoch's (the ablation).

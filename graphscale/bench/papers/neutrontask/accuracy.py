@@ -1,12 +1,12 @@
 """``graphscale bench task``'s accuracy sections: test accuracy of the variants over seeds (``accuracy``) and
-against the subgraph count with the measured keep rate (``subgraphs``); see :mod:`graphscale.bench.task`."""
+against the subgraph count with the measured keep rate (``subgraphs``); see :mod:`graphscale.bench.papers.neutrontask.task`."""
 
 from __future__ import annotations
 
 import statistics
 
 from graphscale.bench.table import split_specs
-from graphscale.bench.task_runs import TP, TP_TD, Section, graph_spec, load, tp_flags, tp_plan, train_run
+from graphscale.bench.papers.neutrontask.runs import TP, TP_TD, Section, graph_spec, load, tp_flags, tp_plan, train_run
 
 
 def _accuracy(report: dict) -> list[float]:
@@ -15,7 +15,7 @@ def _accuracy(report: dict) -> list[float]:
 
 
 def accuracy(args) -> Section:
-    """Decoupled against coupled against ``single`` GCN over seeds (:mod:`graphscale.bench.task`)."""
+    """Decoupled against coupled against ``single`` GCN over seeds (:mod:`graphscale.bench.papers.neutrontask.task`)."""
     out = Section("accuracy")
     rows = []
     for name in split_specs(args.accuracy_graphs):
@@ -43,7 +43,7 @@ def accuracy(args) -> Section:
 
 
 def subgraphs(args) -> Section:
-    """Accuracy against the subgraph count in ``causal`` mode, and the keep rate (:mod:`graphscale.bench.task`)."""
+    """Accuracy against the subgraph count in ``causal`` mode, and the keep rate (:mod:`graphscale.bench.papers.neutrontask.task`)."""
     from graphscale.strategies.task_parallel.chunks import assign_chunks, expected_keep_rate, keep_rate, layout
 
     out = Section("subgraphs")

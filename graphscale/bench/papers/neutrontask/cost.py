@@ -1,15 +1,15 @@
 """``graphscale bench task``'s cost sections: bytes per epoch (``comm``), per-worker memory (``memory``) and the
 replication factor alpha (``replication``), each against the closed forms of spec §3 (see
-:mod:`graphscale.bench.task`)."""
+:mod:`graphscale.bench.papers.neutrontask.task`)."""
 
 from __future__ import annotations
 
 import math
 import statistics
 
-from graphscale.bench.memory import node_data_bytes, worker_rows
+from graphscale.bench.tools.memory import node_data_bytes, worker_rows
 from graphscale.bench.table import format_bytes, split_specs
-from graphscale.bench.task_runs import (
+from graphscale.bench.papers.neutrontask.runs import (
     GP,
     TP,
     TP_TD,
@@ -29,7 +29,7 @@ DENSE_DEGREE = 20
 
 
 def comm(args) -> Section:
-    """Bytes per epoch, graph parallelism against TP and TP+TD (:mod:`graphscale.bench.task`)."""
+    """Bytes per epoch, graph parallelism against TP and TP+TD (:mod:`graphscale.bench.papers.neutrontask.task`)."""
     from graphscale.partition.base import halo_sizes
     from graphscale.prepare import build_vertex_partitioner
     from graphscale.strategies.graph_parallel import allreduce_bytes_per_epoch, halo_bytes_per_epoch
@@ -182,7 +182,7 @@ def _tp_memory_rows(args, name: str, graph, label: str, report: dict, plan, deco
 
 def _memory_totals(report: dict) -> tuple[int, int, int | None, int | None]:
     """Tracked peaks summed over the workers and the largest worker's; the OS-measured anonymous growth above each
-    worker's start (:func:`~graphscale.bench.memory.worker_rows`), summed and the largest (``None`` where the OS
+    worker's start (:func:`~graphscale.bench.tools.memory.worker_rows`), summed and the largest (``None`` where the OS
     did not say for every worker)."""
     rows = worker_rows("", "", report)
     tracked = [r["tracked"] or 0 for r in rows] or [0]
@@ -192,7 +192,7 @@ def _memory_totals(report: dict) -> tuple[int, int, int | None, int | None]:
 
 
 def memory(args) -> Section:
-    """Per-worker memory: the formulas' parts against the tracked and OS-measured peaks (:mod:`graphscale.bench.task`)."""
+    """Per-worker memory: the formulas' parts against the tracked and OS-measured peaks (:mod:`graphscale.bench.papers.neutrontask.task`)."""
     from graphscale.partition.base import halo_sizes, partition_sizes
     from graphscale.prepare import build_vertex_partitioner
 
@@ -280,7 +280,7 @@ def _alpha_cache(graph, partitioner: str):
 
 
 def replication(args) -> Section:
-    """``alpha`` against the partition count, and what hybrid P groups save (:mod:`graphscale.bench.task`)."""
+    """``alpha`` against the partition count, and what hybrid P groups save (:mod:`graphscale.bench.papers.neutrontask.task`)."""
     from graphscale.strategies.task_parallel.plan import make_plan
 
     out = Section("replication")

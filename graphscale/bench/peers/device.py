@@ -1,6 +1,6 @@
 """``graphscale bench device``: a 2-layer GCN training epoch on one device, graphscale's device path against PyG.
 
-The model and systems are :mod:`graphscale.bench.peers`' (dropout -> GCN(in, hidden) -> ReLU -> dropout ->
+The model and systems are :mod:`graphscale.bench.peers.peers`' (dropout -> GCN(in, hidden) -> ReLU -> dropout ->
 GCN(hidden, classes), cross-entropy on the training vertices, backward, Adam step): ``graphscale`` (its device kernel
 backend: on CUDA always, on CPU by ``GRAPHSCALE_KERNELS=torch``, which this command sets in its processes),
 ``pyg-csr`` (``GCNConv(cached=True)`` on a torch sparse CSR ``adj_t``) and ``pyg-edge_index``. Adam runs with
@@ -34,9 +34,9 @@ from pathlib import Path
 
 import torch
 
-from graphscale.bench.peers import SYSTEMS, check_model_options, make_epoch, toy_data
+from graphscale.bench.peers.peers import SYSTEMS, check_model_options, make_epoch, toy_data
 
-#: Goals of graphscale against PyG-CSR on the device (issue 24): time ratio, memory ratio, at most.
+#: Goals of graphscale against PyG-CSR on the device (docs/gpu.md): time ratio, memory ratio, at most.
 TARGETS = {"pyg-csr": (0.5, 0.6)}
 
 
@@ -45,7 +45,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     from graphscale.flags import add_declared, add_own
 
     add_declared(parser, "dataset", default="sbm:nodes=200000,degree=10,features=128",
-                 why="a CPU-sized graph; the issue's GPU figures use sbm:nodes=2000000,...")
+                 why="a CPU-sized graph; docs/gpu.md's GPU figures use sbm:nodes=2000000,...")
     add_own(parser, "--device", default="cpu", help="cpu or cuda[:i] (default cpu: the device path on CPU tensors)",
             differs="one torch device, cuda:i included, not a run's auto/cpu/cuda")
     add_declared(parser, "hidden", default=128, note="here: of the 2-layer GCN", why="bench peers' width")

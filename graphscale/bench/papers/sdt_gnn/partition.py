@@ -309,7 +309,7 @@ def run_throughput(stream_path: str, methods: list[str], p: int, chunk_edges: in
 
 
 # -------------------------------------------------------------------- memory
-CHILD = "from graphscale.bench.partition import child_main; child_main()"
+CHILD = "from graphscale.bench.papers.sdt_gnn.partition import child_main; child_main()"
 
 
 def _vm_hwm() -> int:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from graphscale.options import SWITCH, option
-from graphscale.strategies.options.shared import MiniBatch, Partitioning, Sampling, Stored
+from graphscale.options.shared import MiniBatch, Partitioning, Sampling, Stored
 
 #: ``--optimizer-state``: Adam's moments kept per partition or averaged with the model
 OPTIMIZER_STATES = ("local", "averaged")

@@ -1,14 +1,15 @@
 """How a configuration option is declared: its help text, allowed values and command-line form.
 
 Every ``[strategy]`` option is a field of one option dataclass with :func:`option`, one module per strategy in
-``graphscale/strategies/options/`` (``<name>.py``; ``shared.py`` for the single-module strategies and the options
-several strategies share). :class:`graphscale.config.
-StrategyConfig` is assembled from those dataclasses; the command line (its argument groups), the TOML reader and
+this package (``<name>.py``; ``shared.py`` for the single-module strategies, the options several strategies share
+and the constants the lower layers read with them; :mod:`.by_strategy` maps each strategy's name to its dataclass).
+:class:`graphscale.config.StrategyConfig` is assembled from those dataclasses; the command line (its argument groups), the TOML reader and
 the checks of :mod:`graphscale.validation` read the declarations, and each strategy class reads its own
 (``options = option_names(...)``). A name has one meaning: several strategies read one option only through one
 shared declaration.
 
-This module is the bottom of the import layers (``docs/architecture.md``): the declarations import nothing else.
+This package is the bottom of the import layers (``docs/architecture.md``): the declarations import nothing else,
+and nothing in it imports a strategy, so every layer may read them.
 """
 
 from __future__ import annotations

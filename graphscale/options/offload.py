@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from graphscale.options import option
-from graphscale.strategies.options.shared import Partitioning
+from graphscale.options.shared import Partitioning
 
 #: ``--dedup``: host-device communication deduplication, each mode adding to the previous
 DEDUP_MODES = ("baseline", "inter", "intra", "reorg")

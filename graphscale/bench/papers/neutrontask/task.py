@@ -1,8 +1,8 @@
-"""``graphscale bench task``: NeutronTask's hardware-independent results (issue 12's "Measurements"), on this machine.
+"""``graphscale bench task``: NeutronTask's hardware-independent results (the NeutronTask paper's measurements, docs/strategies/task-parallel.md), on this machine.
 
 Each section is a function of the parsed arguments returning a :class:`Section` (tables, failed runs, notes);
 ``--sections`` picks them. Every ratio is against a baseline computed in the same run. Train runs are
-``graphscale train ... --json`` subprocesses (:func:`graphscale.bench.memory.train_once`: a fresh interpreter, so
+``graphscale train ... --json`` subprocesses (:func:`graphscale.bench.tools.memory.train_once`: a fresh interpreter, so
 the OS-measured peaks are the run's own); a run that fails is listed under its section's table with its
 configuration.
 
@@ -11,7 +11,7 @@ configuration.
   ``--partitioner`` partition into ``--workers`` parts, plus the gradient all-reduce and the loss), task-parallel
   coupled (TP) and decoupled (TP+TD) by :func:`~graphscale.strategies.task_parallel.chain.epoch_bytes` (the
   stage chain, the ``h2d`` feature rows, the loss) for the plan the scheduling model picks at the modelled GPU's
-  speeds (:func:`~graphscale.bench.task_runs.tp_plan`; the train runs get it as ``--t-workers``). Graphs of at
+  speeds (:func:`~graphscale.bench.papers.neutrontask.runs.tp_plan`; the train runs get it as ``--t-workers``). Graphs of at
   most ``--measure-nodes`` vertices are also trained for one epoch with each, and their Ledger is checked against
   the closed forms category by category. The notes average the ratios over the dense and the sparse graphs, with
   and without the ``h2d`` stream.
@@ -54,10 +54,10 @@ import math
 from pathlib import Path
 
 from graphscale.bench.table import format_table, save_figure
-from graphscale.bench.task_accuracy import accuracy, subgraphs
-from graphscale.bench.task_cost import comm, memory, replication
-from graphscale.bench.task_runs import Section
-from graphscale.bench.task_speed import ablation, pipeline
+from graphscale.bench.papers.neutrontask.accuracy import accuracy, subgraphs
+from graphscale.bench.papers.neutrontask.cost import comm, memory, replication
+from graphscale.bench.papers.neutrontask.runs import Section
+from graphscale.bench.papers.neutrontask.speed import ablation, pipeline
 from graphscale.options import int_list
 
 SECTIONS = ("comm", "memory", "replication", "accuracy", "subgraphs", "pipeline", "ablation")

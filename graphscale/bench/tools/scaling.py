@@ -9,7 +9,7 @@ strategy on ``W`` workers with one thread each (the same cores), after one warm-
   (page faults of fresh memory show here);
 * ``malloc``: the malloc every worker really ran (read back from each: :func:`graphscale.allocator.state`), set by
   ``--allocator`` as ``graphscale train`` sets it (default: ``$GRAPHSCALE_ALLOCATOR``, else ``default``);
-* ``vs single``: that time over ``single``'s with ``W`` threads (issue 10's target for ``graph-parallel`` at
+* ``vs single``: that time over ``single``'s with ``W`` threads (the target for ``graph-parallel`` at
   ``W = 2``: at most 1.25);
 * ``efficiency``: parallel efficiency ``T_single(1 thread) / (W * T)`` (1.0 = perfect scaling);
 * per worker, the shares of its epoch spent in communication, waiting and computing (``comm/wait/compute``).
@@ -23,7 +23,7 @@ the interior rows' computation and without (exchange first, then the whole block
 same workers and taking turns epoch by epoch, so the table shows before and after measured under the same load. Mini-batch strategies (``data-parallel``, ``split-parallel``) are
 compared with ``single --minibatch`` at the same batch size and fanouts.
 
-Example (the issue's graphs; the default is smaller)::
+Example (the graph of docs/benchmarks.md; the default is smaller)::
 
     graphscale bench scaling --dataset sbm:nodes=1000000,degree=10,features=128 --workers 1,2
 """
@@ -142,7 +142,7 @@ def sys_seconds(results: list[dict]) -> float:
 
 def malloc_of(results: list[dict]) -> str:
     """The malloc the workers ran (``glibc retaining``...), one label when they all agree."""
-    from graphscale.bench.peers import malloc_label
+    from graphscale.bench.peers.peers import malloc_label
 
     labels = sorted({malloc_label(r["allocator"]) for r in results})
     return " | ".join(labels)

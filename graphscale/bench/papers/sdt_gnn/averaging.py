@@ -19,7 +19,7 @@ for its halo bytes per epoch on the same graph and partition count. Tables:
 
 **Grids.** The default (Cora, GCN, SPRING, p = 2 and 4 on q = 2, with and without one correction step, one seed,
 averaged optimiser state: 7 runs) took 315 s on the 2 shared cores (21.6 minutes at a load average of 19-36,
-with the refined stores and the layer-wise evaluation). ``--full`` is issue 25's grid, which takes
+with the refined stores and the layer-wise evaluation). ``--full`` is the SDT-GNN paper's grid, which takes
 days on 2 cores (about 2,400 runs of 200 epochs): p in {2, 4, 8, 16}, q in {1, 2, 4} (q <= p), Cora, the MUSAE
 Facebook graph (``--musae DIR``) and a nested SBM (:data:`NESTED_SBM`), GraphSAGE, GCN and GAT, 3 seeds, SPRING,
 HDRF, METIS and random, with and without ``--correction-steps 1``; ``--datasets`` given with ``--full`` replaces
@@ -37,7 +37,7 @@ import argparse
 import statistics
 from pathlib import Path
 
-from graphscale.bench.memory import train_once
+from graphscale.bench.tools.memory import train_once
 from graphscale.bench.table import save_figure, split_specs
 from graphscale.metrics.table import format_table
 from graphscale.metrics.units import format_bytes
@@ -45,7 +45,7 @@ from graphscale.run import largest_peak_rss
 
 #: the nested (hierarchical-community) SBM of the full grid: 20k vertices, 3 levels of communities, 8 classes
 NESTED_SBM = "sbm:nodes=20000,degree=10,classes=8,levels=3,homophily=0.9,features=64"
-#: ``--full``: issue 25's grid (every axis; the datasets less MUSAE, which ``--musae`` adds)
+#: ``--full``: the SDT-GNN paper's grid (every axis; the datasets less MUSAE, which ``--musae`` adds)
 FULL = {"models": "sage,gcn,gat", "partitioners": "spring,hdrf,metis,random", "parts": [2, 4, 8, 16],
         "workers": [1, 2, 4], "correction_steps": [0, 1], "seeds": 3}
 
@@ -65,8 +65,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     from graphscale.flags import add_declared, add_own
 
     parser.add_argument("--full", action="store_true",
-                        help="issue 25's whole grid (p 2,4,8,16; q 1,2,4; Cora, MUSAE Facebook with --musae, a nested "
-                             "SBM; sage,gcn,gat; 3 seeds; spring,hdrf,metis,random; with and without a correction "
+                        help="the SDT-GNN paper's whole grid (p 2,4,8,16; q 1,2,4; Cora, MUSAE Facebook with --musae, "
+                             "a nested SBM; sage,gcn,gat; 3 seeds; spring,hdrf,metis,random; with and without a correction "
                              "step): days on 2 cores")
     parser.add_argument("--musae", default=None, metavar="DIR",
                         help="the MUSAE Facebook directory for --full (e.g. ../shared/data/musae_facebook)")

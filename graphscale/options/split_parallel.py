@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from graphscale.strategies.options.shared import CacheFraction, Partitioning, Sampling
+from graphscale.options.shared import CacheFraction, Partitioning, Sampling
 
 
 @dataclass

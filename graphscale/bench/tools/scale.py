@@ -3,7 +3,7 @@ measures it, optionally under a memory limit.
 
 For every size ``N`` (``--sizes``, vertices; degree and feature width from ``--degree`` / ``--features``) the
 bench writes a synthetic SBM graph and runs, each as its own ``graphscale`` command in a subprocess measured by
-:func:`graphscale.bench.cgroup.run_measured`:
+:func:`graphscale.bench.tools.cgroup.run_measured`:
 
 * ``convert``: the spec to a graph directory (``graphscale convert``);
 * ``partition``: a partition store of ``--workers`` parts (``graphscale partition --method``
@@ -38,7 +38,7 @@ from pathlib import Path
 
 import numpy as np
 
-from graphscale.bench.cgroup import run_measured
+from graphscale.bench.tools.cgroup import run_measured
 from graphscale.metrics.table import format_table
 from graphscale.metrics.units import format_bytes, parse_bytes
 

@@ -3,7 +3,7 @@ against the measured ones, per graph.
 
 For each dataset the bench predicts every configuration (:func:`graphscale.advise.command.advise`, on the cached
 machine profile) and runs each one that fits as a ``graphscale train ... --json`` subprocess
-(:func:`graphscale.bench.memory.train_once`: a fresh interpreter, so the OS figures are the run's own). Per
+(:func:`graphscale.bench.tools.memory.train_once`: a fresh interpreter, so the OS figures are the run's own). Per
 strategy it prints:
 
 * ``bytes pred`` / ``bytes meas``: bytes moved per epoch (predicted; the Ledger of the run's last epoch, or of
@@ -18,7 +18,7 @@ strategy it prints:
 
 and per dataset the Spearman rank correlation of the predicted and measured epoch times over the strategies that
 ran, with the load average (1 minute) before and after the dataset's runs: the machine may be shared, so judge
-predicted against measured by ratios and ranks within one table. The issue's default graphs are Cora, a 200k-vertex SBM and a 200k-vertex R-MAT (``--datasets`` takes smaller
+predicted against measured by ratios and ranks within one table. The default graphs are Cora, a 200k-vertex SBM and a 200k-vertex R-MAT (``--datasets`` takes smaller
 ones: ``--nodes`` resizes the two synthetic defaults).
 
 Example (the default graphs take about 7 minutes on 2 cores with ``--epochs 10``; ``--profile`` adds the machine's
@@ -33,12 +33,12 @@ import argparse
 import os
 import statistics
 
-from graphscale.bench.memory import train_once
+from graphscale.bench.tools.memory import train_once
 from graphscale.bench.table import split_specs
 from graphscale.metrics.table import format_table
 from graphscale.metrics.units import format_bytes
 
-#: the issue's three graphs; ``{n}`` is ``--nodes``
+#: the three default graphs (Cora, an SBM, an R-MAT); ``{n}`` is ``--nodes``
 DEFAULT_DATASETS = "cora,sbm:nodes={n},degree=10,features=64,seed=0,rmat:nodes={n},degree=10,features=64,seed=0"
 
 

@@ -1,5 +1,6 @@
 """Options several strategies read, each declared once (one meaning per name), and the three single-module
-strategies' declarations (``single``, ``graph-parallel``, ``data-parallel``)."""
+strategies' declarations (``single``, ``graph-parallel``, ``data-parallel``), with the constants the layers
+below the strategies read with them (:data:`SPLITS`, :data:`BALANCE_CHOICES`, :data:`CACHE_POLICIES`)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ from typing import ClassVar
 
 from graphscale.options import SWITCH, int_list, meta, option
 
+#: the vertex splits a run reports on (``train_acc``, ``val_acc``, ``test_acc``)
+SPLITS = ("train", "val", "test")
 #: ``--balance``: what a METIS partition balances (empty: ``edges+train``; SPRING: ``vertices`` or ``edges``)
 BALANCE_CHOICES = ("vertices", "edges", "edges+train")
 #: ``--cache``: the feature-cache policies of data-parallel (:mod:`graphscale.data.feature_cache`)
