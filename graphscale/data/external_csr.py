@@ -82,7 +82,7 @@ class ExternalCSR:
         bounds = np.searchsorted(keys, self._starts * n)
         for b in np.flatnonzero(np.diff(bounds)):
             if b not in self._files:
-                self._files[b] = open(self._bucket(b), "ab")  # noqa: SIM115 - closed in _close_files / close
+                self._files[b] = open(self._bucket(b), "ab", buffering=0)  # noqa: SIM115 - closed in _close_files / close
             keys[bounds[b]: bounds[b + 1]].tofile(self._files[b])
             self._counts[b] += bounds[b + 1] - bounds[b]
 
@@ -130,7 +130,7 @@ class ExternalCSR:
         self._serial += 1
         parts = [self.scratch / f"split-{self._serial}-{i}.bin" for i in range(starts.size - 1)]
         part_counts = np.zeros(len(parts), dtype=np.int64)
-        handles = [open(p, "ab") for p in parts]  # noqa: SIM115 - closed below
+        handles = [open(p, "ab", buffering=0) for p in parts]  # noqa: SIM115 - closed below
         try:
             for keys in self._chunks(file):
                 keys.sort()

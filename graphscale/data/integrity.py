@@ -19,17 +19,19 @@ from pathlib import Path
 
 #: bytes at each end of an array file that its fingerprint covers (:func:`file_fingerprint`)
 FINGERPRINT_BYTES = 1 << 20
+_PIECE = 1 << 16  # bytes read at a time
 
 
 def file_fingerprint(file: Path) -> dict:
     """``{"bytes": size, "crc32": CRC-32 of the first and last FINGERPRINT_BYTES}`` of ``file`` (the whole file
     when it is shorter than twice that): what ``meta.json`` records per array file and loading compares."""
     size = file.stat().st_size
+    crc = 0
     with open(file, "rb") as f:
-        crc = zlib.crc32(f.read(FINGERPRINT_BYTES))
-        if size > FINGERPRINT_BYTES:
-            f.seek(max(FINGERPRINT_BYTES, size - FINGERPRINT_BYTES))
-            crc = zlib.crc32(f.read(), crc)
+        for start, end in ((0, min(size, FINGERPRINT_BYTES)), (max(FINGERPRINT_BYTES, size - FINGERPRINT_BYTES), size)):
+            f.seek(start)
+            for offset in range(start, end, _PIECE):
+                crc = zlib.crc32(f.read(min(_PIECE, end - offset)), crc)
     return {"bytes": size, "crc32": f"{crc:08x}"}
 
 

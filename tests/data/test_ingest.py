@@ -73,8 +73,8 @@ def test_edgelist_relabelled_with_labels(tmp_path):
 
 def test_edgelist_many_edges_split_buckets(tmp_path):
     rng = np.random.default_rng(1)
-    pairs = rng.integers(0, 300, (3000, 2))
-    pairs[:50, 1] = 0  # a heavy row: buckets are split further, the row alone
+    pairs = rng.integers(0, 120, (800, 2))
+    pairs[:40, 1] = 0  # a heavy row: buckets are split further, the row alone
     (tmp_path / "g.txt").write_text("\n".join(f"{a} {b}" for a, b in pairs) + "\n")
     check(f"edgelist:{tmp_path / 'g.txt'}", tmp_path, 5)
 
@@ -210,7 +210,7 @@ def test_output_dir_rules(tmp_path):
 # ------------------------------------------------------------------ memory
 def _traced_peak(tmp_path: Path, edges: int) -> int:
     rng = np.random.default_rng(edges)
-    pairs = rng.integers(0, 2000, (edges, 2))
+    pairs = rng.integers(0, 1000, (edges, 2))
     file = tmp_path / f"g{edges}.txt"
     file.write_text("\n".join(f"{a} {b}" for a, b in pairs) + "\n")
     tracemalloc.start()
@@ -222,8 +222,9 @@ def _traced_peak(tmp_path: Path, edges: int) -> int:
 
 
 def test_memory_does_not_grow_with_the_edges(tmp_path):
-    """At a fixed vertex count, 8x the edges (far more than one chunk) leaves the traced peak (numpy's buffers
-    are traced) within 2x: the edge list is never held whole."""
-    small, large = _traced_peak(tmp_path, 10_000), _traced_peak(tmp_path, 80_000)
-    assert large < 2 * small, (small, large)
-    assert large < 80_000 * 16  # less than the pairs themselves
+    """At a fixed vertex count, 8x the edges (many more than one chunk) leaves the traced peak (numpy's buffers
+    are traced) within 1.5x: the edge list is never held whole."""
+    _traced_peak(tmp_path, 100)  # imports and compiled code loaded before measuring
+    small, large = _traced_peak(tmp_path, 4_000), _traced_peak(tmp_path, 32_000)
+    assert large < 1.5 * small, (small, large)
+    assert large < 32_000 * 16  # less than the pairs themselves
