@@ -18,7 +18,8 @@ ROOT = Path(graphscale.__file__).parent
 
 #: the layers, top to bottom: a module may import its own layer (without a cycle) and the layers below it; the
 #: longest matching prefix places a module. Placed apart from their package: ``partition.command`` (the
-#: ``graphscale partition`` command: it prepares datasets and checks paths like a run), ``advise.predict`` (the
+#: ``graphscale partition`` command: it prepares datasets and checks paths like a run), ``data.ingest_command``
+#: (``graphscale convert``: it shows progress like a run), ``advise.predict`` (the
 #: prediction every strategy fills in, registered next to the strategy), ``data.handle`` (it opens partition
 #: stores) and ``strategies.options`` (plain declarations that :mod:`graphscale.config` assembles).
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
@@ -26,7 +27,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("bench", ("graphscale.bench",)),
     ("api", ("graphscale.api",)),
     ("advise", ("graphscale.advise",)),
-    ("run", ("graphscale.run", "graphscale.partition.command")),
+    ("run", ("graphscale.run", "graphscale.partition.command", "graphscale.data.ingest_command")),
     ("prepare", ("graphscale.prepare", "graphscale.validation")),
     ("trainer", ("graphscale.trainer", "graphscale.checkpoint", "graphscale.progress", "graphscale.plot")),
     ("strategies", ("graphscale.strategies", "graphscale.advise.predict", "graphscale.testing")),

@@ -248,6 +248,7 @@ def _edgelist(job: _Job, file: Path, labels: str | None) -> None:
             pairs_total += pairs.shape[0]
             done = min(size, done + block)
             job.progress("read edges", done, size)
+    job.progress("read edges", size, size)
     if pairs_total == 0:
         raise ValueError(f"{file} holds no edges (expected lines 'src dst'; '#'/'%' lines are comments)")
     ids = distinct.merge()
