@@ -133,7 +133,7 @@ def ingest(spec: str, out_dir: str | Path, *, chunk_edges: int = DEFAULT_CHUNK_E
         raise ValueError(f"ingest: chunk_edges must be a positive integer, got {chunk_edges!r}")
     spec = spec.strip()
     out_dir = Path(out_dir)
-    check_output_dir(out_dir, overwrite, "graph directory", is_graph_dir, "--overwrite")
+    check_output_dir(out_dir, overwrite, "graph directory", is_graph_dir, "--overwrite, or overwrite=True")
     kind, _, arg = spec.partition(":")
     kind = kind.lower()
     job = _Job(out_dir, chunk_edges, progress, overwrite)
@@ -158,7 +158,9 @@ def ingest(spec: str, out_dir: str | Path, *, chunk_edges: int = DEFAULT_CHUNK_E
     except OSError as err:
         if err.errno not in DISK_ERRNOS:
             raise
-        where = err.filename or out_dir
+        where = Path(err.filename) if err.filename else out_dir
+        if where.parent.name.startswith(f".{out_dir.name}.tmp-"):  # a file of the temporary output: its final name
+            where = out_dir / where.name
         need = f"; it needs about {job.need} bytes ({format_bytes(job.need)})" if job.need else ""
         raise DiskFullError(f"{where}: {err.strerror or 'no space left'} while writing the graph directory {out_dir}"
                             f"{need}; nothing was left behind") from None

@@ -19,10 +19,13 @@ import sys
 import time
 from pathlib import Path
 
+#: --chunk-edges' default: :data:`graphscale.data.edge_stream.DEFAULT_CHUNK_EDGES` (not imported: building the
+#: parser must not import torch; a test checks the two agree)
+DEFAULT_CHUNK_EDGES = 1 << 22
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Register ``graphscale convert``'s options on ``parser``."""
-    from graphscale.data.edge_stream import DEFAULT_CHUNK_EDGES
     from graphscale.flags import add_declared
 
     add_declared(parser, "dataset", required=True, note="here: the one written as a graph directory")

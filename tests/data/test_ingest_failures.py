@@ -70,7 +70,7 @@ def test_disk_full_while_writing_leaves_nothing(tmp_path, monkeypatch):
 
     monkeypatch.setattr(GraphDirWriter, "append_nodes", full)
     (tmp_path / "labels.txt").write_text("0 1\n5 2\n")
-    with pytest.raises(DiskFullError, match=r"y\.npy: No space left on device while writing the graph directory "
+    with pytest.raises(DiskFullError, match=r"out/y\.npy: No space left on device while writing the graph directory "
                                             r".*it needs about \d+ bytes"):
         ingest(f"edgelist:{tmp_path / 'g.txt'}:{tmp_path / 'labels.txt'}", tmp_path / "out", chunk_edges=16)
     assert not (tmp_path / "out").exists()
@@ -96,6 +96,13 @@ def test_file_size_limit(tmp_path):
 
 
 # ------------------------------------------------------------------ the command
+def test_convert_default_chunk():
+    from graphscale.data.edge_stream import DEFAULT_CHUNK_EDGES
+    from graphscale.data.ingest_command import DEFAULT_CHUNK_EDGES as COMMAND_DEFAULT
+
+    assert COMMAND_DEFAULT == DEFAULT_CHUNK_EDGES
+
+
 def test_convert_command(tmp_path, capsys):
     (tmp_path / "g.txt").write_text("0 1\n1 2\n2 0\n5 5\n")
     out = tmp_path / "out"
