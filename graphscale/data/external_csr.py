@@ -82,7 +82,7 @@ class ExternalCSR:
         bounds = np.searchsorted(keys, self._starts * n)
         for b in np.flatnonzero(np.diff(bounds)):
             if b not in self._files:
-                self._files[b] = open(self._bucket(b), "ab", buffering=0)  # noqa: SIM115 - closed in _close_files / close
+                self._files[b] = open(self._bucket(b), "ab", buffering=0)  # noqa: SIM115 - closed by _close_files
             keys[bounds[b]: bounds[b + 1]].tofile(self._files[b])
             self._counts[b] += bounds[b + 1] - bounds[b]
 

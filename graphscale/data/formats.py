@@ -13,11 +13,11 @@
 
 Arrays are plain ``.npy`` files, memory-mapped on load. ``meta.json`` also records, under ``files``, what every
 array file was written with: ``{"indptr.npy": {"bytes": SIZE, "crc32": CRC}, ...}``, ``CRC`` being the CRC-32 of
-the file's first and last MiB (:func:`~graphscale.data.integrity.file_fingerprint`). :func:`load_graph_dir` compares every file's size and
-fingerprint with that record (reading at most 2 MiB per file, so loading stays fast) and refuses a file that was
-truncated, extended or changed at either end since, naming it; a change confined to the middle of a file larger
-than 2 MiB is caught only by ``verify=True`` checks of the values. A directory written before this record existed
-loads without the check. A directory is written
+the file's first and last MiB (:mod:`graphscale.data.integrity`). :func:`load_graph_dir` compares every file's
+size and fingerprint with that record (reading at most 2 MiB per file, so loading stays fast) and refuses a file
+that was truncated, extended or changed at either end since, naming it; a change confined to the middle of a file
+larger than 2 MiB is caught only by ``verify=True`` checks of the values. A directory written before this record
+existed loads without the check. A directory is written
 into a sibling temporary directory and renamed into place, so a reader never
 sees a half-written graph. :class:`GraphDirWriter` writes one in chunks
 (destination rows in order, node rows in order) without holding the edge list

@@ -1,4 +1,4 @@
-"""``graphscale convert``: write a dataset spec as a graph directory in bounded memory (:func:`graphscale.data.ingest.ingest`).
+"""``graphscale convert``: a dataset spec written as a graph directory in bounded memory (see :mod:`.ingest`).
 
 Example::
 

@@ -80,17 +80,21 @@ def test_edgelist_many_edges_split_buckets(tmp_path):
 
 
 def test_edgelist_errors_match_the_reader(tmp_path):
-    bad = tmp_path / "bad.txt"
+    """A malformed line far into the file (in a later text block), a METIS file, a file without edges: the reader's
+    error, word for word, and nothing left behind."""
+    bad, metis, empty, header = (tmp_path / name for name in ("bad.txt", "m.graph", "empty.txt", "header.txt"))
     bad.write_text("0 1\n" * 20 + "2 x\n")
-    with pytest.raises(ValueError, match=r"bad\.txt, line 21: node ids must be integers"):
-        ingest(f"edgelist:{bad}", tmp_path / "out", chunk_edges=2)
-    metis = tmp_path / "m.graph"
     metis.write_text("3 2\n2\n1 3\n2\n")
-    with pytest.raises(ValueError, match="is a METIS graph file"):
-        ingest(f"edgelist:{metis}", tmp_path / "out", chunk_edges=2)
-    (tmp_path / "empty.txt").write_text("# nothing\n")
-    with pytest.raises(ValueError, match="holds no edges"):
-        ingest(f"edgelist:{tmp_path / 'empty.txt'}", tmp_path / "out")
+    empty.write_text("# nothing\n")
+    header.write_text("# c\n" * 10 + "a b\n" + "0 1\n" * 10 + "c d\n")
+    for file in (bad, metis, empty, header):
+        with pytest.raises(ValueError) as expected:
+            load_dataset(f"edgelist:{file}")
+        with pytest.raises(ValueError) as got:
+            ingest(f"edgelist:{file}", tmp_path / "out", chunk_edges=2)
+        assert str(got.value) == str(expected.value)
+    assert "line 21: node ids must be integers" in str(pytest.raises(ValueError, ingest, f"edgelist:{bad}",
+                                                                      tmp_path / "out", chunk_edges=2).value)
     assert not (tmp_path / "out").exists()
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
 
@@ -143,7 +147,7 @@ def test_ogb_feature_rows_must_match(tmp_path):
 
 
 # ------------------------------------------------------------------ npz
-def write_npz(path: Path, *, dense_attr=False, dotted=False, compressed=False, labels=None, seed=0):
+def write_npz(path: Path, *, dense_attr=False, dotted=False, compressed=False, labels=None, seed=0, fortran=False):
     rng = np.random.default_rng(seed)
     n = 90
     src, dst = rng.integers(0, n, 400), rng.integers(0, n, 400)
@@ -159,7 +163,7 @@ def write_npz(path: Path, *, dense_attr=False, dotted=False, compressed=False, l
     arrays = {f"{pa}data": adj.data, f"{pa}indices": adj.indices, f"{pa}indptr": adj.indptr,
               f"{pa}shape": np.array(adj.shape), "labels": labels}
     if dense_attr:
-        arrays["attr_matrix"] = attr.toarray()
+        arrays["attr_matrix"] = np.asfortranarray(attr.toarray()) if fortran else attr.toarray()
     else:
         arrays.update({f"{pf}data": attr.data, f"{pf}indices": attr.indices, f"{pf}indptr": attr.indptr,
                        f"{pf}shape": np.array(attr.shape)})
@@ -171,6 +175,11 @@ def write_npz(path: Path, *, dense_attr=False, dotted=False, compressed=False, l
 def test_npz(tmp_path, dense_attr, dotted, compressed):
     write_npz(tmp_path / "g.npz", dense_attr=dense_attr, dotted=dotted, compressed=compressed)
     check(f"npz:{tmp_path / 'g.npz'}:3", tmp_path)
+
+
+def test_npz_fortran_order_features(tmp_path):
+    write_npz(tmp_path / "g.npz", dense_attr=True, fortran=True)
+    check(f"npz:{tmp_path / 'g.npz'}", tmp_path)
 
 
 def test_npz_multilabel(tmp_path):
