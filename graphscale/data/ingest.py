@@ -239,7 +239,7 @@ def _edgelist(job: _Job, file: Path, labels: str | None) -> None:
         raise ValueError(f"{file} is a METIS graph file (a header 'n m', then one line of neighbours per vertex), "
                          f"not an edge list; read it with metis:{file}")
     size = file.stat().st_size
-    job.scratch.mkdir()
+    job.scratch.mkdir(parents=True)
     raw = job.scratch / "pairs.bin"
     distinct = _DistinctIds(job.chunk_edges)
     pairs_total, done = 0, 0
@@ -315,7 +315,7 @@ def _ogb(job: _Job, folder: Path, split: str | None) -> None:
     if (raw / "num-edge-list.csv.gz").exists():
         edges_hint = int(read_csv_gz(raw / "num-edge-list.csv.gz", np.int64).reshape(-1)[0])
     job.check_space(estimate_bytes(n, num_features, 4, 2 * (edges_hint or 0)), 16 * (edges_hint or 0))
-    job.scratch.mkdir()
+    job.scratch.mkdir(parents=True)
     with job.csr(n, edges_hint) as csr:
         done = 0
         for edges in iter_csv_gz(edge_file, np.int64, rows):
@@ -378,7 +378,7 @@ def _npz(job: _Job, file: Path, seed: int) -> None:
                                                               attr_indptr, n)
         itemsize = 4
         job.check_space(estimate_bytes(n, num_features, itemsize, 2 * nnz), 16 * nnz)
-        job.scratch.mkdir()
+        job.scratch.mkdir(parents=True)
         masks = None if labels.ndim == 2 else per_class_split(labels, seed)
         meta = {"num_classes": num_classes, "source": f"npz:{file.resolve()}:{seed}",
                 **({"class_names": class_names} if class_names is not None else {})}

@@ -206,6 +206,7 @@ def test_graphdir_and_fallback(tmp_path):
 def test_output_dir_rules(tmp_path):
     (tmp_path / "g.txt").write_text("0 1\n")
     ingest(f"edgelist:{tmp_path / 'g.txt'}", tmp_path / "out")
+    assert ingest(f"edgelist:{tmp_path / 'g.txt'}", tmp_path / "new" / "dirs" / "out").is_dir()
     with pytest.raises(FileExistsError, match="--overwrite"):
         ingest(f"edgelist:{tmp_path / 'g.txt'}", tmp_path / "out", overwrite=False)
     (tmp_path / "other").mkdir()
