@@ -402,6 +402,13 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
                           formatter_class=ChoicesHelpFormatter)
     importlib.import_module("graphscale.partition.command").add_arguments(part)
     part.set_defaults(func=lambda a: importlib.import_module("graphscale.partition.command").run(a) and 0)
+    convert = sub.add_parser("convert", help="write a dataset as a graph directory in bounded memory",
+                             description="Write a dataset spec as a graph directory (memory-mapped CSR, features, "
+                                         "labels, split) holding only per-vertex arrays and fixed-size chunks in "
+                                         "memory; later steps read it as --dataset graphdir:DIR",
+                             formatter_class=ChoicesHelpFormatter)
+    importlib.import_module("graphscale.data.ingest_command").add_arguments(convert)
+    convert.set_defaults(func=lambda a: importlib.import_module("graphscale.data.ingest_command").run(a))
     advise = sub.add_parser("advise", help="predict every strategy's time, memory and bytes; recommend one",
                             description=importlib.import_module("graphscale.advise.command").__doc__.splitlines()[0],
                             formatter_class=ChoicesHelpFormatter)

@@ -148,25 +148,14 @@ def load_training_graph(spec: str, feature_norm: str, dtype: str, features: str 
     return graph
 
 
-def _write_dataset_dir(spec: str, path: Path) -> None:
-    """Write the graph directory ``spec`` describes: synthetic graphs generated straight into it in chunks
-    (:func:`graphscale.data.synthetic.generate_to_dir`, identical to the in-memory graph), other datasets loaded and
-    saved."""
-    from graphscale.data.datasets import load_dataset
-    from graphscale.data.formats import save_graph_dir
-    from graphscale.data.synthetic import PARAMS, generate_to_dir
-
-    if spec.partition(":")[0].lower() in PARAMS:
-        generate_to_dir(spec, path, overwrite=True)
-    else:
-        save_graph_dir(load_dataset(spec), path, overwrite=True)
-
-
 def dataset_dir(config: RunConfig, cache: Path, spec: str) -> Path:
     """The graph directory of dataset ``spec``: ``DIR`` itself for ``graphdir:DIR``, else the cache's copy
-    (``CACHE/sources/NAME-KEY``), written once per spec and file fingerprint by :func:`_write_dataset_dir`. Every
-    run that trains on workers reads its data from here, memory-mapped."""
+    (``CACHE/sources/NAME-KEY``), written once per spec and file fingerprint by
+    :func:`graphscale.data.ingest.ingest` (edge lists, OGB directories, npz files and synthetic graphs in bounded
+    memory, as ``graphscale convert`` does). Every run that trains on workers reads its data from here,
+    memory-mapped."""
     from graphscale.data.formats import is_graph_dir
+    from graphscale.data.ingest import ingest
 
     kind, _, arg = spec.partition(":")
     if kind.lower() == "graphdir":
@@ -177,7 +166,7 @@ def dataset_dir(config: RunConfig, cache: Path, spec: str) -> Path:
         if not is_graph_dir(path):
             with setup_step(config, f"writing {spec} as a graph directory"):
                 path.parent.mkdir(parents=True, exist_ok=True)
-                _write_dataset_dir(spec, path)
+                ingest(spec, path)
     return path
 
 

@@ -110,3 +110,47 @@ def setup_progress(what: str, enabled: bool = True, stream: TextIO | None = None
         stop.set()
         ticker.join()
         bar.close()
+
+
+class StepProgress:
+    """A ``(step, done, total)`` progress callback (as :func:`graphscale.data.ingest.ingest` calls it): on a terminal
+    a tqdm bar per step; otherwise a line when a step starts and at every :data:`LINES`-th of it, and one when it
+    ends (``total`` 0 = unknown: counts only)::
+
+        graphscale: convert: build CSR 50% (2,000,000/4,000,000)
+
+    Args:
+        what: the command, in the lines (``convert``).
+        enabled: ``False`` shows nothing (``--no-progress``).
+        stream: where to write (default ``sys.stderr``).
+    """
+
+    def __init__(self, what: str, enabled: bool = True, stream: TextIO | None = None) -> None:
+        self.what, self.enabled = what, enabled
+        self.stream = stream or sys.stderr
+        self._bar, self._step, self._shown = None, None, -1
+
+    def __call__(self, step: str, done: int, total: int) -> None:
+        if not self.enabled:
+            return
+        if step != self._step:
+            self.close()
+            self._step, self._shown = step, -1
+            if self.stream.isatty():
+                from tqdm.auto import tqdm
+
+                self._bar = tqdm(total=total or None, desc=f"graphscale: {self.what}: {step}", file=self.stream,
+                                 leave=False, dynamic_ncols=True, unit_scale=True)
+        if self._bar is not None:
+            self._bar.update(done - self._bar.n)
+            return
+        tenth = LINES * done // total if total else -1
+        if tenth > self._shown or self._shown < 0:
+            self._shown = max(tenth, 0)
+            share = f"{100 * done // total}% ({done:,}/{total:,})" if total else f"{done:,}"
+            print(f"graphscale: {self.what}: {step} {share}", file=self.stream, flush=True)
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
+        self._bar, self._step = None, None

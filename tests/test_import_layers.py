@@ -19,8 +19,8 @@ ROOT = Path(graphscale.__file__).parent
 #: the layers, top to bottom: a module may import its own layer (without a cycle) and the layers below it; the
 #: longest matching prefix places a module. Placed apart from their package, always above it (importing a module
 #: imports its package: :func:`upward_imports` checks the packages too): ``partition.command`` (the ``graphscale
-#: partition`` command: it prepares datasets and checks paths like a run) and ``data.handle`` (it opens partition
-#: stores). The cost models' shared layer (``graphscale.cost``: the prediction every strategy fills in, the machine
+#: partition`` command: it prepares datasets and checks paths like a run), ``data.ingest_command`` (``graphscale
+#: convert``: it shows progress like a run) and ``data.handle`` (it opens partition stores). The cost models' shared layer (``graphscale.cost``: the prediction every strategy fills in, the machine
 #: profile's figures, the pricing primitives) sits below the strategies, which price their runs with it, and
 #: ``advise`` sits above both. The option declarations and the constants they share (``graphscale.options``) are
 #: the bottom: every layer reads them, and they import no strategy.
@@ -29,7 +29,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("bench", ("graphscale.bench",)),
     ("api", ("graphscale.api",)),
     ("advise", ("graphscale.advise",)),
-    ("run", ("graphscale.run", "graphscale.partition.command")),
+    ("run", ("graphscale.run", "graphscale.partition.command", "graphscale.data.ingest_command")),
     ("prepare", ("graphscale.prepare", "graphscale.validation")),
     ("trainer", ("graphscale.trainer", "graphscale.checkpoint", "graphscale.progress", "graphscale.plot")),
     ("strategies", ("graphscale.strategies", "graphscale.testing")),

@@ -73,7 +73,7 @@ def _accepted_forms() -> str:
 
 
 # ------------------------------------------------------------- dispatch
-def _split_option(arg: str, accept) -> tuple[str, str | None]:
+def split_option(arg: str, accept) -> tuple[str, str | None]:
     """``PATH[:OPTION]``: take the part after the last colon as OPTION when ``accept(path, option)``."""
     head, sep, tail = arg.rpartition(":")
     if sep and head and accept(head, tail):
@@ -88,7 +88,7 @@ READER_OPTIONS = {"musae": {"label": str, "seed": int},
 
 def _split_options(arg: str) -> tuple[str, str | None]:
     """``PATH[:OPTIONS]`` where OPTIONS is a bare seed or ``key=value,...`` (unless ``arg`` names a file)."""
-    return _split_option(arg, lambda path, option: (option.isdigit() or "=" in option) and not Path(arg).exists())
+    return split_option(arg, lambda path, option: (option.isdigit() or "=" in option) and not Path(arg).exists())
 
 
 def _reader_options(spec: str, kind: str, text: str | None) -> dict:
@@ -132,16 +132,16 @@ def load_dataset(spec: str) -> Graph:
     if not arg:
         raise ValueError(f"dataset spec {spec!r} needs a path: {kind}:PATH")
     if kind == "planetoid":
-        folder, name = _split_option(arg, lambda d, n: Path(d).is_dir() and not Path(arg).is_dir())
+        folder, name = split_option(arg, lambda d, n: Path(d).is_dir() and not Path(arg).is_dir())
         return read_planetoid(folder, name)
     if kind == "npz":
-        file, seed = _split_option(arg, lambda f, s: s.isdigit() and not Path(arg).exists())
+        file, seed = split_option(arg, lambda f, s: s.isdigit() and not Path(arg).exists())
         return read_npz(file, int(seed or 0))
     if kind == "ogb":
-        folder, split = _split_option(arg, lambda d, s: not Path(arg).exists() and Path(d).is_dir())
+        folder, split = split_option(arg, lambda d, s: not Path(arg).exists() and Path(d).is_dir())
         return read_ogb(folder, split)
     if kind == "edgelist":
-        file, labels = _split_option(arg, lambda f, lab: not Path(arg).exists() and Path(f).is_file())
+        file, labels = split_option(arg, lambda f, lab: not Path(arg).exists() and Path(f).is_file())
         return read_edgelist(file, labels)
     if kind == "metis":
         return read_metis(arg)

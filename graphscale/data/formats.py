@@ -3,14 +3,21 @@
 **Graph directory** (format ``graphscale-graph``, version 1)::
 
     DIR/meta.json        {"format", "version", "name", "num_nodes", "num_edges", "num_features",
-                          "x_dtype", "num_classes", "arrays": [names of the .npy files present], "meta": {...}}
+                          "x_dtype", "num_classes", "arrays": [names of the .npy files present], "meta": {...},
+                          "files": {"NAME.npy": {"bytes", "crc32"}, ...}}
     DIR/indptr.npy       int64 [N+1]   CSR by destination (see :mod:`graphscale.data.graph`)
     DIR/indices.npy      int64 [E]     source of every in-edge
     DIR/x.npy            float [N, F]  optional node features
     DIR/y.npy            int64 [N]     optional labels (-1 = unlabelled); uint8 [N, C] 0/1 when meta has label_width = C
     DIR/{train,val,test}_mask.npy  bool [N]  optional split
 
-Arrays are plain ``.npy`` files, memory-mapped on load. A directory is written
+Arrays are plain ``.npy`` files, memory-mapped on load. ``meta.json`` also records, under ``files``, what every
+array file was written with: ``{"indptr.npy": {"bytes": SIZE, "crc32": CRC}, ...}``, ``CRC`` being the CRC-32 of
+the file's first and last MiB (:mod:`graphscale.data.integrity`). :func:`load_graph_dir` compares every file's
+size and fingerprint with that record (reading at most 2 MiB per file, so loading stays fast) and refuses a file
+that was truncated, extended or changed at either end since, naming it; a change confined to the middle of a file
+larger than 2 MiB is caught only by ``verify=True`` checks of the values. A directory written before this record
+existed loads without the check. A directory is written
 into a sibling temporary directory and renamed into place, so a reader never
 sees a half-written graph. :class:`GraphDirWriter` writes one in chunks
 (destination rows in order, node rows in order) without holding the edge list
@@ -35,6 +42,7 @@ import numpy as np
 import torch
 
 from graphscale.data.graph import Graph
+from graphscale.data.integrity import check_files, file_fingerprint, reserve
 
 if TYPE_CHECKING:
     from typing_extensions import Self
@@ -255,6 +263,8 @@ class GraphDirWriter:
             wanted = (["x"] if num_features else []) + (["y"] if labels else []) + (list(MASKS) if masks else [])
             self._nodes = {k: np.lib.format.open_memmap(self._tmp / f"{k}.npy", "w+", shapes[k][1], shapes[k][0])
                            for k in wanted}
+            for key in ["indptr", *wanted]:
+                reserve(self._tmp / f"{key}.npy")
         except BaseException:
             self.abort()
             raise
@@ -370,8 +380,9 @@ class GraphDirWriter:
                     "x_dtype": self.x_dtype if "x" in present else None, "num_classes": self.num_classes,
                     "arrays": ["indptr", "indices", *present], "meta": self.meta,
                     **({"label_width": self.label_width} if self.label_width else {})}
-            (self._tmp / "meta.json").write_text(json.dumps(meta, indent=1))
             self._release()
+            meta["files"] = {f"{k}.npy": file_fingerprint(self._tmp / f"{k}.npy") for k in meta["arrays"]}
+            (self._tmp / "meta.json").write_text(json.dumps(meta, indent=1))
             replace_dir(self._tmp, self.path)
         except BaseException:
             self.abort()
@@ -407,6 +418,20 @@ class GraphDirWriter:
             self.abort()
 
 
+def writer_options(graph: Graph, path: str | Path) -> dict:
+    """The :class:`GraphDirWriter` arguments (all but ``path``, ``num_nodes`` and ``overwrite``) that write ``graph``
+    as :func:`save_graph_dir` does; a graph with only some split masks is refused (``path`` named)."""
+    x_dtype = "float32" if graph.x is None else str(graph.x.dtype).removeprefix("torch.")
+    present = [m for m in MASKS if getattr(graph, m) is not None]
+    if present and len(present) != len(MASKS):
+        raise ValueError(f"save_graph_dir({path}): the graph has only some split masks ({present}); "
+                         "give all three or none")
+    return {"num_features": graph.num_features, "x_dtype": x_dtype, "labels": graph.y is not None,
+            "masks": bool(present),
+            "num_classes": graph.num_classes if (graph.y is not None or "num_classes" in graph.meta) else None,
+            "name": graph.name, "meta": graph.meta, "label_width": int(graph.y.shape[1]) if graph.multilabel else 0}
+
+
 def save_graph_dir(graph: Graph, path: str | Path, *, overwrite: bool = True) -> Path:
     """Write ``graph`` as a graph directory (atomically; see the module docstring).
 
@@ -418,16 +443,7 @@ def save_graph_dir(graph: Graph, path: str | Path, *, overwrite: bool = True) ->
     Returns:
         ``path``.
     """
-    x_dtype = "float32" if graph.x is None else str(graph.x.dtype).removeprefix("torch.")
-    present = [m for m in MASKS if getattr(graph, m) is not None]
-    if present and len(present) != len(MASKS):
-        raise ValueError(f"save_graph_dir({path}): the graph has only some split masks ({present}); "
-                         "give all three or none")
-    with GraphDirWriter(path, graph.num_nodes, num_features=graph.num_features, x_dtype=x_dtype,
-                        labels=graph.y is not None, masks=bool(present),
-                        num_classes=graph.num_classes if (graph.y is not None or "num_classes" in graph.meta) else None,
-                        name=graph.name, meta=graph.meta, overwrite=overwrite,
-                        label_width=int(graph.y.shape[1]) if graph.multilabel else 0) as writer:
+    with GraphDirWriter(path, graph.num_nodes, overwrite=overwrite, **writer_options(graph, path)) as writer:
         writer.append_rows(graph.in_degrees(), graph.indices)
         writer.append_nodes(**{k: getattr(graph, k) for k in NODE_ARRAYS
                                if getattr(graph, k) is not None and (k != "x" or graph.num_features)})
@@ -490,6 +506,9 @@ def _read_meta(path: Path) -> dict:
 def load_graph_dir(path: str | Path, *, mmap: bool = True, verify: bool = False) -> Graph:
     """Load a graph directory, memory-mapping its arrays.
 
+    Every array file's shape and dtype are checked against ``meta.json``, then its size and fingerprint against
+    what ``meta.json`` records (:func:`~graphscale.data.integrity.check_files`).
+
     With ``mmap=True`` arrays are mapped copy-on-write (``mmap_mode='c'``): pages
     are read on first touch, and an in-place update of a tensor changes only
     this process's copy, never the file.
@@ -520,6 +539,7 @@ def load_graph_dir(path: str | Path, *, mmap: bool = True, verify: bool = False)
             raise ValueError(f"{file} has shape {array.shape} and dtype {array.dtype}; meta.json expects "
                              f"shape {shape} and dtype {dtype}")
         arrays[key] = array
+    check_files(path, meta)
     indptr = arrays["indptr"]
     if indptr[0] != 0 or indptr[-1] != meta["num_edges"]:
         raise ValueError(f"{path / 'indptr.npy'} must run from 0 to num_edges={meta['num_edges']}, "

@@ -188,6 +188,9 @@ def test_bad_meta(tmp_path, edit, message):
 
 def test_verify_catches_bad_contents(tmp_path):
     path = _saved(tmp_path)
+    meta = json.loads((path / "meta.json").read_text())
+    del meta["files"]  # a directory without the file record (written before it existed): only verify= reads values
+    (path / "meta.json").write_text(json.dumps(meta))
     indices = np.load(path / "indices.npy")
     indices[0] = 20
     np.save(path / "indices.npy", indices)

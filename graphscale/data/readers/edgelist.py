@@ -30,6 +30,38 @@ def _relabel(src: np.ndarray, dst: np.ndarray) -> tuple[np.ndarray, np.ndarray, 
     return inverse[:src.size], inverse[src.size:], original.size, original
 
 
+def node_labels(file: Path, labels: str | Path | None, n: int, original: np.ndarray | None, seed: int = 0):
+    """The node data of an edge list ``file`` with ``n`` nodes (``original``: new id -> original id, or ``None``)
+    from its optional ``labels`` file (see :func:`read_edgelist`): ``(y, masks, num_classes, class_names,
+    source)``, ``y``/``masks``/``class_names`` ``None`` without labels. Reads the labels file whole: O(nodes)."""
+    source = f"edgelist:{file.resolve()}"
+    if labels is None:
+        return None, None, 0, None, source
+    labels = require(Path(labels), "a text file of 'node label' lines")
+    table = read_int_pairs(labels, "node ids and labels")
+    nodes = table[:, 0]
+    if original is None:
+        absent = nodes >= n
+        new = nodes
+    else:
+        new = np.minimum(np.searchsorted(original, nodes), n - 1)
+        absent = original[new] != nodes
+    if absent.any():
+        first = int(np.flatnonzero(absent)[0])
+        raise ValueError(f"{labels} labels node {int(nodes[first])}, which is not in the edge list {file} "
+                         f"({int(absent.sum())} labelled node(s) are absent from it)")
+    classes, class_names = class_ids(table[:, 1])
+    order = np.argsort(new, kind="stable")
+    same_node = new[order][1:] == new[order][:-1]
+    conflict = same_node & (classes[order][1:] != classes[order][:-1])
+    if conflict.any():
+        node = int(nodes[order][1:][conflict][0])
+        raise ValueError(f"{labels} gives node {node} two different labels")
+    y = np.full(n, -1, dtype=np.int64)
+    y[new] = classes
+    return y, per_class_split(y, seed), len(class_names), class_names, source + f":{labels.resolve()}"
+
+
 def read_edgelist(file: str | Path, labels: str | Path | None = None, seed: int = 0) -> Graph:
     """Read a plain-text edge list (SNAP style), optionally with a ``node label`` file.
 
@@ -61,35 +93,7 @@ def read_edgelist(file: str | Path, labels: str | Path | None = None, seed: int 
         raise ValueError(f"{file} holds no edges (expected lines 'src dst'; '#'/'%' lines are comments)")
     src, dst, n, original = _relabel(pairs[:, 0], pairs[:, 1])
     del pairs
-    y = masks = None
-    num_classes, class_names = 0, None
-    source = f"edgelist:{file.resolve()}"
-    if labels is not None:
-        labels = require(Path(labels), "a text file of 'node label' lines")
-        table = read_int_pairs(labels, "node ids and labels")
-        nodes = table[:, 0]
-        if original is None:
-            absent = nodes >= n
-            new = nodes
-        else:
-            new = np.minimum(np.searchsorted(original, nodes), n - 1)
-            absent = original[new] != nodes
-        if absent.any():
-            first = int(np.flatnonzero(absent)[0])
-            raise ValueError(f"{labels} labels node {int(nodes[first])}, which is not in the edge list {file} "
-                             f"({int(absent.sum())} labelled node(s) are absent from it)")
-        classes, class_names = class_ids(table[:, 1])
-        order = np.argsort(new, kind="stable")
-        same_node = new[order][1:] == new[order][:-1]
-        conflict = same_node & (classes[order][1:] != classes[order][:-1])
-        if conflict.any():
-            node = int(nodes[order][1:][conflict][0])
-            raise ValueError(f"{labels} gives node {node} two different labels")
-        y = np.full(n, -1, dtype=np.int64)
-        y[new] = classes
-        num_classes = len(class_names)
-        masks = per_class_split(y, seed)
-        source += f":{labels.resolve()}"
+    y, masks, num_classes, class_names, source = node_labels(file, labels, n, original, seed)
     graph = build_graph(src, dst, n, y=y, masks=masks, name=file.stem, num_classes=num_classes, source=source)
     if original is not None:
         graph.meta["original_ids"] = original

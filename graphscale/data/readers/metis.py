@@ -10,7 +10,7 @@ import numpy as np
 
 from graphscale.data.graph import Graph
 from graphscale.data.readers.common import build_graph, require
-from graphscale.data.readers.text import k_int_field, line_text, text_bytes
+from graphscale.data.readers.text import has_data_line, k_int_field, line_text, text_blocks, text_bytes
 
 _METIS_ERRORS = {2: "expected integers", 3: "values must be non-negative", 4: "values must be below 2**63",
                  5: "the line ends before the vertex's {front} size/weight field(s) that fmt {fmt} puts first",
@@ -182,6 +182,30 @@ def is_metis(data: bytes) -> bool:
         return True
     dst = np.repeat(np.arange(n, dtype=np.int64), degrees)
     return np.array_equal(np.sort(dst * n + indices), np.sort(indices * n + dst))
+
+
+def is_metis_file(file: Path, block_bytes: int) -> bool:
+    """:func:`is_metis` of a text file read in blocks of ``block_bytes`` (:func:`text_blocks`): the header and the
+    line counts are taken block by block, and only a file whose line counts match the header's ``n`` (a METIS
+    file, or a rare edge list that looks like one) is read whole for the rest of the test."""
+    n = None
+    lines = nonblank = 0
+    for data in text_blocks(file, "node ids", block_bytes):
+        start = 0
+        if n is None:
+            try:
+                n, _, _, _, _, start = _metis_header(data, None)
+            except ValueError:
+                if has_data_line(data):  # the first line that is not a comment is no METIS header
+                    return False
+                continue
+        more, more_nonblank = _k_count_lines(np.frombuffer(data, dtype=np.uint8), start)
+        lines, nonblank = lines + more, nonblank + more_nonblank
+        if nonblank > n:
+            return False
+    if n is None or not nonblank <= n <= lines:
+        return False
+    return is_metis(text_bytes(file, "node ids"))
 
 
 def read_metis(file: str | Path) -> Graph:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import gzip
+import itertools
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -35,7 +37,33 @@ def read_csv_gz(path: Path, dtype, *, use_pandas: bool = True) -> np.ndarray:
         raise ValueError(f"{path}: cannot read as a comma-separated .csv.gz of numbers: {err}") from None
 
 
-def _ogb_root(folder: Path) -> Path:
+def iter_csv_gz(path: Path, dtype, rows: int, *, use_pandas: bool = True) -> Iterator[np.ndarray]:
+    """:func:`read_csv_gz` in chunks of ``rows`` rows (2-D arrays; nothing for an empty file), one in memory at a
+    time; the same values and errors as the whole read."""
+    try:
+        if use_pandas:
+            try:
+                import pandas as pd
+            except ImportError:
+                use_pandas = False
+        if use_pandas:
+            try:
+                reader = pd.read_csv(path, header=None, compression="gzip", chunksize=rows)
+            except pd.errors.EmptyDataError:
+                return
+            with reader:
+                for frame in reader:
+                    yield frame.to_numpy(dtype=dtype)
+            return
+        with gzip.open(path, "rt") as f:
+            while lines := list(itertools.islice(f, rows)):
+                if any(line.strip() for line in lines):
+                    yield np.loadtxt(lines, delimiter=",", dtype=dtype, ndmin=2)
+    except (ValueError, OSError, EOFError) as err:
+        raise ValueError(f"{path}: cannot read as a comma-separated .csv.gz of numbers: {err}") from None
+
+
+def ogb_root(folder: Path) -> Path:
     if not folder.is_dir():
         raise FileNotFoundError(f"OGB directory {folder} does not exist; expected a dataset root holding "
                                 "raw/edge.csv.gz, raw/node-label.csv.gz and split/NAME/{train,valid,test}.csv.gz")
@@ -60,27 +88,41 @@ def read_ogb(folder: str | Path, split: str | None = None) -> Graph:
         folder: the dataset root (``.../ogbn_arxiv``), or a folder holding exactly one dataset root.
         split: name of the split directory; default the only one under ``split/``.
     """
-    root = _ogb_root(Path(folder))
+    root = ogb_root(Path(folder))
     raw = root / "raw"
+    n, y, masks, split = ogb_node_data(root, split)
     edges = read_csv_gz(require(raw / "edge.csv.gz", "OGB edges (src,dst rows)"), np.int64)
-    labels = read_csv_gz(require(raw / "node-label.csv.gz", "OGB node labels (one per row)"), np.float64)
     if edges.size and edges.shape[1] != 2:
         raise ValueError(f"{raw / 'edge.csv.gz'}: expected 2 columns (src,dst), got {edges.shape[1]}")
+    feats = read_csv_gz(raw / "node-feat.csv.gz", np.float32) if (raw / "node-feat.csv.gz").exists() else None
+    if feats is not None and feats.shape[0] != n:
+        raise ValueError(f"{raw / 'node-feat.csv.gz'} has {feats.shape[0]} rows but the graph has {n} nodes")
+    edges = edges.reshape(-1, 2)
+    if edges.size and (edges.min() < 0 or edges.max() >= n):
+        raise ValueError(f"{raw / 'edge.csv.gz'} has node ids outside [0, {n})")
+    return build_graph(edges[:, 0], edges[:, 1], n, x=feats, y=y, masks=masks, name=ogb_name(root),
+                       num_classes=int(y.max(initial=-1)) + 1, source=f"ogb:{root.resolve()}:{split}")
+
+
+def ogb_name(root: Path) -> str:
+    """The graph name of the OGB dataset at ``root`` (``ogbn_arxiv`` -> ``ogbn-arxiv``)."""
+    return root.name.replace("_", "-")
+
+
+def ogb_node_data(root: Path, split: str | None) -> tuple[int, np.ndarray, dict, str]:
+    """``(nodes, labels, split masks, split name)`` of the OGB dataset at ``root``: O(nodes), the edges and features
+    are not read. The node count is ``raw/num-node-list.csv.gz``'s, else the label count."""
+    raw = root / "raw"
+    labels = read_csv_gz(require(raw / "node-label.csv.gz", "OGB node labels (one per row)"), np.float64)
     if labels.ndim != 2 or labels.shape[1] != 1:
         raise ValueError(f"{raw / 'node-label.csv.gz'}: expected one label column, got shape {labels.shape}; "
                          "multi-label datasets are not supported")
-    feats = read_csv_gz(raw / "node-feat.csv.gz", np.float32) if (raw / "node-feat.csv.gz").exists() else None
     if (raw / "num-node-list.csv.gz").exists():
         n = int(read_csv_gz(raw / "num-node-list.csv.gz", np.int64).reshape(-1)[0])
     else:
         n = labels.shape[0]
-    edges = edges.reshape(-1, 2)
-    for file, rows in (("node-label.csv.gz", labels.shape[0]), ("node-feat.csv.gz", None if feats is None else
-                                                                 feats.shape[0])):
-        if rows is not None and rows != n:
-            raise ValueError(f"{raw / file} has {rows} rows but the graph has {n} nodes")
-    if edges.size and (edges.min() < 0 or edges.max() >= n):
-        raise ValueError(f"{raw / 'edge.csv.gz'} has node ids outside [0, {n})")
+    if labels.shape[0] != n:
+        raise ValueError(f"{raw / 'node-label.csv.gz'} has {labels.shape[0]} rows but the graph has {n} nodes")
     y = np.where(np.isnan(labels[:, 0]), -1, np.nan_to_num(labels[:, 0])).astype(np.int64)
     splits = sorted(d.name for d in (root / "split").iterdir() if d.is_dir()) if (root / "split").is_dir() else []
     if split is None:
@@ -95,7 +137,4 @@ def read_ogb(folder: str | Path, split: str | None = None) -> Graph:
         if index.size and (index.min() < 0 or index.max() >= n):
             raise ValueError(f"{file} has node ids outside [0, {n})")
         masks[key] = index_mask(index, n)
-    name = root.name.replace("_", "-")
-    return build_graph(edges[:, 0], edges[:, 1], n, x=feats, y=y, masks=masks, name=name,
-                  num_classes=int(y.max(initial=-1)) + 1, source=f"ogb:{root.resolve()}:{split}")
-
+    return n, y, masks, split

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import codecs
 import re
+from collections.abc import Iterator
 from pathlib import Path
 
 import numba as nb
@@ -134,19 +135,79 @@ def line_text(data: bytes, start: int) -> str:
 
 def int_pairs(data: bytes, file: Path, what: str) -> np.ndarray:
     """:func:`read_int_pairs` on the bytes of ``file`` (as :func:`text_bytes` returns them)."""
+    return _scan_pairs(data, file, what, 0, False)
+
+
+def _scan_pairs(data: bytes, file: Path, what: str, lines_before: int, seen_data: bool) -> np.ndarray:
+    """The pairs of ``data``, a run of whole lines of ``file`` after its first ``lines_before`` lines; ``seen_data``:
+    a non-comment line came before (then no line here may be a header). Errors name the line in the whole file."""
     buf = np.frombuffer(data, dtype=np.uint8)
     out = np.empty((data.count(b"\n"), 2), dtype=np.int64)
     count, status, line, start, header_line = _k_int_pairs(buf, out)
+    if header_line and seen_data:  # not the file's first non-comment line: a line that is not two integers
+        text = _nth_line(data, header_line)
+        raise ValueError(f"{file}, line {lines_before + header_line}: {_PAIR_ERRORS[2].format(what=what)}, got "
+                         f"{text!r}")
     if status:
-        raise ValueError(f"{file}, line {line}: {_PAIR_ERRORS[status].format(what=what)}, got "
+        raise ValueError(f"{file}, line {lines_before + line}: {_PAIR_ERRORS[status].format(what=what)}, got "
                          f"{line_text(data, start)!r}")
     if header_line:  # a header names its columns: a line of numbers is data that is not two integers
         text = _nth_line(data, header_line)
         fields = [f for f in re.split(r"[\s,]+", text.strip()) if f][:2]
         if all(_is_number(f) for f in fields):
-            raise ValueError(f"{file}, line {header_line}: expected two integers ({what}), got {text!r} (a first line "
-                             "is skipped as a header only when it is not numeric)")
+            raise ValueError(f"{file}, line {lines_before + header_line}: expected two integers ({what}), got "
+                             f"{text!r} (a first line is skipped as a header only when it is not numeric)")
     return out[:count]
+
+
+#: bytes of text read at a time by :func:`text_blocks` / :func:`iter_int_pairs`
+TEXT_BLOCK = 1 << 24
+
+
+def text_blocks(file: Path, what: str, block_bytes: int = TEXT_BLOCK) -> Iterator[bytes]:
+    """The bytes of a text file in blocks of whole lines (about ``block_bytes`` each; a longer line is one block),
+    as :func:`text_bytes` would give them whole: without a UTF-8 BOM, every block ending with a newline, a
+    directory or a known binary format refused. Only one block is held at a time."""
+    try:
+        f = open(file, "rb")  # noqa: SIM115 - closed below
+    except IsADirectoryError:
+        raise ValueError(f"{file} is a directory; expected a text file of {what}") from None
+    with f:
+        kind, text = binary_kind(f.read(128))
+        if kind:
+            raise wrong_kind(file, kind, text, f"a text file of {what}")
+        f.seek(0)
+        rest = f.read(max(block_bytes, 8)).removeprefix(codecs.BOM_UTF8)
+        while True:
+            chunk = f.read(max(block_bytes, 8))
+            data = rest + chunk
+            cut = data.rfind(b"\n") + 1 if chunk else len(data)
+            if cut:
+                block = data[:cut]
+                yield block if block.endswith(b"\n") else block + b"\n"
+            rest = data[cut:]
+            if not chunk:
+                return
+
+
+def iter_int_pairs(file: Path, what: str = "node ids", block_bytes: int = TEXT_BLOCK) -> Iterator[np.ndarray]:
+    """:func:`read_int_pairs` in chunks: the ``[rows, 2]`` pairs of each block of :func:`text_blocks`, the same rows
+    and the same errors (naming the line in the whole file) as the whole read, one block in memory at a time."""
+    lines, seen_data = 0, False
+    for data in text_blocks(file, what, block_bytes):
+        pairs = _scan_pairs(data, file, what, lines, seen_data)
+        seen_data = seen_data or pairs.shape[0] > 0 or has_data_line(data)
+        lines += data.count(b"\n")
+        yield pairs
+
+
+def has_data_line(data: bytes) -> bool:
+    """Whether ``data`` holds a line that is neither blank nor a ``#`` / ``%`` comment."""
+    for line in data.splitlines():
+        text = line.strip(b" \t\r")
+        if text and text[:1] not in (b"#", b"%"):
+            return True
+    return False
 
 
 def _nth_line(data: bytes, number: int) -> str:
