@@ -260,6 +260,7 @@ def _local_csr(spill: Path, id_dtype, owner: np.ndarray, s: int, lut: np.ndarray
     bucket sort by row ranges): ``indices.npy`` is written to ``out``; returns ``(indptr, num_edges)``."""
     width = np.int64(max(n_local, 1))
     keys = np.empty(2 * chunk, np.int64)
+    keys_bytes = keys.nbytes  # also the copy buffer of indices.npy
     counts = np.zeros(n_local, np.int64)
     for pairs in _spill_chunks(spill, id_dtype, chunk):
         k = _local_keys(pairs, owner, s, lut, width, keys, reverse)
@@ -301,7 +302,7 @@ def _local_csr(spill: Path, id_dtype, owner: np.ndarray, s: int, lut: np.ndarray
     np.cumsum(counts, out=indptr[1:])
     with open(out / "indices.npy", "wb") as f, open(raw, "rb") as src:
         f.write(npy_header(np.int64, (m,)))
-        shutil.copyfileobj(src, f, 1 << 20)
+        shutil.copyfileobj(src, f, max(keys_bytes, 1 << 16))
     raw.unlink()
     return indptr, m
 
