@@ -15,7 +15,13 @@ import torch
 from graphscale.data.synthetic import generate, generate_to_dir
 from graphscale.partition import command, metis
 from graphscale.partition.base import edge_cut, partition_sizes
-from graphscale.partition.build import build_partitioner, build_vertex_partitioner, node_data_of
+from graphscale.partition.build import (
+    build_partitioner,
+    build_vertex_partitioner,
+    node_data_of,
+    partition_graph_dir,
+    write_graph_dir_store,
+)
 from graphscale.partition.csr_source import GraphEdges
 from graphscale.partition.edge_stream import HDRFPartitioner
 from graphscale.partition.store_writer import write_partition_store
@@ -167,3 +173,15 @@ def test_restream_is_a_training_partitioner_with_the_others_balance_option(tmp_p
 
     meta = write_training_store(generate(SPEC), tmp_path / "store", 3, partitioner="restream")
     assert meta["num_parts"] == 3 and meta["method"] == "restream"
+
+
+def test_graph_directory_helpers_partition_and_store_as_the_command_does(tmp_path, graph_dir):
+    graph = generate(SPEC)
+    owner = partition_graph_dir(graph_dir, "restream", 3, seed=1)
+    assert np.array_equal(owner, build_vertex_partitioner("restream").partition(graph, 3, seed=1).numpy())
+    write_graph_dir_store(graph_dir, tmp_path / "dir", owner, 3, chunk_edges=64)
+    write_partition_store(tmp_path / "mem", GraphEdges(graph), owner, 3, node_data=node_data_of(graph),
+                          num_classes=graph.num_classes)
+    assert _store_files(tmp_path / "dir") == _store_files(tmp_path / "mem")
+    with pytest.raises(ValueError, match="metis would need"):
+        partition_graph_dir(graph_dir, "metis", 3, host_memory=1024)
