@@ -72,7 +72,8 @@ class GraphEdges:
 
     @classmethod
     def from_dir(cls, folder: str | Path) -> GraphEdges:
-        """The records of the graph directory ``folder`` (checked by :func:`~graphscale.data.formats.load_graph_dir`)."""
+        """The records of the graph directory ``folder`` (opened and checked by
+        :func:`~graphscale.data.formats.load_graph_dir`)."""
         from graphscale.data.formats import load_graph_dir
 
         return cls(load_graph_dir(folder, mmap=True), folder)
