@@ -14,6 +14,7 @@ from abc import ABC, abstractmethod
 
 import torch
 
+from graphscale.data.edge_stream import DEFAULT_CHUNK_EDGES
 from graphscale.data.graph import Graph
 
 
@@ -75,13 +76,15 @@ class VertexPartitioner(ABC):
         owner = self._partition(graph, num_parts, seed)
         return validate_owner(owner, graph.num_nodes, num_parts)
 
-    def partition_csr(self, csr, num_parts: int, seed: int = 0) -> torch.Tensor:
+    def partition_csr(self, csr, num_parts: int, seed: int = 0,
+                      chunk_edges: int = DEFAULT_CHUNK_EDGES) -> torch.Tensor:
         """Owner of every vertex of a graph given as a CSR source
         (:class:`~graphscale.partition.csr_source.GraphEdges`, e.g. ``GraphEdges.from_dir(DIR)``).
 
         The streaming partitioners (LDG, Fennel, restream and the edge-stream partitioners) override it to read the
-        CSR in chunks, in O(|V|) memory; the others partition ``csr.graph`` (whose arrays may be memory-mapped:
-        ``random`` touches none of them, METIS checks its memory estimate against :attr:`host_memory` first).
+        CSR in chunks of about ``chunk_edges`` records, in O(|V|) memory; the others partition ``csr.graph`` whole
+        (its arrays may be memory-mapped: ``random`` touches none of them, METIS checks its memory estimate against
+        :attr:`host_memory` first).
         """
         return self.partition(csr.graph, num_parts, seed)
 

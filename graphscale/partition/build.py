@@ -11,6 +11,8 @@ from pathlib import Path
 
 import numpy as np
 
+from graphscale.data.edge_stream import DEFAULT_CHUNK_EDGES
+
 #: modules whose import registers the streaming partitioners (besides registry's built-ins)
 PARTITIONER_MODULES = ("graphscale.partition.vertex_stream", "graphscale.partition.edge_stream",
                        "graphscale.partition.twops", "graphscale.partition.spring")
@@ -118,9 +120,10 @@ def node_data_of(graph, no_features: bool = False, folder: str | Path | None = N
 
 
 def partition_graph_dir(folder: str | Path, partitioner: str, num_parts: int, *, seed: int = 0, balance: str = "",
-                        host_memory: int | str | None = None) -> np.ndarray:
+                        host_memory: int | str | None = None, chunk_edges: int = DEFAULT_CHUNK_EDGES) -> np.ndarray:
     """Owner array (int64 ``[N]``) of the graph directory ``folder`` by ``partitioner`` (``NAME[:key=value,...]``,
-    training defaults, ``--balance``), reading its CSR in chunks: O(|V|) memory for the streaming partitioners;
+    training defaults, ``--balance``), reading its CSR in chunks of about ``chunk_edges`` records: O(|V|) memory
+    plus one chunk for the streaming partitioners;
     METIS checks its estimate against ``host_memory`` (``None``: what the machine can spare) first.
 
     Raises:
@@ -130,7 +133,7 @@ def partition_graph_dir(folder: str | Path, partitioner: str, num_parts: int, *,
 
     vertex_partitioner = build_vertex_partitioner(partitioner, balance)
     vertex_partitioner.host_memory = host_memory
-    return vertex_partitioner.partition_csr(GraphEdges.from_dir(folder), num_parts, seed).numpy()
+    return vertex_partitioner.partition_csr(GraphEdges.from_dir(folder), num_parts, seed, chunk_edges).numpy()
 
 
 def write_graph_dir_store(folder: str | Path, out: str | Path, owner, num_parts: int, *, no_features: bool = False,

@@ -184,7 +184,7 @@ def partition_dataset(args: argparse.Namespace) -> dict:
             if graph is None:
                 graph = edge_stream_to_graph(source, chunk_edges=args.chunk_edges)
             csr = source if isinstance(source, GraphEdges) else GraphEdges(graph)
-            owner = partitioner.partition_csr(csr, args.parts, seed=args.seed).numpy()
+            owner = partitioner.partition_csr(csr, args.parts, seed=args.seed, chunk_edges=args.chunk_edges).numpy()
         partition_seconds = time.perf_counter() - partition_start
         node_data = node_data_of(graph, args.no_features, graph_dir_of(args.dataset))
         summary = write_partition_store(

@@ -37,6 +37,7 @@ import numba
 import numpy as np
 import torch
 
+from graphscale.data.edge_stream import DEFAULT_CHUNK_EDGES
 from graphscale.data.graph import Graph
 from graphscale.partition.base import VertexPartitioner, validate_num_parts, validate_owner
 from graphscale.partition.csr_source import GraphEdges
@@ -45,8 +46,6 @@ from graphscale.registry import PARTITIONERS
 ORDERS = ("natural", "random")
 #: what a restreaming partition balances (``--balance``)
 RESTREAM_BALANCE = ("vertices", "edges")
-#: records per block of rows read in natural order
-ROW_BLOCK_EDGES = 1 << 22
 
 
 @numba.njit(nogil=True, cache=True)
@@ -107,9 +106,9 @@ class _VertexStreamPartitioner(VertexPartitioner):
         return torch.from_numpy(self._stream(GraphEdges(graph), num_parts, seed))
 
     def partition_csr(self, csr: GraphEdges, num_parts: int, seed: int = 0,
-                      block_edges: int = ROW_BLOCK_EDGES) -> torch.Tensor:
+                      chunk_edges: int = DEFAULT_CHUNK_EDGES) -> torch.Tensor:
         """Owner of every vertex of a CSR read in chunks (e.g. :meth:`GraphEdges.from_dir`): O(|V|) memory plus
-        one block of ``block_edges`` records; equal to :meth:`partition` of the same graph.
+        one block of about ``chunk_edges`` records; equal to :meth:`partition` of the same graph.
 
         Raises:
             TypeError / ValueError: as :meth:`partition`.
@@ -118,7 +117,7 @@ class _VertexStreamPartitioner(VertexPartitioner):
         validate_num_parts(num_parts, n)
         if num_parts == 1:
             return torch.zeros(n, dtype=torch.int64)
-        return validate_owner(self._stream(csr, num_parts, seed, block_edges), n, num_parts)
+        return validate_owner(self._stream(csr, num_parts, seed, chunk_edges), n, num_parts)
 
     def _weights(self, csr: GraphEdges) -> np.ndarray | None:
         if self.balance == "vertices":
@@ -127,7 +126,7 @@ class _VertexStreamPartitioner(VertexPartitioner):
         work *= csr.num_vertices / work.sum()
         return work
 
-    def _stream(self, csr: GraphEdges, num_parts: int, seed: int, block_edges: int = ROW_BLOCK_EDGES) -> np.ndarray:
+    def _stream(self, csr: GraphEdges, num_parts: int, seed: int, block_edges: int = DEFAULT_CHUNK_EDGES) -> np.ndarray:
         n = csr.num_vertices
         owner = np.full(n, -1, np.int64)
         load = np.zeros(num_parts, np.float64)

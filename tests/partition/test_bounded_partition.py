@@ -61,9 +61,7 @@ def test_graph_directory_chunks_and_row_blocks_equal_the_in_memory_csr(graph_dir
 def test_partitioning_a_graph_directory_equals_the_in_memory_partition(graph_dir, method):
     partitioner = build_partitioner(method)[0]
     csr = GraphEdges.from_dir(graph_dir)
-    extra = {"block_edges": 11} if isinstance(partitioner, FennelPartitioner | RestreamPartitioner) or \
-        method == "ldg" else {}
-    chunked = partitioner.partition_csr(csr, 3, seed=2, **extra)
+    chunked = partitioner.partition_csr(csr, 3, seed=2, chunk_edges=11)
     assert torch.equal(chunked, partitioner.partition(generate(SPEC), 3, seed=2))
 
 
@@ -94,7 +92,7 @@ def _traced_peak(folder, chunk: int) -> int:
     tracemalloc.start()
     try:
         csr = GraphEdges.from_dir(folder)
-        owner = RestreamPartitioner(passes=2).partition_csr(csr, 2, block_edges=chunk).numpy()
+        owner = RestreamPartitioner(passes=2).partition_csr(csr, 2, chunk_edges=chunk).numpy()
         write_partition_store(folder.parent / f"{folder.name}-store", csr, owner, 2, chunk_edges=chunk,
                               node_data=node_data_of(csr.graph, folder=folder), feature_chunk_bytes=16 << 10)
         return tracemalloc.get_traced_memory()[1]
