@@ -133,10 +133,10 @@ def partition_dataset(args: argparse.Namespace) -> dict:
     """
     from graphscale.data.edge_stream import edge_stream_to_graph
     from graphscale.data.specs import canonical_spec
+    from graphscale.metrics.host_memory import resolve_host_memory
     from graphscale.partition.base import validate_num_parts
     from graphscale.partition.metrics import peak_rss_bytes
     from graphscale.partition.store import check_store_target
-    from graphscale.metrics.host_memory import resolve_host_memory
     from graphscale.partition.store_writer import write_partition_store
     from graphscale.partition.streaming import GraphEdges
 

@@ -29,6 +29,7 @@ from graphscale.data.edge_stream import DEFAULT_CHUNK_EDGES
 from graphscale.data.formats import replace_dir, temp_sibling
 from graphscale.partition.base import validate_num_parts
 from graphscale.partition.book import PartitionBook
+from graphscale.partition.csr_source import chunk_reader
 from graphscale.partition.metrics import MetricsAccumulator, PartitionMetrics, validate_assignment
 from graphscale.partition.store import (
     MASKS,
@@ -39,7 +40,6 @@ from graphscale.partition.store import (
     check_store_target,
     part_dir,
 )
-from graphscale.partition.csr_source import chunk_reader
 from graphscale.partition.streaming import ProgressFn, StreamRunner, as_edge_source, npy_header
 
 DEFAULT_FEATURE_CHUNK_BYTES = 64 << 20
