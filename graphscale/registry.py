@@ -28,7 +28,7 @@ _BUILTIN_NAMES = {
                  "graphscale.strategies.task_parallel": ("task-parallel",)},
     "model": {"graphscale.nn.models": ("gcn", "sage", "gat", "gcnii", "resgcn")},
     "partitioner": {"graphscale.partition.random": ("random",), "graphscale.partition.metis": ("metis",),
-                    "graphscale.partition.vertex_stream": ("ldg", "fennel"),
+                    "graphscale.partition.vertex_stream": ("ldg", "fennel", "restream"),
                     "graphscale.partition.edge_stream": ("hash", "dbh", "greedy", "hdrf"),
                     "graphscale.partition.twops": ("2ps-l",),
                     "graphscale.partition.spring": ("spring",)},

@@ -25,7 +25,8 @@ class Partitioning:
                               "metis:ufactor=10)", metavar="NAME[:key=value,...]")
     balance: str = option("", "metis: what the parts balance: vertex counts, in-edges (computation), or in-edges and "
                           "training vertices as a second constraint (empty: edges+train); spring: vertices (the "
-                          "paper's LPT) or edges (empty: edges, for a store built for training)",
+                          "paper's LPT) or edges (empty: edges, for a store built for training); restream: vertices "
+                          "or edges (empty: edges)",
                           choices=BALANCE_CHOICES)
 
 

@@ -14,6 +14,7 @@ from abc import ABC, abstractmethod
 
 import torch
 
+from graphscale.data.edge_stream import DEFAULT_CHUNK_EDGES
 from graphscale.data.graph import Graph
 
 
@@ -50,6 +51,9 @@ class VertexPartitioner(ABC):
 
     #: registry name
     name: str = ""
+    #: host memory budget (bytes, or a ``--host-memory`` value; ``None``: what the machine can spare when the
+    #: partition starts) that a partitioner needing more than O(|V|) memory (METIS) checks its estimate against
+    host_memory: int | str | None = None
 
     def partition(self, graph: Graph, num_parts: int, seed: int = 0) -> torch.Tensor:
         """Owner of every vertex.
@@ -71,6 +75,18 @@ class VertexPartitioner(ABC):
             return torch.zeros(graph.num_nodes, dtype=torch.int64)
         owner = self._partition(graph, num_parts, seed)
         return validate_owner(owner, graph.num_nodes, num_parts)
+
+    def partition_csr(self, csr, num_parts: int, seed: int = 0,
+                      chunk_edges: int = DEFAULT_CHUNK_EDGES) -> torch.Tensor:
+        """Owner of every vertex of a graph given as a CSR source
+        (:class:`~graphscale.partition.csr_source.GraphEdges`, e.g. ``GraphEdges.from_dir(DIR)``).
+
+        The streaming partitioners (LDG, Fennel, restream and the edge-stream partitioners) override it to read the
+        CSR in chunks of about ``chunk_edges`` records, in O(|V|) memory; the others partition ``csr.graph`` whole
+        (its arrays may be memory-mapped: ``random`` touches none of them, METIS checks its memory estimate against
+        :attr:`host_memory` first).
+        """
+        return self.partition(csr.graph, num_parts, seed)
 
     @abstractmethod
     def _partition(self, graph: Graph, num_parts: int, seed: int) -> torch.Tensor:

@@ -1,12 +1,17 @@
 """Partitioners built from their command-line form, ``NAME[:key=value,...]`` (``--method``, ``--partitioner``),
 and the node arrays a partition store copies: what ``graphscale partition``, the run's preparation and the
-strategies that partition their chunks share."""
+strategies that partition their chunks share; a graph directory partitioned and stored in bounded memory
+(:func:`partition_graph_dir`, :func:`write_graph_dir_store`)."""
 
 from __future__ import annotations
 
 import importlib
 import inspect
 from pathlib import Path
+
+import numpy as np
+
+from graphscale.data.edge_stream import DEFAULT_CHUNK_EDGES
 
 #: modules whose import registers the streaming partitioners (besides registry's built-ins)
 PARTITIONER_MODULES = ("graphscale.partition.vertex_stream", "graphscale.partition.edge_stream",
@@ -112,3 +117,38 @@ def node_data_of(graph, no_features: bool = False, folder: str | Path | None = N
         file = None if folder is None else Path(folder) / f"{key}.npy"
         out[key] = file if file is not None and file.is_file() else getattr(graph, key)
     return out
+
+
+def partition_graph_dir(folder: str | Path, partitioner: str, num_parts: int, *, seed: int = 0, balance: str = "",
+                        host_memory: int | str | None = None, chunk_edges: int = DEFAULT_CHUNK_EDGES) -> np.ndarray:
+    """Owner array (int64 ``[N]``) of the graph directory ``folder`` by ``partitioner`` (``NAME[:key=value,...]``,
+    training defaults, ``--balance``), reading its CSR in chunks of about ``chunk_edges`` records: O(|V|) memory
+    plus one chunk for the streaming partitioners;
+    METIS checks its estimate against ``host_memory`` (``None``: what the machine can spare) first.
+
+    Raises:
+        ValueError / KeyError: as :func:`build_vertex_partitioner`; METIS that will not fit (one line).
+    """
+    from graphscale.partition.csr_source import GraphEdges
+
+    vertex_partitioner = build_vertex_partitioner(partitioner, balance)
+    vertex_partitioner.host_memory = host_memory
+    return vertex_partitioner.partition_csr(GraphEdges.from_dir(folder), num_parts, seed, chunk_edges).numpy()
+
+
+def write_graph_dir_store(folder: str | Path, out: str | Path, owner, num_parts: int, *, no_features: bool = False,
+                          **options):
+    """Write the partition store of the graph directory ``folder`` under ``owner``, reading its records and node
+    rows from the files in chunks (O(|V|) memory plus ``chunk_edges`` / ``feature_chunk_bytes`` buffers).
+
+    ``options`` go to :func:`~graphscale.partition.store_writer.write_partition_store` (``halo_hops``, ``method``,
+    ``params``, ``chunk_edges``, ...); returns its :class:`~graphscale.partition.store_writer.StoreSummary`.
+    """
+    from graphscale.partition.csr_source import GraphEdges
+    from graphscale.partition.store_writer import write_partition_store
+
+    csr = GraphEdges.from_dir(folder)
+    graph = csr.graph
+    node_data = node_data_of(graph, no_features, folder)
+    options.setdefault("num_classes", graph.num_classes if "y" in node_data else None)
+    return write_partition_store(out, csr, owner, num_parts, node_data=node_data, **options)

@@ -10,8 +10,11 @@ Example::
 ``:key=value,...`` constructor options (``spring:merge=code``,
 ``2ps-l:remaining=hash``, ``hdrf:lam=1.1``, ``fennel:order=random``). Edge
 partitioners stream the records in chunks; vertex partitioners (``random``,
-``metis``, ``ldg``, ``fennel``) need the graph in memory (a bare stream is
-turned into a CSR first). The store format is in :mod:`graphscale.partition.store`;
+``metis``, ``ldg``, ``fennel``, ``restream``) read the graph's CSR (a bare stream
+is turned into a CSR in memory first). A ``graphdir:DIR`` dataset is never loaded
+whole: the streaming partitioners read its CSR files in chunks, the store writer
+its records and node rows; METIS, which holds the graph in memory, first checks
+its estimate against ``--host-memory``. The store format is in :mod:`graphscale.partition.store`;
 the summary's metrics are defined in :mod:`graphscale.partition.metrics`.
 """
 
@@ -48,8 +51,8 @@ def resolve_input(dataset: str, num_vertices: int | None = None, edge_dtype: str
         raise ValueError("--num-vertices applies to a bare edge-stream --dataset only")
     graph = with_training_split(load_dataset(dataset))  # a multi-label graph gets training's split
     label = graph.meta.get("source", dataset)
-    if edges is None:
-        return graph, GraphEdges(graph), label
+    if edges is None:  # a graph directory's CSR is read from its files, a chunk at a time
+        return graph, GraphEdges(graph, graph_dir_of(dataset)), label
     stream = EdgeStream(edges, dtype=edge_dtype, num_vertices=graph.num_nodes)
     return graph, stream, f"{label} with records from edgestream:{edges}"
 
@@ -105,6 +108,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_declared(parser, "halo_hops")
     parser.add_argument("--out", required=True, help="partition store directory to write")
     add_declared(parser, "seed")
+    add_declared(parser, "host_memory", note="here: what METIS's memory estimate is checked against")
     parser.add_argument("--chunk-edges", type=int, default=1 << 22, help="records per streamed chunk (default 2^22)")
     parser.add_argument("--edges", default=None,
                         help="read the records from this edge-stream file (node data still from --dataset)")
@@ -129,13 +133,16 @@ def partition_dataset(args: argparse.Namespace) -> dict:
     """
     from graphscale.data.edge_stream import edge_stream_to_graph
     from graphscale.data.specs import canonical_spec
+    from graphscale.metrics.host_memory import resolve_host_memory
     from graphscale.partition.base import validate_num_parts
     from graphscale.partition.metrics import peak_rss_bytes
     from graphscale.partition.store import check_store_target
     from graphscale.partition.store_writer import write_partition_store
+    from graphscale.partition.streaming import GraphEdges
 
     start = time.perf_counter()
     partitioner, name, options = build_partitioner(args.method, training=True)
+    partitioner.host_memory = resolve_host_memory(args.host_memory)
     if args.chunk_edges < 1 or args.feature_chunk_mb < 1:
         raise ValueError(f"--chunk-edges and --feature-chunk-mb must be >= 1, got {args.chunk_edges} and "
                          f"{args.feature_chunk_mb}")
@@ -176,7 +183,8 @@ def partition_dataset(args: argparse.Namespace) -> dict:
         else:
             if graph is None:
                 graph = edge_stream_to_graph(source, chunk_edges=args.chunk_edges)
-            owner = partitioner.partition(graph, args.parts, seed=args.seed).numpy()
+            csr = source if isinstance(source, GraphEdges) else GraphEdges(graph)
+            owner = partitioner.partition_csr(csr, args.parts, seed=args.seed, chunk_edges=args.chunk_edges).numpy()
         partition_seconds = time.perf_counter() - partition_start
         node_data = node_data_of(graph, args.no_features, graph_dir_of(args.dataset))
         summary = write_partition_store(

@@ -327,7 +327,18 @@ class EdgePartitioner(VertexPartitioner):
         """Run the passes; arguments are validated. ``edge_part``, ``passes``, ``seconds`` are filled in later."""
 
     def _partition(self, graph: Graph, num_parts: int, seed: int) -> torch.Tensor:
-        result = self.run(GraphEdges(graph), num_parts, seed=seed, keep_edge_part=False)
+        return self._owner(GraphEdges(graph), num_parts, seed)
+
+    def partition_csr(self, csr, num_parts: int, seed: int = 0,
+                      chunk_edges: int = DEFAULT_CHUNK_EDGES) -> torch.Tensor:
+        """Owner of every vertex, streaming the records of ``csr`` in chunks (see the base class)."""
+        validate_num_parts(num_parts, csr.num_vertices)
+        if num_parts == 1:
+            return torch.zeros(csr.num_vertices, dtype=torch.int64)
+        return self._owner(csr, num_parts, seed, chunk_edges)
+
+    def _owner(self, source, num_parts: int, seed: int, chunk_edges: int = DEFAULT_CHUNK_EDGES) -> torch.Tensor:
+        result = self.run(source, num_parts, seed=seed, chunk_edges=chunk_edges, keep_edge_part=False)
         return torch.from_numpy(result.owner.astype(np.int64))
 
 

@@ -72,6 +72,47 @@ def vertex_weights(graph: Graph, balance: str) -> np.ndarray | None:
     return np.stack([work, graph.train_mask.numpy().astype(np.int64)], axis=1)
 
 
+#: METIS's peak extra host memory, fitted to pymetis's measured peak RSS on SBM graphs (docs/partitioners.md):
+#: the symmetrised self-loop-free copy and its int64 temporaries, xadj / adjncy and METIS's coarsening levels
+METIS_BYTES_PER_VERTEX = 640
+METIS_BYTES_PER_RECORD = 128
+METIS_FIXED_BYTES = 32 << 20
+#: O(|V|) partitioners to name when METIS does not fit
+METIS_ALTERNATIVES = "restream (restreaming LDG, close to METIS's cut), fennel, ldg or random"
+
+
+def metis_memory_estimate(num_vertices: int, num_edges: int) -> int:
+    """Bytes of host memory METIS's partition of a graph with ``num_vertices`` and ``num_edges`` records needs
+    beyond the graph itself: ``METIS_FIXED_BYTES + METIS_BYTES_PER_VERTEX * N + METIS_BYTES_PER_RECORD * E``."""
+    return METIS_FIXED_BYTES + METIS_BYTES_PER_VERTEX * int(num_vertices) + METIS_BYTES_PER_RECORD * int(num_edges)
+
+
+def check_metis_memory(num_vertices: int, num_edges: int, host_memory: int | str | None = None) -> int:
+    """Refuse (one line: the estimate, the budget, the alternatives) when METIS will not fit in the budget.
+
+    Args:
+        num_vertices, num_edges: the graph's size.
+        host_memory: the budget in bytes or as a ``--host-memory`` value; ``None``/``auto``: what the machine can
+            spare now (:func:`~graphscale.metrics.host_memory.resolve_host_memory`).
+
+    Returns:
+        The estimate in bytes.
+
+    Raises:
+        ValueError: the estimate exceeds the budget.
+    """
+    from graphscale.metrics.host_memory import resolve_host_memory
+    from graphscale.metrics.units import format_bytes
+
+    need = metis_memory_estimate(num_vertices, num_edges)
+    budget = resolve_host_memory(host_memory)
+    if need > budget:
+        raise ValueError(f"metis would need about {format_bytes(need)} of host memory for {num_vertices:,} vertices "
+                         f"and {num_edges:,} records, more than the {format_bytes(budget)} budget (--host-memory); "
+                         f"partition in O(|V|) memory with {METIS_ALTERNATIVES}")
+    return need
+
+
 def _metis_library(pymetis) -> ctypes.CDLL | None:
     """METIS's C API as exported by pymetis's extension module (``None`` when this build hides it)."""
     if not (hasattr(pymetis, "zero_copy_dtype") and hasattr(pymetis, "OptionKey")):  # idx_t width, option indices
@@ -165,8 +206,11 @@ class MetisPartitioner(VertexPartitioner):
         ufactor: allowed imbalance per constraint in thousandths (METIS's default: 30 = 3% for k-way, 1 for the
             recursive bisection pymetis uses up to 8 parts); ``None`` keeps METIS's default.
 
+    Before it starts, METIS's memory (:func:`metis_memory_estimate`) is checked against :attr:`host_memory`;
+    a graph that will not fit is refused, naming the O(|V|) alternatives.
+
     Raises:
-        ValueError: unknown ``balance``.
+        ValueError: unknown ``balance``; the graph will not fit in the host memory budget.
     """
 
     name = "metis"
@@ -201,6 +245,7 @@ class MetisPartitioner(VertexPartitioner):
         return validate_owner(self._metis(graph, num_parts, seed, weights), graph.num_nodes, num_parts)
 
     def _metis(self, graph: Graph, num_parts: int, seed: int, weights: np.ndarray | None) -> torch.Tensor:
+        check_metis_memory(graph.num_nodes, graph.num_edges, self.host_memory)
         pymetis = _import_pymetis()
         g = graph.remove_self_loops().symmetrize()
         xadj = g.indptr.numpy().astype(np.int32 if g.num_edges < 2**31 else np.int64)

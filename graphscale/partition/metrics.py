@@ -28,11 +28,11 @@ import numba
 import numpy as np
 
 from graphscale.data.edge_stream import DEFAULT_CHUNK_EDGES
+from graphscale.partition.csr_source import chunk_reader
 from graphscale.partition.streaming import (
     ProgressFn,
     StreamRunner,
     as_edge_source,
-    chunk_reader,
     replica_mask,
     set_owner_bits,
 )

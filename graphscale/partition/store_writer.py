@@ -3,8 +3,9 @@ partitions (K-hop reach included), building each partition's local CSR, and copy
 
 :func:`write_partition_store` streams the records once, in chunks,
 spilling each partition's records to a scratch file, then builds one partition
-at a time (memory: about 8 bytes per record of that partition plus 8 per stored
-edge, plus O(|V|) id maps) and copies node data in chunks of at most
+at a time (its local CSR by an external bucket sort over ranges of rows, so
+memory is O(|V|) id maps plus a few buffers of ``chunk_edges`` keys, whatever the
+partition's size) and copies node data in chunks of at most
 ``feature_chunk_bytes`` (from arrays, or from ``.npy`` files through a memory
 map opened per chunk; output rows are appended with plain writes). Everything
 goes to a temporary sibling directory that is renamed into place at the end; an
@@ -28,6 +29,7 @@ from graphscale.data.edge_stream import DEFAULT_CHUNK_EDGES
 from graphscale.data.formats import replace_dir, temp_sibling
 from graphscale.partition.base import validate_num_parts
 from graphscale.partition.book import PartitionBook
+from graphscale.partition.csr_source import chunk_reader
 from graphscale.partition.metrics import MetricsAccumulator, PartitionMetrics, validate_assignment
 from graphscale.partition.store import (
     MASKS,
@@ -38,7 +40,7 @@ from graphscale.partition.store import (
     check_store_target,
     part_dir,
 )
-from graphscale.partition.streaming import ProgressFn, StreamRunner, as_edge_source, chunk_reader, npy_header
+from graphscale.partition.streaming import ProgressFn, StreamRunner, as_edge_source, npy_header
 
 DEFAULT_FEATURE_CHUNK_BYTES = 64 << 20
 
@@ -183,19 +185,14 @@ class StoreSummary:
 
 
 @numba.njit(nogil=True, cache=True)
-def _mark_halo(pairs, owner, s, mark, reverse):  # pragma: no cover - numba
-    """Mark the endpoints outside partition ``s``; return how many records have such a source (``reverse``:
-    they are stored reversed too)."""
-    reversed_ = 0
+def _mark_halo(pairs, owner, s, mark):  # pragma: no cover - numba
+    """Mark the endpoints of ``pairs`` outside partition ``s``."""
     for i in range(pairs.shape[0]):
         u, v = pairs[i, 0], pairs[i, 1]
         if owner[u] != s:
             mark[u] = 1
-            if reverse:
-                reversed_ += 1
         if owner[v] != s:
             mark[v] = 1
-    return reversed_
 
 
 @numba.njit(nogil=True, cache=True)
@@ -215,8 +212,9 @@ def _local_keys(pairs, owner, s, lut, n_local, keys, reverse):  # pragma: no cov
 
 
 @numba.njit(nogil=True, cache=True)
-def _dedupe_csr(keys, n_local, indptr):  # pragma: no cover - numba
-    """Sorted keys -> CSR in place: ``keys[:m]`` become the distinct sources row by row; returns ``m``."""
+def _dedupe_rows(keys, n_local, counts):  # pragma: no cover - numba
+    """Sorted keys of whole rows -> ``keys[:m]`` become the distinct sources row by row, ``counts[row]`` gains
+    each row's distinct sources; returns ``m``."""
     m, prev = 0, -1
     for i in range(keys.size):
         key = keys[i]
@@ -224,22 +222,99 @@ def _dedupe_csr(keys, n_local, indptr):  # pragma: no cover - numba
             continue
         prev = key
         row = key // n_local
-        indptr[row + 1] += 1
+        counts[row] += 1
         keys[m] = key - row * n_local
         m += 1
-    for r in range(n_local):
-        indptr[r + 1] += indptr[r]
     return m
+
+
+@numba.njit(nogil=True, cache=True)
+def _count_rows(keys, n_local, counts):  # pragma: no cover - numba
+    for i in range(keys.size):
+        counts[keys[i] // n_local] += 1
+
+
+def _spill_chunks(spill: Path, id_dtype, chunk: int):
+    """The spilled ``(u, v)`` records of a partition, ``chunk`` at a time."""
+    with open(spill, "rb") as f:
+        while True:
+            pairs = np.fromfile(f, dtype=id_dtype, count=2 * chunk).reshape(-1, 2)
+            if not pairs.shape[0]:
+                return
+            yield pairs
+
+
+def _row_ranges(counts: np.ndarray, budget: int) -> np.ndarray:
+    """Bounds ``[r_0 = 0, r_1, ..., L]`` of consecutive row ranges holding at most ``budget`` keys each (a row
+    with more alone)."""
+    bounds, row, total = [0], 0, np.concatenate([[0], np.cumsum(counts)])
+    while row < counts.size:
+        row = max(row + 1, int(np.searchsorted(total, total[row] + budget, side="right")) - 1)
+        bounds.append(min(row, counts.size))
+    return np.asarray(bounds, np.int64)
+
+
+def _local_csr(spill: Path, id_dtype, owner: np.ndarray, s: int, lut: np.ndarray, n_local: int, reverse: bool,
+               chunk: int, out: Path) -> tuple[np.ndarray, int]:
+    """Partition ``s``'s local CSR from its spilled records, in memory bounded by ``chunk`` keys (an external
+    bucket sort by row ranges): ``indices.npy`` is written to ``out``; returns ``(indptr, num_edges)``."""
+    width = np.int64(max(n_local, 1))
+    keys = np.empty(2 * chunk, np.int64)
+    keys_bytes = keys.nbytes  # also the copy buffer of indices.npy
+    counts = np.zeros(n_local, np.int64)
+    for pairs in _spill_chunks(spill, id_dtype, chunk):
+        k = _local_keys(pairs, owner, s, lut, width, keys, reverse)
+        _count_rows(keys[:k], width, counts)
+    bounds = _row_ranges(counts, chunk)
+    buckets = bounds.size - 1
+    bucket_files = [out / f".keys-{b}.bin" for b in range(buckets)]
+    held = []
+    for pairs in _spill_chunks(spill, id_dtype, chunk):
+        k = _local_keys(pairs, owner, s, lut, width, keys, reverse)
+        if buckets == 1:
+            held.append(keys[:k].copy())
+            continue
+        bucket = np.searchsorted(bounds, keys[:k] // width, side="right") - 1
+        order = np.argsort(bucket, kind="stable")
+        edges = np.searchsorted(bucket[order], np.arange(buckets + 1))
+        part = keys[:k][order]
+        for b in np.flatnonzero(np.diff(edges)):
+            with open(bucket_files[b], "ab") as f:
+                part[edges[b]:edges[b + 1]].tofile(f)
+    del keys
+    counts[:] = 0
+    raw, m = out / ".indices.bin", 0
+    with open(raw, "wb") as f:
+        for b in range(buckets):
+            if buckets == 1:
+                block = np.concatenate(held) if held else np.empty(0, np.int64)
+                held = []
+            elif bucket_files[b].is_file():
+                block = np.fromfile(bucket_files[b], np.int64)
+                bucket_files[b].unlink()
+            else:
+                continue
+            block.sort()
+            got = _dedupe_rows(block, width, counts)
+            block[:got].tofile(f)
+            m += got
+    indptr = np.zeros(n_local + 1, np.int64)
+    np.cumsum(counts, out=indptr[1:])
+    with open(out / "indices.npy", "wb") as f, open(raw, "rb") as src:
+        f.write(npy_header(np.int64, (m,)))
+        shutil.copyfileobj(src, f, max(keys_bytes, 1 << 16))
+    raw.unlink()
+    return indptr, m
 
 
 def _build_part(s: int, spill: Path, id_dtype, owner: np.ndarray, book: PartitionBook, deg: np.ndarray,
                 scratch: tuple[np.ndarray, np.ndarray], node_data: dict, out: Path, feature_chunk_bytes: int,
-                reverse: bool) -> dict:
-    """Build partition ``s`` from its spilled records: about 8 bytes per record plus 8 per stored edge."""
+                reverse: bool, chunk: int) -> dict:
+    """Build partition ``s`` from its spilled records, ``chunk`` records at a time: O(|V|) id maps plus a few
+    buffers of ``chunk`` keys."""
     mark, lut = scratch
-    pairs = np.fromfile(spill, dtype=id_dtype).reshape(-1, 2)
-    spill.unlink()
-    reversed_ = _mark_halo(pairs, owner, s, mark, reverse)
+    for pairs in _spill_chunks(spill, id_dtype, chunk):
+        _mark_halo(pairs, owner, s, mark)
     start, end = (int(b) for b in book.boundaries[s:s + 2])
     inner = book.perm[start:end].numpy()
     halo = np.flatnonzero(mark)
@@ -251,20 +326,16 @@ def _build_part(s: int, spill: Path, id_dtype, owner: np.ndarray, book: Partitio
     n_inner, n_local = inner.size, inner.size + halo.size
     orig = np.concatenate([inner, halo])
     lut[orig] = np.arange(n_local, dtype=lut.dtype)
-    keys = np.empty(pairs.shape[0] + reversed_, np.int64)
-    _local_keys(pairs, owner, s, lut, np.int64(max(n_local, 1)), keys, reverse)
-    lut[orig] = -1
-    del pairs
-    keys.sort()
-    indptr = np.zeros(n_local + 1, np.int64)
-    m = _dedupe_csr(keys, np.int64(max(n_local, 1)), indptr)
     out.mkdir()
-    arrays = {"indptr": indptr, "indices": keys[:m], "orig_ids": orig,
+    indptr, m = _local_csr(spill, id_dtype, owner, s, lut, n_local, reverse, chunk, out)
+    lut[orig] = -1
+    spill.unlink()
+    arrays = {"indptr": indptr, "orig_ids": orig,
               "global_ids": np.concatenate([np.arange(start, end, dtype=np.int64), halo_global]),
               "degree": deg[orig].astype(np.int64), "halo_owner": owner[halo]}
     for name, array in arrays.items():
         np.save(out / f"{name}.npy", array)
-    del keys, arrays
+    del arrays
     for name, source in node_data.items():
         if name in MASKS:
             _write_rows(source, orig, out / f"{name}.npy", feature_chunk_bytes, bool, zero_from=n_inner)
@@ -405,7 +476,7 @@ def _write(tmp: Path, source, n: int, owner: np.ndarray, p: int, edge_part, node
     scratch = (np.zeros(n, np.uint8), np.full(n, -1, id_dtype))
     for s in range(p):
         parts.append(_build_part(s, spill_dir / f"{s}.bin", id_dtype, owner, book, deg, scratch, nodes,
-                                 part_dir(tmp, s), feature_chunk_bytes, halo_hops == 1))
+                                 part_dir(tmp, s), feature_chunk_bytes, halo_hops == 1, chunk_edges))
         if progress is not None:
             progress("write partitions", s + 1, p)
     spill_dir.rmdir()

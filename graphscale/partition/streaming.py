@@ -2,7 +2,7 @@
 
 * **sources**: an :class:`EdgeSource` serves directed records ``u -> v`` in
   chunks: an :class:`~graphscale.data.edge_stream.EdgeStream` (a file) or
-  :class:`GraphEdges` (the CSR of an in-memory or memory-mapped graph);
+  :class:`~graphscale.partition.csr_source.GraphEdges` (the CSR of a graph or a graph directory);
 * :class:`StreamRunner` runs named passes over a source: it checks every id
   against the vertex count before any kernel sees it (numba does not bounds-check),
   times each pass and reports progress; an ``EdgeStream`` is read with
@@ -14,8 +14,7 @@
   record ``AHEAD`` places ahead;
 * results: :class:`StreamPartition` and :class:`EdgePartSink` (where the
   per-record partition goes: memory, a ``.npy`` file written with positioned
-  writes, or nowhere), :func:`chunk_reader` (reads a memory map with ``pread``
-  so its pages do not pile up in the resident set).
+  writes, or nowhere).
 """
 
 from __future__ import annotations
@@ -37,6 +36,7 @@ from numba.extending import intrinsic
 
 from graphscale.data.edge_stream import DEFAULT_CHUNK_EDGES, EdgeStream
 from graphscale.data.graph import Graph
+from graphscale.partition.csr_source import GraphEdges
 
 #: ``progress(pass_name, records_done, records_total)``, called after every chunk.
 ProgressFn = Callable[[str, int, int], None]
@@ -60,36 +60,6 @@ class EdgeSource(Protocol):
     def num_vertices(self) -> int: ...
 
     def chunks(self, chunk_edges: int = DEFAULT_CHUNK_EDGES) -> Iterator[tuple[np.ndarray, np.ndarray]]: ...
-
-
-class GraphEdges:
-    """The records ``u -> v`` of an in-memory (or memory-mapped) :class:`Graph`, in CSR order, in chunks.
-
-    Ids come as ``int32`` when they fit (as :func:`~graphscale.data.edge_stream.graph_to_edge_stream`
-    would write them), else ``int64``.
-    """
-
-    def __init__(self, graph: Graph) -> None:
-        self.graph = graph
-        self.num_edges = graph.num_edges
-        self._dtype = np.int32 if graph.num_nodes <= 2**31 - 1 else np.int64
-
-    @property
-    def num_vertices(self) -> int:
-        return self.graph.num_nodes
-
-    def chunks(self, chunk_edges: int = DEFAULT_CHUNK_EDGES) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-        """Yield ``(src, dst)`` of at most ``chunk_edges`` records."""
-        if chunk_edges < 1:
-            raise ValueError(f"chunk_edges must be >= 1, got {chunk_edges}")
-        indptr, indices = self.graph.indptr.numpy(), self.graph.indices.numpy()
-        for first in range(0, self.num_edges, chunk_edges):
-            last = min(first + chunk_edges, self.num_edges)
-            dst = (np.searchsorted(indptr, np.arange(first, last), side="right") - 1).astype(self._dtype)
-            yield np.ascontiguousarray(indices[first:last], dtype=self._dtype), dst
-
-    def __repr__(self) -> str:
-        return f"GraphEdges({self.graph.name!r}, num_vertices={self.num_vertices}, num_edges={self.num_edges})"
 
 
 def as_edge_source(obj) -> EdgeSource:
@@ -485,25 +455,6 @@ def npy_header(dtype: np.dtype, shape: tuple[int, ...]) -> bytes:
     np.lib.format.write_array_header_1_0(buf, {"descr": np.lib.format.dtype_to_descr(np.dtype(dtype)),
                                                "fortran_order": False, "shape": shape})
     return buf.getvalue()
-
-
-def chunk_reader(array) -> Callable[[int, int], np.ndarray]:
-    """``read(first, n) -> array[first:first + n]`` for a 1-D array; a ``np.memmap`` is read with ``os.pread``.
-
-    Reading a memory map by slicing leaves every touched page in the resident set; positioned reads keep
-    memory bounded by one chunk.
-    """
-    if isinstance(array, np.memmap) and array.filename is not None and array.ndim == 1 \
-            and array.flags.c_contiguous:
-        path, offset, dtype = array.filename, array.offset, array.dtype
-
-        def read(first: int, n: int) -> np.ndarray:
-            n = max(0, min(n, array.size - first))
-            with open(path, "rb") as f:
-                raw = os.pread(f.fileno(), n * dtype.itemsize, offset + first * dtype.itemsize)
-            return np.frombuffer(raw, dtype)
-        return read
-    return lambda first, n: np.asarray(array[first:first + n])
 
 
 def stream_degrees(runner: StreamRunner) -> np.ndarray:

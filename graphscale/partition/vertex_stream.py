@@ -1,10 +1,10 @@
-"""One-pass streaming vertex partitioners over vertices with their adjacency: LDG and Fennel.
+"""Streaming vertex partitioners over vertices with their adjacency: LDG, Fennel, and their restreaming forms.
 
 Vertices arrive one at a time (``order="natural"``: by id; ``"random"``: a
 permutation drawn from ``seed``) together with their neighbours, the CSR row of
 the graph (in-neighbours; graphscale datasets are symmetric, so these are all
-neighbours). Each vertex is placed for good, from the partitions of its
-already-placed neighbours ``|N(v) ∩ P_s|`` and the current sizes ``|P_s|``:
+neighbours). Each vertex is placed from the partitions of its placed
+neighbours ``|N(v) ∩ P_s|`` and the current sizes ``|P_s|``:
 
 * **LDG** (Stanton & Kliot, KDD 2012): maximise
   ``|N(v) ∩ P_s| * (1 - |P_s| / C)`` with capacity ``C = ceil(N / p)``.
@@ -12,10 +12,21 @@ already-placed neighbours ``|N(v) ∩ P_s|`` and the current sizes ``|P_s|``:
   ``|N(v) ∩ P_s| - alpha * gamma * |P_s|^(gamma - 1)`` with ``gamma = 1.5``,
   ``alpha = sqrt(p) * m / N^gamma`` (``m`` = records / 2, the undirected edge
   count of a symmetric graph) and the hard cap ``|P_s| < nu * N / p``, ``nu = 1.1``.
+* **restream** (Nishimura & Ugander, KDD 2013): the same scores over several
+  passes in the same order; pass ``t`` starts with empty parts and counts each
+  neighbour in the part it holds now (from this pass when already placed, else
+  from pass ``t - 1``), so later passes see every neighbour. Passes stop early
+  when one moves no vertex. ``balance="edges"`` weighs each vertex by its
+  aggregation work (in-degree + 1), scaled so the weights sum to ``N``.
 
 A full partition is never chosen; ties go to the smaller partition, then to the
-smaller index. State is the owner array plus ``p`` counters; one pass of a numba
-kernel over the CSR (which may be memory-mapped).
+smaller index; a neighbour equal to the vertex itself (a self-loop) is ignored.
+State is the owner array, a per-vertex weight when balancing edges, and ``p``
+counters. In natural order the CSR is read in blocks of rows
+(:meth:`~graphscale.partition.csr_source.GraphEdges.row_blocks`: a graph
+directory is read with positioned reads, a chunk at a time); in random order
+each vertex's row is read where it lies (the graph's arrays, or read-only maps
+of a directory's files).
 """
 
 from __future__ import annotations
@@ -26,21 +37,33 @@ import numba
 import numpy as np
 import torch
 
+from graphscale.data.edge_stream import DEFAULT_CHUNK_EDGES
 from graphscale.data.graph import Graph
-from graphscale.partition.base import VertexPartitioner
+from graphscale.partition.base import VertexPartitioner, validate_num_parts, validate_owner
+from graphscale.partition.csr_source import GraphEdges
 from graphscale.registry import PARTITIONERS
 
 ORDERS = ("natural", "random")
+#: what a restreaming partition balances (``--balance``)
+RESTREAM_BALANCE = ("vertices", "edges")
 
 
 @numba.njit(nogil=True, cache=True)
-def _vertex_stream(indptr, indices, order, owner, load, fennel, cap, alpha, gamma):  # pragma: no cover - numba
+def _place(indptr, indices, row0, verts, owner, load, weight, weighted, fennel, cap, alpha, gamma,
+           counts):  # pragma: no cover - numba
+    """Place ``verts`` in turn; vertex ``v``'s row is ``indices[indptr[v - row0] - indptr[0]:...]``.
+
+    Returns how many vertices changed part (a first placement counts)."""
     p = load.size
-    counts = np.zeros(p, np.int64)
-    for k in range(order.size):
-        v = order[k]
-        for e in range(indptr[v], indptr[v + 1]):
-            s = owner[indices[e]]
+    base = indptr[0]
+    moved = 0
+    for k in range(verts.size):
+        v = verts[k]
+        for e in range(indptr[v - row0] - base, indptr[v - row0 + 1] - base):
+            u = indices[e]
+            if u == v:
+                continue
+            s = owner[u]
             if s >= 0:
                 counts[s] += 1
         best, best_score = -1, 0.0
@@ -53,15 +76,20 @@ def _vertex_stream(indptr, indices, order, owner, load, fennel, cap, alpha, gamm
                 score = counts[s] * (1.0 - load[s] / cap)
             if best < 0 or score > best_score or (score == best_score and load[s] < load[best]):
                 best, best_score = s, score
+        if owner[v] != best:
+            moved += 1
         owner[v] = best
-        load[best] += 1
+        load[best] += weight[v] if weighted else 1.0
         for s in range(p):
             counts[s] = 0
+    return moved
 
 
 class _VertexStreamPartitioner(VertexPartitioner):
     _fennel = False
     gamma = 1.5
+    passes = 1
+    balance = "vertices"
 
     def __init__(self, order: str = "natural") -> None:
         if order not in ORDERS:
@@ -71,17 +99,54 @@ class _VertexStreamPartitioner(VertexPartitioner):
     def _capacity(self, n: int, num_parts: int) -> float:
         return float(math.ceil(n / num_parts))
 
-    def _alpha(self, graph: Graph, num_parts: int) -> float:
+    def _alpha(self, num_vertices: int, num_edges: int, num_parts: int) -> float:
         return 0.0
 
     def _partition(self, graph: Graph, num_parts: int, seed: int) -> torch.Tensor:
-        n = graph.num_nodes
-        order = np.random.default_rng(seed).permutation(n) if self.order == "random" else np.arange(n)
+        return torch.from_numpy(self._stream(GraphEdges(graph), num_parts, seed))
+
+    def partition_csr(self, csr: GraphEdges, num_parts: int, seed: int = 0,
+                      chunk_edges: int = DEFAULT_CHUNK_EDGES) -> torch.Tensor:
+        """Owner of every vertex of a CSR read in chunks (e.g. :meth:`GraphEdges.from_dir`): O(|V|) memory plus
+        one block of about ``chunk_edges`` records; equal to :meth:`partition` of the same graph.
+
+        Raises:
+            TypeError / ValueError: as :meth:`partition`.
+        """
+        n = csr.num_vertices
+        validate_num_parts(num_parts, n)
+        if num_parts == 1:
+            return torch.zeros(n, dtype=torch.int64)
+        return validate_owner(self._stream(csr, num_parts, seed, chunk_edges), n, num_parts)
+
+    def _weights(self, csr: GraphEdges) -> np.ndarray | None:
+        if self.balance == "vertices":
+            return None
+        work = csr.in_degrees().astype(np.float64) + 1.0
+        work *= csr.num_vertices / work.sum()
+        return work
+
+    def _stream(self, csr: GraphEdges, num_parts: int, seed: int, block_edges: int = DEFAULT_CHUNK_EDGES) -> np.ndarray:
+        n = csr.num_vertices
         owner = np.full(n, -1, np.int64)
-        load = np.zeros(num_parts, np.int64)
-        _vertex_stream(graph.indptr.numpy(), graph.indices.numpy(), order.astype(np.int64), owner, load,
-                       self._fennel, self._capacity(n, num_parts), self._alpha(graph, num_parts), self.gamma)
-        return torch.from_numpy(owner)
+        load = np.zeros(num_parts, np.float64)
+        counts = np.zeros(num_parts, np.int64)
+        weight = self._weights(csr)
+        args = (owner, load, np.empty(0) if weight is None else weight, weight is not None, self._fennel,
+                self._capacity(n, num_parts), self._alpha(n, csr.num_edges, num_parts), self.gamma, counts)
+        order = np.random.default_rng(seed).permutation(n).astype(np.int64) if self.order == "random" else None
+        for _ in range(self.passes):
+            load[:] = 0
+            if order is not None:
+                indptr, indices = (np.asarray(a) for a in csr.arrays())
+                moved = _place(indptr, indices, 0, order, *args)
+            else:
+                moved = 0
+                for row, ptr, idx in csr.row_blocks(block_edges):
+                    moved += _place(ptr, idx, row, np.arange(row, row + ptr.size - 1, dtype=np.int64), *args)
+            if moved == 0:
+                break
+        return owner
 
 
 @PARTITIONERS.register("ldg")
@@ -95,8 +160,20 @@ class LDGPartitioner(_VertexStreamPartitioner):
     name = "ldg"
 
 
+class _FennelScore:
+    """Fennel's capacity and size penalty (mixed into the Fennel and restreaming partitioners)."""
+
+    gamma, nu = 1.5, 1.1
+
+    def _capacity(self, n: int, num_parts: int) -> float:
+        return float(max(math.ceil(self.nu * n / num_parts), math.ceil(n / num_parts)))
+
+    def _alpha(self, num_vertices: int, num_edges: int, num_parts: int) -> float:
+        return math.sqrt(num_parts) * (num_edges / 2) / num_vertices ** self.gamma
+
+
 @PARTITIONERS.register("fennel")
-class FennelPartitioner(_VertexStreamPartitioner):
+class FennelPartitioner(_FennelScore, _VertexStreamPartitioner):
     """Fennel; see the module docstring.
 
     Args:
@@ -114,9 +191,36 @@ class FennelPartitioner(_VertexStreamPartitioner):
             raise ValueError(f"fennel: need gamma > 1 and nu >= 1, got gamma={gamma}, nu={nu}")
         self.gamma, self.nu = float(gamma), float(nu)
 
-    def _capacity(self, n: int, num_parts: int) -> float:
-        return float(max(math.ceil(self.nu * n / num_parts), math.ceil(n / num_parts)))
 
-    def _alpha(self, graph: Graph, num_parts: int) -> float:
-        m = graph.num_edges / 2
-        return math.sqrt(num_parts) * m / graph.num_nodes ** self.gamma
+@PARTITIONERS.register("restream")
+class RestreamPartitioner(_FennelScore, _VertexStreamPartitioner):
+    """Restreaming LDG or Fennel in O(|V|) memory; see the module docstring.
+
+    Args:
+        score: ``ldg`` (default) or ``fennel``: the placement score of every pass.
+        passes: streaming passes, at least 1 (default 10; 1 is plain Fennel / LDG with this ``nu``).
+        order: ``natural`` (by vertex id; the CSR is read in blocks) or ``random`` (a seeded permutation,
+            the same every pass).
+        gamma: Fennel's size-penalty exponent (default 1.5).
+        nu: hard cap on a part's size (its weight with ``balance="edges"``) as a multiple of the mean
+            (default 1.05): a vertex goes only to a part below the cap.
+        balance: ``vertices`` (default) or ``edges`` (aggregation work: in-degree + 1 per vertex).
+    """
+
+    name = "restream"
+    training_defaults = {"balance": "edges"}
+
+    def __init__(self, score: str = "ldg", passes: int = 10, order: str = "natural", gamma: float = 1.5,
+                 nu: float = 1.05, balance: str = "vertices") -> None:
+        super().__init__(order)
+        if score not in ("fennel", "ldg"):
+            raise ValueError(f"restream: score must be fennel or ldg, got {score!r}")
+        if isinstance(passes, bool) or not isinstance(passes, int) or passes < 1:
+            raise ValueError(f"restream: passes must be an integer >= 1, got {passes!r}")
+        if gamma <= 1 or nu < 1:
+            raise ValueError(f"restream: need gamma > 1 and nu >= 1, got gamma={gamma}, nu={nu}")
+        if balance not in RESTREAM_BALANCE:
+            raise ValueError(f"restream: balance must be one of {', '.join(RESTREAM_BALANCE)}, got {balance!r} "
+                             "(metis balances edges+train)")
+        self.score, self.passes, self.gamma, self.nu, self.balance = score, passes, float(gamma), float(nu), balance
+        self._fennel = score == "fennel"
