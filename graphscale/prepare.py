@@ -297,37 +297,58 @@ def short_list(ids, limit: int = 10) -> str:
     return f"[{head}, ..., {ids[-1]}] ({len(ids)} in all)"
 
 
-def write_training_store(graph: Graph, path: str | Path, parts: int, partitioner: str = "metis", seed: int = 0,
-                         balance: str = "", dataset: str = "", extra: dict | None = None, halo_hops: int = 1) -> dict:
+def write_training_store(graph: Graph | str | Path, path: str | Path, parts: int, partitioner: str = "metis",
+                         seed: int = 0, balance: str = "", dataset: str = "", extra: dict | None = None,
+                         halo_hops: int = 1, host_memory: str = "") -> dict:
     """Partition ``graph`` into ``parts`` with ``partitioner`` / ``balance`` and write a store (every part non-empty).
+
+    ``graph`` is an in-memory :class:`Graph` or a graph directory, which is partitioned and copied reading its
+    records and rows in chunks (:func:`graphscale.partition.build.partition_graph_dir`,
+    :func:`~graphscale.partition.build.write_graph_dir_store`: O(|V|) memory; METIS checks its memory estimate
+    against ``host_memory``, ``--host-memory``, first).
 
     Returns:
         the store's checked ``meta.json``.
 
     Raises:
-        ValueError: the partitioner left a part empty (names the parts and the fix).
+        ValueError: the partitioner left a part empty (names the parts and the fix); METIS would not fit.
     """
-    from graphscale.partition.build import node_data_of
+    from graphscale.partition.build import node_data_of, partition_graph_dir, write_graph_dir_store
     from graphscale.partition.store import check_partition_store
     from graphscale.partition.store_writer import write_partition_store
     from graphscale.partition.streaming import GraphEdges
 
-    if parts > graph.num_nodes:
+    folder = None if isinstance(graph, Graph) else Path(graph)
+    if folder is not None:
+        from graphscale.data.formats import read_graph_meta
+
+        meta = read_graph_meta(folder)
+        n, name = int(meta["num_nodes"]), meta.get("name", folder.name)
+    else:
+        n, name = graph.num_nodes, graph.name
+    if parts > n:
         raise ValueError(f"{parts} parts (--parts, or --workers when --parts is not given) exceed the "
-                         f"{graph.num_nodes:,} vertices of {dataset or graph.name}; every part needs at least one "
-                         "vertex: use fewer")
-    owner = build_vertex_partitioner(partitioner, balance).partition(graph, parts, seed=seed)
+                         f"{n:,} vertices of {dataset or name}; every part needs at least one vertex: use fewer")
+    if folder is not None:
+        owner = torch.from_numpy(partition_graph_dir(folder, partitioner, parts, seed=seed, balance=balance,
+                                                     host_memory=host_memory or None))
+    else:
+        owner = build_vertex_partitioner(partitioner, balance).partition(graph, parts, seed=seed)
     sizes = torch.bincount(owner, minlength=parts)
     if bool((sizes == 0).any()):
         raise ValueError(f"partitioner {partitioner!r} left part(s) {short_list(torch.nonzero(sizes == 0).flatten())} "
                          f"empty for {parts} workers; use fewer workers or --partitioner random")
     Path(path).parent.mkdir(parents=True, exist_ok=True)
-    write_partition_store(path, GraphEdges(graph), owner.numpy(), parts, node_data=node_data_of(graph),
-                          method=partitioner, params={"balance": balance} if balance else {},
-                          num_classes=graph.num_classes if graph.y is not None else None,
-                          source_name=graph.meta.get("source", dataset or graph.name), overwrite=True,
-                          extra_meta={"dataset": dataset, "name": graph.name, "seed": seed, **(extra or {})},
-                          halo_hops=halo_hops)
+    options = {"method": partitioner, "params": {"balance": balance} if balance else {}, "overwrite": True,
+               "extra_meta": {"dataset": dataset, "name": name, "seed": seed, **(extra or {})},
+               "halo_hops": halo_hops}
+    if folder is not None:
+        source = (read_graph_meta(folder).get("meta") or {}).get("source")
+        write_graph_dir_store(folder, path, owner.numpy(), parts, source_name=source or dataset or name, **options)
+    else:
+        write_partition_store(path, GraphEdges(graph), owner.numpy(), parts, node_data=node_data_of(graph),
+                              num_classes=graph.num_classes if graph.y is not None else None,
+                              source_name=graph.meta.get("source", dataset or graph.name), **options)
     return check_partition_store(path)
 
 
@@ -402,15 +423,17 @@ def _cached_store(config: RunConfig, cache: Path, parts: int) -> tuple[Path, dic
         with contextlib.suppress(FileNotFoundError, ValueError):
             return path, check_partition_store(path)
         build_vertex_partitioner(sc.partitioner, sc.balance)  # a bad name fails before the dataset loads
-        from graphscale.data.formats import load_graph_dir
+        from graphscale.data.formats import read_graph_meta
 
         raw = {"kind": "graph", "dataset": spec, "files": fields["files"], "feature_norm": "none", "dtype": None,
                **_feature_fields(config)}  # stores hold the raw features: workers normalise their rows
-        graph = load_graph_dir(_training_dir(config, cache, spec, "none", None, raw))
-        with setup_step(config, f"partitioning {graph.num_nodes:,} vertices into {parts} parts ({sc.partitioner}) "
+        folder = _training_dir(config, cache, spec, "none", None, raw)
+        nodes = read_graph_meta(folder)["num_nodes"]
+        with setup_step(config, f"partitioning {nodes:,} vertices into {parts} parts ({sc.partitioner}) "
                                 f"and writing the partition store"):
-            meta = write_training_store(graph, path, parts, sc.partitioner, config.seed, sc.balance, spec,
-                                        extra={"cache_key": fields}, halo_hops=sc.halo_hops)
+            meta = write_training_store(folder, path, parts, sc.partitioner, config.seed, sc.balance, spec,
+                                        extra={"cache_key": fields}, halo_hops=sc.halo_hops,
+                                        host_memory=config.host_memory)
         return path, meta
 
 
@@ -447,14 +470,16 @@ def _host_shared(config: RunConfig, cache: Path, strategy) -> DataHandle:
     graph = load_graph_dir(path)
     summary = {**graph.summary(), "name": graph.name}
     return DataHandle(HOST_SHARED, summary, path=str(path), dtype=config.dtype,
-                      **_strategy_data(graph, fields, config, cache, strategy))
+                      **_strategy_data(graph, fields, config, cache, strategy, folder=path))
 
 
-def _strategy_data(graph: Graph, fields: dict, config: RunConfig, cache: Path, strategy) -> dict:
+def _strategy_data(graph: Graph, fields: dict, config: RunConfig, cache: Path, strategy,
+                   folder: Path | None = None) -> dict:
     """What ``strategy`` prepares for the workers of a host-shared run (or of an in-memory graph's run) on
     ``graph``, whose cache key is ``fields``: the vertex partition into ``--workers`` parts
     (``Strategy.needs_vertex_partition``, more than one worker) and the shared folder of
-    ``Strategy.prepare_shared`` (``Strategy.shared_data_key``), written into ``cache`` once per key.
+    ``Strategy.prepare_shared`` (``Strategy.shared_data_key``), written into ``cache`` once per key. ``folder``:
+    the graph directory ``graph`` was mapped from, which a vertex partition reads in chunks.
 
     Returns:
         the handle's fields: ``owner_path``, ``owner_parts`` and ``shared`` (those prepared).
@@ -473,8 +498,15 @@ def _strategy_data(graph: Graph, fields: dict, config: RunConfig, cache: Path, s
             if not owner_path.is_file():
                 with setup_step(config, f"partitioning {graph.num_nodes:,} vertices into {sc.workers} parts "
                                         f"({sc.partitioner})"):
-                    owner = build_vertex_partitioner(sc.partitioner, sc.balance).partition(graph, sc.workers,
-                                                                                          seed=config.seed)
+                    if folder is not None:  # read in chunks: O(|V|) memory (METIS checks --host-memory first)
+                        from graphscale.partition.build import partition_graph_dir
+
+                        owner = torch.from_numpy(partition_graph_dir(folder, sc.partitioner, sc.workers,
+                                                                     seed=config.seed, balance=sc.balance,
+                                                                     host_memory=config.host_memory or None))
+                    else:
+                        owner = build_vertex_partitioner(sc.partitioner, sc.balance).partition(graph, sc.workers,
+                                                                                              seed=config.seed)
                 owner_path.parent.mkdir(parents=True, exist_ok=True)
                 tmp = owner_path.with_name(f".{owner_path.name}.tmp-{os.getpid()}.npy")
                 np.save(tmp, owner.numpy().astype(np.int64))

@@ -20,7 +20,7 @@ import torch
 
 from graphscale.data.datasets import node_data_problem, row_normalize
 from graphscale.data.features import ONEHOT_MAX_NODES, RANDOM_STREAM, effective_norm, keyed_normal, parse_features
-from graphscale.data.formats import GraphDirWriter, load_graph_dir
+from graphscale.data.formats import GraphDirWriter, load_graph_dir, read_graph_meta
 from graphscale.data.graph import Graph
 from graphscale.data.readers.labels import multilabel_split
 
@@ -113,8 +113,7 @@ def write_training_dir(source: str | Path, out: str | Path, *, features: str = "
     applied = effective_norm(features, feature_norm)
     if applied == "auto":
         applied = "row" if width and _all_nonnegative(graph, features, seed, chunk_rows) else "none"
-    meta = dict(graph.meta)
-    meta.pop("num_classes", None)
+    meta = dict(read_graph_meta(source).get("meta") or {})  # as stored (not load_graph_dir's defaults)
     if mode:
         meta["features"] = features
     meta["feature_norm"] = applied if width else "none"

@@ -11,7 +11,6 @@ from pathlib import Path
 
 import numpy as np
 
-from graphscale.data.edge_stream import DEFAULT_CHUNK_EDGES
 
 #: modules whose import registers the streaming partitioners (besides registry's built-ins)
 PARTITIONER_MODULES = ("graphscale.partition.vertex_stream", "graphscale.partition.edge_stream",
@@ -120,17 +119,19 @@ def node_data_of(graph, no_features: bool = False, folder: str | Path | None = N
 
 
 def partition_graph_dir(folder: str | Path, partitioner: str, num_parts: int, *, seed: int = 0, balance: str = "",
-                        host_memory: int | str | None = None, chunk_edges: int = DEFAULT_CHUNK_EDGES) -> np.ndarray:
+                        host_memory: int | str | None = None, chunk_edges: int | None = None) -> np.ndarray:
     """Owner array (int64 ``[N]``) of the graph directory ``folder`` by ``partitioner`` (``NAME[:key=value,...]``,
     training defaults, ``--balance``), reading its CSR in chunks of about ``chunk_edges`` records: O(|V|) memory
-    plus one chunk for the streaming partitioners;
+    plus one chunk for the streaming partitioners (``None``: the edge stream's default chunk);
     METIS checks its estimate against ``host_memory`` (``None``: what the machine can spare) first.
 
     Raises:
         ValueError / KeyError: as :func:`build_vertex_partitioner`; METIS that will not fit (one line).
     """
+    from graphscale.data.edge_stream import DEFAULT_CHUNK_EDGES
     from graphscale.partition.csr_source import GraphEdges
 
+    chunk_edges = DEFAULT_CHUNK_EDGES if chunk_edges is None else chunk_edges
     vertex_partitioner = build_vertex_partitioner(partitioner, balance)
     vertex_partitioner.host_memory = host_memory
     return vertex_partitioner.partition_csr(GraphEdges.from_dir(folder), num_parts, seed, chunk_edges).numpy()
