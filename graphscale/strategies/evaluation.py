@@ -40,6 +40,11 @@ and the all-reduced float64 loss sums to float reassociation. On the device a wo
 ``|O_r|`` output rows (and ``h0``) and one batch: never the whole graph. Finding ``B_r`` takes an ``N``-byte
 mask and one batch of CSR rows at a time.
 
+**Tables on disk.** The per-layer tables (``h``, ``h_next``, ``h0``: one row per owned vertex) are allocated by a
+:class:`~graphscale.data.spill.TableMemory`: over its limit (the strategies give it a share of ``--host-memory``)
+a table is a temporary memory-mapped file instead of anonymous memory, and a learned input map then runs batch by
+batch into such a table, so a worker never holds an ``[|O_r|, d]`` table the budget does not.
+
 Every worker issues the same collectives in the same order (plan, one halo exchange per layer, the count
 all-reduce), also when it owns no vertices (it then runs empty batches).
 

@@ -32,6 +32,7 @@ EPOCHS = 2
 #: budgets: none cached (every row read from the file), a few rows, every row cached; evaluation tables spill
 #: under the two small ones
 BUDGETS = ("64", "1KiB", "1GiB")
+BUDGET_BYTES = {"64": 64, "1KiB": 1024, "1GiB": 1 << 30}
 
 
 def make_graph():
@@ -155,8 +156,7 @@ def test_single_minibatch_from_disk_matches_in_memory(tmp_path):
             assert_same_run(disk, memory, tag)
             capacity, ids, rows, hits, misses = disk["cache"]
             assert ids == rows == capacity <= graph.num_nodes, tag
-            assert capacity == cache_capacity(int(budget.replace("KiB", "")) * (1024 if "KiB" in budget else 1)
-                                              if "GiB" not in budget else 1 << 30, 6 * 8, graph.num_nodes), tag
+            assert capacity == cache_capacity(BUDGET_BYTES[budget], 6 * 8, graph.num_nodes), tag
             assert misses > 0 if capacity < graph.num_nodes else misses == 0, tag
             assert (disk["spilled"] > 0) == (budget != "1GiB"), tag
     assert list((tmp_path / "cache" / "tmp").iterdir()) == []  # the spilled tables left nothing behind
