@@ -18,6 +18,8 @@ parameters are bit for bit those of the in-memory run (a graph handed over in me
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
 from graphscale.config import stored_feature_dtype
@@ -129,9 +131,17 @@ class SingleStrategy(Strategy):
         batches = self.loader.batches(epoch)
         device = self.env.device
 
-        def gather(i: int):  # the batch's blocks and (from a mapped graph) input rows: runs one batch ahead
+        # fixed input rows on the host are gathered ahead too; a learnable table's (autograd) and a device's are not
+        if self.rows is not None:
+            ahead = self.rows.gather
+        elif not isinstance(self.x, torch.nn.Parameter) and self.x.device.type == "cpu":
+            ahead = functools.partial(self.x.index_select, 0)
+        else:
+            ahead = None
+
+        def gather(i: int):  # the batch's blocks and input rows: runs one batch ahead, in the prefetch thread
             blocks = self.sampler.sample(batches[i], batch_key=epoch * len(batches) + i)
-            return blocks, None if self.rows is None else self.rows.gather(blocks[0].src_ids)
+            return blocks, None if ahead is None else ahead(blocks[0].src_ids)
 
         total, count = 0.0, 0
         for targets, (blocks, x) in zip(batches, prefetched(gather, len(batches))):
