@@ -1,7 +1,8 @@
 """Distributed evaluation: every worker evaluates the vertices it owns, layer by layer, in bounded batches.
 
 Used by the mini-batch strategies (``data-parallel``, ``split-parallel``; see
-:class:`~graphscale.strategies.minibatch_common.MiniBatchStrategy`) in place of exact full-graph
+:class:`~graphscale.strategies.minibatch_common.MiniBatchStrategy`; and ``single --minibatch`` on a mapped graph
+directory, one worker owning every vertex) in place of exact full-graph
 inference on every worker. It computes exactly what ``single`` computes (``model(Block.full(graph), x)``
 followed by :func:`~graphscale.strategies.base.split_counts`), but no worker ever holds the whole graph.
 
