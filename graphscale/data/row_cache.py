@@ -9,7 +9,8 @@ feature table: it reads the rows each mini-batch needs. :class:`HotRowCache` kee
   (:func:`~graphscale.data.feature_cache.hotness_order`). The set is fixed at setup, so the rows held never exceed
   ``capacity`` and no batch evicts another's rows;
 * **how many**: ``capacity`` rows; :func:`cache_capacity` sizes it from the run's ``--host-memory`` budget: at most
-  :data:`FEATURE_CACHE_SHARE` of it, in rows of the model's dtype, and never more than the graph has;
+  :data:`FEATURE_CACHE_SHARE` of it, in rows of the model's dtype; none when the whole table fits that share (the
+  page cache then holds the mapped file, one copy per host);
 * **a miss** is read from the mapped file in ascending id order (the page cache turns nearby ids into one read).
 
 A gathered row is the file's row cast to the model's dtype, the same values whether it came from the cache or
@@ -40,10 +41,13 @@ T = TypeVar("T")
 
 
 def cache_capacity(budget: int, row_bytes: int, num_rows: int, share: float = FEATURE_CACHE_SHARE) -> int:
-    """Rows of :class:`HotRowCache` that fit ``share`` of ``budget`` bytes, at most ``num_rows``."""
-    if row_bytes <= 0:
+    """Rows of :class:`HotRowCache` that fit ``share`` of ``budget`` bytes; ``0`` when all ``num_rows`` rows fit it
+    (the mapped file then stays in the page cache, one copy that every worker of the host shares: a private copy
+    would only add to it)."""
+    room = max(0, int(budget * share))
+    if row_bytes <= 0 or num_rows * row_bytes <= room:
         return 0
-    return int(min(num_rows, max(0, int(budget * share)) // row_bytes))
+    return int(room // row_bytes)
 
 
 class HotRowCache:
