@@ -4,7 +4,8 @@
 :class:`~graphscale.data.handle.DataHandle` every worker receives, writing what
 the strategy's view needs exactly once:
 
-* ``memory`` (``single``): the dataset is loaded, checked (features finite,
+* ``memory`` (``single`` full-graph; ``single --minibatch`` takes the host-shared view below,
+  ``Strategy.data_view_for``): the dataset is loaded, checked (features finite,
   labels in ``[0, C)`` or ``-1``: :func:`~graphscale.data.datasets.untrainable_reason`),
   its features normalised and cast to the run's dtype (``--feature-dtype
   bfloat16``: stored in bfloat16), in this process (the worker runs in it too);
@@ -632,7 +633,7 @@ def prepare_data(config: RunConfig) -> DataHandle:
     from graphscale.registry import STRATEGIES
 
     cls = STRATEGIES.get(config.strategy.name)
-    view = cls.data_view
+    view = cls.data_view_for(config)
     if view == PARTITION_LOCAL and config.strategy.partitions:
         return _partition_local(config, None, cls)
     config.data.dataset = config.data.dataset or DEFAULT_DATASET

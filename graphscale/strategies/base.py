@@ -66,6 +66,12 @@ class Strategy(ABC):
     pyg_forward_refusal: str = ""
 
     @classmethod
+    def data_view_for(cls, config: RunConfig) -> str:
+        """The view of the data a run of ``config`` gets (:func:`graphscale.prepare.prepare_data`); by default
+        :attr:`data_view`, whatever the options."""
+        return cls.data_view
+
+    @classmethod
     def unused_options(cls, config: RunConfig) -> dict[str, str]:
         """Options of :attr:`options` that ``config``'s other settings leave unread, each with the reason
         (e.g. ``{"fanouts": "without --minibatch"}``)."""

@@ -49,6 +49,7 @@ from graphscale.config import RunConfig
 from graphscale.data.feature_cache import FeatureCache
 from graphscale.data.graph import Graph
 from graphscale.data.handle import DataHandle
+from graphscale.data.row_cache import prefetched
 from graphscale.data.sampler import MiniBatchLoader, NeighborSampler
 from graphscale.distributed.comm import CONTROL
 from graphscale.distributed.env import DistEnv
@@ -63,6 +64,7 @@ from graphscale.strategies.minibatch_common import (
     MiniBatchStrategy,
     load_host_rows,
     record_structure,
+    to_device_rows,
 )
 
 
@@ -157,18 +159,32 @@ class DataParallel(MiniBatchStrategy):
         own_train = self.schedule.own[rank] if owner is not None else None
         self.cache = FeatureCache.build(policy, graph, rank, world, config.strategy.cache_fraction,
                                         own_train=own_train, hops=model.num_layers)
-        self.cache_x = load_host_rows(self.comm, self.x_host, self.cache.ids, env.device)  # filled once, at setup
+        self.cache_x = load_host_rows(self.comm, self.host_rows, self.cache.ids, env.device)  # filled once, at setup
         self.tracker.track("cache", self.cache_x, self.cache.holder, self.cache.slot)
 
     # ---------------------------------------------------------------- inputs
-    def load_inputs(self, ids: torch.Tensor) -> tuple[torch.Tensor, dict[str, int]]:
-        """Input rows of ``ids``: own cache, peer caches (Quiver; a collective), host. Returns rows and counts."""
-        device = self.env.device
+    def gather_batch(self, epoch: int, k: int, micro: list[torch.Tensor]) -> dict:
+        """What iteration ``k`` needs before it trains, computed without a collective (so it can run ahead, in the
+        prefetch thread): this worker's blocks and input ids, their split into own cache, peer cache and host
+        (:meth:`FeatureCache.classify`), and the host rows gathered (:attr:`host_rows`)."""
+        targets = micro[self.env.rank]
+        if targets.numel():
+            blocks = self.sampler.sample(targets, self.schedule.batch_key(epoch, k, self.env.rank))
+            ids = blocks[0].src_ids
+        else:
+            blocks, ids = None, torch.zeros(0, dtype=torch.int64)
         parts = self.cache.classify(ids)
-        x = torch.empty(ids.numel(), self.x_host.shape[1], dtype=self.x_host.dtype, device=device)
+        return {"micro": micro, "blocks": blocks, "ids": ids, "parts": parts,
+                "host_x": self.host_rows.gather(ids[parts["host_pos"]])}
+
+    def load_inputs(self, batch: dict) -> tuple[torch.Tensor, dict[str, int]]:
+        """Input rows of a gathered batch (:meth:`gather_batch`): own cache, peer caches (Quiver; a collective), host
+        rows (recorded under ``h2d``). Returns rows and counts."""
+        device, ids, parts = self.env.device, batch["ids"], batch["parts"]
+        x = torch.empty(ids.numel(), self.host_rows.num_features, dtype=self.host_rows.dtype, device=device)
         x[parts["own_pos"].to(device)] = self.cache_x[parts["own_slot"].to(device)]
         host_pos = parts["host_pos"]
-        x[host_pos.to(device)] = load_host_rows(self.comm, self.x_host, ids[host_pos], device)
+        x[host_pos.to(device)] = to_device_rows(self.comm, batch["host_x"], device)
         if self.cache.policy == "quiver":
             x[parts["peer_pos"].to(device)] = self._peer_rows(parts["peer_holder"], parts["peer_slot"])
         return x, {"own": parts["own_pos"].numel(), "peer": parts["peer_pos"].numel(), "host": host_pos.numel()}
@@ -193,18 +209,16 @@ class DataParallel(MiniBatchStrategy):
         loss_sum = torch.zeros((), dtype=torch.float64)
         totals = {"edges": 0, "input_rows": 0, "own": 0, "peer": 0, "host": 0, "targets": 0}
         with self.tracker.epoch():
-            for k, micro in enumerate(self.schedule.iterations(epoch)):
+            iterations = self.schedule.iterations(epoch)
+            for batch in prefetched(lambda k: self.gather_batch(epoch, k, iterations[k]), len(iterations)):
+                micro, blocks, ids = batch["micro"], batch["blocks"], batch["ids"]
                 batch_total = sum(t.numel() for t in micro)
                 targets = micro[rank]
                 self.optimizer.zero_grad(set_to_none=True)
-                if targets.numel():
-                    blocks = self.sampler.sample(targets, self.schedule.batch_key(epoch, k, rank))
+                if blocks is not None:
                     record_structure(self.comm, [t for b in blocks for t in (b.indptr, b.indices, b.src_ids,
                                                                            b.src_deg)])
-                    ids = blocks[0].src_ids
-                else:
-                    blocks, ids = None, torch.zeros(0, dtype=torch.int64)
-                x, counts = self.load_inputs(ids)
+                x, counts = self.load_inputs(batch)
                 if blocks is not None:
                     blocks = [b.to(device) for b in blocks]
                     logits = model(blocks, x)

@@ -1,7 +1,8 @@
 """Distributed evaluation: every worker evaluates the vertices it owns, layer by layer, in bounded batches.
 
 Used by the mini-batch strategies (``data-parallel``, ``split-parallel``; see
-:class:`~graphscale.strategies.minibatch_common.MiniBatchStrategy`) in place of exact full-graph
+:class:`~graphscale.strategies.minibatch_common.MiniBatchStrategy`; and ``single --minibatch`` on a mapped graph
+directory, one worker owning every vertex) in place of exact full-graph
 inference on every worker. It computes exactly what ``single`` computes (``model(Block.full(graph), x)``
 followed by :func:`~graphscale.strategies.base.split_counts`), but no worker ever holds the whole graph.
 
@@ -40,6 +41,11 @@ and the all-reduced float64 loss sums to float reassociation. On the device a wo
 ``|O_r|`` output rows (and ``h0``) and one batch: never the whole graph. Finding ``B_r`` takes an ``N``-byte
 mask and one batch of CSR rows at a time.
 
+**Tables on disk.** The per-layer tables (``h``, ``h_next``, ``h0``: one row per owned vertex) are allocated by a
+:class:`~graphscale.data.spill.TableMemory`: over its limit (the strategies give it a share of ``--host-memory``)
+a table is a temporary memory-mapped file instead of anonymous memory, and a learned input map then runs batch by
+batch into such a table, so a worker never holds an ``[|O_r|, d]`` table the budget does not.
+
 Every worker issues the same collectives in the same order (plan, one halo exchange per layer, the count
 all-reduce), also when it owns no vertices (it then runs empty batches).
 
@@ -57,6 +63,7 @@ import torch
 
 from graphscale.data.block import Block, csr_rows
 from graphscale.data.graph import Graph
+from graphscale.data.spill import TableMemory
 from graphscale.distributed.comm import CONTROL, Comm
 from graphscale.distributed.functional import HaloExchange
 from graphscale.strategies.base import SPLITS, counts_to_metrics, split_counts
@@ -130,6 +137,9 @@ class LayerwiseEvaluator:
         batch_bytes: at most this many bytes of source rows per batch block (counted as destinations plus
             in-edges times the layer's input width; a row with more in-edges is a batch of its own).
         category: Ledger category of the halo exchange.
+        tables: where the ``[num_owned, d]`` tables of every layer (and the input-mapped rows) are allocated
+            (:class:`~graphscale.data.spill.TableMemory`): a table over its limit goes to a temporary file, and the
+            input map then runs over row batches; default: every table in memory.
 
     Attributes:
         owned: int64 ascending global ids of the vertices this worker evaluates.
@@ -140,13 +150,14 @@ class LayerwiseEvaluator:
 
     def __init__(self, comm: Comm, graph: Graph, model: torch.nn.Module, owner: torch.Tensor | None = None,
                  batch_rows: int = DEFAULT_BATCH_ROWS, category: str = EVAL_HALO,
-                 batch_bytes: int = DEFAULT_BATCH_BYTES) -> None:
+                 batch_bytes: int = DEFAULT_BATCH_BYTES, tables: TableMemory | None = None) -> None:
         if int(batch_rows) < 1:
             raise ValueError(f"batch_rows must be >= 1, got {batch_rows}")
         if graph.x is None or graph.y is None:
             raise ValueError("distributed evaluation needs node features and labels")
         self.comm, self.graph, self.model = comm, graph, model
         self.batch_rows = int(batch_rows)
+        self.tables = TableMemory() if tables is None else tables
         self.device = comm.env.device
         rank, world, n = comm.rank, comm.world_size, graph.num_nodes
         if owner is None:
@@ -223,11 +234,27 @@ class LayerwiseEvaluator:
         self.max_batch_dst = 0
         if not getattr(model, "layer_sequential", True):  # a PyG model with its own forward, on the owned rows
             return model.run(self._feature_rows(self.owned), self.owned_dev, self._layer)
-        h = None if self.raw_first_layer else model.input_map(self._feature_rows(self.owned), self.owned_dev)
+        h = None if self.raw_first_layer else self._input_rows()
         h0 = h if model.needs_h0 else None
         for l in range(model.num_layers):
             h = self._layer(l, h, h0)
         return model.output_map(h, self.owned_dev)
+
+    def _input_rows(self) -> torch.Tensor:
+        """``input_map`` of the owned rows: in one call, or, when the feature rows or the mapped rows would not fit
+        :attr:`tables`' limit, batch by batch into a (file-backed) table (row-wise maps: equal to float rounding)."""
+        model, n = self.model, self.num_owned
+        elem = next(model.parameters()).element_size()
+        if self.tables.fits(n * max(self.graph.x.shape[1], max(model.layer_widths())) * elem):
+            return model.input_map(self._feature_rows(self.owned), self.owned_dev)
+        h = None
+        for a in range(0, n, self.batch_rows):
+            b = min(a + self.batch_rows, n)
+            y = model.input_map(self._feature_rows(self.owned[a:b]), self.owned_dev[a:b])
+            if h is None:
+                h = self.tables.empty((n, *y.shape[1:]), y.dtype, self.device)
+            h[a:b] = y
+        return h
 
     def _layer(self, l: int, h: torch.Tensor | None, h0: torch.Tensor | None = None) -> torch.Tensor:
         """Step ``l`` of the owned rows from their inputs ``h`` (``None``: layer 0 reads raw rows), batch by batch."""
@@ -240,8 +267,8 @@ class LayerwiseEvaluator:
             self.max_batch_dst = max(self.max_batch_dst, sub.num_dst)
             x_src = self._feature_rows(sub.src_ids) if direct else self._source_rows(h, halo, rows)
             y = model.step(l, sub.to(self.device), x_src, None if h0 is None else h0[a:b])
-            if out is None:
-                out = y.new_empty((self.num_owned, *y.shape[1:]))
+            if out is None:  # in memory, or in a temporary file when over the tables' limit
+                out = self.tables.empty((self.num_owned, *y.shape[1:]), y.dtype, y.device)
             out[a:b] = y
         return out
 

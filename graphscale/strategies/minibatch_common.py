@@ -13,6 +13,13 @@ Ledger categories (bytes are recorded by the sender, see :mod:`graphscale.metric
 
 On CPU, host and device memory are the same RAM: the copies are real tensor
 gathers and the bytes are those a GPU run would move.
+
+**Host rows.** A worker reads its host rows through a
+:class:`~graphscale.data.row_cache.HotRowCache` over the graph's feature table (:func:`host_row_cache`): with a
+memory-mapped graph directory it keeps the hottest rows that :data:`~graphscale.data.row_cache.FEATURE_CACHE_SHARE`
+of ``--host-memory`` holds and reads the others from the file; each batch's sampling and host-row gathers run one
+batch ahead in a background thread (:func:`~graphscale.data.row_cache.prefetched`). Evaluation allocates its
+per-layer tables through :func:`evaluation_tables`.
 """
 
 from __future__ import annotations
@@ -20,11 +27,15 @@ from __future__ import annotations
 import torch
 
 from graphscale.config import RunConfig
+from graphscale.data.cache import resolve_cache_dir
 from graphscale.data.graph import Graph
-from graphscale.data.handle import DataHandle
+from graphscale.data.handle import HOST_SHARED, DataHandle
+from graphscale.data.row_cache import HotRowCache, cache_capacity
 from graphscale.data.sampler import NeighborSampler
+from graphscale.data.spill import TableMemory
 from graphscale.distributed.comm import Comm
 from graphscale.distributed.env import DistEnv
+from graphscale.metrics.host_memory import resolve_host_memory
 from graphscale.metrics.ledger import HOST
 from graphscale.metrics.memory import MemoryTracker
 from graphscale.strategies.base import Strategy
@@ -35,6 +46,9 @@ H2D_STRUCT = "h2d_struct"
 P2P = "p2p"
 SHUFFLE = "shuffle"
 SETUP = "setup"
+#: share of ``--host-memory`` one evaluation table (a layer's rows of the vertices a worker evaluates) may take in
+#: memory; a larger one goes to a temporary file in the cache directory (:class:`~graphscale.data.spill.TableMemory`)
+EVAL_TABLE_SHARE = 0.125
 
 
 def check_minibatch_data(graph: Graph, strategy: str) -> None:
@@ -46,11 +60,33 @@ def check_minibatch_data(graph: Graph, strategy: str) -> None:
         raise ValueError(f"strategy {strategy!r}: the graph has no training vertices")
 
 
-def load_host_rows(comm: Comm, x_host: torch.Tensor, ids: torch.Tensor, device: torch.device) -> torch.Tensor:
-    """Copy host rows ``x_host[ids]`` to ``device``; the bytes are recorded under ``h2d``."""
-    rows = x_host.index_select(0, ids.cpu()).to(device)
+def host_row_cache(data: DataHandle, graph: Graph, dtype: torch.dtype, config: RunConfig) -> HotRowCache:
+    """The worker's host rows of ``graph.x`` in ``dtype``: with a memory-mapped graph directory (``host-shared``),
+    a :class:`HotRowCache` of the rows :func:`~graphscale.data.row_cache.cache_capacity` fits in ``--host-memory``;
+    with an in-memory graph the rows are read from it directly (no cache)."""
+    capacity = 0
+    if data.view == HOST_SHARED:
+        row_bytes = graph.x.shape[1] * torch.empty(0, dtype=dtype).element_size()
+        capacity = cache_capacity(resolve_host_memory(config.host_memory), row_bytes, graph.num_nodes)
+    return HotRowCache(graph.x, capacity, graph.out_degrees() if capacity else None, dtype)
+
+
+def evaluation_tables(config: RunConfig) -> TableMemory:
+    """Where evaluation allocates its per-layer tables: in memory up to :data:`EVAL_TABLE_SHARE` of
+    ``--host-memory`` each, else in a temporary file under the cache directory's ``tmp``."""
+    limit = int(resolve_host_memory(config.host_memory) * EVAL_TABLE_SHARE)
+    return TableMemory(limit, resolve_cache_dir(config) / "tmp")
+
+
+def load_host_rows(comm: Comm, host: HotRowCache, ids: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """Copy host rows ``x[ids]`` to ``device``; the bytes are recorded under ``h2d``."""
+    return to_device_rows(comm, host.gather(ids), device)
+
+
+def to_device_rows(comm: Comm, rows: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """Copy host rows already gathered (e.g. by a prefetch) to ``device``; the bytes are recorded under ``h2d``."""
     comm.record(H2D, rows.numel() * rows.element_size(), HOST)
-    return rows
+    return rows.to(device)
 
 
 def record_structure(comm: Comm, tensors: list[torch.Tensor | None]) -> int:
@@ -64,7 +100,7 @@ class MiniBatchStrategy(Strategy):
     """Setup, evaluation and teardown shared by the multi-worker mini-batch strategies.
 
     :meth:`setup` checks the graph (:func:`check_minibatch_data`; the options were checked in the parent) and
-    builds what both strategies hold: ``comm``, host features ``x_host``, labels ``y``, ``train_ids`` /
+    builds what both strategies hold: ``comm``, the host rows ``host_rows`` (:func:`host_row_cache`), labels ``y``, ``train_ids`` /
     ``num_train``, the rank-agnostic ``sampler``, ``params`` and the memory ``tracker`` (with the model
     tracked). Subclasses add their caches, tracked as ``"cache"``.
 
@@ -85,7 +121,7 @@ class MiniBatchStrategy(Strategy):
         graph = self.graph = self.data.open_graph()
         check_minibatch_data(graph, self.name)
         self.comm = Comm(env)
-        self.x_host = graph.x.to(next(model.parameters()).dtype)
+        self.host_rows = host_row_cache(self.data, graph, next(model.parameters()).dtype, config)
         self.y = graph.y
         self.train_ids = torch.nonzero(graph.train_mask).flatten()
         self.num_train = self.train_ids.numel()
@@ -94,15 +130,17 @@ class MiniBatchStrategy(Strategy):
         self.params = [p for p in model.parameters() if p.requires_grad]
         self.tracker = MemoryTracker(env)
         self.tracker.track_module("model", model)
+        self.tracker.track("host_cache", self.host_rows.rows, self.host_rows.slot, category="cache")
 
     def evaluate(self) -> dict[str, float]:
         if self.evaluator is None:  # each worker evaluates its part of the run's vertex partition (few halo rows)
             owner = getattr(self, "owner", None)
             owner = self.vertex_owner() if owner is None else owner
             self.evaluator = LayerwiseEvaluator(self.comm, self.graph, self.model, owner,
-                                                batch_rows=self.eval_batch_rows)
+                                                batch_rows=self.eval_batch_rows,
+                                                tables=evaluation_tables(self.config))
         return self.evaluator.evaluate()
 
     def teardown(self) -> None:
-        for name in ("cache", "model", "optimizer", "gradients"):
+        for name in ("cache", "host_cache", "model", "optimizer", "gradients"):
             self.tracker.untrack(name)

@@ -4,19 +4,34 @@ Full-graph mode runs the model on one block holding the whole graph; the loss is
 the mean cross-entropy over the training vertices. Mini-batch mode
 (``config.strategy.minibatch``) samples blocks with the uniform neighbour
 sampler for batches of training vertices (one optimiser step per batch, loss
-normalised by the batch size). Evaluation is always exact full-graph inference.
+normalised by the batch size). Evaluation is exact full-graph inference.
+
+**Mini-batch runs read from disk.** With ``--minibatch`` (features not learnable, a coupled model, features stored
+in the run's dtype) the run's data is the host-shared view (:meth:`SingleStrategy.data_view_for`): the memory-mapped
+graph directory the multi-worker strategies get, never loaded whole. The sampler reads the mapped CSR; the input
+rows of each batch come through a :class:`~graphscale.data.row_cache.HotRowCache` sized from ``--host-memory``, the
+next batch sampled and gathered in a background thread while the current one trains; evaluation is the layer-wise
+inference of :class:`~graphscale.strategies.evaluation.LayerwiseEvaluator` (one worker owning every vertex), its
+per-layer tables in a temporary file when they exceed their share of ``--host-memory``. The blocks, losses and
+parameters are bit for bit those of the in-memory run (a graph handed over in memory keeps the memory view).
 """
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
+from graphscale.config import stored_feature_dtype
 from graphscale.data.block import Block
 from graphscale.data.features import learnable_dim
-from graphscale.data.handle import MEMORY
+from graphscale.data.handle import HOST_SHARED, MEMORY
+from graphscale.data.row_cache import prefetched
 from graphscale.data.sampler import MiniBatchLoader, NeighborSampler
+from graphscale.distributed.comm import Comm
 from graphscale.metrics.memory import MemoryTracker
 from graphscale.metrics.stats import EpochStats
+from graphscale.nn.models import is_decoupled
 from graphscale.options import option_names
 from graphscale.options.shared import SingleOptions
 from graphscale.registry import STRATEGIES
@@ -30,6 +45,8 @@ from graphscale.strategies.base import (
     unused_feature_options,
 )
 from graphscale.strategies.epoch import Epoch
+from graphscale.strategies.evaluation import LayerwiseEvaluator
+from graphscale.strategies.minibatch_common import evaluation_tables, host_row_cache
 
 
 @STRATEGIES.register("single")
@@ -40,6 +57,15 @@ class SingleStrategy(Strategy):
     learnable_input = True
     decoupled_models = True
     options = option_names(SingleOptions)
+
+    @classmethod
+    def data_view_for(cls, config) -> str:
+        """``host-shared`` for ``--minibatch`` (module docstring) unless the input is a learnable table, the model is
+        decoupled or ``--feature-dtype`` stores the features in another dtype than the run's; else ``memory``."""
+        if (config.strategy.minibatch and not learnable_dim(config.data.features) and not is_decoupled(config)
+                and stored_feature_dtype(config) == config.dtype):
+            return HOST_SHARED
+        return MEMORY
 
     @classmethod
     def unused_options(cls, config) -> dict[str, str]:
@@ -53,23 +79,33 @@ class SingleStrategy(Strategy):
         if env.world_size != 1:
             raise ValueError(f"strategy 'single' runs on one worker, got --workers {env.world_size}")
         device = env.device
-        if learnable_dim(config.data.features):  # the input is a trainable [N, D] table
-            self.x = self.learnable_table(torch.arange(graph.num_nodes))
-        else:
-            self.x = graph.x.to(device=device, dtype=self.feature_dtype())
+        self.tracker = MemoryTracker(env)
+        self.tracker.track_module("model", model)
+        self.mapped = self.data.view == HOST_SHARED  # mini-batch training from a memory-mapped graph directory
+        self.rows = self.evaluator = None
         self.y = graph.y.to(device)
         self.masks = {"train": graph.train_mask.to(device), "val": graph.val_mask.to(device),
                       "test": graph.test_mask.to(device)}
-        self.block = Block.full(graph).to(device)
-        self.tracker = MemoryTracker(env)
-        self.tracker.track("graph", self.x, self.y, *self.masks.values(), self.block.indptr, self.block.indices,
-                           self.block.src_ids, self.block.src_deg)
-        self.tracker.track_module("model", model)
+        if self.mapped:  # rows read through the hot-row cache, never the whole table
+            self.graph = graph
+            self.rows = host_row_cache(self.data, graph, self.feature_dtype(), config)
+            self.tracker.track("cache", self.rows.rows, self.rows.slot)
+        else:
+            if learnable_dim(config.data.features):  # the input is a trainable [N, D] table
+                self.x = self.learnable_table(torch.arange(graph.num_nodes))
+            else:
+                self.x = graph.x.to(device=device, dtype=self.feature_dtype())
+            self.block = Block.full(graph).to(device)
+            self.tracker.track("graph", self.x, self.y, *self.masks.values(), self.block.indptr, self.block.indices,
+                               self.block.src_ids, self.block.src_deg)
         strategy = config.strategy
         if strategy.minibatch:  # the options were checked in the parent (graphscale.validation)
             self.sampler = NeighborSampler(graph, strategy.fanouts, seed=config.seed)
             train_ids = torch.nonzero(graph.train_mask).flatten()
             self.loader = MiniBatchLoader(train_ids, strategy.batch_size, seed=config.seed)
+        elif self.mapped:
+            raise ValueError("strategy 'single' trains full-graph on an in-memory graph; a host-shared graph "
+                             "directory needs --minibatch")
 
     def train_epoch(self, epoch: int) -> EpochStats:
         run = Epoch(self.model, epoch, self.env, self.tracker)
@@ -93,17 +129,36 @@ class SingleStrategy(Strategy):
 
     def _minibatch_epoch(self, epoch: int) -> float:
         batches = self.loader.batches(epoch)
+        device = self.env.device
+
+        # fixed input rows on the host are gathered ahead too; a learnable table's (autograd) and a device's are not
+        if self.rows is not None:
+            ahead = self.rows.gather
+        elif not isinstance(self.x, torch.nn.Parameter) and self.x.device.type == "cpu":
+            ahead = functools.partial(self.x.index_select, 0)
+        else:
+            ahead = None
+
+        def gather(i: int):  # the batch's blocks and input rows: runs one batch ahead, in the prefetch thread
+            blocks = self.sampler.sample(batches[i], batch_key=epoch * len(batches) + i)
+            return blocks, None if ahead is None else ahead(blocks[0].src_ids)
+
         total, count = 0.0, 0
-        for i, targets in enumerate(batches):
-            blocks = [b.to(self.env.device) for b in self.sampler.sample(targets, batch_key=epoch * len(batches) + i)]
-            x = self.x[blocks[0].src_ids]
-            every = torch.ones(targets.numel(), dtype=torch.bool, device=self.env.device)
+        for targets, (blocks, x) in zip(batches, prefetched(gather, len(batches))):
+            blocks = [b.to(device) for b in blocks]
+            x = self.x[blocks[0].src_ids] if x is None else x.to(device)
+            every = torch.ones(targets.numel(), dtype=torch.bool, device=device)
             total += self._step(blocks, x, every, targets.numel()) * targets.numel()
             count += targets.numel()
         return total / max(count, 1)
 
     @torch.no_grad()
     def evaluate(self) -> dict[str, float]:
+        if self.mapped:  # layer by layer over row batches, its tables within --host-memory
+            if self.evaluator is None:
+                self.evaluator = LayerwiseEvaluator(Comm(self.env), self.graph, self.model,
+                                                    tables=evaluation_tables(self.config))
+            return self.evaluator.evaluate()
         self.model.eval()
         logits = self.model(self.block, self.x)
         return counts_to_metrics(split_counts(logits, self.y, self.masks))

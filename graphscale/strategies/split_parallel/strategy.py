@@ -75,6 +75,7 @@ from graphscale.config import RunConfig
 from graphscale.data.block import Block
 from graphscale.data.graph import Graph
 from graphscale.data.handle import DataHandle
+from graphscale.data.row_cache import prefetched
 from graphscale.data.sampler import MiniBatchLoader
 from graphscale.distributed.comm import CONTROL
 from graphscale.distributed.env import DistEnv
@@ -93,6 +94,7 @@ from graphscale.strategies.minibatch_common import (
     MiniBatchStrategy,
     load_host_rows,
     record_structure,
+    to_device_rows,
 )
 from graphscale.strategies.split_parallel.plan import SplitPlan
 from graphscale.strategies.split_parallel.split import (
@@ -199,7 +201,7 @@ class SplitParallel(MiniBatchStrategy):
         self.in_degrees = self.sampler.degrees  # the in-degrees, computed once
         self.owner = self.vertex_owner()
         self.plan = SplitPlan.load(self.data.require_shared(config.strategy.name))
-        self.cache_x = load_host_rows(self.comm, self.x_host, self.plan.cached_ids(env.rank), env.device)  # at setup
+        self.cache_x = load_host_rows(self.comm, self.host_rows, self.plan.cached_ids(env.rank), env.device)  # at setup
         self.kinds = layer_kinds(model)
         self.modes = split_modes(self.kinds)
         self.loader = MiniBatchLoader(self.train_ids, config.strategy.batch_size, seed=config.seed)
@@ -213,12 +215,21 @@ class SplitParallel(MiniBatchStrategy):
         blocks = self.sampler.sample(targets, batch_key)
         return split_minibatch(blocks, self.plan, self.modes, self.workspace).local(self.env.rank)
 
-    def load_inputs(self, local: LocalSplit) -> torch.Tensor:
-        """This worker's input rows: cache hits from its cache, global misses from the host (``h2d``)."""
+    def gather_split(self, targets: torch.Tensor, batch_key: int) -> tuple[LocalSplit, torch.Tensor]:
+        """This worker's split of the mini-batch (:meth:`split`) and its global misses' host rows, gathered without a
+        collective (so it can run ahead, in the prefetch thread)."""
+        local = self.split(targets, batch_key)
+        return local, self.host_rows.gather(local.miss_ids)
+
+    def load_inputs(self, local: LocalSplit, miss_x: torch.Tensor | None = None) -> torch.Tensor:
+        """This worker's input rows: cache hits from its cache, global misses from the host (``h2d``; ``miss_x``:
+        those rows already gathered by :meth:`gather_split`)."""
         device = self.env.device
-        x = torch.empty(local.own_counts[0], self.x_host.shape[1], dtype=self.x_host.dtype, device=device)
+        if miss_x is None:
+            miss_x = self.host_rows.gather(local.miss_ids)
+        x = torch.empty(local.own_counts[0], self.host_rows.num_features, dtype=self.host_rows.dtype, device=device)
         x[local.hit_pos.to(device)] = self.cache_x[local.hit_slot.to(device)]
-        x[local.miss_pos.to(device)] = load_host_rows(self.comm, self.x_host, local.miss_ids, device)
+        x[local.miss_pos.to(device)] = to_device_rows(self.comm, miss_x, device)
         return x
 
     def forward(self, local: LocalSplit, x: torch.Tensor) -> torch.Tensor:
@@ -282,18 +293,20 @@ class SplitParallel(MiniBatchStrategy):
         received = self._shuffle(l, h.index_select(0, lay.send_index), lay)
         return self.model.step(l, self._local_block(lay, ids), torch.cat([h, received]), h0_dst)
 
-    def step(self, targets: torch.Tensor, batch_key: int) -> tuple[torch.Tensor, torch.Tensor, LocalSplit]:
-        """One training step on the mini-batch ``targets``: forward, backward, all-reduce, optimiser step.
+    def step(self, targets: torch.Tensor, batch_key: int,
+             gathered: tuple[LocalSplit, torch.Tensor] | None = None) -> tuple[torch.Tensor, torch.Tensor, LocalSplit]:
+        """One training step on the mini-batch ``targets``: forward, backward, all-reduce, optimiser step
+        (``gathered``: its :meth:`gather_split`, when a prefetch made it already).
 
         Returns:
             ``(loss_sum, logits, local)``: this worker's summed loss over its targets (detached), its
             targets' logits (detached) and its split.
         """
         device = self.env.device
-        local = self.split(targets, batch_key)
+        local, miss_x = self.gather_split(targets, batch_key) if gathered is None else gathered
         record_structure(self.comm, local.tensors())
         local = local.to(device)
-        x = self.load_inputs(local)
+        x = self.load_inputs(local, miss_x)
         self.optimizer.zero_grad(set_to_none=True)
         logits = self.forward(local, x)
         labels = self.y[local.ids(len(local.layers)).cpu()].to(device)
@@ -311,8 +324,10 @@ class SplitParallel(MiniBatchStrategy):
         loss_sum = torch.zeros((), dtype=torch.float64)
         counts = {"targets": 0, "input_rows": 0, "cache_hit_rows": 0, "host_rows": 0, "edges": 0}
         with self.tracker.epoch():
-            for i, targets in enumerate(self.loader.batches(epoch)):
-                loss, _, local = self.step(targets, self.loader.batch_key(epoch, i))
+            batches = self.loader.batches(epoch)
+            ahead = prefetched(lambda i: self.gather_split(batches[i], self.loader.batch_key(epoch, i)), len(batches))
+            for i, (targets, gathered) in enumerate(zip(batches, ahead)):
+                loss, _, local = self.step(targets, self.loader.batch_key(epoch, i), gathered)
                 self.tracker.track("optimizer", *optimizer_tensors(self.optimizer))
                 self.tracker.untrack("gradients")
                 loss_sum += loss.double().cpu()

@@ -1,0 +1,147 @@
+"""Feature rows of a memory-mapped graph read through a bounded cache of hot rows, and the next batch's prefetch.
+
+A mini-batch worker whose graph is a memory-mapped graph directory (the ``host-shared`` view) does not hold the
+feature table: it reads the rows each mini-batch needs. :class:`HotRowCache` keeps the ``capacity`` hottest rows in
+(anonymous) host memory for the whole run and reads every other row from the mapped file:
+
+* **which rows**: the highest degree in the sampling direction first (a vertex's out-degree: how often it can be
+  drawn as a source), ties by ascending id, as the data-parallel device caches rank them
+  (:func:`~graphscale.data.feature_cache.hotness_order`). The set is fixed at setup, so the rows held never exceed
+  ``capacity`` and no batch evicts another's rows;
+* **how many**: ``capacity`` rows; :func:`cache_capacity` sizes it from the run's ``--host-memory`` budget: at most
+  :data:`FEATURE_CACHE_SHARE` of it, in rows of the model's dtype; none when the whole table fits that share (the
+  page cache then holds the mapped file, one copy per host);
+* **a miss** is read from the mapped file in ascending id order (the page cache turns nearby ids into one read).
+
+A gathered row is the file's row cast to the model's dtype, the same values whether it came from the cache or
+from the file, so training is bit for bit the in-memory run's whatever the capacity (tested with caches of 0, 1
+and a few rows).
+
+:func:`prefetched` runs the next batch's sampling and row gathering in a background thread while the caller
+trains on the current one (one batch ahead). The sampler and the gathers are pure functions of the batch, so the
+order of the results, hence the run, is unchanged.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import TypeVar
+
+import torch
+
+from graphscale.data.feature_cache import hotness_order
+
+#: share of the ``--host-memory`` budget the hot-row feature cache of a mini-batch worker may take
+FEATURE_CACHE_SHARE = 0.25
+#: rows copied into the cache per read at setup (a bounded staging buffer)
+FILL_ROWS = 1 << 16
+
+T = TypeVar("T")
+
+
+def cache_capacity(budget: int, row_bytes: int, num_rows: int, share: float = FEATURE_CACHE_SHARE) -> int:
+    """Rows of :class:`HotRowCache` that fit ``share`` of ``budget`` bytes; ``0`` when all ``num_rows`` rows fit it
+    (the mapped file then stays in the page cache, one copy that every worker of the host shares: a private copy
+    would only add to it)."""
+    room = max(0, int(budget * share))
+    if row_bytes <= 0 or num_rows * row_bytes <= room:
+        return 0
+    return int(room // row_bytes)
+
+
+class HotRowCache:
+    """Rows ``x[ids]`` in ``dtype``: the ``capacity`` hottest from memory, the rest from ``x`` (module docstring).
+
+    Args:
+        x: the ``[N, F]`` feature table (memory-mapped, or in memory with ``capacity`` 0).
+        capacity: rows to keep in memory, ``0 <= capacity``; more than ``N`` holds every row.
+        degrees: the degree that ranks the rows (default: ``x``'s graph's out-degrees, which the caller passes).
+        dtype: the dtype gathered rows come in (default ``x``'s).
+
+    Attributes:
+        ids: int64 cached vertex ids, in slot order (hottest first).
+        rows: ``[len(ids), F]`` their rows, in ``dtype``.
+        hits, misses: rows gathered from the cache and from ``x`` since construction.
+    """
+
+    def __init__(self, x: torch.Tensor, capacity: int, degrees: torch.Tensor | None = None,
+                 dtype: torch.dtype | None = None) -> None:
+        if x.dim() != 2:
+            raise ValueError(f"the feature table must be 2-D [N, F], got shape {tuple(x.shape)}")
+        if int(capacity) < 0:
+            raise ValueError(f"the feature cache capacity must be >= 0 rows, got {capacity}")
+        self.x = x
+        self.dtype = x.dtype if dtype is None else dtype
+        n = x.shape[0]
+        capacity = min(int(capacity), n)
+        self.capacity = capacity
+        self.hits = self.misses = 0
+        if capacity == 0:
+            self.ids = torch.zeros(0, dtype=torch.int64)
+            self.slot = None
+            self.rows = torch.zeros(0, x.shape[1], dtype=self.dtype)
+            return
+        if degrees is None or degrees.shape != (n,):
+            raise ValueError(f"a feature cache of {capacity} rows needs the [{n}] degrees that rank the rows")
+        self.ids = hotness_order(degrees)[:capacity].clone()
+        self.slot = torch.full((n,), -1, dtype=torch.int32 if n < 2**31 else torch.int64)
+        self.slot[self.ids] = torch.arange(capacity, dtype=self.slot.dtype)
+        self.rows = torch.empty(capacity, x.shape[1], dtype=self.dtype)
+        order = torch.argsort(self.ids)  # fill in ascending id order: sequential reads of the file
+        for start in range(0, capacity, FILL_ROWS):
+            pos = order[start: start + FILL_ROWS]
+            self.rows[pos] = self.x.index_select(0, self.ids[pos]).to(self.dtype)
+
+    @property
+    def num_features(self) -> int:
+        return self.x.shape[1]
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes the cache holds in memory (its rows and its ``[N]`` slot map)."""
+        slot = 0 if self.slot is None else self.slot.numel() * self.slot.element_size()
+        return self.rows.numel() * self.rows.element_size() + slot
+
+    def gather(self, ids: torch.Tensor) -> torch.Tensor:
+        """``x[ids]`` in ``dtype``, ``[len(ids), F]`` (a new tensor): cached rows from memory, the others read from
+        ``x`` in ascending id order."""
+        ids = torch.as_tensor(ids, dtype=torch.int64).cpu()
+        if self.slot is None:
+            self.misses += ids.numel()
+            return self._read(ids)
+        slot = self.slot[ids].long()
+        hit = slot >= 0
+        out = torch.empty(ids.numel(), self.num_features, dtype=self.dtype)
+        hit_pos = torch.nonzero(hit).flatten()
+        miss_pos = torch.nonzero(~hit).flatten()
+        out[hit_pos] = self.rows.index_select(0, slot[hit_pos])
+        if miss_pos.numel():
+            out[miss_pos] = self._read(ids[miss_pos])
+        self.hits += hit_pos.numel()
+        self.misses += miss_pos.numel()
+        return out
+
+    def _read(self, ids: torch.Tensor) -> torch.Tensor:
+        """Rows ``ids`` of ``x`` in ``dtype``, read in ascending id order."""
+        if ids.numel() < 2:
+            return self.x.index_select(0, ids).to(self.dtype)
+        sorted_ids, order = torch.sort(ids)
+        rows = self.x.index_select(0, sorted_ids).to(self.dtype)
+        out = torch.empty_like(rows)
+        out[order] = rows
+        return out
+
+
+def prefetched(produce: Callable[[int], T], count: int) -> Iterator[T]:
+    """``produce(0), ..., produce(count - 1)`` in order, ``produce(i + 1)`` running in a background thread while
+    the caller works on ``produce(i)`` (one item ahead; an error raised by ``produce`` is raised here)."""
+    if count <= 0:
+        return
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="graphscale-prefetch") as pool:
+        future = pool.submit(produce, 0)
+        for i in range(count):
+            item = future.result()
+            if i + 1 < count:
+                future = pool.submit(produce, i + 1)
+            yield item
