@@ -185,7 +185,6 @@ def overrides_from_args(args: argparse.Namespace) -> dict:
 def cmd_train(args: argparse.Namespace) -> int:
     from graphscale.checkpoint import check_resume, read_checkpoint, seed_path
     from graphscale.config import build_config
-    from graphscale.run import run, write_json
     from graphscale.validation import check_path_conflicts, validate
 
     overrides, advice = overrides_from_args(args), None
@@ -218,15 +217,26 @@ def cmd_train(args: argparse.Namespace) -> int:
         configs.append(config)
     outputs = [("--checkpoint", c.checkpoint) for c in configs] + [("--json", base.json)]
     check_path_conflicts(base, outputs, args.config)  # every seed's checkpoint, the report, the TOML file
+    from graphscale.data.output_lock import output_locks
+    from graphscale.distributed.launch import is_main_process
+
+    locked = outputs + [("--tensorboard", base.tensorboard)] if is_main_process() else []
+    with output_locks(locked):  # held until every output is written: a second run naming one stops at once
+        return _train_runs(configs, base, advice)
+
+
+def _train_runs(configs: list, base, advice) -> int:
+    """Run every seed, print the results table, then write the outputs (a failed write loses no result)."""
+    from graphscale.distributed.launch import is_main_process
+    from graphscale.run import run, write_json, write_outputs
+
     rows, reports = [], []
     for config in configs:
-        report = run(config)
+        report = run(config, write=False)
         if advice is not None:  # the prediction next to the measurement
             from graphscale.advise.auto import record, summary
 
             print(summary(record(report, advice)))
-            if config.json:
-                write_json(report, config.json)
         reports.append(report)
         final = report["final"]
         os_mem = max((m for m in final.get("os_memory_per_worker") or [] if m), default=None,
@@ -239,9 +249,9 @@ def cmd_train(args: argparse.Namespace) -> int:
                      "RSS peak/worker": format_bytes(os_mem["peak_rss"]) if os_mem else "-",
                      "anon/file": (f"{format_bytes(os_mem['peak_anon'])} / {format_bytes(os_mem['peak_file'])}"
                                    if os_mem and os_mem.get("peak_anon") is not None else "-")})
-    from graphscale.distributed.launch import is_main_process
-
     if not is_main_process():  # torchrun: rank 0 prints and writes the combined report
+        for config, report in zip(configs, reports):
+            write_outputs(report, config)  # every rank's --tensorboard, as before
         return 0
     graph = reports[0]["graph"]
     metric = reports[0].get("metric", "accuracy")  # reported under the acc columns (micro-f1 for multi-label)
@@ -254,16 +264,19 @@ def cmd_train(args: argparse.Namespace) -> int:
         print(f"graphscale: warning: {warning}", file=sys.stderr)
     tests = [r["final"]["test_acc"] for r in reports]
     scored = not any(math.isnan(t) for t in tests)
-    if len(tests) > 1 and base.json:  # null mean and std (strict JSON) when a split is empty
-        write_json({"runs": reports, "metric": metric,
-                    "test_acc_mean": statistics.mean(tests) if scored else float("nan"),
-                    "test_acc_std": statistics.stdev(tests) if scored else float("nan")}, base.json)
     if not scored:
         print(f"no test {metric}: the test split is empty")
     elif len(tests) > 1:
         print(f"test {metric} over {len(tests)} seeds: {statistics.mean(tests):.4f} +- {statistics.stdev(tests):.4f}")
     else:
         print(f"test {metric} at best validation: {tests[0]:.4f}")
+    sys.stdout.flush()  # the results are out before any write can fail
+    for config, report in zip(configs, reports):
+        write_outputs(report, config)
+    if len(tests) > 1 and base.json:  # null mean and std (strict JSON) when a split is empty
+        write_json({"runs": reports, "metric": metric,
+                    "test_acc_mean": statistics.mean(tests) if scored else float("nan"),
+                    "test_acc_std": statistics.stdev(tests) if scored else float("nan")}, base.json)
     return 0
 
 

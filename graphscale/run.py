@@ -22,6 +22,7 @@ from graphscale import __version__, allocator
 from graphscale.checkpoint import check_resume, read_checkpoint
 from graphscale.config import RunConfig, to_dict
 from graphscale.data.formats import write_json_atomic
+from graphscale.data.output_lock import output_locks
 from graphscale.data.handle import DataHandle
 from graphscale.distributed.env import DistEnv
 from graphscale.distributed.launch import is_main_process, launch, resolve_device
@@ -137,8 +138,10 @@ def environment() -> dict:
             "cuda": torch.cuda.is_available(), "host": platform.node(), "kernels": kernel_setting()}
 
 
-def run(config: RunConfig) -> dict:
-    """Train once with ``config`` and return the report (also written to ``config.json`` if set).
+def run(config: RunConfig, *, write: bool = True) -> dict:
+    """Train once with ``config`` and return the report (also written to ``config.json`` and ``config.tensorboard``
+    if set, unless ``write`` is False: the caller writes them, :func:`write_outputs`). Every output is locked while
+    the run lasts (:func:`run_outputs`): a second run naming one stops before any work, naming this process.
 
     Under ``torchrun`` every rank calls this (``graphscale train`` on every node): each prepares the data (file
     locks in the cache directory make one rank per host write it, the others wait and reuse it), joins the group,
@@ -150,56 +153,74 @@ def run(config: RunConfig) -> dict:
     (:func:`graphscale.prepare.prepare_data`), all in this process before any worker starts.
     """
     validate(config)
-    saved = read_checkpoint(config.checkpoint) if config.resume else None
-    if saved is not None:
-        check_resume(config, saved)  # before the data is prepared (the dataset when it is given)
-    backend = None if config.backend == "auto" else config.backend
-    device = resolve_device(config.device, config.strategy.workers, backend)
-    start = time.perf_counter()
-    baseline = (os.getpid(), os_memory())  # the in-process worker's memory before its data is loaded
-    data = prepare_data(config)  # before any worker starts: no worker waits while another partitions
-    from graphscale.data.features import input_width
+    with output_locks(run_outputs(config) if is_main_process() else []):
+        saved = read_checkpoint(config.checkpoint) if config.resume else None
+        if saved is not None:
+            check_resume(config, saved)  # before the data is prepared (the dataset when it is given)
+        backend = None if config.backend == "auto" else config.backend
+        device = resolve_device(config.device, config.strategy.workers, backend)
+        start = time.perf_counter()
+        baseline = (os.getpid(), os_memory())  # the in-process worker's memory before its data is loaded
+        data = prepare_data(config)  # before any worker starts: no worker waits while another partitions
+        from graphscale.data.features import input_width
 
-    check_user_model(config, input_width(config.data.features, data.num_features), data.num_classes)  # widths
-    if saved is not None:
-        check_resume(config, saved, data.summary)  # the resolved dataset and the graph's counts
-        del saved
-    results = launch(train_worker, config.strategy.workers, config, data, baseline, device=device,
-                     backend=backend, timeout_s=config.strategy.timeout, allocator_mode=config.allocator or None)
-    results.sort(key=lambda r: r["rank"])
-    epochs = merge_histories(results)
-    best = results[0]["best"]
-    from graphscale.nn.models import model_form
+        check_user_model(config, input_width(config.data.features, data.num_features), data.num_classes)  # widths
+        if saved is not None:
+            check_resume(config, saved, data.summary)  # the resolved dataset and the graph's counts
+            del saved
+        results = launch(train_worker, config.strategy.workers, config, data, baseline, device=device,
+                         backend=backend, timeout_s=config.strategy.timeout, allocator_mode=config.allocator or None)
+        results.sort(key=lambda r: r["rank"])
+        epochs = merge_histories(results)
+        best = results[0]["best"]
+        from graphscale.nn.models import model_form
 
-    report = {
-        "config": to_dict(config), "environment": environment(), "graph": results[0]["graph"],
-        "model_form": model_form(config),
-        "allocator_per_worker": [r["allocator"] for r in results],
-        "metric": metric_name(bool(results[0]["graph"].get("multilabel"))),
-        "epochs": epochs,
-        "warnings": report_warnings(epochs, best, metric_name(bool(results[0]["graph"].get("multilabel")))),
-        "final": {"best_epoch": best["epoch"] if best["epoch"] >= 0 else None, "val_acc": best["val_acc"],
-                  "test_acc": best["test_acc"], "best_by": best.get("by", "val_acc"),
-                  "mean_epoch_seconds": sum(e["seconds"] for e in epochs) / max(len(epochs), 1),
-                  "bytes_per_epoch": epochs[-1]["bytes"] if epochs else {},
-                  "peak_memory_per_worker": [max(e["peak_memory_per_worker"][r] for e in epochs)
-                                             for r in range(len(results))] if epochs else [],
-                  "os_memory_per_worker": [max_os_memory([e["os_memory_per_worker"][r] for e in epochs])
-                                           for r in range(len(results))] if epochs else [],
-                  "wall_seconds": time.perf_counter() - start},
-    }
-    if config.json and is_main_process():  # under torchrun every rank has the report; rank 0 writes it
+        report = {
+            "config": to_dict(config), "environment": environment(), "graph": results[0]["graph"],
+            "model_form": model_form(config),
+            "allocator_per_worker": [r["allocator"] for r in results],
+            "metric": metric_name(bool(results[0]["graph"].get("multilabel"))),
+            "epochs": epochs,
+            "warnings": report_warnings(epochs, best, metric_name(bool(results[0]["graph"].get("multilabel")))),
+            "final": {"best_epoch": best["epoch"] if best["epoch"] >= 0 else None, "val_acc": best["val_acc"],
+                      "test_acc": best["test_acc"], "best_by": best.get("by", "val_acc"),
+                      "mean_epoch_seconds": sum(e["seconds"] for e in epochs) / max(len(epochs), 1),
+                      "bytes_per_epoch": epochs[-1]["bytes"] if epochs else {},
+                      "peak_memory_per_worker": [max(e["peak_memory_per_worker"][r] for e in epochs)
+                                                 for r in range(len(results))] if epochs else [],
+                      "os_memory_per_worker": [max_os_memory([e["os_memory_per_worker"][r] for e in epochs])
+                                               for r in range(len(results))] if epochs else [],
+                      "wall_seconds": time.perf_counter() - start},
+        }
+        if write:
+            write_outputs(report, config)
+        return report
+
+
+def run_outputs(config: RunConfig) -> list[tuple[str, str | None]]:
+    """The outputs a run writes, by option (locked while it runs: :mod:`graphscale.data.output_lock`)."""
+    return [("--checkpoint", config.checkpoint), ("--json", config.json), ("--tensorboard", config.tensorboard)]
+
+
+def write_outputs(report: dict, config: RunConfig) -> None:
+    """Write a finished run's ``--json`` report and ``--tensorboard`` scalars (under torchrun every rank has the
+    report; rank 0 writes the report)."""
+    if config.json and is_main_process():
         write_json(report, config.json)
     if config.tensorboard:
+        from graphscale.data.outputs import write_failure
         from graphscale.plot import write_tensorboard
 
-        write_tensorboard(report, config.tensorboard)
-    return report
+        try:
+            write_tensorboard(report, config.tensorboard)
+        except OSError as err:
+            raise write_failure("--tensorboard", config.tensorboard, err, None) from None
 
 
 def write_json(report: dict, path: str | os.PathLike) -> None:
-    """Write ``report`` atomically (temporary file, then rename)."""
-    write_json_atomic(path, report)
+    """Write ``report`` to ``--json`` (:func:`graphscale.data.outputs.write_output`: atomically, or in place for a
+    FIFO or device; a failure is one line naming ``--json``, the path and the cause)."""
+    write_json_atomic(path, report, option="--json")
 
 
 def median_epoch_seconds(report: dict, warmup: int) -> float:

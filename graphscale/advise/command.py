@@ -200,5 +200,5 @@ def run(args: argparse.Namespace) -> int:
         write_json_atomic(args.json, {"budget": result["budget"], "machine": result["machine"].to_dict(),
                                       "recommended": best,
                                       "predictions": [dict(p.to_dict(), command=command_line(c, args))
-                                                      for p, c in zip(preds, configs)]})
+                                                      for p, c in zip(preds, configs)]}, option="--json")
     return 0

@@ -108,21 +108,18 @@ def json_safe(value):
     return value
 
 
-def write_json_atomic(path: str | Path, payload, *, indent: int | None = 1) -> Path:
-    """Write ``payload`` as strict JSON through a temporary sibling and a rename, so a reader never sees half a file.
+def write_json_atomic(path: str | Path, payload, *, indent: int | None = 1, option: str = "") -> Path:
+    """Write ``payload`` as strict JSON to ``path`` (:func:`graphscale.data.outputs.write_output`: a temporary
+    sibling renamed over a regular file, so a reader never sees half a file; a FIFO or device written in place; a
+    symlink's target replaced), ``option`` naming it in errors.
 
     The directory must exist (none is created). NumPy scalars are written as numbers, NaN and infinities as
     ``null`` (:func:`json_safe`), anything else JSON cannot hold as its ``str()``.
     """
-    path = Path(path)
-    tmp = temp_sibling(path, "tmp")
-    try:
-        tmp.write_text(json.dumps(json_safe(payload), indent=indent, default=_json_value, allow_nan=False))
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    return path
+    from graphscale.data.outputs import write_output
+
+    text = json.dumps(json_safe(payload), indent=indent, default=_json_value, allow_nan=False)
+    return Path(write_output(path, text.encode(), option=option))
 
 
 def is_graph_dir(path: str | Path) -> bool:

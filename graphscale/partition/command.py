@@ -217,13 +217,22 @@ def allocate(args: argparse.Namespace, graph, source):
 def run(args: argparse.Namespace) -> dict:
     """Partition, write the store, print the summary (and write ``--json``, checked writable first, with ``null``
     for undefined metrics such as the training balance of a graph without a split); returns the summary."""
-    from graphscale.data.outputs import check_output_path
+    from graphscale.data.output_lock import output_locks
+    from graphscale.data.outputs import check_output_dir, check_output_path
+
+    check_output_dir(args.out, "--out", through_sibling=True)  # before any work: the store is renamed into place
+    if args.json:
+        check_output_path(args.json, "--json")  # before the store is written, so a bad path leaves nothing
+    with output_locks([("--out", args.out), ("--json", args.json)]):  # a second run naming them stops here
+        return _partition_and_report(args)
+
+
+def _partition_and_report(args: argparse.Namespace) -> dict:
+    """:func:`run` once its outputs are checked and locked."""
     from graphscale.metrics.table import format_table
     from graphscale.metrics.units import format_bytes
     from graphscale.partition.store import read_store_meta
 
-    if args.json:
-        check_output_path(args.json, "--json")  # before the store is written, so a bad path leaves nothing
     summary = partition_dataset(args)
     m = summary["metrics"]
     row = {"method": summary["method"], "parts": summary["parts"], "RF": m["replication_factor"],
@@ -244,5 +253,5 @@ def run(args: argparse.Namespace) -> dict:
     if args.json:
         from graphscale.data.formats import write_json_atomic
 
-        write_json_atomic(args.json, summary)
+        write_json_atomic(args.json, summary, option="--json")
     return summary
