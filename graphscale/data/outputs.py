@@ -131,7 +131,7 @@ def write_output(path: str | os.PathLike, data: bytes | Callable[[BinaryIO], Non
         ValueError: ``path`` is neither a regular file, a FIFO nor a character device (:func:`resolve_output`).
         OutputError: the write failed (one line: option, path, cause, bytes).
     """
-    from graphscale.data.formats import temp_sibling
+    from graphscale.data.siblings import temp_sibling
 
     path = Path(path).expanduser()
     target, in_place = resolve_output(path, option)
