@@ -17,7 +17,7 @@ from graphscale.flags import NOT_GIVEN, add_declared, add_own, show
 from graphscale.metrics.ledger import moved_bytes
 from graphscale.metrics.table import format_table
 from graphscale.metrics.units import format_bytes
-from graphscale.options import declared, flag_of, int_list
+from graphscale.options import declared, flag_of, int_list, integer
 
 #: ``graphscale bench NAME`` -> module with ``add_arguments(parser)`` and ``run(args)``.
 BENCHES = {
@@ -56,7 +56,8 @@ REGISTRY_OPTIONS = {"model": "MODELS", "strategy": "STRATEGIES", "partitioner": 
 
 
 class Parser(argparse.ArgumentParser):
-    """An ArgumentParser whose :func:`int_list` options also take a value starting with ``-``.
+    """An ArgumentParser whose :func:`int_list` options also take a value starting with ``-``, and whose errors are
+    one line (no usage dump: ``--help`` prints it).
 
     argparse reads ``--fanouts -1,5`` as ``--fanouts`` without a value followed by an unknown option ``-1,5``
     (a lone ``-1`` it takes as a number); this parser passes such a value on as ``--fanouts=-1,5``, which argparse
@@ -72,6 +73,10 @@ class Parser(argparse.ArgumentParser):
         if kwargs.get("type") is int_list:
             self.list_options.update(action.option_strings)
         return action
+
+    def error(self, message: str):
+        """One line, ``graphscale train: error: ...`` (and where to read the options), without the usage dump."""
+        self.exit(2, f"{self.prog}: error: {message} (`{self.prog} --help` lists the options)\n")
 
     def parse_known_args(self, args=None, namespace=None):
         args = list(sys.argv[1:] if args is None else args)
@@ -149,7 +154,7 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
             continue
         add_declared(p, dest, default=NOT_GIVEN)
         if path == ("seed",):  # not a configuration field: the runs of one command
-            p.add_argument("--repeat", type=int, default=1,
+            p.add_argument("--repeat", type=integer, default=1,
                            help="train N times with seeds seed..seed+N-1 and report mean/std")
     add_strategy_arguments(p)
 

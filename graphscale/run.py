@@ -103,6 +103,8 @@ def merge_histories(results: list[dict]) -> list[dict]:
     return epochs
 
 
+#: a training loss larger than this many times the first epoch's is reported as divergence (:func:`report_warnings`)
+DIVERGENCE_FACTOR = 1e3
 #: epochs after which a best epoch that is the first one means training never improved the model
 NO_IMPROVEMENT_EPOCHS = 5
 
@@ -110,8 +112,9 @@ NO_IMPROVEMENT_EPOCHS = 5
 def report_warnings(epochs: list[dict], best: dict, metric: str) -> list[str]:
     """What the report's numbers do not say by themselves: an empty validation split (best epoch by training loss,
     no validation score), an empty test split (no test score), a best epoch that is the first of many (training
-    never improved on it: the scores are those of a barely trained model), a multi-label model that predicts
-    nothing."""
+    never improved on it: the scores are those of a barely trained model), a loss that diverged (grew past
+    :data:`DIVERGENCE_FACTOR` times the first epoch's: the optimiser may keep it finite, so the non-finite check
+    never fires), a multi-label model that predicts nothing."""
     out = []
     if epochs and all(math.isnan(e.get("val_acc", math.nan)) for e in epochs):
         out.append("the validation split is empty: no validation score; the best epoch is the one with the lowest "
@@ -125,6 +128,11 @@ def report_warnings(epochs: list[dict], best: dict, metric: str) -> list[str]:
         out.append(f"validation {metric} never improved after epoch {first + 1} of {len(epochs)} (last epoch: "
                    f"{last['val_acc']:.4f}): the reported scores are those of a barely trained model; check --lr, "
                    "--features and the labels")
+    losses = [e["loss"] for e in epochs if math.isfinite(e.get("loss", math.nan))]
+    if losses and losses[0] > 0 and max(losses) > DIVERGENCE_FACTOR * losses[0]:
+        worst = max(range(len(losses)), key=losses.__getitem__)
+        out.append(f"the training loss diverged: {losses[worst]:.4g} at its peak, over {DIVERGENCE_FACTOR:g} times "
+                   f"the first epoch's {losses[0]:.4g}; the learning rate is likely too large: lower --lr")
     if metric == "micro-f1" and epochs and epochs[-1].get("train_acc") == 0.0:
         out.append("the model predicts no label for any training vertex at the last epoch (micro-f1 0): it has "
                    "collapsed to all-negative outputs")

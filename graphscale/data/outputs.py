@@ -45,7 +45,7 @@ def resolve_output(path: str | os.PathLike, option: str = "") -> tuple[Path, boo
     target = Path(os.path.realpath(path))
     try:
         mode = os.stat(target).st_mode
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):  # a new file (its directory is checked where it is written)
         return target, False
     except OSError as err:
         raise ValueError(f"{_label(option, path)}: cannot be inspected ({err.strerror or err})") from None
