@@ -248,7 +248,8 @@ def _train_runs(configs: list, base, advice) -> int:
                      key=lambda m: m["peak_rss"])  # the OS figures of the worker with the largest resident set
         rows.append({"seed": config.seed, "best epoch": "-" if final["best_epoch"] is None else final["best_epoch"],
                      "final loss": report["epochs"][-1]["loss"] if report["epochs"] else float("nan"),
-                     "val acc": final["val_acc"], "test acc": final["test_acc"], "s/epoch": final["mean_epoch_seconds"],
+                     "val acc": final["val_acc"], "trivial val": _trivial_cell(report),
+                     "test acc": final["test_acc"], "s/epoch": final["mean_epoch_seconds"],
                      "bytes/epoch": format_bytes(moved_bytes(final["bytes_per_epoch"])),
                      "peak mem/worker": format_bytes(max(final["peak_memory_per_worker"] or [0])),
                      "RSS peak/worker": format_bytes(os_mem["peak_rss"]) if os_mem else "-",
@@ -283,6 +284,17 @@ def _train_runs(configs: list, base, advice) -> int:
                     "test_acc_mean": statistics.mean(tests) if scored else float("nan"),
                     "test_acc_std": statistics.stdev(tests) if scored else float("nan")}, base.json)
     return 0
+
+
+def _trivial_cell(report: dict) -> str:
+    """The trivial predictor's validation score (:func:`graphscale.run.trivial_baseline`), and ``not beaten`` when
+    the run's best is not above it (the run did not learn)."""
+    from graphscale.run import beats_trivial
+
+    baseline = report.get("baseline")
+    if baseline is None or math.isnan(baseline["val_acc"]):
+        return "-"
+    return f"{baseline['val_acc']:.3f}" + (" NOT BEATEN" if beats_trivial(report["final"], baseline) is False else "")
 
 
 def _epochs_trained(reports: list[dict], epochs: int) -> str:

@@ -103,18 +103,45 @@ def merge_histories(results: list[dict]) -> list[dict]:
     return epochs
 
 
+#: how far above the trivial predictor's validation score a run's best must be to count as learning
+TRIVIAL_MARGIN = 1e-3
 #: a training loss larger than this many times the first epoch's is reported as divergence (:func:`report_warnings`)
 DIVERGENCE_FACTOR = 1e3
 #: epochs after which a best epoch that is the first one means training never improved the model
 NO_IMPROVEMENT_EPOCHS = 5
 
 
-def report_warnings(epochs: list[dict], best: dict, metric: str) -> list[str]:
+def trivial_baseline(data: DataHandle) -> dict | None:
+    """The trivial predictor's scores on the run's labels (:func:`graphscale.metrics.baseline.trivial_scores`);
+    ``None`` where the parent has no whole graph (a partition store) or no labelled training split."""
+    from graphscale.metrics.baseline import trivial_scores
+
+    try:
+        graph = data.open_graph()
+    except ValueError:  # partition-local: the labels are spread over the store's parts
+        return None
+    if graph is None or graph.y is None or graph.train_mask is None:
+        return None
+    n = graph.num_nodes
+    masks = {s: torch.as_tensor(getattr(graph, f"{s}_mask")) if getattr(graph, f"{s}_mask") is not None
+             else torch.zeros(n, dtype=torch.bool) for s in ("train", "val", "test")}
+    return trivial_scores(torch.as_tensor(graph.y), masks)
+
+
+def beats_trivial(best: dict, baseline: dict | None) -> bool | None:
+    """Whether the best validation score is above the trivial predictor's; ``None`` where either is unknown."""
+    if baseline is None or math.isnan(best.get("val_acc", math.nan)) or math.isnan(baseline["val_acc"]):
+        return None
+    return best["val_acc"] > baseline["val_acc"] + TRIVIAL_MARGIN
+
+
+def report_warnings(epochs: list[dict], best: dict, metric: str, baseline: dict | None = None) -> list[str]:
     """What the report's numbers do not say by themselves: an empty validation split (best epoch by training loss,
     no validation score), an empty test split (no test score), a best epoch that is the first of many (training
     never improved on it: the scores are those of a barely trained model), a loss that diverged (grew past
     :data:`DIVERGENCE_FACTOR` times the first epoch's: the optimiser may keep it finite, so the non-finite check
-    never fires), a multi-label model that predicts nothing."""
+    never fires), a best validation score not above a trivial predictor's (``baseline``:
+    :func:`trivial_baseline`; the model did not learn), a multi-label model that predicts nothing."""
     out = []
     if epochs and all(math.isnan(e.get("val_acc", math.nan)) for e in epochs):
         out.append("the validation split is empty: no validation score; the best epoch is the one with the lowest "
@@ -128,6 +155,10 @@ def report_warnings(epochs: list[dict], best: dict, metric: str) -> list[str]:
         out.append(f"validation {metric} never improved after epoch {first + 1} of {len(epochs)} (last epoch: "
                    f"{last['val_acc']:.4f}): the reported scores are those of a barely trained model; check --lr, "
                    "--features and the labels")
+    if beats_trivial(best, baseline) is False:
+        out.append(f"the model did not learn: its best validation {metric} {best['val_acc']:.4f} is not better than "
+                   f"a trivial predictor's {baseline['val_acc']:.4f} ({baseline['predictor']}, ignoring the graph and "
+                   "the features); check --features, --lr, --epochs and the labels")
     losses = [e["loss"] for e in epochs if math.isfinite(e.get("loss", math.nan))]
     if losses and losses[0] > 0 and max(losses) > DIVERGENCE_FACTOR * losses[0]:
         worst = max(range(len(losses)), key=losses.__getitem__)
@@ -173,6 +204,7 @@ def run(config: RunConfig, *, write: bool = True) -> dict:
         from graphscale.data.features import input_width
 
         check_user_model(config, input_width(config.data.features, data.num_features), data.num_classes)  # widths
+        trivial = trivial_baseline(data)
         if saved is not None:
             check_resume(config, saved, data.summary)  # the resolved dataset and the graph's counts
             del saved
@@ -189,7 +221,9 @@ def run(config: RunConfig, *, write: bool = True) -> dict:
             "allocator_per_worker": [r["allocator"] for r in results],
             "metric": metric_name(bool(results[0]["graph"].get("multilabel"))),
             "epochs": epochs,
-            "warnings": report_warnings(epochs, best, metric_name(bool(results[0]["graph"].get("multilabel")))),
+            "baseline": trivial,
+            "warnings": report_warnings(epochs, best, metric_name(bool(results[0]["graph"].get("multilabel"))),
+                                        trivial),
             "final": {"best_epoch": best["epoch"] if best["epoch"] >= 0 else None, "val_acc": best["val_acc"],
                       "test_acc": best["test_acc"], "best_by": best.get("by", "val_acc"),
                       "mean_epoch_seconds": sum(e["seconds"] for e in epochs) / max(len(epochs), 1),
