@@ -444,23 +444,44 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     return parser
 
 
-def write_error_log(text: str) -> Path:
-    """Keep a traceback the user was shown one line of: ``$TMPDIR/graphscale-error-PID.log``."""
+#: error logs kept in the cache directory's ``errors/`` (the oldest beyond it are removed when one is written)
+MAX_ERROR_LOGS = 20
+
+
+def write_error_log(text: str, cache_dir: str | None = None) -> Path:
+    """Keep a traceback the user was shown one line of: ``CACHE/errors/graphscale-error-PID.log`` (``--cache-dir``,
+    else the default cache directory), keeping the :data:`MAX_ERROR_LOGS` newest; ``$TMPDIR`` when the cache
+    directory cannot be written."""
+    import contextlib
     import os
     import tempfile
 
-    path = Path(tempfile.gettempdir()) / f"graphscale-error-{os.getpid()}.log"
-    path.write_text(text)
+    from graphscale.data.cache import default_cache_dir
+
+    name = f"graphscale-error-{os.getpid()}.log"
+    folder = Path(cache_dir).expanduser() if cache_dir else default_cache_dir()
+    try:
+        (folder / "errors").mkdir(parents=True, exist_ok=True)
+        path = folder / "errors" / name
+        path.write_text(text)
+    except OSError:
+        path = Path(tempfile.gettempdir()) / name
+        path.write_text(text)
+        return path
+    logs = sorted(path.parent.glob("graphscale-error-*.log"), key=lambda p: p.stat().st_mtime, reverse=True)
+    for old in logs[MAX_ERROR_LOGS:]:
+        with contextlib.suppress(OSError):
+            old.unlink()
     return path
 
 
-def _one_line_with_log(line: str, traceback_text: str, debug: bool) -> str:
+def _one_line_with_log(line: str, traceback_text: str, debug: bool, cache_dir: str | None = None) -> str:
     """``line`` and where its traceback is (a log file; with ``--debug`` the traceback itself, printed before)."""
     if debug:
         print(traceback_text.rstrip(), file=sys.stderr)
         return line
     try:
-        return f"{line} (traceback in {write_error_log(traceback_text)}; --debug prints it)"
+        return f"{line} (traceback in {write_error_log(traceback_text, cache_dir)}; --debug prints it)"
     except OSError:
         return f"{line} (--debug prints the traceback)"
 
@@ -501,7 +522,8 @@ def main(argv: list[str] | None = None) -> int:
             from graphscale.distributed.launch import summarize_exception
 
             line, text = summarize_exception(err)[0], traceback.format_exc()
-        print(f"graphscale: error: {_one_line_with_log(line, text, debug)}", file=sys.stderr)
+        cache_dir = getattr(args, "cache_dir", None)
+        print(f"graphscale: error: {_one_line_with_log(line, text, debug, cache_dir)}", file=sys.stderr)
         return 1
 
 
