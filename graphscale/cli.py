@@ -527,10 +527,21 @@ def main(argv: list[str] | None = None) -> int:
         return 1
 
 
+def _terminated(signum: int, frame: object) -> None:
+    """SIGTERM: unwind (every writer's cleanup runs, its temporary removed) and exit 143 (128 + SIGTERM)."""
+    raise SystemExit(128 + signum)
+
+
 def console_entry() -> None:
-    """The ``graphscale`` command and ``python -m graphscale``: :func:`main`, then exit with its code. A torchrun
+    """The ``graphscale`` command and ``python -m graphscale``: :func:`main`, then exit with its code; SIGTERM
+    unwinds the command as Ctrl-C does (:func:`_terminated`: the temporaries of partition stores, graph directories
+    and outputs being written are removed) and exits 143. A torchrun
     rank exits without interpreter teardown (:func:`~graphscale.distributed.launch.exit_without_teardown`): a rank
     hung there would keep every torchrun agent of the job waiting after the results are written."""
+    import signal
+
+    if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:  # SIGTERM unwinds like Ctrl-C: temporaries are removed
+        signal.signal(signal.SIGTERM, _terminated)
     code = main()
     launch = sys.modules.get("graphscale.distributed.launch")  # not imported: no process group was joined
     if launch is not None and launch.torchrun_detected():

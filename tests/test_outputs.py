@@ -231,3 +231,24 @@ def test_locks_are_released_removed_and_taken_over_from_a_dead_holder(tmp_path):
         assert f"pid {os.getpid()} " in lock_path(path).read_text()
     assert not lock_path(path).exists()
     assert lock_path("/dev/null") is None  # a device is not locked
+
+
+@pytest.mark.slow
+def test_sigterm_during_a_partition_store_write_leaves_no_temporary(tmp_path):
+    """SIGTERM while the store's temporary directory exists: the command unwinds as on Ctrl-C (exit 143), the
+    temporary and the lock file are removed, no store is left half-written."""
+    import signal
+    import time
+
+    out = tmp_path / "store"
+    proc = subprocess.Popen([sys.executable, "-m", "graphscale", "partition", "--dataset",
+                             "sbm:nodes=200000,degree=8,features=16,seed=1", "--method", "random", "--parts", "4",
+                             "--out", str(out)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONPATH": str(ROOT)})
+    deadline = time.monotonic() + 300
+    while not any(".tmp-" in p.name for p in tmp_path.iterdir()):
+        assert proc.poll() is None and time.monotonic() < deadline, "the store was never being written"
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(120) == 143, proc.stderr.read()
+    assert list(tmp_path.iterdir()) == []
