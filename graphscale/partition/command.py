@@ -55,14 +55,27 @@ def resolve_input(dataset: str, num_vertices: int | None = None, edge_dtype: str
 
 
 class ProgressBars:
-    """A tqdm bar per step, driven by the ``(step, done, total)`` callbacks of the partitioners and the store; shown
-    on a terminal only (redirected, the summary table says what was done)."""
+    """Progress of every step, driven by the ``(step, done, total)`` callbacks of the partitioners and the store: a
+    tqdm bar per step on a terminal; redirected (a log file), one line when a step starts and one at every tenth of
+    it (as ``train``'s epochs)."""
 
-    def __init__(self, enabled: bool = True) -> None:
-        self.enabled, self._bar, self._name = enabled and sys.stderr.isatty(), None, None
+    def __init__(self, enabled: bool = True, stream=None) -> None:
+        self.stream = stream or sys.stderr
+        self.enabled, self.tty = enabled, self.stream.isatty()
+        self._bar, self._name, self._tenth = None, None, -1
 
     def __call__(self, name: str, done: int, total: int) -> None:
         if not self.enabled:
+            return
+        if not self.tty:
+            if name != self._name:
+                self._name, self._tenth = name, 0
+                print(f"graphscale partition: {name}: started ({total:,})", file=self.stream, flush=True)
+            tenth = 10 * done // total if total > 0 else 10
+            if tenth > self._tenth:
+                self._tenth = tenth
+                print(f"graphscale partition: {name}: {done:,} / {total:,} ({100 * done / max(total, 1):.0f}%)",
+                      file=self.stream, flush=True)
             return
         from tqdm import tqdm
 
@@ -118,7 +131,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--feature-chunk-mb", type=int, default=64, help="bound on one feature copy step (MiB)")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing partition store")
     add_declared(parser, "json", note="here: the summary")
-    add_declared(parser, "progress", note="here: a bar per step")
+    add_declared(parser, "progress", note="here: a bar per step, or a line per tenth of a step when redirected")
 
 
 def partition_dataset(args: argparse.Namespace) -> dict:
