@@ -17,6 +17,14 @@ holds its learning rate, or change the trajectory that ``--resume`` promises to 
 resumes a checkpoint of any exact strategy (they train the same model with the same optimiser); an approximate
 one (``model-averaging``) only its own.
 
+The identity also records how the optimisation walks (:func:`training_identity`): ``training`` (``full-graph`` or
+``mini-batch``) and, for mini-batch training, ``--fanouts`` and ``--batch-size``; a full-graph checkpoint does not
+resume under ``--minibatch`` or ``data-parallel``, nor a mini-batch one with other fan-outs or batch size.
+
+Every checkpoint carries a checksum of its contents (:func:`checksum`: SHA-256 over every tensor's bytes, dtype and
+shape and every other value, in order), written with it (:func:`write_checkpoint`) and verified on load: a
+checkpoint whose bytes changed since (a flipped bit, a partial copy) is refused with one line naming the file.
+
 ``--repeat N --checkpoint P`` keeps one checkpoint per seed, :func:`seed_path` (``ckpt.pt`` ->
 ``ckpt.seed3.pt``), and ``--repeat N --resume`` resumes each seed from its own.
 """
@@ -25,6 +33,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import hashlib
+import io
+
+import numpy as np
 import torch
 
 from graphscale.config import RunConfig, model_dict
@@ -34,7 +46,7 @@ OPTIMIZER = "adam"
 #: graph counts a checkpoint records and a resumed run must match
 GRAPH_COUNTS = ("nodes", "edges", "features", "classes")
 #: keys every checkpoint holds
-REQUIRED = ("epoch", "strategy", "best", "history", "identity", "graph")
+REQUIRED = ("epoch", "strategy", "best", "history", "identity", "graph", "checksum")
 
 
 def seed_path(path: str | Path, seed: int) -> str:
@@ -57,7 +69,61 @@ def identity(config: RunConfig) -> dict:
             "model": model.pop("name"), **model,
             "dtype": config.dtype, "seed": config.seed, "optimizer": OPTIMIZER, "lr": config.optim.lr,
             "weight_decay": config.optim.weight_decay, "strategy": config.strategy.name,
-            **STRATEGIES.get(config.strategy.name).resume_identity(config)}
+            **training_identity(config), **STRATEGIES.get(config.strategy.name).resume_identity(config)}
+
+
+def training_identity(config: RunConfig) -> dict:
+    """How the optimisation walks: ``training`` (``mini-batch`` for a strategy that samples mini-batches with this
+    configuration: it reads ``--batch-size``; else ``full-graph``) and, for mini-batch training, ``fanouts`` and
+    ``batch_size``."""
+    from graphscale.registry import STRATEGIES
+
+    strategy = STRATEGIES.get(config.strategy.name)
+    sampled = "batch_size" in strategy.options and "batch_size" not in strategy.unused_options(config)
+    if not sampled:
+        return {"training": "full-graph"}
+    return {"training": "mini-batch", "fanouts": list(config.strategy.fanouts),
+            "batch_size": config.strategy.batch_size}
+
+
+def _digest(value, sha) -> None:
+    """Feed ``value`` (nested dicts, lists, tuples, tensors, arrays, scalars) into ``sha`` in a fixed order."""
+    if isinstance(value, torch.Tensor):
+        tensor = value.detach().cpu().contiguous()
+        sha.update(f"T{tensor.dtype}{tuple(tensor.shape)}".encode())
+        sha.update(tensor.reshape(-1).view(torch.uint8).numpy().tobytes() if tensor.numel() else b"")
+    elif isinstance(value, np.ndarray):
+        sha.update(f"A{value.dtype}{value.shape}".encode())
+        sha.update(np.ascontiguousarray(value).tobytes())
+    elif isinstance(value, dict):
+        sha.update(f"D{len(value)}".encode())
+        for key, item in value.items():
+            _digest(key, sha)
+            _digest(item, sha)
+    elif isinstance(value, (list, tuple)):
+        sha.update(f"{'L' if isinstance(value, list) else 'U'}{len(value)}".encode())
+        for item in value:
+            _digest(item, sha)
+    else:
+        sha.update(f"S{type(value).__name__}:{value!r};".encode())
+
+
+def checksum(payload: dict) -> str:
+    """SHA-256 (hex) of a checkpoint's contents: every entry but ``checksum`` (module docstring)."""
+    sha = hashlib.sha256()
+    _digest({k: v for k, v in payload.items() if k != "checksum"}, sha)
+    return sha.hexdigest()
+
+
+def write_checkpoint(path: str | Path, payload: dict) -> None:
+    """Write ``payload`` with its :func:`checksum` to ``path`` through
+    :func:`graphscale.data.outputs.write_output` (atomically; a FIFO or device in place; a failure is one line
+    naming ``--checkpoint``, the path, the cause and the bytes)."""
+    from graphscale.data.outputs import write_output
+
+    buffer = io.BytesIO()
+    torch.save({**payload, "checksum": checksum(payload)}, buffer)
+    write_output(path, buffer.getbuffer(), option="--checkpoint")
 
 
 def read_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") -> dict:
@@ -78,7 +144,10 @@ def read_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") 
                          f"{type(err).__name__}{': ' + reason if reason else ''})") from None
     if not isinstance(state, dict) or any(key not in state for key in REQUIRED):
         raise ValueError(f"--resume: checkpoint {path} is not a graphscale checkpoint of this version (it does not "
-                         "record its run's configuration); train again without --resume")
+                         "record its run's configuration and checksum); train again without --resume")
+    if checksum(state) != state["checksum"]:
+        raise ValueError(f"--resume: checkpoint {path} is damaged: its contents do not match the checksum written "
+                         "with it; train again without --resume (or resume from an intact copy)")
     return state
 
 
@@ -113,7 +182,10 @@ def check_resume(config: RunConfig, saved: dict, summary: dict | None = None) ->
             continue
         if key not in recorded and before != now:  # an option of this run's strategy only: not a difference
             continue
-        if recorded.get(key) != current[key]:
+        if key == "training" and recorded.get(key) != current[key]:
+            differing.append(f"training {_show(recorded.get(key))} (checkpoint) vs {_show(current[key])} "
+                             "(--minibatch, or a strategy that samples mini-batches, changes it)")
+        elif recorded.get(key) != current[key]:
             differing.append(f"--{key.replace('_', '-')} {_show(recorded.get(key))} (checkpoint) vs "
                              f"{_show(current[key])}")
     if summary is not None and recorded_graph is not None:

@@ -17,7 +17,7 @@ from graphscale.flags import NOT_GIVEN, add_declared, add_own, show
 from graphscale.metrics.ledger import moved_bytes
 from graphscale.metrics.table import format_table
 from graphscale.metrics.units import format_bytes
-from graphscale.options import declared, flag_of, int_list
+from graphscale.options import declared, flag_of, int_list, integer
 
 #: ``graphscale bench NAME`` -> module with ``add_arguments(parser)`` and ``run(args)``.
 BENCHES = {
@@ -59,7 +59,8 @@ REGISTRY_OPTIONS = {"model": "MODELS", "strategy": "STRATEGIES", "partitioner": 
 
 
 class Parser(argparse.ArgumentParser):
-    """An ArgumentParser whose :func:`int_list` options also take a value starting with ``-``.
+    """An ArgumentParser whose :func:`int_list` options also take a value starting with ``-``, and whose errors are
+    one line (no usage dump: ``--help`` prints it).
 
     argparse reads ``--fanouts -1,5`` as ``--fanouts`` without a value followed by an unknown option ``-1,5``
     (a lone ``-1`` it takes as a number); this parser passes such a value on as ``--fanouts=-1,5``, which argparse
@@ -75,6 +76,10 @@ class Parser(argparse.ArgumentParser):
         if kwargs.get("type") is int_list:
             self.list_options.update(action.option_strings)
         return action
+
+    def error(self, message: str):
+        """One line, ``graphscale train: error: ...`` (and where to read the options), without the usage dump."""
+        self.exit(2, f"{self.prog}: error: {message} (`{self.prog} --help` lists the options)\n")
 
     def parse_known_args(self, args=None, namespace=None):
         args = list(sys.argv[1:] if args is None else args)
@@ -152,7 +157,7 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
             continue
         add_declared(p, dest, default=NOT_GIVEN)
         if path == ("seed",):  # not a configuration field: the runs of one command
-            p.add_argument("--repeat", type=int, default=1,
+            p.add_argument("--repeat", type=integer, default=1,
                            help="train N times with seeds seed..seed+N-1 and report mean/std")
     add_strategy_arguments(p)
 
@@ -188,7 +193,6 @@ def overrides_from_args(args: argparse.Namespace) -> dict:
 def cmd_train(args: argparse.Namespace) -> int:
     from graphscale.checkpoint import check_resume, read_checkpoint, seed_path
     from graphscale.config import build_config
-    from graphscale.run import run, write_json
     from graphscale.validation import check_path_conflicts, validate
 
     overrides, advice = overrides_from_args(args), None
@@ -221,30 +225,42 @@ def cmd_train(args: argparse.Namespace) -> int:
         configs.append(config)
     outputs = [("--checkpoint", c.checkpoint) for c in configs] + [("--json", base.json)]
     check_path_conflicts(base, outputs, args.config)  # every seed's checkpoint, the report, the TOML file
+    from graphscale.data.output_lock import output_locks
+    from graphscale.distributed.launch import is_main_process
+
+    locked = outputs + [("--tensorboard", base.tensorboard)] if is_main_process() else []
+    with output_locks(locked):  # held until every output is written: a second run naming one stops at once
+        return _train_runs(configs, base, advice)
+
+
+def _train_runs(configs: list, base, advice) -> int:
+    """Run every seed, print the results table, then write the outputs (a failed write loses no result)."""
+    from graphscale.distributed.launch import is_main_process
+    from graphscale.run import run, write_json, write_outputs
+
     rows, reports = [], []
     for config in configs:
-        report = run(config)
+        report = run(config, write=False)
         if advice is not None:  # the prediction next to the measurement
             from graphscale.advise.auto import record, summary
 
             print(summary(record(report, advice)))
-            if config.json:
-                write_json(report, config.json)
         reports.append(report)
         final = report["final"]
         os_mem = max((m for m in final.get("os_memory_per_worker") or [] if m), default=None,
                      key=lambda m: m["peak_rss"])  # the OS figures of the worker with the largest resident set
         rows.append({"seed": config.seed, "best epoch": "-" if final["best_epoch"] is None else final["best_epoch"],
                      "final loss": report["epochs"][-1]["loss"] if report["epochs"] else float("nan"),
-                     "val acc": final["val_acc"], "test acc": final["test_acc"], "s/epoch": final["mean_epoch_seconds"],
+                     "val acc": final["val_acc"], "trivial val": _trivial_cell(report),
+                     "test acc": final["test_acc"], "s/epoch": final["mean_epoch_seconds"],
                      "bytes/epoch": format_bytes(moved_bytes(final["bytes_per_epoch"])),
                      "peak mem/worker": format_bytes(max(final["peak_memory_per_worker"] or [0])),
                      "RSS peak/worker": format_bytes(os_mem["peak_rss"]) if os_mem else "-",
                      "anon/file": (f"{format_bytes(os_mem['peak_anon'])} / {format_bytes(os_mem['peak_file'])}"
                                    if os_mem and os_mem.get("peak_anon") is not None else "-")})
-    from graphscale.distributed.launch import is_main_process
-
     if not is_main_process():  # torchrun: rank 0 prints and writes the combined report
+        for config, report in zip(configs, reports):
+            write_outputs(report, config)  # every rank's --tensorboard, as before
         return 0
     graph = reports[0]["graph"]
     metric = reports[0].get("metric", "accuracy")  # reported under the acc columns (micro-f1 for multi-label)
@@ -257,17 +273,31 @@ def cmd_train(args: argparse.Namespace) -> int:
         print(f"graphscale: warning: {warning}", file=sys.stderr)
     tests = [r["final"]["test_acc"] for r in reports]
     scored = not any(math.isnan(t) for t in tests)
-    if len(tests) > 1 and base.json:  # null mean and std (strict JSON) when a split is empty
-        write_json({"runs": reports, "metric": metric,
-                    "test_acc_mean": statistics.mean(tests) if scored else float("nan"),
-                    "test_acc_std": statistics.stdev(tests) if scored else float("nan")}, base.json)
     if not scored:
         print(f"no test {metric}: the test split is empty")
     elif len(tests) > 1:
         print(f"test {metric} over {len(tests)} seeds: {statistics.mean(tests):.4f} +- {statistics.stdev(tests):.4f}")
     else:
         print(f"test {metric} at best validation: {tests[0]:.4f}")
+    sys.stdout.flush()  # the results are out before any write can fail
+    for config, report in zip(configs, reports):
+        write_outputs(report, config)
+    if len(tests) > 1 and base.json:  # null mean and std (strict JSON) when a split is empty
+        write_json({"runs": reports, "metric": metric,
+                    "test_acc_mean": statistics.mean(tests) if scored else float("nan"),
+                    "test_acc_std": statistics.stdev(tests) if scored else float("nan")}, base.json)
     return 0
+
+
+def _trivial_cell(report: dict) -> str:
+    """The trivial predictor's validation score (:func:`graphscale.run.trivial_baseline`), and ``not beaten`` when
+    the run's best is not above it (the run did not learn)."""
+    from graphscale.run import beats_trivial
+
+    baseline = report.get("baseline")
+    if baseline is None or math.isnan(baseline["val_acc"]):
+        return "-"
+    return f"{baseline['val_acc']:.3f}" + (" NOT BEATEN" if beats_trivial(report["final"], baseline) is False else "")
 
 
 def _epochs_trained(reports: list[dict], epochs: int) -> str:
@@ -424,23 +454,44 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     return parser
 
 
-def write_error_log(text: str) -> Path:
-    """Keep a traceback the user was shown one line of: ``$TMPDIR/graphscale-error-PID.log``."""
+#: error logs kept in the cache directory's ``errors/`` (the oldest beyond it are removed when one is written)
+MAX_ERROR_LOGS = 20
+
+
+def write_error_log(text: str, cache_dir: str | None = None) -> Path:
+    """Keep a traceback the user was shown one line of: ``CACHE/errors/graphscale-error-PID.log`` (``--cache-dir``,
+    else the default cache directory), keeping the :data:`MAX_ERROR_LOGS` newest; ``$TMPDIR`` when the cache
+    directory cannot be written."""
+    import contextlib
     import os
     import tempfile
 
-    path = Path(tempfile.gettempdir()) / f"graphscale-error-{os.getpid()}.log"
-    path.write_text(text)
+    from graphscale.data.cache import default_cache_dir
+
+    name = f"graphscale-error-{os.getpid()}.log"
+    folder = Path(cache_dir).expanduser() if cache_dir else default_cache_dir()
+    try:
+        (folder / "errors").mkdir(parents=True, exist_ok=True)
+        path = folder / "errors" / name
+        path.write_text(text)
+    except OSError:
+        path = Path(tempfile.gettempdir()) / name
+        path.write_text(text)
+        return path
+    logs = sorted(path.parent.glob("graphscale-error-*.log"), key=lambda p: p.stat().st_mtime, reverse=True)
+    for old in logs[MAX_ERROR_LOGS:]:
+        with contextlib.suppress(OSError):
+            old.unlink()
     return path
 
 
-def _one_line_with_log(line: str, traceback_text: str, debug: bool) -> str:
+def _one_line_with_log(line: str, traceback_text: str, debug: bool, cache_dir: str | None = None) -> str:
     """``line`` and where its traceback is (a log file; with ``--debug`` the traceback itself, printed before)."""
     if debug:
         print(traceback_text.rstrip(), file=sys.stderr)
         return line
     try:
-        return f"{line} (traceback in {write_error_log(traceback_text)}; --debug prints it)"
+        return f"{line} (traceback in {write_error_log(traceback_text, cache_dir)}; --debug prints it)"
     except OSError:
         return f"{line} (--debug prints the traceback)"
 
@@ -481,14 +532,26 @@ def main(argv: list[str] | None = None) -> int:
             from graphscale.distributed.launch import summarize_exception
 
             line, text = summarize_exception(err)[0], traceback.format_exc()
-        print(f"graphscale: error: {_one_line_with_log(line, text, debug)}", file=sys.stderr)
+        cache_dir = getattr(args, "cache_dir", None)
+        print(f"graphscale: error: {_one_line_with_log(line, text, debug, cache_dir)}", file=sys.stderr)
         return 1
 
 
+def _terminated(signum: int, frame: object) -> None:
+    """SIGTERM: unwind (every writer's cleanup runs, its temporary removed) and exit 143 (128 + SIGTERM)."""
+    raise SystemExit(128 + signum)
+
+
 def console_entry() -> None:
-    """The ``graphscale`` command and ``python -m graphscale``: :func:`main`, then exit with its code. A torchrun
+    """The ``graphscale`` command and ``python -m graphscale``: :func:`main`, then exit with its code; SIGTERM
+    unwinds the command as Ctrl-C does (:func:`_terminated`: the temporaries of partition stores, graph directories
+    and outputs being written are removed) and exits 143. A torchrun
     rank exits without interpreter teardown (:func:`~graphscale.distributed.launch.exit_without_teardown`): a rank
     hung there would keep every torchrun agent of the job waiting after the results are written."""
+    import signal
+
+    if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:  # SIGTERM unwinds like Ctrl-C: temporaries are removed
+        signal.signal(signal.SIGTERM, _terminated)
     code = main()
     launch = sys.modules.get("graphscale.distributed.launch")  # not imported: no process group was joined
     if launch is not None and launch.torchrun_detected():

@@ -90,7 +90,7 @@ class ModelConfig:
                        "returning a PyG model, imported by every worker; docs/pyg.md)", flag="model")
     hidden: int = option(16, "hidden width (per attention head for gat)")
     layers: int = option(2, "message-passing layers")
-    dropout: float = option(0.5, "dropout probability (gat: also on the attention coefficients)")
+    dropout: float = option(0.5, "dropout probability in [0, 1) (gat: also on the attention coefficients)")
     heads: int = option(8, "attention heads of the hidden layers")
     alpha: float = option(0.1, "GCNII initial-residual weight, in [0, 1]")
     theta: float = option(0.5, "GCNII identity-mapping strength (beta_l = log(theta / l + 1))")
@@ -258,6 +258,9 @@ def _apply(target, values: dict, where: str) -> None:
                 raise ValueError(f"{where}: [{key}] must be a table")
             _apply(current, value, f"{where} [{key}]")
             continue
+        if current is not None and value is not None and isinstance(value, bool) != isinstance(current, bool):
+            raise ValueError(f"{where}: option {key!r} expects {type(current).__name__}, got the boolean "
+                             f"{str(value).lower()}")  # bool is an int to Python: epochs = true would read as 1
         if current is not None and value is not None and not isinstance(value, type(current)):
             if isinstance(current, float) and isinstance(value, int):
                 value = float(value)

@@ -27,14 +27,14 @@ import dataclasses
 from typing import Any
 
 from graphscale.config import declared_options
-from graphscale.options import TOGGLE, flag_of, int_list
+from graphscale.options import TOGGLE, flag_of, int_list, integer
 
 #: ``default=DECLARED``: the declaration's default; ``default=NOT_GIVEN``: None, and no default in the help (the
 #: caller's configuration supplies it: ``graphscale train``)
 DECLARED, NOT_GIVEN = object(), object()
 
 #: a declared option's type (as written in its dataclass) -> the argparse type of its value
-ARG_TYPES = {"int": int, "int | None": int, "float": float, "str": None, "str | None": None}
+ARG_TYPES = {"int": integer, "int | None": integer, "float": float, "str": None, "str | None": None}
 
 
 def declaration(name: str) -> dataclasses.Field:
@@ -95,7 +95,7 @@ def value_kwargs(spec: dataclasses.Field, grid: bool = False) -> dict:
     if md["metavar"]:
         kwargs["metavar"] = md["metavar"]
     if grid:
-        if kwargs["type"] is int:
+        if kwargs["type"] is integer:
             kwargs.update(type=int_list, metavar=f"{md['metavar'] or spec.name.upper()},...")
         elif kwargs["type"] is None:
             kwargs["action"] = "append"

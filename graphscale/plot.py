@@ -151,13 +151,13 @@ def plot_runs(runs: list[tuple[Path, dict]], out: str | Path, option: str = "--o
     fig.suptitle(f"training curves: {', '.join(graphs)} (metric: {metric})")
     rows = math.ceil(len(names) / 4)
     fig.tight_layout(rect=(0, 0.04 * rows + 0.01, 1, 0.97))
-    tmp = out.with_name(f".{out.name}.tmp{out.suffix}")
-    try:
-        fig.savefig(tmp, dpi=100)
-        tmp.replace(out)
+    from graphscale.data.outputs import write_output
+
+    try:  # the format from the suffix as savefig reads it from a name (a file object has none)
+        write_output(out, lambda handle: fig.savefig(handle, dpi=100, format=out.suffix[1:] or "png"),
+                     option=option)
     finally:
         plt.close(fig)
-        tmp.unlink(missing_ok=True)
     return out
 
 

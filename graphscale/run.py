@@ -22,6 +22,7 @@ from graphscale import __version__, allocator
 from graphscale.checkpoint import check_resume, read_checkpoint
 from graphscale.config import RunConfig, to_dict
 from graphscale.data.formats import write_json_atomic
+from graphscale.data.output_lock import output_locks
 from graphscale.data.handle import DataHandle
 from graphscale.distributed.env import DistEnv
 from graphscale.distributed.launch import is_main_process, launch, resolve_device
@@ -102,15 +103,45 @@ def merge_histories(results: list[dict]) -> list[dict]:
     return epochs
 
 
+#: how far above the trivial predictor's validation score a run's best must be to count as learning
+TRIVIAL_MARGIN = 1e-3
+#: a training loss larger than this many times the first epoch's is reported as divergence (:func:`report_warnings`)
+DIVERGENCE_FACTOR = 1e3
 #: epochs after which a best epoch that is the first one means training never improved the model
 NO_IMPROVEMENT_EPOCHS = 5
 
 
-def report_warnings(epochs: list[dict], best: dict, metric: str) -> list[str]:
+def trivial_baseline(data: DataHandle) -> dict | None:
+    """The trivial predictor's scores on the run's labels (:func:`graphscale.metrics.baseline.trivial_scores`);
+    ``None`` where the parent has no whole graph (a partition store) or no labelled training split."""
+    from graphscale.metrics.baseline import trivial_scores
+
+    try:
+        graph = data.open_graph()
+    except ValueError:  # partition-local: the labels are spread over the store's parts
+        return None
+    if graph is None or graph.y is None or graph.train_mask is None:
+        return None
+    n = graph.num_nodes
+    masks = {s: torch.as_tensor(getattr(graph, f"{s}_mask")) if getattr(graph, f"{s}_mask") is not None
+             else torch.zeros(n, dtype=torch.bool) for s in ("train", "val", "test")}
+    return trivial_scores(torch.as_tensor(graph.y), masks)
+
+
+def beats_trivial(best: dict, baseline: dict | None) -> bool | None:
+    """Whether the best validation score is above the trivial predictor's; ``None`` where either is unknown."""
+    if baseline is None or math.isnan(best.get("val_acc", math.nan)) or math.isnan(baseline["val_acc"]):
+        return None
+    return best["val_acc"] > baseline["val_acc"] + TRIVIAL_MARGIN
+
+
+def report_warnings(epochs: list[dict], best: dict, metric: str, baseline: dict | None = None) -> list[str]:
     """What the report's numbers do not say by themselves: an empty validation split (best epoch by training loss,
     no validation score), an empty test split (no test score), a best epoch that is the first of many (training
-    never improved on it: the scores are those of a barely trained model), a multi-label model that predicts
-    nothing."""
+    never improved on it: the scores are those of a barely trained model), a loss that diverged (grew past
+    :data:`DIVERGENCE_FACTOR` times the first epoch's: the optimiser may keep it finite, so the non-finite check
+    never fires), a best validation score not above a trivial predictor's (``baseline``:
+    :func:`trivial_baseline`; the model did not learn), a multi-label model that predicts nothing."""
     out = []
     if epochs and all(math.isnan(e.get("val_acc", math.nan)) for e in epochs):
         out.append("the validation split is empty: no validation score; the best epoch is the one with the lowest "
@@ -124,6 +155,15 @@ def report_warnings(epochs: list[dict], best: dict, metric: str) -> list[str]:
         out.append(f"validation {metric} never improved after epoch {first + 1} of {len(epochs)} (last epoch: "
                    f"{last['val_acc']:.4f}): the reported scores are those of a barely trained model; check --lr, "
                    "--features and the labels")
+    if beats_trivial(best, baseline) is False:
+        out.append(f"the model did not learn: its best validation {metric} {best['val_acc']:.4f} is not better than "
+                   f"a trivial predictor's {baseline['val_acc']:.4f} ({baseline['predictor']}, ignoring the graph and "
+                   "the features); check --features, --lr, --epochs and the labels")
+    losses = [e["loss"] for e in epochs if math.isfinite(e.get("loss", math.nan))]
+    if losses and losses[0] > 0 and max(losses) > DIVERGENCE_FACTOR * losses[0]:
+        worst = max(range(len(losses)), key=losses.__getitem__)
+        out.append(f"the training loss diverged: {losses[worst]:.4g} at its peak, over {DIVERGENCE_FACTOR:g} times "
+                   f"the first epoch's {losses[0]:.4g}; the learning rate is likely too large: lower --lr")
     if metric == "micro-f1" and epochs and epochs[-1].get("train_acc") == 0.0:
         out.append("the model predicts no label for any training vertex at the last epoch (micro-f1 0): it has "
                    "collapsed to all-negative outputs")
@@ -137,8 +177,10 @@ def environment() -> dict:
             "cuda": torch.cuda.is_available(), "host": platform.node(), "kernels": kernel_setting()}
 
 
-def run(config: RunConfig) -> dict:
-    """Train once with ``config`` and return the report (also written to ``config.json`` if set).
+def run(config: RunConfig, *, write: bool = True) -> dict:
+    """Train once with ``config`` and return the report (also written to ``config.json`` and ``config.tensorboard``
+    if set, unless ``write`` is False: the caller writes them, :func:`write_outputs`). Every output is locked while
+    the run lasts (:func:`run_outputs`): a second run naming one stops before any work, naming this process.
 
     Under ``torchrun`` every rank calls this (``graphscale train`` on every node): each prepares the data (file
     locks in the cache directory make one rank per host write it, the others wait and reuse it), joins the group,
@@ -150,56 +192,77 @@ def run(config: RunConfig) -> dict:
     (:func:`graphscale.prepare.prepare_data`), all in this process before any worker starts.
     """
     validate(config)
-    saved = read_checkpoint(config.checkpoint) if config.resume else None
-    if saved is not None:
-        check_resume(config, saved)  # before the data is prepared (the dataset when it is given)
-    backend = None if config.backend == "auto" else config.backend
-    device = resolve_device(config.device, config.strategy.workers, backend)
-    start = time.perf_counter()
-    baseline = (os.getpid(), os_memory())  # the in-process worker's memory before its data is loaded
-    data = prepare_data(config)  # before any worker starts: no worker waits while another partitions
-    from graphscale.data.features import input_width
+    with output_locks(run_outputs(config) if is_main_process() else []):
+        saved = read_checkpoint(config.checkpoint) if config.resume else None
+        if saved is not None:
+            check_resume(config, saved)  # before the data is prepared (the dataset when it is given)
+        backend = None if config.backend == "auto" else config.backend
+        device = resolve_device(config.device, config.strategy.workers, backend)
+        start = time.perf_counter()
+        baseline = (os.getpid(), os_memory())  # the in-process worker's memory before its data is loaded
+        data = prepare_data(config)  # before any worker starts: no worker waits while another partitions
+        from graphscale.data.features import input_width
 
-    check_user_model(config, input_width(config.data.features, data.num_features), data.num_classes)  # widths
-    if saved is not None:
-        check_resume(config, saved, data.summary)  # the resolved dataset and the graph's counts
-        del saved
-    results = launch(train_worker, config.strategy.workers, config, data, baseline, device=device,
-                     backend=backend, timeout_s=config.strategy.timeout, allocator_mode=config.allocator or None)
-    results.sort(key=lambda r: r["rank"])
-    epochs = merge_histories(results)
-    best = results[0]["best"]
-    from graphscale.nn.models import model_form
+        check_user_model(config, input_width(config.data.features, data.num_features), data.num_classes)  # widths
+        trivial = trivial_baseline(data)
+        if saved is not None:
+            check_resume(config, saved, data.summary)  # the resolved dataset and the graph's counts
+            del saved
+        results = launch(train_worker, config.strategy.workers, config, data, baseline, device=device,
+                         backend=backend, timeout_s=config.strategy.timeout, allocator_mode=config.allocator or None)
+        results.sort(key=lambda r: r["rank"])
+        epochs = merge_histories(results)
+        best = results[0]["best"]
+        from graphscale.nn.models import model_form
 
-    report = {
-        "config": to_dict(config), "environment": environment(), "graph": results[0]["graph"],
-        "model_form": model_form(config),
-        "allocator_per_worker": [r["allocator"] for r in results],
-        "metric": metric_name(bool(results[0]["graph"].get("multilabel"))),
-        "epochs": epochs,
-        "warnings": report_warnings(epochs, best, metric_name(bool(results[0]["graph"].get("multilabel")))),
-        "final": {"best_epoch": best["epoch"] if best["epoch"] >= 0 else None, "val_acc": best["val_acc"],
-                  "test_acc": best["test_acc"], "best_by": best.get("by", "val_acc"),
-                  "mean_epoch_seconds": sum(e["seconds"] for e in epochs) / max(len(epochs), 1),
-                  "bytes_per_epoch": epochs[-1]["bytes"] if epochs else {},
-                  "peak_memory_per_worker": [max(e["peak_memory_per_worker"][r] for e in epochs)
-                                             for r in range(len(results))] if epochs else [],
-                  "os_memory_per_worker": [max_os_memory([e["os_memory_per_worker"][r] for e in epochs])
-                                           for r in range(len(results))] if epochs else [],
-                  "wall_seconds": time.perf_counter() - start},
-    }
-    if config.json and is_main_process():  # under torchrun every rank has the report; rank 0 writes it
+        report = {
+            "config": to_dict(config), "environment": environment(), "graph": results[0]["graph"],
+            "model_form": model_form(config),
+            "allocator_per_worker": [r["allocator"] for r in results],
+            "metric": metric_name(bool(results[0]["graph"].get("multilabel"))),
+            "epochs": epochs,
+            "baseline": trivial,
+            "warnings": report_warnings(epochs, best, metric_name(bool(results[0]["graph"].get("multilabel"))),
+                                        trivial),
+            "final": {"best_epoch": best["epoch"] if best["epoch"] >= 0 else None, "val_acc": best["val_acc"],
+                      "test_acc": best["test_acc"], "best_by": best.get("by", "val_acc"),
+                      "mean_epoch_seconds": sum(e["seconds"] for e in epochs) / max(len(epochs), 1),
+                      "bytes_per_epoch": epochs[-1]["bytes"] if epochs else {},
+                      "peak_memory_per_worker": [max(e["peak_memory_per_worker"][r] for e in epochs)
+                                                 for r in range(len(results))] if epochs else [],
+                      "os_memory_per_worker": [max_os_memory([e["os_memory_per_worker"][r] for e in epochs])
+                                               for r in range(len(results))] if epochs else [],
+                      "wall_seconds": time.perf_counter() - start},
+        }
+        if write:
+            write_outputs(report, config)
+        return report
+
+
+def run_outputs(config: RunConfig) -> list[tuple[str, str | None]]:
+    """The outputs a run writes, by option (locked while it runs: :mod:`graphscale.data.output_lock`)."""
+    return [("--checkpoint", config.checkpoint), ("--json", config.json), ("--tensorboard", config.tensorboard)]
+
+
+def write_outputs(report: dict, config: RunConfig) -> None:
+    """Write a finished run's ``--json`` report and ``--tensorboard`` scalars (under torchrun every rank has the
+    report; rank 0 writes the report)."""
+    if config.json and is_main_process():
         write_json(report, config.json)
     if config.tensorboard:
+        from graphscale.data.outputs import write_failure
         from graphscale.plot import write_tensorboard
 
-        write_tensorboard(report, config.tensorboard)
-    return report
+        try:
+            write_tensorboard(report, config.tensorboard)
+        except OSError as err:
+            raise write_failure("--tensorboard", config.tensorboard, err, None) from None
 
 
 def write_json(report: dict, path: str | os.PathLike) -> None:
-    """Write ``report`` atomically (temporary file, then rename)."""
-    write_json_atomic(path, report)
+    """Write ``report`` to ``--json`` (:func:`graphscale.data.outputs.write_output`: atomically, or in place for a
+    FIFO or device; a failure is one line naming ``--json``, the path and the cause)."""
+    write_json_atomic(path, report, option="--json")
 
 
 def median_epoch_seconds(report: dict, warmup: int) -> float:

@@ -12,14 +12,11 @@ from __future__ import annotations
 
 import copy
 import math
-import os
-from pathlib import Path
 
 import torch
 
-from graphscale.checkpoint import GRAPH_COUNTS, check_resume, identity, read_checkpoint
+from graphscale.checkpoint import GRAPH_COUNTS, check_resume, identity, read_checkpoint, write_checkpoint
 from graphscale.config import RunConfig
-from graphscale.data.formats import temp_sibling
 from graphscale.distributed.env import DistEnv
 from graphscale.errors import RunError
 from graphscale.metrics.memory import EpochMemory, OSMemory
@@ -61,16 +58,10 @@ class Trainer:
         best = {**self.best, "state": self.strategy.full_model_state(self.best["state"])}
         if not self.env.is_main:
             return
-        path = Path(self.config.checkpoint)
-        tmp = temp_sibling(path, "tmp")  # a writer killed mid-write leaves it; the next writer removes it
         graph = {k: self.strategy.data.summary.get(k) for k in GRAPH_COUNTS}
-        try:
-            torch.save({"epoch": epoch, "strategy": state, "best": best,
-                        "history": self.history, "identity": identity(self.config), "graph": graph}, tmp)
-            os.replace(tmp, path)
-        except BaseException:
-            tmp.unlink(missing_ok=True)
-            raise
+        write_checkpoint(self.config.checkpoint, {"epoch": epoch, "strategy": state, "best": best,
+                                                  "history": self.history, "identity": identity(self.config),
+                                                  "graph": graph})
 
     def load_checkpoint(self) -> None:
         """Restore the state saved by :meth:`save_checkpoint`; training continues at the next epoch. The parent

@@ -64,7 +64,7 @@ def _sample(action: argparse.Action):
         return list(action.choices)[-1]
     if action.type is cli.int_list:
         return [4, 2]
-    if action.type in (int, float):
+    if action.type in (int, float, cli.integer):
         return action.type(3)
     if action.nargs == 0:  # store_const / store_true / BooleanOptionalAction
         return True

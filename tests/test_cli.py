@@ -58,7 +58,7 @@ def bad_cases(tmp_path):
         "batch size": (["--minibatch", "--batch-size", "0"], "--batch-size must be >= 1, got 0"),
         "lr": (["--lr", "0"], "--lr must be > 0"),
         "weight decay": (["--weight-decay", "-1"], "--weight-decay must be >= 0"),
-        "dropout": (["--dropout", "1.5"], r"--dropout must lie in [0, 1]"),
+        "dropout": (["--dropout", "1.5"], r"--dropout must be in [0, 1)"),
         "hidden": (["--hidden", "0"], "--hidden must be >= 1"),
         "heads": (["--model", "gat", "--heads", "0"], "--heads must be >= 1"),
         "alpha": (["--model", "gcnii", "--alpha", "2"], r"--alpha must lie in [0, 1]"),

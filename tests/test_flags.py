@@ -22,7 +22,7 @@ from graphscale.flags import (
     declared_flags,
     value_kwargs,
 )
-from graphscale.options import int_list
+from graphscale.options import int_list, integer
 
 #: (command, flag) -> why the command's flag of a declared option's name is its own (the reply lists these)
 OWN = {
@@ -115,7 +115,7 @@ def test_a_declared_flag_takes_the_declaration():
     dtype = add_declared(parser, "dtype")
     fanouts = add_declared(parser, "fanouts")
     shuffle = add_declared(parser, "shuffle")
-    assert hidden.default == declared_default(declaration("hidden")) == 16 and hidden.type is int
+    assert hidden.default == declared_default(declaration("hidden")) == 16 and hidden.type is integer
     assert hidden.help == declaration("hidden").metadata["help"] + " (default: 16)"
     assert dtype.choices == ("float32", "float64") and fanouts.type is int_list and fanouts.default == [10, 10]
     assert shuffle.option_strings == ["--shuffle", "--no-shuffle"] and shuffle.default is True

@@ -101,6 +101,12 @@ def budget_of(args: argparse.Namespace, machine) -> int:
 def advise(args: argparse.Namespace) -> dict:
     """Predict every candidate; returns ``{"predictions": [...], "recommended": index, "budget": bytes}``."""
     config = base_config(args)
+    if (args.device_memory or (args.device == "cpu" and args.host_memory)) and not args.synthetic_profile:
+        from graphscale.cost.machine import synthetic
+
+        # a budget below every configuration's need is refused before the host is measured or calibrated: the
+        # uncalibrated memory prediction is a lower bound (calibration only adds what the model leaves out)
+        rank(config, args.workers, synthetic(args.device), budget_of(args, None), args.partitions)
     machine = machine_profile(args, config)
     return rank(config, args.workers, machine, budget_of(args, machine), args.partitions)
 
@@ -134,9 +140,10 @@ def rank(config, workers: int, machine, budget: int, partitions: str = "") -> di
     if not feasible:
         sized = [p for p in predictions if p.memory]
         closest = min(sized, key=lambda p: p.need(config.device)) if sized else predictions[0]
+        need = format_bytes(closest.need(config.device))
         raise ValueError(f"--device-memory {format_bytes(budget)}: no configuration fits; the smallest requirement "
-                         f"is {format_bytes(closest.need(config.device))} per worker ({closest.strategy} on {closest.workers} "
-                         f"worker(s)), the closest")
+                         f"is {need} per worker ({closest.strategy} on {closest.workers} worker(s)); give a "
+                         f"--device-memory of at least {need}, more --workers, or a smaller model or dataset")
     order = sorted(feasible, key=lambda i: predictions[i].seconds)
     fastest = predictions[order[0]].seconds
     exact = [i for i in order if predictions[i].exact and predictions[i].seconds <= EXACT_SLACK * fastest]
@@ -205,5 +212,5 @@ def run(args: argparse.Namespace) -> int:
         write_json_atomic(args.json, {"budget": result["budget"], "machine": result["machine"].to_dict(),
                                       "recommended": best,
                                       "predictions": [dict(p.to_dict(), command=command_line(c, args))
-                                                      for p, c in zip(preds, configs)]})
+                                                      for p, c in zip(preds, configs)]}, option="--json")
     return 0

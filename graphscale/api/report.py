@@ -174,7 +174,7 @@ class Report:
         from graphscale.data.outputs import check_output_path
 
         check_output_path(path, "Report.to_json: path")
-        return write_json_atomic(path, self.raw)
+        return write_json_atomic(path, self.raw, option="Report.to_json: path")
 
     def plot(self, path: str | Path) -> Path:
         """Draw the training curves (:mod:`graphscale.plot`: loss, train / val / test metric, epoch time, bytes

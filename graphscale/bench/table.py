@@ -55,10 +55,12 @@ def save_figure(fig, path: str | Path) -> Path:
 
     path = Path(path)
     fig.tight_layout()
-    tmp = path.with_name(path.name + ".tmp" + path.suffix)
-    fig.savefig(tmp)
-    plt.close(fig)
-    tmp.replace(path)
+    from graphscale.data.outputs import write_output
+
+    try:
+        write_output(path, lambda handle: fig.savefig(handle, format=path.suffix[1:] or "png"), option="--plot")
+    finally:
+        plt.close(fig)
     return path
 
 

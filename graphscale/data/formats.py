@@ -26,14 +26,10 @@ or the feature matrix in memory.
 
 from __future__ import annotations
 
-import contextlib
 import io
 import json
 import os
-import re
 import shutil
-import socket
-import uuid
 import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -43,6 +39,7 @@ import torch
 
 from graphscale.data.graph import Graph
 from graphscale.data.integrity import check_files, file_fingerprint, reserve
+from graphscale.data.siblings import _HOST, remove_dead_siblings, temp_sibling  # noqa: F401 - their home before
 
 if TYPE_CHECKING:
     from typing_extensions import Self
@@ -55,51 +52,6 @@ FEATURE_DTYPES = ("float16", "float32", "float64")
 
 
 # ---------------------------------------------------------------- helpers
-#: this host in temporary names (a writer's PID says whether it lives only on its own host)
-_HOST = re.sub(r"[^A-Za-z0-9_.]", "_", socket.gethostname()) or "host"
-
-
-def temp_sibling(path: Path, tag: str) -> Path:
-    """A unique hidden sibling of ``path`` (``.NAME.TAG-HOST-PID-RANDOM``) for atomic writes; the siblings of
-    writers that died on this host before renaming theirs (SIGKILL, power loss) are removed first
-    (:func:`remove_dead_siblings`)."""
-    path = Path(path)
-    remove_dead_siblings(path, tag)
-    return path.with_name(f".{path.name}.{tag}-{_HOST}-{os.getpid()}-{uuid.uuid4().hex[:8]}")
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's live process
-        return True
-    return True
-
-
-def remove_dead_siblings(path: Path, tag: str) -> list[Path]:
-    """Remove the temporary siblings of ``path`` (:func:`temp_sibling`) left by writers of this host whose process
-    is gone; a sibling of a live process, of another host, or of an unknown form is kept. Returns what was removed."""
-    pattern = re.compile(rf"^\.{re.escape(path.name)}\.{re.escape(tag)}-{re.escape(_HOST)}-(\d+)-[0-9a-f]{{8}}$")
-    removed = []
-    try:
-        siblings = list(path.parent.iterdir())
-    except OSError:
-        return removed
-    for sibling in siblings:
-        found = pattern.match(sibling.name)
-        if not found or int(found.group(1)) == os.getpid() or _pid_alive(int(found.group(1))):
-            continue
-        if sibling.is_dir() and not sibling.is_symlink():
-            shutil.rmtree(sibling, ignore_errors=True)
-        else:
-            with contextlib.suppress(OSError):
-                sibling.unlink()
-        removed.append(sibling)
-    return removed
-
-
 def _json_value(value):
     return value.item() if isinstance(value, np.generic) else str(value)
 
@@ -116,21 +68,18 @@ def json_safe(value):
     return value
 
 
-def write_json_atomic(path: str | Path, payload, *, indent: int | None = 1) -> Path:
-    """Write ``payload`` as strict JSON through a temporary sibling and a rename, so a reader never sees half a file.
+def write_json_atomic(path: str | Path, payload, *, indent: int | None = 1, option: str = "") -> Path:
+    """Write ``payload`` as strict JSON to ``path`` (:func:`graphscale.data.outputs.write_output`: a temporary
+    sibling renamed over a regular file, so a reader never sees half a file; a FIFO or device written in place; a
+    symlink's target replaced), ``option`` naming it in errors.
 
     The directory must exist (none is created). NumPy scalars are written as numbers, NaN and infinities as
     ``null`` (:func:`json_safe`), anything else JSON cannot hold as its ``str()``.
     """
-    path = Path(path)
-    tmp = temp_sibling(path, "tmp")
-    try:
-        tmp.write_text(json.dumps(json_safe(payload), indent=indent, default=_json_value, allow_nan=False))
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    return path
+    from graphscale.data.outputs import write_output
+
+    text = json.dumps(json_safe(payload), indent=indent, default=_json_value, allow_nan=False)
+    return Path(write_output(path, text.encode(), option=option))
 
 
 def is_graph_dir(path: str | Path) -> bool:

@@ -268,8 +268,8 @@ def check_model_config(cfg: ModelConfig) -> type[GNN]:
     for option, value in counts.items():
         if value < 1:
             raise ValueError(f"--{option} must be >= 1, got {value}")
-    if not 0.0 <= cfg.dropout <= 1.0:
-        raise ValueError(f"--dropout must lie in [0, 1], got {cfg.dropout}")
+    if not 0.0 <= cfg.dropout < 1.0:  # 1 drops every hidden unit: a constant model
+        raise ValueError(f"--dropout must be in [0, 1) (the fraction of hidden units dropped), got {cfg.dropout}")
     if "alpha" in cls.options and not 0.0 <= cfg.alpha <= 1.0:
         raise ValueError(f"--alpha must lie in [0, 1], got {cfg.alpha}")
     if "theta" in cls.options and not cfg.theta > 0.0:

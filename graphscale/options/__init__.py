@@ -75,12 +75,28 @@ def flag_of(f: dataclasses.Field) -> str:
     return "--" + (f.metadata.get("flag") or f.name.replace("_", "-"))
 
 
+def integer(text: str) -> int:
+    """An integer option's value as a user types it: ``200``, or a float form of an integer (``1e3`` -> 1000,
+    ``2.0`` -> 2); anything else is an error (an option type)."""
+    try:
+        return int(text)
+    except ValueError:
+        pass
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+    if not value.is_integer():
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r} (not a whole number)")
+    return int(value)
+
+
 def int_list(text: str) -> list[int]:
     """``"10,5"`` -> ``[10, 5]`` (an option type)."""
     fields = text.split(",")
     if any(not field.strip() for field in fields):
         raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r} (an empty field)")
     try:
-        return [int(v) for v in fields]
-    except ValueError:
+        return [integer(v) for v in fields]
+    except argparse.ArgumentTypeError:
         raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None

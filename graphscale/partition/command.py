@@ -58,14 +58,27 @@ def resolve_input(dataset: str, num_vertices: int | None = None, edge_dtype: str
 
 
 class ProgressBars:
-    """A tqdm bar per step, driven by the ``(step, done, total)`` callbacks of the partitioners and the store; shown
-    on a terminal only (redirected, the summary table says what was done)."""
+    """Progress of every step, driven by the ``(step, done, total)`` callbacks of the partitioners and the store: a
+    tqdm bar per step on a terminal; redirected (a log file), one line when a step starts and one at every tenth of
+    it (as ``train``'s epochs)."""
 
-    def __init__(self, enabled: bool = True) -> None:
-        self.enabled, self._bar, self._name = enabled and sys.stderr.isatty(), None, None
+    def __init__(self, enabled: bool = True, stream=None) -> None:
+        self.stream = stream or sys.stderr
+        self.enabled, self.tty = enabled, self.stream.isatty()
+        self._bar, self._name, self._tenth = None, None, -1
 
     def __call__(self, name: str, done: int, total: int) -> None:
         if not self.enabled:
+            return
+        if not self.tty:
+            if name != self._name:
+                self._name, self._tenth = name, 0
+                print(f"graphscale partition: {name}: started ({total:,})", file=self.stream, flush=True)
+            tenth = 10 * done // total if total > 0 else 10
+            if tenth > self._tenth:
+                self._tenth = tenth
+                print(f"graphscale partition: {name}: {done:,} / {total:,} ({100 * done / max(total, 1):.0f}%)",
+                      file=self.stream, flush=True)
             return
         from tqdm import tqdm
 
@@ -122,7 +135,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--feature-chunk-mb", type=int, default=64, help="bound on one feature copy step (MiB)")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing partition store")
     add_declared(parser, "json", note="here: the summary")
-    add_declared(parser, "progress", note="here: a bar per step")
+    add_declared(parser, "progress", note="here: a bar per step, or a line per tenth of a step when redirected")
 
 
 def partition_dataset(args: argparse.Namespace) -> dict:
@@ -225,13 +238,22 @@ def allocate(args: argparse.Namespace, graph, source):
 def run(args: argparse.Namespace) -> dict:
     """Partition, write the store, print the summary (and write ``--json``, checked writable first, with ``null``
     for undefined metrics such as the training balance of a graph without a split); returns the summary."""
-    from graphscale.data.outputs import check_output_path
+    from graphscale.data.output_lock import output_locks
+    from graphscale.data.outputs import check_output_dir, check_output_path
+
+    check_output_dir(args.out, "--out", through_sibling=True)  # before any work: the store is renamed into place
+    if args.json:
+        check_output_path(args.json, "--json")  # before the store is written, so a bad path leaves nothing
+    with output_locks([("--out", args.out), ("--json", args.json)]):  # a second run naming them stops here
+        return _partition_and_report(args)
+
+
+def _partition_and_report(args: argparse.Namespace) -> dict:
+    """:func:`run` once its outputs are checked and locked."""
     from graphscale.metrics.table import format_table
     from graphscale.metrics.units import format_bytes
     from graphscale.partition.store import read_store_meta
 
-    if args.json:
-        check_output_path(args.json, "--json")  # before the store is written, so a bad path leaves nothing
     summary = partition_dataset(args)
     m = summary["metrics"]
     row = {"method": summary["method"], "parts": summary["parts"], "RF": m["replication_factor"],
@@ -252,5 +274,5 @@ def run(args: argparse.Namespace) -> dict:
     if args.json:
         from graphscale.data.formats import write_json_atomic
 
-        write_json_atomic(args.json, summary)
+        write_json_atomic(args.json, summary, option="--json")
     return summary

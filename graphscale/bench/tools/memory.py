@@ -299,7 +299,8 @@ def run(args: argparse.Namespace) -> list[dict]:
     if args.json:
         write_json_atomic(args.json, {"datasets": datasets, "strategies": strategies, "workers": args.workers,
                                       "epochs": args.epochs, "model": args.model,
-                                      "offload_budget": args.offload_budget, "rows": rows, "reports": reports})
+                                      "offload_budget": args.offload_budget, "rows": rows, "reports": reports},
+                          option="--json")
         print(f"JSON written to {args.json}")
     if args.plot:
         ok = [r for r in rows if not r.get("error") and r["anon"] is not None]

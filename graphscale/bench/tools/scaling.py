@@ -222,5 +222,5 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         from graphscale.data.formats import write_json_atomic
 
-        write_json_atomic(args.json, {"rows": rows, "runs": raw})
+        write_json_atomic(args.json, {"rows": rows, "runs": raw}, option="--json")
     return 0

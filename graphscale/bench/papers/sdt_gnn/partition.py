@@ -561,5 +561,5 @@ def run(args: argparse.Namespace) -> dict:
     if args.json:
         from graphscale.data.formats import write_json_atomic
 
-        write_json_atomic(args.json, report)
+        write_json_atomic(args.json, report, option="--json")
     return report

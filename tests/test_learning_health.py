@@ -1,0 +1,65 @@
+"""Learning health: a run whose best validation score is not above a trivial predictor's (the most frequent class;
+for multi-label labels the most frequent labels) says so, in the results table and in the report's warnings."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+
+from graphscale.cli import main
+from graphscale.metrics.baseline import trivial_scores
+from graphscale.run import report_warnings
+
+
+def _masks(n, train, val, test):
+    out = {}
+    for name, ids in (("train", train), ("val", val), ("test", test)):
+        mask = torch.zeros(n, dtype=torch.bool)
+        mask[list(ids)] = True
+        out[name] = mask
+    return out
+
+
+def test_single_label_baseline_is_the_most_frequent_training_class():
+    y = torch.tensor([2, 2, 1, 0, 2, 1, 1, 1])
+    scores = trivial_scores(y, _masks(8, [0, 1, 2, 3], [4, 5, 6], []))
+    assert scores["predictor"] == "always the most frequent training class (2)"
+    assert scores["val_acc"] == pytest.approx(1 / 3) and math.isnan(scores["test_acc"])
+
+
+def test_multilabel_baseline_predicts_the_k_most_frequent_labels_k_chosen_on_train():
+    # train: label 0 on every vertex, label 1 on 3 of 4, label 2 on 1 -> k = 2 maximises train micro-F1
+    y = torch.tensor([[1, 1, 0], [1, 1, 0], [1, 1, 1], [1, 0, 0], [0, 1, 0], [1, 0, 1]], dtype=torch.uint8)
+    scores = trivial_scores(y, _masks(6, [0, 1, 2, 3], [4, 5], [5]))
+    assert scores["predictor"] == "the 2 most frequent training label(s) for every vertex"
+    # val: predicted {0, 1} twice (4 predictions), 3 positives, tp 2 -> 2*2 / (4 + 3)
+    assert scores["val_acc"] == pytest.approx(4 / 7)
+    assert scores["test_acc"] == pytest.approx(2 * 1 / (2 + 2))
+
+
+def test_a_best_score_not_above_the_trivial_one_is_a_warning():
+    epochs = [{"epoch": i, "loss": 1.0, "val_acc": 0.14, "test_acc": 0.14} for i in range(3)]
+    baseline = {"predictor": "the 1 most frequent training label(s) for every vertex", "val_acc": 0.1425,
+                "test_acc": 0.1425}
+    warnings = report_warnings(epochs, {"epoch": 1, "val_acc": 0.1426}, "micro-f1", baseline)
+    assert [w for w in warnings if "did not learn" in w] == [
+        "the model did not learn: its best validation micro-f1 0.1426 is not better than a trivial predictor's "
+        "0.1425 (the 1 most frequent training label(s) for every vertex, ignoring the graph and the features); "
+        "check --features, --lr, --epochs and the labels"]
+    assert not [w for w in report_warnings(epochs, {"epoch": 1, "val_acc": 0.2}, "micro-f1", baseline)
+                if "did not learn" in w]
+
+
+def test_a_run_that_did_not_learn_says_so_in_the_table_and_the_report(tmp_path, capsys):
+    out = tmp_path / "r.json"
+    assert main(["train", "--epochs", "2", "--lr", "1e-6", "--hidden", "8", "--no-progress", "--json", str(out)]) == 0
+    captured = capsys.readouterr()
+    report = json.loads(out.read_text())
+    assert report["baseline"]["predictor"] == "always the most frequent training class (0)"
+    assert report["final"]["val_acc"] <= report["baseline"]["val_acc"]
+    assert f"{report['baseline']['val_acc']:.3f} NOT BEATEN" in captured.out
+    assert [w for w in report["warnings"] if w.startswith("the model did not learn")]
+    assert "graphscale: warning: the model did not learn" in captured.err
