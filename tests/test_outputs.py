@@ -217,6 +217,14 @@ def test_a_second_partition_to_a_locked_store_stops_naming_the_holder(tmp_path, 
     assert not out.exists()
 
 
+def test_a_second_convert_to_a_locked_directory_stops_naming_the_holder(tmp_path, capsys, holder):
+    out = tmp_path / "graph"
+    proc = holder(out)
+    assert main(["convert", "--dataset", "sbm:nodes=50,degree=4,features=2", "--out", str(out)]) == 2
+    assert f"--out {out} is being written by another graphscale run (pid {proc.pid} " in capsys.readouterr().err
+    assert not out.exists()
+
+
 def test_locks_are_released_removed_and_taken_over_from_a_dead_holder(tmp_path):
     path = tmp_path / "ckpt.pt"
     proc = subprocess.Popen([sys.executable, "-c", textwrap.dedent(HOLD), str(path)], stdin=subprocess.PIPE,

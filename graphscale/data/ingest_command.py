@@ -40,6 +40,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Write ``args.dataset`` into ``args.out`` and print the one-line summary on stdout; returns 0."""
     from graphscale.data.ingest import ingest
+    from graphscale.data.output_lock import output_locks
     from graphscale.metrics.units import format_bytes
     from graphscale.progress import StepProgress
 
@@ -48,8 +49,9 @@ def run(args: argparse.Namespace) -> int:
     start = time.perf_counter()
     bars = StepProgress("convert", args.progress)
     try:
-        out = ingest(args.dataset, Path(args.out), chunk_edges=args.chunk_edges, progress=bars,
-                     overwrite=args.overwrite)
+        with output_locks([("--out", args.out)]):  # a second convert naming it stops here
+            out = ingest(args.dataset, Path(args.out), chunk_edges=args.chunk_edges, progress=bars,
+                         overwrite=args.overwrite)
     finally:
         bars.close()
     seconds = time.perf_counter() - start
