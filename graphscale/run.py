@@ -137,8 +137,12 @@ def environment() -> dict:
             "cuda": torch.cuda.is_available(), "host": platform.node(), "kernels": kernel_setting()}
 
 
-def run(config: RunConfig) -> dict:
+def run(config: RunConfig, keep_model: bool = False) -> dict:
     """Train once with ``config`` and return the report (also written to ``config.json`` if set).
+
+    ``keep_model``: the report also holds ``models``, ``{"best": module, "last": module}``: the user's module (or
+    graphscale's model) rebuilt here with the best and the last epoch's parameters (:func:`trained_modules`; not
+    part of the JSON file).
 
     Under ``torchrun`` every rank calls this (``graphscale train`` on every node): each prepares the data (file
     locks in the cache directory make one rank per host write it, the others wait and reuse it), joins the group,
@@ -194,7 +198,29 @@ def run(config: RunConfig) -> dict:
         from graphscale.plot import write_tensorboard
 
         write_tensorboard(report, config.tensorboard)
+    if keep_model:
+        report["models"] = trained_modules(config, input_width(config.data.features, data.num_features),
+                                           data.num_classes, results[0]["model_states"])
     return report
+
+
+def trained_modules(config: RunConfig, in_dim: int, num_classes: int, states: dict | None) -> dict:
+    """``{"best": module, "last": module}``: the model of ``config`` built here (a factory called, a module object
+    copied) with each state's parameters loaded, as the module the user gave (a PyG model, not graphscale's
+    wrapper: :meth:`graphscale.nn.gnn.GNN.user_module`), in eval mode; ``None`` where no epoch ran."""
+    from graphscale.nn.models import build_model, is_decoupled
+
+    out = {}
+    for which in ("best", "last"):
+        state = (states or {}).get(which)
+        if state is None:
+            out[which] = None
+            continue
+        model = build_model(config.model, in_dim, num_classes, seed=config.seed, dtype=getattr(torch, config.dtype),
+                            decoupled=is_decoupled(config))
+        model.load_state_dict(state)
+        out[which] = model.user_module().eval()
+    return out
 
 
 def write_json(report: dict, path: str | os.PathLike) -> None:

@@ -35,9 +35,30 @@ def train(model, data, /, **options) -> Report:
             before any worker starts.
         graphscale.distributed.launch.WorkerError: a worker failed during training (``err.one_line()``).
     """
+    from graphscale.run import run
+
+    config, advice = configure(model, data, options)
+    report = run(config, keep_model=True)
+    models = report.pop("models", None)
+    if advice is not None:  # the prediction next to the measurement, in the report and its --json file
+        from graphscale.advise.auto import record
+        from graphscale.run import write_json
+
+        record(report, advice)
+        if config.json:
+            write_json(report, config.json)
+    return Report.from_dict(report, models)
+
+
+def configure(model, data, options: dict) -> tuple:
+    """``(config, advice)``: :func:`train`'s run configuration from its arguments, checked, with in-memory data
+    written (:func:`graphscale.prepare.input_dataset`); ``advice`` is ``strategy="auto"``'s (else ``None``).
+
+    Raises:
+        TypeError, ValueError: as :func:`train`.
+    """
     from graphscale.config import build_config
     from graphscale.distributed.main_module import refuse_while_importing_main
-    from graphscale.run import run
     from graphscale.validation import check_path_conflicts, validate
 
     refuse_while_importing_main()  # a worker importing the script never trains itself
@@ -99,15 +120,7 @@ def train(model, data, /, **options) -> Report:
         from graphscale.prepare import input_dataset
 
         config.data.dataset = input_dataset(graph, config)
-    report = run(config)
-    if auto:  # the prediction next to the measurement, in the report and its --json file
-        from graphscale.advise.auto import record
-        from graphscale.run import write_json
-
-        record(report, advice)
-        if config.json:
-            write_json(report, config.json)
-    return Report.from_dict(report)
+    return config, (advice if auto else None)
 
 
 def _resolve_auto(overrides: dict, graph, config_file) -> tuple[dict, dict]:

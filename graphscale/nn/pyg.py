@@ -182,6 +182,11 @@ class PyGModel(GNN):
         self.pyg_dropout = dropout
         self.__dict__["source"] = module  # the user's model (not a submodule: its parameters are the convs')
 
+    def user_module(self) -> nn.Module:
+        """The user's PyG module (its convs and other modules are this model's; its own dropout modules are kept
+        where this model runs keyed ones)."""
+        return self.__dict__["source"]
+
     @property
     def learned_input_map(self) -> bool:
         """Whether modules run before the first conv."""

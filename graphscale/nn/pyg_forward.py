@@ -266,6 +266,10 @@ class ForwardGNN(GNN):
         self.pyg_dropout, self.label, self.reason, self.out_width = dropout, label, reason, out_width
         self.first_input_learned, self.first_reads_input = self._check_rows(graph)
 
+    def user_module(self) -> nn.Module:
+        """The user's module (``net``, whose forward this model runs)."""
+        return self.net
+
     # ------------------------------------------------------------ running
     @property
     def learned_input_map(self) -> bool:
