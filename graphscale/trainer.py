@@ -150,11 +150,11 @@ class Trainer:
             self.save_checkpoint(epoch)
         progress.close()
         # the whole model's parameters (collective), on worker 0: the last epoch's and the best epoch's
-        last = self.strategy.full_model_state(self.strategy.model.state_dict())
-        best = self.strategy.full_model_state(self.best["state"])
+        last = _cpu(self.strategy.full_model_state(self.strategy.model.state_dict()))  # copied: loading best
+        best = _cpu(self.strategy.full_model_state(self.best["state"]))  # below writes the same tensors
         if self.best["state"] is not None:
             self.strategy.model.load_state_dict(self.best["state"])
-        states = {"best": _cpu(best), "last": _cpu(last)} if self.env.is_main else None
+        states = {"best": best, "last": last} if self.env.is_main else None
         return {"rank": self.env.rank, "history": self.history, "model_states": states,
                 "best": {k: v for k, v in self.best.items() if k != "state"}}
 

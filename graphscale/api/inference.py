@@ -58,8 +58,8 @@ def load_model(checkpoint: str | Path, model, which: str = "best"):
         from graphscale.nn.pyg import as_gnn
 
         in_dim = input_width(identity.get("features", ""), int(graph.get("features") or 0))
-        target = as_gnn(model, in_dim, graph.get("classes"), dropout=identity.get("pyg_dropout", "keyed"),
-                        label=type(model).__qualname__)
+        # (the dropout choice changes no parameter name; "torch" refuses no module)
+        target = as_gnn(model, in_dim, graph.get("classes"), dropout="torch", label=type(model).__qualname__)
     missing, unexpected = _mismatch(target, state)
     if missing or unexpected:
         parts = ([f"missing {', '.join(missing[:3])}{', ...' if len(missing) > 3 else ''}"] if missing else []) + \
