@@ -123,3 +123,54 @@ def test_report_model_is_the_users_module_with_the_trained_parameters(tmp_path):
         assert out.shape == expected.shape and torch.allclose(out, expected, rtol=1e-10, atol=1e-12), strategy
     with pytest.raises(ValueError, match=r"^predict: strategy='pipeline'; predict runs the exact full-graph"):
         gs.predict(report.model, d, strategy="pipeline", workers=2)
+
+
+class TutorialGCNConv(__import__("torch_geometric").nn.MessagePassing):
+    """PyG's tutorial GCN layer ("Creating message passing networks"): degree normalisation inside the conv."""
+
+    def __init__(self, in_channels, out_channels):
+        super().__init__(aggr="add")
+        self.lin = torch.nn.Linear(in_channels, out_channels)
+
+    def forward(self, x, edge_index):
+        from torch_geometric.utils import add_self_loops, degree
+
+        edge_index, _ = add_self_loops(edge_index, num_nodes=x.size(0))
+        x = self.lin(x)
+        row, col = edge_index
+        deg = degree(col, x.size(0), dtype=x.dtype)
+        norm = deg.pow(-0.5)[row] * deg.pow(-0.5)[col]
+        return self.propagate(edge_index, x=x, norm=norm)
+
+    def message(self, x_j, norm):
+        return norm.view(-1, 1) * x_j
+
+
+class TwoTutorialConvs(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv1, self.conv2 = TutorialGCNConv(6, 8), TutorialGCNConv(8, 3)
+
+    def forward(self, x, edge_index):
+        return self.conv2(torch.relu(self.conv1(x, edge_index)), edge_index)
+
+
+def test_refusals_name_the_real_cause():
+    """A conv normalising by degrees it computes itself is refused naming that (not "code between the convs mixes
+    rows"), in a stack and in a model with its own forward; GINEConv and convs with edge_dim name edge_attr."""
+    from torch_geometric.nn import GATConv, GINEConv, Sequential
+
+    from graphscale.nn.pyg import as_gnn
+
+    cause = r"computes a vertex's output from more than its in-edges .*degree normalisation inside the conv"
+    stack = Sequential("x, edge_index", [(TutorialGCNConv(6, 8), "x, edge_index -> x"), torch.nn.ReLU(),
+                                         (TutorialGCNConv(8, 3), "x, edge_index -> x")])
+    for model, where in ((stack, r"TutorialGCNConv \(layer 0\)"), (TwoTutorialConvs(), r"TutorialGCNConv \(conv call 0\)")):
+        with pytest.raises(ValueError, match=where + " " + cause) as err:
+            as_gnn(model, 6, 3)
+        assert "\n" not in str(err.value)
+    mlp = torch.nn.Sequential(torch.nn.Linear(6, 6), torch.nn.ReLU(), torch.nn.Linear(6, 3))
+    for conv, what in ((GINEConv(mlp), "in every message"), (GATConv(6, 3, edge_dim=4), "edge_dim=4")):
+        with pytest.raises(ValueError, match=rf"cannot run on a graphscale block: it uses edge features \(edge_attr, "
+                                             rf"{what}\)"):
+            as_gnn(Sequential("x, edge_index", [(conv, "x, edge_index -> x")]), 6, 3)
