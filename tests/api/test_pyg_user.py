@@ -174,3 +174,49 @@ def test_refusals_name_the_real_cause():
         with pytest.raises(ValueError, match=rf"cannot run on a graphscale block: it uses edge features \(edge_attr, "
                                              rf"{what}\)"):
             as_gnn(Sequential("x, edge_index", [(conv, "x, edge_index -> x")]), 6, 3)
+
+
+def _sage():
+    from graphscale.testing import pyg_models
+
+    return pyg_models.sage()
+
+
+@pytest.mark.slow
+def test_every_train_option_reads_the_same_for_every_model_kind(tmp_path, monkeypatch):
+    """Walk ``graphscale train``'s options: each, given to ``gs.train`` with a PyG module object, a factory and the
+    ``module.path:factory`` name the command line takes, is accepted into the same configuration field for all
+    three, or refused for all three in one line."""
+    import argparse
+
+    from test_api import _sample
+
+    from graphscale import api, cli
+    from graphscale.api.training import configure
+    from graphscale.testing import pyg_models
+
+    monkeypatch.chdir(tmp_path)
+    parser = argparse.ArgumentParser()
+    cli.add_train_arguments(parser)
+    fields = api.keyword_fields()
+    kinds = {"object": pyg_models.sage(), "factory": _sage, "name": "graphscale.testing.pyg_models:sage"}
+    checked = 0
+    for action in parser._actions:
+        if action.dest in ("help", *api.EXTRA_KEYWORDS):
+            continue
+        value = _sample(action)
+        outcomes = {}
+        for kind, model in kinds.items():
+            try:
+                config, _ = configure(model, pyg_models.DATASET, {action.dest: value})
+                path = fields[action.dest]
+                target = config
+                for part in path:
+                    target = getattr(target, part)
+                outcomes[kind] = ("ok", target)
+            except (ValueError, TypeError, KeyError) as err:
+                assert "\n" not in str(err), (action.dest, kind, str(err))
+                outcomes[kind] = ("refused",)
+        assert len({repr(o) for o in outcomes.values()}) == 1, (action.dest, outcomes)
+        checked += 1
+    assert checked > 40
