@@ -105,8 +105,8 @@ def predict(model, data, /, *, strategy: str = "single", workers: int = 1, **opt
     import torch
 
     from graphscale.api.training import configure
-    from graphscale.distributed.launch import launch, resolve_device
     from graphscale.data.features import input_width
+    from graphscale.distributed.launch import launch, resolve_device
     from graphscale.prepare import prepare_data
     from graphscale.validation import check_user_model, validate
 

@@ -22,6 +22,7 @@ import io
 import pickle
 import sys
 import types
+from collections.abc import Callable
 from pathlib import Path
 
 #: set in a worker while it imports the launcher's script (:func:`importing_main`)
@@ -46,7 +47,6 @@ class _MainTracker(pickle.Pickler):
             nested = getattr(type(obj), MAIN_NAMES_ATTR, None) is not None and getattr(obj, MAIN_NAMES_ATTR, None)
             if nested:
                 self.names.extend(nested)
-        return None
 
 
 def pickle_tracking_main(obj) -> tuple[bytes, list[str]]:

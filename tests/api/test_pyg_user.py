@@ -12,8 +12,8 @@ import graphscale as gs
 from graphscale.testing import random_graph
 
 pytest.importorskip("torch_geometric")
-from torch_geometric.data import Data  # noqa: E402
-from torch_geometric.nn.models import GAT, GCN  # noqa: E402
+from torch_geometric.data import Data
+from torch_geometric.nn.models import GAT, GCN
 
 EPOCHS = 3
 OPTIONS = {"epochs": EPOCHS, "dtype": "float64", "progress": False, "lr": 0.01, "weight_decay": 5e-4}
