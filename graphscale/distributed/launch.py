@@ -383,6 +383,15 @@ def launch(fn: Callable[..., Any], world_size: int, *args: Any, backend: str | N
 
 
 # ---------------------------------------------------------------- spawning
+def worker_main(argv: list[str]) -> None:
+    """A spawned worker's entry point (:data:`graphscale.distributed.worker.BOOTSTRAP`): ``argv`` is the launch
+    file, the launch directory, the rank and the launcher's pid."""
+    launch_file, workdir, rank, launcher_pid = argv[0], argv[1], int(argv[2]), int(argv[3])
+    with open(launch_file, "rb") as f:
+        header = pickle.load(f)
+    _worker(rank, workdir, launcher_pid, header)
+
+
 def _worker(rank: int, workdir: str, launcher_pid: int, header: dict) -> None:
     """Body of one spawned worker (:mod:`graphscale.distributed.worker`): the launcher's preparation (its script
     imported only where the run refers to it), join the group, run ``fn``, write the outcome file."""
