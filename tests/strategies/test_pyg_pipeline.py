@@ -95,3 +95,23 @@ def test_pyg_pipeline_equals_the_chunked_reference(tmp_path, workers, width):
                 assert_close_rel(value, params[pname], what=f"{name} {pname}")
                 owned.add(pname)
         assert owned == set(params), f"{name}: parameters trained by no stage: {set(params) - owned}"
+
+
+@pytest.mark.parametrize("workers", [2, 4])
+def test_pyg_offload_on_several_workers_equals_single(workers):
+    """``offload`` (2 chunks) with PyG's GraphSAGE on 2 and 4 workers: ``single``'s losses."""
+    from graphscale.config import build_config
+    from graphscale.run import run
+    from graphscale.testing import pyg_models
+
+    def losses(strategy: str, n: int, **options) -> list[float]:
+        config = build_config({"data": {"dataset": pyg_models.DATASET, "feature_norm": "none"},
+                               "model": {"name": SPEC + "sage"},
+                               "optim": {"epochs": EPOCHS, "lr": 0.01, "weight_decay": 5e-4},
+                               "strategy": {"name": strategy, "workers": n, **options}, "dtype": "float64",
+                               "progress": False, "oversubscribe": True})
+        return [e["loss"] for e in run(config)["epochs"]]
+
+    single = losses("single", 1)
+    for e, (got, want) in enumerate(zip(losses("offload", workers, chunks=2), single)):
+        assert_close_rel(got, want, torch.float64, what=f"offload x{workers} loss {e}")
