@@ -1,7 +1,7 @@
 """graphscale: train graph neural networks past the memory and speed of one device.
 
 ``import graphscale as gs; report = gs.train(model, data, strategy="graph-parallel", workers=2)``: the Python
-API (:mod:`graphscale.api`: ``train`` and the report types), imported on first use so that
+API (:mod:`graphscale.api`: ``train``, the report types, ``predict`` and ``load_model``), imported on first use so that
 ``import graphscale`` stays light (no torch).
 """
 
@@ -9,8 +9,8 @@ __version__ = "0.1.0"
 
 #: the names this package exposes lazily -> the module defining them
 _LAZY = {"train": "graphscale.api", "Report": "graphscale.api", "EpochRecord": "graphscale.api",
-         "Final": "graphscale.api"}
-__all__ = ["EpochRecord", "Final", "Report", "__version__", "train"]
+         "Final": "graphscale.api", "load_model": "graphscale.api", "predict": "graphscale.api"}
+__all__ = ["EpochRecord", "Final", "Report", "__version__", "load_model", "predict", "train"]
 
 
 def __getattr__(name: str):

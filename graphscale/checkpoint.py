@@ -31,10 +31,9 @@ checkpoint whose bytes changed since (a flipped bit, a partial copy) is refused 
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import hashlib
 import io
+from pathlib import Path
 
 import numpy as np
 import torch

@@ -22,8 +22,8 @@ from graphscale import __version__, allocator
 from graphscale.checkpoint import check_resume, read_checkpoint
 from graphscale.config import RunConfig, to_dict
 from graphscale.data.formats import write_json_atomic
-from graphscale.data.output_lock import output_locks
 from graphscale.data.handle import DataHandle
+from graphscale.data.output_lock import output_locks
 from graphscale.distributed.env import DistEnv
 from graphscale.distributed.launch import is_main_process, launch, resolve_device
 from graphscale.metrics.memory import max_os_memory, os_memory
@@ -177,10 +177,14 @@ def environment() -> dict:
             "cuda": torch.cuda.is_available(), "host": platform.node(), "kernels": kernel_setting()}
 
 
-def run(config: RunConfig, *, write: bool = True) -> dict:
+def run(config: RunConfig, *, write: bool = True, keep_model: bool = False) -> dict:
     """Train once with ``config`` and return the report (also written to ``config.json`` and ``config.tensorboard``
     if set, unless ``write`` is False: the caller writes them, :func:`write_outputs`). Every output is locked while
     the run lasts (:func:`run_outputs`): a second run naming one stops before any work, naming this process.
+
+    ``keep_model``: the report also holds ``models``, ``{"best": module, "last": module}``: the user's module (or
+    graphscale's model) rebuilt here with the best and the last epoch's parameters (:func:`trained_modules`; not
+    part of the JSON file).
 
     Under ``torchrun`` every rank calls this (``graphscale train`` on every node): each prepares the data (file
     locks in the cache directory make one rank per host write it, the others wait and reuse it), joins the group,
@@ -236,6 +240,9 @@ def run(config: RunConfig, *, write: bool = True) -> dict:
         }
         if write:
             write_outputs(report, config)
+        if keep_model:  # not part of the JSON file
+            report["models"] = trained_modules(config, input_width(config.data.features, data.num_features),
+                                               data.num_classes, results[0]["model_states"])
         return report
 
 
@@ -257,6 +264,25 @@ def write_outputs(report: dict, config: RunConfig) -> None:
             write_tensorboard(report, config.tensorboard)
         except OSError as err:
             raise write_failure("--tensorboard", config.tensorboard, err, None) from None
+
+
+def trained_modules(config: RunConfig, in_dim: int, num_classes: int, states: dict | None) -> dict:
+    """``{"best": module, "last": module}``: the model of ``config`` built here (a factory called, a module object
+    copied) with each state's parameters loaded, as the module the user gave (a PyG model, not graphscale's
+    wrapper: :meth:`graphscale.nn.gnn.GNN.user_module`), in eval mode; ``None`` where no epoch ran."""
+    from graphscale.nn.models import build_model, is_decoupled
+
+    out = {}
+    for which in ("best", "last"):
+        state = (states or {}).get(which)
+        if state is None:
+            out[which] = None
+            continue
+        model = build_model(config.model, in_dim, num_classes, seed=config.seed, dtype=getattr(torch, config.dtype),
+                            decoupled=is_decoupled(config))
+        model.load_state_dict(state)
+        out[which] = model.user_module().eval()
+    return out
 
 
 def write_json(report: dict, path: str | os.PathLike) -> None:

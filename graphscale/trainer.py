@@ -140,7 +140,16 @@ class Trainer:
             progress.update(epoch, stats.loss, metrics["val_acc"], metrics["test_acc"])
             self.save_checkpoint(epoch)
         progress.close()
+        # the whole model's parameters (collective), on worker 0: the last epoch's and the best epoch's
+        last = _cpu(self.strategy.full_model_state(self.strategy.model.state_dict()))  # copied: loading best
+        best = _cpu(self.strategy.full_model_state(self.best["state"]))  # below writes the same tensors
         if self.best["state"] is not None:
             self.strategy.model.load_state_dict(self.best["state"])
-        return {"rank": self.env.rank, "history": self.history,
+        states = {"best": best, "last": last} if self.env.is_main else None
+        return {"rank": self.env.rank, "history": self.history, "model_states": states,
                 "best": {k: v for k, v in self.best.items() if k != "state"}}
+
+
+def _cpu(state: dict | None) -> dict | None:
+    """A state dict's tensors copied to host memory (what the parent receives)."""
+    return None if state is None else {k: v.detach().to("cpu", copy=True) for k, v in state.items()}

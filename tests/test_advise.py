@@ -266,7 +266,6 @@ def test_collectives_are_priced_at_the_profiles_sync_cost():
 
 def test_the_profile_measures_every_figure_and_says_how(monkeypatch):
     from graphscale.advise import profile
-    from graphscale.cost.machine import HOST_COSTS
     from graphscale.advise.profile import measure
     from graphscale.distributed.launch import cpu_count
 

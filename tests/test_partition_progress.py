@@ -19,7 +19,7 @@ def test_redirected_partition_progress_prints_lines(tmp_path, capsys):
 def test_progress_lines_are_one_per_tenth():
     stream = io.StringIO()
     bars = ProgressBars(True, stream)
-    for done in range(0, 101):
+    for done in range(101):
         bars("route records", done, 100)
     lines = stream.getvalue().splitlines()
     assert lines[0] == "graphscale partition: route records: started (100)"

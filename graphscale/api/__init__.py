@@ -25,10 +25,11 @@ worker count (one worker would not need to send it; the same call must keep work
 :func:`graphscale.prepare.input_dataset`) and read from there by every strategy, as ``--dataset graphdir:DIR``.
 """
 
+from graphscale.api.inference import load_model, predict
 from graphscale.api.keywords import EXTRA_KEYWORDS, keyword_fields, keyword_overrides
 from graphscale.api.models import ModuleCopy, model_factory
 from graphscale.api.report import EpochRecord, Final, Report
 from graphscale.api.training import train
 
 __all__ = ["EXTRA_KEYWORDS", "EpochRecord", "Final", "ModuleCopy", "Report", "keyword_fields", "keyword_overrides",
-           "model_factory", "train"]
+           "load_model", "model_factory", "predict", "train"]

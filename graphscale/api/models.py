@@ -22,8 +22,15 @@ class ModuleCopy:
     """A zero-argument factory returning a copy of a module as it was when the factory was made (its pickle), so
     a module object passed to :func:`train` can be rebuilt by every worker with the same initial parameters."""
 
+    #: the ``__main__`` classes and functions the pickle refers to: a worker imports the launcher's script to read
+    #: it (:mod:`graphscale.distributed.main_module`)
+    main_names: tuple[str, ...] = ()
+
     def __init__(self, module) -> None:
-        self.payload = pickle.dumps(module)
+        from graphscale.distributed.main_module import pickle_tracking_main
+
+        self.payload, names = pickle_tracking_main(module)
+        self.main_names = tuple(names)
         # how messages and the report (graphscale.nn.models.qualified_name) name this factory: the module's class
         self.__module__ = type(module).__module__
         self.__qualname__ = f"{type(module).__qualname__} instance"

@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from graphscale.strategies.base import SPLITS
 
@@ -126,6 +127,10 @@ class Report:
         model_form: ``standard`` or ``decoupled``.
         warnings: what the numbers do not say by themselves (an empty split, a model that never improved).
         raw: the report as a dictionary, exactly what the JSON file holds (``NaN`` where the file has ``null``).
+        model: the trained model, as the module you gave (your PyG module's class, a graphscale model), with the
+            best epoch's parameters (:attr:`final`'s ``best_epoch``), in eval mode; ``None`` in a report read from
+            a file or where no epoch ran.
+        last_model: the same with the last epoch's parameters.
     """
 
     final: Final
@@ -137,11 +142,15 @@ class Report:
     model_form: str
     warnings: list[str]
     raw: dict = field(repr=False)
+    model: Any = field(default=None, repr=False, compare=False)
+    last_model: Any = field(default=None, repr=False, compare=False)
 
     @classmethod
-    def from_dict(cls, report: dict) -> Report:
-        """The typed view of a run report (``graphscale.run.run``'s result, or a loaded JSON report)."""
-        return cls(final=Final.from_dict(report["final"]),
+    def from_dict(cls, report: dict, models: dict | None = None) -> Report:
+        """The typed view of a run report (``graphscale.run.run``'s result, or a loaded JSON report); ``models``:
+        ``{"best": module, "last": module}`` (``run(config, keep_model=True)``'s ``models``)."""
+        models = models or {}
+        return cls(model=models.get("best"), last_model=models.get("last"), final=Final.from_dict(report["final"]),
                    epochs=[EpochRecord.from_dict(e) for e in report["epochs"]],
                    metric=str(report.get("metric", "accuracy")), graph=dict(report.get("graph") or {}),
                    config=dict(report.get("config") or {}), environment=dict(report.get("environment") or {}),

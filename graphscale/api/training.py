@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from graphscale.api.keywords import convert_keyword, keyword_overrides
 from graphscale.api.models import check_user_model_options, model_factory
 from graphscale.api.report import Report
@@ -33,10 +35,33 @@ def train(model, data, /, **options) -> Report:
             before any worker starts.
         graphscale.distributed.launch.WorkerError: a worker failed during training (``err.one_line()``).
     """
-    from graphscale.config import build_config
     from graphscale.run import run
+
+    config, advice = configure(model, data, options)
+    report = run(config, keep_model=True)
+    models = report.pop("models", None)
+    if advice is not None:  # the prediction next to the measurement, in the report and its --json file
+        from graphscale.advise.auto import record
+        from graphscale.run import write_json
+
+        record(report, advice)
+        if config.json:
+            write_json(report, config.json)
+    return Report.from_dict(report, models)
+
+
+def configure(model, data, options: dict) -> tuple:
+    """``(config, advice)``: :func:`train`'s run configuration from its arguments, checked, with in-memory data
+    written (:func:`graphscale.prepare.input_dataset`); ``advice`` is ``strategy="auto"``'s (else ``None``).
+
+    Raises:
+        TypeError, ValueError: as :func:`train`.
+    """
+    from graphscale.config import build_config
+    from graphscale.distributed.main_module import refuse_while_importing_main
     from graphscale.validation import check_path_conflicts, validate
 
+    refuse_while_importing_main()  # a worker importing the script never trains itself
     options = dict(options)
     config_file = options.pop("config", None)
     if config_file is not None:
@@ -56,12 +81,15 @@ def train(model, data, /, **options) -> Report:
                          "with your own model, run `graphscale advise` with the closest model name and pass the "
                          "strategy it recommends")
 
-    factory, label = None, None
+    factory, label, user_options = None, None, {}
     if isinstance(model, str):
         overrides.setdefault("model", {})["name"] = model
     else:
         factory, label = model_factory(model)
         check_user_model_options(overrides, config_file)
+        # the options only a user's model reads (pyg_dropout=): set once the model is (build_config checks the
+        # [model] options against the model it names, and a factory is set after it)
+        user_options = {key: overrides["model"].pop(key) for key in list(overrides.get("model", {}))}
 
     graph = None
     if isinstance(data, str):
@@ -70,28 +98,29 @@ def train(model, data, /, **options) -> Report:
         from graphscale.data.convert import to_graph
 
         graph = to_graph(data)
+        if not _given(overrides, config_file, "data", "feature_norm"):  # the user's features as they are
+            overrides.setdefault("data", {})["feature_norm"] = "none"
     if auto:  # graphscale advise's recommendation, as `graphscale train --strategy auto` runs it
         overrides, advice = _resolve_auto(overrides, graph, config_file)
         graph = None  # written by _resolve_auto; the overrides name its directory
     config = build_config(overrides, config_file)
     _check_features(graph, config)
     if factory is not None:
+        from graphscale.distributed.launch import torchrun_detected
+        from graphscale.distributed.main_module import check_guard
+
         config.model.factory, config.model.name = factory, label
+        for key, value in user_options.items():
+            setattr(config.model, key, value)
+        if not torchrun_detected():  # spawned workers import the script only for what is defined there
+            check_guard(factory, config.strategy.workers)
     validate(config)  # (run validates again, with the dataset) before the graph is written
     check_path_conflicts(config, None, config_file)
     if graph is not None:
         from graphscale.prepare import input_dataset
 
         config.data.dataset = input_dataset(graph, config)
-    report = run(config)
-    if auto:  # the prediction next to the measurement, in the report and its --json file
-        from graphscale.advise.auto import record
-        from graphscale.run import write_json
-
-        record(report, advice)
-        if config.json:
-            write_json(report, config.json)
-    return Report.from_dict(report)
+    return config, (advice if auto else None)
 
 
 def _resolve_auto(overrides: dict, graph, config_file) -> tuple[dict, dict]:
@@ -109,6 +138,21 @@ def _resolve_auto(overrides: dict, graph, config_file) -> tuple[dict, dict]:
         _check_features(graph, shared)
         overrides = {**overrides, "data": {**overrides.get("data", {}), "dataset": input_dataset(graph, shared)}}
     return resolve(overrides, config_file)
+
+
+def _given(overrides: dict, config_file, section: str, key: str) -> bool:
+    """Whether option ``[section] key`` was given, as a keyword or in the TOML file."""
+    if key in overrides.get(section, {}):
+        return True
+    if config_file is None:
+        return False
+    import tomllib
+
+    try:
+        table = tomllib.loads(Path(config_file).read_text()).get(section, {})
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError, AttributeError):
+        return False  # build_config has reported what is wrong with the file
+    return isinstance(table, dict) and key in table
 
 
 def _check_features(graph, config) -> None:

@@ -9,6 +9,7 @@ that step together, :func:`worker_scale` the threads and co-running workers; :fu
 
 from __future__ import annotations
 
+
 def element_size(model) -> int:
     return next(model.parameters()).element_size()
 

@@ -14,7 +14,8 @@
 Edges are taken exactly as the object stores them: a graph PyG (or OGB) stores undirected holds both directions,
 a directed one (``ogbn-arxiv``) stays directed, and self-loops and repeated edges are kept, so a model sees the
 graph its PyG training loop would. (The ``ogb:DIR`` spec reader, like graphscale's other file readers, symmetrises
-instead.) Edge attributes are not part of a :class:`Graph` and are not used. Float labels (OGB stores them so,
+instead.) Edge weights and edge features are not part of a :class:`Graph`: a ``Data`` that sets ``edge_weight``
+or ``edge_attr`` is refused naming the field, never trained without them silently. Float labels (OGB stores them so,
 ``NaN`` = unlabelled) must hold whole numbers.
 
 Nothing here imports PyG or OGB: objects are recognised by their type's module and by what they hold, so the
@@ -297,6 +298,7 @@ def from_data(data, name: str | None = None, where: str = "data", split: dict | 
         source: what the graph's ``meta['source']`` records.
     """
     n = _num_nodes(data, where)
+    _refuse_edge_inputs(data, where)
     x = _features(getattr(data, "x", None), n, f"{where}.x")
     src, dst = _edges(getattr(data, "edge_index", None), n, f"{where}.edge_index")
     y = _labels(getattr(data, "y", None), n, f"{where}.y")
@@ -310,6 +312,22 @@ def from_data(data, name: str | None = None, where: str = "data", split: dict | 
     label = name or getattr(data, "name", None) or "pyg"
     return _assemble(src, dst, n, x=x, y=y, masks=full, name=str(label),
                      num_classes=_num_classes(y, declared, f"{where}.y"), source=source)
+
+
+#: a ``Data``'s per-edge inputs, which a :class:`Graph` does not hold: refused rather than dropped
+EDGE_FIELDS = {"edge_weight": "edge weights (a conv's edge_weight)", "edge_attr": "edge features (a conv's edge_attr)"}
+
+
+def _refuse_edge_inputs(data, where: str) -> None:
+    """A ``Data`` with ``edge_weight`` or ``edge_attr``: one line naming the field. graphscale's strategies run a
+    conv with ``x`` and ``edge_index`` only, so training would silently differ from the user's loop that passes
+    them."""
+    for field, what in EDGE_FIELDS.items():
+        if getattr(data, field, None) is not None:
+            raise ValueError(f"{where}.{field} is set, but graphscale trains on the graph's edges without "
+                             f"{what}: every strategy calls a conv with x and edge_index only; delete it "
+                             f"(del {where}.{field}) to train on the unweighted graph, or keep training with "
+                             "your own loop")
 
 
 def _ogb_split(dataset, num_nodes: int) -> dict[str, torch.Tensor]:
@@ -346,6 +364,10 @@ def from_ogb(dataset, name: str | None = None) -> Graph:
     if graph.get("num_nodes") is None:
         raise ValueError(f"{where}['num_nodes'] is missing")
     n = int(graph["num_nodes"])
+    if graph.get("edge_feat") is not None:
+        raise ValueError(f"{where}['edge_feat'] is set, but graphscale trains on the graph's edges without "
+                         f"{EDGE_FIELDS['edge_attr']}: every strategy calls a conv with x and edge_index only; set it "
+                         "to None to train on the graph without them, or keep training with your own loop")
     x = _features(graph.get("node_feat"), n, f"{where}['node_feat']")
     src, dst = _edges(graph.get("edge_index"), n, f"{where}['edge_index']")
     y = _labels(labels, n, "dataset[0][1] (the labels)")

@@ -39,8 +39,16 @@ from graphscale.data import synthetic
 from graphscale.data.datasets import load_dataset, split_option
 from graphscale.data.edge_stream import DEFAULT_CHUNK_EDGES
 from graphscale.data.external_csr import ExternalCSR
-from graphscale.data.formats import (MASKS, GraphDirWriter, check_output_dir, is_graph_dir, load_graph_dir,
-                                     save_graph_dir, temp_sibling, writer_options)
+from graphscale.data.formats import (
+    MASKS,
+    GraphDirWriter,
+    check_output_dir,
+    is_graph_dir,
+    load_graph_dir,
+    save_graph_dir,
+    temp_sibling,
+    writer_options,
+)
 from graphscale.data.readers.common import require
 from graphscale.data.readers.edgelist import node_labels
 from graphscale.data.readers.labels import per_class_split

@@ -17,8 +17,11 @@
   ``[result of rank 0, ..., rank W-1]`` exactly as spawn mode does, and the
   caller merges them the same way; :func:`is_main_process` tells the caller
   whether it is global rank 0, the one that prints and writes files.
-* Otherwise ``world_size`` workers are spawned (``torch.multiprocessing`` spawn
-  context). They rendezvous through a ``FileStore`` in a fresh temporary
+* Otherwise ``world_size`` workers are spawned: fresh interpreters running
+  graphscale's own entry point (:mod:`graphscale.distributed.worker`), which
+  import the launcher's script only when the run refers to a class or function
+  defined there (:mod:`graphscale.distributed.main_module`: a script without
+  ``if __name__ == "__main__":`` is never run again otherwise). They rendezvous through a ``FileStore`` in a fresh temporary
   directory (no TCP port to race for), use gloo on CPU and NCCL when CUDA has at
   least ``world_size`` devices (rank ``r`` on ``cuda:r``), and write their
   pickled result (or their traceback) to a file in that directory. Results come
@@ -65,7 +68,6 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 
 from graphscale import allocator
 from graphscale.config import DEFAULT_TIMEOUT_S
@@ -348,6 +350,9 @@ def launch(fn: Callable[..., Any], world_size: int, *args: Any, backend: str | N
         WorkerError: a worker raised or died; the others were stopped.
         ValueError: bad ``world_size``, ``device``, ``backend`` or ``allocator_mode``.
     """
+    from graphscale.distributed.main_module import refuse_while_importing_main
+
+    refuse_while_importing_main()  # a worker importing the launcher's script never starts workers itself
     mode = allocator.resolve_mode(allocator_mode)
     if torchrun_detected():
         env_world = int(os.environ["WORLD_SIZE"])
@@ -378,20 +383,34 @@ def launch(fn: Callable[..., Any], world_size: int, *args: Any, backend: str | N
 
 
 # ---------------------------------------------------------------- spawning
-def _worker(rank: int, world_size: int, fn: Callable, args: tuple, workdir: str, backend: str, kind: str,
-            timeout_s: float, launcher_pid: int, allocator_mode: str) -> None:
-    """Body of one spawned worker: join the group, run ``fn``, write the outcome file."""
+def worker_main(argv: list[str]) -> None:
+    """A spawned worker's entry point (:data:`graphscale.distributed.worker.BOOTSTRAP`): ``argv`` is the launch
+    file, the launch directory, the rank and the launcher's pid."""
+    launch_file, workdir, rank, launcher_pid = argv[0], argv[1], int(argv[2]), int(argv[3])
+    with open(launch_file, "rb") as f:
+        header = pickle.load(f)
+    _worker(rank, workdir, launcher_pid, header)
+
+
+def _worker(rank: int, workdir: str, launcher_pid: int, header: dict) -> None:
+    """Body of one spawned worker (:mod:`graphscale.distributed.worker`): the launcher's preparation (its script
+    imported only where the run refers to it), join the group, run ``fn``, write the outcome file."""
     _die_with_launcher(launcher_pid)
     os.environ[LAUNCH_DIR_ENV] = workdir  # where remove_with_run registers what the launcher must remove
-    allocator.configure(allocator_mode)  # before the worker's data arrives
+    allocator.configure(header["allocator_mode"])  # before the worker's data arrives
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole process group: the launcher stops us
     out = Path(workdir) / f"rank{rank}.pkl"
+    world_size, backend, kind = header["world_size"], header["backend"], header["kind"]
     try:
+        from graphscale.distributed.main_module import import_main
+
+        import_main(header["preparation"])
+        fn, args = pickle.loads((Path(workdir) / "job.pkl").read_bytes())
         torch.set_num_threads(max(1, cpu_count() // world_size))
         dev = worker_device(kind, rank)
         if kind == "cuda":
             torch.cuda.set_device(dev)
-        timeout = timedelta(seconds=timeout_s)
+        timeout = timedelta(seconds=header["timeout_s"])
         _join_group(backend, rank, world_size, timeout, f"file://{workdir}/store")
         env = DistEnv(rank=rank, world_size=world_size, device=dev, backend=backend, timeout=timeout, ledger=Ledger())
         result = fn(env, *args)
@@ -498,13 +517,24 @@ def _sigterm_exits() -> Iterator[None]:
 
 def _spawn(fn: Callable, world_size: int, args: tuple, backend: str, kind: str, timeout_s: float,
            allocator_mode: str) -> list[Any]:
-    try:
-        pickle.dumps(fn)
-    except Exception as err:  # noqa: BLE001 - pickling raises several types
-        raise ValueError(f"launch: fn={fn!r} cannot be sent to spawned workers ({err}); "
-                         "pass a module-level function") from None
-    ctx = mp.get_context("spawn")
+    from multiprocessing import spawn
+
+    from graphscale.distributed.main_module import job_payload
+    from graphscale.distributed.worker import BOOTSTRAP, WorkerProcess
+
+    payload, needs_main = job_payload(fn, args, world_size)
+    preparation = spawn.get_preparation_data("graphscale-worker")
+    if not needs_main:  # nothing of the script is needed: the worker never runs it
+        preparation = {k: v for k, v in preparation.items() if not k.startswith("init_main_")}
+    if "authkey" in preparation:
+        preparation["authkey"] = bytes(preparation["authkey"])  # (its wrapper refuses pickling)
     workdir = tempfile.mkdtemp(prefix="graphscale-launch-")
+    (Path(workdir) / "job.pkl").write_bytes(payload)
+    launch_file = Path(workdir) / "launch.pkl"
+    launch_file.write_bytes(pickle.dumps({"preparation": preparation, "world_size": world_size, "backend": backend,
+                                          "kind": kind, "timeout_s": timeout_s, "allocator_mode": allocator_mode}))
+    command = [sys.executable, *subprocess._args_from_interpreter_flags(), "-c", BOOTSTRAP, str(launch_file),
+               workdir]
     # its own session: a Ctrl-C in the terminal does not reach it
     janitor = subprocess.Popen([sys.executable, "-I", "-S", "-c", _JANITOR, workdir], stdin=subprocess.PIPE,
                                start_new_session=True)
@@ -512,11 +542,7 @@ def _spawn(fn: Callable, world_size: int, args: tuple, backend: str, kind: str, 
     with _sigterm_exits():
         try:
             for rank in range(world_size):
-                p = ctx.Process(target=_worker, name=f"graphscale-worker-{rank}", daemon=False,
-                                args=(rank, world_size, fn, args, workdir, backend, kind, timeout_s, os.getpid(),
-                                      allocator_mode))
-                p.start()
-                procs.append(p)
+                procs.append(WorkerProcess([*command, str(rank), str(os.getpid())]))
             return _collect(procs, Path(workdir))
         finally:
             _stop(procs)

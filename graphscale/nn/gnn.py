@@ -84,6 +84,11 @@ class GNN(nn.Module):
         """Build now what steps on ``block`` keep with its topology (nothing here; a PyG model's adjacency), so a
         strategy that counts a block's topology tensors when it sets up counts them too."""
 
+    def user_module(self) -> nn.Module:
+        """The module the user gave, sharing this model's parameters: the model itself for graphscale's models, the
+        PyG module a wrapper runs (:mod:`graphscale.nn.pyg`, :mod:`graphscale.nn.pyg_forward`)."""
+        return self
+
     # ------------------------------------------------------------ row-wise
     @property
     def learned_input_map(self) -> bool:

@@ -46,7 +46,15 @@ from graphscale.config import BUILTIN_MODEL_FIELDS, PYG_DROPOUT_CHOICES, USER_MO
 from graphscale.data.block import Block
 from graphscale.nn.dropout import KeyedDropout
 from graphscale.nn.gnn import GNN
-from graphscale.nn.pyg_convs import ConvLayer, check_conv, check_row_wise, class_name, message_passing_class
+from graphscale.nn.pyg_convs import (
+    ALL,
+    ConvLayer,
+    check_conv,
+    check_conv_rows,
+    check_row_wise,
+    class_name,
+    message_passing_class,
+)
 
 
 class NotSequential(ValueError):
@@ -182,6 +190,11 @@ class PyGModel(GNN):
         self.pyg_dropout = dropout
         self.__dict__["source"] = module  # the user's model (not a submodule: its parameters are the convs')
 
+    def user_module(self) -> nn.Module:
+        """The user's PyG module (its convs and other modules are this model's; its own dropout modules are kept
+        where this model runs keyed ones)."""
+        return self.__dict__["source"]
+
     @property
     def learned_input_map(self) -> bool:
         """Whether modules run before the first conv."""
@@ -241,6 +254,8 @@ def _probe_widths(head, layers, tails, out, in_dim: int, label: str) -> list[int
             h = _apply_rows(head, torch.zeros(2, in_dim, dtype=dtype), block.src_ids)
             for l, (layer, tail) in enumerate(zip(layers, tails)):
                 widths.append(int(h.shape[1]))
+                if layer.mode == ALL:  # a conv run on all of a block's sources: it must read only its in-edges
+                    check_conv_rows(layer.conv, widths[-1], f"layer {l}", label)
                 try:
                     h = _apply_rows(tail, layer(block, h), block.dst_ids)
                 except Exception as err:  # noqa: BLE001 - reported with the conv's name

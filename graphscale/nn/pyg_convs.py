@@ -121,6 +121,11 @@ def conv_refusal(conv: nn.Module) -> str | None:
     if _is_gcn(conv) and conv.cached:
         return ("caches the normalisation of the first edges it sees (cached=True); graphscale gives it the "
                 "graph's normalisation per block: construct it with cached=False")
+    edge_dim = getattr(conv, "edge_dim", None)
+    if class_name(conv) == "GINEConv" or edge_dim is not None:
+        what = f"edge_dim={edge_dim}" if edge_dim is not None else "in every message"
+        return (f"uses edge features (edge_attr, {what}), which graphscale does not pass to a conv (its blocks carry "
+                "no per-edge values); use a conv without edge features (GINConv, or edge_dim=None)")
     params = list(_forward_params(conv).values())[1:]
     names = [p.name for p in params]
     if names[:2] != ["x", "edge_index"] and len(params) >= 2:
@@ -210,6 +215,38 @@ def check_row_wise(module: nn.Module, where: str, label: str) -> None:
             raise ValueError(f"{label}: {class_name(sub)} ({where}) normalises over the rows of a batch or graph, "
                              "which a partition or mini-batch holds differently from the whole graph; use a row-wise "
                              "normalisation (torch.nn.LayerNorm, or PyG LayerNorm with mode='node') or none")
+
+
+def check_conv_rows(conv: nn.Module, in_width: int, where: str, label: str) -> None:
+    """Refuse a conv whose output for a vertex depends on more than its in-edges and their source rows: run on a
+    small graph whole and on a block of two of its vertices (in float64, eval mode), the two vertices' outputs must
+    agree. What differs is almost always a degree normalisation computed inside the conv from the edges it is given
+    (PyG's tutorial ``GCNConv`` with ``degree()``): a partition's or a sample's edges give other degrees."""
+    import copy
+
+    from graphscale.data.graph import Graph
+
+    n = 12
+    v = torch.arange(n)
+    gen = torch.Generator().manual_seed(0)
+    graph = Graph.from_edges(torch.cat([(v + 1) % n, (v + 5) % n]), torch.cat([v, v]), n,
+                             x=torch.randn(n, in_width, generator=gen, dtype=torch.float64))
+    targets = torch.tensor([0, n // 2])
+    block = Block.from_nodes(graph, targets)
+    probe = copy.deepcopy(conv).double().eval()
+    try:
+        with torch.no_grad(), torch.random.fork_rng(devices=[]):
+            whole = run_conv(probe, Block.full(graph), graph.x)[targets]
+            part = run_conv(probe, block, graph.x[block.src_ids])
+    except Exception:  # noqa: BLE001 - a conv that fails here is reported by the model's own dry run
+        return
+    if whole.shape == part.shape and torch.allclose(whole, part, rtol=1e-9, atol=1e-12):
+        return
+    raise ValueError(f"{label}: {class_name(conv)} ({where}) computes a vertex's output from more than its in-edges "
+                     "and their source rows (a degree normalisation inside the conv, computed from the edges it is "
+                     "given, as PyG's tutorial GCNConv does with degree()), which a partition or a mini-batch holds "
+                     "differently from the whole graph; use torch_geometric.nn.GCNConv (graphscale gives it the whole "
+                     "graph's normalisation) or a conv without it")
 
 
 def _inner_dropout(conv: nn.Module) -> str | None:

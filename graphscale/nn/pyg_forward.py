@@ -58,7 +58,15 @@ from graphscale.data.block import Block
 from graphscale.data.graph import Graph
 from graphscale.nn.dropout import keyed_dropout
 from graphscale.nn.gnn import GNN
-from graphscale.nn.pyg_convs import ConvLayer, check_conv, check_row_wise, class_name, message_passing_class, run_conv
+from graphscale.nn.pyg_convs import (
+    ConvLayer,
+    check_conv,
+    check_conv_rows,
+    check_row_wise,
+    class_name,
+    message_passing_class,
+    run_conv,
+)
 
 #: the dropout functions keyed in ``keyed`` mode (``torch.dropout_`` and ``inplace=True``: the keyed rows written
 #: into the input, as torch's in-place dropout does)
@@ -266,6 +274,10 @@ class ForwardGNN(GNN):
         self.pyg_dropout, self.label, self.reason, self.out_width = dropout, label, reason, out_width
         self.first_input_learned, self.first_reads_input = self._check_rows(graph)
 
+    def user_module(self) -> nn.Module:
+        """The user's module (``net``, whose forward this model runs)."""
+        return self.net
+
     # ------------------------------------------------------------ running
     @property
     def learned_input_map(self) -> bool:
@@ -426,6 +438,8 @@ class ForwardGNN(GNN):
             raise self._fail(err) from None
         scale = float(whole.abs().max()) or 1.0
         if not torch.allclose(part, whole[targets], rtol=0.0, atol=_ROWS_RTOL * scale):
+            for l, (layer, width) in enumerate(zip(self.layers, self.layer_widths())):  # a conv the cause?
+                check_conv_rows(layer.conv, width, f"conv call {l}", self.label)
             raise ValueError(f"{self.label}: its forward mixes rows (a vertex's output depends on vertices outside "
                              "its receptive field: a pooling, a normalisation over the rows of a batch, ...), which a "
                              "partition or a mini-batch holds differently from the whole graph; graphscale needs "

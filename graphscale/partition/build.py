@@ -11,7 +11,6 @@ from pathlib import Path
 
 import numpy as np
 
-
 #: modules whose import registers the streaming partitioners (besides registry's built-ins)
 PARTITIONER_MODULES = ("graphscale.partition.vertex_stream", "graphscale.partition.edge_stream",
                        "graphscale.partition.twops", "graphscale.partition.spring")

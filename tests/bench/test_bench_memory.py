@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from graphscale.bench.tools import memory
 from graphscale.bench.table import split_specs
+from graphscale.bench.tools import memory
 from graphscale.cli import main
 
 MiB = 2**20

@@ -60,8 +60,8 @@ def test_stopping_the_launcher_stops_its_workers(tmp_path, sig):
     try:
         # the workers are training once both have joined the group (its store file is in the launch directory)
         _wait_for(lambda: list(tmp_path.glob("graphscale-launch-*/store")), 60, "the workers to start")
-        workers = [pid for pid in _children(launcher.pid)
-                   if b"spawn_main" in (Path("/proc") / str(pid) / "cmdline").read_bytes()]
+        workers = [pid for pid in _children(launcher.pid)  # the worker entry point's bootstrap (worker.BOOTSTRAP)
+                   if b"import worker_main" in (Path("/proc") / str(pid) / "cmdline").read_bytes()]
         assert len(workers) == 2
         time.sleep(0.5)
         launcher.send_signal(sig)

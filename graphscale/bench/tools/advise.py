@@ -33,8 +33,8 @@ import argparse
 import os
 import statistics
 
-from graphscale.bench.tools.memory import train_once
 from graphscale.bench.table import split_specs
+from graphscale.bench.tools.memory import train_once
 from graphscale.metrics.table import format_table
 from graphscale.metrics.units import format_bytes
 

@@ -220,7 +220,7 @@ class ChunkPasses:
         if h0 is not None:  # H^0's gradient: this stage's uses plus the later stages'
             g_h0 = h0.grad if g_h0 is None else h0.grad + g_h0
         if self.first:
-            if saved["map"] is not None:
+            if saved["map"] is not None and saved["map"].requires_grad:  # (a map without parameters: nothing to do)
                 root = grad if g_h0 is None else grad + g_h0
                 saved["map"].backward(root)
             return None

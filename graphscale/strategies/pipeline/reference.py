@@ -38,10 +38,9 @@ from graphscale.strategies.pipeline.plan import ChunkPlan, refreshes_history
 
 
 def learned_input(model) -> bool:
-    """Whether the model's input map is learned (not the identity): then layer 0's rows get gradients."""
-    from graphscale.nn.models import GNN
-
-    return type(model).input_map is not GNN.input_map
+    """Whether the model's input map is learned (not the identity): then layer 0's rows get gradients. The model's
+    own answer (``GNN.learned_input_map``: a PyG model's is whether modules run before its first conv)."""
+    return bool(model.learned_input_map)
 
 
 @torch.no_grad()

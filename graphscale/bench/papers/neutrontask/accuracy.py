@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import statistics
 
-from graphscale.bench.table import split_specs
 from graphscale.bench.papers.neutrontask.runs import TP, TP_TD, Section, graph_spec, load, tp_flags, tp_plan, train_run
+from graphscale.bench.table import split_specs
 
 
 def _accuracy(report: dict) -> list[float]:

@@ -7,8 +7,6 @@ from __future__ import annotations
 import math
 import statistics
 
-from graphscale.bench.tools.memory import node_data_bytes, worker_rows
-from graphscale.bench.table import format_bytes, split_specs
 from graphscale.bench.papers.neutrontask.runs import (
     GP,
     TP,
@@ -23,6 +21,8 @@ from graphscale.bench.papers.neutrontask.runs import (
     tp_plan,
     train_run,
 )
+from graphscale.bench.table import format_bytes, split_specs
+from graphscale.bench.tools.memory import node_data_bytes, worker_rows
 
 #: average degree from which a graph counts as dense in the comm summary (the paper's reddit: 492; products: 51)
 DENSE_DEGREE = 20

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import itertools
 
-from graphscale.bench.table import format_bytes, split_specs
 from graphscale.bench.papers.neutrontask.runs import (
     TP,
     TP_TD,
@@ -18,6 +17,7 @@ from graphscale.bench.papers.neutrontask.runs import (
     tp_plan,
     train_run,
 )
+from graphscale.bench.table import format_bytes, split_specs
 
 
 def subgraph_sizes(graph, count: int) -> tuple[list[int], list[int]]:

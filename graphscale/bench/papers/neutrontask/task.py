@@ -53,11 +53,11 @@ import argparse
 import math
 from pathlib import Path
 
-from graphscale.bench.table import format_table, save_figure
 from graphscale.bench.papers.neutrontask.accuracy import accuracy, subgraphs
 from graphscale.bench.papers.neutrontask.cost import comm, memory, replication
 from graphscale.bench.papers.neutrontask.runs import Section
 from graphscale.bench.papers.neutrontask.speed import ablation, pipeline
+from graphscale.bench.table import format_table, save_figure
 from graphscale.options import int_list
 
 SECTIONS = ("comm", "memory", "replication", "accuracy", "subgraphs", "pipeline", "ablation")

@@ -37,8 +37,8 @@ import argparse
 import statistics
 from pathlib import Path
 
-from graphscale.bench.tools.memory import train_once
 from graphscale.bench.table import save_figure, split_specs
+from graphscale.bench.tools.memory import train_once
 from graphscale.metrics.table import format_table
 from graphscale.metrics.units import format_bytes
 from graphscale.run import largest_peak_rss
