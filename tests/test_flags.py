@@ -40,6 +40,8 @@ OWN = {
     ("bench minibatch", "--epochs"): "sampled inputs, no training",
     ("bench scaling", "--epochs"): "timed epochs, no evaluation",
     ("bench memory", "--timeout"): "a run's time limit",
+    ("bench scale", "--timeout"): "a step's time limit",
+    ("bench scale", "--features"): "the generated graphs' feature width",
     ("bench averaging", "--timeout"): "a run's time limit",
     ("bench advise", "--timeout"): "a run's time limit",
     ("bench task", "--timeout"): "a run's time limit",

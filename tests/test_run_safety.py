@@ -111,7 +111,7 @@ def test_killed_offload_runs_leave_no_shared_memory_file_behind(tmp_path):
         spawned = []
         for pid in _marked_processes(marker):
             with contextlib.suppress(OSError), open(f"/proc/{pid}/cmdline", "rb") as f:
-                if b"multiprocessing.spawn" in f.read():
+                if b"import worker_main" in f.read():  # the launcher's worker entry point
                     spawned.append(pid)
         return min(spawned)
 

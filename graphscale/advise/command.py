@@ -91,17 +91,18 @@ def budget_of(args: argparse.Namespace, machine) -> int:
 
     if args.device_memory:
         return parse_bytes(args.device_memory, "--device-memory")
-    if args.device == "cpu" and args.host_memory:
+    if args.device == "cpu" and getattr(args, "host_memory", ""):
         from graphscale.metrics.host_memory import resolve_host_memory
 
-        return resolve_host_memory(args.host_memory)
+        return resolve_host_memory(args.host_memory)  # advise's own flag (bench advise has none)
     return machine.free_memory if args.device == "cuda" else machine.free_memory // max(args.workers, 1)
 
 
 def advise(args: argparse.Namespace) -> dict:
     """Predict every candidate; returns ``{"predictions": [...], "recommended": index, "budget": bytes}``."""
     config = base_config(args)
-    if (args.device_memory or (args.device == "cpu" and args.host_memory)) and not args.synthetic_profile:
+    host_budget = args.device == "cpu" and getattr(args, "host_memory", "")
+    if (args.device_memory or host_budget) and not args.synthetic_profile:
         from graphscale.cost.machine import synthetic
 
         # a budget below every configuration's need is refused before the host is measured or calibrated: the

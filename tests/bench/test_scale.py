@@ -57,3 +57,24 @@ def test_a_memory_limit_kills_what_does_not_fit_and_lets_through_what_does():
     under = run_measured([sys.executable, "-c", script.format(n=10_000_000)], limit=300 * 2**20)
     assert under.returncode == 0 and not under.oom_killed
     assert 80 * 2**20 < under.cgroup_peak <= 300 * 2**20 and under.anon_peak <= under.cgroup_peak
+
+
+@pytest.mark.slow
+def test_every_step_from_spec_to_trained_epoch_on_a_tiny_graph(tmp_path, capsys):
+    """The whole bounded path on a small graph with a 1 KiB host budget (hot-row cache, evaluation spill, offload's
+    host arrays on disk): every step succeeds, the table and slopes print, the rows are written."""
+    from graphscale.cli import main
+
+    rows_file = tmp_path / "rows.json"
+    code = main(["bench", "scale", "--sizes", "300,600", "--features", "8", "--degree", "4", "--host-memory", "1KiB",
+                 "--offload-chunks", "2", "--batch-size", "64", "--workdir", str(tmp_path / "w"),
+                 "--json", str(rows_file)])
+    out = capsys.readouterr().out
+    import json
+
+    rows = json.loads(rows_file.read_text())
+    assert code == 0, [r["error"] for r in rows if not r["ok"]]
+    assert [r["step"] for r in rows] == ["convert", "partition", "minibatch", "graph-parallel", "offload"] * 2
+    assert all(r["ok"] and r["vertices"] in (300, 600) for r in rows)
+    assert all(r["loss"] is not None for r in rows if r["step"] not in ("convert", "partition"))
+    assert "bytes/vertex" in out and "sbm:nodes=600" in out

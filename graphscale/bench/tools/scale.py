@@ -17,7 +17,7 @@ Per step the table gives the wall time, the largest process's peak resident set,
 (anonymous, shared memory and page cache: under ``--memory-limit`` every step runs in a fresh cgroup with that
 limit, which the kernel enforces by reclaiming page cache and killing a process whose anonymous memory does not
 fit), the bytes read from and written to storage, the disk the step left behind, and the epoch's loss. Training
-steps get ``--host-memory`` equal to the limit. Below the table, per step, the slope of a least-squares line
+steps get ``--host-memory`` (default: the limit). Below the table, per step, the slope of a least-squares line
 through the sizes, of the peak RSS and of the anonymous + shared peak: bytes per vertex (and, when the sizes vary
 degree or width through ``--graphs``, per edge record and per feature byte). The resident set counts the pages of
 mapped files a step reads, which the kernel reclaims under a limit; the anonymous + shared peak is what it cannot.
@@ -48,30 +48,38 @@ DEFAULT_SIZES = "20000,80000"
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of ``graphscale bench scale``."""
+    from graphscale.flags import add_declared, add_own
+
     parser.add_argument("--sizes", default=DEFAULT_SIZES,
                         help=f"comma-separated vertex counts (default {DEFAULT_SIZES}: a quick check; the docs' "
                              "figures use 1000000,4000000,16000000)")
     parser.add_argument("--degree", type=int, default=10, help="average degree of the SBM graphs (default 10)")
-    parser.add_argument("--features", type=int, default=128, help="float32 features per vertex (default 128)")
+    add_own(parser, "--features", type=int, default=128, help="float32 features per vertex of the SBM graphs "
+            "(default 128)", differs="a feature width, not a feature mode")
     parser.add_argument("--graphs", default="",
                         help="semicolon-separated dataset specs to run instead of --sizes (e.g. SBMs that vary "
                              "degree and width, so that the per-edge and per-feature-byte slopes can be fitted)")
     parser.add_argument("--steps", default=",".join(STEPS),
                         help=f"comma-separated steps (default {','.join(STEPS)})")
-    parser.add_argument("--workers", type=int, default=2, help="workers of the partition and the distributed "
-                                                               "steps (default 2)")
+    add_declared(parser, "workers", default=2, note="here: of the partition and the distributed steps",
+                 why="the fewest the distributed strategies run on")
     parser.add_argument("--memory-limit", default="", metavar="SIZE",
                         help="run every step in a memory cgroup with this limit (e.g. 4GiB; needs root and the "
                              "memory controller) and pass it to training as --host-memory")
-    parser.add_argument("--partition-method", default="fennel",
-                        help="partitioner of the partition step (default fennel: O(|V|) memory)")
+    add_declared(parser, "host_memory", note="here: of the training steps (default: --memory-limit when given); a "
+                                              "tiny one runs every bounded path: cache, spill, disk-backed host arrays")
+    parser.add_argument("--partition-method", default="restream",
+                        help="partitioner of the partition and offload steps (default restream: O(|V|) memory, a "
+                             "cut close to METIS's)")
     parser.add_argument("--offload-chunks", type=int, default=8, help="--chunks of the offload step (default 8)")
-    parser.add_argument("--batch-size", type=int, default=1024, help="--batch-size of the minibatch step")
+    add_declared(parser, "batch_size", default=1024, note="here: of the minibatch step",
+                 why="a batch size for millions of vertices")
     parser.add_argument("--workdir", default=None, metavar="DIR",
                         help="where the graphs, stores and caches go (default: a temporary directory, removed)")
     parser.add_argument("--keep", action="store_true", help="keep each size's files (default: removed after it)")
-    parser.add_argument("--timeout", type=float, default=7200, help="seconds per step before it is stopped")
-    parser.add_argument("--json", default=None, metavar="PATH", help="also write the rows as JSON")
+    add_own(parser, "--timeout", type=float, default=7200, help="seconds per step before it is stopped (default 7200)",
+            differs="a whole step's time limit, not the collective timeout")
+    add_declared(parser, "json", note="here: the rows")
 
 
 def _graphscale(*argv: str) -> list[str]:
@@ -84,8 +92,8 @@ def step_argv(step: str, spec: str, work: Path, args) -> list[str]:
     data = f"graphdir:{graph}"
     train = ["train", "--epochs", "1", "--no-progress", "--cache-dir", str(cache), "--json",
              str(work / f"{step}.json"), "--oversubscribe"]
-    if args.memory_limit:
-        train += ["--host-memory", args.memory_limit]
+    if args.host_memory or args.memory_limit:
+        train += ["--host-memory", args.host_memory or args.memory_limit]
     if step == "convert":
         return _graphscale("convert", "--dataset", spec, "--out", str(graph), "--overwrite", "--no-progress")
     if step == "partition":

@@ -118,6 +118,18 @@ def host_array_specs(num_nodes: int, dims, modes: list[str]) -> dict[str, tuple[
     return specs
 
 
+def input_array(dims) -> str:
+    """The host array holding the model's input rows: ``X`` when the input map learns, else ``H0``."""
+    return "X" if dims.learned_input else "H0"
+
+
+def shares_input(x: torch.Tensor | None, dtype: torch.dtype, device) -> bool:
+    """Whether the graph's own features ``x`` serve as the input array (:func:`input_array`) instead of a copy:
+    they are read only, so on a CPU device, in the run's dtype, the memory-mapped graph directory's features are
+    used as they are (an accelerator reads page-locked host arrays)."""
+    return x is not None and x.dtype == dtype and torch.device(device).type == "cpu" and x.is_contiguous()
+
+
 def host_array_bytes(specs: dict[str, tuple[int, int]], element_size: int) -> int:
     """Bytes of the host arrays ``specs`` describe (what :meth:`HostArrays.nbytes` gives once they are mapped)."""
     return sum(rows * width for rows, width in specs.values()) * element_size

@@ -8,7 +8,8 @@ edges on the machine profile plus the transfers at the profile's host-device ban
 measured at about 3 GB/s on a 2-core host against 25 GB/s for a plain copy (the memory bandwidth the model used
 before), scaled like the workers' other CPU work (:func:`~graphscale.cost.pricing.worker_scale`).
 
-``host_memory`` is the host arrays (:func:`~.host.host_array_specs`: ``H^0..H^L``, ``G^1..G^L``, ...): shared-memory
+``host_memory`` is the host arrays (:func:`~.host.host_array_specs`: ``H^0..H^L``, ``G^1..G^L``, ...; on CPU the
+input array is the graph's own mapped features, :func:`~.host.shares_input`, and not counted): shared-memory
 files every worker maps and, gathering its batches' rows and zeroing and writing its own, touches whole, so the
 OS counts all of them in every worker's resident set (``RssShmem``: 85.5 MiB of a worker's 989 MiB peak on the
 200k-vertex SBM, exactly the arrays' bytes), while the device-side ``memory`` leaves them out.
@@ -16,11 +17,13 @@ OS counts all of them in every worker's resident set (``RssShmem``: 85.5 MiB of 
 
 from __future__ import annotations
 
+import torch
+
 from graphscale.cost.dims import dims as model_dims
 from graphscale.cost.prediction import Prediction
 from graphscale.cost.pricing import element_size, layer_seconds, num_params, worker_scale
 from graphscale.strategies.offload.cost import Bandwidths, epoch_bytes, layer_modes, layer_pass_rows, modelled_seconds
-from graphscale.strategies.offload.host import host_array_bytes, host_array_specs
+from graphscale.strategies.offload.host import host_array_bytes, host_array_specs, input_array, shares_input
 from graphscale.strategies.offload.memory import fit_phases, modelled_peaks
 from graphscale.strategies.offload.plan import ChunkSets, build_worker_plan, check_dedup
 
@@ -49,7 +52,10 @@ def predict(data, model, config, machine):
     collectives = offload_collectives(plans, dims, dedup, world)
     seconds = (compute + modelled_seconds(out, bw) / world + machine.step_s
                + collectives * (machine.sync_s or machine.collective_latency_s))
-    host = host_array_bytes(host_array_specs(n, dims, modes), elem)
+    specs = host_array_specs(n, dims, modes)
+    if shares_input(graph.x, getattr(torch, config.dtype), "cuda" if machine.h2d_bandwidth else "cpu"):
+        specs.pop(input_array(dims))  # the graph's own mapped features: the page cache's, not the arrays'
+    host = host_array_bytes(specs, elem)
     return Prediction("offload", world, {"chunks": sets.num_chunks, "dedup": dedup}, max(peaks), peaks, out,
                       seconds, notes=[f"bytes: offload.cost.epoch_bytes with modes {modes}",
                                       "memory: offload.memory.modelled_peaks (device side), host arrays apart"],

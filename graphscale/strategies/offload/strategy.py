@@ -143,7 +143,7 @@ from graphscale.strategies.offload.cost import (
     layer_pass_rows,
     modelled_seconds,
 )
-from graphscale.strategies.offload.host import HostArrays, host_array_specs
+from graphscale.strategies.offload.host import HostArrays, host_array_specs, input_array, shares_input
 from graphscale.strategies.offload.memory import choose_chunks
 from graphscale.strategies.offload.passes import OffloadPasses
 from graphscale.strategies.offload.plan import (
@@ -329,10 +329,8 @@ class OffloadStrategy(OffloadPasses, Strategy):
         from graphscale.metrics.host_memory import resolve_host_memory
 
         specs = host_array_specs(graph.num_nodes, dims, self.modes)
-        first = "X" if dims.learned_input else "H0"
-        # the input rows are read only: the graph's own (memory-mapped) features serve as the input array when
-        # they are in the run's dtype, on a CPU device (an accelerator reads page-locked copies)
-        shared_input = graph.x.dtype == self.dtype and self.device.type == "cpu" and graph.x.is_contiguous()
+        first = input_array(dims)
+        shared_input = shares_input(graph.x, self.dtype, self.device)  # the graph's mapped features, not a copy
         self.host = HostArrays(self.comm, specs, self.dtype, self.device, self.config.strategy.shm_dir,
                                external={first: graph.x} if shared_input else None,
                                budget=resolve_host_memory(self.config.host_memory),
