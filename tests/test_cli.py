@@ -542,7 +542,7 @@ def test_long_part_lists_are_shortened_and_metis_prints_nothing(capsys, tmp_path
     import os
 
     from graphscale.partition.metis import c_stdout_captured
-    from graphscale.prepare import short_list
+    from graphscale.training_store import short_list
 
     assert short_list(range(3)) == "[0, 1, 2]"
     assert short_list(range(800)) == "[0, 1, 2, 3, 4, 5, 6, 7, 8, ..., 799] (800 in all)"

@@ -15,10 +15,10 @@ import torch
 from graphscale.config import ModelConfig, OptimConfig, RunConfig, StrategyConfig, build_config
 from graphscale.data.handle import DataHandle
 from graphscale.nn.models import build_model
-from graphscale.prepare import store_handle, write_training_store
 from graphscale.strategies.graph_parallel import GraphParallel, halo_bytes_per_epoch
 from graphscale.strategies.single import SingleStrategy
 from graphscale.testing import assert_close_rel, random_graph, run_distributed
+from graphscale.training_store import store_handle, write_training_store
 from graphscale.validation import validate
 
 MODELS = ("gcn", "gat", "gcnii")

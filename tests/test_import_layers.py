@@ -30,7 +30,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("api", ("graphscale.api",)),
     ("advise", ("graphscale.advise",)),
     ("run", ("graphscale.run", "graphscale.partition.command", "graphscale.data.ingest_command")),
-    ("prepare", ("graphscale.prepare", "graphscale.validation")),
+    ("prepare", ("graphscale.prepare", "graphscale.training_store", "graphscale.validation")),
     ("trainer", ("graphscale.trainer", "graphscale.checkpoint", "graphscale.progress", "graphscale.plot")),
     ("strategies", ("graphscale.strategies", "graphscale.testing")),
     ("cost", ("graphscale.cost",)),

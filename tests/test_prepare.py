@@ -20,10 +20,11 @@ import torch
 from graphscale.cli import main
 from graphscale.config import build_config
 from graphscale.data.handle import HOST_SHARED, MEMORY, PARTITION_LOCAL
-from graphscale.prepare import canonical_spec, prepare_data, write_training_store
+from graphscale.prepare import canonical_spec, prepare_data
 from graphscale.run import run
 from graphscale.strategies.split_parallel.plan import SplitPlan
 from graphscale.testing import random_graph
+from graphscale.training_store import write_training_store
 
 SPEC = "sbm:nodes=300,degree=6,classes=3,features=8,seed=1"
 

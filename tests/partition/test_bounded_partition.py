@@ -167,7 +167,7 @@ def test_restream_is_a_training_partitioner_with_the_others_balance_option(tmp_p
         build_vertex_partitioner("restream", "edges+train")
     with pytest.raises(ValueError, match="passes must be an integer >= 1"):
         build_partitioner("restream:passes=0")
-    from graphscale.prepare import write_training_store
+    from graphscale.training_store import write_training_store
 
     meta = write_training_store(generate(SPEC), tmp_path / "store", 3, partitioner="restream")
     assert meta["num_parts"] == 3 and meta["method"] == "restream"

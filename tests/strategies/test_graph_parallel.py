@@ -16,11 +16,11 @@ from graphscale.data.block import Block
 from graphscale.distributed.env import DistEnv
 from graphscale.nn.models import build_model
 from graphscale.partition.store import load_partition
-from graphscale.prepare import store_handle, write_training_store
 from graphscale.registry import STRATEGIES
 from graphscale.strategies.base import counts_to_metrics, masked_loss_sum, split_counts
 from graphscale.strategies.graph_parallel import GraphParallel, allreduce_bytes_per_epoch, halo_bytes_per_epoch
 from graphscale.testing import assert_close_rel, random_graph, run_distributed
+from graphscale.training_store import store_handle, write_training_store
 
 DTYPES = {"float64": torch.float64, "float32": torch.float32}
 #: (model, dtype, partitioner): float64 for every model, float32 for fewer.

@@ -9,12 +9,13 @@ import torch
 from graphscale.config import ModelConfig, RunConfig, StrategyConfig
 from graphscale.distributed.env import DistEnv
 from graphscale.nn.models import build_model
-from graphscale.prepare import prepare_graph, store_handle, write_training_store
+from graphscale.prepare import prepare_graph
 from graphscale.strategies.graph_parallel import GraphParallel
 from graphscale.strategies.offload import OffloadStrategy
 from graphscale.strategies.offload.memory import choose_chunks, estimate_peak
 from graphscale.strategies.offload.plan import two_level_partition
 from graphscale.testing import random_graph
+from graphscale.training_store import store_handle, write_training_store
 
 
 @pytest.fixture(autouse=True)

@@ -31,11 +31,12 @@ from graphscale.config import ModelConfig, OptimConfig, RunConfig, StrategyConfi
 from graphscale.data.block import Block
 from graphscale.distributed.env import DistEnv
 from graphscale.nn.models import build_model
-from graphscale.prepare import load_training_graph, store_handle, write_training_store
+from graphscale.prepare import load_training_graph
 from graphscale.run import run
 from graphscale.strategies.base import make_optimizer
 from graphscale.strategies.graph_parallel import GraphParallel, halo_bytes_per_epoch
 from graphscale.testing import assert_close_rel, pyg_models, random_graph, run_distributed
+from graphscale.training_store import store_handle, write_training_store
 
 EPOCHS = 3
 SPEC = "graphscale.testing.pyg_models:"
