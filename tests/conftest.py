@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import os
 
 import pytest
@@ -146,3 +147,33 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if item.get_closest_marker("gpu") is not None:
             item.add_marker(skip)
+
+
+@pytest.fixture(autouse=True)
+def _pyg_sequential_forward_restored():
+    """PyG's ``Sequential`` compiles a forward per instance and also sets it as the class's ``forward``; an
+    instance whose compilation fails (a layer defined in a module its template cannot import) then runs the last
+    compiled one, another model's layer list. Each test starts with PyG's own generic forward."""
+    sequential = _pyg_sequential_class()
+    if sequential is None:
+        yield
+        return
+    yield
+    sequential.forward = _PYG_SEQUENTIAL_FORWARD
+
+
+def _pyg_sequential_class():
+    global _PYG_SEQUENTIAL_FORWARD
+    try:
+        from torch_geometric.nn.sequential import Sequential
+    except ImportError:
+        return None
+    if _PYG_SEQUENTIAL_FORWARD is None:
+        forward = Sequential.__dict__["forward"]
+        if forward.__code__.co_filename != inspect.getsourcefile(Sequential):
+            raise RuntimeError("torch_geometric's Sequential.forward was replaced before the first test")
+        _PYG_SEQUENTIAL_FORWARD = forward
+    return Sequential
+
+
+_PYG_SEQUENTIAL_FORWARD = None

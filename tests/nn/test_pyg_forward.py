@@ -88,15 +88,9 @@ def test_layer_sequential_models_keep_the_layer_path():
     assert isinstance(as_gnn(pyg_models.sage(), IN, CLASSES), PyGModel)
     jk = as_gnn(GraphSAGE(IN, 8, 2, CLASSES, jk="cat"), IN, CLASSES)
     assert isinstance(jk, ForwardGNN) and "jumping knowledge jk='cat'" in jk.reason
-    # PyG's Sequential sets the class's forward to the last one it compiled, which a later Sequential whose
-    # compilation fails (a conv defined in a test module) would run: put it back
-    forward = Sequential.__dict__["forward"]
-    try:
-        seq = Sequential("x, edge_index", [(SAGEConv(IN, 8), "x, edge_index -> h"),
-                                           (SAGEConv(8, 3), "h, edge_index -> h")])
-        assert isinstance(as_gnn(seq, IN, CLASSES), ForwardGNN)
-    finally:
-        Sequential.forward = forward
+    seq = Sequential("x, edge_index", [(SAGEConv(IN, 8), "x, edge_index -> h"),
+                                       (SAGEConv(8, 3), "h, edge_index -> h")])
+    assert isinstance(as_gnn(seq, IN, CLASSES), ForwardGNN)
 
 
 def test_keyed_dropout_keys_module_and_functional_dropout_by_vertex():
