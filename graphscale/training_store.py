@@ -31,8 +31,8 @@ def write_training_store(graph: Graph | str | Path, path: str | Path, parts: int
 
     ``graph`` is an in-memory :class:`Graph` or a graph directory, which is partitioned and copied reading its
     records and rows in chunks (:func:`graphscale.partition.build.partition_graph_dir`,
-    :func:`~graphscale.partition.build.write_graph_dir_store`: O(|V|) memory; METIS checks its memory estimate
-    against ``host_memory``, ``--host-memory``, first).
+    :func:`~graphscale.partition.build.write_graph_dir_store`: O(|V|) memory, record chunks that keep within
+    ``host_memory``, ``--host-memory``; METIS checks its memory estimate against it first).
 
     Returns:
         the store's checked ``meta.json``.
@@ -69,7 +69,8 @@ def write_training_store(graph: Graph | str | Path, path: str | Path, parts: int
                "halo_hops": halo_hops}
     if folder is not None:
         source = (meta.get("meta") or {}).get("source")
-        write_graph_dir_store(folder, path, owner.numpy(), parts, source_name=source or dataset or name, **options)
+        write_graph_dir_store(folder, path, owner.numpy(), parts, source_name=source or dataset or name,
+                              host_memory=host_memory or None, **options)
     else:
         write_partition_store(path, GraphEdges(graph), owner.numpy(), parts, node_data=node_data_of(graph),
                               num_classes=graph.num_classes if graph.y is not None else None,

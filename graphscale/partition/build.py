@@ -133,13 +133,30 @@ def partition_graph_dir(folder: str | Path, partitioner: str, num_parts: int, *,
     chunk_edges = DEFAULT_CHUNK_EDGES if chunk_edges is None else chunk_edges
     vertex_partitioner = build_vertex_partitioner(partitioner, balance)
     vertex_partitioner.host_memory = host_memory
-    return vertex_partitioner.partition_csr(GraphEdges.from_dir(folder), num_parts, seed, chunk_edges).numpy()
+    csr = GraphEdges.from_dir(folder)
+    if vertex_partitioner.name != "metis":  # METIS holds the graph in memory and checks its own estimate
+        chunk_edges = _budget_chunk(csr, chunk_edges, host_memory, vertex_partitioner.name)
+    return vertex_partitioner.partition_csr(csr, num_parts, seed, chunk_edges).numpy()
+
+
+def _budget_chunk(csr, chunk_edges: int, host_memory: int | str | None, method: str,
+                  feature_chunk_bytes: int | None = None) -> int:
+    """The record chunk that keeps a streaming pass over ``csr`` within ``host_memory``
+    (:func:`~graphscale.partition.stream_memory.plan_chunk_edges`)."""
+    from graphscale.metrics.host_memory import resolve_host_memory
+    from graphscale.partition.store_writer import DEFAULT_FEATURE_CHUNK_BYTES
+    from graphscale.partition.stream_memory import plan_chunk_edges
+
+    feature_chunk_bytes = DEFAULT_FEATURE_CHUNK_BYTES if feature_chunk_bytes is None else feature_chunk_bytes
+    return plan_chunk_edges(csr.num_vertices, csr.num_edges, chunk_edges, resolve_host_memory(host_memory),
+                            feature_chunk_bytes, method)
 
 
 def write_graph_dir_store(folder: str | Path, out: str | Path, owner, num_parts: int, *, no_features: bool = False,
-                          **options):
+                          host_memory: int | str | None = None, **options):
     """Write the partition store of the graph directory ``folder`` under ``owner``, reading its records and node
-    rows from the files in chunks (O(|V|) memory plus ``chunk_edges`` / ``feature_chunk_bytes`` buffers).
+    rows from the files in chunks (O(|V|) memory plus ``chunk_edges`` / ``feature_chunk_bytes`` buffers; the
+    record chunk shrunk to keep within ``host_memory``, ``None``: what the machine can spare).
 
     ``options`` go to :func:`~graphscale.partition.store_writer.write_partition_store` (``halo_hops``, ``method``,
     ``params``, ``chunk_edges``, ...); returns its :class:`~graphscale.partition.store_writer.StoreSummary`.
@@ -147,8 +164,13 @@ def write_graph_dir_store(folder: str | Path, out: str | Path, owner, num_parts:
     from graphscale.partition.csr_source import GraphEdges
     from graphscale.partition.store_writer import write_partition_store
 
+    from graphscale.data.edge_stream import DEFAULT_CHUNK_EDGES
+
     csr = GraphEdges.from_dir(folder)
     graph = csr.graph
+    options["chunk_edges"] = _budget_chunk(csr, options.get("chunk_edges", DEFAULT_CHUNK_EDGES), host_memory,
+                                           options.get("method", "the store writer"),
+                                           options.get("feature_chunk_bytes"))
     node_data = node_data_of(graph, no_features, folder)
     options.setdefault("num_classes", graph.num_classes if "y" in node_data else None)
     return write_partition_store(out, csr, owner, num_parts, node_data=node_data, **options)

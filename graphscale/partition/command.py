@@ -14,7 +14,8 @@ partitioners stream the records in chunks; vertex partitioners (``random``,
 is turned into a CSR in memory first). A ``graphdir:DIR`` dataset is never loaded
 whole: the streaming partitioners read its CSR files in chunks, the store writer
 its records and node rows; METIS, which holds the graph in memory, first checks
-its estimate against ``--host-memory``. The store format is in :mod:`graphscale.partition.store`;
+its estimate against ``--host-memory``; the others keep within it by shrinking their record chunks
+(:mod:`graphscale.partition.stream_memory`; a budget below their minimum is refused in one line). The store format is in :mod:`graphscale.partition.store`;
 the summary's metrics are defined in :mod:`graphscale.partition.metrics`.
 """
 
@@ -121,7 +122,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_declared(parser, "halo_hops")
     parser.add_argument("--out", required=True, help="partition store directory to write")
     add_declared(parser, "seed")
-    add_declared(parser, "host_memory", note="here: what METIS's memory estimate is checked against")
+    add_declared(parser, "host_memory", note="here: what METIS's memory estimate is checked against; the other "
+                                             "methods shrink --chunk-edges to stay within it")
     parser.add_argument("--chunk-edges", type=int, default=1 << 22, help="records per streamed chunk (default 2^22)")
     parser.add_argument("--edges", default=None,
                         help="read the records from this edge-stream file (node data still from --dataset)")
@@ -151,6 +153,7 @@ def partition_dataset(args: argparse.Namespace) -> dict:
     from graphscale.partition.metrics import peak_rss_bytes
     from graphscale.partition.store import check_store_target
     from graphscale.partition.store_writer import write_partition_store
+    from graphscale.partition.stream_memory import plan_chunk_edges
     from graphscale.partition.streaming import GraphEdges
 
     start = time.perf_counter()
@@ -174,6 +177,9 @@ def partition_dataset(args: argparse.Namespace) -> dict:
         if args.progress:
             print(f"graphscale partition: {allocation.why()}", file=sys.stderr)
     validate_num_parts(args.parts, n)
+    if name != "metis":  # METIS holds the graph in memory and checks its own estimate
+        args.chunk_edges = plan_chunk_edges(n, source.num_edges, args.chunk_edges, partitioner.host_memory,
+                                            args.feature_chunk_mb << 20, name)
     out = Path(args.out)
     try:
         check_store_target(out, args.overwrite)

@@ -183,3 +183,40 @@ def test_graph_directory_helpers_partition_and_store_as_the_command_does(tmp_pat
     assert _store_files(tmp_path / "dir") == _store_files(tmp_path / "mem")
     with pytest.raises(ValueError, match="metis would need"):
         partition_graph_dir(graph_dir, "metis", 3, host_memory=1024)
+
+
+def test_streaming_partitions_shrink_their_chunks_to_the_budget_and_refuse_below_their_minimum(tmp_path, graph_dir,
+                                                                                                monkeypatch):
+    from graphscale.partition import stream_memory as sm
+
+    n, e, feat = 1000, 10**6, 1 << 20
+    fixed = sm.streaming_memory_estimate(n, e, 0, feat)
+    assert fixed == sm.STREAM_FIXED_BYTES + feat + sm.STREAM_BYTES_PER_VERTEX * n
+    assert sm.streaming_memory_estimate(n, e, 1 << 30, feat) == fixed + sm.STREAM_BYTES_PER_RECORD * e  # at most E
+    assert sm.plan_chunk_edges(n, e, 4096, fixed + 4096 * sm.STREAM_BYTES_PER_RECORD, feat, "ldg") == 4096
+    budget = fixed + 100_000 * sm.STREAM_BYTES_PER_RECORD + 7
+    assert sm.plan_chunk_edges(n, e, 500_000, budget, feat, "ldg") == 100_000
+    minimum = sm.streaming_memory_estimate(n, e, sm.MIN_CHUNK_EDGES, feat)
+    assert sm.plan_chunk_edges(n, e, 500_000, minimum, feat, "ldg") == sm.MIN_CHUNK_EDGES
+    with pytest.raises(ValueError, match=r"partitioning 1,000 vertices and 1,000,000 records with ldg needs at least "
+                                         r"about .* of host memory .* more than the .* budget \(--host-memory\)$"):
+        sm.plan_chunk_edges(n, e, 500_000, minimum - 1, feat, "ldg")
+    # the command: a budget that holds a small chunk writes the same store; one below the minimum writes nothing
+    monkeypatch.setattr(sm, "MIN_CHUNK_EDGES", 50)  # below the test graph's records
+    graph = generate(SPEC)
+    need = sm.streaming_memory_estimate(graph.num_nodes, graph.num_edges, 100, 1 << 20)
+    parser = argparse.ArgumentParser()
+    command.add_arguments(parser)
+    argv = ["--dataset", f"graphdir:{graph_dir}", "--method", "restream", "--parts", "2", "--feature-chunk-mb", "1",
+            "--no-progress"]
+    args = parser.parse_args([*argv, "--out", str(tmp_path / "small"), "--host-memory", str(need)])
+    command.partition_dataset(args)
+    assert args.chunk_edges == 100
+    command.partition_dataset(parser.parse_args([*argv, "--out", str(tmp_path / "whole")]))
+    assert _store_files(tmp_path / "small") == _store_files(tmp_path / "whole")
+    args = parser.parse_args([*argv, "--out", str(tmp_path / "none"), "--host-memory", str(need - 2000 * 64)])
+    with pytest.raises(ValueError, match=r"with restream needs at least about .* more than the"):
+        command.partition_dataset(args)
+    assert not (tmp_path / "none").exists()
+    with pytest.raises(ValueError, match=r"with ldg needs at least"):
+        partition_graph_dir(graph_dir, "ldg", 2, host_memory=1 << 20)
