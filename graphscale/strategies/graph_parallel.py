@@ -16,7 +16,10 @@ it, since a store holds raw features). The
 store's ``halo_owner`` and ids, agreed with the owners (category ``"control"``);
 the global training count is one all-reduce (category ``"setup"``).
 
-**Epoch.** ``h = input_map(x_i)``; for every layer ``l``: where the model fuses ``pre`` (the row-wise,
+**Epoch.** ``h = input_map(x_i)``; for every layer ``l`` that exchanges projected rows (below):
+``z, local = model.project(l, h, ids)`` (``pre``, keyed by the owned rows' ids, fused into the projection where
+the layer fuses it), ``h = model.step_projected(l, block, halo.gather(z), local)``; for every other layer: where the
+model fuses ``pre`` (the row-wise,
 id-keyed dropout) into the layer's first product (:meth:`GNN.fuses_pre`), ``h = model.step(l, block,
 halo.gather(h), h0_dst)``: raw rows cross and the step drops them as it reads them, so no dropped copy exists;
 otherwise ``h = model.step(l, block, halo.gather(model.pre(l, h)), h0_dst, pre_applied=True)``: ``pre`` runs on
@@ -47,34 +50,40 @@ which sum them into their rows, and the parameter gradients are then summed
 with one all-reduce over a flat buffer (category ``"allreduce"``) before the
 identical optimiser step on every worker (parameters stay identical).
 
+**Projected exchange.** A step that is a projection then an aggregation (:mod:`graphscale.nn.projected`: GCN's
+``A_hat (h W)``; GraphSAGE's neighbour term ``mean(h_u) W_l = mean(h_u W_l)``, its root term ``h_v W_r`` a term of
+the owned rows; GAT's projection ``z = h W``, from which the scores and the attention follow) runs split at the
+projection where a projected row has fewer bytes than an input row (:func:`projected_exchanges`: ``p_l * b <
+d_l * b_l``): each worker drops and projects its own rows, exchanges the projected halo rows (the projection
+needs their gradients back: the weight does) and aggregates. The worker then never gathers its layer inputs'
+``[inner + halo, d_l]`` table, only ``[inner + halo, p_l]``; at layer 0 its feature rows stay the mapped store's.
+``single`` may run the other order, ``(A_hat h) W`` (the layer picks the cheaper one), which differs only by float
+rounding (the tests hold both to the project's tolerance).
+
 **Closed forms** (bytes per training epoch, summed over workers; ``b`` = bytes
 per element, ``d_l = model.layer_widths()[l]`` = width of the rows entering
-step ``l``)::
+step ``l``, ``p_l`` the width of its projected rows)::
 
-    halo      = sum_l  k_l * (sum_i |B_i|) * d_l * b,   k_l = 2 (forward + backward),
-                except k_0 = 1 when the input of step 0 does not require grad
+    halo      = sum_l  k_l * (sum_i |B_i|) * e_l * b,   e_l = p_l where layer l exchanges projected rows, else d_l;
+                k_l = 2 (forward + backward), except k_0 = 1 when step 0 exchanges its input rows and they do not
+                require grad
     allreduce = 2 * (W - 1) * P * b                      (ring model, P = parameter elements)
     control   = 2 * (W - 1) * 8                          (the all-reduced float64 loss sum, ring model)
 
-For GCN, GraphSAGE and GAT ``input_map`` is the identity, so step 0 exchanges
-raw feature rows whose gradient autograd never asks for: the backward exchange
+For GCN, GraphSAGE and GAT ``input_map`` is the identity, so where step 0 exchanges
+raw feature rows autograd never asks for their gradient: the backward exchange
 of layer 0 is skipped (``k_0 = 1``). With ``--feature-dtype bfloat16`` the worker
 holds its feature rows in bfloat16 and step 0 exchanges them as stored (``b_0 =
 2``; the step upcasts its source rows and applies its dropout after the exchange,
-keyed by the same ids, so the rows are those of ``single``); a learned
+keyed by the same ids, so the rows are those of ``single``) unless it exchanges projected rows (float32, so where
+``4 p_0 < 2 d_0``); a learned
 ``input_map`` reads its upcast rows locally and exchanges float32 rows as usual. A PyG model with its own
 forward exchanges the stored rows where its first conv call reads the forward's ``x`` itself (the conv's step
 upcasts them); where the forward computes on ``x`` first (a dropout, a linear map), layer 0 exchanges that
-float32 result (:func:`exchanges_stored_input`). GCNII's ``input_map`` is a learned
-projection, so its layer-0 exchange runs in both directions. With ``rho =
-sum_i |B_i| / N`` and all ``d_l = H`` this is GNNPipe's ``V_g = 2 rho L N H b``
-(minus the skipped backward).
-
-GAT exchanges its layer *inputs* (width ``d_l``, the raw features at layer 0),
-not the projected rows ``W h`` (width ``heads * hidden``): the model's contract
-is ``step(l, block, h_src)``, and the projection is part of the step.
-Exchanging projected rows is cheaper when ``F > heads * hidden`` and needs the
-aggregate / update split of the layer; it is not done here.
+float32 result (:func:`exchanges_stored_input`); it never exchanges projected rows (each conv call runs whole).
+GCNII's ``input_map`` is a learned projection and its layers aggregate first, so its layer-0 exchange runs in both
+directions with ``d_0`` columns. With ``rho = sum_i |B_i| / N`` and all exchanged widths ``H`` this is GNNPipe's
+``V_g = 2 rho L N H b`` (minus the skipped backward).
 
 With ``--features learnable:D`` the input is a trainable table of the worker's inner rows
 (:meth:`Strategy.learnable_table`, rows keyed by original id): step 0's input requires grad, so its halo
