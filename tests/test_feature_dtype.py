@@ -2,7 +2,8 @@
 
 graph-parallel (2 workers, one spawn) reproduces single on the same bfloat16 features to float32 tolerance; the
 strategies hold bfloat16 feature tensors (tracked bytes of the features halve) and graph-parallel's layer-0 halo
-moves 2 bytes per element (its closed form); the option is refused where it cannot hold.
+moves 2 bytes per element where it exchanges the stored rows, not projected ones (its closed form); the option is
+refused where it cannot hold.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import torch
 from graphscale.config import ModelConfig, OptimConfig, RunConfig, StrategyConfig, build_config
 from graphscale.data.handle import DataHandle
 from graphscale.nn.models import build_model
-from graphscale.strategies.graph_parallel import GraphParallel, halo_bytes_per_epoch
+from graphscale.strategies.graph_parallel import GraphParallel, halo_bytes_per_epoch, projected_exchanges
 from graphscale.strategies.single import SingleStrategy
 from graphscale.testing import assert_close_rel, random_graph, run_distributed
 from graphscale.training_store import store_handle, write_training_store
@@ -91,9 +92,15 @@ def test_graph_parallel_reproduces_single_with_bfloat16_features(tmp_path):
         assert all(r["raw_exchange"] is not learned for r in runs)
         model = build_model(make_config(name, "single", 1).model, graph.num_features, graph.num_classes)
         sizes, widths = [r["halo_rows"] for r in runs], model.layer_widths()
-        expected = halo_bytes_per_epoch(sizes, widths, 4, learned, input_element_size=4 if learned else 2)
-        if not learned:  # half of float32's layer-0 bytes
-            assert expected == halo_bytes_per_epoch(sizes, widths, 4, False) - sum(sizes) * widths[0] * 2
+        # GCN's layer 0 projects 12 stored bfloat16 columns (24 bytes) to 4 float32 ones (16 bytes) and moves
+        # those; GAT's projection (2 heads of 4: 32 bytes) is wider than the stored row, so it moves the row
+        projected = projected_exchanges(model, 4, 4 if learned else 2)
+        assert projected[0] == {"gcn": 4, "gat": None, "gcnii": None}[name], name
+        expected = halo_bytes_per_epoch(sizes, widths, 4, learned, input_element_size=4 if learned else 2,
+                                        projected=projected)
+        if not learned and projected[0] is None:  # half of float32's layer-0 bytes
+            assert expected == halo_bytes_per_epoch(sizes, widths, 4, False, projected=projected) \
+                - sum(sizes) * widths[0] * 2
         for epoch in range(EPOCHS):
             assert sum(r["bytes"][epoch]["halo"] for r in runs) == expected > 0, (name, epoch)
 

@@ -249,10 +249,19 @@ def describe_dataset(spec: str) -> dict:
 FEATURE_NORMS = ("auto", "row", "none")
 
 
+#: rows per block of :func:`row_normalize`'s norms (its only temporary is one block's absolute values)
+NORM_BLOCK_ROWS = 1 << 14
+
+
 def row_normalize(x: torch.Tensor) -> torch.Tensor:
     """Every row divided by its L1 norm (rows of zeros stay zero); row-local, so a worker can apply it to its
-    own rows and get the rows of the whole normalised matrix."""
-    return x / x.abs().sum(dim=1, keepdim=True).clamp(min=torch.finfo(x.dtype).tiny)
+    own rows and get the rows of the whole normalised matrix. The norms are summed one row block at a time, so the
+    result is the only ``[N, F]`` tensor it makes (``x`` may be a memory-mapped store's rows)."""
+    norms = torch.empty((x.shape[0], 1), dtype=x.dtype, device=x.device)
+    for start in range(0, x.shape[0], NORM_BLOCK_ROWS):
+        rows = slice(start, start + NORM_BLOCK_ROWS)
+        torch.sum(x[rows].abs(), dim=1, keepdim=True, out=norms[rows])
+    return x / norms.clamp_(min=torch.finfo(x.dtype).tiny)
 
 
 def normalize_features(graph: Graph, mode: str = "auto") -> Graph:

@@ -11,6 +11,7 @@ from torch import Tensor, nn
 from graphscale.data.block import Block
 from graphscale.nn.dropout import KeyedDropout
 from graphscale.nn.layers import DeferredLinearReLU
+from graphscale.nn.projected import aggregate_projected, project, projected_width
 
 
 def relu_(out: Tensor) -> Tensor:
@@ -195,6 +196,48 @@ class GNN(nn.Module):
         if not self.fuses_pre(l):
             return None
         return self.drops[l].keep(block.src_ids, h_src.shape[1])
+
+    # ------------------------------------------------------- projected steps
+    def projected_width(self, l: int) -> int | None:
+        """Width of step ``l``'s projected rows where the step can run split at its projection
+        (:mod:`graphscale.nn.projected`: GCN, GraphSAGE, GAT layers in a model that keeps :meth:`step`), else
+        ``None``."""
+        if type(self).step is not GNN.step or self.needs_h0:
+            return None
+        return projected_width(self.layers[l])
+
+    def project(self, l: int, h: Tensor, ids: Tensor) -> tuple[Tensor, Tensor | None]:
+        """The first half of step ``l`` on some rows: :meth:`pre` (keyed by their global ids ``ids``; fused into
+        the projection where the layer fuses it, so no dropped copy is made), then layer ``l``'s projection.
+        Row-wise: a strategy may project the rows it owns and exchange the projected rows.
+
+        Returns:
+            ``(z, local)`` (:func:`~graphscale.nn.projected.project`): the projected rows and the rows' own
+            destination term (GraphSAGE's root term; ``None`` for GCN and GAT).
+
+        Shapes:
+            h ``[N, d_l]`` -> ``[N, projected_width(l)]``.
+        """
+        self._check_step(l, h, None, check_h0=False)
+        if self.projected_width(l) is None:
+            raise ValueError(f"step {l}: {type(self.layers[l]).__name__} does not run split at a projection")
+        keep = None
+        if self.fuses_pre(l) and h.dtype != torch.bfloat16:
+            keep = self.drops[l].keep(ids, h.shape[1])
+        if keep is None:
+            h = self.upcast(self.pre(l, h, ids))  # stored bfloat16 rows: the keyed dropout reads them into float32
+        return project(self.layers[l], h, keep)
+
+    def step_projected(self, l: int, block: Block, z_src: Tensor, local_dst: Tensor | None) -> Tensor:
+        """The second half of step ``l``: aggregate the sources' projected rows ``z_src`` (:meth:`project` of
+        every source row), add the destinations' own term ``local_dst`` and the bias, then :meth:`post`. With
+        :meth:`project` this equals :meth:`step` up to float rounding (the order ``A (x W)`` where step may run
+        ``(A x) W``).
+
+        Shapes:
+            z_src ``[S, projected_width(l)]``, local_dst ``[D, *]`` -> ``[D, d_{l+1}]``.
+        """
+        return self.post(l, aggregate_projected(self.layers[l], block, z_src, local_dst))
 
     def aggregate(self, l: int, block: Block, h_src: Tensor) -> Tensor:
         """Sparse half of step ``l``: ``layers[l].aggregate(block, pre(l, h_src))``.

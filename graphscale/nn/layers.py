@@ -340,9 +340,14 @@ class GATLayer(nn.Module):
     def aggregate(self, block, x_src: Tensor) -> Tensor:
         """Attention-weighted sum of projected sources: ``[S, in_dim]`` -> ``[D, H * out_dim]``."""
         _check_src(block, x_src, self.in_dim, "GATLayer.aggregate")
+        return self.attend(block, self.lin(x_src))
+
+    def attend(self, block, z_src: Tensor) -> Tensor:
+        """The attention-weighted sum from the sources' projected rows ``z_src = lin(x_src)``:
+        ``[S, H * out_dim]`` -> ``[D, H * out_dim]``."""
         topo = topology(block)
         d, nh = block.num_dst, self.heads
-        z = self.lin(x_src).view(-1, nh, self.out_dim)
+        z = z_src.view(-1, nh, self.out_dim)
         a_src = (z * self.att_src).sum(-1)
         a_dst = (z[:d] * self.att_dst).sum(-1)
         alpha, alpha_self = attention_coefficients(topo, a_src, a_dst, self.negative_slope)

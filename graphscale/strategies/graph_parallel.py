@@ -16,7 +16,10 @@ it, since a store holds raw features). The
 store's ``halo_owner`` and ids, agreed with the owners (category ``"control"``);
 the global training count is one all-reduce (category ``"setup"``).
 
-**Epoch.** ``h = input_map(x_i)``; for every layer ``l``: where the model fuses ``pre`` (the row-wise,
+**Epoch.** ``h = input_map(x_i)``; for every layer ``l`` that exchanges projected rows (below):
+``z, local = model.project(l, h, ids)`` (``pre``, keyed by the owned rows' ids, fused into the projection where
+the layer fuses it), ``h = model.step_projected(l, block, halo.gather(z), local)``; for every other layer: where the
+model fuses ``pre`` (the row-wise,
 id-keyed dropout) into the layer's first product (:meth:`GNN.fuses_pre`), ``h = model.step(l, block,
 halo.gather(h), h0_dst)``: raw rows cross and the step drops them as it reads them, so no dropped copy exists;
 otherwise ``h = model.step(l, block, halo.gather(model.pre(l, h)), h0_dst, pre_applied=True)``: ``pre`` runs on
@@ -47,34 +50,40 @@ which sum them into their rows, and the parameter gradients are then summed
 with one all-reduce over a flat buffer (category ``"allreduce"``) before the
 identical optimiser step on every worker (parameters stay identical).
 
+**Projected exchange.** A step that is a projection then an aggregation (:mod:`graphscale.nn.projected`: GCN's
+``A_hat (h W)``; GraphSAGE's neighbour term ``mean(h_u) W_l = mean(h_u W_l)``, its root term ``h_v W_r`` a term of
+the owned rows; GAT's projection ``z = h W``, from which the scores and the attention follow) runs split at the
+projection where a projected row has fewer bytes than an input row (:func:`projected_exchanges`: ``p_l * b <
+d_l * b_l``): each worker drops and projects its own rows, exchanges the projected halo rows (the projection
+needs their gradients back: the weight does) and aggregates. The worker then never gathers its layer inputs'
+``[inner + halo, d_l]`` table, only ``[inner + halo, p_l]``; at layer 0 its feature rows stay the mapped store's.
+``single`` may run the other order, ``(A_hat h) W`` (the layer picks the cheaper one), which differs only by float
+rounding (the tests hold both to the project's tolerance).
+
 **Closed forms** (bytes per training epoch, summed over workers; ``b`` = bytes
 per element, ``d_l = model.layer_widths()[l]`` = width of the rows entering
-step ``l``)::
+step ``l``, ``p_l`` the width of its projected rows)::
 
-    halo      = sum_l  k_l * (sum_i |B_i|) * d_l * b,   k_l = 2 (forward + backward),
-                except k_0 = 1 when the input of step 0 does not require grad
+    halo      = sum_l  k_l * (sum_i |B_i|) * e_l * b,   e_l = p_l where layer l exchanges projected rows, else d_l;
+                k_l = 2 (forward + backward), except k_0 = 1 when step 0 exchanges its input rows and they do not
+                require grad
     allreduce = 2 * (W - 1) * P * b                      (ring model, P = parameter elements)
     control   = 2 * (W - 1) * 8                          (the all-reduced float64 loss sum, ring model)
 
-For GCN, GraphSAGE and GAT ``input_map`` is the identity, so step 0 exchanges
-raw feature rows whose gradient autograd never asks for: the backward exchange
+For GCN, GraphSAGE and GAT ``input_map`` is the identity, so where step 0 exchanges
+raw feature rows autograd never asks for their gradient: the backward exchange
 of layer 0 is skipped (``k_0 = 1``). With ``--feature-dtype bfloat16`` the worker
 holds its feature rows in bfloat16 and step 0 exchanges them as stored (``b_0 =
 2``; the step upcasts its source rows and applies its dropout after the exchange,
-keyed by the same ids, so the rows are those of ``single``); a learned
+keyed by the same ids, so the rows are those of ``single``) unless it exchanges projected rows (float32, so where
+``4 p_0 < 2 d_0``); a learned
 ``input_map`` reads its upcast rows locally and exchanges float32 rows as usual. A PyG model with its own
 forward exchanges the stored rows where its first conv call reads the forward's ``x`` itself (the conv's step
 upcasts them); where the forward computes on ``x`` first (a dropout, a linear map), layer 0 exchanges that
-float32 result (:func:`exchanges_stored_input`). GCNII's ``input_map`` is a learned
-projection, so its layer-0 exchange runs in both directions. With ``rho =
-sum_i |B_i| / N`` and all ``d_l = H`` this is GNNPipe's ``V_g = 2 rho L N H b``
-(minus the skipped backward).
-
-GAT exchanges its layer *inputs* (width ``d_l``, the raw features at layer 0),
-not the projected rows ``W h`` (width ``heads * hidden``): the model's contract
-is ``step(l, block, h_src)``, and the projection is part of the step.
-Exchanging projected rows is cheaper when ``F > heads * hidden`` and needs the
-aggregate / update split of the layer; it is not done here.
+float32 result (:func:`exchanges_stored_input`); it never exchanges projected rows (each conv call runs whole).
+GCNII's ``input_map`` is a learned projection and its layers aggregate first, so its layer-0 exchange runs in both
+directions with ``d_0`` columns. With ``rho = sum_i |B_i| / N`` and all exchanged widths ``H`` this is GNNPipe's
+``V_g = 2 rho L N H b`` (minus the skipped backward).
 
 With ``--features learnable:D`` the input is a trainable table of the worker's inner rows
 (:meth:`Strategy.learnable_table`, rows keyed by original id): step 0's input requires grad, so its halo
@@ -119,13 +128,15 @@ from graphscale.strategies.base import (
     unused_feature_options,
 )
 from graphscale.strategies.epoch import Epoch
+from graphscale.strategies.overlap_plan import OverlapPlan
 
 HALO = "halo"
 SETUP = "setup"
 
 
 def halo_bytes_per_epoch(halo_sizes: Sequence[int], widths: Sequence[int], element_size: int,
-                         first_backward: bool, input_element_size: int | None = None) -> int:
+                         first_backward: bool, input_element_size: int | None = None,
+                         projected: Sequence[int | None] | None = None) -> int:
     """The closed-form halo volume of one training epoch, summed over workers (module docstring).
 
     Args:
@@ -135,11 +146,38 @@ def halo_bytes_per_epoch(halo_sizes: Sequence[int], widths: Sequence[int], eleme
         first_backward: whether the input of step 0 requires grad (then layer 0 exchanges gradients too).
         input_element_size: bytes per element of step 0's exchange when it moves the stored feature rows in
             another dtype (``--feature-dtype bfloat16``: 2); default ``element_size``.
+        projected: per layer, the width ``p_l`` of the projected rows it exchanges instead of its inputs, or
+            ``None`` where it exchanges its inputs (:func:`projected_exchanges`); default: inputs everywhere.
     """
     rows = int(sum(int(s) for s in halo_sizes))
     first = element_size if input_element_size is None else input_element_size
-    return sum((2 if (layer > 0 or first_backward) else 1) * rows * int(d) * (first if layer == 0 else element_size)
-               for layer, d in enumerate(widths))
+    total = 0
+    for layer, d in enumerate(widths):
+        p = None if projected is None else projected[layer]
+        if p is not None:  # projected rows require grad (the weight does): both directions
+            total += 2 * rows * int(p) * element_size
+        else:
+            total += ((2 if (layer > 0 or first_backward) else 1) * rows * int(d)
+                      * (first if layer == 0 else element_size))
+    return total
+
+
+def projected_exchanges(model: torch.nn.Module, element_size: int,
+                        input_element_size: int | None = None) -> list[int | None]:
+    """Per layer, the width of the projected rows that layer's halo exchange moves, or ``None`` where it moves the
+    layer's inputs: a step that runs split at its projection (:meth:`GNN.projected_width`) exchanges projected rows
+    where a projected row has fewer bytes than an input row (``p_l * b < d_l * b_l``; ``b_0`` is
+    ``input_element_size`` when step 0 exchanges stored rows in another dtype). Read by :class:`GraphParallel`'s
+    setup and by :func:`epoch_bytes` alike."""
+    width_of = getattr(model, "projected_width", None)
+    if width_of is None or not getattr(model, "layer_sequential", True):
+        return [None] * len(model.layer_widths())
+    out = []
+    for l, d in enumerate(model.layer_widths()):
+        b = input_element_size if l == 0 and input_element_size is not None else element_size
+        p = width_of(l)
+        out.append(p if p is not None and p * element_size < d * b else None)
+    return out
 
 
 def exchanges_stored_input(model: torch.nn.Module) -> bool:
@@ -148,6 +186,12 @@ def exchanges_stored_input(model: torch.nn.Module) -> bool:
     forward, one whose first conv call reads the forward's ``x`` itself
     (:attr:`~graphscale.nn.pyg_forward.ForwardGNN.reads_stored_input`)."""
     return getattr(model, "reads_stored_input", not model.learned_input_map)
+
+
+def first_backward(model: torch.nn.Module, config: RunConfig) -> bool:
+    """Whether step 0's input requires grad, so that layer 0's exchange of its inputs runs backward too: a learned
+    ``input_map``, or a learnable input table (``--features learnable:D``)."""
+    return bool(model.learned_input_map or learnable_dim(config.data.features))
 
 
 def allreduce_bytes_per_epoch(num_params: int, world_size: int, element_size: int) -> int:
@@ -179,88 +223,38 @@ def inner_block(part) -> tuple[Block, torch.Tensor]:
     return Block(indptr, indices, part.orig_ids[rows], part.degree[rows]), halo_local
 
 
-def _csr_rows(indptr: torch.Tensor, indices: torch.Tensor, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """The CSR rows ``rows`` (in that order, each row's entries in stored order): ``(indptr, indices)``."""
-    starts = indptr[rows]
-    counts = indptr[rows + 1] - starts
-    out = torch.zeros(rows.numel() + 1, dtype=torch.int64)
-    torch.cumsum(counts, 0, out=out[1:])
-    offsets = torch.arange(int(out[-1])) - torch.repeat_interleave(out[:-1] - starts, counts)
-    return out, indices[offsets]
+def _element_size(model: torch.nn.Module) -> int:
+    return next(model.parameters()).element_size()
+
+
+def _rows(t: torch.Tensor | None, rows: torch.Tensor) -> torch.Tensor | None:
+    return None if t is None else t.index_select(0, rows)
 
 
 @dataclass
-class OverlapPlan:
-    """A partition's block cut for overlapping the halo exchange with computation.
+class _Step:
+    """Step ``layer`` on a block of the overlap plan (``h0``: the owned rows' initial features, or ``None``)."""
 
-    An *interior* row has local in-neighbours only, a *boundary* row at least one halo in-neighbour.
-    ``interior`` (destinations: the interior rows; sources: the interior rows, then the boundary rows they read)
-    is computed while the halo rows travel, ``boundary`` (destinations: the boundary rows; sources: the boundary
-    rows, the interior rows they read, then the halo in the stored order) once they arrived. Every row keeps its
-    in-edges in stored order, so each aggregated row is summed exactly as in the unsplit block. Rows are stored
-    local ids (the worker's features, labels and outputs stay in the store's order: nothing is copied at setup).
+    model: torch.nn.Module
+    layer: int
+    h0: torch.Tensor | None
+    pre_applied: bool
 
-    Attributes:
-        interior: the interior block.
-        boundary: the boundary block.
-        interior_src: int64 local rows of ``interior``'s sources (its destinations first).
-        boundary_src: int64 local rows of ``boundary``'s local sources (its destinations first).
-        inverse: int64 ``[n_local]``: ``cat(interior rows' outputs, boundary rows' outputs)[inverse]`` is in
-            local row order.
-    """
+    def __call__(self, block: Block, src: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+        return self.model.step(self.layer, block, src, _rows(self.h0, rows), pre_applied=self.pre_applied)
 
-    interior: Block
-    boundary: Block
-    interior_src: torch.Tensor
-    boundary_src: torch.Tensor
-    inverse: torch.Tensor
 
-    @property
-    def num_interior(self) -> int:
-        return self.interior.num_dst
+@dataclass
+class _ProjectedStep:
+    """The aggregation of step ``layer`` on a block of the overlap plan from projected rows (``local``: the owned
+    rows' own term, or ``None``)."""
 
-    @classmethod
-    def build(cls, block: Block) -> OverlapPlan:
-        """Cut ``block`` (destinations: the local rows, sources: the local rows then the halo)."""
-        n = block.num_dst
-        indptr, indices = block.indptr, block.indices
-        # rows with a halo in-neighbour, from the halo edges' positions (no per-edge row array)
-        halo_edges = torch.nonzero(indices >= n).flatten()
-        has_halo = torch.zeros(n, dtype=torch.bool)
-        has_halo[torch.searchsorted(indptr, halo_edges, right=True) - 1] = True
-        del halo_edges
-        interior_rows = torch.nonzero(~has_halo).flatten()
-        boundary_rows = torch.nonzero(has_halo).flatten()
-        i_ptr, i_idx = _csr_rows(indptr, indices, interior_rows)
-        read_by_interior = torch.zeros(n, dtype=torch.bool)
-        read_by_interior[i_idx] = True  # interior rows read local rows only
-        interior_src = torch.cat([interior_rows, torch.nonzero(has_halo & read_by_interior).flatten()])
-        del read_by_interior
-        lut = torch.full((n,), -1, dtype=torch.int64)
-        lut[interior_src] = torch.arange(interior_src.numel())
-        interior = Block(i_ptr, lut[i_idx], block.src_ids[interior_src], block.src_deg[interior_src])
-        del i_idx
-        b_ptr, b_idx = _csr_rows(indptr, indices, boundary_rows)
-        local = b_idx < n
-        reads_interior = local.clone()
-        reads_interior[local] = ~has_halo[b_idx[local]]
-        interior_read = torch.unique(b_idx[reads_interior])
-        del reads_interior
-        boundary_src = torch.cat([boundary_rows, interior_read])
-        lut.fill_(-1)
-        lut[boundary_src] = torch.arange(boundary_src.numel())
-        b_idx -= n - boundary_src.numel()  # halo rows follow the local sources, in stored order
-        b_idx[local] = lut[b_idx[local] + (n - boundary_src.numel())]
-        del local, lut
-        sources = torch.cat([boundary_src, torch.arange(n, block.num_src)])
-        boundary = Block(b_ptr, b_idx, block.src_ids[sources], block.src_deg[sources])
-        inverse = torch.empty(n, dtype=torch.int64)
-        inverse[torch.cat([interior_rows, boundary_rows])] = torch.arange(n)
-        return cls(interior, boundary, interior_src, boundary_src, inverse)
+    model: torch.nn.Module
+    layer: int
+    local: torch.Tensor | None
 
-    def to(self, device) -> OverlapPlan:
-        return OverlapPlan(self.interior.to(device), self.boundary.to(device), self.interior_src.to(device),
-                           self.boundary_src.to(device), self.inverse.to(device))
+    def __call__(self, block: Block, src: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+        return self.model.step_projected(self.layer, block, src, _rows(self.local, rows))
 
 
 @STRATEGIES.register("graph-parallel")
@@ -327,6 +321,8 @@ class GraphParallel(Strategy):
             self.x = x.to(device=device, dtype=self.feature_dtype())
         #: step 0 exchanges the stored feature rows (bfloat16 bytes), upcast in the step, instead of their dropout
         self.raw_exchange = self.x.dtype == torch.bfloat16 and exchanges_stored_input(model)
+        #: per layer, the width of the projected rows its exchange moves (None: the layer's inputs)
+        self.projected = projected_exchanges(model, _element_size(model), 2 if self.raw_exchange else None)
         self.y = local.y[:n_inner].to(device)
         self.masks = {}
         for split in SPLITS:
@@ -369,6 +365,15 @@ class GraphParallel(Strategy):
         h = self.x if self.raw_exchange else model.input_map(model.upcast(self.x), self.inner_ids)
         h0 = h if model.needs_h0 else None
         for layer in range(model.num_layers):
+            if self.projected[layer] is not None:
+                # project the owned rows (pre, keyed by global ids, fused into the projection), exchange the
+                # projected rows, aggregate them
+                z, local = model.project(layer, h, self.inner_ids)
+                if self.plan is not None:
+                    h = self._overlapped_step(z, _ProjectedStep(model, layer, local))
+                else:
+                    h = model.step_projected(layer, self.block, self.halo.gather(z), local)
+                continue
             # pre (keyed dropout, keyed by global ids) is row-wise: where the step fuses it into the layer's first
             # product, the raw rows cross and no dropped copy is made; otherwise apply it to the owned rows, then
             # exchange (fewer rows than after the exchange). Stored bfloat16 rows cross as they are and the step
@@ -376,25 +381,24 @@ class GraphParallel(Strategy):
             raw = (self.raw_exchange and layer == 0) or model.fuses_pre(layer)
             z = h if raw else model.pre(layer, h, self.inner_ids)
             if self.plan is not None:
-                h = self._overlapped_step(layer, z, h0, pre_applied=not raw)
+                h = self._overlapped_step(z, _Step(model, layer, h0, not raw))
             else:
                 h = model.step(layer, self.block, self.halo.gather(z), h0, pre_applied=not raw)
         return model.output_map(h, self.inner_ids)
 
-    def _overlapped_step(self, layer: int, z: torch.Tensor, h0: torch.Tensor | None,
-                         pre_applied: bool = True) -> torch.Tensor:
-        """Step ``layer`` with its halo exchange in flight while the interior rows are computed."""
-        model, plan = self.model, self.plan
+    def _overlapped_step(self, z: torch.Tensor, step) -> torch.Tensor:
+        """One layer's step with its halo exchange in flight while the interior rows are computed: ``z`` the rows
+        exchanged, ``step(block, sources, dst_rows)`` the step on a block of the plan (``dst_rows``: the local rows
+        of its destinations)."""
+        plan = self.plan
         pending = self.halo.start(z, plan.boundary_src)  # the boundary block's sources: local part, then the halo
-        h0_i = None if h0 is None else h0.index_select(0, plan.interior_src[: plan.num_interior])
         z_i = z.index_select(0, plan.interior_src)  # the interior block's sources (a copy while it runs)
         self.tracker.track("interior sources", z_i)
-        out_i = model.step(layer, plan.interior, z_i, h0_i, pre_applied=pre_applied)
+        out_i = step(plan.interior, z_i, plan.interior_src[: plan.num_interior])
         self.tracker.untrack("interior sources")
         del z_i
         src = self.halo.finish(z, pending, plan.boundary_src)
-        h0_b = None if h0 is None else h0.index_select(0, plan.boundary_src[: plan.boundary.num_dst])
-        out_b = model.step(layer, plan.boundary, src, h0_b, pre_applied=pre_applied)
+        out_b = step(plan.boundary, src, plan.boundary_src[: plan.boundary.num_dst])
         return torch.cat([out_i, out_b]).index_select(0, plan.inverse)
 
     def train_epoch(self, epoch: int) -> EpochStats:
@@ -432,7 +436,8 @@ def epoch_bytes(parts: list[dict], model: torch.nn.Module, config: RunConfig, el
     workers = len(parts)
     halo = [int(p["num_halo"]) for p in parts]
     first = 2 if config.data.feature_dtype == "bfloat16" and exchanges_stored_input(model) else None
-    out = {HALO: halo_bytes_per_epoch(halo, model.layer_widths(), element_size, model.learned_input_map, first)}
+    out = {HALO: halo_bytes_per_epoch(halo, model.layer_widths(), element_size, first_backward(model, config), first,
+                                      projected_exchanges(model, element_size, first))}
     if workers > 1:
         out["allreduce"] = allreduce_bytes_per_epoch(num_params, workers, element_size)
         out[CONTROL] = allreduce_bytes_per_epoch(1, workers, 8)
@@ -463,13 +468,18 @@ def predict(data, model, config, machine):
     out = epoch_bytes(parts, model, config, elem, params)
     # the halo exchanges of an epoch: the closed form's terms (one row of width 1, one byte each), then the gradient
     # and loss all-reduces
-    exchanges = halo_bytes_per_epoch([1], [1] * len(d.widths), 1, model.learned_input_map) if workers > 1 else 0
+    first = 2 if config.data.feature_dtype == "bfloat16" and exchanges_stored_input(model) else None
+    projected = projected_exchanges(model, elem, first)
+    exchanges = (halo_bytes_per_epoch([1], [1] * len(d.widths), 1, first_backward(model, config),
+                                      projected=[None if w is None else 1 for w in projected]) if workers > 1 else 0)
     collectives = exchanges + (2 if workers > 1 else 0)
+    # the rows each layer gathers (owned and halo): its inputs, or its projected rows
+    gathered = [d_l if w is None else w for d_l, w in zip(d.widths, projected)]
     peaks, seconds = [], []
     for p in parts:
         inner, local, edges = int(p["num_inner"]), int(p["num_inner"]) + int(p["num_halo"]), int(p["num_edges"])
-        peaks.append(node_data_bytes(local, data.num_features, elem) + 8 * (local + 1 + edges)
-                     + activation_bytes(local, list(d.widths), list(d.out), elem) + state_bytes(params, elem))
+        peaks.append(node_data_bytes(inner, data.num_features, elem) + 8 * (local + 1 + edges)
+                     + activation_bytes(local, gathered, list(d.out), elem) + state_bytes(params, elem))
         sent = sum(out.values()) / workers
         seconds.append(prediction_time(machine, layer_seconds(machine, inner, edges, list(d.widths), list(d.out),
                                                                      workers=workers),

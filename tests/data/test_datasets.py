@@ -580,3 +580,18 @@ def test_feature_normalisation_modes():
     assert g.meta["feature_norm"] == "row"
     with pytest.raises(ValueError, match="--feature-norm"):
         normalize_features(g, "l2")
+
+
+@pytest.mark.parametrize("block_rows", [1, 7, 1 << 14])
+def test_row_normalize_by_row_blocks_equals_the_whole_formula(monkeypatch, block_rows):
+    """The norms summed one row block at a time give the rows of the one-shot formula bit for bit."""
+    from graphscale.data import datasets
+
+    monkeypatch.setattr(datasets, "NORM_BLOCK_ROWS", block_rows)
+    for dtype in (torch.float32, torch.float64):
+        x = torch.randn(30, 9, generator=torch.Generator().manual_seed(0), dtype=dtype)
+        x[4] = 0
+        whole = x / x.abs().sum(dim=1, keepdim=True).clamp(min=torch.finfo(dtype).tiny)
+        assert torch.equal(datasets.row_normalize(x), whole)
+        assert torch.equal(datasets.row_normalize(x[:, :5]), whole.new_tensor(x[:, :5] / x[:, :5].abs().sum(
+            dim=1, keepdim=True).clamp(min=torch.finfo(dtype).tiny)))

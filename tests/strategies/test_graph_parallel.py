@@ -18,7 +18,12 @@ from graphscale.nn.models import build_model
 from graphscale.partition.store import load_partition
 from graphscale.registry import STRATEGIES
 from graphscale.strategies.base import counts_to_metrics, masked_loss_sum, split_counts
-from graphscale.strategies.graph_parallel import GraphParallel, allreduce_bytes_per_epoch, halo_bytes_per_epoch
+from graphscale.strategies.graph_parallel import (
+    GraphParallel,
+    allreduce_bytes_per_epoch,
+    halo_bytes_per_epoch,
+    projected_exchanges,
+)
 from graphscale.testing import assert_close_rel, random_graph, run_distributed
 from graphscale.training_store import store_handle, write_training_store
 
@@ -29,6 +34,20 @@ COMBOS = [("gcn", "float64", "metis"), ("sage", "float64", "random"), ("gat", "f
 #: Models whose input map is learned: the input of step 0 requires grad, so layer 0 exchanges gradients too.
 LEARNED_INPUT_MAP = {"gcnii", "resgcn"}
 EXTRA_EPOCHS = 3
+
+
+def _narrower(width: int, d: int) -> int | None:
+    return width if width < d else None
+
+
+#: The projected rows each layer of the combos' models exchanges (``None``: its inputs), written out per model:
+#: GCN and SAGE project to their output width, GAT to heads * hidden; GCNII never projects.
+PROJECTED = {
+    "gcn": lambda l, m: _narrower(m.layers[l].out_dim, m.layer_widths()[l]),
+    "sage": lambda l, m: _narrower(m.layers[l].out_dim, m.layer_widths()[l]),
+    "gat": lambda l, m: _narrower(m.layers[l].heads * m.layers[l].out_dim, m.layer_widths()[l]),
+    "gcnii": lambda l, m: None,
+}
 
 
 def make_graph(dtype: torch.dtype):
@@ -148,9 +167,12 @@ def test_graph_parallel_matches_single_process(world_size, overlap, tmp_path):
         sizes = brute_force_halo_sizes(graph, owner, world_size)
         widths = model.layer_widths()
         learned = model_name in LEARNED_INPUT_MAP
-        expected_halo = sum((1 if layer == 0 and not learned else 2) * sum(sizes) * d * elem
-                            for layer, d in enumerate(widths))
-        assert expected_halo == halo_bytes_per_epoch(sizes, widths, elem, first_backward=learned)
+        # a layer exchanges its projected rows (both directions) where they are narrower than its inputs
+        projected = [PROJECTED[model_name](layer, model) for layer in range(model.num_layers)]
+        assert projected == projected_exchanges(model, elem), tag
+        expected_halo = sum((2 * p if p is not None else (1 if layer == 0 and not learned else 2) * d)
+                            * sum(sizes) * elem for layer, (d, p) in enumerate(zip(widths, projected)))
+        assert expected_halo == halo_bytes_per_epoch(sizes, widths, elem, learned, projected=projected)
         num_params = sum(p.numel() for p in model.parameters())
         for epoch_bytes in [r["bytes"] for r in runs], *([r["later_bytes"][e] for r in runs]
                                                          for e in range(EXTRA_EPOCHS)):

@@ -124,14 +124,15 @@ def volumes(graph, owner, model_name: str, layers: int, stages: int, hidden: int
     from graphscale.config import ModelConfig
     from graphscale.nn.models import build_model
     from graphscale.partition.base import halo_sizes
-    from graphscale.strategies.graph_parallel import halo_bytes_per_epoch
+    from graphscale.strategies.graph_parallel import halo_bytes_per_epoch, projected_exchanges
     from graphscale.strategies.pipeline.plan import group_halo_bytes_per_epoch, pipeline_bytes_per_epoch, stage_layers
     from graphscale.strategies.pipeline.reference import learned_input
 
     model = build_model(ModelConfig(name=model_name, hidden=hidden, layers=layers, dropout=0.0),
                         max(graph.num_features, 1), 2)
     widths = model.layer_widths()
-    graph_bytes = halo_bytes_per_epoch(halo_sizes(graph, owner, stages).tolist(), widths, 4, learned_input(model))
+    graph_bytes = halo_bytes_per_epoch(halo_sizes(graph, owner, stages).tolist(), widths, 4, learned_input(model),
+                                       projected=projected_exchanges(model, 4))
 
     def pipe(s: int) -> int:
         return pipeline_bytes_per_epoch(graph.num_nodes, [widths[r.start] for r in stage_layers(layers, s)[1:]], 4,

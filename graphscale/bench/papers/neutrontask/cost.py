@@ -32,7 +32,11 @@ def comm(args) -> Section:
     """Bytes per epoch, graph parallelism against TP and TP+TD (:mod:`graphscale.bench.papers.neutrontask.task`)."""
     from graphscale.partition.base import halo_sizes
     from graphscale.prepare import build_vertex_partitioner
-    from graphscale.strategies.graph_parallel import allreduce_bytes_per_epoch, halo_bytes_per_epoch
+    from graphscale.strategies.graph_parallel import (
+        allreduce_bytes_per_epoch,
+        halo_bytes_per_epoch,
+        projected_exchanges,
+    )
     from graphscale.strategies.pipeline.reference import learned_input
     from graphscale.strategies.task_parallel.chain import H2D, epoch_bytes
 
@@ -49,7 +53,8 @@ def comm(args) -> Section:
             measure = graph.num_nodes <= args.measure_nodes and layers in args.measure_depths
             model = model_of(graph, layers, args.hidden)
             params = sum(p.numel() for p in model.parameters())
-            gp = (halo_bytes_per_epoch(halo, model.layer_widths(), 4, learned_input(model))
+            gp = (halo_bytes_per_epoch(halo, model.layer_widths(), 4, learned_input(model),
+                                       projected=projected_exchanges(model, 4))
                   + allreduce_bytes_per_epoch(params, args.workers, 4) + allreduce_bytes_per_epoch(1, args.workers, 8))
             closed = {"graph-parallel": {"total": gp}}
             plans = {}
