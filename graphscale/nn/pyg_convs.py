@@ -148,7 +148,7 @@ def conv_refusal(conv: nn.Module) -> str | None:
     if class_name(conv) == "GINEConv" or edge_dim is not None:
         what = f"edge_dim={edge_dim}" if edge_dim is not None else "in every message"
         return (f"uses edge features (edge_attr, {what}), which graphscale does not pass to a conv (its blocks carry "
-                "no per-edge values); use a conv without edge features (GINConv, or edge_dim=None)")
+                "no edge features, only edge weights); use a conv without edge features (GINConv, or edge_dim=None)")
     params = list(_forward_params(conv).values())[1:]
     names = [p.name for p in params]
     if names[:2] != ["x", "edge_index"] and len(params) >= 2:
