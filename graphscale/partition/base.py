@@ -11,7 +11,6 @@ array from any partitioner.
 from __future__ import annotations
 
 import dataclasses
-
 from abc import ABC, abstractmethod
 
 import torch

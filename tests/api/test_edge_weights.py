@@ -140,10 +140,10 @@ def no_run(monkeypatch):
 
 
 @pytest.mark.parametrize(("model", "options", "match"), [
-    (lambda: GraphSAGE(6, 8, 2, 3), {}, r"GraphSAGE instance: the graph has edge weights \(edge_weight\), but SAGEConv "
-                                        r"\(layer 0\) takes no edge_weight"),
-    (lambda: Residual(takes_weight=False), {}, r"Residual instance: the graph has edge weights \(edge_weight\), but conv "
-                                               r"call 1 \(GraphConv\) is not passed"),
+    (lambda: GraphSAGE(6, 8, 2, 3), {}, (r"GraphSAGE instance: the graph has edge weights \(edge_weight\), but "
+                                         r"SAGEConv \(layer 0\) takes no edge_weight")),
+    (lambda: Residual(takes_weight=False), {}, (r"Residual instance: the graph has edge weights \(edge_weight\), "
+                                                r"but conv call 1 \(GraphConv\) is not passed")),
     (lambda: GCN(6, 8, 2, 3), {"strategy": "data-parallel", "workers": 2},
      r"^the graph has edge weights \(edge_weight\), which strategy 'data-parallel' does not give its convs"),
     (lambda: "gcn", {}, r"^the graph has edge weights \(edge_weight\), which graphscale's model 'gcn' does not"),
