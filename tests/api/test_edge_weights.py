@@ -87,13 +87,19 @@ def test_weighted_gcn_equals_pygs_loop(strategy, workers, extra):
 
 def test_own_forward_passes_the_weights_under_graph_parallel():
     """A model with its own forward, passing edge_weight to GCNConv and GraphConv: ``graph-parallel`` x2 equals
-    PyG's loop with the weights."""
+    PyG's loop with the weights, and ``predict`` (single, graph-parallel x2) the trained model's own outputs."""
     d = weighted_data()
     torch.manual_seed(0)
     model = Residual().double()
     report = gs.train(model, d, strategy="graph-parallel", workers=2, **OPTIONS)
     expected = pyg_loop(model, d)
     assert all(abs(a.loss - b) <= 1e-10 * abs(b) for a, b in zip(report.epochs, expected, strict=True))
+    trained = report.last_model.eval()
+    with torch.no_grad():
+        outputs = trained(d.x, d.edge_index, d.edge_weight)
+    for strategy, workers in (("single", 1), ("graph-parallel", 2)):
+        out = gs.predict(trained, d, strategy=strategy, workers=workers, dtype="float64")
+        assert torch.allclose(out, outputs, rtol=1e-10, atol=1e-12), strategy
 
 
 def _edge_weights(graph, block: Block) -> torch.Tensor:
