@@ -176,3 +176,39 @@ def test_bad_weights_are_refused():
     bad.edge_weight = torch.cat([d.edge_weight, d.edge_weight[:1]])
     with pytest.raises(ValueError, match=r"^data\.edge_index repeats an edge while data\.edge_weight is set"):
         to_graph(bad)
+
+
+def test_a_weighted_graphs_store_holds_every_parts_edge_weights(tmp_path):
+    """A weighted (directed) graph's partition store: every part's local edge ``u -> v`` carries the graph's weight
+    of ``u -> v`` (of ``v -> u`` for a record added reversed for a halo vertex), its vertices their weighted
+    in-degrees, and a graph directory keeps the weights."""
+    from graphscale.data.formats import load_graph_dir, save_graph_dir
+    from graphscale.data.graph import Graph
+    from graphscale.partition.store import load_partition
+    from graphscale.training_store import write_training_store
+
+    gen = torch.Generator().manual_seed(4)
+    n = 30
+    key = torch.unique(torch.randint(0, n * n, (150,), generator=gen))
+    src, dst = key % n, key // n
+    w = torch.rand(key.numel(), generator=gen, dtype=torch.float64) + 0.5
+    graph = Graph.from_edges(src, dst, n, w, x=torch.randn(n, 3, generator=gen), y=torch.zeros(n, dtype=torch.int64),
+                             train_mask=torch.ones(n, dtype=torch.bool), val_mask=torch.zeros(n, dtype=torch.bool),
+                             test_mask=torch.zeros(n, dtype=torch.bool))
+    save_graph_dir(graph, tmp_path / "g")
+    assert torch.equal(load_graph_dir(tmp_path / "g").edge_weight, graph.edge_weight)
+    weights = {(int(u), int(v)): float(x) for u, v, x in zip(src, dst, w)}
+    meta = write_training_store(tmp_path / "g", tmp_path / "store", 3, "random")
+    assert meta["weighted"] is True
+    reversed_records = 0
+    for s in range(3):
+        part = load_partition(tmp_path / "store", s)
+        local = part.graph
+        u, v = part.orig_ids[local.indices], part.orig_ids[local.dst_of_edges()]
+        for a, b, x, row in zip(u.tolist(), v.tolist(), local.edge_weight.tolist(), local.dst_of_edges().tolist()):
+            if (a, b) not in weights:
+                assert row >= part.num_inner  # only a halo row holds a reversed record
+                reversed_records += 1
+            assert x == weights.get((a, b), weights.get((b, a)))
+        assert torch.equal(part.degree, graph.gcn_degrees()[part.orig_ids])
+    assert reversed_records > 0
