@@ -11,13 +11,13 @@ the block). A conv whose ``x`` accepts a pair (SAGEConv, GATConv, GINConv, Graph
 size=(S, D))``. GCNConv (``normalize=True``) gets the whole graph's normalisation from the block's global
 in-degrees ``src_deg`` as the values of ``adj_t`` (with its self-loops, weight ``fill`` as GCNConv adds them):
 ``w_ji = (deg_j + fill)^-1/2 (deg_i + fill)^-1/2``, its own normalisation off, so a partition or a sampled block
-equals full-graph training. On a weighted graph (``Block.edge_weight``) every conv gets the block's edge weights: GCNConv
-as the values ``w_ji (deg_j + fill)^-1/2 (deg_i + fill)^-1/2`` with the weighted global degrees (PyG's ``gcn_norm``
-with weights), a conv aggregating by ``adj_t`` as its values, any other as ``edge_weight=``; a conv whose forward
-takes no ``edge_weight`` is refused on weighted data (:func:`weight_refusal`). Any other conv is called on all source rows and its first ``D`` output rows kept (exact for
-any conv whose output row depends only on the row's in-edges and inputs). Convs that need more than one hop or
-graph-global quantities (APPNP, SGConv, ChebConv, GCN2Conv, ...) or required inputs besides ``x`` and
-``edge_index`` are refused (:func:`conv_refusal`).
+equals full-graph training. On a weighted graph (``Block.edge_weight``) every conv gets the block's edge
+weights: GCNConv as the values ``w_ji (deg_j + fill)^-1/2 (deg_i + fill)^-1/2`` with the weighted global degrees
+(PyG's ``gcn_norm`` with weights), a conv aggregating by ``adj_t`` as its values, any other as ``edge_weight=``; a
+conv whose forward takes no ``edge_weight`` is refused on weighted data (:func:`weight_refusal`). Any other conv is
+called on all source rows and its first ``D`` output rows kept (exact for any conv whose output row depends only on
+the row's in-edges and inputs). Convs that need more than one hop or graph-global quantities (APPNP, SGConv,
+ChebConv, GCN2Conv, ...) or required inputs besides ``x`` and ``edge_index`` are refused (:func:`conv_refusal`).
 """
 
 from __future__ import annotations
@@ -75,7 +75,10 @@ def block_edge_index(block: Block) -> Tensor:
 
 
 def _weights(block: Block, dtype: torch.dtype) -> Tensor | None:
-    return None if block.edge_weight is None else block.edge_weight.to(device=block.indices.device, dtype=dtype)
+    """The block's edge weights in ``dtype`` on its device (``None`` unweighted), kept with its topology."""
+    if block.edge_weight is None:
+        return None
+    return topology(block).derived(f"edge-weight-{dtype}", lambda: block.edge_weight.to(block.indices.device, dtype))
 
 
 def block_adjacency(block: Block, dtype: torch.dtype) -> Tensor:
