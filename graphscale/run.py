@@ -30,7 +30,7 @@ from graphscale.metrics.memory import max_os_memory, os_memory
 from graphscale.prepare import prepare_data
 from graphscale.registry import STRATEGIES
 from graphscale.strategies.base import metric_name
-from graphscale.validation import check_user_model, validate
+from graphscale.validation import check_edge_weights, check_user_model, validate
 
 
 def train_worker(env: DistEnv, config: RunConfig, data: DataHandle, parent_baseline: tuple | None = None) -> dict:
@@ -207,7 +207,10 @@ def run(config: RunConfig, *, write: bool = True, keep_model: bool = False) -> d
         data = prepare_data(config)  # before any worker starts: no worker waits while another partitions
         from graphscale.data.features import input_width
 
-        check_user_model(config, input_width(config.data.features, data.num_features), data.num_classes)  # widths
+        weighted = bool(data.summary.get("weighted"))
+        check_edge_weights(config, weighted)
+        check_user_model(config, input_width(config.data.features, data.num_features), data.num_classes,
+                         weighted)  # widths, and the convs' edge weights
         trivial = trivial_baseline(data)
         if saved is not None:
             check_resume(config, saved, data.summary)  # the resolved dataset and the graph's counts

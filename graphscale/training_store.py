@@ -125,7 +125,7 @@ def _summary_of_store(path: Path, meta: dict) -> dict:
     return {"name": meta.get("name") or path.name, "nodes": int(meta["num_nodes"]), "edges": int(meta["num_edges"]),
             "features": int(meta.get("num_features") or 0), "classes": int(meta.get("num_classes") or 0), **counts,
             "multilabel": bool(meta.get("multilabel")), "parts": len(meta["parts"]), "part_train": part_train,
-            "halo_hops": int(meta.get("halo_hops", 1))}
+            "halo_hops": int(meta.get("halo_hops", 1)), **({"weighted": True} if meta.get("weighted") else {})}
 
 
 def _store_is_nonnegative(path: Path, meta: dict) -> bool:

@@ -292,23 +292,49 @@ def _check_decoupled(config: RunConfig, strategy) -> None:
                          f"{', '.join(able)}, not by {name!r}")
 
 
-def check_user_model(config: RunConfig, in_dim: int | None = None, num_classes: int | None = None) -> None:
+def check_edge_weights(config: RunConfig, weighted: bool) -> None:
+    """A weighted graph (``edge_weight``) is trained only where the weights reach the convs: by a strategy whose
+    blocks carry them (``Strategy.edge_weights``) and a PyG model every conv of which takes them (checked by
+    :func:`check_user_model`); graphscale's own models take none."""
+    from graphscale.nn.models import is_pyg_config
+    from graphscale.registry import STRATEGIES
+
+    if not weighted:
+        return
+    name = config.strategy.name
+    if not STRATEGIES.get(name).edge_weights:
+        able = [n for n in STRATEGIES.names() if STRATEGIES.get(n).edge_weights]
+        raise ValueError(f"the graph has edge weights (edge_weight), which strategy {name!r} does not give its "
+                         f"convs; strategies that do: {', '.join(able)} (or delete the weights)")
+    if not is_pyg_config(config.model):
+        raise ValueError(f"the graph has edge weights (edge_weight), which graphscale's model "
+                         f"{config.model.name!r} does not take; train a PyG model whose convs take edge_weight "
+                         "(GCNConv, GraphConv, ...) or delete the weights")
+
+
+def check_user_model(config: RunConfig, in_dim: int | None = None, num_classes: int | None = None,
+                     weighted: bool = False) -> None:
     """A user's model (``[model] factory`` or ``--model module.path:attr``): built once here, in the parent, and
     checked for the run's strategy (:func:`graphscale.nn.pyg.check_model`; with ``in_dim`` / ``num_classes``, against
     the data's widths too); ``config.model.layers`` becomes its number of message-passing layers (what the strategies'
-    plans and ``--fanouts`` count). A factory returning a graphscale ``GNN`` is taken as it is."""
+    plans and ``--fanouts`` count). A factory returning a graphscale ``GNN`` is taken as it is. ``weighted``: the
+    graph has edge weights, which every conv must take (:func:`check_edge_weights` first)."""
     from graphscale.nn.models import GNN, is_pyg_config, make_user_model, model_label
 
     if not is_pyg_config(config.model):
         return
     module = make_user_model(config.model, config.seed)
     if isinstance(module, GNN):
+        if weighted:
+            raise ValueError(f"the graph has edge weights (edge_weight), which the graphscale model "
+                             f"{model_label(config.model)} does not take; delete the weights")
         config.model.layers = module.num_layers
         return
     from graphscale.nn.pyg import check_model
 
     config.model.layers = check_model(module, config.strategy.name, in_dim, num_classes,
-                                      dropout=config.model.pyg_dropout, label=model_label(config.model))
+                                      dropout=config.model.pyg_dropout, label=model_label(config.model),
+                                      weighted=weighted)
 
 
 def validate(config: RunConfig) -> None:

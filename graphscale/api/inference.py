@@ -108,7 +108,7 @@ def predict(model, data, /, *, strategy: str = "single", workers: int = 1, **opt
     from graphscale.data.features import input_width
     from graphscale.distributed.launch import launch, resolve_device
     from graphscale.prepare import prepare_data
-    from graphscale.validation import check_user_model, validate
+    from graphscale.validation import check_edge_weights, check_user_model, validate
 
     if strategy not in PREDICT_STRATEGIES:
         raise ValueError(f"predict: strategy={strategy!r}; predict runs the exact full-graph strategies "
@@ -119,7 +119,9 @@ def predict(model, data, /, *, strategy: str = "single", workers: int = 1, **opt
     config, _ = configure(model, data, {**options, "strategy": strategy, "workers": workers, "progress": False})
     validate(config)
     handle = prepare_data(config)
-    check_user_model(config, input_width(config.data.features, handle.num_features), handle.num_classes)
+    weighted = bool(handle.summary.get("weighted"))
+    check_edge_weights(config, weighted)
+    check_user_model(config, input_width(config.data.features, handle.num_features), handle.num_classes, weighted)
     backend = None if config.backend == "auto" else config.backend
     results = launch(predict_worker, workers, config, handle, device=resolve_device(config.device, workers, backend),
                      backend=backend, timeout_s=config.strategy.timeout, allocator_mode=config.allocator or None)

@@ -7,7 +7,9 @@ row numbers). The first ``num_dst`` source rows are the destinations themselves
 
 Every block carries the *global* ids of its source rows (``src_ids``) and their
 *global* in-degrees (``src_deg``: in-degree as stored in the graph; datasets are
-loaded without self-loops, and GCN adds its implicit self-loop on top). Global quantities are
+loaded without self-loops, and GCN adds its implicit self-loop on top; for a weighted graph, the float64 sum of
+the in-edge weights, :meth:`Graph.gcn_degrees`). A weighted graph's blocks carry their edges' weights
+(``edge_weight``, CSR order). Global quantities are
 computed once on the whole graph and carried in, never recomputed per piece:
 GCN's normalisation uses them, and recomputed dropout masks are keyed by the
 global ids.
@@ -22,8 +24,9 @@ import torch
 from graphscale.data.graph import Graph
 
 
-def csr_rows(graph: Graph, nodes: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """The CSR rows of ``nodes`` (in that order): ``(indptr [len(nodes)+1], sources [nnz])``, sources as graph ids.
+def csr_rows(graph: Graph, nodes: torch.Tensor, weights: bool = False):
+    """The CSR rows of ``nodes`` (in that order): ``(indptr [len(nodes)+1], sources [nnz])``, sources as graph ids,
+    and with ``weights`` their edges' weights as a third element (``None`` for an unweighted graph).
 
     Only those rows of ``graph.indptr`` / ``graph.indices`` are read (a memory-mapped graph stays on disk).
     """
@@ -32,6 +35,8 @@ def csr_rows(graph: Graph, nodes: torch.Tensor) -> tuple[torch.Tensor, torch.Ten
     indptr = torch.zeros(nodes.numel() + 1, dtype=torch.int64)
     torch.cumsum(counts, 0, out=indptr[1:])
     offsets = torch.arange(int(indptr[-1])) - torch.repeat_interleave(indptr[:-1] - starts, counts)
+    if weights:
+        return indptr, graph.indices[offsets], None if graph.edge_weight is None else graph.edge_weight[offsets]
     return indptr, graph.indices[offsets]
 
 
@@ -43,8 +48,9 @@ class Block:
         indptr: int64 ``[num_dst+1]``.
         indices: int64 ``[nnz]``, local source rows in ``[0, num_src)``.
         src_ids: int64 ``[num_src]`` global vertex ids; ``src_ids[:num_dst]`` are the destinations.
-        src_deg: int64 ``[num_src]`` global in-degree of every source row (as stored in the graph).
-        edge_weight: optional ``[nnz]`` weights (unused by the built-in layers).
+        src_deg: int64 ``[num_src]`` global in-degree of every source row (as stored in the graph); float64 weighted
+            in-degree for a weighted graph (:meth:`Graph.gcn_degrees`).
+        edge_weight: float64 ``[nnz]`` weights of a weighted graph's edges, else ``None``.
     """
 
     indptr: torch.Tensor
@@ -118,7 +124,7 @@ class Block:
     def full(cls, graph: Graph) -> Block:
         """The whole graph as one block (``dst = src = V``)."""
         n = graph.num_nodes
-        return cls(graph.indptr, graph.indices, torch.arange(n), graph.in_degrees())
+        return cls(graph.indptr, graph.indices, torch.arange(n), graph.gcn_degrees(), graph.edge_weight)
 
     @classmethod
     def from_nodes(cls, graph: Graph, nodes: torch.Tensor, degrees: torch.Tensor | None = None) -> Block:
@@ -129,13 +135,14 @@ class Block:
         Args:
             graph: the whole graph (its CSR rows are read for ``nodes`` only).
             nodes: int64 global ids of the destinations, in the order the rows should have.
-            degrees: global in-degrees ``[N]``; by default the sources' rows of ``graph.indptr`` give them.
+            degrees: global in-degrees ``[N]`` (:meth:`Graph.gcn_degrees`); by default the sources' rows of
+                ``graph.indptr`` give them (for a weighted graph, :meth:`Graph.gcn_degrees`).
 
         Ascending ``nodes`` (the common case) are mapped by binary search, so no ``[N]`` array is allocated
         and a memory-mapped graph is read only where the block is.
         """
         nodes = torch.as_tensor(nodes, dtype=torch.int64)
-        indptr, global_src = csr_rows(graph, nodes)
+        indptr, global_src, weight = csr_rows(graph, nodes, weights=True)
         if bool((nodes[1:] > nodes[:-1]).all()):
             pos = torch.searchsorted(nodes, global_src).clamp_(max=max(nodes.numel() - 1, 0))
             inner = nodes[pos] == global_src if nodes.numel() else torch.zeros(0, dtype=torch.bool)
@@ -149,5 +156,7 @@ class Block:
             lut[torch.cat([nodes, halo])] = torch.arange(nodes.numel() + halo.numel())
             local = lut[global_src]
         src_ids = torch.cat([nodes, halo])
+        if degrees is None and graph.weighted:
+            degrees = graph.gcn_degrees()
         src_deg = graph.indptr[src_ids + 1] - graph.indptr[src_ids] if degrees is None else degrees[src_ids]
-        return cls(indptr, local, src_ids, src_deg)
+        return cls(indptr, local, src_ids, src_deg, weight)

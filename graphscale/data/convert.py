@@ -14,8 +14,10 @@
 Edges are taken exactly as the object stores them: a graph PyG (or OGB) stores undirected holds both directions,
 a directed one (``ogbn-arxiv``) stays directed, and self-loops and repeated edges are kept, so a model sees the
 graph its PyG training loop would. (The ``ogb:DIR`` spec reader, like graphscale's other file readers, symmetrises
-instead.) Edge weights and edge features are not part of a :class:`Graph`: a ``Data`` that sets ``edge_weight``
-or ``edge_attr`` is refused naming the field, never trained without them silently. Float labels (OGB stores them so,
+instead.) A ``Data``'s ``edge_weight`` (``[E]``, finite) becomes the graph's :attr:`Graph.edge_weight`, which the
+convs that take an ``edge_weight`` receive (a weighted graph's repeated edges are refused: coalesce them first).
+Edge features are not part of a :class:`Graph`: a ``Data`` that sets ``edge_attr`` is refused naming the field, never
+trained without them silently. Float labels (OGB stores them so,
 ``NaN`` = unlabelled) must hold whole numbers.
 
 Nothing here imports PyG or OGB: objects are recognised by their type's module and by what they hold, so the
@@ -220,11 +222,11 @@ def _split(masks: dict[str, torch.Tensor | None], where: str, hint: str) -> dict
 
 
 def _assemble(src, dst, num_nodes: int, *, x, y, masks: dict, name: str, num_classes: int | None,
-              source: str) -> Graph:
+              source: str, edge_weight: torch.Tensor | None = None) -> Graph:
     meta = {"source": source}
     if num_classes is not None:
         meta["num_classes"] = int(num_classes)
-    graph = Graph.from_edges(src, dst, num_nodes, x=x, y=y, name=name, meta=meta, **masks)
+    graph = Graph.from_edges(src, dst, num_nodes, edge_weight, x=x, y=y, name=name, meta=meta, **masks)
     if "num_classes" not in graph.meta:
         graph.meta["num_classes"] = graph.num_classes
     return graph
@@ -301,6 +303,7 @@ def from_data(data, name: str | None = None, where: str = "data", split: dict | 
     _refuse_edge_inputs(data, where)
     x = _features(getattr(data, "x", None), n, f"{where}.x")
     src, dst = _edges(getattr(data, "edge_index", None), n, f"{where}.edge_index")
+    weight = _edge_weight(getattr(data, "edge_weight", None), src, dst, n, where)
     y = _labels(getattr(data, "y", None), n, f"{where}.y")
     masks = split if split is not None else _data_split(data, n, where)
     if y.dim() == 2 and all(m is None for m in masks.values()):
@@ -311,22 +314,41 @@ def from_data(data, name: str | None = None, where: str = "data", split: dict | 
     declared = num_classes if num_classes is not None else getattr(data, "num_classes", None)
     label = name or getattr(data, "name", None) or "pyg"
     return _assemble(src, dst, n, x=x, y=y, masks=full, name=str(label),
-                     num_classes=_num_classes(y, declared, f"{where}.y"), source=source)
+                     num_classes=_num_classes(y, declared, f"{where}.y"), source=source, edge_weight=weight)
+
+
+def _edge_weight(value, src: torch.Tensor, dst: torch.Tensor, num_nodes: int, where: str) -> torch.Tensor | None:
+    """A ``Data``'s ``edge_weight``, checked: ``[E]`` finite floats, and no edge repeated (a partition keeps one
+    copy of a repeated edge, so its weights would be ambiguous)."""
+    if value is None:
+        return None
+    w = _tensor(value, f"{where}.edge_weight")
+    if w.shape != src.shape or w.dtype == torch.bool or w.is_complex():
+        raise ValueError(f"{where}.edge_weight must be a [{src.numel()}] tensor of numbers (one weight per edge of "
+                         f"{where}.edge_index), got {str(w.dtype).removeprefix('torch.')} {list(w.shape)}")
+    w = w.to(torch.float64)
+    if not bool(torch.isfinite(w).all()):
+        raise ValueError(f"{where}.edge_weight holds a non-finite value (NaN or inf)")
+    key = dst * max(num_nodes, 1) + src
+    if torch.unique(key).numel() != key.numel():
+        raise ValueError(f"{where}.edge_index repeats an edge while {where}.edge_weight is set; coalesce the edges "
+                         "first (torch_geometric.utils.coalesce(edge_index, edge_weight))")
+    return w
 
 
 #: a ``Data``'s per-edge inputs, which a :class:`Graph` does not hold: refused rather than dropped
-EDGE_FIELDS = {"edge_weight": "edge weights (a conv's edge_weight)", "edge_attr": "edge features (a conv's edge_attr)"}
+EDGE_FIELDS = {"edge_attr": "edge features (a conv's edge_attr)"}
 
 
 def _refuse_edge_inputs(data, where: str) -> None:
-    """A ``Data`` with ``edge_weight`` or ``edge_attr``: one line naming the field. graphscale's strategies run a
-    conv with ``x`` and ``edge_index`` only, so training would silently differ from the user's loop that passes
-    them."""
+    """A ``Data`` with ``edge_attr``: one line naming the field. graphscale's strategies give a conv ``x``, its
+    block's edges and their ``edge_weight`` only, so training would silently differ from the user's loop that
+    passes edge features."""
     for field, what in EDGE_FIELDS.items():
         if getattr(data, field, None) is not None:
             raise ValueError(f"{where}.{field} is set, but graphscale trains on the graph's edges without "
-                             f"{what}: every strategy calls a conv with x and edge_index only; delete it "
-                             f"(del {where}.{field}) to train on the unweighted graph, or keep training with "
+                             f"{what}: every strategy calls a conv with x, edge_index and edge_weight only; "
+                             f"delete it (del {where}.{field}) to train without them, or keep training with "
                              "your own loop")
 
 
@@ -366,7 +388,8 @@ def from_ogb(dataset, name: str | None = None) -> Graph:
     n = int(graph["num_nodes"])
     if graph.get("edge_feat") is not None:
         raise ValueError(f"{where}['edge_feat'] is set, but graphscale trains on the graph's edges without "
-                         f"{EDGE_FIELDS['edge_attr']}: every strategy calls a conv with x and edge_index only; set it "
+                         f"{EDGE_FIELDS['edge_attr']}: every strategy calls a conv with x, edge_index and edge_weight "
+                         "only; set it "
                          "to None to train on the graph without them, or keep training with your own loop")
     x = _features(graph.get("node_feat"), n, f"{where}['node_feat']")
     src, dst = _edges(graph.get("edge_index"), n, f"{where}['edge_index']")
@@ -383,7 +406,8 @@ def graph_digest(graph: Graph) -> str:
     digests (how a run finds the graph directory it wrote for the same data before)."""
     h = hashlib.sha256()
     h.update(f"{graph.name}\0{graph.num_nodes}\0{graph.num_classes}\0".encode())
-    for key in ("indptr", "indices", "x", "y", "train_mask", "val_mask", "test_mask"):
+    keys = ("indptr", "indices", "x", "y", "train_mask", "val_mask", "test_mask")
+    for key in keys + (("edge_weight",) if graph.weighted else ()):  # (an unweighted graph's digest as before)
         value = getattr(graph, key)
         h.update(key.encode())
         if value is None:

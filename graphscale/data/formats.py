@@ -7,6 +7,7 @@
                           "files": {"NAME.npy": {"bytes", "crc32"}, ...}}
     DIR/indptr.npy       int64 [N+1]   CSR by destination (see :mod:`graphscale.data.graph`)
     DIR/indices.npy      int64 [E]     source of every in-edge
+    DIR/edge_weight.npy  float64 [E]   optional weight of every in-edge (aligned with indices; a conv's edge_weight)
     DIR/x.npy            float [N, F]  optional node features
     DIR/y.npy            int64 [N]     optional labels (-1 = unlabelled); uint8 [N, C] 0/1 when meta has label_width = C
     DIR/{train,val,test}_mask.npy  bool [N]  optional split
@@ -183,11 +184,13 @@ class GraphDirWriter:
         overwrite: replace an existing graph directory at ``path``.
         label_width: ``C`` > 0 writes ``y`` as a uint8 ``[N, C]`` multi-label matrix (``meta.json``:
             ``label_width``); 0 writes int64 class ids.
+        edge_weight: write ``edge_weight.npy``: every :meth:`append_rows` gives its edges' weights.
     """
 
     def __init__(self, path: str | Path, num_nodes: int, *, num_features: int = 0, x_dtype: str = "float32",
                  labels: bool = True, masks: bool = True, num_classes: int | None = None, name: str = "graph",
-                 meta: dict | None = None, overwrite: bool = True, label_width: int = 0) -> None:
+                 meta: dict | None = None, overwrite: bool = True, label_width: int = 0,
+                 edge_weight: bool = False) -> None:
         self.path = Path(path)
         if num_nodes < 0 or num_features < 0:
             raise ValueError(f"GraphDirWriter({self.path}): num_nodes and num_features must be >= 0, "
@@ -206,6 +209,10 @@ class GraphDirWriter:
             self._indptr[0] = 0
             self._indices = open(self._tmp / "indices.npy", "wb")  # noqa: SIM115 - closed by close()/abort()
             self._indices.write(_npy_header(np.dtype("<i8"), (0,)))
+            self._weights = None
+            if edge_weight:
+                self._weights = open(self._tmp / "edge_weight.npy", "wb")  # noqa: SIM115 - closed by close()/abort()
+                self._weights.write(_npy_header(np.dtype("<f8"), (0,)))
             shapes = {"x": ((num_nodes, num_features), x_dtype),
                       "y": ((num_nodes, self.label_width), "uint8") if self.label_width else ((num_nodes,), "int64")}
             shapes.update({m: ((num_nodes,), "bool") for m in MASKS})
@@ -224,12 +231,13 @@ class GraphDirWriter:
         self._csr_linked = False
         self._linked: list[str] = []
 
-    def append_rows(self, counts, indices) -> None:
+    def append_rows(self, counts, indices, weights=None) -> None:
         """Append the in-edges of the next ``len(counts)`` destination rows.
 
         Args:
             counts: in-degree of each of the next rows, shape ``[k]``.
             indices: their sources, row after row, shape ``[sum(counts)]``, ids in ``[0, N)``.
+            weights: their weights ``[sum(counts)]`` (finite), given exactly when the writer has ``edge_weight``.
         """
         self._check_open()
         where = f"GraphDirWriter({self.path})"
@@ -247,8 +255,17 @@ class GraphDirWriter:
         if indices.size and (int(indices.min()) < 0 or int(indices.max()) >= self.num_nodes):
             raise ValueError(f"GraphDirWriter({self.path}): source ids must lie in [0, {self.num_nodes}), got "
                              f"[{int(indices.min())}, {int(indices.max())}]")
+        if (weights is None) != (self._weights is None):
+            raise ValueError(f"{where}: edge weights must be given with every row exactly when the writer has "
+                             f"edge_weight=True (it has {self._weights is not None})")
+        if weights is not None:
+            weights = _as_numpy(weights).astype("<f8", copy=False)
+            if weights.shape != indices.shape or not np.isfinite(weights).all():
+                raise ValueError(f"{where}: edge weights must be {indices.size} finite values, one per source id")
         self._indptr[self._rows + 1: self._rows + 1 + k] = self._edges + np.cumsum(counts)
         indices.astype("<i8", copy=False).tofile(self._indices)
+        if weights is not None:
+            weights.tofile(self._weights)
         self._rows += k
         self._edges += indices.size
 
@@ -263,11 +280,15 @@ class GraphDirWriter:
         where = f"GraphDirWriter({self.path}).link({source})"
         if meta["num_nodes"] != self.num_nodes:
             raise ValueError(f"{where}: the source has {meta['num_nodes']} rows, this writer {self.num_nodes}")
-        if ("indptr" in arrays) != ("indices" in arrays):
-            raise ValueError(f"{where}: link indptr and indices together")
+        if ("indptr" in arrays) != ("indices" in arrays) or ("edge_weight" in arrays) > ("indices" in arrays):
+            raise ValueError(f"{where}: link indptr and indices together (and edge_weight with them)")
+        if ("edge_weight" in arrays) != (self._weights is not None) and "indices" in arrays:
+            raise ValueError(f"{where}: link edge_weight exactly when the writer has edge_weight=True")
         for name in arrays:
             target = self._tmp / f"{name}.npy"
-            if name in ("indptr", "indices"):
+            if name == "edge_weight":
+                self._weights.close()
+            elif name in ("indptr", "indices"):
                 if self._rows:
                     raise ValueError(f"{where}: {self._rows} CSR rows were appended already")
                 if name == "indices":
@@ -321,13 +342,18 @@ class GraphDirWriter:
                 self._indices.write(_npy_header(np.dtype("<i8"), (self._edges,)))
                 self._indices.close()
                 self._indptr.flush()
+                if self._weights is not None:
+                    self._weights.seek(0)
+                    self._weights.write(_npy_header(np.dtype("<f8"), (self._edges,)))
+                    self._weights.close()
             for array in self._nodes.values():
                 array.flush()
             present = [k for k in NODE_ARRAYS if k in self._nodes or k in self._linked]
             meta = {"format": GRAPH_FORMAT, "version": GRAPH_FORMAT_VERSION, "name": self.name,
                     "num_nodes": self.num_nodes, "num_edges": self._edges, "num_features": self.num_features,
                     "x_dtype": self.x_dtype if "x" in present else None, "num_classes": self.num_classes,
-                    "arrays": ["indptr", "indices", *present], "meta": self.meta,
+                    "arrays": ["indptr", "indices", *(["edge_weight"] if self._weights is not None else []),
+                               *present], "meta": self.meta,
                     **({"label_width": self.label_width} if self.label_width else {})}
             self._release()
             meta["files"] = {f"{k}.npy": file_fingerprint(self._tmp / f"{k}.npy") for k in meta["arrays"]}
@@ -346,8 +372,9 @@ class GraphDirWriter:
         self._closed = True
 
     def _release(self) -> None:
-        if getattr(self, "_indices", None) is not None and not self._indices.closed:
-            self._indices.close()
+        for f in (getattr(self, "_indices", None), getattr(self, "_weights", None)):
+            if f is not None and not f.closed:
+                f.close()
         self._indptr = None
         self._nodes = {}
 
@@ -378,7 +405,8 @@ def writer_options(graph: Graph, path: str | Path) -> dict:
     return {"num_features": graph.num_features, "x_dtype": x_dtype, "labels": graph.y is not None,
             "masks": bool(present),
             "num_classes": graph.num_classes if (graph.y is not None or "num_classes" in graph.meta) else None,
-            "name": graph.name, "meta": graph.meta, "label_width": int(graph.y.shape[1]) if graph.multilabel else 0}
+            "name": graph.name, "meta": graph.meta, "label_width": int(graph.y.shape[1]) if graph.multilabel else 0,
+            "edge_weight": graph.edge_weight is not None}
 
 
 def save_graph_dir(graph: Graph, path: str | Path, *, overwrite: bool = True) -> Path:
@@ -393,7 +421,7 @@ def save_graph_dir(graph: Graph, path: str | Path, *, overwrite: bool = True) ->
         ``path``.
     """
     with GraphDirWriter(path, graph.num_nodes, overwrite=overwrite, **writer_options(graph, path)) as writer:
-        writer.append_rows(graph.in_degrees(), graph.indices)
+        writer.append_rows(graph.in_degrees(), graph.indices, graph.edge_weight)
         writer.append_nodes(**{k: getattr(graph, k) for k in NODE_ARRAYS
                                if getattr(graph, k) is not None and (k != "x" or graph.num_features)})
     return Path(path)
@@ -402,7 +430,7 @@ def save_graph_dir(graph: Graph, path: str | Path, *, overwrite: bool = True) ->
 def _expected_arrays(meta: dict) -> dict[str, tuple[tuple[int, ...], str]]:
     n, e = meta["num_nodes"], meta["num_edges"]
     width = int(meta.get("label_width") or 0)
-    out = {"indptr": ((n + 1,), "int64"), "indices": ((e,), "int64"),
+    out = {"indptr": ((n + 1,), "int64"), "indices": ((e,), "int64"), "edge_weight": ((e,), "float64"),
            "y": ((n, width), "uint8") if width else ((n,), "int64"),
            "x": ((n, meta["num_features"]), meta.get("x_dtype") or "float32")}
     out.update({m: ((n,), "bool") for m in MASKS})
@@ -445,9 +473,9 @@ def _read_meta(path: Path) -> dict:
     for key in ("num_nodes", "num_edges", "num_features", "arrays"):
         if key not in meta:
             raise ValueError(f"{meta_file}: required field {key!r} is missing")
-    unknown = set(meta["arrays"]) - {"indptr", "indices", *NODE_ARRAYS}
+    unknown = set(meta["arrays"]) - {"indptr", "indices", "edge_weight", *NODE_ARRAYS}
     if unknown or not {"indptr", "indices"} <= set(meta["arrays"]):
-        raise ValueError(f"{meta_file}: 'arrays' must include indptr and indices and only name "
+        raise ValueError(f"{meta_file}: 'arrays' must include indptr and indices and only name edge_weight, "
                          f"{', '.join(NODE_ARRAYS)}; got {meta['arrays']}")
     return meta
 

@@ -4,6 +4,9 @@ Edge direction is explicit: ``indptr``/``indices`` store, for every destination
 vertex ``v``, the sources ``u`` of its in-edges ``u -> v``
 (``indices[indptr[v]:indptr[v+1]]``). GNN aggregation is over in-neighbours,
 so a row of the CSR is exactly what one output row needs.
+
+An optional per-edge weight ``edge_weight`` (float64, aligned with ``indices``) is what a PyG conv's
+``edge_weight`` receives; GCN normalises a weighted graph by its weighted in-degrees (:meth:`Graph.gcn_degrees`).
 """
 
 from __future__ import annotations
@@ -28,6 +31,13 @@ def csr_from_edges(src: torch.Tensor, dst: torch.Tensor, num_nodes: int) -> tupl
     Returns:
         ``(indptr [N+1], indices [E])``, both int64.
     """
+    indptr, indices, _ = csr_order(src, dst, num_nodes)
+    return indptr, indices
+
+
+def csr_order(src: torch.Tensor, dst: torch.Tensor, num_nodes: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """:func:`csr_from_edges` and the permutation it applied: ``(indptr, indices, order)``, ``indices =
+    src[order]`` (how per-edge values follow the edges into CSR order)."""
     src = torch.as_tensor(src, dtype=torch.int64)
     dst = torch.as_tensor(dst, dtype=torch.int64)
     if src.shape != dst.shape or src.dim() != 1:
@@ -41,7 +51,7 @@ def csr_from_edges(src: torch.Tensor, dst: torch.Tensor, num_nodes: int) -> tupl
     counts = torch.bincount(dst, minlength=num_nodes)
     indptr = torch.zeros(num_nodes + 1, dtype=torch.int64)
     torch.cumsum(counts, 0, out=indptr[1:])
-    return indptr, indices
+    return indptr, indices, order
 
 
 @dataclass
@@ -56,6 +66,7 @@ class Graph:
             (see :attr:`multilabel`), or ``None``.
         train_mask, val_mask, test_mask: bool ``[N]`` or ``None``.
         name: a human-readable name used in reports.
+        edge_weight: float64 ``[E]`` weight of every in-edge (aligned with ``indices``), or ``None``.
     """
 
     indptr: torch.Tensor
@@ -67,6 +78,7 @@ class Graph:
     test_mask: torch.Tensor | None = None
     name: str = "graph"
     meta: dict = field(default_factory=dict)
+    edge_weight: torch.Tensor | None = None
 
     def __post_init__(self) -> None:
         self.indptr = torch.as_tensor(self.indptr, dtype=torch.int64)
@@ -76,6 +88,12 @@ class Graph:
         if int(self.indptr[0]) != 0 or int(self.indptr[-1]) != self.indices.numel():
             raise ValueError(f"Graph.indptr must start at 0 and end at len(indices)={self.indices.numel()}, "
                              f"got {int(self.indptr[0])}..{int(self.indptr[-1])}")
+        if self.edge_weight is not None:
+            self.edge_weight = torch.as_tensor(self.edge_weight)
+            if self.edge_weight.shape != self.indices.shape or not self.edge_weight.is_floating_point():
+                raise ValueError(f"Graph.edge_weight must be a float [{self.num_edges}] tensor (one weight per edge), "
+                                 f"got {self.edge_weight.dtype} {tuple(self.edge_weight.shape)}")
+            self.edge_weight = self.edge_weight.to(torch.float64)
         n = self.num_nodes
         for name in ("x", "y", "train_mask", "val_mask", "test_mask"):
             value = getattr(self, name)
@@ -87,10 +105,24 @@ class Graph:
 
     # ----------------------------------------------------------------- basics
     @classmethod
-    def from_edges(cls, src, dst, num_nodes: int, **data) -> Graph:
-        """Build a graph from edge lists ``src -> dst`` (see :func:`csr_from_edges`)."""
-        indptr, indices = csr_from_edges(src, dst, num_nodes)
-        return cls(indptr, indices, **data)
+    def from_edges(cls, src, dst, num_nodes: int, edge_weight=None, **data) -> Graph:
+        """Build a graph from edge lists ``src -> dst`` (see :func:`csr_from_edges`), with the edges' weights
+        ``edge_weight [E]`` (in the lists' order) when given."""
+        indptr, indices, order = csr_order(src, dst, num_nodes)
+        weight = None if edge_weight is None else torch.as_tensor(edge_weight)[order]
+        return cls(indptr, indices, edge_weight=weight, **data)
+
+    @property
+    def weighted(self) -> bool:
+        """Whether the edges carry weights (:attr:`edge_weight`)."""
+        return self.edge_weight is not None
+
+    def gcn_degrees(self) -> torch.Tensor:
+        """The degrees GCN normalises by: in-degrees (int64 ``[N]``), or for a weighted graph the sum of every
+        vertex's in-edge weights (float64 ``[N]``, PyG's ``gcn_norm`` before its self-loop)."""
+        if self.edge_weight is None:
+            return self.in_degrees()
+        return torch.zeros(self.num_nodes, dtype=torch.float64).index_add_(0, self.dst_of_edges(), self.edge_weight)
 
     @property
     def num_nodes(self) -> int:
@@ -142,6 +174,9 @@ class Graph:
 
     # ----------------------------------------------------------- transforms
     def _with_topology(self, src: torch.Tensor, dst: torch.Tensor) -> Graph:
+        if self.edge_weight is not None:
+            raise ValueError("this graph has edge weights (edge_weight), which changing its edges (coalesce, "
+                             "symmetrize, self-loops) would not keep; change the edges before weighting them")
         indptr, indices = csr_from_edges(src, dst, self.num_nodes)
         return replace(self, indptr=indptr, indices=indices, meta=dict(self.meta))
 
@@ -182,7 +217,8 @@ class Graph:
         data = {k: (None if getattr(self, k) is None else getattr(self, k)[nodes])
                 for k in ("x", "y", "train_mask", "val_mask", "test_mask")}
         meta = dict(self.meta, global_ids=nodes)
-        return Graph.from_edges(src[keep], dst[keep], nodes.numel(), name=self.name, meta=meta, **data)
+        weight = None if self.edge_weight is None else self.edge_weight[keep]
+        return Graph.from_edges(src[keep], dst[keep], nodes.numel(), weight, name=self.name, meta=meta, **data)
 
     def relabel(self, perm: torch.Tensor) -> Graph:
         """Renumber vertices: old vertex ``perm[i]`` becomes new vertex ``i``."""
@@ -196,7 +232,7 @@ class Graph:
     def to_scipy(self):
         """Adjacency as ``scipy.sparse.csr_matrix`` with rows = destinations."""
         import scipy.sparse as sp
-        data = np.ones(self.num_edges, dtype=np.float32)
+        data = np.ones(self.num_edges, dtype=np.float32) if self.edge_weight is None else self.edge_weight.numpy()
         return sp.csr_matrix((data, self.indices.numpy(), self.indptr.numpy()), shape=(self.num_nodes, self.num_nodes))
 
     def summary(self) -> dict:
@@ -206,4 +242,4 @@ class Graph:
         return {"name": self.name, "nodes": self.num_nodes, "edges": self.num_edges,
                 "features": self.num_features, "classes": self.num_classes,
                 "train": count(self.train_mask), "val": count(self.val_mask), "test": count(self.test_mask),
-                "multilabel": self.multilabel}
+                "multilabel": self.multilabel, **({"weighted": True} if self.weighted else {})}

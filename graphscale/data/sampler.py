@@ -129,6 +129,10 @@ def _sort_small(a, lo, hi):
         a[j + 1] = x
 
 
+#: what :func:`_sample_kernel` is given as ``indices`` to write edge positions instead of sources
+_NO_INDICES = np.empty(0, dtype=np.int64)
+
+
 @nb.njit(cache=True)
 def _sample_kernel(indptr, indices, nodes, keys, fanout, base, row_ptr, out):
     for r in range(nodes.size):
@@ -139,7 +143,7 @@ def _sample_kernel(indptr, indices, nodes, keys, fanout, base, row_ptr, out):
         k = row_ptr[r + 1] - lo
         if k == d:
             for q in range(d):
-                out[lo + q] = indices[start + q]
+                out[lo + q] = indices[start + q] if indices.size else start + q
             continue
         h = _mix(base ^ np.uint64(keys[r]))
         if k <= 48:
@@ -149,7 +153,7 @@ def _sample_kernel(indptr, indices, nodes, keys, fanout, base, row_ptr, out):
             _floyd_hashed(h, d, k, out, lo)
             out[lo:lo + k].sort()
         for q in range(lo, lo + k):
-            out[q] = indices[start + out[q]]
+            out[q] = indices[start + out[q]] if indices.size else start + out[q]
 
 
 @nb.njit(cache=True)
@@ -362,7 +366,8 @@ class NeighborSampler:
         fanouts: neighbours per destination for each layer, input layer first; ``-1`` = all.
         seed: the seed of every draw (see the module docstring).
         degrees: global in-degrees ``[N]`` carried into ``Block.src_deg``;
-            defaults to ``graph.in_degrees()``, computed once here.
+            defaults to :meth:`Graph.gcn_degrees` (in-degrees; weighted for a weighted graph), computed once here.
+            A weighted graph's blocks carry their sampled edges' weights (``Block.edge_weight``).
 
     Raises:
         TypeError: if ``graph`` is not a :class:`Graph`.
@@ -384,11 +389,12 @@ class NeighborSampler:
         self.seed = int(seed)
         self.graph = graph
         self._indptr, self._indices = _csr_arrays(graph)
-        degrees = graph.in_degrees() if degrees is None else torch.as_tensor(degrees, dtype=torch.int64)
+        degrees = graph.gcn_degrees() if degrees is None else torch.as_tensor(degrees)
         if degrees.shape != (graph.num_nodes,):
             raise ValueError(f"degrees must have shape ({graph.num_nodes},), got {tuple(degrees.shape)}")
         self.degrees = degrees
-        self._degrees = _as_int64(degrees, "degrees")
+        self._degrees = degrees.numpy() if degrees.is_floating_point() else _as_int64(degrees, "degrees")
+        self._weights = None if graph.edge_weight is None else graph.edge_weight.numpy()
 
     @property
     def num_layers(self) -> int:
@@ -418,12 +424,19 @@ class NeighborSampler:
             base = np.uint64(_stream_base(seed, key, np.uint64(layer)))
             row_ptr = _row_sizes(self._indptr, dst, self.fanouts[layer])
             global_src = np.empty(int(row_ptr[-1]), dtype=np.int64)
-            _sample_kernel(self._indptr, self._indices, dst, dst, self.fanouts[layer], base, row_ptr, global_src)
+            weight = None
+            if self._weights is None:
+                _sample_kernel(self._indptr, self._indices, dst, dst, self.fanouts[layer], base, row_ptr, global_src)
+            else:  # the sampled edges' positions (an empty indices array asks for them), then sources and weights
+                _sample_kernel(self._indptr, _NO_INDICES, dst, dst, self.fanouts[layer], base, row_ptr, global_src)
+                weight = torch.from_numpy(np.take(self._weights, global_src))
+                global_src = np.take(self._indices, global_src)
             src_ids, local, dup = _relabel_kernel(dst, global_src, num_nodes)
             if dup >= 0:
                 raise ValueError(f"targets must be distinct; id {int(dst[dup])} repeats at position {dup}")
             src_deg = torch.from_numpy(np.take(self._degrees, src_ids))  # numpy's gather beats torch's here
-            blocks.append(Block(torch.from_numpy(row_ptr), torch.from_numpy(local), torch.from_numpy(src_ids), src_deg))
+            blocks.append(Block(torch.from_numpy(row_ptr), torch.from_numpy(local), torch.from_numpy(src_ids), src_deg,
+                                weight))
             dst = src_ids
         blocks.reverse()
         return blocks

@@ -121,9 +121,10 @@ def write_training_dir(source: str | Path, out: str | Path, *, features: str = "
     num_classes = graph.num_classes
     with GraphDirWriter(out, graph.num_nodes, num_features=width, x_dtype=stored, labels=True, masks=True,
                         num_classes=num_classes, name=graph.name, meta=meta, overwrite=True,
-                        label_width=int(y.shape[1]) if y.ndim == 2 else 0) as writer:
+                        label_width=int(y.shape[1]) if y.ndim == 2 else 0, edge_weight=graph.weighted) as writer:
         same_rows = mode == "" and width and applied == "none" and stored == str(graph.x.dtype).removeprefix("torch.")
-        writer.link(source, ("indptr", "indices", "x") if same_rows else ("indptr", "indices"))
+        csr = ("indptr", "indices", "edge_weight") if graph.weighted else ("indptr", "indices")
+        writer.link(source, (*csr, "x") if same_rows else csr)
         for start, stop in _row_chunks(graph.num_nodes, chunk_rows):
             rows = _feature_rows(graph, features, seed, start, stop)
             if rows is not None and not same_rows:

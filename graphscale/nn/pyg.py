@@ -54,6 +54,7 @@ from graphscale.nn.pyg_convs import (
     check_row_wise,
     class_name,
     message_passing_class,
+    weight_refusal,
 )
 
 
@@ -187,8 +188,13 @@ class PyGModel(GNN):
         self.tails = nn.ModuleList(nn.ModuleList(t) for t in tails)
         self.out = nn.ModuleList(out)
         self.out_width = widths[-1]
-        self.pyg_dropout = dropout
+        self.pyg_dropout, self.label = dropout, label
         self.__dict__["source"] = module  # the user's model (not a submodule: its parameters are the convs')
+
+    def weight_refusal(self) -> str | None:
+        """Why this model cannot train on a weighted graph (a conv takes no ``edge_weight``), or ``None``."""
+        return next((why for l, layer in enumerate(self.layers)
+                     if (why := weight_refusal(layer.conv, f"layer {l}", self.label))), None)
 
     def user_module(self) -> nn.Module:
         """The user's PyG module (its convs and other modules are this model's; its own dropout modules are kept
@@ -307,12 +313,13 @@ def as_gnn(module: nn.Module, in_dim: int, num_classes: int | None = None, *, dr
 
 
 def check_model(module: nn.Module, strategy_name: str, in_dim: int | None = None, num_classes: int | None = None,
-                *, dropout: str = "keyed", label: str | None = None) -> int:
+                *, dropout: str = "keyed", label: str | None = None, weighted: bool = False) -> int:
     """Raise a one-line ``ValueError`` when ``module`` cannot be trained by strategy ``strategy_name``: no
     message-passing layers, a conv that cannot run on a block, a strategy that does not train PyG models
     (``Strategy.pyg_refusal``) or only layer-sequential ones (``Strategy.pyg_forward_refusal``: a model with its own
     forward), a forward graphscale cannot run on rows (:mod:`graphscale.nn.pyg_forward`), widths that do not fit
-    the data.
+    the data, a conv that would train without the edge weights of a ``weighted`` graph (the model's
+    ``weight_refusal``).
 
     The module is not changed (the checks run on a copy).
 
@@ -332,6 +339,9 @@ def check_model(module: nn.Module, strategy_name: str, in_dim: int | None = None
     if strategy.pyg_forward_refusal and not getattr(model, "layer_sequential", True):
         raise ValueError(f"strategy {strategy_name!r} trains layer-sequential PyG models only (it "
                          f"{strategy.pyg_forward_refusal}): {model.reason}")
+    why = weighted and model.weight_refusal()
+    if why:
+        raise ValueError(why)
     return model.num_layers
 
 

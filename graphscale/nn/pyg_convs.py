@@ -11,10 +11,13 @@ the block). A conv whose ``x`` accepts a pair (SAGEConv, GATConv, GINConv, Graph
 size=(S, D))``. GCNConv (``normalize=True``) gets the whole graph's normalisation from the block's global
 in-degrees ``src_deg`` as the values of ``adj_t`` (with its self-loops, weight ``fill`` as GCNConv adds them):
 ``w_ji = (deg_j + fill)^-1/2 (deg_i + fill)^-1/2``, its own normalisation off, so a partition or a sampled block
-equals full-graph training. Any other conv is called on all source rows and its first ``D`` output rows kept (exact for
-any conv whose output row depends only on the row's in-edges and inputs). Convs that need more than one hop or
-graph-global quantities (APPNP, SGConv, ChebConv, GCN2Conv, ...) or required inputs besides ``x`` and
-``edge_index`` are refused (:func:`conv_refusal`).
+equals full-graph training. On a weighted graph (``Block.edge_weight``) every conv gets the block's edge
+weights: GCNConv as the values ``w_ji (deg_j + fill)^-1/2 (deg_i + fill)^-1/2`` with the weighted global degrees
+(PyG's ``gcn_norm`` with weights), a conv aggregating by ``adj_t`` as its values, any other as ``edge_weight=``; a
+conv whose forward takes no ``edge_weight`` is refused on weighted data (:func:`weight_refusal`). Any other conv is
+called on all source rows and its first ``D`` output rows kept (exact for any conv whose output row depends only on
+the row's in-edges and inputs). Convs that need more than one hop or graph-global quantities (APPNP, SGConv,
+ChebConv, GCN2Conv, ...) or required inputs besides ``x`` and ``edge_index`` are refused (:func:`conv_refusal`).
 """
 
 from __future__ import annotations
@@ -71,16 +74,25 @@ def block_edge_index(block: Block) -> Tensor:
     return topology(block).derived("pyg-edge-index", lambda: torch.stack([block.indices, block.dst_of_edges()]))
 
 
+def _weights(block: Block, dtype: torch.dtype) -> Tensor | None:
+    """The block's edge weights in ``dtype`` on its device (``None`` unweighted), kept with its topology."""
+    if block.edge_weight is None:
+        return None
+    return topology(block).derived(f"edge-weight-{dtype}", lambda: block.edge_weight.to(block.indices.device, dtype))
+
+
 def block_adjacency(block: Block, dtype: torch.dtype) -> Tensor:
-    """The block's adjacency as a sparse CSR ``[D, S]`` of ones (PyG's ``adj_t``: rows are destinations), for
-    convs that aggregate with one sparse product (``message_and_aggregate``). Kept with the block's topology
-    (:meth:`~graphscale.nn.topology.Topology.operator`), whose ``tensors()`` count it."""
-    return topology(block).operator("pyg-adjacency", dtype, lambda: (None, None, None, None)).matrix
+    """The block's adjacency as a sparse CSR ``[D, S]`` of ones, or of its edge weights on a weighted graph (PyG's
+    ``adj_t``: rows are destinations), for convs that aggregate with one sparse product (``message_and_aggregate``).
+    Kept with the block's topology (:meth:`~graphscale.nn.topology.Topology.operator`), whose ``tensors()`` count
+    it."""
+    return topology(block).operator("pyg-adjacency", dtype, lambda: (_weights(block, dtype), None, None, None)).matrix
 
 
 def gcn_adjacency(block: Block, fill: float, self_loops: bool, dtype: torch.dtype) -> Tensor:
     """GCN's normalised adjacency of a block from the whole graph's in-degrees, sparse CSR ``[D, S]``:
-    ``(deg_j + f)^-1/2 (deg_i + f)^-1/2`` on the edge ``j -> i`` and ``f / (deg_i + f)`` on the self-loop of each
+    ``w_ji (deg_j + f)^-1/2 (deg_i + f)^-1/2`` on the edge ``j -> i`` (``w = 1`` unweighted; weighted: the edge's
+    weight, ``deg`` the weighted in-degrees) and ``f / (deg_i + f)`` on the self-loop of each
     destination (``f = fill`` with self-loops, none and ``f = 0`` without), as GCNConv's ``gcn_norm`` weights the
     whole graph. Kept with the block's topology (:meth:`~graphscale.nn.topology.Topology.operator`)."""
     f = float(fill) if self_loops else 0.0
@@ -89,7 +101,7 @@ def gcn_adjacency(block: Block, fill: float, self_loops: bool, dtype: torch.dtyp
         scale = (block.src_deg.to(dtype) + f).pow(-0.5)
         scale.masked_fill_(scale == float("inf"), 0.0)
         dst = scale[: block.num_dst]
-        return None, scale, dst, (dst * dst * f if self_loops else None)
+        return _weights(block, dtype), scale, dst, (dst * dst * f if self_loops else None)
 
     return topology(block).operator(f"pyg-gcn-{f:g}-{int(self_loops)}", dtype, scales).matrix
 
@@ -110,6 +122,20 @@ def _is_gcn(conv: nn.Module) -> bool:
     return isinstance(conv, GCNConv) and bool(conv.normalize)
 
 
+def takes_edge_weight(conv: nn.Module) -> bool:
+    """Whether ``conv.forward`` has an ``edge_weight`` parameter."""
+    return "edge_weight" in _forward_params(conv)
+
+
+def weight_refusal(conv: nn.Module, where: str, label: str) -> str | None:
+    """Why ``conv`` cannot train on a weighted graph (its forward takes no ``edge_weight``), or ``None``."""
+    if takes_edge_weight(conv):
+        return None
+    return (f"{label}: the graph has edge weights (edge_weight), but {class_name(conv)} ({where}) takes no "
+            "edge_weight in its forward, so it would train without them; use a conv that takes edge_weight "
+            "(GCNConv, GraphConv, ...) or delete the weights (del data.edge_weight)")
+
+
 def conv_refusal(conv: nn.Module) -> str | None:
     """Why ``conv`` cannot run on a block (``None`` if it can)."""
     import torch_geometric.nn.conv as convs
@@ -125,7 +151,7 @@ def conv_refusal(conv: nn.Module) -> str | None:
     if class_name(conv) == "GINEConv" or edge_dim is not None:
         what = f"edge_dim={edge_dim}" if edge_dim is not None else "in every message"
         return (f"uses edge features (edge_attr, {what}), which graphscale does not pass to a conv (its blocks carry "
-                "no per-edge values); use a conv without edge features (GINConv, or edge_dim=None)")
+                "no edge features, only edge weights); use a conv without edge features (GINConv, or edge_dim=None)")
     params = list(_forward_params(conv).values())[1:]
     names = [p.name for p in params]
     if names[:2] != ["x", "edge_index"] and len(params) >= 2:
@@ -163,6 +189,10 @@ def run_conv(conv: nn.Module, block: Block, h_src: Tensor, mode: str | None = No
     (``message_and_aggregate``) gets the block's CSR as ``adj_t`` (no ``[nnz, d]`` gather of source rows)."""
     mode = mode or call_mode(conv)
     d = block.num_dst
+    weight = _weights(block, h_src.dtype)
+    if weight is not None and not takes_edge_weight(conv):
+        raise ValueError(weight_refusal(conv, "on a weighted block", class_name(conv)))
+    given = {} if weight is None else {"edge_weight": weight}
     if mode == GCN:
         adj = gcn_adjacency(block, 2.0 if conv.improved else 1.0, conv.add_self_loops, h_src.dtype)
         conv.normalize = False  # the adjacency above holds the whole graph's normalisation
@@ -174,9 +204,9 @@ def run_conv(conv: nn.Module, block: Block, h_src: Tensor, mode: str | None = No
         if getattr(conv, "fuse", False):
             return conv((h_src, h_src[:d]), block_adjacency(block, h_src.dtype))
         if "size" in _forward_params(conv):
-            return conv((h_src, h_src[:d]), block_edge_index(block), size=(block.num_src, d))
-        return conv((h_src, h_src[:d]), block_edge_index(block))
-    return conv(h_src, block_edge_index(block))[:d]
+            return conv((h_src, h_src[:d]), block_edge_index(block), size=(block.num_src, d), **given)
+        return conv((h_src, h_src[:d]), block_edge_index(block), **given)
+    return conv(h_src, block_edge_index(block), **given)[:d]
 
 
 class ConvLayer(nn.Module):

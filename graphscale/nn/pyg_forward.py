@@ -26,7 +26,9 @@ Row spaces:
   logits are therefore exact on the first ``D_{L-1}`` rows, the targets; the padded rows are never read by a
   target's computation (their gradients are zero). Tested against the full-graph forward with full neighbourhoods.
 
-The ``edge_index`` the forward receives is a stand-in: passing it to a conv is its only use; anything else
+The ``edge_index`` the forward receives is a stand-in: passing it to a conv is its only use; so is the
+``edge_weight`` it receives when its forward takes one (a conv passed it gets its block's edge weights; on a
+weighted graph every conv call must be passed it, :meth:`ForwardGNN.weight_refusal`); anything else
 (``edge_index.size(1)``, ``dropout_edge(edge_index)``, ...) is refused at validation, naming the operation. So is
 code that mixes rows (a global pool, a normalisation over the batch, a forward returning fewer rows): the dry run
 computes a tiny graph whole and as a sampled batch with full neighbourhoods, and refuses the model when the
@@ -66,6 +68,7 @@ from graphscale.nn.pyg_convs import (
     class_name,
     message_passing_class,
     run_conv,
+    weight_refusal,
 )
 
 #: the dropout functions keyed in ``keyed`` mode (``torch.dropout_`` and ``inplace=True``: the keyed rows written
@@ -85,8 +88,8 @@ class ForwardUseError(ValueError):
     """The user's forward does something graphscale cannot run on a row space (message: what, without the model)."""
 
 
-def _edge_index_use(what: str) -> ForwardUseError:
-    return ForwardUseError(f"its forward may only pass edge_index on to its convs (graphscale gives each conv its "
+def _edge_index_use(what: str, name: str = "edge_index") -> ForwardUseError:
+    return ForwardUseError(f"its forward may only pass {name} on to its convs (graphscale gives each conv its "
                            f"block's edges), but {what}")
 
 
@@ -94,25 +97,34 @@ class EdgeIndexStandIn:
     """What the user's forward receives as ``edge_index``: it may only be passed on to a conv."""
 
     __slots__ = ()
+    #: the argument it stands in for
+    arg = "edge_index"
 
     def __getattr__(self, name: str):
-        raise _edge_index_use(f"it reads edge_index.{name}")
+        raise _edge_index_use(f"it reads {self.arg}.{name}", self.arg)
 
     def __getitem__(self, key):
-        raise _edge_index_use("it indexes edge_index")
+        raise _edge_index_use(f"it indexes {self.arg}", self.arg)
 
     def __iter__(self):
-        raise _edge_index_use("it iterates over edge_index")
+        raise _edge_index_use(f"it iterates over {self.arg}", self.arg)
 
     def __len__(self) -> int:
-        raise _edge_index_use("it takes len(edge_index)")
+        raise _edge_index_use(f"it takes len({self.arg})", self.arg)
 
     def __bool__(self) -> bool:
-        raise _edge_index_use("it tests edge_index's truth value")
+        raise _edge_index_use(f"it tests {self.arg}'s truth value", self.arg)
 
     @classmethod
     def __torch_function__(cls, func, types, args=(), kwargs=None):
-        raise _edge_index_use(f"it passes edge_index to {_name(func)}")
+        raise _edge_index_use(f"it passes {cls.arg} to {_name(func)}", cls.arg)
+
+
+class EdgeWeightStandIn(EdgeIndexStandIn):
+    """What the user's forward receives as ``edge_weight``: it may only be passed on to a conv."""
+
+    __slots__ = ()
+    arg = "edge_weight"
 
 
 def _name(func) -> str:
@@ -135,14 +147,17 @@ class _Run(TorchFunctionMode):
         self.sites = 0
         self.inside = False
         self.stand_in = EdgeIndexStandIn()
+        self.weight_stand_in = EdgeWeightStandIn()
+        self.weighted: list[bool] = []  # whether each call is passed the forward's edge_weight
         self.given: Tensor | None = None  # the x the forward is given
         self.stored: Tensor | None = None  # what conv call 0 gets instead of ``given`` itself (:meth:`ForwardGNN.run`)
         self.first_reads_input = False  # whether conv call 0's input is ``given`` itself
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        if any(isinstance(a, EdgeIndexStandIn) for a in tree_leaves((args, kwargs))):
-            raise _edge_index_use(f"it passes edge_index to {_name(func)}")
+        used = [a for a in tree_leaves((args, kwargs)) if isinstance(a, EdgeIndexStandIn)]
+        if used:
+            raise _edge_index_use(f"it passes {used[0].arg} to {_name(func)}", used[0].arg)
         if self.model.pyg_dropout == "keyed":
             if func in _DROPOUTS:
                 return self._dropout(func, args, kwargs)
@@ -184,11 +199,14 @@ class _Run(TorchFunctionMode):
         what = f"call {i} ({class_name(conv)})"
         if not isinstance(edge_index, EdgeIndexStandIn):
             raise ForwardUseError(f"{what} gets an edge_index other than the one its forward was given")
-        extra = [k for k, v in bound.arguments.items() if k not in ("x", "edge_index")
+        weight = bound.arguments.get("edge_weight")
+        if weight is not None and not isinstance(weight, EdgeWeightStandIn):
+            raise ForwardUseError(f"{what} gets an edge_weight other than the one its forward was given")
+        extra = [k for k, v in bound.arguments.items() if k not in ("x", "edge_index", "edge_weight")
                  and v is not None and not (isinstance(v, (dict, tuple)) and not v)]
         if extra:
-            raise ForwardUseError(f"{what} is passed {', '.join(extra)}; graphscale gives a conv only x and its "
-                                  "block's edges")
+            raise ForwardUseError(f"{what} is passed {', '.join(extra)}; graphscale gives a conv only x, its "
+                                  "block's edges and their edge_weight")
         if not isinstance(x, Tensor) or x.dim() != 2 or x.shape[0] != self.rows:
             shape = list(x.shape) if isinstance(x, Tensor) else type(x).__name__
             raise ForwardUseError(f"{what} gets x = {shape}, not one row per vertex ([{self.rows}, *])")
@@ -196,6 +214,7 @@ class _Run(TorchFunctionMode):
             raise ForwardUseError(f"it calls more convs than at validation ({self.limit}); graphscale needs the "
                                   "same conv calls on every forward")
         self.calls.append(conv)
+        self.weighted.append(weight is not None)
         self.widths.append(int(x.shape[1]))
         self.grads.append(x.requires_grad)
         if i == 0:
@@ -264,7 +283,8 @@ class ForwardGNN(GNN):
         for i, conv in enumerate(convs):
             check_conv(conv, f"conv {i}", dropout, label)
         check_row_wise(module, "in the model", label)
-        self.__dict__.update(pyg_dropout=dropout, label=label, seed=int(seed), epoch=0)  # read by the trace
+        self.__dict__.update(pyg_dropout=dropout, label=label, seed=int(seed), epoch=0,  # read by the trace
+                             takes_weight="edge_weight" in inspect.signature(module.forward).parameters)
         graph = _probe_graph(in_dim)
         calls, widths, out_width = self._trace(module, graph)
         super().__init__([ConvLayer(c) for c in calls], widths, 0.0, seed)
@@ -322,9 +342,10 @@ class ForwardGNN(GNN):
         saved = [conv.__dict__.get("forward") for conv in convs]  # an instance's own forward, if it has one
         for conv, own in zip(convs, saved):
             conv.forward = _proxy(state, conv, own or conv.forward)
+        given = {"edge_weight": state.weight_stand_in} if self.takes_weight else {}
         try:
             with state:
-                out = module(x, state.stand_in)
+                out = module(x, state.stand_in, **given)
         finally:
             for conv, own in zip(convs, saved):
                 if own is None:
@@ -412,7 +433,25 @@ class ForwardGNN(GNN):
                 m.train(mode)
         if not state.calls:
             raise ValueError(f"{self.label}: its forward calls none of its convs")
+        self.__dict__["weighted_calls"] = state.weighted
         return state.calls, state.widths, int(out.shape[1])
+
+    def weight_refusal(self) -> str | None:
+        """Why this model cannot train on a weighted graph, or ``None``: its forward takes no ``edge_weight``, or a
+        conv call is not passed it (that conv would train without the weights), or a conv takes none."""
+        if not self.takes_weight:
+            return (f"{self.label}: the graph has edge weights (edge_weight), but its forward takes no edge_weight, "
+                    "so its convs would train without them; add an edge_weight argument passed to its convs, or "
+                    "delete the weights (del data.edge_weight)")
+        for i, (layer, given) in enumerate(zip(self.layers, self.weighted_calls)):
+            why = weight_refusal(layer.conv, f"conv call {i}", self.label)
+            if why:
+                return why
+            if not given:
+                return (f"{self.label}: the graph has edge weights (edge_weight), but conv call {i} "
+                        f"({class_name(layer.conv)}) is not passed its forward's edge_weight, so it would train "
+                        "without them; pass edge_weight to every conv, or delete the weights (del data.edge_weight)")
+        return None
 
     def _check_rows(self, graph: Graph) -> tuple[bool, bool]:
         """Refuse a forward that mixes rows, or that draws masks keyed dropout cannot key (module docstring): on a

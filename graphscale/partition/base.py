@@ -10,6 +10,7 @@ array from any partitioner.
 
 from __future__ import annotations
 
+import dataclasses
 from abc import ABC, abstractmethod
 
 import torch
@@ -73,6 +74,8 @@ class VertexPartitioner(ABC):
         validate_num_parts(num_parts, graph.num_nodes)
         if num_parts == 1:
             return torch.zeros(graph.num_nodes, dtype=torch.int64)
+        if graph.weighted:  # a vertex partition reads the topology only (edge weights do not weigh the cut)
+            graph = dataclasses.replace(graph, edge_weight=None)
         owner = self._partition(graph, num_parts, seed)
         return validate_owner(owner, graph.num_nodes, num_parts)
 

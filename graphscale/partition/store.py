@@ -18,6 +18,8 @@ Format ``graphscale-partitions``, version 1::
         halo_owner.npy     int16/int32 [num_halo]  home partition of every halo vertex
         x.npy y.npy train_mask.npy val_mask.npy test_mask.npy   node data, local rows (when present; y is a
                            uint8 [L, num_classes] 0/1 matrix when meta.json says "multilabel": true)
+        edge_weight.npy weighted_degree.npy   float64 [nnz], [L]: a weighted graph's (meta.json "weighted": true)
+                           edge weights and weighted in-degrees (:mod:`graphscale.partition.store_weights`)
 
 Local ids ``[0, num_inner)`` are the partition's inner (home) vertices in
 global-id order (which is original-id order), so inner local ``i`` is global
@@ -150,6 +152,7 @@ def check_partition_store(path: str | Path) -> dict:
         shapes = {"indptr": ((n_local + 1,), np.int64), "indices": ((n_edges,), np.int64),
                   "orig_ids": ((n_local,), np.int64), "global_ids": ((n_local,), np.int64),
                   "degree": ((n_local,), np.int64), "halo_owner": ((n_halo,), None),
+                  "edge_weight": ((n_edges,), np.float64), "weighted_degree": ((n_local,), np.float64),
                   "x": ((n_local, num_features), meta.get("x_dtype")),
                   "y": ((n_local, int(meta.get("num_classes") or 0)) if meta.get("multilabel") else (n_local,), None)}
         shapes.update({m: ((n_local,), np.bool_) for m in MASKS})
@@ -169,7 +172,7 @@ class LocalPartition:
         graph: local CSR over inner + halo vertices with local node data (masks only on inner vertices).
         num_inner: inner (home) vertices; they are local ids ``[0, num_inner)``.
         orig_ids, global_ids: original / global (book) id of every local vertex.
-        degree: global in-degree of every local vertex.
+        degree: global in-degree of every local vertex (float64 weighted in-degree in a weighted store).
         halo_owner: home partition of every halo vertex.
     """
 
@@ -229,6 +232,7 @@ def load_partition(path: str | Path, part: int, *, mmap: bool = True) -> LocalPa
     extra = {"source": f"partition {part} of {path}"}
     if meta.get("num_classes") is not None:
         extra["num_classes"] = int(meta["num_classes"])
-    graph = Graph(arrays["indptr"], arrays["indices"], name=f"{Path(path).name}/part-{part}", meta=extra, **node)
+    graph = Graph(arrays["indptr"], arrays["indices"], name=f"{Path(path).name}/part-{part}", meta=extra,
+                  edge_weight=arrays.get("edge_weight"), **node)
     return LocalPartition(part, meta["num_parts"], graph, n_inner, arrays["orig_ids"], arrays["global_ids"],
-                          arrays["degree"], arrays["halo_owner"])
+                          arrays.get("weighted_degree", arrays["degree"]), arrays["halo_owner"])

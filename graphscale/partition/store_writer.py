@@ -418,6 +418,11 @@ def write_partition_store(path: str | Path, stream, owner, num_parts: int, *, ed
     try:
         metrics, parts = _write(tmp, source, n, owner, num_parts, edge_part, nodes, chunk_edges,
                                 feature_chunk_bytes, progress, halo_hops)
+        weighted = getattr(getattr(source, "graph", None), "edge_weight", None) is not None
+        if weighted:  # a weighted graph's parts hold their edges' weights (graphscale.partition.store_weights)
+            from graphscale.partition.store_weights import write_store_weights
+
+            write_store_weights(tmp, source.graph, num_parts)
         book_meta = {"format": STORE_FORMAT, "version": STORE_VERSION, "method": method, "params": params or {},
                      "num_parts": num_parts, "num_nodes": n, "num_edges": int(source.num_edges),
                      "num_features": int(nodes["x"].shape[1]) if "x" in nodes and len(nodes["x"].shape) > 1 else 0,
@@ -425,6 +430,7 @@ def write_partition_store(path: str | Path, stream, owner, num_parts: int, *, ed
                      "node_arrays": list(nodes), "vertex_cut_edges": edge_part is not None,
                      "multilabel": "y" in nodes and len(nodes["y"].shape) == 2,
                      "source": source_name, "halo_hops": halo_hops, "metrics": metrics.to_dict(), "parts": parts,
+                     **({"weighted": True} if weighted else {}),
                      **(extra_meta or {})}
         (tmp / "meta.json").write_text(json.dumps(book_meta, indent=1))
         replace_dir(tmp, path)

@@ -64,6 +64,9 @@ class Strategy(ABC):
     #: with its own forward (:mod:`graphscale.nn.pyg_forward`). Quoted in the refusal (:func:`graphscale.nn.pyg.
     #: check_model`), completing "it ...".
     pyg_forward_refusal: str = ""
+    #: Whether its blocks carry a weighted graph's edge weights (``Block.edge_weight``) to the convs; the parent
+    #: refuses a weighted graph for a strategy without it (:func:`graphscale.validation.check_edge_weights`).
+    edge_weights: bool = False
 
     @classmethod
     def data_view_for(cls, config: RunConfig) -> str:

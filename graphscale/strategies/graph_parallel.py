@@ -204,7 +204,8 @@ def inner_block(part) -> tuple[Block, torch.Tensor]:
 
     Destinations are the inner vertices; sources are the inner vertices, then the halo vertices that
     an inner row references (all of them for a vertex partition; a vertex-cut store may hold more), in
-    local-id order. ``src_ids`` are original ids (dropout keys, input maps), ``src_deg`` global in-degrees.
+    local-id order. ``src_ids`` are original ids (dropout keys, input maps), ``src_deg`` global in-degrees (weighted
+    in a weighted store, whose inner rows' edge weights the block carries).
     The CSR arrays are views of the memory-mapped store unless halo rows need renumbering.
 
     Args:
@@ -220,7 +221,8 @@ def inner_block(part) -> tuple[Block, torch.Tensor]:
         lut[halo_local] = torch.arange(n_inner, n_inner + halo_local.numel())
         indices = lut[indices]
     rows = torch.cat([torch.arange(n_inner), halo_local])
-    return Block(indptr, indices, part.orig_ids[rows], part.degree[rows]), halo_local
+    weight = None if part.graph.edge_weight is None else part.graph.edge_weight[: indices.numel()]
+    return Block(indptr, indices, part.orig_ids[rows], part.degree[rows], weight), halo_local
 
 
 def _element_size(model: torch.nn.Module) -> int:
@@ -265,6 +267,7 @@ class GraphParallel(Strategy):
 
     data_view = PARTITION_LOCAL
     learnable_input = True
+    edge_weights = True
     options = option_names(GraphParallelOptions)
 
     def __init__(self, overlap: bool = False) -> None:
@@ -305,6 +308,9 @@ class GraphParallel(Strategy):
         if self.overlap and not getattr(model, "layer_sequential", True):
             raise ValueError("graph-parallel overlap=True splits each layer's step into interior and boundary blocks; "
                              "a PyG model with its own forward runs each conv whole: use overlap=False")
+        if self.overlap and block.edge_weight is not None:
+            raise ValueError("graph-parallel overlap=True cuts each partition into interior and boundary blocks, "
+                             "which carry no edge weights (edge_weight); use overlap=False on a weighted graph")
         plan = OverlapPlan.build(block) if self.overlap and env.world_size > 1 else None
         if plan is not None and plan.num_interior > 0:
             self.plan, self.block = plan.to(device), None

@@ -54,6 +54,7 @@ class SingleStrategy(Strategy):
     """One process, full-graph or sampled mini-batch training."""
 
     data_view = MEMORY
+    edge_weights = True
     learnable_input = True
     decoupled_models = True
     options = option_names(SingleOptions)

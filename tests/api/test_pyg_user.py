@@ -1,5 +1,5 @@
 """A PyG user's script with :func:`graphscale.train`: the options a PyG model reads (``pyg_dropout=``), edge inputs
-refused rather than dropped, in-memory features kept as given, and the trained model handed back
+(edge features) refused rather than dropped, in-memory features kept as given, and the trained model handed back
 (``report.model``, :func:`graphscale.load_model`, :func:`graphscale.predict`), each against PyG's own loop."""
 
 from __future__ import annotations
@@ -70,11 +70,11 @@ def test_pyg_dropout_torch_trains_model_objects_and_factories():
         gs.train("gcn", data(), pyg_dropout="torch", **OPTIONS)
 
 
-@pytest.mark.parametrize(("field", "value"), [("edge_weight", lambda e: torch.rand(e)),
-                                               ("edge_attr", lambda e: torch.rand(e, 4))])
-def test_edge_inputs_are_refused_naming_the_field(no_run, field, value):
+def test_edge_features_are_refused_naming_the_field(no_run):
+    """``edge_attr`` is refused (``edge_weight`` is honoured: tests/api/test_edge_weights.py)."""
+    field = "edge_attr"
     d = data()
-    setattr(d, field, value(d.edge_index.shape[1]))
+    d.edge_attr = torch.rand(d.edge_index.shape[1], 4)
     with pytest.raises(ValueError, match=rf"^data\.{field} is set, but graphscale trains on the graph's edges "
                                          rf"without .*; delete it \(del data\.{field}\)") as err:
         gs.train(make_gcn, d, **OPTIONS)

@@ -143,7 +143,7 @@ def _two(m, x, ei):
                             "block's edges), but it reads edge_index.size")),
     (lambda: _Forward(lambda m, x, ei: m.conv2(torch.relu(m.conv1(x, ei)), ei[:, :3])), "but it indexes edge_index"),
     (lambda: _Forward(lambda m, x, ei: m.conv2(m.conv1(x, ei), ei, torch.ones(3))),
-     "call 1 (SAGEConv) is passed size; graphscale gives a conv only x and its block's edges"),
+     "call 1 (SAGEConv) is passed size; graphscale gives a conv only x, its block's edges and their edge_weight"),
     (lambda: _Forward(lambda m, x, ei: _two(m, x, ei)[:5]), "its forward returns [5, 3] for 12 vertices"),
     (lambda: _Forward(lambda m, x, ei: _two(m, x, ei) + m.norm(x[:, :3]), nn.BatchNorm1d(3)),
      "BatchNorm1d (in the model) normalises over the rows of a batch or graph"),
