@@ -7,8 +7,8 @@ plans (``src_index``, ``load_slots``, ``send_slots``, ``flush_slots``) on the de
   and CUDA byte counts hold; ``--memory-budget``'s memory model counts one chunk's topology at a time):
   :meth:`DevicePlan.package` moves the block and the named slot plans for every chunk pass (on CPU a new block
   object over the plan's memory-mapped tensors, so the topology a layer caches on a block, its transpose and
-  operators, lives for one chunk pass, as on an accelerator) and returns their bytes, which the strategy records as ``h2d_topo`` (the closed form of
-  :func:`~graphscale.strategies.offload.cost.epoch_bytes`). The gathers read host ids (``staged`` transfers).
+  operators, lives for one chunk pass, as on an accelerator) and returns their bytes, which the strategy records
+  as ``h2d_topo`` (the closed form of :func:`~graphscale.strategies.offload.cost.epoch_bytes`). The gathers read host ids (``staged`` transfers).
 * **resident** (``OffloadStrategy(resident_topology=True)``; not with ``--memory-budget``): every batch's block,
   slot plans and the ids the transfers index with (``load_ids``, ``flush_ids``, ``src_local``) are moved once,
   at setup (:attr:`DevicePlan.setup_bytes`, recorded by the strategy as ``h2d_topo`` outside any epoch), and

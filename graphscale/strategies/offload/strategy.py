@@ -21,6 +21,13 @@ memory-maps (one copy per host, in the page cache); an in-memory graph is prepar
 the parent's partition and broadcast ``owner`` and ``batch`` (category ``"setup"``). Batch ``j`` = chunk ``(i, j)``
 on every worker ``i``.
 
+**What a worker holds.** The graph directory, the chunk sets and its plan are memory-mapped (file pages the
+workers share); its anonymous memory is the model and optimiser, one chunk pass at a time (the transition and
+receive buffers, the chunk's rows, the topology a layer caches on the pass's block, which goes with it: see
+:mod:`~graphscale.strategies.offload.resident`) and two staging slots of at most
+:data:`~graphscale.strategies.offload.transfer.STAGING_BYTES` each. The chunk terms grow with ``|V| / (M K)``
+and the replication factor, so ``K`` (``--chunks``, or ``--memory-budget``) bounds them.
+
 **Epoch** (the spec's Algorithm 1). Layer by layer, batch by batch, with a
 barrier between layers:
 

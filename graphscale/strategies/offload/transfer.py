@@ -49,7 +49,6 @@ import torch
 from graphscale.options.offload import TRANSFER_MODES as MODES
 from graphscale.strategies.offload.device import DeviceKit
 
-
 #: bytes of one staging slot at most: a batch's gathers larger than this are staged in slot-sized pieces, so the
 #: two slots take a fixed amount of (page-locked) host memory whatever the chunk size
 STAGING_BYTES = 32 << 20
