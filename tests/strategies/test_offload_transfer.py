@@ -73,6 +73,23 @@ def test_staged_fill_of_next_batch_overlaps_compute():
             assert _first(trace, "fill_start", j + 1) < _first(trace, "compute_end", j)
 
 
+def test_staging_slots_stay_at_their_size_and_stage_large_batches_in_pieces():
+    gen = torch.Generator().manual_seed(1)
+    host = torch.randn(40, 3, generator=gen, dtype=torch.float64)
+    wide = torch.randn(40, 5, generator=gen, dtype=torch.float64)
+    t = Transfers({"H": host, "W": wide}, "cpu", staging_bytes=4 * 5 * 8)  # room for 4 rows of W, 6 of H
+    t.reserve(10_000, 5)
+    assert all(slot.numel() == 20 for slot in t._slots)
+    batches = [torch.randint(0, 40, (n,), generator=gen) for n in (0, 3, 17, 40)]
+    for j, ids, rows in pipelined(t, batches, lambda ids: [Request("h", "H", ids), Request("w", "W", ids.flip(0))]):
+        assert torch.equal(rows["h"], host.index_select(0, ids)), j
+        assert torch.equal(rows["w"], wide.index_select(0, ids.flip(0))), j
+    t.close()
+    assert all(slot.numel() == 20 for slot in t._slots)  # the slots never grew with the batches
+    with pytest.raises(ValueError, match="staging_bytes must be >= 1, got 0"):
+        Transfers({"H": host}, "cpu", staging_bytes=0)
+
+
 def test_uva_writes_and_gathers_on_cpu_alias():
     host = torch.arange(24, dtype=torch.float32).view(8, 3).clone()
     t = Transfers({"H": host}, "cpu", mode="uva", device_ids=True)

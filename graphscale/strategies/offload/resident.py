@@ -5,9 +5,10 @@ plans (``src_index``, ``load_slots``, ``send_slots``, ``flush_slots``) on the de
 
 * **streamed** (HongTu's, and the default on every device, so the Ledger's closed form and the equality of CPU
   and CUDA byte counts hold; ``--memory-budget``'s memory model counts one chunk's topology at a time):
-  :meth:`DevicePlan.package` moves the block and the named slot plans for every chunk pass and returns their
-  bytes, which the strategy records as ``h2d_topo`` (the closed form of
-  :func:`~graphscale.strategies.offload.cost.epoch_bytes`). The gathers read host ids (``staged`` transfers).
+  :meth:`DevicePlan.package` moves the block and the named slot plans for every chunk pass (on CPU a new block
+  object over the plan's memory-mapped tensors, so the topology a layer caches on a block, its transpose and
+  operators, lives for one chunk pass, as on an accelerator) and returns their bytes, which the strategy records
+  as ``h2d_topo`` (the closed form of :func:`~graphscale.strategies.offload.cost.epoch_bytes`). The gathers read host ids (``staged`` transfers).
 * **resident** (``OffloadStrategy(resident_topology=True)``; not with ``--memory-budget``): every batch's block,
   slot plans and the ids the transfers index with (``load_ids``, ``flush_ids``, ``src_local``) are moved once,
   at setup (:attr:`DevicePlan.setup_bytes`, recorded by the strategy as ``h2d_topo`` outside any epoch), and
@@ -21,6 +22,8 @@ On CPU a resident block is the host block itself (device and host memory are the
 """
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 import torch
 
@@ -83,7 +86,9 @@ class DevicePlan:
         moved, nbytes, dev_block = {}, 0, None
         if block:
             b = bp.block
-            dev_block = b if self.device.type == "cpu" else b.to(self.device)
+            # a fresh block per pass on every device: the topology a layer caches on it (transpose, operators)
+            # goes with the pass, so a worker holds one chunk's at a time, never its whole plan's
+            dev_block = replace(b) if self.device.type == "cpu" else b.to(self.device)
             nbytes += _nbytes(*block_tensors(b))
         for name in slots:
             t = getattr(bp, name)

@@ -21,6 +21,13 @@ memory-maps (one copy per host, in the page cache); an in-memory graph is prepar
 the parent's partition and broadcast ``owner`` and ``batch`` (category ``"setup"``). Batch ``j`` = chunk ``(i, j)``
 on every worker ``i``.
 
+**What a worker holds.** The graph directory, the chunk sets and its plan are memory-mapped (file pages the
+workers share); its anonymous memory is the model and optimiser, one chunk pass at a time (the transition and
+receive buffers, the chunk's rows, the topology a layer caches on the pass's block, which goes with it: see
+:mod:`~graphscale.strategies.offload.resident`) and two staging slots of at most
+:data:`~graphscale.strategies.offload.transfer.STAGING_BYTES` each. The chunk terms grow with ``|V| / (M K)``
+and the replication factor, so ``K`` (``--chunks``, or ``--memory-budget``) bounds them.
+
 **Epoch** (the spec's Algorithm 1). Layer by layer, batch by batch, with a
 barrier between layers:
 
@@ -91,7 +98,8 @@ the buffer in place; host rows are not placed per NUMA node.
 **Transfers and devices** (:mod:`~graphscale.strategies.offload.transfer`,
 :mod:`~graphscale.strategies.offload.resident`, :mod:`~graphscale.strategies.offload.device`). The passes
 (:mod:`~graphscale.strategies.offload.passes`) submit batch ``j+1``'s host reads before computing batch ``j``:
-``staged`` transfers fill two preallocated staging buffers (page-locked on an accelerator) from a worker thread
+``staged`` transfers fill two preallocated staging buffers of a fixed size (page-locked on an accelerator;
+``STAGING_BYTES`` each at most, a larger batch is staged in pieces) from a worker thread
 and copy them on a copy stream with events; ``uva`` transfers (CUDA, behind a capability probe, with the
 resident plan) gather and scatter host rows in place by GPU kernels. Writes go out asynchronously (``staged``:
 device-to-host into page-locked memory on the copy stream, scattered by the worker thread; ``uva``: in place);
@@ -351,7 +359,7 @@ class OffloadStrategy(OffloadPasses, Strategy):
                                    trace=self.trace)
         widest = max(t.shape[1] for t in self.host.arrays.values())
         self.transfers.reserve(max((bp.block.num_src + 4 * bp.num_dst for bp in self.plan.batches), default=0)
-                               * widest)
+                               * widest, widest)
 
     # ------------------------------------------------------------------- epoch
     def _zero_host_gradients(self) -> None:

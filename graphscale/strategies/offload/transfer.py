@@ -6,9 +6,11 @@ handing batch ``j`` to the caller: the transfer of ``j+1`` runs while ``j`` comp
 mechanisms, chosen once per run (:attr:`Transfers.mode`):
 
 ``staged`` (the default wherever UVA is not available, and on CPU). One worker thread owns two preallocated
-  staging buffers (page-locked on an accelerator) used alternately. For a batch it waits until its slot's
-  previous host-to-device copy has finished (that copy's event), fills the slot with ``index_select(out=...)``
-  straight from the host arrays, issues the copies to the device on a *copy stream* and records an event.
+  staging buffers (page-locked on an accelerator) used alternately, each of at most :data:`STAGING_BYTES`
+  whatever the chunk size. For a batch it waits until its slot's previous host-to-device copy has finished (that
+  copy's event), fills the slot with ``index_select(out=...)`` straight from the host arrays, issues the copies to
+  the device on a *copy stream* and records an event; a batch whose rows exceed the slot is filled and copied in
+  slot-sized pieces, each refill waiting for the copies out of the slot.
   :meth:`Transfers.wait` makes the compute stream wait for that event (device-side; the host does not block on
   the copy) and marks the tensors as used there (``record_stream``). Writes are asynchronous too: the rows are
   copied device-to-host into page-locked memory on a *write stream* (after the compute that produced them), and
@@ -47,6 +49,10 @@ import torch
 from graphscale.options.offload import TRANSFER_MODES as MODES
 from graphscale.strategies.offload.device import DeviceKit
 
+#: bytes of one staging slot at most: a batch's gathers larger than this are staged in slot-sized pieces, so the
+#: two slots take a fixed amount of (page-locked) host memory whatever the chunk size
+STAGING_BYTES = 32 << 20
+
 
 def check_mode(mode: str) -> str:
     if mode not in MODES:
@@ -84,14 +90,18 @@ class Transfers:
         mode: ``auto`` (``uva`` where available and ``device_ids`` is true, else ``staged``), ``staged`` or ``uva``.
         device_ids: whether callers pass device ids with every request and write (the resident plan).
         trace: a list to append ordering events to, or ``None``.
+        staging_bytes: bytes of one staging slot at most (default :data:`STAGING_BYTES`).
 
     Raises:
         ValueError: an unknown mode; ``uva`` without device ids, or where the arrays cannot be aliased.
     """
 
     def __init__(self, arrays: dict[str, torch.Tensor], device: torch.device | str, mode: str = "auto",
-                 device_ids: bool = False, trace: list | None = None) -> None:
+                 device_ids: bool = False, trace: list | None = None, staging_bytes: int | None = None) -> None:
         check_mode(mode)
+        staging_bytes = STAGING_BYTES if staging_bytes is None else staging_bytes
+        if staging_bytes < 1:
+            raise ValueError(f"Transfers: staging_bytes must be >= 1, got {staging_bytes}")
         self.kit = DeviceKit(device)
         self.arrays = arrays
         self.trace = trace
@@ -113,6 +123,7 @@ class Transfers:
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="offload-staging") \
             if self.mode == "staged" else None
         self._slots: list[torch.Tensor | None] = [None, None]
+        self.staging_bytes = staging_bytes
         self._slot_events: list[object] = [None, None]
         self._writes: list[Future] = []
 
@@ -158,41 +169,63 @@ class Transfers:
         return ticket
 
     def _fill(self, index: int, requests: list[Request]) -> tuple[dict, object]:
-        """Worker thread: fill staging slot ``index % 2`` and copy it to the device on the copy stream."""
+        """Worker thread: fill staging slot ``index % 2`` and copy it to the device on the copy stream.
+
+        The slot holds at most :attr:`slot_numel` elements: a batch whose rows exceed it is filled and copied in
+        pieces, each refill of the slot waiting for the copies out of it (one fill when the rows fit)."""
         slot = index % 2
         self.note("fill_start", index, slot)
         if self._slot_events[slot] is not None:
             self._slot_events[slot].synchronize()  # the slot's previous copy to the device has finished
         widths = [self.arrays[r.array].shape[1] for r in requests]
         total = sum(r.ids.numel() * w for r, w in zip(requests, widths))
-        buf = self._slots[slot]
+        buf = self._slot(slot, min(total, self.slot_numel), max(widths, default=1))
         dtype = self._dtype()
-        if buf is None or buf.numel() < total:
-            buf = self._slots[slot] = self.kit.staging(total, dtype)
-        views, offset = [], 0
-        for r, w in zip(requests, widths):
-            n = r.ids.numel()
-            view = buf[offset: offset + n * w].view(n, w)
-            torch.index_select(self.arrays[r.array], 0, r.ids, out=view)
-            views.append(view)
-            offset += n * w
+        rows, offset = {}, 0
         with self.kit.on_stream(self.copy_stream):
-            rows = {r.key: self.kit.to_device(v) for r, v in zip(requests, views)}
+            for r, w in zip(requests, widths):
+                n = r.ids.numel()
+                out = torch.empty((n, w), dtype=dtype, device=self.kit.device)
+                done = 0
+                while done < n:
+                    if offset + w > buf.numel():  # the slot is full: its copies land before it is refilled
+                        self.kit.event(self.copy_stream).synchronize()
+                        offset = 0
+                    take = min(n - done, (buf.numel() - offset) // w)
+                    view = buf[offset: offset + take * w].view(take, w)
+                    torch.index_select(self.arrays[r.array], 0, r.ids[done: done + take], out=view)
+                    out[done: done + take].copy_(view, non_blocking=True)
+                    offset += take * w
+                    done += take
+                rows[r.key] = out
             event = self.kit.event(self.copy_stream)
         self._slot_events[slot] = event
         self.note("fill_end", index, slot)
         return rows, event
 
+    def _slot(self, slot: int, numel: int, width: int) -> torch.Tensor:
+        """Staging slot ``slot`` with room for ``numel`` elements and at least one row of ``width``."""
+        numel = max(numel, width)
+        buf = self._slots[slot]
+        if buf is None or buf.numel() < numel:
+            buf = self._slots[slot] = self.kit.staging(numel, self._dtype())
+        return buf
+
+    @property
+    def slot_numel(self) -> int:
+        """Elements of one staging slot at most (``staging_bytes``): larger batches are staged in pieces."""
+        return max(self.staging_bytes // torch.empty(0, dtype=self._dtype()).element_size(), 1)
+
     def _dtype(self) -> torch.dtype:
         return next(iter(self.arrays.values())).dtype
 
-    def reserve(self, numel: int) -> None:
-        """Preallocate both staging slots for ``numel`` elements (the largest batch), outside the epoch."""
+    def reserve(self, numel: int, width: int = 1) -> None:
+        """Preallocate both staging slots for ``numel`` elements (the largest batch), at most :attr:`slot_numel`
+        (and at least one row of ``width``), outside the epoch."""
         if self.mode != "staged":
             return
         for slot in range(2):
-            if self._slots[slot] is None or self._slots[slot].numel() < numel:
-                self._slots[slot] = self.kit.staging(numel, self._dtype())
+            self._slot(slot, min(numel, self.slot_numel), width)
 
     def wait(self, ticket: Ticket) -> dict[str, torch.Tensor]:
         """The batch's rows, usable on the compute stream (which waits for their copy, device-side)."""
