@@ -266,7 +266,8 @@ def check_gradients(grads: list[torch.Tensor], loss: torch.Tensor | None = None)
     """Raise :class:`NonFiniteGradient` when any of ``grads`` (``None`` entries skipped) holds a NaN or an
     infinity; one host synchronisation.
 
-    Adam (:func:`~graphscale.strategies.optimizers.make_optimizer`) would otherwise carry the non-finite value into its moments and every parameter
+    Adam (:func:`~graphscale.strategies.optimizers.make_optimizer`) would otherwise carry the non-finite value into
+    its moments and every parameter
     it touches, for good; the trainer's after-epoch parameter check would catch that one epoch later, with the
     parameters already lost.
     """

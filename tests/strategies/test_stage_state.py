@@ -116,7 +116,8 @@ def test_an_optimiser_with_other_state_is_refused():
     optimizer = torch.optim.Adam([p], amsgrad=True)
     p.sum().backward()
     optimizer.step()
-    with pytest.raises(ValueError, match=r"keeps \['max_exp_avg_sq'\] per parameter; only \['exp_avg', 'exp_avg_sq', 'step'\]"):
+    with pytest.raises(ValueError,
+                       match=r"keeps \['max_exp_avg_sq'\] per parameter; only \['exp_avg', 'exp_avg_sq', 'step'\]"):
         optimizer_states(optimizer, [p])
 
 

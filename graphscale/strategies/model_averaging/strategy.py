@@ -379,7 +379,8 @@ class ModelAveraging(Strategy):
                 local = flatten(self.float_state, self.dtype, self.device)
                 weights += float(self.alpha[part]) * local
                 if self.average_moments:
-                    moments += float(self.alpha[part]) * flatten(optimizer_moments(self.optimizer, self.params), self.dtype,
+                    moments += float(self.alpha[part]) * flatten(optimizer_moments(self.optimizer, self.params),
+                                                                 self.dtype,
                                                                  self.device)
                 self.states.save(part, epoch, {"weights": local, "optimizer": self.optimizer.state_dict()})
                 if data is not self.resident:

@@ -60,7 +60,8 @@ class StageCheckpoint:
     def state_dict(self) -> dict:
         """Collective (every worker calls it): on worker 0 the whole run's state, ``{}`` on the others.
 
-        ``model``: every parameter from the stage that trains it; ``optimizer``: the optimiser's state of every parameter
+        ``model``: every parameter from the stage that trains it; ``optimizer``: the optimiser's state of every
+        parameter
         (the same indices on every stage: every worker builds the whole model); ``rows``, ``hist``, ``late``: per
         layer, the ``N`` rows of ``view`` (the historical embeddings, from the stage holding the layer, each
         member's own rows in a hybrid), of the fixed history and of the stale-edge gradients kept for the next

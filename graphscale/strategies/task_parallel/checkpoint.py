@@ -23,8 +23,9 @@ class StageCheckpoint:
                        for op in seg.ops for p in self.split.t_params(op.index)})
 
     def _gather_stages(self) -> None:
-        """Every T stage's parameters and optimiser state to rank 0 (which writes checkpoints; its model then holds every
-        weight, and :meth:`state_dict` every stage's optimiser state); the first member of each T stage leads it."""
+        """Every T stage's parameters and optimiser state to rank 0 (which writes checkpoints; its model then holds
+        every weight, and :meth:`state_dict` every stage's optimiser state); the first member of each T stage leads
+        it."""
         params = list(self.model.parameters())
         owners = {group[0]: self._stage_state(stage) for stage, group in enumerate(self.plan.t_groups)}
         gathered = gather_stage_state(self.comm, owners, params, optimizer_states(self.optimizer, params))
