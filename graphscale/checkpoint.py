@@ -4,16 +4,21 @@ A checkpoint (written by :class:`graphscale.trainer.Trainer` on worker 0 after e
 file holding the epoch, the strategy's state (model and optimiser), the best epoch so far, the history, and the
 run's *identity* (:func:`identity`): everything strategy-independent that changes the model's parameters, its
 training data or its optimisation -- the dataset spec (canonical: absolute paths), ``--feature-norm``, every
-``[model]`` field, ``--dtype``, ``--seed``, the optimiser (``adam``, ``--lr``, ``--weight-decay``) -- plus the
+``[model]`` field, ``--dtype``, ``--seed``, the optimiser and its schedule (:func:`optimizer_identity`:
+``--optimizer``, ``--lr``, ``--weight-decay``, ``--momentum``, ``--lr-schedule`` and its settings) -- plus the
 strategy's name, the strategy options that change what an approximate strategy computes
 (:meth:`~graphscale.strategies.base.Strategy.resume_identity`: ``pipeline``'s chunks and history options) and the
 graph's counts (nodes, edges, features, classes).
 
 Resuming continues *the same run*: :func:`check_resume` (in the parent, before any data is prepared or worker
 started) refuses a run whose identity differs, with one line naming every differing option and both values. The
-optimiser settings are part of it: ``--lr`` / ``--weight-decay`` on resume must equal the checkpoint's (a run that
-resumes with other settings would otherwise either keep the checkpoint's silently, since the optimiser's state
-holds its learning rate, or change the trajectory that ``--resume`` promises to continue). Any exact strategy
+optimiser settings are part of it: ``--optimizer``, ``--lr``, ``--weight-decay``, ... on resume must equal the
+checkpoint's (a run that resumes with other settings would otherwise either keep the checkpoint's silently, since the
+optimiser's state holds its learning rate, or change the trajectory that ``--resume`` promises to continue); a
+checkpoint of another optimiser is refused so. A checkpoint also records the learning-rate schedule's state
+(``schedule``: its kind, settings, the next epoch and its rate); the rate of an epoch depends on the epoch alone
+(:class:`~graphscale.strategies.optimizers.LRSchedule`), so a resumed run continues the schedule bit for bit.
+``--lr-schedule cosine`` anneals over ``--epochs``, so with it ``--epochs`` cannot change on resume. Any exact strategy
 resumes a checkpoint of any exact strategy (they train the same model with the same optimiser); an approximate
 one (``model-averaging``) only its own.
 
@@ -40,8 +45,9 @@ import torch
 
 from graphscale.config import RunConfig, model_dict
 
-#: the name of the optimiser every strategy builds (:func:`graphscale.strategies.base.make_optimizer`)
-OPTIMIZER = "adam"
+#: what an identity key meant before a checkpoint recorded it (a checkpoint written before ``--optimizer`` and
+#: ``--lr-schedule`` existed trained with Adam at a constant rate)
+RECORDED_DEFAULTS = {"optimizer": "adam", "lr_schedule": "none"}
 #: graph counts a checkpoint records and a resumed run must match
 GRAPH_COUNTS = ("nodes", "edges", "features", "classes")
 #: keys every checkpoint holds
@@ -66,9 +72,26 @@ def identity(config: RunConfig) -> dict:
             "feature_norm": config.data.feature_norm, "features": config.data.features,
             "feature_dtype": config.data.feature_dtype,
             "model": model.pop("name"), **model,
-            "dtype": config.dtype, "seed": config.seed, "optimizer": OPTIMIZER, "lr": config.optim.lr,
-            "weight_decay": config.optim.weight_decay, "strategy": config.strategy.name,
+            "dtype": config.dtype, "seed": config.seed, **optimizer_identity(config), "strategy": config.strategy.name,
             **training_identity(config), **STRATEGIES.get(config.strategy.name).resume_identity(config)}
+
+
+def optimizer_identity(config: RunConfig) -> dict:
+    """The optimiser and its schedule (:mod:`graphscale.strategies.optimizers`): ``optimizer``, ``lr``,
+    ``weight_decay``, ``momentum`` (sgd), ``lr_schedule`` and its settings (step: ``lr_step_size``, ``lr_gamma``;
+    cosine: ``lr_t_max``, the ``--epochs`` it anneals over)."""
+    from graphscale.strategies.optimizers import lr_gamma_of, momentum_of
+
+    optim = config.optim
+    out = {"optimizer": optim.optimizer, "lr": optim.lr, "weight_decay": optim.weight_decay}
+    if optim.optimizer == "sgd":
+        out["momentum"] = momentum_of(optim)
+    out["lr_schedule"] = optim.lr_schedule
+    if optim.lr_schedule == "step":
+        out.update(lr_step_size=optim.lr_step_size, lr_gamma=lr_gamma_of(optim))
+    elif optim.lr_schedule == "cosine":
+        out["lr_t_max"] = optim.epochs
+    return out
 
 
 def training_identity(config: RunConfig) -> dict:
@@ -181,11 +204,15 @@ def check_resume(config: RunConfig, saved: dict, summary: dict | None = None) ->
             continue
         if key not in recorded and before != now:  # an option of this run's strategy only: not a difference
             continue
-        if key == "training" and recorded.get(key) != current[key]:
+        before_value = recorded.get(key, RECORDED_DEFAULTS.get(key))
+        if key == "lr_t_max" and before_value is not None and before_value != current[key]:
+            differing.append(f"--epochs {before_value} (checkpoint) vs {current[key]} (--lr-schedule cosine anneals "
+                             "to 0 over --epochs: resume with the checkpoint's)")
+        elif key == "training" and recorded.get(key) != current[key]:
             differing.append(f"training {_show(recorded.get(key))} (checkpoint) vs {_show(current[key])} "
                              "(--minibatch, or a strategy that samples mini-batches, changes it)")
-        elif recorded.get(key) != current[key]:
-            differing.append(f"--{key.replace('_', '-')} {_show(recorded.get(key))} (checkpoint) vs "
+        elif before_value != current[key]:
+            differing.append(f"--{key.replace('_', '-')} {_show(before_value)} (checkpoint) vs "
                              f"{_show(current[key])}")
     if summary is not None and recorded_graph is not None:
         for key in GRAPH_COUNTS:

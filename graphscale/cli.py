@@ -237,6 +237,7 @@ def _train_runs(configs: list, base, advice) -> int:
     """Run every seed, print the results table, then write the outputs (a failed write loses no result)."""
     from graphscale.distributed.launch import is_main_process
     from graphscale.run import run, write_json, write_outputs
+    from graphscale.strategies.optimizers import describe
 
     rows, reports = [], []
     for config in configs:
@@ -267,7 +268,7 @@ def _train_runs(configs: list, base, advice) -> int:
     form = " (decoupled)" if reports[0].get("model_form") == "decoupled" else ""
     title = (f"{base.model.name}{form} on {graph['name']} ({graph['nodes']:,} nodes, {graph['edges']:,} edges), "
              f"strategy {base.strategy.name}, {base.strategy.workers} worker(s), "
-             f"{_epochs_trained(reports, base.optim.epochs)}, metric: {metric}")
+             f"{_epochs_trained(reports, base.optim.epochs)}, {describe(base.optim)}, metric: {metric}")
     print(format_table(rows, title=title))
     for warning in dict.fromkeys(w for r in reports for w in r.get("warnings", [])):
         print(f"graphscale: warning: {warning}", file=sys.stderr)

@@ -48,6 +48,12 @@ DTYPES = ("float32", "float64")
 FEATURE_DTYPES = ("float32", "bfloat16")
 #: the values of ``ModelConfig.pyg_dropout`` (``--pyg-dropout``; :mod:`graphscale.nn.pyg`)
 PYG_DROPOUT_CHOICES = ("keyed", "torch")
+#: the values of ``OptimConfig.optimizer`` and ``.lr_schedule`` (:mod:`graphscale.strategies.optimizers`)
+OPTIMIZERS = ("adam", "adamw", "sgd")
+LR_SCHEDULES = ("none", "cosine", "step")
+#: sgd's momentum and step's decay factor when not given
+DEFAULT_MOMENTUM = 0.9
+DEFAULT_LR_GAMMA = 0.1
 #: the values of ``DataConfig.feature_norm``, ``ModelConfig.decoupled``, ``RunConfig.device``, ``.backend`` and
 #: ``.allocator`` (empty: ``$GRAPHSCALE_ALLOCATOR``)
 FEATURE_NORMS = ("auto", "row", "none")
@@ -113,8 +119,19 @@ class ModelConfig:
 
 @dataclass
 class OptimConfig:
-    lr: float = option(0.01, "Adam learning rate")
-    weight_decay: float = option(5e-4, "Adam weight decay (L2 penalty)")
+    optimizer: str = option("adam", "optimiser: adam, adamw (weight decay decoupled from the gradient) or sgd (with "
+                            "--momentum)", choices=OPTIMIZERS)
+    lr: float = option(0.01, "learning rate (with --lr-schedule: the first epoch's)")
+    weight_decay: float = option(5e-4, "weight decay: an L2 penalty added to the gradient (adam, sgd), decoupled from "
+                                 "it (adamw)")
+    momentum: float | None = option(None, "sgd's momentum, in [0, 1); sgd only (default 0.9)", metavar="M")
+    lr_schedule: str = option("none", "learning rate per epoch: none (constant), cosine (annealed to 0 over --epochs, "
+                              "as torch's CosineAnnealingLR with T_max = --epochs) or step (times --lr-gamma every "
+                              "--lr-step-size epochs, as torch's StepLR)", choices=LR_SCHEDULES)
+    lr_step_size: int | None = option(None, "--lr-schedule step: epochs between learning-rate decays (at least 1; "
+                                      "needed with step)", metavar="N")
+    lr_gamma: float | None = option(None, "--lr-schedule step: the factor of each decay, in (0, 1] (default 0.1)",
+                                     metavar="FACTOR")
     epochs: int = option(200, "training epochs, each followed by an evaluation; the reported test accuracy is that of "
                          "the epoch with the best validation accuracy")
 
@@ -269,7 +286,7 @@ def _apply(target, values: dict, where: str) -> None:
         setattr(target, key, value)
 
 
-def build_config(overrides: dict, config_file: str | Path | None = None) -> RunConfig:
+def build_config(overrides: dict, config_file: str | Path | None = None, factory: Callable | None = None) -> RunConfig:
     """Defaults, then the model preset, then the TOML file, then ``overrides``; refuses given options the run's
     strategy or model does not read.
 
@@ -277,6 +294,8 @@ def build_config(overrides: dict, config_file: str | Path | None = None) -> RunC
         overrides: nested dict shaped like the TOML (``{"model": {"name": "gat"}, "seed": 1}``);
             only options the user actually gave.
         config_file: optional TOML file.
+        factory: the model factory of a Python caller (``[model] factory``, set before the options are checked, so
+            the options only a user's model reads, ``pyg_dropout``, are its own in the file and the overrides alike).
     """
     file_values: dict = {}
     if config_file is not None:
@@ -307,6 +326,7 @@ def build_config(overrides: dict, config_file: str | Path | None = None) -> RunC
         for name in CHUNK_FIELDS:
             setattr(config.strategy, name, None)
     _apply(config, overrides, "command line")
+    config.model.factory = factory
     config.strategy.resolve_chunks()
     check_given(config, {**given_options(file_values, str(config_file)), **given_options(overrides, "command line")})
     return config

@@ -34,7 +34,8 @@ from graphscale.options import TOGGLE, flag_of, int_list, integer
 DECLARED, NOT_GIVEN = object(), object()
 
 #: a declared option's type (as written in its dataclass) -> the argparse type of its value
-ARG_TYPES = {"int": integer, "int | None": integer, "float": float, "str": None, "str | None": None}
+ARG_TYPES = {"int": integer, "int | None": integer, "float": float, "float | None": float, "str": None,
+             "str | None": None}
 
 
 def declaration(name: str) -> dataclasses.Field:

@@ -22,6 +22,7 @@ from graphscale.errors import RunError
 from graphscale.metrics.memory import EpochMemory, OSMemory
 from graphscale.progress import EpochProgress
 from graphscale.strategies.base import NonFiniteGradient, Strategy
+from graphscale.strategies.optimizers import LRSchedule
 
 
 class Trainer:
@@ -43,10 +44,11 @@ class Trainer:
         self.history: list[dict] = []
         self.best = {"epoch": -1, "val_acc": float("nan"), "test_acc": float("nan"), "state": None}
         self.start_epoch = 0
+        self.schedule = LRSchedule(config.optim)
 
     # --------------------------------------------------------------- checkpoint
     def save_checkpoint(self, epoch: int) -> None:
-        """Write model, optimiser, best-so-far, history and the run's configuration
+        """Write model, optimiser, the learning-rate schedule's state, best-so-far, history and the run's configuration
         (:func:`graphscale.checkpoint.identity`, the graph's counts) atomically (worker 0 writes; every worker
         calls :meth:`~graphscale.strategies.base.Strategy.state_dict` and
         :meth:`~graphscale.strategies.base.Strategy.full_model_state`, which may gather; the directory was checked
@@ -61,7 +63,7 @@ class Trainer:
         graph = {k: self.strategy.data.summary.get(k) for k in GRAPH_COUNTS}
         write_checkpoint(self.config.checkpoint, {"epoch": epoch, "strategy": state, "best": best,
                                                   "history": self.history, "identity": identity(self.config),
-                                                  "graph": graph})
+                                                  "graph": graph, "schedule": self.schedule.state(epoch + 1)})
 
     def load_checkpoint(self) -> None:
         """Restore the state saved by :meth:`save_checkpoint`; training continues at the next epoch. The parent
@@ -123,6 +125,7 @@ class Trainer:
                                  enabled=self.config.progress and self.env.is_main)
         for epoch in range(self.start_epoch, total):
             with self.os_memory.measure() as os_memory:
+                self.strategy.set_lr(self.schedule.lr(epoch))  # --lr-schedule: the epoch's rate
                 try:
                     stats = self.strategy.train_epoch(epoch)
                 except NonFiniteGradient as err:  # raised before the optimiser step: the parameters are intact

@@ -123,6 +123,42 @@ def check_finite(option: str, value, *, positive: bool = False, nonnegative: boo
         raise ValueError(f"{option} must be >= 0, got {value}")
 
 
+def check_optim(optim) -> None:
+    """``[optim]``: the optimiser and the schedule are known names, ``--lr`` > 0, ``--weight-decay`` >= 0,
+    ``--momentum`` (sgd only) in [0, 1), ``--lr-step-size`` (step only, needed there) >= 1, ``--lr-gamma`` (step
+    only) in (0, 1].
+
+    Raises:
+        ValueError: one line naming the option, its value and what was expected.
+    """
+    from graphscale.config import LR_SCHEDULES, OPTIMIZERS
+
+    _check_choice("optimizer", optim.optimizer, OPTIMIZERS)
+    _check_choice("lr-schedule", optim.lr_schedule, LR_SCHEDULES)
+    check_finite("--lr", optim.lr, positive=True)
+    check_finite("--weight-decay", optim.weight_decay, nonnegative=True)
+    if optim.momentum is not None:
+        if optim.optimizer != "sgd":
+            raise ValueError(f"--momentum is read by --optimizer sgd only, not {optim.optimizer} (Adam's moments "
+                             "are its betas); drop --momentum or use --optimizer sgd")
+        check_finite("--momentum", optim.momentum, nonnegative=True)
+        if optim.momentum >= 1:
+            raise ValueError(f"--momentum must be in [0, 1), got {optim.momentum}")
+    for option, value in (("--lr-step-size", optim.lr_step_size), ("--lr-gamma", optim.lr_gamma)):
+        if value is not None and optim.lr_schedule != "step":
+            raise ValueError(f"{option} is read by --lr-schedule step only, not {optim.lr_schedule}; drop {option} "
+                             "or use --lr-schedule step")
+    if optim.lr_schedule == "step":
+        if optim.lr_step_size is None:
+            raise ValueError("--lr-schedule step needs --lr-step-size N (epochs between learning-rate decays)")
+        if isinstance(optim.lr_step_size, bool) or not isinstance(optim.lr_step_size, int) or optim.lr_step_size < 1:
+            raise ValueError(f"--lr-step-size must be an integer >= 1, got {optim.lr_step_size!r}")
+    if optim.lr_gamma is not None:
+        check_finite("--lr-gamma", optim.lr_gamma, positive=True)
+        if optim.lr_gamma > 1:
+            raise ValueError(f"--lr-gamma must be in (0, 1] (a decay), got {optim.lr_gamma}")
+
+
 #: the longest ``--timeout`` (one year): collective timeouts are kept in milliseconds by torch.distributed
 MAX_TIMEOUT_S = 365 * 24 * 3600.0
 #: the shortest ``--timeout``: below it gloo's connection set-up itself times out (and may crash the worker)
@@ -376,8 +412,7 @@ def validate(config: RunConfig) -> None:
     if config.strategy.timeout > MAX_TIMEOUT_S:
         raise ValueError(f"--timeout must be at most {MAX_TIMEOUT_S:.0f} seconds (one year), got "
                          f"{config.strategy.timeout}")
-    check_finite("--lr", config.optim.lr, positive=True)
-    check_finite("--weight-decay", config.optim.weight_decay, nonnegative=True)
+    check_optim(config.optim)
     for option, value in (("--dropout", config.model.dropout), ("--alpha", config.model.alpha),
                           ("--theta", config.model.theta)):
         check_finite(option, value)

@@ -30,6 +30,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_declared(parser, "model")
     add_declared(parser, "hidden", default=None, why=preset)
     add_declared(parser, "layers", default=None, why=preset)
+    add_declared(parser, "optimizer", note="here: its per-parameter state is in every prediction's memory")
     add_declared(parser, "workers", default=2, note="here: the workers available",
                  why="the fewest the distributed strategies run on")
     add_declared(parser, "device_memory", note="here: the budget each prediction must fit (default: the machine "
@@ -56,7 +57,7 @@ def base_config(args: argparse.Namespace):
     if args.layers is not None:
         model["layers"] = args.layers
     overrides = {"data": {"dataset": args.dataset} if args.dataset else {}, "model": model, "progress": False,
-                 "device": args.device}
+                 "device": args.device, "optim": {"optimizer": args.optimizer}}
     if args.cache_dir:
         overrides["cache_dir"] = args.cache_dir
     config = build_config(overrides)
@@ -162,6 +163,8 @@ def option_words(config, args: argparse.Namespace) -> list[str]:
         words += ["--hidden", str(args.hidden)]
     if args.layers is not None:
         words += ["--layers", str(args.layers)]
+    if config.optim.optimizer != "adam":
+        words += ["--optimizer", config.optim.optimizer]
     if sc.name == "model-averaging" and not sc.partitions:
         words += ["--parts", str(sc.parts)]
     if args.device != "cpu":

@@ -343,6 +343,7 @@ def _tiny_steps(device: str) -> dict:
     from graphscale.data.block import Block
     from graphscale.nn.models import build_model
     from graphscale.strategies.base import masked_loss_sum
+    from graphscale.strategies.optimizers import make_optimizer
     from graphscale.testing import random_graph
 
     graph = random_graph(16, 3.0, num_features=8, seed=0)
@@ -352,9 +353,9 @@ def _tiny_steps(device: str) -> dict:
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     steps = {}
     for layers in (2, 4):
-        model = build_model(build_config({"model": {"name": "gcn", "hidden": 8, "layers": layers}}).model, 8,
-                            int(graph.y.max()) + 1, seed=0).to(device)
-        opt = torch.optim.Adam(model.parameters(), lr=0.01)
+        config = build_config({"model": {"name": "gcn", "hidden": 8, "layers": layers}})
+        model = build_model(config.model, 8, int(graph.y.max()) + 1, seed=0).to(device)
+        opt = make_optimizer(model, config.optim)
 
         def step(model=model, opt=opt):
             opt.zero_grad(set_to_none=True)
@@ -393,6 +394,7 @@ def _calibration_step(device: str, tiny: bool):
     from graphscale.data.block import Block
     from graphscale.nn.models import build_model
     from graphscale.strategies.base import masked_loss_sum
+    from graphscale.strategies.optimizers import make_optimizer
     from graphscale.testing import random_graph
 
     n, features = (1000, 64) if tiny else (5000, 256)
@@ -400,9 +402,9 @@ def _calibration_step(device: str, tiny: bool):
     block = Block.full(graph).to(torch.device(device))
     x, y = graph.x.to(device), graph.y.to(device)
     mask = torch.ones(n, dtype=torch.bool, device=device)
-    model = build_model(build_config({"model": {"name": "gcn", "hidden": 16, "layers": 2}}).model, features,
-                        int(graph.y.max()) + 1, seed=0).to(device)
-    opt = torch.optim.Adam(model.parameters(), lr=0.01)
+    config = build_config({"model": {"name": "gcn", "hidden": 16, "layers": 2}})
+    model = build_model(config.model, features, int(graph.y.max()) + 1, seed=0).to(device)
+    opt = make_optimizer(model, config.optim)
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
 
     def step():

@@ -17,8 +17,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-#: the strategies :func:`predict` runs: the exact full-graph ones whose workers hold every output row they own
-PREDICT_STRATEGIES = ("single", "graph-parallel")
+#: the strategies :func:`predict` runs: those whose workers compute the exact full-graph outputs of the rows they own
+#: (:meth:`~graphscale.strategies.base.Strategy.outputs`)
+PREDICT_STRATEGIES = ("single", "graph-parallel", "offload", "pipeline")
 
 
 def load_model(checkpoint: str | Path, model, which: str = "best"):
@@ -81,16 +82,18 @@ def _mismatch(module, state: dict) -> tuple[list[str], list[str]]:
 
 
 def predict(model, data, /, *, strategy: str = "single", workers: int = 1, **options):
-    """Full-graph inference: ``model``'s outputs for every vertex of ``data``, computed under ``strategy``
-    (``single``, or ``graph-parallel`` on ``workers`` processes, each computing its partition's rows layer by
-    layer with the halo exchange of training: no worker holds more than its rows and their halo).
+    """Full-graph inference: ``model``'s outputs for every vertex of ``data``, computed under ``strategy``:
+    ``single``; ``graph-parallel`` on ``workers`` processes, each computing its partition's rows layer by layer with
+    the halo exchange of training (no worker holds more than its rows and their halo); ``offload``, layer by layer
+    over chunks streamed through the device (the evaluation's chunked inference); ``pipeline``, the stages' exact
+    forward chunk by chunk (the last stage's workers return the outputs). Every one gives the same outputs.
 
     Args:
         model: a trained ``torch.nn.Module`` (``report.model``, or :func:`load_model`'s), or anything
             :func:`graphscale.train` accepts as a model (a name or a factory predict with their initial weights).
         data: as :func:`graphscale.train`'s (a dataset spec, a ``Graph``, a PyG ``Data``, ...).
-        strategy: ``single`` or ``graph-parallel``.
-        workers: worker processes (``graph-parallel``).
+        strategy: one of :data:`PREDICT_STRATEGIES` (another is refused in one line naming why).
+        workers: worker processes.
         **options: :func:`graphscale.train`'s keywords that shape the data and the model (``dtype=``,
             ``feature_norm=``, ``features=``, ``partitioner=``, ``seed=``, ``pyg_dropout=``, ...).
 
@@ -111,8 +114,11 @@ def predict(model, data, /, *, strategy: str = "single", workers: int = 1, **opt
     from graphscale.validation import check_edge_weights, check_user_model, validate
 
     if strategy not in PREDICT_STRATEGIES:
-        raise ValueError(f"predict: strategy={strategy!r}; predict runs the exact full-graph strategies "
-                         f"{', '.join(PREDICT_STRATEGIES)} (the model is the same under every exact strategy)")
+        from graphscale.registry import STRATEGIES
+
+        why = (f" (it {STRATEGIES.get(strategy).predict_refusal})" if strategy in STRATEGIES.names() else "")
+        raise ValueError(f"predict: strategy={strategy!r} cannot predict{why}; predict runs "
+                         f"{', '.join(PREDICT_STRATEGIES)} (the outputs of a trained model are the same under each)")
     for key in ("epochs", "json", "checkpoint", "resume", "minibatch"):
         if key in options:
             raise ValueError(f"predict: {key}= is a training option; predict takes the trained model")
@@ -125,6 +131,7 @@ def predict(model, data, /, *, strategy: str = "single", workers: int = 1, **opt
     backend = None if config.backend == "auto" else config.backend
     results = launch(predict_worker, workers, config, handle, device=resolve_device(config.device, workers, backend),
                      backend=backend, timeout_s=config.strategy.timeout, allocator_mode=config.allocator or None)
+    results = [r for r in results if r[0].numel()]  # a worker that computes no output row (pipeline's first stage)
     ids = torch.cat([r[0] for r in results])
     rows = torch.cat([r[1] for r in results])
     out = torch.empty(handle.num_nodes, rows.shape[1], dtype=rows.dtype)
@@ -148,13 +155,8 @@ def predict_worker(env, config, data) -> tuple:
     strategy = STRATEGIES.get(config.strategy.name)()
     strategy.setup(data, model, env, config)
     try:
-        model.eval()
         with torch.no_grad():
-            if config.strategy.name == "single":
-                logits = model(strategy.block, strategy.x)
-                ids = torch.arange(logits.shape[0])
-            else:
-                logits, ids = strategy.forward(), strategy.inner_ids
+            ids, logits = strategy.outputs()
     finally:
         strategy.teardown()
     return ids.cpu(), logits.detach().cpu()

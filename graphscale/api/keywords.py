@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import functools
 import os
 import types
 import typing
@@ -46,8 +47,9 @@ def keyword_fields() -> dict[str, tuple[str, ...]]:
     return {key: path for key, (path, _) in declared_options().items()}
 
 
+@functools.cache
 def _field_types() -> dict[tuple[str, ...], object]:
-    """The annotated type of every configuration field, by path."""
+    """The annotated type of every configuration field, by path (read once: resolving the annotations is slow)."""
     out = {}
     for path, f, owner in _walk(RunConfig(), ()):
         out[path] = typing.get_type_hints(owner)[f.name]

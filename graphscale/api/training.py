@@ -81,15 +81,12 @@ def configure(model, data, options: dict) -> tuple:
                          "with your own model, run `graphscale advise` with the closest model name and pass the "
                          "strategy it recommends")
 
-    factory, label, user_options = None, None, {}
+    factory, label = None, None
     if isinstance(model, str):
         overrides.setdefault("model", {})["name"] = model
     else:
         factory, label = model_factory(model)
         check_user_model_options(overrides, config_file)
-        # the options only a user's model reads (pyg_dropout=): set once the model is (build_config checks the
-        # [model] options against the model it names, and a factory is set after it)
-        user_options = {key: overrides["model"].pop(key) for key in list(overrides.get("model", {}))}
 
     graph = None
     if isinstance(data, str):
@@ -103,15 +100,13 @@ def configure(model, data, options: dict) -> tuple:
     if auto:  # graphscale advise's recommendation, as `graphscale train --strategy auto` runs it
         overrides, advice = _resolve_auto(overrides, graph, config_file)
         graph = None  # written by _resolve_auto; the overrides name its directory
-    config = build_config(overrides, config_file)
+    config = build_config(overrides, config_file, factory)  # pyg_dropout: the user model's, in a TOML file too
     _check_features(graph, config)
     if factory is not None:
         from graphscale.distributed.launch import torchrun_detected
         from graphscale.distributed.main_module import check_guard
 
-        config.model.factory, config.model.name = factory, label
-        for key, value in user_options.items():
-            setattr(config.model, key, value)
+        config.model.name = label
         if not torchrun_detected():  # spawned workers import the script only for what is defined there
             check_guard(factory, config.strategy.workers)
     validate(config)  # (run validates again, with the dataset) before the graph is written

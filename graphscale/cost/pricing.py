@@ -119,9 +119,10 @@ def activation_bytes(rows: float, widths: list[int], outs: list[int], elem: int)
     return int(sum(rows * (d + o) * elem + rows * d / 8 for d, o in zip(widths, outs)))
 
 
-def state_bytes(params: int, elem: int) -> int:
-    """Parameters, their gradients and Adam's two moments."""
-    return 4 * params * elem
+def state_bytes(params: int, elem: int, moments: int = 2) -> int:
+    """Parameters, their gradients and the optimiser's ``moments`` tensors per parameter (Adam's two, SGD's momentum
+    buffer: :func:`graphscale.strategies.optimizers.moment_count`)."""
+    return (2 + moments) * params * elem
 
 
 def node_data_bytes(rows: float, features: int, elem: int) -> int:

@@ -3,7 +3,7 @@
 The trainer calls ``setup`` once, then ``train_epoch`` / ``evaluate`` per epoch,
 then ``teardown``, identically on every worker and for every strategy; it never
 branches on which strategy it runs. Shared pieces used by several strategies
-(optimiser construction, the globally normalised loss, accuracy counting) live
+(the globally normalised loss, accuracy counting) live
 here so each strategy module holds only what is specific to it.
 """
 
@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from graphscale.config import OptimConfig, RunConfig
+from graphscale.config import RunConfig
 from graphscale.data.graph import Graph
 from graphscale.data.handle import HOST_SHARED, DataHandle
 from graphscale.distributed.comm import ALLREDUCE, Comm
@@ -26,6 +26,7 @@ from graphscale.errors import RunError
 from graphscale.metrics.memory import MemoryTracker
 from graphscale.metrics.stats import EpochStats
 from graphscale.options.shared import SPLITS
+from graphscale.strategies.optimizers import make_optimizer, set_lr
 
 
 class Strategy(ABC):
@@ -60,6 +61,9 @@ class Strategy(ABC):
     #: Why it cannot train a user's PyG model (:mod:`graphscale.nn.pyg`); empty: it can. The parent refuses such a
     #: model with this reason (:func:`graphscale.nn.pyg.check_model`).
     pyg_refusal: str = ""
+    #: Why :meth:`outputs` (:func:`graphscale.api.predict`'s full-graph inference) does not run under it, completing
+    #: "it ..."; empty: it does.
+    predict_refusal: str = "keeps no full-graph outputs: its evaluation counts correct predictions only"
     #: Why it trains only layer-sequential PyG models (it splits the model by layer); empty: it also trains a model
     #: with its own forward (:mod:`graphscale.nn.pyg_forward`). Quoted in the refusal (:func:`graphscale.nn.pyg.
     #: check_model`), completing "it ...".
@@ -147,6 +151,11 @@ class Strategy(ABC):
         self.model, self.env, self.config = model, env, config
         self.optimizer = make_optimizer(model, config.optim)
 
+    def set_lr(self, lr: float) -> None:
+        """Train the next epoch at learning rate ``lr`` (the trainer sets every epoch's, from ``--lr-schedule``:
+        :class:`~graphscale.strategies.optimizers.LRSchedule`)."""
+        set_lr(self.optimizer, lr)
+
     def feature_dtype(self) -> torch.dtype:
         """The dtype this worker stores its input features in: bfloat16 with ``--feature-dtype bfloat16`` (the
         model upcasts the rows it reads, :meth:`~graphscale.nn.models.GNN.upcast`), else the parameters'."""
@@ -174,6 +183,12 @@ class Strategy(ABC):
     @abstractmethod
     def train_epoch(self, epoch: int) -> EpochStats:
         """Run one epoch of training and return what it did."""
+
+    def outputs(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The exact full-graph outputs (logits) of the rows this worker computes, in eval mode with dropout off, as
+        ``(global ids, outputs)`` (empty on a worker that computes none); a collective. :func:`graphscale.api.predict`
+        runs it where :attr:`predict_refusal` is empty."""
+        raise NotImplementedError(f"strategy {type(self).__name__} {self.predict_refusal}")
 
     @abstractmethod
     def evaluate(self) -> dict[str, float]:
@@ -211,11 +226,6 @@ def unused_feature_options(config: RunConfig) -> dict[str, str]:
         return {"feature_dtype": f"with --features {config.data.features} (a trainable table in the parameters' "
                                  "dtype, no stored features)"}
     return {}
-
-
-def make_optimizer(model: torch.nn.Module, optim: OptimConfig) -> torch.optim.Optimizer:
-    """Adam with the configured learning rate and weight decay."""
-    return torch.optim.Adam(model.parameters(), lr=optim.lr, weight_decay=optim.weight_decay)
 
 
 def allreduce_gradients(comm: Comm, params: list[torch.nn.Parameter], tracker: MemoryTracker | None = None) -> None:
@@ -259,7 +269,8 @@ def check_gradients(grads: list[torch.Tensor], loss: torch.Tensor | None = None)
     """Raise :class:`NonFiniteGradient` when any of ``grads`` (``None`` entries skipped) holds a NaN or an
     infinity; one host synchronisation.
 
-    Adam (:func:`make_optimizer`) would otherwise carry the non-finite value into its moments and every parameter
+    Adam (:func:`~graphscale.strategies.optimizers.make_optimizer`) would otherwise carry the non-finite value into
+    its moments and every parameter
     it touches, for good; the trainer's after-epoch parameter check would catch that one epoch later, with the
     parameters already lost.
     """

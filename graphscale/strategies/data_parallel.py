@@ -66,6 +66,7 @@ from graphscale.strategies.minibatch_common import (
     record_structure,
     to_device_rows,
 )
+from graphscale.strategies.optimizers import moment_count
 
 
 class MicroBatchSchedule:
@@ -313,7 +314,7 @@ def predict(data, model, config, machine, epoch: int = 0):
     out["allreduce"] = len(iterations) * allreduce_bytes_per_epoch(params, world, elem)
     out = {k: v for k, v in out.items() if v}
     mem = [node_data_bytes(c.ids.numel(), data.num_features, elem) + activation_bytes(busiest, widths, outs, elem)
-           + busiest * data.num_features * elem + state_bytes(params, elem) for c in caches]
+           + busiest * data.num_features * elem + state_bytes(params, elem, moment_count(config.optim)) for c in caches]
 
     def step_seconds(layers, sampled: int) -> float:  # one worker's micro-batch: sample, layers
         return (block_seconds(machine, layers, widths, outs, workers=world)

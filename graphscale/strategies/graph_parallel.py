@@ -128,6 +128,7 @@ from graphscale.strategies.base import (
     unused_feature_options,
 )
 from graphscale.strategies.epoch import Epoch
+from graphscale.strategies.optimizers import moment_count
 from graphscale.strategies.overlap_plan import OverlapPlan
 
 HALO = "halo"
@@ -264,6 +265,7 @@ class GraphParallel(Strategy):
     """Graph-parallel full-graph training (see the module docstring)."""
 
     exact = True
+    predict_refusal = ""
 
     data_view = PARTITION_LOCAL
     learnable_input = True
@@ -424,6 +426,12 @@ class GraphParallel(Strategy):
                           "interior_nodes": self.plan.num_interior if self.plan is not None else None})
 
     @torch.no_grad()
+    def outputs(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The owned rows' logits: the training forward with the halo exchange, in eval mode."""
+        self.model.eval()
+        return self.inner_ids, self.forward()
+
+    @torch.no_grad()
     def evaluate(self) -> dict[str, float]:
         self.model.eval()
         logits = self.forward()
@@ -485,7 +493,8 @@ def predict(data, model, config, machine):
     for p in parts:
         inner, local, edges = int(p["num_inner"]), int(p["num_inner"]) + int(p["num_halo"]), int(p["num_edges"])
         peaks.append(node_data_bytes(inner, data.num_features, elem) + 8 * (local + 1 + edges)
-                     + activation_bytes(local, gathered, list(d.out), elem) + state_bytes(params, elem))
+                     + activation_bytes(local, gathered, list(d.out), elem)
+                     + state_bytes(params, elem, moment_count(config.optim)))
         sent = sum(out.values()) / workers
         seconds.append(prediction_time(machine, layer_seconds(machine, inner, edges, list(d.widths), list(d.out),
                                                                      workers=workers),

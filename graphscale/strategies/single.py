@@ -47,6 +47,7 @@ from graphscale.strategies.base import (
 from graphscale.strategies.epoch import Epoch
 from graphscale.strategies.evaluation import LayerwiseEvaluator
 from graphscale.strategies.minibatch_common import evaluation_tables, host_row_cache
+from graphscale.strategies.optimizers import moment_count
 
 
 @STRATEGIES.register("single")
@@ -55,6 +56,7 @@ class SingleStrategy(Strategy):
 
     data_view = MEMORY
     edge_weights = True
+    predict_refusal = ""
     learnable_input = True
     decoupled_models = True
     options = option_names(SingleOptions)
@@ -154,6 +156,16 @@ class SingleStrategy(Strategy):
         return total / max(count, 1)
 
     @torch.no_grad()
+    def outputs(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The whole graph's logits in one forward (an in-memory graph)."""
+        if self.mapped:
+            raise ValueError("strategy 'single' predicts on an in-memory graph; a host-shared graph directory is "
+                             "evaluated in row batches, which keep no outputs")
+        self.model.eval()
+        logits = self.model(self.block, self.x)
+        return torch.arange(logits.shape[0]), logits
+
+    @torch.no_grad()
     def evaluate(self) -> dict[str, float]:
         if self.mapped:  # layer by layer over row batches, its tables within --host-memory
             if self.evaluator is None:
@@ -194,7 +206,7 @@ def predict(data, model, config, machine):
         steps, compute = 1, layer_seconds(machine, n, e + n, list(d.widths), list(d.out))
         peak = data_bytes + activation_bytes(n, list(d.widths), list(d.out), elem)
         semantics = "exact (the full-graph reference)"
-    peak += state_bytes(num_params(model), elem)
+    peak += state_bytes(num_params(model), elem, moment_count(config.optim))
     return Prediction("single", 1, {"minibatch": True} if config.strategy.minibatch else {}, peak, [peak], {},
                       prediction_time(machine, compute, 0, 0, steps), exact=not config.strategy.minibatch,
                       semantics=semantics, notes=["bytes: none (one worker)"])

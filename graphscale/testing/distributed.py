@@ -39,24 +39,30 @@ def run_distributed(fn: Callable[..., Any], world_size: int, *args: Any, device:
     return launch(fn, world_size, *args, device=device, timeout_s=timeout_s)
 
 
-def train_epochs(env, config, data, last_epoch: int, before_epoch: Callable[[int], None]) -> None:
+def train_epochs(env, config, data, last_epoch: int,
+                 before_epoch: Callable[[int], None] = lambda epoch: None) -> torch.nn.Module:
     """A worker's training as a run's does it, without the trainer: build the model from ``config``, set the
     strategy up on ``data`` (a prepared :class:`~graphscale.data.handle.DataHandle`), train epochs
-    ``0..last_epoch`` calling ``before_epoch(epoch)`` before each (to reset what a test counts), tear it down."""
+    ``0..last_epoch`` calling ``before_epoch(epoch)`` before each (to reset what a test counts), each at its
+    ``--lr-schedule`` rate as the trainer sets it, tear it down; returns the trained model."""
     from graphscale.data.features import input_width
     from graphscale.nn.models import build_model, is_decoupled
     from graphscale.registry import STRATEGIES
+    from graphscale.strategies.optimizers import LRSchedule
 
     model = build_model(config.model, input_width(config.data.features, data.num_features), data.num_classes,
                         seed=config.seed, dtype=getattr(torch, config.dtype), decoupled=is_decoupled(config))
     strategy = STRATEGIES.get(config.strategy.name)()
     strategy.setup(data, model.to(env.device), env, config)
+    schedule = LRSchedule(config.optim)
     try:
         for epoch in range(last_epoch + 1):
             before_epoch(epoch)
+            strategy.set_lr(schedule.lr(epoch))
             strategy.train_epoch(epoch)
     finally:
         strategy.teardown()
+    return model
 
 
 def assert_close_rel(actual: torch.Tensor, expected: torch.Tensor, dtype: torch.dtype | None = None,

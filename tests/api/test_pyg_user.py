@@ -98,7 +98,7 @@ def test_in_memory_features_are_used_as_given():
 def test_report_model_is_the_users_module_with_the_trained_parameters(tmp_path):
     """``report.model`` / ``report.last_model`` are the user's class with the best / last epoch's parameters (the
     last equals PyG's own loop's after as many steps); ``load_model`` maps a checkpoint onto a new instance;
-    ``predict`` under single and graph-parallel x2 returns the model's own outputs."""
+    ``predict`` under single, graph-parallel x2, offload and pipeline x2 returns the model's own outputs."""
     d = data()
     torch.manual_seed(0)
     model = make_gcn().double()
@@ -118,11 +118,11 @@ def test_report_model_is_the_users_module_with_the_trained_parameters(tmp_path):
         gs.load_model(tmp_path / "ckpt.pt", make_gat().double())
     with torch.no_grad():
         expected = report.model(d.x, d.edge_index)
-    for strategy, workers in (("single", 1), ("graph-parallel", 2)):
+    for strategy, workers in (("single", 1), ("graph-parallel", 2), ("offload", 1), ("pipeline", 2)):
         out = gs.predict(report.model, d, strategy=strategy, workers=workers, dtype="float64")
         assert out.shape == expected.shape and torch.allclose(out, expected, rtol=1e-10, atol=1e-12), strategy
-    with pytest.raises(ValueError, match=r"^predict: strategy='pipeline'; predict runs the exact full-graph"):
-        gs.predict(report.model, d, strategy="pipeline", workers=2)
+    with pytest.raises(ValueError, match=r"^predict: strategy='data-parallel' cannot predict \(it keeps no "):
+        gs.predict(report.model, d, strategy="data-parallel", workers=2)
 
 
 class TutorialGCNConv(__import__("torch_geometric").nn.MessagePassing):

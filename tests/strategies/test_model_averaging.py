@@ -26,10 +26,10 @@ from graphscale.run import run
 from graphscale.strategies.base import make_optimizer, masked_loss_sum
 from graphscale.strategies.model_averaging import ModelAveraging, partitions_of
 from graphscale.strategies.model_averaging.averaging import (
-    adam_moments,
     alphas,
     flatten,
     float_tensors,
+    optimizer_moments,
     unflatten_into,
 )
 from graphscale.validation import validate
@@ -94,7 +94,7 @@ def offline_averaging(config, handle, epochs: int):
             if opt_states[part] is not None:
                 opt.load_state_dict(opt_states[part])
                 if global_m is not None:
-                    unflatten_into(global_m, adam_moments(opt, list(ref.parameters())))
+                    unflatten_into(global_m, optimizer_moments(opt, list(ref.parameters())))
             (masked_loss_sum(ref(block, x), y, mask) / counts[part]).backward()
             # the gradient Adam steps on (weight decay added), before the step changes the weights
             wd = config.optim.weight_decay

@@ -68,8 +68,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _advise_args(args: argparse.Namespace, dataset: str) -> argparse.Namespace:
     return argparse.Namespace(dataset=dataset, partitions="", model=args.model, hidden=args.hidden,
-                              layers=args.layers, workers=args.workers, device_memory="", device="cpu",
-                              cache_dir=args.cache_dir, json="", profile=args.profile,
+                              layers=args.layers, optimizer="adam", workers=args.workers, device_memory="",
+                              device="cpu", cache_dir=args.cache_dir, json="", profile=args.profile,
                               synthetic_profile=args.synthetic_profile)
 
 

@@ -3,10 +3,12 @@
 ``alpha_i = n_train_i / sum_j n_train_j`` with ``n_train_i`` the training vertices partition ``i`` owns,
 so the alphas sum to 1 and a partition without training vertices contributes nothing. What is averaged
 is every *floating* tensor of the model's ``state_dict`` (parameters and floating buffers; integer buffers
-such as counters are left alone) and, with ``--optimizer-state averaged`` (the default), Adam's two moments
-(SDT-GNN keeps them local: ``--optimizer-state local``). Where every partition takes one step per round
-(full-graph training, ``--average-every 1``) the second moment is then recomputed from the averaged gradient
-(:func:`moments_of_mean_gradient`), so the moments are exactly those of Adam stepping on the global gradient.
+such as counters are left alone) and, with ``--optimizer-state averaged`` (the default), the optimiser's
+per-parameter tensors: Adam's (AdamW's) two moments, SGD's momentum buffer (SDT-GNN keeps them local:
+``--optimizer-state local``). Where every partition takes one step per round (full-graph training,
+``--average-every 1``) Adam's second moment is then recomputed from the averaged gradient
+(:func:`moments_of_mean_gradient`), so the moments are exactly those of Adam stepping on the global gradient
+(SGD's momentum buffer is linear in the gradient: its average is already the global gradient's).
 A worker holding several partitions first sums its own
 ``alpha_j w_j``, then one all-reduce of a single flat buffer (Ledger category ``allreduce``, ring model)
 adds the workers' sums; every worker ends with bit-identical weights.
@@ -17,6 +19,7 @@ from __future__ import annotations
 import torch
 
 from graphscale.distributed.comm import ALLREDUCE, Comm
+from graphscale.strategies.optimizers import state_layout
 
 
 def float_tensors(model: torch.nn.Module) -> list[torch.Tensor]:
@@ -24,17 +27,17 @@ def float_tensors(model: torch.nn.Module) -> list[torch.Tensor]:
     return [t for t in model.state_dict().values() if torch.is_floating_point(t)]
 
 
-#: Adam's per-parameter moments, what ``--optimizer-state averaged`` averages (each partition keeps its ``step``)
-MOMENTS = ("exp_avg", "exp_avg_sq")
-
-
-def adam_moments(optimizer: torch.optim.Optimizer, params: list[torch.nn.Parameter]) -> list[torch.Tensor]:
-    """Adam's moments of every parameter, in parameter order (``2 P`` elements in all); a parameter without
-    state yet gets detached zeros, so every partition contributes a buffer of the same size."""
+def optimizer_moments(optimizer: torch.optim.Optimizer, params: list[torch.nn.Parameter]) -> list[torch.Tensor]:
+    """The optimiser's per-parameter tensors of every parameter, in parameter order
+    (:func:`~graphscale.strategies.optimizers.state_layout`: Adam's and AdamW's two moments, ``2 P`` elements in
+    all; SGD's momentum buffer, ``P``; none for SGD without momentum); what ``--optimizer-state averaged`` averages
+    (each partition keeps its ``step``). A parameter without state yet gets detached zeros, so every partition
+    contributes a buffer of the same size."""
+    keys = state_layout(optimizer).tensors
     out = []
     for p in params:
         state = optimizer.state.get(p, {})
-        out.extend(state[k] if k in state else torch.zeros_like(p, requires_grad=False) for k in MOMENTS)
+        out.extend(state[k] if k in state else torch.zeros_like(p, requires_grad=False) for k in keys)
     return out
 
 
@@ -51,7 +54,7 @@ def moments_of_mean_gradient(averaged: torch.Tensor, previous: torch.Tensor | No
     is recomputed from it, so both are exactly the moments Adam keeps when it steps on ``g``.
 
     Args:
-        averaged: ``sum_i alpha_i [m_i, v_i]`` per parameter, in :func:`adam_moments` order.
+        averaged: ``sum_i alpha_i [m_i, v_i]`` per parameter, in :func:`optimizer_moments` order.
         previous: the moments every partition started the round from (same layout), or ``None`` (zeros).
         sizes: elements of each parameter.
         betas: Adam's ``(b1, b2)``.

@@ -2,7 +2,7 @@
 
 Bytes of an averaging epoch (``(epoch + 1) % --average-every == 0``; other epochs move only ``control``): the ring
 all-reduce (:func:`~graphscale.strategies.graph_parallel.allreduce_bytes_per_epoch`) of the floating state
-(:func:`.averaging.float_tensors`; with ``--optimizer-state averaged``, the default, Adam's two moments too) and
+(:func:`.averaging.float_tensors`; with ``--optimizer-state averaged``, the default, the optimiser's moments too) and
 of the loss sum (``control``). Partition ``j`` trains on worker ``j mod q``, one after another: a worker's time is
 the sum of its parts'; its memory the largest part's. A part's step runs the model on its whole local graph (one
 block over every local vertex: :meth:`.strategy.ModelAveraging._open`), so its layers are priced over the local
@@ -26,6 +26,7 @@ from graphscale.cost.pricing import (
 )
 from graphscale.strategies.model_averaging.averaging import float_tensors
 from graphscale.strategies.model_averaging.strategy import optimizer_state
+from graphscale.strategies.optimizers import moment_count
 
 
 def predict(data, model, config, machine):
@@ -37,8 +38,8 @@ def predict(data, model, config, machine):
         raise ValueError("advise does not predict --correction-steps (its bytes depend on the samples)")
     parts = read_store_meta(data.path)["parts"]
     elem, params, d = element_size(model), num_params(model), dims(model, config, data)
-    moments = optimizer_state(sc) == "averaged"  # Adam's two moments averaged too (the default)
-    averaged = sum(t.numel() for t in float_tensors(model)) + (2 * params if moments else 0)
+    moments = optimizer_state(sc) == "averaged"  # the optimiser's moments averaged too (the default)
+    averaged = sum(t.numel() for t in float_tensors(model)) + (moment_count(config.optim) * params if moments else 0)
     out = {k: v for k, v in {"allreduce": allreduce_bytes_per_epoch(averaged, world, elem),
                              "control": allreduce_bytes_per_epoch(1, world, 8)}.items() if v}
     w, o = list(d.widths), list(d.out)
@@ -46,7 +47,7 @@ def predict(data, model, config, machine):
     for j, p in enumerate(parts):
         local, edges = trained_rows(p), int(p["num_edges"])
         need = (node_data_bytes(local, data.num_features, elem) + 8 * (local + 1 + edges)
-                + activation_bytes(local, w, o, elem) + state_bytes(params, elem))
+                + activation_bytes(local, w, o, elem) + state_bytes(params, elem, moment_count(config.optim)))
         peaks[j % world] = max(peaks[j % world], need)
         times[j % world] += layer_seconds(machine, local, edges, w, o, workers=world, independent=True) + machine.step_s
     seconds = prediction_time(machine, max(times), sum(out.values()) / world, 2, 0)

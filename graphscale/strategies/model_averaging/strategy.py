@@ -22,8 +22,9 @@ not depend on ``q`` (T3).
 
 **Averaging** every ``--average-every`` epochs (:mod:`.averaging`): ``w = sum_j alpha_j w_j`` with
 ``alpha_j`` the partition's share of the training vertices, in one flat all-reduce (Ledger ``allreduce``:
-``2 (q - 1) P s`` bytes per round, ring model, ``P`` the floating state elements plus Adam's two moments of every
-parameter with ``--optimizer-state averaged``, the default: ``3 P`` for a model whose state is its parameters).
+``2 (q - 1) P s`` bytes per round, ring model, ``P`` the floating state elements plus the optimiser's moments of
+every parameter with ``--optimizer-state averaged``, the default: Adam's two, ``3 P`` for a model whose state is its
+parameters; SGD's momentum buffer, ``2 P``).
 Why averaged by default: each partition's Adam normalises its own gradient, so a weight with a data gradient in
 one partition only takes a full-size step towards zero in every other; with ``--optimizer-state local`` (SDT-GNN's
 choice) the averaged model settles at a different fixed point (on Cora, far below ``single``). The epoch's loss
@@ -78,12 +79,12 @@ from graphscale.strategies.base import (
 )
 from graphscale.strategies.epoch import Epoch
 from graphscale.strategies.model_averaging.averaging import (
-    adam_moments,
     all_reduce_average,
     alphas,
     flatten,
     float_tensors,
     moments_of_mean_gradient,
+    optimizer_moments,
     unflatten_into,
 )
 from graphscale.strategies.model_averaging.correction import (
@@ -101,6 +102,7 @@ from graphscale.strategies.model_averaging.evaluation import (
     evaluation_mode,
 )
 from graphscale.strategies.model_averaging.state import PartitionStates
+from graphscale.strategies.optimizers import set_lr, state_layout
 
 
 @dataclass
@@ -269,7 +271,10 @@ class ModelAveraging(Strategy):
         self.average_moments = optimizer_state(config.strategy) == "averaged"
         # one optimiser step per partition between averaging rounds: the averaged gradient is recoverable
         self.one_step_rounds = not config.strategy.minibatch and config.strategy.average_every == 1
-        self.betas = tuple(make_optimizer(model, config.optim).param_groups[0]["betas"])
+        probe = make_optimizer(model, config.optim)
+        self.betas = probe.param_groups[0].get("betas")  # Adam's, AdamW's; None for SGD
+        self.moment_count = len(state_layout(probe).tensors)
+        self.lr = config.optim.lr  # this epoch's (set_lr)
         self.eval_mode = evaluation_mode(config.strategy.evaluation, int(handle.summary.get("halo_hops", 1)),
                                          config.model.layers)
         self.correction_opt = None
@@ -326,7 +331,8 @@ class ModelAveraging(Strategy):
         if state is not None:
             self.optimizer.load_state_dict(state["optimizer"])
             if averaged and self.global_opt is not None:
-                unflatten_into(self.global_opt, adam_moments(self.optimizer, self.params))
+                unflatten_into(self.global_opt, optimizer_moments(self.optimizer, self.params))
+        set_lr(self.optimizer, self.lr)  # the epoch's rate, not the one its state was saved with
 
     def _train_partition(self, data: LocalData, epoch: int) -> float:
         """One epoch on one partition; returns the summed training loss over its training vertices."""
@@ -358,7 +364,7 @@ class ModelAveraging(Strategy):
         sc = self.config.strategy
         loss_sum = 0.0
         weights = torch.zeros_like(self.global_flat)
-        moments = torch.zeros(2 * sum(p.numel() for p in self.params) if self.average_moments else 0,
+        moments = torch.zeros(self.moment_count * sum(p.numel() for p in self.params) if self.average_moments else 0,
                               dtype=self.dtype, device=self.device)
         with self.tracker.epoch():
             for part in self.parts:
@@ -373,7 +379,8 @@ class ModelAveraging(Strategy):
                 local = flatten(self.float_state, self.dtype, self.device)
                 weights += float(self.alpha[part]) * local
                 if self.average_moments:
-                    moments += float(self.alpha[part]) * flatten(adam_moments(self.optimizer, self.params), self.dtype,
+                    moments += float(self.alpha[part]) * flatten(optimizer_moments(self.optimizer, self.params),
+                                                                 self.dtype,
                                                                  self.device)
                 self.states.save(part, epoch, {"weights": local, "optimizer": self.optimizer.state_dict()})
                 if data is not self.resident:
@@ -384,7 +391,7 @@ class ModelAveraging(Strategy):
                 if self.average_moments:
                     buffer = all_reduce_average(self.comm, torch.cat([weights, moments]))
                     self.global_flat, averaged = buffer[: weights.numel()], buffer[weights.numel():]
-                    if self.one_step_rounds:  # the second moment of the averaged gradient
+                    if self.one_step_rounds and self.betas is not None:  # Adam's moments of the averaged gradient
                         averaged = moments_of_mean_gradient(averaged, self.global_opt,
                                                             [p.numel() for p in self.params], self.betas)
                     self.global_opt = averaged
@@ -399,6 +406,13 @@ class ModelAveraging(Strategy):
                          {"partitions": len(self.parts), "averaged": averaged_after(epoch, sc.average_every),
                           "evaluation": EVAL_LABELS[self.eval_mode],
                           **({"correction_loss": correction_loss} if correction_loss is not None else {})})
+
+    def set_lr(self, lr: float) -> None:
+        """Every partition's optimiser (each restored from its own state) and the correction steps' train the next
+        epoch at ``lr``."""
+        self.lr = lr
+        if self.correction_opt is not None:
+            set_lr(self.correction_opt, lr)
 
     def _correct(self, epoch: int) -> float:
         """``--correction-steps`` global steps from the averaged model (:mod:`.correction`); returns the mean

@@ -40,6 +40,7 @@ from graphscale.metrics.memory import MemoryTracker
 from graphscale.strategies.offload.cost import Bandwidths, layer_modes, layer_pass_rows
 from graphscale.strategies.offload.plan import ChunkSets, build_worker_plan, two_level_partition
 from graphscale.strategies.offload.reorg import reorganize
+from graphscale.strategies.optimizers import moment_count
 
 #: Probe block shapes (destinations, sources, edges) for the working-set fits.
 PROBES = ((6, 10, 20), (12, 14, 24), (6, 24, 30), (6, 10, 60), (16, 40, 90), (30, 60, 200))
@@ -194,13 +195,15 @@ def fit_phases(model: torch.nn.Module, dims: ModelDims, modes: list[str]) -> dic
 
 
 def modelled_peaks(plans: list, dims: ModelDims, modes: list[str], element_size: int, num_params: int,
-                   fits: dict[tuple[int, str], Linear]) -> list[float]:
-    """Modelled steady-state peak bytes of every worker (module docstring)."""
+                   fits: dict[tuple[int, str], Linear], moments: int = 2) -> list[float]:
+    """Modelled steady-state peak bytes of every worker (module docstring); ``moments``: the optimiser's tensors per
+    parameter (:func:`~graphscale.strategies.optimizers.moment_count`: Adam's two)."""
     b = element_size
-    resident = 3 * num_params * b  # parameters and Adam's two moments; the gradient buffer lives after the chunks
+    # parameters and the optimiser's state; the gradient buffer lives after the chunks
+    resident = (1 + moments) * num_params * b
     peaks = []
     for plan in plans:
-        peak = 4 * num_params * b
+        peak = (2 + moments) * num_params * b
         kept = 0.0
         for bp in plan.batches if dims.learned_input else ():
             peak = max(peak, resident + 8 * bp.num_dst + fits[0, "input"](0, bp.num_dst, 0))
@@ -242,7 +245,7 @@ def estimate_peak(graph: Graph, owner: torch.Tensor, batch: torch.Tensor, num_pa
         fits.update(fit_phases(model, dims, modes))
     plans = [build_worker_plan(graph, sets, i, dedup) for i in range(num_parts)]
     num_params = sum(p.numel() for p in model.parameters())
-    return max(modelled_peaks(plans, dims, modes, elem, num_params, fits))
+    return max(modelled_peaks(plans, dims, modes, elem, num_params, fits, moment_count(config.optim)))
 
 
 def choose_chunks(graph: Graph, model: torch.nn.Module, owner: torch.Tensor, num_parts: int, budget: int,

@@ -43,6 +43,9 @@ def _nbytes(*tensors: torch.Tensor | None) -> int:
 class OffloadPasses:
     """The passes; mixed into the strategy, whose ``setup`` provides every attribute they read."""
 
+    #: the evaluation keeps each chunk's ``(global ids, logits)`` instead of counting them (:meth:`outputs`)
+    keep_outputs: bool = False
+
     # ---------------------------------------------------------------- transfers
     def _record(self, category: str, nbytes: int) -> None:
         self.comm.record(category, nbytes)
@@ -216,14 +219,15 @@ class OffloadPasses:
         self._barrier()
 
     def _head(self, j: int, bp: BatchPlan, out: torch.Tensor, ids: torch.Tensor, train: bool, counts: list) -> None:
-        """The fused output map and loss of a chunk (training) or its per-split counts (evaluation)."""
+        """The fused output map and loss of a chunk (training) or its per-split counts (evaluation; its ``(global ids,
+        logits)`` with ``keep_outputs``: :meth:`outputs`)."""
         host_ids = bp.block.dst_ids
         y = self.y[host_ids].to(self.device)
         if not train:
             masks = {split: mask[host_ids].to(self.device) for split, mask in self.masks.items()}
             with torch.no_grad():
                 logits = self.model.output_map(out, ids)
-            counts.append(split_counts(logits, y, masks))
+            counts.append((host_ids.cpu(), logits.cpu()) if self.keep_outputs else split_counts(logits, y, masks))
             return
         leaf = out.detach().requires_grad_(True)
         with torch.enable_grad():

@@ -26,6 +26,7 @@ from graphscale.strategies.offload.cost import Bandwidths, epoch_bytes, layer_mo
 from graphscale.strategies.offload.host import host_array_bytes, host_array_specs, input_array, shares_input
 from graphscale.strategies.offload.memory import fit_phases, modelled_peaks
 from graphscale.strategies.offload.plan import ChunkSets, build_worker_plan, check_dedup
+from graphscale.strategies.optimizers import moment_count
 
 
 def predict(data, model, config, machine):
@@ -38,7 +39,8 @@ def predict(data, model, config, machine):
     modes = layer_modes(sc.recompute, dims, layer_pass_rows(sets, dedup), graph.num_nodes, elem, Bandwidths())
     out = {k: v for k, v in epoch_bytes(sets, dedup, modes, dims, elem, params).items() if v}
     plans = [build_worker_plan(graph, sets, r, dedup) for r in range(world)]
-    peaks = [int(p) for p in modelled_peaks(plans, dims, modes, elem, params, fit_phases(model, dims, modes))]
+    peaks = [int(p) for p in modelled_peaks(plans, dims, modes, elem, params, fit_phases(model, dims, modes),
+                                            moment_count(config.optim))]
     if machine.h2d_bandwidth:
         link = machine.h2d_bandwidth
     else:  # CPU: the host traffic is the worker's own gathers and scatters

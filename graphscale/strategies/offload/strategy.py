@@ -215,6 +215,7 @@ class OffloadStrategy(OffloadPasses, Strategy):
     pyg_forward_refusal = "streams the graph through the device layer by layer, one layer's chunks at a time"
 
     exact = True
+    predict_refusal = ""
     options = option_names(OffloadOptions)
     single_host = True  # every worker reads and writes the same host arrays (shared-memory files on one host)
 
@@ -396,15 +397,31 @@ class OffloadStrategy(OffloadPasses, Strategy):
                           "modelled_transfer_seconds": modelled_seconds(volumes, self.bandwidths)}, bytes=volumes)
 
     @torch.no_grad()
-    def evaluate(self) -> dict[str, float]:
-        """Chunked full-graph inference (dropout off); overwrites the host ``H`` arrays."""
+    def _inference(self, counts: list) -> None:
+        """Chunked full-graph inference (dropout off), every chunk's counts (or outputs) into ``counts``; overwrites
+        the host ``H`` arrays."""
         self.model.eval()
-        counts: list = []
         if self.dims.learned_input:
             self._input_pass(backward=False)
             self._barrier()
         for layer in range(self.num_layers):
             self._forward_layer(layer, False, counts)
+
+    def outputs(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The logits of this worker's chunks: the evaluation's chunked inference, each chunk's output rows kept."""
+        self.keep_outputs, chunks = True, []
+        try:
+            self._inference(chunks)
+        finally:
+            self.keep_outputs = False
+        if not chunks:
+            return torch.zeros(0, dtype=torch.long), torch.zeros(0, 0)
+        return torch.cat([ids for ids, _ in chunks]), torch.cat([logits for _, logits in chunks])
+
+    def evaluate(self) -> dict[str, float]:
+        """Chunked full-graph inference (dropout off); overwrites the host ``H`` arrays."""
+        counts: list = []
+        self._inference(counts)
         total = torch.stack(counts).sum(0) if counts else torch.zeros(COUNTS_PER_SPLIT * len(SPLITS), dtype=torch.float64)
         return counts_to_metrics(self.comm.all_reduce(total.to(self.device), CONTROL).cpu())
 

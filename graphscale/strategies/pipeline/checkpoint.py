@@ -1,4 +1,4 @@
-"""GNNPipe's collective checkpoints: every stage's parameters and Adam state gathered to worker 0 by the shared
+"""GNNPipe's collective checkpoints: every stage's parameters and optimiser state gathered to worker 0 by the shared
 stage-state gathering (:mod:`graphscale.strategies.stage_state`: the members 0 of the groups lead their stages), and
 what is the pipeline's own: every member's history rows, gathered with :meth:`Comm.gather_object`; each stage's share
 loaded back from the whole state."""
@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import torch
 
+from graphscale.strategies.optimizers import state_layout
 from graphscale.strategies.stage_state import (
     CHECKPOINT,
-    adam_states,
     gather_stage_state,
     load_stage_share,
+    optimizer_states,
     stage_state_bytes,
 )
 
@@ -25,15 +26,15 @@ class StageCheckpoint:
         parameters moves: :func:`~graphscale.strategies.stage_state.stage_state_bytes` of their sizes."""
         params = list(self.model.parameters())
         numels = [params[i].numel() for leader, idx in self.stage_owners.items() if leader != 0 for i in idx]
-        return stage_state_bytes(numels, params[0].element_size(), with_optimizer)
+        return stage_state_bytes(numels, params[0].element_size(), with_optimizer, state_layout(self.optimizer))
 
     def _gather_owned(self, values: list[torch.Tensor], with_optimizer: bool) -> tuple[dict, dict] | None:
-        """The stages' parameters (and Adam state) on worker 0 by name: ``(model state, optimizer state by index)``
+        """The stages' parameters (and optimiser state) on worker 0 by name: ``(model state, optimizer state by index)``
         with worker 0's own parameters taken from ``values``; ``None`` on the others."""
         params = list(self.model.parameters())
         owners = self.stage_owners
         gathered = gather_stage_state(self.comm, owners, values,
-                                      adam_states(self.optimizer, params) if with_optimizer else None)
+                                      optimizer_states(self.optimizer, params) if with_optimizer else None)
         if gathered is None:
             return None
         names = [n for n, _ in self.model.named_parameters()]
@@ -59,7 +60,8 @@ class StageCheckpoint:
     def state_dict(self) -> dict:
         """Collective (every worker calls it): on worker 0 the whole run's state, ``{}`` on the others.
 
-        ``model``: every parameter from the stage that trains it; ``optimizer``: Adam's state of every parameter
+        ``model``: every parameter from the stage that trains it; ``optimizer``: the optimiser's state of every
+        parameter
         (the same indices on every stage: every worker builds the whole model); ``rows``, ``hist``, ``late``: per
         layer, the ``N`` rows of ``view`` (the historical embeddings, from the stage holding the layer, each
         member's own rows in a hybrid), of the fixed history and of the stale-edge gradients kept for the next

@@ -22,6 +22,7 @@ from graphscale.cost.pricing import (
     prediction_time,
     state_bytes,
 )
+from graphscale.strategies.optimizers import moment_count
 from graphscale.strategies.pipeline.plan import halo_rows, pipeline_bytes_per_epoch, stage_layers
 from graphscale.strategies.pipeline.strategy import num_chunks, num_stages, read_chunks
 
@@ -54,7 +55,7 @@ def predict(data, model, config, machine):
         # every stage keeps the historical rows of its layers' inputs for all N vertices, plus one chunk's autograd
         keep = n * sum(w) * elem + activation_bytes(n, w, o, elem)
         data_rows = node_data_bytes(n, data.num_features, elem) if s == 0 else 0
-        peaks.append(keep + data_rows + 8 * (n + 1 + e) + state_bytes(params, elem))
+        peaks.append(keep + data_rows + 8 * (n + 1 + e) + state_bytes(params, elem, moment_count(config.optim)))
         times.append(layer_seconds(machine, n, e + n, w, o, calls=chunks, workers=world, input_grad=s > 0,
                                    sources=n + halo))
     compute = max(times) * (1 + (stages - 1) / chunks)

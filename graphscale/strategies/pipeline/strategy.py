@@ -214,6 +214,7 @@ class PipelineStrategy(ChunkPasses, StageCheckpoint, Strategy):
     data_view = HOST_SHARED
     options = option_names(PipelineOptions)
     pyg_forward_refusal = "splits the model into stages of consecutive layers"
+    predict_refusal = ""  # its evaluation is the exact forward, whatever the history options
 
     @classmethod
     def unused_options(cls, config: RunConfig) -> dict[str, str]:
@@ -375,6 +376,15 @@ class PipelineStrategy(ChunkPasses, StageCheckpoint, Strategy):
                                         **timing}, seconds=seconds)
 
     @torch.no_grad()
+    def outputs(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The exact forward's logits (:meth:`_exact_forward`): the last stage's members return their chunks', every
+        other worker none."""
+        self.model.eval()
+        outputs = self._exact_forward(EVAL_STAGE, EVAL_HALO, fill=False)
+        if not outputs:
+            return torch.zeros(0, dtype=torch.long), torch.zeros(0, 0)
+        return torch.cat([ids for ids, _ in outputs]).cpu(), torch.cat([logits for _, logits in outputs])
+
     def evaluate(self) -> dict[str, float]:
         """The exact forward, chunk by chunk through the stages (:meth:`_exact_forward`), in eval mode; the last
         stage's members add their chunks' counts."""

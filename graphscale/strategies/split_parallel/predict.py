@@ -25,6 +25,7 @@ from graphscale.cost.pricing import (
     state_bytes,
 )
 from graphscale.data.sampler import MiniBatchLoader, NeighborSampler
+from graphscale.strategies.optimizers import moment_count
 from graphscale.strategies.split_parallel.plan import SplitPlan
 from graphscale.strategies.split_parallel.split import split_minibatch
 from graphscale.strategies.split_parallel.strategy import layer_kinds, shipped_widths, shuffle_backward, split_modes
@@ -69,7 +70,7 @@ def predict(data, model, config, machine, epoch: int = 0):
     w, o = list(d.widths), list(d.out)
     cached = [plan.cached_ids(r).numel() for r in range(world)]
     mem = [node_data_bytes(c, data.num_features, elem) + activation_bytes(busiest / world, w, o, elem)
-           + state_bytes(params, elem) for c in cached]
+           + state_bytes(params, elem, moment_count(config.optim)) for c in cached]
 
     def step_seconds(layers, sampled: int) -> float:  # one worker's split: sample, layers
         return (block_seconds(machine, layers, w, o, workers=world)

@@ -1,14 +1,14 @@
 """Checkpoints of a task-parallel run (:mod:`.strategy`): with several T stages, rank 0 gathers every other stage's
-parameters and Adam state after each epoch (:func:`~graphscale.strategies.stage_state.gather_stage_state`, category
+parameters and optimiser state after each epoch (:func:`~graphscale.strategies.stage_state.gather_stage_state`, category
 ``checkpoint``, on the run's device), so its model and checkpoint hold the whole model; a resumed rank loads the model
-and keeps its own stage's Adam state (:func:`~graphscale.strategies.stage_state.load_stage_share`). What is this
+and keeps its own stage's optimiser state (:func:`~graphscale.strategies.stage_state.load_stage_share`). What is this
 strategy's own: the leaders (the first member of every T stage) and when it gathers (after every epoch)."""
 
 from __future__ import annotations
 
 import torch
 
-from graphscale.strategies.stage_state import adam_states, gather_stage_state, load_stage_share
+from graphscale.strategies.stage_state import gather_stage_state, load_stage_share, optimizer_states
 from graphscale.strategies.task_parallel.tasks import T
 
 
@@ -23,11 +23,12 @@ class StageCheckpoint:
                        for op in seg.ops for p in self.split.t_params(op.index)})
 
     def _gather_stages(self) -> None:
-        """Every T stage's parameters and Adam state to rank 0 (which writes checkpoints; its model then holds every
-        weight, and :meth:`state_dict` every stage's optimiser state); the first member of each T stage leads it."""
+        """Every T stage's parameters and optimiser state to rank 0 (which writes checkpoints; its model then holds
+        every weight, and :meth:`state_dict` every stage's optimiser state); the first member of each T stage leads
+        it."""
         params = list(self.model.parameters())
         owners = {group[0]: self._stage_state(stage) for stage, group in enumerate(self.plan.t_groups)}
-        gathered = gather_stage_state(self.comm, owners, params, adam_states(self.optimizer, params))
+        gathered = gather_stage_state(self.comm, owners, params, optimizer_states(self.optimizer, params))
         if gathered is None:
             return
         with torch.no_grad():
@@ -36,7 +37,7 @@ class StageCheckpoint:
         self.gathered_optimizer = gathered.optimizer
 
     def state_dict(self) -> dict:
-        """The model and the Adam state of every parameter (rank 0, which writes checkpoints: with several T stages
+        """The model and the optimiser state of every parameter (rank 0, which writes checkpoints: with several T stages
         the other stages' come from :meth:`_gather_stages` after every epoch)."""
         state = super().state_dict()
         for i, st in getattr(self, "gathered_optimizer", {}).items():
@@ -44,6 +45,6 @@ class StageCheckpoint:
         return state
 
     def load_state_dict(self, state: dict) -> None:
-        """Every rank loads the whole model and keeps the Adam state of its own stage's parameters only."""
+        """Every rank loads the whole model and keeps the optimiser state of its own stage's parameters only."""
         load_stage_share(self.model, self.optimizer, state,
                          {i for seg in self.mine if seg.kind == T for i in self._stage_state(seg.stage)})

@@ -22,6 +22,7 @@ from types import SimpleNamespace
 from graphscale.cost.dims import dims
 from graphscale.cost.prediction import Prediction, synchronising_waits
 from graphscale.cost.pricing import activation_bytes, element_size, node_data_bytes, num_params, state_bytes
+from graphscale.strategies.optimizers import moment_count
 from graphscale.strategies.task_parallel.chain import (
     build_segments,
     epoch_bytes,
@@ -122,7 +123,7 @@ def predict(data, model, config, machine):
                               synchronising_waits(collectives, waits))
     peak = (node_data_bytes(n, data.num_features, elem) // max(len(plan.t_ranks), 1)
             + activation_bytes(n / max(sc.subgraphs, 1), w, o, elem) + n * max(w + o) * elem
-            + state_bytes(params, elem))
+            + state_bytes(params, elem, moment_count(config.optim)))
     return Prediction("task-parallel", sc.workers, {"t_workers": q, "subgraphs": sc.subgraphs}, int(peak),
                       [int(peak)] * sc.workers, out, seconds, exact=sc.dependency == "full",
                       semantics=("exact propagation (--dependency full)" if sc.dependency == "full" else
