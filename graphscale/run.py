@@ -27,9 +27,9 @@ from graphscale.data.output_lock import output_locks
 from graphscale.distributed.env import DistEnv
 from graphscale.distributed.launch import is_main_process, launch, resolve_device
 from graphscale.metrics.memory import max_os_memory, os_memory
+from graphscale.options.shared import SPLITS
 from graphscale.prepare import prepare_data
 from graphscale.registry import STRATEGIES
-from graphscale.options.shared import SPLITS
 from graphscale.strategies.base import metric_name
 from graphscale.tasks.link import attach_decoder, output_width
 from graphscale.validation import check_user_model, validate
