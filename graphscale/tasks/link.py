@@ -20,7 +20,7 @@ from graphscale.tasks.negatives import eval_tails, train_tails
 from graphscale.tasks.split import SPLIT_NAMES, LinkSplit
 
 #: positive pairs scored against their candidates at a time in evaluation (bounds the ``[rows, C, d]`` gather)
-EVAL_ROWS = 2048
+EVAL_ROWS = 512
 
 
 def output_width(config, num_classes: int | None) -> int | None:
@@ -61,6 +61,7 @@ class LinkTask:
         self.ids = {name: split.ids(name).to(device) for name in SPLIT_NAMES}
         self.pairs = split.pairs.to(device)
         self.normaliser = 2 * self.ids["train"].numel()
+        self.candidates = {name: eval_tails(ids, self.num_nodes, seed) for name, ids in self.ids.items()}  # fixed
 
     def train_pairs(self, epoch: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """``(src [2P], dst [2P], label [2P])``: epoch ``epoch``'s training positives, then their keyed negatives."""
@@ -85,8 +86,7 @@ class LinkTask:
         negs = []
         for start in range(0, ids.numel(), EVAL_ROWS):
             rows = slice(start, start + EVAL_ROWS)
-            cand = eval_tails(ids[rows], self.num_nodes, self.seed)
-            negs.append(self.decoder(z[u[rows]][:, None, :], z[cand]))
+            negs.append(self.decoder(z[u[rows]][:, None, :], z[self.candidates[split][rows]]))
         neg = torch.cat(negs) if negs else pos.new_zeros((0, 0))
         return pos, neg
 
