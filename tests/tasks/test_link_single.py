@@ -88,4 +88,4 @@ def test_cora_auc():
                            "model": {"hidden": 64, "dropout": 0.0}, "progress": False})
     report = run(config, write=False)
     assert report["final"]["test_auc"] >= 0.87
-    assert report["final"]["test_mrr"] > 0.2 and report["final"]["test_hits@100"] > report["final"]["test_hits@20"]
+    assert report["final"]["test_mrr"] > 0.2 and report["final"]["test_hits@100"] >= report["final"]["test_hits@20"]
