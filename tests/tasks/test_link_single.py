@@ -89,3 +89,15 @@ def test_cora_auc():
     report = run(config, write=False)
     assert report["final"]["test_auc"] >= 0.87
     assert report["final"]["test_mrr"] > 0.2 and report["final"]["test_hits@100"] >= report["final"]["test_hits@20"]
+
+
+def test_checkpoint_resumes_a_link_run_and_refuses_another_decoder(tmp_path):
+    path = str(tmp_path / "c.pt")
+    first = run(link_config(epochs=1, checkpoint=path), write=False)
+    resumed = run(link_config(epochs=2, checkpoint=path, resume=True), write=False)
+    assert [e["epoch"] for e in resumed["epochs"]] == [0, 1]
+    assert resumed["epochs"][0]["loss"] == first["epochs"][0]["loss"]
+    whole = run(link_config(epochs=2), write=False)  # keyed negatives and the restored optimiser: the same epoch 1
+    assert resumed["epochs"][1]["loss"] == pytest.approx(whole["epochs"][1]["loss"], rel=1e-12)
+    with pytest.raises(ValueError, match="decoder"):
+        run(link_config(epochs=2, checkpoint=path, resume=True, decoder="mlp"), write=False)
