@@ -101,3 +101,17 @@ def test_checkpoint_resumes_a_link_run_and_refuses_another_decoder(tmp_path):
     assert resumed["epochs"][1]["loss"] == pytest.approx(whole["epochs"][1]["loss"], rel=1e-12)
     with pytest.raises(ValueError, match="decoder"):
         run(link_config(epochs=2, checkpoint=path, resume=True, decoder="mlp"), write=False)
+
+
+def make_pyg_gcn():
+    from torch_geometric.nn import GCN
+
+    return GCN(16, 12, num_layers=2, out_channels=10)
+
+
+def test_a_pyg_model_is_the_encoder_with_its_own_output_width():
+    import graphscale as gs
+
+    report = gs.train(make_pyg_gcn, SBM, task="link", decoder="mlp", epochs=1, progress=False)
+    assert report.metric == "auc" and 0 <= report.raw["final"]["test_mrr"] <= 1
+    assert type(report.model).__name__ == "GCN"  # the user's module (the decoder stays in the run's state)
