@@ -27,8 +27,8 @@ def refusal(args: list[str], capsys) -> str:
     (["--task", "link", "--strategy", "graph-parallel", "--workers", "2"],
      "--task link: strategy 'graph-parallel' does not train link prediction; strategies that run it here: single"),
     (["--task", "link", "--minibatch"],
-     "--task link: strategy 'single' runs link prediction full-graph only (drop --minibatch); strategies that run "
-     "it here: none"),
+     ("--task link: strategy 'single' runs link prediction full-graph only (drop --minibatch); strategies that run "
+      "it here: none")),
     (["--decoder", "mlp"], "--decoder is read by --task link only; this run's task is 'node'"),
     (["--link-split", "0.8,0.1,0.1"], "--link-split is read by --task link only; this run's task is 'node'"),
 ])
