@@ -73,7 +73,16 @@ def identity(config: RunConfig) -> dict:
             "feature_dtype": config.data.feature_dtype,
             "model": model.pop("name"), **model,
             "dtype": config.dtype, "seed": config.seed, **optimizer_identity(config), "strategy": config.strategy.name,
-            **training_identity(config), **STRATEGIES.get(config.strategy.name).resume_identity(config)}
+            **training_identity(config), **STRATEGIES.get(config.strategy.name).resume_identity(config),
+            **task_identity(config)}
+
+
+def task_identity(config: RunConfig) -> dict:
+    """``--task link``'s options that change what training computes (the decoder's parameters, the split);
+    nothing for node classification (its checkpoints' identity is as before the task existed)."""
+    if config.task != "link":
+        return {}
+    return {"task": config.task, "decoder": config.decoder, "link_split": list(config.link_split)}
 
 
 def optimizer_identity(config: RunConfig) -> dict:

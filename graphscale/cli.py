@@ -253,7 +253,7 @@ def _train_runs(configs: list, base, advice) -> int:
         rows.append({"seed": config.seed, "best epoch": "-" if final["best_epoch"] is None else final["best_epoch"],
                      "final loss": report["epochs"][-1]["loss"] if report["epochs"] else float("nan"),
                      "val acc": final["val_acc"], "trivial val": _trivial_cell(report),
-                     "test acc": final["test_acc"], "s/epoch": final["mean_epoch_seconds"],
+                     "test acc": final["test_acc"], **_link_cells(final), "s/epoch": final["mean_epoch_seconds"],
                      "bytes/epoch": format_bytes(moved_bytes(final["bytes_per_epoch"])),
                      "peak mem/worker": format_bytes(max(final["peak_memory_per_worker"] or [0])),
                      "RSS peak/worker": format_bytes(os_mem["peak_rss"]) if os_mem else "-",
@@ -288,6 +288,13 @@ def _train_runs(configs: list, base, advice) -> int:
                     "test_acc_mean": statistics.mean(tests) if scored else float("nan"),
                     "test_acc_std": statistics.stdev(tests) if scored else float("nan")}, base.json)
     return 0
+
+
+def _link_cells(final: dict) -> dict:
+    """A link-prediction run's test Hits@K and MRR (its AUC is the acc columns' metric); none for node
+    classification."""
+    return {k.removeprefix("test_").replace("hits@", "test hits@").replace("mrr", "test mrr"): v
+            for k, v in final.items() if k.startswith(("test_hits@", "test_mrr"))}
 
 
 def _trivial_cell(report: dict) -> str:

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import tomllib
 
-from graphscale.options import SWITCH, flag_of, option
+from graphscale.options import SWITCH, flag_of, int_list, meta, option
 from graphscale.options.by_strategy import own_chunks
 from graphscale.options.model_averaging import ModelAveragingOptions
 from graphscale.options.offload import OffloadOptions
@@ -38,6 +38,7 @@ from graphscale.options.shared import (
     SingleOptions,
 )
 from graphscale.options.split_parallel import SplitParallelOptions
+from graphscale.options.task import DECODERS, DEFAULT_HITS_K, DEFAULT_LINK_SPLIT, LINK_OPTIONS, TASKS, float_list
 from graphscale.options.task_parallel import TaskParallelOptions
 
 #: Collective timeout in seconds unless ``--timeout`` says otherwise (PyTorch's default).
@@ -220,6 +221,17 @@ class RunConfig:
                           "checkpoint's (only --epochs and how the run is executed may change)", bool_form=SWITCH)
     progress: bool = option(True, "progress on stderr: a bar on a terminal, a line every tenth of the epochs when "
                             "redirected")
+    task: str = option("node", "what the run trains: node classification, or link prediction (the model's output "
+                       "rows are vertex embeddings, --decoder scores vertex pairs; docs/link-prediction.md)",
+                       choices=TASKS)
+    decoder: str = option("dot", "--task link: how a vertex pair is scored from its embeddings: inner product, "
+                          "Hadamard product then a 2-layer MLP, or diagonal bilinear", choices=DECODERS)
+    hits_k: list[int] = field(default_factory=lambda: list(DEFAULT_HITS_K), metadata=meta(
+        "--task link: the K of the reported Hits@K scores", parse=int_list, metavar="K,K,..."))
+    link_split: list[float] = field(default_factory=lambda: list(DEFAULT_LINK_SPLIT), metadata=meta(
+        "--task link: train, validation and test fractions of the edges (seeded; positive, summing to at most 1; "
+        "edges beyond the sum stay in the message-passing graph unsupervised)", parse=float_list,
+        metavar="TRAIN,VAL,TEST"))
 
 
 def declared_options() -> dict[str, tuple[tuple[str, ...], dataclasses.Field]]:
@@ -355,6 +367,9 @@ def check_given(config: RunConfig, given: dict[tuple[str | None, str], str]) -> 
     chosen = {"strategy": (STRATEGIES, config.strategy.name), "data": (STRATEGIES, config.strategy.name),
               "model": (MODELS, config.model.name)}
     for (section, given_name), where in given.items():
+        if section is None and given_name in LINK_OPTIONS and config.task != "link":
+            label = f"--{given_name.replace('_', '-')}" if where == "command line" else f"{where}: {given_name}"
+            raise ValueError(f"{label} is read by --task link only; this run's task is {config.task!r}")
         if section not in chosen:
             continue
         if section == "model" and is_user_model(config.model):  # a user's model: no registry class to ask

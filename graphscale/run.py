@@ -27,9 +27,11 @@ from graphscale.data.output_lock import output_locks
 from graphscale.distributed.env import DistEnv
 from graphscale.distributed.launch import is_main_process, launch, resolve_device
 from graphscale.metrics.memory import max_os_memory, os_memory
+from graphscale.options.shared import SPLITS
 from graphscale.prepare import prepare_data
 from graphscale.registry import STRATEGIES
 from graphscale.strategies.base import metric_name
+from graphscale.tasks.link import attach_decoder, output_width
 from graphscale.validation import check_edge_weights, check_user_model, validate
 
 
@@ -48,9 +50,10 @@ def train_worker(env: DistEnv, config: RunConfig, data: DataHandle, parent_basel
 
     torch.manual_seed(config.seed)
     dtype = getattr(torch, config.dtype)
-    model = build_model(config.model, input_width(config.data.features, data.num_features), data.num_classes,
-                        seed=config.seed, dtype=dtype, decoupled=is_decoupled(config))
-    model = model.to(env.device)
+    model = build_model(config.model, input_width(config.data.features, data.num_features),
+                        output_width(config, data.num_classes), seed=config.seed, dtype=dtype,
+                        decoupled=is_decoupled(config))
+    model = attach_decoder(model.to(env.device), config)
     strategy = STRATEGIES.get(config.strategy.name)()
     try:
         strategy.setup(data, model, env, config)
@@ -92,7 +95,7 @@ def merge_histories(results: list[dict]) -> list[dict]:
                 bytes_total[cat] = bytes_total.get(cat, 0) + n
         epochs.append({
             "epoch": first["epoch"], "loss": first["loss"],
-            **{k: v for k, v in first.items() if k.endswith(("_acc", "_loss"))},
+            **{k: v for k, v in first.items() if k.startswith(tuple(f"{s}_" for s in SPLITS))},
             "seconds": max(rec["seconds"] for rec in records),
             "bytes": bytes_total,
             "bytes_per_worker": [rec["bytes"] for rec in records],
@@ -170,6 +173,26 @@ def report_warnings(epochs: list[dict], best: dict, metric: str, baseline: dict 
     return out
 
 
+def link_split_warning(config: RunConfig, data: DataHandle) -> list[str]:
+    """``--task link``: the split's warning (:meth:`graphscale.tasks.split.LinkSplit.warning`) as a report warning;
+    the split is drawn here, in the parent, so that a split leaving a set empty fails before any worker starts."""
+    if config.task != "link":
+        return []
+    from graphscale.tasks.split import split_edges
+
+    warning = split_edges(data.open_graph(), config.link_split, config.seed).warning()
+    return [warning] if warning else []
+
+
+def best_link_scores(epochs: list[dict], best: dict) -> dict:
+    """The best epoch's link-prediction scores of the validation and test splits (``val_auc``, ``test_hits@50``,
+    ``test_mrr``, ...); empty for a node-classification run or where no epoch ran."""
+    record = next((e for e in epochs if e["epoch"] == best["epoch"]), None)
+    if record is None or "test_auc" not in record:
+        return {}
+    return {k: v for k, v in record.items() if k.startswith(("val_", "test_")) and not k.endswith(("_acc", "_loss"))}
+
+
 def environment() -> dict:
     from graphscale.nn.backend import kernel_setting
 
@@ -209,9 +232,10 @@ def run(config: RunConfig, *, write: bool = True, keep_model: bool = False) -> d
 
         weighted = bool(data.summary.get("weighted"))
         check_edge_weights(config, weighted)
-        check_user_model(config, input_width(config.data.features, data.num_features), data.num_classes,
-                         weighted)  # widths, and the convs' edge weights
-        trivial = trivial_baseline(data)
+        check_user_model(config, input_width(config.data.features, data.num_features),
+                         output_width(config, data.num_classes), weighted)  # widths, and the convs' edge weights
+        trivial = trivial_baseline(data) if config.task == "node" else None
+        split_warning = link_split_warning(config, data)
         if saved is not None:
             check_resume(config, saved, data.summary)  # the resolved dataset and the graph's counts
             del saved
@@ -220,17 +244,17 @@ def run(config: RunConfig, *, write: bool = True, keep_model: bool = False) -> d
         results.sort(key=lambda r: r["rank"])
         epochs = merge_histories(results)
         best = results[0]["best"]
+        metric = "auc" if config.task == "link" else metric_name(bool(results[0]["graph"].get("multilabel")))
         from graphscale.nn.models import model_form
 
         report = {
             "config": to_dict(config), "environment": environment(), "graph": results[0]["graph"],
             "model_form": model_form(config),
             "allocator_per_worker": [r["allocator"] for r in results],
-            "metric": metric_name(bool(results[0]["graph"].get("multilabel"))),
+            "metric": metric,
             "epochs": epochs,
             "baseline": trivial,
-            "warnings": report_warnings(epochs, best, metric_name(bool(results[0]["graph"].get("multilabel"))),
-                                        trivial),
+            "warnings": split_warning + report_warnings(epochs, best, metric, trivial),
             "final": {"best_epoch": best["epoch"] if best["epoch"] >= 0 else None, "val_acc": best["val_acc"],
                       "test_acc": best["test_acc"], "best_by": best.get("by", "val_acc"),
                       "mean_epoch_seconds": sum(e["seconds"] for e in epochs) / max(len(epochs), 1),
@@ -239,7 +263,8 @@ def run(config: RunConfig, *, write: bool = True, keep_model: bool = False) -> d
                                                  for r in range(len(results))] if epochs else [],
                       "os_memory_per_worker": [max_os_memory([e["os_memory_per_worker"][r] for e in epochs])
                                                for r in range(len(results))] if epochs else [],
-                      "wall_seconds": time.perf_counter() - start},
+                      "wall_seconds": time.perf_counter() - start,
+                      **best_link_scores(epochs, best)},
         }
         if write:
             write_outputs(report, config)
@@ -281,8 +306,9 @@ def trained_modules(config: RunConfig, in_dim: int, num_classes: int, states: di
         if state is None:
             out[which] = None
             continue
-        model = build_model(config.model, in_dim, num_classes, seed=config.seed, dtype=getattr(torch, config.dtype),
-                            decoupled=is_decoupled(config))
+        model = build_model(config.model, in_dim, output_width(config, num_classes), seed=config.seed,
+                            dtype=getattr(torch, config.dtype), decoupled=is_decoupled(config))
+        model = attach_decoder(model, config)
         model.load_state_dict(state)
         out[which] = model.user_module().eval()
     return out

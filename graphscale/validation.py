@@ -25,6 +25,7 @@ from graphscale.config import DTYPES, FEATURE_DTYPES, RunConfig, StrategyConfig
 from graphscale.data.outputs import check_output_dir, check_output_path
 from graphscale.metrics.units import parse_bytes
 from graphscale.options.by_strategy import own_chunks
+from graphscale.options.task import DECODERS, TASKS
 from graphscale.partition.build import build_vertex_partitioner
 
 #: the declared ``[strategy]`` options by name (their choices are checked here)
@@ -348,6 +349,26 @@ def check_edge_weights(config: RunConfig, weighted: bool) -> None:
                          "(GCNConv, GraphConv, ...) or delete the weights")
 
 
+def _check_task(config: RunConfig, strategy) -> None:
+    """``--task`` and, for ``link``, ``--decoder``, ``--hits-k``, ``--link-split`` and the strategy's ability to run
+    it (:meth:`~graphscale.strategies.base.Strategy.link_refusal`)."""
+    from graphscale.registry import STRATEGIES
+    from graphscale.tasks.split import check_fractions
+
+    _check_choice("task", config.task, TASKS)
+    if config.task != "link":
+        return
+    _check_choice("decoder", config.decoder, DECODERS)
+    if not config.hits_k or any(isinstance(k, bool) or not isinstance(k, int) or k < 1 for k in config.hits_k):
+        raise ValueError(f"--hits-k must be integers >= 1, got {','.join(map(str, config.hits_k)) or 'none'}")
+    check_fractions(config.link_split)
+    why = strategy.link_refusal(config)
+    if why:
+        able = [n for n in STRATEGIES.names() if not STRATEGIES.get(n).link_refusal(config)]
+        raise ValueError(f"--task link: strategy {config.strategy.name!r} {why}; strategies that run it here: "
+                         f"{', '.join(able) or 'none'}")
+
+
 def check_user_model(config: RunConfig, in_dim: int | None = None, num_classes: int | None = None,
                      weighted: bool = False) -> None:
     """A user's model (``[model] factory`` or ``--model module.path:attr``): built once here, in the parent, and
@@ -388,6 +409,7 @@ def validate(config: RunConfig) -> None:
     check_model_config(config.model)
     check_user_model(config)
     _check_decoupled(config, strategy)
+    _check_task(config, strategy)
     _check_choice("dtype", config.dtype, DTYPES)
     _check_feature_dtype(config)
     _check_choice("backend", config.backend, ("auto", "gloo", "nccl"))

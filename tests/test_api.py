@@ -16,6 +16,7 @@ from graphscale import api, cli
 from graphscale.config import ModelConfig
 from graphscale.data.formats import save_graph_dir
 from graphscale.nn.models import GNN, build_model
+from graphscale.options.task import float_list
 from graphscale.testing import random_graph
 
 EPOCHS = 3
@@ -64,6 +65,8 @@ def _sample(action: argparse.Action):
         return list(action.choices)[-1]
     if action.type is cli.int_list:
         return [4, 2]
+    if action.type is float_list:
+        return [0.5, 0.25, 0.25]
     if action.type in (int, float, cli.integer):
         return action.type(3)
     if action.nargs == 0:  # store_const / store_true / BooleanOptionalAction

@@ -33,6 +33,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("prepare", ("graphscale.prepare", "graphscale.training_store", "graphscale.validation")),
     ("trainer", ("graphscale.trainer", "graphscale.checkpoint", "graphscale.progress", "graphscale.plot")),
     ("strategies", ("graphscale.strategies", "graphscale.testing")),
+    ("tasks", ("graphscale.tasks",)),
     ("cost", ("graphscale.cost",)),
     ("partition", ("graphscale.partition", "graphscale.data.handle")),
     ("nn", ("graphscale.nn",)),

@@ -90,6 +90,12 @@ class Strategy(ABC):
         (:func:`graphscale.validation.validate`); raise ``ValueError`` naming the option."""
 
     @classmethod
+    def link_refusal(cls, config: RunConfig) -> str:
+        """Why it cannot run ``config`` with ``--task link`` (:mod:`graphscale.tasks`), completing "it ..."; empty:
+        it can. The parent refuses the run with this reason before any worker starts."""
+        return "does not train link prediction"
+
+    @classmethod
     def resume_identity(cls, config: RunConfig) -> dict:
         """The strategy's options that change what training computes, keyed by option name: recorded in a checkpoint
         with the run's identity (:func:`graphscale.checkpoint.identity`) and compared on ``--resume``. None here:

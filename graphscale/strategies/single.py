@@ -48,6 +48,8 @@ from graphscale.strategies.epoch import Epoch
 from graphscale.strategies.evaluation import LayerwiseEvaluator
 from graphscale.strategies.minibatch_common import evaluation_tables, host_row_cache
 from graphscale.strategies.optimizers import moment_count
+from graphscale.tasks.link import LinkTask
+from graphscale.tasks.split import split_edges
 
 
 @STRATEGIES.register("single")
@@ -76,6 +78,10 @@ class SingleStrategy(Strategy):
         return unused if config.strategy.minibatch else {**unused, "fanouts": "without --minibatch",
                                                          "batch_size": "without --minibatch"}
 
+    @classmethod
+    def link_refusal(cls, config) -> str:
+        return "runs link prediction full-graph only (drop --minibatch)" if config.strategy.minibatch else ""
+
     def setup(self, data, model, env, config) -> None:
         super().setup(data, model, env, config)
         graph = self.data.open_graph()
@@ -85,7 +91,7 @@ class SingleStrategy(Strategy):
         self.tracker = MemoryTracker(env)
         self.tracker.track_module("model", model)
         self.mapped = self.data.view == HOST_SHARED  # mini-batch training from a memory-mapped graph directory
-        self.rows = self.evaluator = None
+        self.rows = self.evaluator = self.link = None
         self.y = graph.y.to(device)
         self.masks = {"train": graph.train_mask.to(device), "val": graph.val_mask.to(device),
                       "test": graph.test_mask.to(device)}
@@ -98,6 +104,10 @@ class SingleStrategy(Strategy):
                 self.x = self.learnable_table(torch.arange(graph.num_nodes))
             else:
                 self.x = graph.x.to(device=device, dtype=self.feature_dtype())
+            if config.task == "link":  # message passing over the training graph; the held-out pairs scored
+                split = split_edges(graph, config.link_split, config.seed)
+                graph = split.message_graph
+                self.link = LinkTask(split, model.link_decoder, config.seed, config.hits_k, device)
             self.block = Block.full(graph).to(device)
             self.tracker.track("graph", self.x, self.y, *self.masks.values(), self.block.indptr, self.block.indices,
                                self.block.src_ids, self.block.src_deg)
@@ -115,6 +125,8 @@ class SingleStrategy(Strategy):
         with self.tracker.epoch():
             if self.config.strategy.minibatch:
                 loss = self._minibatch_epoch(epoch)
+            elif self.link is not None:
+                loss = self._link_step(epoch)
             else:
                 loss = self._step(self.block, self.x, self.masks["train"], int(self.masks["train"].sum()))
         return run.stats(loss)
@@ -126,6 +138,18 @@ class SingleStrategy(Strategy):
         loss = masked_loss_sum(logits, self.y[dst], target_mask) / normaliser
         loss.backward()
         check_gradients([p.grad for p in self.model.parameters()], loss)  # before the step can spoil the parameters
+        self.optimizer.step()
+        self.tracker.track("optimizer", *optimizer_tensors(self.optimizer))
+        return loss.item()
+
+    def _link_step(self, epoch: int) -> float:
+        """One full-graph step of link prediction (:mod:`graphscale.tasks.link`)."""
+        self.optimizer.zero_grad(set_to_none=True)
+        z = self.model(self.block, self.x)
+        src, dst, label = self.link.train_pairs(epoch)
+        loss = self.link.loss_sum(z[src], z[dst], label) / self.link.normaliser
+        loss.backward()
+        check_gradients([p.grad for p in self.model.parameters()], loss)
         self.optimizer.step()
         self.tracker.track("optimizer", *optimizer_tensors(self.optimizer))
         return loss.item()
@@ -174,6 +198,8 @@ class SingleStrategy(Strategy):
             return self.evaluator.evaluate()
         self.model.eval()
         logits = self.model(self.block, self.x)
+        if self.link is not None:
+            return self.link.evaluate(logits)
         return counts_to_metrics(split_counts(logits, self.y, self.masks))
 
 

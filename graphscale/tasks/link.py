@@ -1,0 +1,111 @@
+"""Link prediction as a strategy runs it: the model's output rows are vertex embeddings, the decoder (a submodule
+of the model, ``model.link_decoder``, so that the optimiser, the gradient all-reduce, checkpoints and the best
+epoch's state carry it) scores pairs, the loss is binary cross-entropy over the training positives and one keyed
+negative each, normalised by the global pair count ``2 P``.
+
+Evaluation scores each split's positives against their fixed candidates (:func:`graphscale.tasks.negatives.eval_tails`)
+and reports, per split, ``{split}_auc`` (also under ``{split}_acc``, the run's headline score: the report's
+``metric`` is ``auc``), ``{split}_hits@K`` for every ``--hits-k``, ``{split}_mrr`` and ``{split}_loss`` (the mean BCE
+over the positives and their first candidates).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from graphscale.tasks.decoders import build_decoder
+from graphscale.tasks.metrics import auc, hits_at_k, mrr
+from graphscale.tasks.negatives import eval_tails, train_tails
+from graphscale.tasks.split import SPLIT_NAMES, LinkSplit
+
+#: positive pairs scored against their candidates at a time in evaluation (bounds the ``[rows, C, d]`` gather)
+EVAL_ROWS = 512
+
+
+def output_width(config, num_classes: int | None) -> int | None:
+    """The model's output width for ``config``'s task: the classes for ``node``; for ``link`` the embedding width
+    ``--hidden`` of a graphscale model, ``None`` (the model's own) for a user's model."""
+    from graphscale.config import is_user_model
+
+    if config.task != "link":
+        return num_classes
+    return None if is_user_model(config.model) else config.model.hidden
+
+
+def attach_decoder(model: torch.nn.Module, config) -> torch.nn.Module:
+    """Add ``config``'s decoder to ``model`` as ``model.link_decoder`` (``--task link``; nothing otherwise), sized
+    to the model's output width, in its dtype and device."""
+    if config.task != "link":
+        return model
+    width = getattr(model, "out_width", None) or config.model.hidden
+    param = next(model.parameters())
+    model.link_decoder = build_decoder(config.decoder, width, config.seed, param.dtype).to(param.device)
+    return model
+
+
+class LinkTask:
+    """The pairs, loss and metrics of link prediction on ``split`` (module docstring).
+
+    Args:
+        split: the edge split.
+        decoder: the model's decoder.
+        seed: the run's seed (the negatives' key).
+        hits_k: the K of the reported Hits@K.
+        device: where the pairs live.
+    """
+
+    def __init__(self, split: LinkSplit, decoder: torch.nn.Module, seed: int, hits_k, device) -> None:
+        self.split, self.decoder, self.seed, self.hits_k = split, decoder, seed, list(hits_k)
+        self.num_nodes = split.num_nodes
+        self.ids = {name: split.ids(name).to(device) for name in SPLIT_NAMES}
+        self.pairs = split.pairs.to(device)
+        self.normaliser = 2 * self.ids["train"].numel()
+        self.candidates = {name: eval_tails(ids, self.num_nodes, seed) for name, ids in self.ids.items()}  # fixed
+
+    def train_pairs(self, epoch: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``(src [2P], dst [2P], label [2P])``: epoch ``epoch``'s training positives, then their keyed negatives."""
+        ids = self.ids["train"]
+        u, v = self.pairs[0, ids], self.pairs[1, ids]
+        t = train_tails(ids, self.num_nodes, self.seed, epoch)
+        label = torch.cat([torch.ones(ids.numel()), torch.zeros(ids.numel())])
+        return torch.cat([u, u]), torch.cat([v, t]), label.to(u.device)
+
+    def loss_sum(self, z_src: torch.Tensor, z_dst: torch.Tensor, label: torch.Tensor) -> torch.Tensor:
+        """The summed BCE of the pairs with embeddings ``z_src``, ``z_dst`` and 0/1 ``label`` (divide by
+        :attr:`normaliser`)."""
+        scores = self.decoder(z_src, z_dst)
+        return F.binary_cross_entropy_with_logits(scores, label.to(scores.dtype), reduction="sum")
+
+    def split_scores(self, z: torch.Tensor, split: str) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(pos [P], neg [P, C])``: the scores of ``split``'s positives and of their evaluation candidates, from
+        the embeddings ``z`` of every vertex."""
+        ids = self.ids[split]
+        u, v = self.pairs[0, ids], self.pairs[1, ids]
+        pos = self.decoder(z[u], z[v])
+        negs = []
+        for start in range(0, ids.numel(), EVAL_ROWS):
+            rows = slice(start, start + EVAL_ROWS)
+            negs.append(self.decoder(z[u[rows]][:, None, :], z[self.candidates[split][rows]]))
+        neg = torch.cat(negs) if negs else pos.new_zeros((0, 0))
+        return pos, neg
+
+    def metrics(self, scores: dict[str, tuple[torch.Tensor, torch.Tensor]]) -> dict[str, float]:
+        """The metrics of every split from its ``(pos, neg)`` scores (module docstring)."""
+        out = {}
+        for split, (pos, neg) in scores.items():
+            pos, neg = pos.detach().double(), neg.detach().double()
+            shared = neg[:, 0] if neg.numel() else neg.reshape(-1)
+            score = auc(pos, shared)
+            out[f"{split}_acc"] = out[f"{split}_auc"] = score
+            for k in self.hits_k:
+                out[f"{split}_hits@{k}"] = hits_at_k(pos, shared, k)
+            out[f"{split}_mrr"] = mrr(pos, neg)
+            bce = (F.binary_cross_entropy_with_logits(pos, torch.ones_like(pos), reduction="sum")
+                   + F.binary_cross_entropy_with_logits(shared, torch.zeros_like(shared), reduction="sum"))
+            out[f"{split}_loss"] = float(bce) / (2 * pos.numel()) if pos.numel() else float("nan")
+        return out
+
+    def evaluate(self, z: torch.Tensor) -> dict[str, float]:
+        """Every split's metrics from the embeddings ``z [N, d]`` of every vertex."""
+        return self.metrics({split: self.split_scores(z, split) for split in SPLIT_NAMES})

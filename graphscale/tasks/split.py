@@ -1,0 +1,124 @@
+"""Seeded train/validation/test splits of a graph's edges for link prediction.
+
+The supervised pairs are the graph's *undirected* edges when the graph is symmetric (each ``{u, v}`` once, as
+``(u, v)`` with ``u < v``: both directions of an edge are in one split by construction), else its directed edges.
+Pairs are listed in ``(u, v)`` order, and a pair's index in that list is its **edge id** (the key of its keyed
+negatives, :mod:`graphscale.tasks.negatives`). A seeded permutation of the ids assigns ``round(val * M)`` pairs to
+validation, ``round(test * M)`` to test, ``round(train * M)`` to training (``M`` minus the others when the fractions
+sum to 1) and the rest to no split. The validation and test pairs are removed from the message-passing graph (both
+directions); the training pairs and those in no split stay in it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+import torch
+
+from graphscale.data.graph import Graph, csr_from_edges
+
+#: the values of :attr:`LinkSplit.split_of`: training, validation, test, and in no split (message passing only)
+TRAIN, VAL, TEST, UNSUPERVISED = 0, 1, 2, 3
+#: the split names, in :data:`TRAIN`, :data:`VAL`, :data:`TEST` order
+SPLIT_NAMES = ("train", "val", "test")
+
+
+def check_fractions(fractions, option: str = "--link-split") -> tuple[float, float, float]:
+    """``(train, val, test)`` from ``fractions``: three finite numbers, each > 0, summing to at most 1.
+
+    Raises:
+        ValueError: one line naming ``option``, the values and what was expected.
+    """
+    values = list(fractions)
+    shown = ",".join(f"{v:g}" if isinstance(v, (int, float)) else repr(v) for v in values)
+    if len(values) != 3:
+        raise ValueError(f"{option} takes three fractions TRAIN,VAL,TEST, got {len(values)} ({shown})")
+    if any(isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0 for v in values):
+        raise ValueError(f"{option} fractions must be positive finite numbers, got {shown}")
+    if sum(values) > 1 + 1e-9:
+        raise ValueError(f"{option} fractions must sum to at most 1, got {shown} (sum {sum(values):g})")
+    return float(values[0]), float(values[1]), float(values[2])
+
+
+@dataclass
+class LinkSplit:
+    """A graph's edges split for link prediction (module docstring).
+
+    Attributes:
+        num_nodes: the graph's vertex count.
+        pairs: int64 ``[2, M]``: the supervised pairs ``(u, v)`` by edge id.
+        split_of: int8 ``[M]``: each pair's split (:data:`TRAIN`, :data:`VAL`, :data:`TEST`, :data:`UNSUPERVISED`).
+        undirected: whether a pair stands for both directions (the graph is symmetric).
+        message_graph: the graph with the validation and test pairs removed (both directions), node data kept.
+        stranded: vertices that have an edge in the graph but none in the message-passing graph.
+    """
+
+    num_nodes: int
+    pairs: torch.Tensor
+    split_of: torch.Tensor
+    undirected: bool
+    message_graph: Graph
+    stranded: int
+
+    def ids(self, split: str) -> torch.Tensor:
+        """The edge ids of ``split`` (``train``, ``val`` or ``test``), ascending."""
+        return torch.nonzero(self.split_of == SPLIT_NAMES.index(split)).flatten()
+
+    def counts(self) -> dict[str, int]:
+        """Pairs per split."""
+        return {name: int((self.split_of == i).sum()) for i, name in enumerate(SPLIT_NAMES)}
+
+    def warning(self) -> str | None:
+        """The warning a run prints when the split leaves vertices without any message-passing edge (their
+        embeddings see no neighbour), with the counts; ``None`` when every vertex with an edge keeps one."""
+        if not self.stranded:
+            return None
+        counts = self.counts()
+        return (f"--link-split leaves {self.stranded:,} of {self.num_nodes:,} vertices without any training edge "
+                f"(all their edges are among the {counts['val']:,} validation and {counts['test']:,} test pairs): "
+                "their embeddings come from their own features only")
+
+
+def supervised_pairs(graph: Graph) -> tuple[torch.Tensor, bool]:
+    """``(pairs [2, M], undirected)``: the graph's undirected edges ``u < v`` when it is symmetric, else its directed
+    edges ``(src, dst)``; self-loops left out; sorted by ``(u, v)``."""
+    src, dst = graph.indices, graph.dst_of_edges()
+    undirected = graph.is_symmetric()
+    keep = (src < dst) if undirected else (src != dst)
+    src, dst = src[keep], dst[keep]
+    order = torch.argsort(src * max(graph.num_nodes, 1) + dst, stable=True)
+    return torch.stack([src[order], dst[order]]), undirected
+
+
+def split_edges(graph: Graph, fractions, seed: int) -> LinkSplit:
+    """Split ``graph``'s edges (module docstring) with the permutation seeded by ``seed``.
+
+    Raises:
+        ValueError: bad fractions (:func:`check_fractions`); a graph whose split leaves no training or no held-out
+            pair.
+    """
+    train, val, test = check_fractions(fractions)
+    pairs, undirected = supervised_pairs(graph)
+    m = pairs.shape[1]
+    n_val, n_test = round(val * m), round(test * m)
+    n_train = m - n_val - n_test if abs(train + val + test - 1) <= 1e-9 else min(round(train * m), m - n_val - n_test)
+    if n_train <= 0 or n_val <= 0 or n_test <= 0:
+        raise ValueError(f"--link-split {train:g},{val:g},{test:g} of the graph's {m:,} edges leaves a split empty "
+                         f"({n_train} train, {n_val} validation, {n_test} test pairs); give larger fractions")
+    perm = torch.randperm(m, generator=torch.Generator().manual_seed(seed))
+    split_of = torch.full((m,), UNSUPERVISED, dtype=torch.int8)
+    split_of[perm[:n_val]] = VAL
+    split_of[perm[n_val:n_val + n_test]] = TEST
+    split_of[perm[n_val + n_test:n_val + n_test + n_train]] = TRAIN
+    kept = (split_of == TRAIN) | (split_of == UNSUPERVISED)
+    u, v = pairs[0, kept], pairs[1, kept]
+    if undirected:
+        u, v = torch.cat([u, v]), torch.cat([v, u])
+    indptr, indices = csr_from_edges(u, v, graph.num_nodes)
+    message = replace(graph, indptr=indptr, indices=indices, meta=dict(graph.meta))
+    had = (graph.in_degrees() + graph.out_degrees()) > 0
+    has = torch.zeros(graph.num_nodes, dtype=torch.bool)
+    has[u] = True
+    has[v] = True
+    return LinkSplit(graph.num_nodes, pairs, split_of, undirected, message, int((had & ~has).sum()))
