@@ -6,7 +6,8 @@ negative each, normalised by the global pair count ``2 P``.
 Evaluation scores each split's positives against their fixed candidates (:func:`graphscale.tasks.negatives.eval_tails`)
 and reports, per split, ``{split}_auc`` (also under ``{split}_acc``, the run's headline score: the report's
 ``metric`` is ``auc``), ``{split}_hits@K`` for every ``--hits-k``, ``{split}_mrr`` and ``{split}_loss`` (the mean BCE
-over the positives and their first candidates).
+over the positives and their first candidates). The training split, evaluated every epoch over the most pairs, is
+scored against its first candidate only: its AUC, Hits@K and loss, no MRR.
 """
 
 from __future__ import annotations
@@ -61,7 +62,8 @@ class LinkTask:
         self.ids = {name: split.ids(name).to(device) for name in SPLIT_NAMES}
         self.pairs = split.pairs.to(device)
         self.normaliser = 2 * self.ids["train"].numel()
-        self.candidates = {name: eval_tails(ids, self.num_nodes, seed) for name, ids in self.ids.items()}  # fixed
+        self.candidates = {name: eval_tails(ids, self.num_nodes, seed, **({"count": 1} if name == "train" else {}))
+                           for name, ids in self.ids.items()}  # fixed; the training split's first only
 
     def train_pairs(self, epoch: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """``(src [2P], dst [2P], label [2P])``: epoch ``epoch``'s training positives, then their keyed negatives."""
@@ -100,7 +102,8 @@ class LinkTask:
             out[f"{split}_acc"] = out[f"{split}_auc"] = score
             for k in self.hits_k:
                 out[f"{split}_hits@{k}"] = hits_at_k(pos, shared, k)
-            out[f"{split}_mrr"] = mrr(pos, neg)
+            if neg.dim() == 2 and neg.shape[1] > 1:
+                out[f"{split}_mrr"] = mrr(pos, neg)
             bce = (F.binary_cross_entropy_with_logits(pos, torch.ones_like(pos), reduction="sum")
                    + F.binary_cross_entropy_with_logits(shared, torch.zeros_like(shared), reduction="sum"))
             out[f"{split}_loss"] = float(bce) / (2 * pos.numel()) if pos.numel() else float("nan")
