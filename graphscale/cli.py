@@ -527,6 +527,9 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as err:  # noqa: BLE001 - one line for the user, the traceback kept (module docstring)
         launch = sys.modules.get("graphscale.distributed.launch")  # not imported: nothing could raise WorkerError
         if launch is not None and isinstance(err, launch.WorkerError):
+            if not err.worker_traceback:  # killed or crashed: its exit status is all there is, no log to keep
+                print(f"graphscale: error: {err.one_line()}", file=sys.stderr)
+                return 1
             line, text = err.one_line(), str(err)
         else:
             from graphscale.distributed.launch import summarize_exception
