@@ -24,7 +24,7 @@ def test_error_logs_go_to_the_cache_directory_and_their_count_is_bounded(tmp_pat
 
 def test_a_killed_worker_is_one_line_naming_the_signal_and_keeps_no_log(tmp_path, monkeypatch, capsys):
     """A worker that left no traceback (killed by a signal) has nothing for a log: the line names the signal."""
-    import graphscale.cli as cli
+    from graphscale import cli
     from graphscale.distributed.launch import WorkerError
 
     def killed(args):
