@@ -69,7 +69,8 @@ def test_clear_skips_entries_in_use_or_being_written_and_removes_the_rest(tmp_pa
     holder = subprocess.Popen(  # another run using the source entry (holds its in-use lock until it exits)
         [sys.executable, "-c", ("import sys; from pathlib import Path; from graphscale.data.cache_use import "
                                  f"mark_in_use; mark_in_use(Path(sys.argv[1]), {DIGEST!r}); print('held', flush=True); "
-                                 "sys.stdin.read()"), str(cache)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                                 "sys.stdin.read()"), str(cache)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
         env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
     try:
         assert holder.stdout.readline() == "held\n"
@@ -143,3 +144,35 @@ def test_info_shows_the_cache_location_and_size(tmp_path, capsys):
     from graphscale.metrics.units import format_bytes
 
     assert f"cache size       {format_bytes(total_size(cache))} (`graphscale cache` lists it)" in out
+
+
+def test_a_prepared_entry_is_in_use_while_its_process_lives_and_held_locks_are_bounded(tmp_path, monkeypatch):
+    """The preparation path marks what it writes in use: a dataset's graph directory written in a process that is
+    still running is kept by clear, and removed once that process is gone."""
+    cache = tmp_path / "cache"
+    script = ("import sys; from pathlib import Path; from graphscale.config import RunConfig; "
+              "from graphscale.prepare import dataset_dir; "
+              "print(dataset_dir(RunConfig(progress=False), Path(sys.argv[1]), 'sbm:nodes=60,degree=4'), flush=True); "
+              "sys.stdin.read()")
+    proc = subprocess.Popen([sys.executable, "-c", script, str(cache)], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    try:
+        written = proc.stdout.readline().strip()
+        removed, skipped = clear(cache)
+        assert removed == [] and [(str(e.path), why) for e, why in skipped] == [
+            (written, "in use by a running process")]
+    finally:
+        proc.stdin.close()
+        proc.wait(timeout=60)
+    removed, skipped = clear(cache)
+    assert [str(e.path) for e in removed] == [written] and skipped == []
+    from graphscale.data import cache_use
+
+    monkeypatch.setattr(cache_use, "MAX_IN_USE", 2)
+    monkeypatch.setattr(cache_use, "_IN_USE", {})
+    for key in ("a", "b", "a", "c"):  # "a" used again: "b" is the least recently used
+        mark_in_use(cache, key)
+    assert [p.name for p in cache_use._IN_USE] == ["a.use", "c.use"]
+    for fd in cache_use._IN_USE.values():
+        os.close(fd)

@@ -7,8 +7,9 @@ a vertex partition, a strategy's shared folder, ...) has a key (the digest in it
 * ``KEY.lock``: held exclusively (``flock``) while a process checks for the entry and writes it when it is missing
   (:func:`writing`), so concurrent runs write an entry once;
 * ``KEY.use``: held *shared* by every process that prepared or found the entry, from that moment until the process
-  exits (:func:`mark_in_use`; taken before the write lock is released, so there is no moment in between), and its
-  modification time set then: the entry's last use.
+  exits (:func:`mark_in_use`; taken before the write lock is released, so there is no moment in between; a process
+  holds at most :data:`MAX_IN_USE`, releasing its least recently used beyond), and its modification time set then:
+  the entry's last use.
 
 ``graphscale cache clear`` (:mod:`graphscale.data.cache_entries`) removes an entry only while it holds both
 exclusively, taken without waiting: a run writing the entry or one that is using it makes the clear skip it. The lock
@@ -24,8 +25,11 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
-#: ``KEY.use`` files this process holds a shared lock on (path -> descriptor), until it exits
+#: ``KEY.use`` files this process holds a shared lock on (path -> descriptor, least recently used first)
 _IN_USE: dict[Path, int] = {}
+#: the most in-use locks a process holds (one descriptor each); beyond, the least recently used is released: a run
+#: uses a handful of entries, so only a long session (many runs in one Python process) lets go of its oldest ones
+MAX_IN_USE = 256
 
 
 def lock_file(cache: Path, key: str) -> Path:
@@ -42,13 +46,15 @@ def mark_in_use(cache: Path, key: str) -> None:
     """Hold a shared lock on the entry ``key`` until this process exits, and record the use (module docstring)."""
     path = use_file(cache, key)
     if path in _IN_USE:
-        os.utime(_IN_USE[path])
-        return
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o644)
-    fcntl.flock(fd, fcntl.LOCK_SH)
+        fd = _IN_USE.pop(path)
+    else:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        fcntl.flock(fd, fcntl.LOCK_SH)
     os.utime(fd)
-    _IN_USE[path] = fd
+    _IN_USE[path] = fd  # the most recently used last
+    while len(_IN_USE) > MAX_IN_USE:
+        os.close(_IN_USE.pop(next(iter(_IN_USE))))
 
 
 @contextlib.contextmanager
@@ -56,7 +62,7 @@ def writing(cache: Path, key: str) -> Iterator[None]:
     """An exclusive lock on entry ``key`` while the block checks and writes it (released when the block ends or the
     process dies); a block that completes marks the entry in use by this process (:func:`mark_in_use`)."""
     path = lock_file(cache, key)
-    path.parent.mkdir(exist_ok=True)
+    path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "w") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
         try:

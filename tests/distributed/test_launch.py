@@ -163,7 +163,8 @@ def test_exit_statuses_are_described():
     assert describe_exit(-200) == "was killed by signal 200 (signal 200)"
     assert describe_exit(3) == "exited with code 3 and left no traceback (os._exit or a crash)"
     error = WorkerError(2, "", -6)
-    assert str(error) == error.one_line() == "worker 2 was killed by signal 6 (SIGABRT; aborted: a failed check in native code)"
+    assert str(error) == error.one_line() == ("worker 2 was killed by signal 6 (SIGABRT; aborted: a failed check in "
+                                              "native code)")
 
 
 def _free_port() -> int:
