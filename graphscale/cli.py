@@ -441,8 +441,9 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
                            "always does; without this a CPU build's info is read from package metadata only)")
     info.set_defaults(func=cmd_info)
     cache = sub.add_parser("cache", help="list the cache directory's entries and sizes; `cache clear` removes them",
-                           description=importlib.import_module("graphscale.data.cache_command").__doc__
-                           .split("\n\n")[0].replace("\n", " "), formatter_class=ChoicesHelpFormatter)
+                           description="List the cache directory's entries (kind, size on disk, last use) and "
+                                       "their total; `graphscale cache clear` removes those no running process "
+                                       "holds", formatter_class=ChoicesHelpFormatter)
     importlib.import_module("graphscale.data.cache_command").add_arguments(cache)
     cache.set_defaults(func=lambda a: importlib.import_module("graphscale.data.cache_command").run(a))
     part = sub.add_parser("partition", help="partition a dataset or an edge stream into a partition store",

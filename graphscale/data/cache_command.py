@@ -1,6 +1,5 @@
-"""``graphscale cache``: the cache directory's entries (kind, size on disk, last use, whether a running process uses
-them) and their total; ``graphscale cache clear`` removes entries no running process holds
-(:mod:`graphscale.data.cache_entries`).
+"""``graphscale cache``: the cache directory's entries (kind, size on disk, last use) and their total; ``graphscale
+cache clear`` removes entries no running process holds (:mod:`graphscale.data.cache_entries`).
 
 Example::
 
@@ -73,9 +72,9 @@ def run(args: argparse.Namespace) -> int:
         for entry, reason in skipped:
             print(f"kept {entry.kind} {entry.path}: {reason}")
         freed = sum(entry.size for entry in removed)
+        holds = "holds" if args.dry_run else "now holds"
         print(f"graphscale cache: {verb} {len(removed)} entr{'y' if len(removed) == 1 else 'ies'} "
-              f"({format_bytes(freed)}), kept {len(skipped)} in use; {cache} now holds "
-              f"{format_bytes(total_size(cache))}")
+              f"({format_bytes(freed)}), kept {len(skipped)} in use; {cache} {holds} {format_bytes(total_size(cache))}")
         return 0
     entries = list_entries(cache)
     rows = [{"kind": e.kind, "size": format_bytes(e.size), "last use": _when(e.last_use, now),
