@@ -383,10 +383,22 @@ def cmd_info(args: argparse.Namespace) -> int:
     from graphscale.registry import MODELS, STRATEGIES
     rows.append({"item": "strategies", "value": ", ".join(STRATEGIES.names())})
     rows.append({"item": "models", "value": ", ".join(MODELS.names())})
+    rows += cache_rows(args.cache_dir)
     print(format_table(rows, title="graphscale info"))
     if not (args.devices or gpu_backends):
         print("(a CPU-only torch build: `graphscale info --devices` also asks torch for its threads and backends)")
     return 0
+
+
+def cache_rows(cache_dir: str | None) -> list[dict]:
+    """``graphscale info``'s rows on the cache directory: where it is and its size on disk (`graphscale cache`)."""
+    from graphscale.data.cache import default_cache_dir
+    from graphscale.data.cache_entries import total_size
+
+    cache = Path(cache_dir).expanduser() if cache_dir else default_cache_dir()
+    size = (f"{format_bytes(total_size(cache))} (`graphscale cache` lists it)" if cache.is_dir()
+            else "not created yet")
+    return [{"item": "cache directory", "value": str(cache)}, {"item": "cache size", "value": size}]
 
 
 def cmd_plot(args: argparse.Namespace) -> int:
@@ -431,10 +443,17 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
                           description="Versions, devices and backends; with --dataset, a dataset's counts instead")
     add_own(info, "--dataset", help="load this dataset spec (see `graphscale datasets`) and print its counts",
             differs="what info prints: this dataset's counts instead of the versions (no default dataset)")
+    add_declared(info, "cache_dir", default=NOT_GIVEN, note="here: the cache whose location and size info shows")
     info.add_argument("--devices", action="store_true",
                       help="also import torch to list its devices, threads and distributed backends (a GPU build "
                            "always does; without this a CPU build's info is read from package metadata only)")
     info.set_defaults(func=cmd_info)
+    cache = sub.add_parser("cache", help="list the cache directory's entries and sizes; `cache clear` removes them",
+                           description="List the cache directory's entries (kind, size on disk, last use) and "
+                                       "their total; `graphscale cache clear` removes those no running process "
+                                       "holds", formatter_class=ChoicesHelpFormatter)
+    importlib.import_module("graphscale.data.cache_command").add_arguments(cache)
+    cache.set_defaults(func=lambda a: importlib.import_module("graphscale.data.cache_command").run(a))
     part = sub.add_parser("partition", help="partition a dataset or an edge stream into a partition store",
                           description="Partition a dataset (or a bare edge-stream file) into a partition store",
                           formatter_class=ChoicesHelpFormatter)
@@ -535,6 +554,9 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as err:  # noqa: BLE001 - one line for the user, the traceback kept (module docstring)
         launch = sys.modules.get("graphscale.distributed.launch")  # not imported: nothing could raise WorkerError
         if launch is not None and isinstance(err, launch.WorkerError):
+            if not err.worker_traceback:  # killed or crashed: its exit status is all there is, no log to keep
+                print(f"graphscale: error: {err.one_line()}", file=sys.stderr)
+                return 1
             line, text = err.one_line(), str(err)
         else:
             from graphscale.distributed.launch import summarize_exception

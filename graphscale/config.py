@@ -80,11 +80,13 @@ class DataConfig:
                                "preprocess Cora)", choices=FEATURE_NORMS)
     """``row`` (L1 row normalisation), ``none``, or ``auto`` = ``row`` for non-negative features (``none`` for
     generated ``features``)."""
-    features: str = option("", "input features: degree (log(1 + degree)), onehot (identity, small graphs), random:D "
-                           "(seeded normal), learnable:D (a trainable [N, D] table; single, graph-parallel); empty: "
-                           "the dataset's own (a featureless dataset needs one of these)", metavar="MODE")
-    """Input features (:mod:`graphscale.data.features`): ``degree``, ``onehot``, ``random:D`` are computed by the
-    parent; ``learnable:D``'s table is row-sharded."""
+    features: str = option("", "input features: spectral:D (the D leading eigenvectors of the normalised adjacency: "
+                           "what a featureless graph is best learnt from), degree (log(1 + degree)), onehot "
+                           "(identity, small graphs), random:D (seeded normal), learnable:D (a trainable [N, D] "
+                           "table; single, graph-parallel); empty: the dataset's own (a featureless dataset needs "
+                           "one of these)", metavar="MODE")
+    """Input features (:mod:`graphscale.data.features`): ``spectral:D``, ``degree``, ``onehot``, ``random:D`` are
+    computed by the parent; ``learnable:D``'s table is row-sharded."""
     feature_dtype: str = option("float32", "dtype the input features are stored, gathered and exchanged in: bfloat16 "
                                 "halves their memory and bytes moved, computation stays float32 (rows upcast where "
                                 "they enter the model; needs --dtype float32)", choices=FEATURE_DTYPES)

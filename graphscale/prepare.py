@@ -40,20 +40,20 @@ directory per key (dataset spec and the size and modification time of its files,
 the format version, and what was derived from it: normalisation and dtype, or
 partitioner, balance, parts and seed). Writers take a per-key file lock, write to
 a temporary sibling and rename, so concurrent runs (torchrun ranks on one host)
-write an entry once and a crashed run leaves nothing half-written.
+write an entry once and a crashed run leaves nothing half-written; a run then holds
+the entry's shared in-use lock until it exits, which ``graphscale cache clear``
+respects (:mod:`graphscale.data.cache_use`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
-import fcntl
 import hashlib
 import json
 import os
 import re
 import shutil
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -61,6 +61,7 @@ import torch
 
 from graphscale.config import RunConfig, stored_feature_dtype
 from graphscale.data.cache import resolve_cache_dir
+from graphscale.data.cache_use import writing
 from graphscale.data.graph import Graph
 from graphscale.data.handle import HOST_SHARED, MEMORY, PARTITION_LOCAL, DataHandle
 from graphscale.data.specs import canonical_spec
@@ -73,19 +74,6 @@ DEFAULT_DATASET = "cora"
 
 
 # ------------------------------------------------------------ cache directory
-@contextlib.contextmanager
-def _locked(cache: Path, key: str) -> Iterator[None]:
-    """An exclusive lock on one cache key (released when the block ends or the process dies)."""
-    locks = cache / "locks"
-    locks.mkdir(exist_ok=True)
-    with open(locks / f"{key}.lock", "w") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
-
-
 # ------------------------------------------------------------ setup progress
 def setup_step(config: RunConfig, what: str, stream=None):
     """Progress of a slow setup step on stderr (``--progress``, the process that prints: partitioning a 200k-vertex
@@ -163,7 +151,7 @@ def dataset_dir(config: RunConfig, cache: Path, spec: str) -> Path:
         return Path(arg)
     digest, name = _key({"kind": "source", "dataset": spec, "files": _fingerprint(spec)})
     path = cache / "sources" / name
-    with _locked(cache, digest):
+    with writing(cache, digest):
         if not is_graph_dir(path):
             with setup_step(config, f"writing {spec} as a graph directory"):
                 path.parent.mkdir(parents=True, exist_ok=True)
@@ -182,7 +170,7 @@ def _training_dir(config: RunConfig, cache: Path, spec: str, feature_norm: str, 
     digest, name = _key(fields)
     path = cache / "graphs" / name
     source = dataset_dir(config, cache, spec)
-    with _locked(cache, digest):
+    with writing(cache, digest):
         if not is_graph_dir(path):
             with setup_step(config, f"writing {spec}'s training graph directory (features prepared)"):
                 path.parent.mkdir(parents=True, exist_ok=True)
@@ -238,7 +226,7 @@ def _cached_store(config: RunConfig, cache: Path, parts: int) -> tuple[Path, dic
               **({"halo_hops": sc.halo_hops} if sc.halo_hops != 1 else {})}
     digest, name = _key(fields)
     path = cache / "stores" / name
-    with _locked(cache, digest):
+    with writing(cache, digest):
         with contextlib.suppress(FileNotFoundError, ValueError):
             return path, check_partition_store(path)
         build_vertex_partitioner(sc.partitioner, sc.balance)  # a bad name fails before the dataset loads
@@ -265,7 +253,7 @@ def _dataset_bytes(config: RunConfig, cache: Path) -> int:
     spec = canonical_spec(config.data.dataset)
     digest, name = _key({"kind": "size", "dataset": spec, "files": _fingerprint(spec), **_feature_fields(config)})
     path = cache / "sizes" / f"{name}.json"
-    with _locked(cache, digest):
+    with writing(cache, digest):
         with contextlib.suppress(FileNotFoundError, ValueError, KeyError):
             return int(json.loads(path.read_text())["data_bytes"])
         from graphscale.data.formats import read_graph_meta
@@ -313,7 +301,7 @@ def _strategy_data(graph: Graph, fields: dict, config: RunConfig, cache: Path, s
                         "parts": sc.workers, "seed": config.seed}
         owner_digest, owner_name = _key(owner_fields)
         owner_path = cache / "owners" / f"{owner_name}.npy"
-        with _locked(cache, owner_digest):
+        with writing(cache, owner_digest):
             if not owner_path.is_file():
                 with setup_step(config, f"partitioning {graph.num_nodes:,} vertices into {sc.workers} parts "
                                         f"({sc.partitioner})"):
@@ -341,7 +329,7 @@ def _strategy_data(graph: Graph, fields: dict, config: RunConfig, cache: Path, s
                      "balance": sc.balance, "workers": sc.workers, "seed": config.seed, "key": 2, **shared_key}
     digest, name = _key(shared_fields)
     folder = cache / "shared" / name
-    with _locked(cache, digest):
+    with writing(cache, digest):
         if not (folder / ".complete").is_file():
             if owner is None and "owner_path" in out:
                 owner = torch.from_numpy(np.load(out["owner_path"]).astype(np.int64))
@@ -394,7 +382,7 @@ def prepare_graph(graph: Graph, config: RunConfig, cache_dir: str | Path | None 
               "seed": config.seed, **({"halo_hops": sc.halo_hops} if sc.halo_hops != 1 else {})}
     digest, name = _key(fields)
     path = cache / "stores" / name
-    with _locked(cache, digest):
+    with writing(cache, digest):
         from graphscale.partition.store import check_partition_store
 
         try:
@@ -431,7 +419,7 @@ def input_dataset(graph: Graph, config: RunConfig) -> str:
     cache = resolve_cache_dir(config)
     digest = graph_digest(graph)[:20]
     path = cache / "inputs" / f"{re.sub(r'[^A-Za-z0-9_.=,-]+', '_', graph.name)[:48]}-{digest}"
-    with _locked(cache, f"input-{digest}"):
+    with writing(cache, f"input-{digest}"):
         if not is_graph_dir(path):
             with setup_step(config, f"writing {graph.name} ({graph.num_nodes:,} nodes) to {path}"):
                 path.parent.mkdir(parents=True, exist_ok=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import pytest
 import torch
@@ -63,3 +64,24 @@ def test_a_run_that_did_not_learn_says_so_in_the_table_and_the_report(tmp_path, 
     assert f"{report['baseline']['val_acc']:.3f} NOT BEATEN" in captured.out
     assert [w for w in report["warnings"] if w.startswith("the model did not learn")]
     assert "graphscale: warning: the model did not learn" in captured.err
+
+
+BLOGCATALOG = Path("/work/shared/data/blogcatalog/blogcatalog.mat")
+#: how far BlogCatalog's test micro-F1 must beat the label-frequency predictor's (0.164; measured: 0.268 at seed 0, 200 epochs)
+BLOGCATALOG_MARGIN = 0.05
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not BLOGCATALOG.is_file(), reason=f"{BLOGCATALOG} is not on this machine")
+def test_blogcatalog_learns_from_spectral_features(tmp_path):
+    """The documented recipe for a featureless multi-label graph (docs/data-formats.md, "Graphs without features")
+    beats the label-frequency predictor on BlogCatalog clearly, and the run raises no warning; with the model
+    defaults and degree features it does not (0.1425 against 0.164), which the run reports."""
+    out = tmp_path / "r.json"
+    assert main(["train", "--dataset", f"mat:{BLOGCATALOG}", "--features", "spectral:64", "--hidden", "128",
+                 "--dropout", "0", "--weight-decay", "0", "--no-progress", "--cache-dir", str(tmp_path),
+                 "--json", str(out)]) == 0
+    report = json.loads(out.read_text())
+    assert report["baseline"]["test_acc"] == pytest.approx(0.1644, abs=1e-4)
+    assert report["final"]["test_acc"] >= report["baseline"]["test_acc"] + BLOGCATALOG_MARGIN, report["final"]
+    assert report["warnings"] == []

@@ -103,20 +103,45 @@ def test_cli_trains_an_edge_list_with_learnable_features(tmp_path, capsys):
     assert losses[-1] < losses[0] and report["final"]["test_acc"] >= 0.5
 
 
-@pytest.mark.parametrize("features", ["degree", "onehot", "random:8"])
+@pytest.mark.parametrize("features", ["degree", "onehot", "random:8", "spectral:4"])
 def test_computed_features_train_and_are_deterministic(tmp_path, features):
     edges, labels = two_communities(tmp_path)
     first = run(config(f"edgelist:{edges}:{labels}", features=features, epochs=3))
     again = run(config(f"edgelist:{edges}:{labels}", features=features, epochs=3))
     assert [e["loss"] for e in first["epochs"]] == [e["loss"] for e in again["epochs"]]
-    assert first["graph"]["features"] == {"degree": 1, "onehot": 120, "random:8": 8}[features]
+    assert first["graph"]["features"] == {"degree": 1, "onehot": 120, "random:8": 8, "spectral:4": 4}[features]
+
+
+def test_spectral_features_are_the_leading_eigenvectors_scaled_and_signed(tmp_path):
+    """spectral:D: A_hat u = lambda u for D^-1/2 (A + I) D^-1/2, eigenvalues decreasing (the first 1), columns of
+    root mean square 1 whose largest-magnitude entry is positive; the same every time."""
+    from graphscale.data.datasets import load_dataset
+    from graphscale.data.features import compute_features
+
+    edges, labels = two_communities(tmp_path)
+    graph = load_dataset(f"edgelist:{edges}:{labels}")
+    x = compute_features(graph, "spectral:5").double()
+    assert x.shape == (120, 5) and torch.equal(x, compute_features(graph, "spectral:5").double())
+    a = torch.zeros(120, 120, dtype=torch.float64)
+    a[graph.edge_index()[1], graph.edge_index()[0]] = 1
+    a = ((a + a.T + torch.eye(120)) > 0).double()
+    scale = a.sum(1).rsqrt()
+    a_hat = scale[:, None] * a * scale[None, :]
+    values = (x * (a_hat @ x)).sum(0) / (x * x).sum(0)
+    assert torch.allclose(a_hat @ x, x * values, atol=1e-4)
+    assert bool((values[:-1] >= values[1:] - 1e-9).all()) and abs(float(values[0]) - 1) < 1e-6
+    assert torch.allclose(x.pow(2).mean(0), torch.ones(5, dtype=torch.float64), atol=1e-5)
+    assert bool((x.gather(0, x.abs().argmax(0, keepdim=True)) > 0).all())
+    assert bool((x[:60, 1] > 0).all() != (x[60:, 1] > 0).all())  # the second splits the two communities
 
 
 def test_featureless_errors(tmp_path, capsys):
     edges, labels = two_communities(tmp_path)
     spec = f"edgelist:{edges}:{labels}"
-    for argv, message in ((["--dataset", spec], ("train on its structure with --features degree, onehot, random:D "
-                                                  "or learnable:D")),
+    for argv, message in ((["--dataset", spec], ("train on its structure with --features spectral:D, degree, onehot, "
+                                                  "random:D or learnable:D")),
+                          (["--dataset", spec, "--features", "spectral:119"],
+                           "--features spectral:119: D must be below the vertex count minus one (119)"),
                           (["--dataset", spec, "--features", "learnable:8", "--strategy", "data-parallel"],
                            ("--features learnable:8 (a learnable input table) is supported by strategies "
                             "graph-parallel, single, not by 'data-parallel'")),

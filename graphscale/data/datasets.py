@@ -183,7 +183,7 @@ def untrainable_reason(spec: str, graph: Graph | None = None, features: str = ""
         elif kind == "musae":
             hint = " (its directory has no NAME.json or NAME_features.json)"
         return (f"dataset {spec!r} has no node features, which training needs{hint}; train on its structure with "
-                "--features degree, onehot, random:D or learnable:D")
+                "--features spectral:D, degree, onehot, random:D or learnable:D")
     if graph is not None and graph.y is None:
         return f"dataset {spec!r} has no node labels, which training needs"
     if graph is not None and (graph.train_mask is None or not bool(graph.train_mask.any())):

@@ -54,3 +54,19 @@ def remove_dead_siblings(path: Path, tag: str) -> list[Path]:
                 sibling.unlink()
         removed.append(sibling)
     return removed
+
+
+_ANY_SIBLING = re.compile(r"^\..+\.[A-Za-z_]+-([A-Za-z0-9_.]+)-(\d+)-[0-9a-f]{8}$")
+
+
+def sibling_writer(name: str) -> tuple[int, bool] | None:
+    """For a temporary sibling's name (:func:`temp_sibling`, any output and tag): ``(its writer's PID, whether the
+    writer may still be running)``, ``(0, True)`` for a writer of another host (whose process cannot be checked);
+    ``None`` for any other name."""
+    found = _ANY_SIBLING.match(name)
+    if not found:
+        return None
+    if found.group(1) != _HOST:
+        return 0, True
+    pid = int(found.group(2))
+    return pid, pid == os.getpid() or _pid_alive(pid)

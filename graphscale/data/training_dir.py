@@ -19,7 +19,14 @@ import numpy as np
 import torch
 
 from graphscale.data.datasets import node_data_problem, row_normalize
-from graphscale.data.features import ONEHOT_MAX_NODES, RANDOM_STREAM, effective_norm, keyed_normal, parse_features
+from graphscale.data.features import (
+    ONEHOT_MAX_NODES,
+    RANDOM_STREAM,
+    compute_features,
+    effective_norm,
+    keyed_normal,
+    parse_features,
+)
 from graphscale.data.formats import GraphDirWriter, load_graph_dir, read_graph_meta
 from graphscale.data.graph import Graph
 from graphscale.data.readers.labels import multilabel_split
@@ -33,10 +40,14 @@ def _row_chunks(n: int, chunk_rows: int):
         yield start, min(start + chunk_rows, n)
 
 
-def _feature_rows(graph: Graph, features: str, seed: int, start: int, stop: int) -> torch.Tensor | None:
+def _feature_rows(graph: Graph, features: str, seed: int, start: int, stop: int,
+                  whole: torch.Tensor | None = None) -> torch.Tensor | None:
     """Rows ``start:stop`` of the input features ``--features`` gives ``graph`` (its own rows for ``""``), as
-    :func:`graphscale.data.features.compute_features` computes them for the whole graph."""
+    :func:`graphscale.data.features.compute_features` computes them for the whole graph (``whole``: computed so
+    already, ``spectral:D``'s eigenvectors, which no row chunk can be computed without)."""
     mode, dim = parse_features(features)
+    if whole is not None:
+        return whole[start:stop]
     if mode == "":
         return None if graph.x is None else torch.from_numpy(np.array(graph.x[start:stop].numpy()))
     if mode == "degree":
@@ -55,7 +66,7 @@ def feature_width(features: str, num_features: int, num_nodes: int) -> int:
     """The width of the stored input features ``--features`` gives a graph of ``num_nodes`` vertices and
     ``num_features`` features of its own (0: none, a learnable input)."""
     mode, dim = parse_features(features)
-    return {"": num_features, "degree": 1, "onehot": num_nodes, "random": dim, "learnable": 0}[mode]
+    return {"": num_features, "degree": 1, "onehot": num_nodes, "random": dim, "spectral": dim, "learnable": 0}[mode]
 
 
 def _all_nonnegative(graph: Graph, features: str, seed: int, chunk_rows: int) -> bool:
@@ -101,7 +112,8 @@ def write_training_dir(source: str | Path, out: str | Path, *, features: str = "
     width = feature_width(features, graph.num_features, graph.num_nodes)
     if width == 0 and mode != "learnable":
         raise ValueError(f"dataset {where!r} has no node features, which training needs; train on its structure "
-                         "with --features degree, onehot, random:D or learnable:D")
+                         "with --features spectral:D, degree, onehot, random:D or learnable:D")
+    whole = compute_features(graph, features, seed) if mode == "spectral" else None
     y = None if graph.y is None else graph.y.numpy()
     if y is None:
         raise ValueError(f"dataset {where!r} has no node labels, which training needs")
@@ -126,7 +138,7 @@ def write_training_dir(source: str | Path, out: str | Path, *, features: str = "
         csr = ("indptr", "indices", "edge_weight") if graph.weighted else ("indptr", "indices")
         writer.link(source, (*csr, "x") if same_rows else csr)
         for start, stop in _row_chunks(graph.num_nodes, chunk_rows):
-            rows = _feature_rows(graph, features, seed, start, stop)
+            rows = _feature_rows(graph, features, seed, start, stop, whole)
             if rows is not None and not same_rows:
                 if applied == "row":
                     rows = row_normalize(rows)

@@ -73,6 +73,7 @@ from graphscale import allocator
 from graphscale.config import DEFAULT_TIMEOUT_S
 from graphscale.distributed.comm import CollectiveError
 from graphscale.distributed.env import DistEnv
+from graphscale.distributed.exit_status import describe_exit
 from graphscale.metrics.ledger import Ledger
 
 TORCHRUN_VARS = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
@@ -128,7 +129,7 @@ class WorkerError(RuntimeError):
         if worker_traceback:
             detail = f"worker {rank} failed:\n{worker_traceback.rstrip()}"
         else:
-            detail = f"worker {rank} died with exit code {exitcode} and left no traceback (crash or os._exit)"
+            detail = f"worker {rank} {describe_exit(exitcode)}"
         if self.still_running:
             detail += (f"\nworkers still running when its collective timed out: "
                        f"{', '.join(map(str, self.still_running))}")
@@ -138,10 +139,9 @@ class WorkerError(RuntimeError):
         """``worker R: <the cause>`` in one line, without the traceback (the command line prints it so, and the
         traceback into a log file)."""
         if not self.worker_traceback:
-            cause = f"died with exit code {self.exitcode} and left no traceback (crash, os._exit or killed)"
+            line = f"worker {self.rank} {describe_exit(self.exitcode)}"
         else:
-            cause = self.summary or self.worker_traceback.strip().splitlines()[-1]
-        line = f"worker {self.rank}: {cause}"
+            line = f"worker {self.rank}: {self.summary or self.worker_traceback.strip().splitlines()[-1]}"
         if self.still_running:
             line += f" (workers still running then: {', '.join(map(str, self.still_running))})"
         if self.consequences:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import time
 
@@ -11,6 +12,7 @@ import torch
 import torch.distributed as dist
 
 from graphscale.distributed.comm import CONTROL, Comm
+from graphscale.distributed.exit_status import describe_exit
 from graphscale.distributed.launch import WorkerError, launch, resolve_device
 from graphscale.testing import run_distributed
 
@@ -135,7 +137,34 @@ def test_dead_worker_without_traceback_is_reported():
     with pytest.raises(WorkerError) as info:
         run_distributed(_exit_on_rank0, 2, timeout_s=30)
     assert info.value.rank == 0 and info.value.exitcode == 3
-    assert "exit code 3" in str(info.value)
+    assert "worker 0 exited with code 3 and left no traceback" in str(info.value)
+
+
+def _kill_self_on_rank1(env, signum):
+    if env.rank == 1:
+        os.kill(os.getpid(), signum)
+    dist.barrier()
+    return env.rank
+
+
+@pytest.mark.spawn
+def test_worker_killed_by_a_signal_is_reported_with_the_signal():
+    with pytest.raises(WorkerError) as info:
+        run_distributed(_kill_self_on_rank1, 2, signal.SIGKILL, timeout_s=30)
+    assert info.value.rank == 1 and info.value.exitcode == -signal.SIGKILL
+    assert info.value.one_line() == ("worker 1 was killed by signal 9 (SIGKILL; the kernel's out-of-memory killer "
+                                     "sends it when memory runs out; also `kill -9`)")
+
+
+def test_exit_statuses_are_described():
+    assert describe_exit(-11).startswith("was killed by signal 11 (SIGSEGV; a segmentation fault")
+    assert describe_exit(-7).startswith("was killed by signal 7 (SIGBUS; a bus error")
+    assert describe_exit(-signal.SIGUSR1) == f"was killed by signal {int(signal.SIGUSR1)} (SIGUSR1)"
+    assert describe_exit(-200) == "was killed by signal 200 (signal 200)"
+    assert describe_exit(3) == "exited with code 3 and left no traceback (os._exit or a crash)"
+    error = WorkerError(2, "", -6)
+    assert str(error) == error.one_line() == ("worker 2 was killed by signal 6 (SIGABRT; aborted: a failed check in "
+                                              "native code)")
 
 
 def _free_port() -> int:

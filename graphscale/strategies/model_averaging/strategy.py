@@ -221,9 +221,12 @@ class ModelAveraging(Strategy):
             folder = sc.state_dir
             if not folder:
                 from graphscale.data.cache import resolve_cache_dir
+                from graphscale.data.cache_use import mark_in_use
 
                 key = hashlib.sha1(json.dumps(cls.identity(config, handle), sort_keys=True).encode()).hexdigest()
-                folder = str((cache if cache is not None else resolve_cache_dir(config)) / "averaging" / key[:20])
+                cache = cache if cache is not None else resolve_cache_dir(config)
+                folder = str(cache / "averaging" / key[:20])
+                mark_in_use(cache, f"averaging-{key[:20]}")  # graphscale cache clear leaves it while this run lives
             return {"state_dir": folder}
         return {}
 
