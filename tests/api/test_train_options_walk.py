@@ -27,7 +27,7 @@ VALUES = {"features": "degree", "feature_dtype": "bfloat16", "partitions": "{tmp
           "checkpoint": "{tmp}/c.pt", "device": "cpu", "backend": "gloo", "strategy": "graph-parallel", "workers": 2,
           "chunks": 2, "fanouts": [3, 3], "evaluation": "truncated", "halo_hops": 2, "momentum": 0.5,
           "lr_step_size": 2, "lr_gamma": 0.5, "resume": True, "decoupled": "on", "dtype": "float64",
-          "allocator": "retain", "task_chunks": 8}
+          "allocator": "retain", "task_chunks": 8, "hits_k": [10, 50], "link_split": [0.8, 0.1, 0.1]}
 TASK = {"strategy": "task-parallel", "workers": 2}
 #: the options that make an option read (or valid)
 ENABLING = {"cache_fraction": {"strategy": "data-parallel", "cache": "pagraph"}, "fanouts": {"minibatch": True},
@@ -37,7 +37,7 @@ ENABLING = {"cache_fraction": {"strategy": "data-parallel", "cache": "pagraph"},
             "lr_gamma": {"lr_schedule": "step", "lr_step_size": 2}, "resume": {"checkpoint": "{tmp}/c.pt"},
             "workers": {"strategy": "graph-parallel"}, "chunks": {"strategy": "offload"},
             "heads": {"model_name": "gat"}, "alpha": {"model_name": "gcnii"}, "theta": {"model_name": "gcnii"},
-            "last_relu": {"decoupled": "on"},
+            "last_relu": {"decoupled": "on"}, **{k: {"task": "link"} for k in ("decoder", "hits_k", "link_split")},
             **{k: TASK for k in ("task_chunks", "t_workers", "p_split", "subgraphs", "chunking", "dependency",
                                  "t_recompute", "pipelined", "loss_norm", "task_gamma", "device_flops",
                                  "device_bandwidth")}}
