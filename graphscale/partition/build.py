@@ -141,15 +141,15 @@ def partition_graph_dir(folder: str | Path, partitioner: str, num_parts: int, *,
 
 def _budget_chunk(csr, chunk_edges: int, host_memory: int | str | None, method: str,
                   feature_chunk_bytes: int | None = None) -> int:
-    """The record chunk that keeps a streaming pass over ``csr`` within ``host_memory``
-    (:func:`~graphscale.partition.stream_memory.plan_chunk_edges`)."""
+    """The record chunk that keeps a streaming pass over ``csr`` within ``host_memory``, the smallest where none
+    does (a training run's partition: :func:`~graphscale.partition.stream_memory.plan_chunk_edges`)."""
     from graphscale.metrics.host_memory import resolve_host_memory
     from graphscale.partition.store_writer import DEFAULT_FEATURE_CHUNK_BYTES
     from graphscale.partition.stream_memory import plan_chunk_edges
 
     feature_chunk_bytes = DEFAULT_FEATURE_CHUNK_BYTES if feature_chunk_bytes is None else feature_chunk_bytes
     return plan_chunk_edges(csr.num_vertices, csr.num_edges, chunk_edges, resolve_host_memory(host_memory),
-                            feature_chunk_bytes, method)
+                            feature_chunk_bytes, method, refuse=False)
 
 
 def write_graph_dir_store(folder: str | Path, out: str | Path, owner, num_parts: int, *, no_features: bool = False,

@@ -15,8 +15,10 @@ degree 10, 128 float32 features, 2 parts, 64 MiB feature chunks, under a memory 
 arrays stay in the allocator's heap); a chunk record costs about 47 bytes (its ids, the routing keys, the sort's
 permutation).
 
-:func:`plan_chunk_edges` picks the largest chunk, at most the one asked for, whose estimate fits the budget, and
-refuses in one line, naming the minimum, when not even :data:`MIN_CHUNK_EDGES` records fit.
+:func:`plan_chunk_edges` picks the largest chunk, at most the one asked for, whose estimate fits the budget. When
+not even :data:`MIN_CHUNK_EDGES` records fit, ``graphscale partition`` refuses in one line naming the minimum; a
+training run, which plans every step within the same budget as far as it can (the smallest cache, tables on disk),
+partitions with the smallest chunk.
 """
 
 from __future__ import annotations
@@ -42,16 +44,20 @@ def streaming_memory_estimate(num_vertices: int, num_edges: int, chunk_edges: in
 
 
 def plan_chunk_edges(num_vertices: int, num_edges: int, chunk_edges: int, budget: int, feature_chunk_bytes: int,
-                     method: str) -> int:
-    """The largest chunk of at most ``chunk_edges`` records whose estimate fits ``budget`` bytes.
+                     method: str, refuse: bool = True) -> int:
+    """The largest chunk of at most ``chunk_edges`` records whose estimate fits ``budget`` bytes; with ``refuse``
+    false, :data:`MIN_CHUNK_EDGES` (at most ``chunk_edges``) when none does.
 
     Raises:
-        ValueError: not even :data:`MIN_CHUNK_EDGES` records fit (one line: the minimum, the budget, the graph).
+        ValueError: ``refuse`` and not even :data:`MIN_CHUNK_EDGES` records fit (one line: the minimum, the budget,
+            the graph).
     """
     if streaming_memory_estimate(num_vertices, num_edges, chunk_edges, feature_chunk_bytes) <= budget:
         return int(chunk_edges)
     floor = min(int(chunk_edges), MIN_CHUNK_EDGES)
     need = streaming_memory_estimate(num_vertices, num_edges, floor, feature_chunk_bytes)
+    if need > budget and not refuse:
+        return floor
     if need > budget:
         raise ValueError(f"partitioning {num_vertices:,} vertices and {num_edges:,} records with {method} needs at "
                          f"least about {format_bytes(need)} of host memory ({STREAM_BYTES_PER_VERTEX} bytes per "
