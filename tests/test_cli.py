@@ -174,10 +174,11 @@ def test_train_help_explains_every_option(capsys, monkeypatch):
     for action in train.recorded:
         assert action.help, f"{action.option_strings} has no description"
         assert action.option_strings[0] in text
-    for snippet in ("--lr LR Adam learning rate (default: 0.01 (gat 0.005, resgcn 0.005))",
+    for snippet in ("--lr LR learning rate (with --lr-schedule: the first epoch's) (default: 0.01 (gat 0.005, resgcn 0.005))",
                     "--epochs EPOCHS training epochs", "(default: 200)", "--dropout DROPOUT dropout probability",
                     "--seed SEED seed of", "--batch-size BATCH_SIZE training vertices per mini-batch",
-                    "--weight-decay WEIGHT_DECAY Adam weight decay", "(read by offload, pipeline, task-parallel)", "(read by pipeline; default: 10)",
+                    "--weight-decay WEIGHT_DECAY weight decay: an L2 penalty added to the gradient",
+                    "(read by offload, pipeline, task-parallel)", "(read by pipeline; default: 10)",
                     "read by data-parallel, model-averaging, single, split-parallel; default: 10,10", "(read by gat; default: 8)",
                     ("one of: data-parallel, graph-parallel, model-averaging, offload, pipeline, single, "
                      "split-parallel, task-parallel; default: single"),

@@ -92,8 +92,9 @@ def test_chunking_beats_graph_parallel_memory_at_identical_loss(tmp_path):
     peak, loss = steady_peak(strategy)
     strategy.teardown()
     assert loss == pytest.approx(gp_stats.loss, rel=1e-5)
-    # 3.7x measured (graph-parallel keeps the whole graph's topology, the 16-chunk run one chunk's at a time); it
-    # was above 4x while every transpose also stored an edge permutation and a symmetric graph a second CSR
-    assert 3 * peak <= gp_stats.peak_memory, (peak, gp_stats.peak_memory)
+    # 2.4-2.5x measured on both kernel paths (graph-parallel keeps the whole graph's topology, the 16-chunk run one
+    # chunk's at a time); 3.7x before graph-parallel exchanged (and saved) projected rows, above 4x while every
+    # transpose also stored an edge permutation and a symmetric graph a second CSR
+    assert 2 * peak <= gp_stats.peak_memory, (peak, gp_stats.peak_memory)
     _, chunk = two_level_partition(graph, 1, 16, "metis")
     assert int(torch.bincount(chunk).min()) > 0
