@@ -140,11 +140,11 @@ def test_model_averaging_memory_follows_one_partition_not_p_over_q(tmp_path, mon
     assert one - eight >= 0.5 * (tracked_one - tracked_eight), (one, eight, tracked_one, tracked_eight)
 
 
-def test_task_parallel_workers_hold_less_than_graph_parallel_workers(record_property):
-    """NeutronTask's memory promise, measured by the OS: graph-parallel workers hold their partition's features plus
-    the replicated halo rows (about 80 MB each here); task-parallel's T worker reads one subgraph's rows at a time
-    from the host-shared (memory-mapped, not anonymous) features, its P workers keep vertex rows at the output
-    width."""
+def test_task_parallel_workers_hold_no_more_than_graph_parallel_workers(record_property):
+    """NeutronTask's memory promise, measured by the OS: task-parallel's T worker reads one subgraph's rows at a
+    time from the host-shared (memory-mapped, not anonymous) features, its P workers keep vertex rows at the output
+    width. Graph-parallel workers exchange projected rows (16 wide, not the 1,024 features), so they no longer hold
+    the replicated halo's feature rows either; the two hold about the same."""
     dataset = "sbm:nodes=20000,degree=16,features=1024,seed=0"  # 82 MB of features, highly replicated halos
 
     def above(strategy: str) -> list[int]:
@@ -152,4 +152,7 @@ def test_task_parallel_workers_hold_less_than_graph_parallel_workers(record_prop
 
     gp, tp = above("graph-parallel"), above("task-parallel")
     record_property("task_over_graph_parallel", sum(tp) / sum(gp))
-    assert sum(tp) <= 0.75 * sum(gp), (tp, gp)
+    # Measured (perf tier on a loaded 2-core machine, 2 runs): task-parallel 1.08x graph-parallel's (480 against
+    # 446 MB over 4 workers); 0.75x or less while graph-parallel exchanged its 1,024-wide input rows. A task-parallel
+    # worker holding every feature row would add 82 MB per worker (about 1.8x).
+    assert sum(tp) <= 1.25 * sum(gp), (tp, gp)
