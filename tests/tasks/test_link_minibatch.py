@@ -9,15 +9,18 @@ import pytest
 import torch
 
 from graphscale.config import ModelConfig, OptimConfig, RunConfig, StrategyConfig
+from graphscale.data.block import Block
 from graphscale.data.sampler import NeighborSampler
 from graphscale.distributed.env import DistEnv
 from graphscale.nn.models import build_model
 from graphscale.prepare import prepare_graph
+from graphscale.strategies.base import make_optimizer
+from graphscale.strategies.data_parallel import DataParallel, MicroBatchSchedule, link_reference_step
 from graphscale.strategies.link_minibatch import PAIR_ROWS
 from graphscale.strategies.single import SingleStrategy
 from graphscale.strategies.split_parallel import SplitParallel
 from graphscale.tasks.edge_batches import EdgeBatchLoader
-from graphscale.tasks.link import attach_decoder
+from graphscale.tasks.link import LinkTask, attach_decoder
 from graphscale.tasks.split import split_edges
 from graphscale.testing import assert_close_rel, random_graph, run_distributed
 
@@ -170,3 +173,74 @@ def test_sampled_neighbourhoods_are_those_of_the_seeds():
     ours = single.sampler.sample(batch.seeds, single.loader.batch_key(0, 1))
     theirs = sampler.sample(batch.seeds, len(single.loader) * 0 + 1)
     assert all(torch.equal(a.src_ids, b.src_ids) and torch.equal(a.indices, b.indices) for a, b in zip(ours, theirs))
+
+
+#: (cache, model, decoder, $GRAPHSCALE_KERNELS) trained in float64 by one spawned data-parallel run
+DP_COMBOS = [("none", "sage", "mlp", "torch"), ("pagraph", "gat", "dot", "auto"),
+             ("quiver", "gcn", "distmult", "torch"), ("none", "sage", "mlp", "auto")]
+
+
+def dp_config(cache: str, model: str, decoder: str, workers: int) -> RunConfig:
+    config = make_config("data-parallel", model, decoder, workers=workers)
+    config.strategy.cache = cache
+    return config
+
+
+def _dp_worker(env: DistEnv, combos) -> list[dict]:
+    import os
+
+    out = []
+    for cache, model_name, decoder, kernels in combos:
+        os.environ["GRAPHSCALE_KERNELS"] = kernels
+        graph = make_graph(torch.float64)
+        config = dp_config(cache, model_name, decoder, env.world_size)
+        model = make_model(config, graph, torch.float64)
+        strategy = DataParallel()
+        strategy.setup(prepare_graph(graph, config), model, env, config)
+        stats = [strategy.train_epoch(e) for e in range(EPOCHS)]
+        out.append({"losses": [s.loss for s in stats], "owner": strategy.owner,
+                    "targets": sum(s.extra["targets"] for s in stats[:1]),
+                    "params": [p.detach().clone() for p in model.parameters()], "metrics": strategy.evaluate()})
+    return out
+
+
+def test_data_parallel_equals_its_single_process_reference(monkeypatch):
+    """Every iteration: one step over the union of the workers' edge micro-batches (each sampled on its own, the
+    loss over the union's pairs); the metrics those of the reference model's full-graph embeddings."""
+    world = 2
+    results = run_distributed(_dp_worker, world, DP_COMBOS)
+    for c, (cache, model_name, decoder, kernels) in enumerate(DP_COMBOS):
+        monkeypatch.setenv("GRAPHSCALE_KERNELS", kernels)
+        tag, dtype = f"{cache}/{model_name}/{decoder}/{kernels}", torch.float64
+        runs = [r[c] for r in results]
+        graph = make_graph(dtype)
+        config = dp_config(cache, model_name, decoder, world)
+        split = split_edges(graph, config.link_split, 0)
+        model = make_model(config, graph, dtype)
+        optimizer = make_optimizer(model, config.optim)
+        task = LinkTask(split, model.link_decoder, 0, config.hits_k, "cpu")
+        loader = EdgeBatchLoader(split, BATCH, seed=0)
+        owner = runs[0]["owner"]
+        schedule = MicroBatchSchedule(split.ids("train"), BATCH, world, 0,
+                                      None if owner is None else owner[split.pairs[0]])
+        sampler = NeighborSampler(split.message_graph, FANOUTS, seed=0)
+        model.train()
+        losses = []
+        for epoch in range(EPOCHS):
+            model.set_epoch(epoch)
+            total = 0.0
+            for k, micro in enumerate(schedule.iterations(epoch)):
+                optimizer.zero_grad()
+                loss = link_reference_step(model, sampler, graph.x, task, loader, epoch, micro,
+                                           [schedule.batch_key(epoch, k, r) for r in range(world)])
+                optimizer.step()
+                total += float(loss) * 2 * sum(t.numel() for t in micro)
+            losses.append(total / (2 * split.ids("train").numel()))
+        model.eval()
+        metrics = task.evaluate(model(Block.full(split.message_graph), graph.x))
+        assert sum(r["targets"] for r in runs) == split.ids("train").numel(), tag
+        for rank, r in enumerate(runs):
+            assert r["losses"] == pytest.approx(losses, rel=1e-10), f"{tag} rank {rank}"
+            for (name, p_ref), p in zip(model.named_parameters(), r["params"]):
+                assert_close_rel(p, p_ref, dtype, what=f"{tag} rank {rank} {name}")
+            assert_same_metrics(r["metrics"], metrics, f"{tag} rank {rank}")
