@@ -5,6 +5,9 @@ closed form, and ``data-parallel`` x2 equal to its single-process reference."""
 
 from __future__ import annotations
 
+import contextlib
+import os
+
 import pytest
 import torch
 
@@ -12,6 +15,7 @@ from graphscale.config import ModelConfig, OptimConfig, RunConfig, StrategyConfi
 from graphscale.data.block import Block
 from graphscale.data.sampler import NeighborSampler
 from graphscale.distributed.env import DistEnv
+from graphscale.nn.backend import KERNELS_ENV
 from graphscale.nn.models import build_model
 from graphscale.prepare import prepare_graph
 from graphscale.strategies.base import make_optimizer
@@ -109,23 +113,39 @@ def assert_same_metrics(got: dict, expected: dict, what: str) -> None:
         assert got[key] == pytest.approx(value, nan_ok=True, **tol), f"{what} {key}"
 
 
-def _split_worker(env: DistEnv, combos) -> list[dict]:
-    import os
+@contextlib.contextmanager
+def kernel_path(value: str):
+    """``$GRAPHSCALE_KERNELS`` set to ``value`` inside a (pooled) worker, restored after."""
+    before = os.environ.get(KERNELS_ENV)
+    os.environ[KERNELS_ENV] = value
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(KERNELS_ENV, None)
+        else:
+            os.environ[KERNELS_ENV] = before
 
+
+def _split_worker(env: DistEnv, combos) -> list[dict]:
     out = []
     for model_name, decoder, kernels in combos:
-        os.environ["GRAPHSCALE_KERNELS"] = kernels
-        dtype = torch.float64
-        graph = make_graph(dtype)
-        config = make_config("split-parallel", model_name, decoder, workers=env.world_size)
-        model = make_model(config, graph, dtype)
-        strategy = SplitParallel()
-        strategy.setup(prepare_graph(graph, config), model, env, config)
-        stats = [strategy.train_epoch(e) for e in range(EPOCHS)]
-        out.append({"losses": [s.loss for s in stats], "bytes": stats[0].bytes, "owner": strategy.owner,
-                    "pairs": stats[0].extra["pairs"], "params": [p.detach().clone() for p in model.parameters()],
-                    "metrics": strategy.evaluate()})
+        with kernel_path(kernels):
+            out.append(_split_run(env, model_name, decoder))
     return out
+
+
+def _split_run(env: DistEnv, model_name: str, decoder: str) -> dict:
+    dtype = torch.float64
+    graph = make_graph(dtype)
+    config = make_config("split-parallel", model_name, decoder, workers=env.world_size)
+    model = make_model(config, graph, dtype)
+    strategy = SplitParallel()
+    strategy.setup(prepare_graph(graph, config), model, env, config)
+    stats = [strategy.train_epoch(e) for e in range(EPOCHS)]
+    return {"losses": [s.loss for s in stats], "bytes": stats[0].bytes, "owner": strategy.owner,
+            "pairs": stats[0].extra["pairs"], "params": [p.detach().clone() for p in model.parameters()],
+            "metrics": strategy.evaluate()}
 
 
 def expected_pair_bytes(graph, config, owner: torch.Tensor, elem: int) -> int:
@@ -140,6 +160,7 @@ def expected_pair_bytes(graph, config, owner: torch.Tensor, elem: int) -> int:
     return 2 * rows * HIDDEN * elem
 
 
+@pytest.mark.slow
 def test_split_parallel_equals_single_minibatch(monkeypatch):
     results = run_distributed(_split_worker, 2, COMBOS)
     for c, (model_name, decoder, kernels) in enumerate(COMBOS):
@@ -187,23 +208,25 @@ def dp_config(cache: str, model: str, decoder: str, workers: int) -> RunConfig:
 
 
 def _dp_worker(env: DistEnv, combos) -> list[dict]:
-    import os
-
     out = []
     for cache, model_name, decoder, kernels in combos:
-        os.environ["GRAPHSCALE_KERNELS"] = kernels
-        graph = make_graph(torch.float64)
-        config = dp_config(cache, model_name, decoder, env.world_size)
-        model = make_model(config, graph, torch.float64)
-        strategy = DataParallel()
-        strategy.setup(prepare_graph(graph, config), model, env, config)
-        stats = [strategy.train_epoch(e) for e in range(EPOCHS)]
-        out.append({"losses": [s.loss for s in stats], "owner": strategy.owner,
-                    "targets": sum(s.extra["targets"] for s in stats[:1]),
-                    "params": [p.detach().clone() for p in model.parameters()], "metrics": strategy.evaluate()})
+        with kernel_path(kernels):
+            out.append(_dp_run(env, cache, model_name, decoder))
     return out
 
 
+def _dp_run(env: DistEnv, cache: str, model_name: str, decoder: str) -> dict:
+    graph = make_graph(torch.float64)
+    config = dp_config(cache, model_name, decoder, env.world_size)
+    model = make_model(config, graph, torch.float64)
+    strategy = DataParallel()
+    strategy.setup(prepare_graph(graph, config), model, env, config)
+    stats = [strategy.train_epoch(e) for e in range(EPOCHS)]
+    return {"losses": [s.loss for s in stats], "owner": strategy.owner, "targets": stats[0].extra["targets"],
+            "params": [p.detach().clone() for p in model.parameters()], "metrics": strategy.evaluate()}
+
+
+@pytest.mark.slow
 def test_data_parallel_equals_its_single_process_reference(monkeypatch):
     """Every iteration: one step over the union of the workers' edge micro-batches (each sampled on its own, the
     loss over the union's pairs); the metrics those of the reference model's full-graph embeddings."""
