@@ -25,6 +25,14 @@ worker applies the same Adam step. This is exactly one single-process step
 over the union of the ``W`` micro-batches with the loss normalised by ``B_k``
 (:func:`reference_step` is that step; the tests compare against it).
 
+**Link prediction** (``--task link``; :mod:`graphscale.strategies.link_minibatch`): the schedule cuts the training
+positives' edge ids instead of vertices (PaGraph: worker ``r`` owns the edges whose source its part holds, and its
+cache reaches out from their endpoints); a micro-batch's seeds (the endpoints of its positives and their keyed
+negatives, :mod:`graphscale.tasks.edge_batches`) are sampled with the same key, and worker ``r`` backpropagates its
+pairs' summed BCE over the iteration's ``2 b_k`` pairs: one single-process step over the union of the micro-batches
+(:func:`link_reference_step`; tested). Its bytes are recorded as below, a micro-batch's seeds standing for its
+targets (the tests check the node-classification closed forms only).
+
 **Closed forms** (bytes per epoch summed over workers; ``s`` bytes per
 element, ``d`` features, ``P`` parameter elements, ``C_r`` worker ``r``'s cache,
 ``C = union_r C_r``)::

@@ -6,6 +6,12 @@ the mean cross-entropy over the training vertices. Mini-batch mode
 sampler for batches of training vertices (one optimiser step per batch, loss
 normalised by the batch size). Evaluation is exact full-graph inference.
 
+``--task link`` (:mod:`graphscale.tasks.link`) trains over the edge split's message-passing graph: full-graph, every
+training pair scored on the whole graph's embeddings; with ``--minibatch``, on edge mini-batches
+(:mod:`graphscale.tasks.edge_batches`: a batch's positives and keyed negatives, the neighbourhoods of their endpoints
+sampled, the summed BCE over the batch's pairs / their count). Evaluation scores every split's pairs on the whole
+graph's embeddings (layer-wise on a mapped graph directory).
+
 **Mini-batch runs read from disk.** With ``--minibatch`` (features not learnable, a coupled model, features stored
 in the run's dtype) the run's data is the host-shared view (:meth:`SingleStrategy.data_view_for`): the memory-mapped
 graph directory the multi-worker strategies get, never loaded whole. The sampler reads the mapped CSR; the input

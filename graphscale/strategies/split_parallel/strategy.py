@@ -44,6 +44,13 @@ issues the same collectives in the same order (forward shuffles ``l = 0..L-1``,
 backward shuffles in reverse, then the all-reduce), also when it owns no
 targets or ships no rows: its (possibly empty) outputs stay on the autograd path.
 
+**Link prediction** (``--task link``): the mini-batches are edge batches (:mod:`graphscale.tasks.edge_batches`), their
+seeds sampled and split as targets are; the seeds' embeddings come out on their owners and each pair is scored on its
+source's owner, the destination embeddings it lacks exchanged under ``pair_rows``
+(:class:`~graphscale.strategies.link_minibatch.PairExchange`, whose docstring gives the bytes); the workers' summed
+pair losses / ``2b`` and the all-reduce make ``single --minibatch``'s step (tested, with ``pair_rows`` against its
+closed form). The other categories are recorded as below, the seeds standing for the targets.
+
 **Closed forms** (bytes per epoch summed over workers; ``s`` bytes per element,
 ``d`` features, ``P`` parameter elements, ``K`` mini-batches, ``C`` the union of
 the caches, ``rows_{k,l}`` = ``sum_{i != j}`` of layer ``l``'s ref / halo lists)::
