@@ -181,21 +181,6 @@ def test_split_parallel_equals_single_minibatch(monkeypatch):
                                           elem) > 0, tag
 
 
-def test_sampled_neighbourhoods_are_those_of_the_seeds():
-    """The blocks ``single --minibatch`` trains a batch on are the sampler's over the batch's seeds (targets = the
-    pairs' endpoints, batch key ``epoch * K + i``)."""
-    graph = make_graph(torch.float64)
-    config = make_config("single", "sage", "dot")
-    single = SingleStrategy()
-    single.setup(graph, make_model(config, graph, torch.float64), DistEnv.local(), config)
-    split = split_edges(graph, config.link_split, 0)
-    sampler = NeighborSampler(split.message_graph, FANOUTS, seed=0)
-    batch = single.loader.batches(0)[1]
-    ours = single.sampler.sample(batch.seeds, single.loader.batch_key(0, 1))
-    theirs = sampler.sample(batch.seeds, len(single.loader) * 0 + 1)
-    assert all(torch.equal(a.src_ids, b.src_ids) and torch.equal(a.indices, b.indices) for a, b in zip(ours, theirs))
-
-
 #: (cache, model, decoder, $GRAPHSCALE_KERNELS) trained in float64 by one spawned data-parallel run
 DP_COMBOS = [("none", "sage", "mlp", "torch"), ("pagraph", "gat", "dot", "auto"),
              ("quiver", "gcn", "distmult", "torch"), ("none", "sage", "mlp", "auto")]
