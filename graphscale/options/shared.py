@@ -51,7 +51,7 @@ class Sampling:
     fanouts: list[int] = field(default_factory=lambda: [10, 10], metadata=meta(
         "sampled neighbours per layer, input layer first, -1 = all (e.g. 10,10 or -1,5); one per model layer",
         parse=int_list, metavar="F,F,..."))
-    batch_size: int = option(512, "training vertices per mini-batch, over all workers")
+    batch_size: int = option(512, "training vertices per mini-batch, over all workers (--task link: training edges)")
 
 
 @dataclass

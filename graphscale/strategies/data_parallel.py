@@ -25,6 +25,14 @@ worker applies the same Adam step. This is exactly one single-process step
 over the union of the ``W`` micro-batches with the loss normalised by ``B_k``
 (:func:`reference_step` is that step; the tests compare against it).
 
+**Link prediction** (``--task link``; :mod:`graphscale.strategies.link_minibatch`): the schedule cuts the training
+positives' edge ids instead of vertices (PaGraph: worker ``r`` owns the edges whose source its part holds, and its
+cache reaches out from their endpoints); a micro-batch's seeds (the endpoints of its positives and their keyed
+negatives, :mod:`graphscale.tasks.edge_batches`) are sampled with the same key, and worker ``r`` backpropagates its
+pairs' summed BCE over the iteration's ``2 b_k`` pairs: one single-process step over the union of the micro-batches
+(:func:`link_reference_step`; tested). Its bytes are recorded as below, a micro-batch's seeds standing for its
+targets (the tests check the node-classification closed forms only).
+
 **Closed forms** (bytes per epoch summed over workers; ``s`` bytes per
 element, ``d`` features, ``P`` parameter elements, ``C_r`` worker ``r``'s cache,
 ``C = union_r C_r``)::
@@ -67,6 +75,8 @@ from graphscale.strategies.minibatch_common import (
     to_device_rows,
 )
 from graphscale.strategies.optimizers import moment_count
+from graphscale.tasks.edge_batches import EdgeBatch, EdgeBatchLoader
+from graphscale.tasks.link import LinkTask
 
 
 class MicroBatchSchedule:
@@ -110,6 +120,28 @@ class MicroBatchSchedule:
         return (int(epoch) * self.num_iterations + int(iteration)) * self.world_size + int(rank)
 
 
+def pair_loss_sum(task: LinkTask, z: torch.Tensor, pairs: EdgeBatch) -> torch.Tensor:
+    """The summed BCE of an edge micro-batch's pairs from its seeds' embeddings ``z``."""
+    device = z.device
+    return task.loss_sum(z[pairs.src_pos.to(device)], z[pairs.dst_pos.to(device)], pairs.label.to(device))
+
+
+def link_reference_step(model: torch.nn.Module, sampler: NeighborSampler, x: torch.Tensor, task: LinkTask,
+                        loader: EdgeBatchLoader, epoch: int, micro: list[torch.Tensor],
+                        keys: list[int]) -> torch.Tensor:
+    """:func:`reference_step` of ``--task link``: the summed BCE of the pairs of every edge micro-batch (each's
+    seeds sampled on their own with its key) over the union's ``2 b_k`` pairs; runs ``backward``, returns the loss."""
+    total = 2 * sum(t.numel() for t in micro)
+    loss = torch.zeros((), dtype=x.dtype)
+    for edge_ids, key in zip(micro, keys):
+        if edge_ids.numel():
+            pairs = loader.batch(edge_ids, epoch)
+            blocks = sampler.sample(pairs.seeds, key)
+            loss = loss + pair_loss_sum(task, model(blocks, x[blocks[0].src_ids]), pairs) / total
+    loss.backward()
+    return loss.detach()
+
+
 def reference_step(model: torch.nn.Module, sampler: NeighborSampler, x: torch.Tensor, y: torch.Tensor,
                    micro: list[torch.Tensor], keys: list[int]) -> tuple[torch.Tensor, list[torch.Tensor]]:
     """The single-process semantics of one data-parallel step: loss over the union of the micro-batches / B_k.
@@ -150,14 +182,23 @@ class DataParallel(MiniBatchStrategy):
     def needs_vertex_partition(cls, config: RunConfig) -> bool:
         return True  # PaGraph's training split, and every policy's evaluation ownership
 
+    @classmethod
+    def link_refusal(cls, config: RunConfig) -> str:
+        return ""  # edge micro-batches (module docstring)
+
     def setup(self, data: DataHandle | Graph, model: torch.nn.Module, env: DistEnv, config: RunConfig) -> None:
         super().setup(data, model, env, config)
         graph = self.graph
         rank, world, policy = env.rank, env.world_size, config.strategy.cache
         owner = self.vertex_owner() if policy == "pagraph" else None
         self.owner = owner
-        self.schedule = MicroBatchSchedule(self.train_ids, config.strategy.batch_size, world, config.seed, owner)
+        train_owner = owner  # link: a training edge belongs to its source's part
+        if owner is not None and self.link is not None:
+            train_owner = owner[self.link.pairs[0].cpu()]
+        self.schedule = MicroBatchSchedule(self.train_ids, config.strategy.batch_size, world, config.seed, train_owner)
         own_train = self.schedule.own[rank] if owner is not None else None
+        if own_train is not None and self.link is not None:  # the cache reaches out from the own edges' endpoints
+            own_train = torch.unique(self.link.pairs[:, own_train.to(self.link.pairs.device)].cpu())
         self.cache = FeatureCache.build(policy, graph, rank, world, config.strategy.cache_fraction,
                                         own_train=own_train, hops=model.num_layers)
         self.cache_x = load_host_rows(self.comm, self.host_rows, self.cache.ids, env.device)  # filled once, at setup
@@ -168,14 +209,17 @@ class DataParallel(MiniBatchStrategy):
         """What iteration ``k`` needs before it trains, computed without a collective (so it can run ahead, in the
         prefetch thread): this worker's blocks and input ids, their split into own cache, peer cache and host
         (:meth:`FeatureCache.classify`), and the host rows gathered (:attr:`host_rows`)."""
-        targets = micro[self.env.rank]
+        targets, pairs = micro[self.env.rank], None
+        if targets.numel() and self.link is not None:  # an edge micro-batch: its seeds' neighbourhoods sampled
+            pairs = self.edge_loader.batch(targets, epoch)
         if targets.numel():
-            blocks = self.sampler.sample(targets, self.schedule.batch_key(epoch, k, self.env.rank))
+            blocks = self.sampler.sample(targets if pairs is None else pairs.seeds,
+                                         self.schedule.batch_key(epoch, k, self.env.rank))
             ids = blocks[0].src_ids
         else:
             blocks, ids = None, torch.zeros(0, dtype=torch.int64)
         parts = self.cache.classify(ids)
-        return {"micro": micro, "blocks": blocks, "ids": ids, "parts": parts,
+        return {"micro": micro, "pairs": pairs, "blocks": blocks, "ids": ids, "parts": parts,
                 "host_x": self.host_rows.gather(ids[parts["host_pos"]])}
 
     def load_inputs(self, batch: dict) -> tuple[torch.Tensor, dict[str, int]]:
@@ -213,7 +257,7 @@ class DataParallel(MiniBatchStrategy):
             iterations = self.schedule.iterations(epoch)
             for batch in prefetched(lambda k: self.gather_batch(epoch, k, iterations[k]), len(iterations)):
                 micro, blocks, ids = batch["micro"], batch["blocks"], batch["ids"]
-                batch_total = sum(t.numel() for t in micro)
+                batch_total = sum(t.numel() for t in micro) * (1 if self.link is None else 2)  # targets or pairs
                 targets = micro[rank]
                 self.optimizer.zero_grad(set_to_none=True)
                 if blocks is not None:
@@ -223,9 +267,12 @@ class DataParallel(MiniBatchStrategy):
                 if blocks is not None:
                     blocks = [b.to(device) for b in blocks]
                     logits = model(blocks, x)
-                    labels = self.y[targets].to(device)
-                    every = torch.ones(targets.numel(), dtype=torch.bool, device=device)
-                    loss = masked_loss_sum(logits, labels, every)
+                    if batch["pairs"] is None:
+                        labels = self.y[targets].to(device)
+                        every = torch.ones(targets.numel(), dtype=torch.bool, device=device)
+                        loss = masked_loss_sum(logits, labels, every)
+                    else:
+                        loss = pair_loss_sum(self.link, logits, batch["pairs"])
                     (loss / batch_total).backward()
                     loss_sum += loss.detach().double().cpu()
                     totals["edges"] += sum(b.num_edges for b in blocks)

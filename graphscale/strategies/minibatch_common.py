@@ -40,6 +40,7 @@ from graphscale.metrics.ledger import HOST
 from graphscale.metrics.memory import MemoryTracker
 from graphscale.strategies.base import Strategy
 from graphscale.strategies.evaluation import DEFAULT_BATCH_ROWS, LayerwiseEvaluator
+from graphscale.strategies.link_minibatch import evaluate_link, setup_link
 
 H2D = "h2d"
 H2D_STRUCT = "h2d_struct"
@@ -51,9 +52,13 @@ SETUP = "setup"
 EVAL_TABLE_SHARE = 0.125
 
 
-def check_minibatch_data(graph: Graph, strategy: str) -> None:
+def check_minibatch_data(graph: Graph, strategy: str, task: str = "node") -> None:
     """Check the graph holds what every mini-batch strategy needs (the options were checked in the parent by
-    :func:`graphscale.validation.validate`)."""
+    :func:`graphscale.validation.validate`); ``--task link`` trains on edges, not on a training mask."""
+    if task == "link":
+        if graph.x is None or graph.y is None:
+            raise ValueError(f"strategy {strategy!r} needs node features (and labels, which its evaluation reads)")
+        return
     if graph.x is None or graph.y is None or graph.train_mask is None:
         raise ValueError(f"strategy {strategy!r} needs node features, labels and a training mask")
     if int(graph.train_mask.sum()) == 0:
@@ -101,7 +106,9 @@ class MiniBatchStrategy(Strategy):
 
     :meth:`setup` checks the graph (:func:`check_minibatch_data`; the options were checked in the parent) and
     builds what both strategies hold: ``comm``, the host rows ``host_rows`` (:func:`host_row_cache`), labels ``y``, ``train_ids`` /
-    ``num_train``, the rank-agnostic ``sampler``, ``params`` and the memory ``tracker`` (with the model
+    ``num_train`` (``--task link``: the training positives' edge ids and the epoch's pair count, with ``link``, the
+    :class:`~graphscale.tasks.link.LinkTask`, and ``edge_loader``, and ``graph`` the split's message-passing graph:
+    :mod:`graphscale.strategies.link_minibatch`), the rank-agnostic ``sampler``, ``params`` and the memory ``tracker`` (with the model
     tracked). Subclasses add their caches, tracked as ``"cache"``.
 
     :meth:`evaluate` is distributed layer-wise inference over the vertices each worker owns
@@ -119,12 +126,19 @@ class MiniBatchStrategy(Strategy):
     def setup(self, data: DataHandle | Graph, model: torch.nn.Module, env: DistEnv, config: RunConfig) -> None:
         super().setup(data, model, env, config)
         graph = self.graph = self.data.open_graph()
-        check_minibatch_data(graph, self.name)
+        check_minibatch_data(graph, self.name, config.task)
         self.comm = Comm(env)
         self.host_rows = host_row_cache(self.data, graph, next(model.parameters()).dtype, config)
         self.y = graph.y
-        self.train_ids = torch.nonzero(graph.train_mask).flatten()
-        self.num_train = self.train_ids.numel()
+        self.link = self.edge_loader = None
+        if config.task == "link":  # edge batches over the split's message-passing graph
+            graph, self.link, self.edge_loader = setup_link(graph, model, config, env.device)
+            self.graph = graph
+            self.train_ids = self.edge_loader.loader.train_ids  # the training positives' edge ids
+            self.num_train = 2 * self.train_ids.numel()  # the pairs of an epoch: the loss's normaliser
+        else:
+            self.train_ids = torch.nonzero(graph.train_mask).flatten()
+            self.num_train = self.train_ids.numel()
         self.sampler = NeighborSampler(graph, config.strategy.fanouts, seed=config.seed)
         self.evaluator: LayerwiseEvaluator | None = None  # built at the first evaluate(), once owner is known
         self.params = [p for p in model.parameters() if p.requires_grad]
@@ -139,6 +153,8 @@ class MiniBatchStrategy(Strategy):
             self.evaluator = LayerwiseEvaluator(self.comm, self.graph, self.model, owner,
                                                 batch_rows=self.eval_batch_rows,
                                                 tables=evaluation_tables(self.config))
+        if self.link is not None:
+            return evaluate_link(self.comm, self.evaluator, self.link)
         return self.evaluator.evaluate()
 
     def teardown(self) -> None:

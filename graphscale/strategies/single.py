@@ -6,6 +6,12 @@ the mean cross-entropy over the training vertices. Mini-batch mode
 sampler for batches of training vertices (one optimiser step per batch, loss
 normalised by the batch size). Evaluation is exact full-graph inference.
 
+``--task link`` (:mod:`graphscale.tasks.link`) trains over the edge split's message-passing graph: full-graph, every
+training pair scored on the whole graph's embeddings; with ``--minibatch``, on edge mini-batches
+(:mod:`graphscale.tasks.edge_batches`: a batch's positives and keyed negatives, the neighbourhoods of their endpoints
+sampled, the summed BCE over the batch's pairs / their count). Evaluation scores every split's pairs on the whole
+graph's embeddings (layer-wise on a mapped graph directory).
+
 **Mini-batch runs read from disk.** With ``--minibatch`` (features not learnable, a coupled model, features stored
 in the run's dtype) the run's data is the host-shared view (:meth:`SingleStrategy.data_view_for`): the memory-mapped
 graph directory the multi-worker strategies get, never loaded whole. The sampler reads the mapped CSR; the input
@@ -48,6 +54,7 @@ from graphscale.strategies.epoch import Epoch
 from graphscale.strategies.evaluation import LayerwiseEvaluator
 from graphscale.strategies.minibatch_common import evaluation_tables, host_row_cache
 from graphscale.strategies.optimizers import moment_count
+from graphscale.tasks.edge_batches import EdgeBatch, EdgeBatchLoader
 from graphscale.tasks.link import LinkTask
 from graphscale.tasks.split import split_edges
 
@@ -80,7 +87,7 @@ class SingleStrategy(Strategy):
 
     @classmethod
     def link_refusal(cls, config) -> str:
-        return "runs link prediction full-graph only (drop --minibatch)" if config.strategy.minibatch else ""
+        return ""
 
     def setup(self, data, model, env, config) -> None:
         super().setup(data, model, env, config)
@@ -95,6 +102,10 @@ class SingleStrategy(Strategy):
         self.y = graph.y.to(device)
         self.masks = {"train": graph.train_mask.to(device), "val": graph.val_mask.to(device),
                       "test": graph.test_mask.to(device)}
+        if config.task == "link":  # message passing over the training graph; the held-out pairs scored
+            split = split_edges(graph, config.link_split, config.seed)
+            graph = split.message_graph
+            self.link = LinkTask(split, model.link_decoder, config.seed, config.hits_k, device)
         if self.mapped:  # rows read through the hot-row cache, never the whole table
             self.graph = graph
             self.rows = host_row_cache(self.data, graph, self.feature_dtype(), config)
@@ -104,18 +115,17 @@ class SingleStrategy(Strategy):
                 self.x = self.learnable_table(torch.arange(graph.num_nodes))
             else:
                 self.x = graph.x.to(device=device, dtype=self.feature_dtype())
-            if config.task == "link":  # message passing over the training graph; the held-out pairs scored
-                split = split_edges(graph, config.link_split, config.seed)
-                graph = split.message_graph
-                self.link = LinkTask(split, model.link_decoder, config.seed, config.hits_k, device)
             self.block = Block.full(graph).to(device)
             self.tracker.track("graph", self.x, self.y, *self.masks.values(), self.block.indptr, self.block.indices,
                                self.block.src_ids, self.block.src_deg)
         strategy = config.strategy
         if strategy.minibatch:  # the options were checked in the parent (graphscale.validation)
             self.sampler = NeighborSampler(graph, strategy.fanouts, seed=config.seed)
-            train_ids = torch.nonzero(graph.train_mask).flatten()
-            self.loader = MiniBatchLoader(train_ids, strategy.batch_size, seed=config.seed)
+            if self.link is not None:  # edge batches: positives and their keyed negatives, both endpoints sampled
+                self.loader = EdgeBatchLoader(self.link.split, strategy.batch_size, config.seed)
+            else:
+                train_ids = torch.nonzero(graph.train_mask).flatten()
+                self.loader = MiniBatchLoader(train_ids, strategy.batch_size, seed=config.seed)
         elif self.mapped:
             raise ValueError("strategy 'single' trains full-graph on an in-memory graph; a host-shared graph "
                              "directory needs --minibatch")
@@ -154,8 +164,34 @@ class SingleStrategy(Strategy):
         self.tracker.track("optimizer", *optimizer_tensors(self.optimizer))
         return loss.item()
 
+    def _link_batch_step(self, blocks, x, batch: EdgeBatch) -> float:
+        """One optimiser step on an edge batch: its seeds' embeddings, the BCE of its pairs / their count."""
+        self.optimizer.zero_grad(set_to_none=True)
+        z = self.model(blocks, x)
+        device = z.device
+        loss = self.link.loss_sum(z[batch.src_pos.to(device)], z[batch.dst_pos.to(device)],
+                                  batch.label.to(device)) / batch.num_pairs
+        loss.backward()
+        check_gradients([p.grad for p in self.model.parameters()], loss)
+        self.optimizer.step()
+        self.tracker.track("optimizer", *optimizer_tensors(self.optimizer))
+        return loss.item()
+
     def _minibatch_epoch(self, epoch: int) -> float:
-        batches = self.loader.batches(epoch)
+        """One epoch of mini-batches: of training vertices, or (``--task link``) of training edges, whose seeds'
+        neighbourhoods are sampled (:mod:`graphscale.tasks.edge_batches`)."""
+        if self.link is None:
+            batches = self.loader.batches(epoch)
+            targets_of = batch_of = None
+        else:
+            edge_ids = self.loader.edge_ids(epoch)
+            batches = [None] * len(edge_ids)
+
+            def batch_of(i: int) -> EdgeBatch:
+                return self.loader.batch(edge_ids[i], epoch)
+
+            def targets_of(batch: EdgeBatch) -> torch.Tensor:
+                return batch.seeds
         device = self.env.device
 
         # fixed input rows on the host are gathered ahead too; a learnable table's (autograd) and a device's are not
@@ -167,16 +203,23 @@ class SingleStrategy(Strategy):
             ahead = None
 
         def gather(i: int):  # the batch's blocks and input rows: runs one batch ahead, in the prefetch thread
-            blocks = self.sampler.sample(batches[i], batch_key=epoch * len(batches) + i)
-            return blocks, None if ahead is None else ahead(blocks[0].src_ids)
+            batch = batches[i] if batch_of is None else batch_of(i)
+            targets = batch if targets_of is None else targets_of(batch)
+            blocks = self.sampler.sample(targets, batch_key=epoch * len(batches) + i)
+            return batch, blocks, None if ahead is None else ahead(blocks[0].src_ids)
 
         total, count = 0.0, 0
-        for targets, (blocks, x) in zip(batches, prefetched(gather, len(batches))):
+        for batch, blocks, x in prefetched(gather, len(batches)):
             blocks = [b.to(device) for b in blocks]
             x = self.x[blocks[0].src_ids] if x is None else x.to(device)
-            every = torch.ones(targets.numel(), dtype=torch.bool, device=device)
-            total += self._step(blocks, x, every, targets.numel()) * targets.numel()
-            count += targets.numel()
+            if self.link is not None:
+                size = batch.num_pairs
+                total += self._link_batch_step(blocks, x, batch) * size
+            else:
+                size = batch.numel()
+                every = torch.ones(size, dtype=torch.bool, device=device)
+                total += self._step(blocks, x, every, size) * size
+            count += size
         return total / max(count, 1)
 
     @torch.no_grad()
@@ -195,6 +238,8 @@ class SingleStrategy(Strategy):
             if self.evaluator is None:
                 self.evaluator = LayerwiseEvaluator(Comm(self.env), self.graph, self.model,
                                                     tables=evaluation_tables(self.config))
+            if self.link is not None:  # every vertex's embedding, layer by layer, then the pairs scored
+                return self.link.evaluate(self.evaluator.logits())
             return self.evaluator.evaluate()
         self.model.eval()
         logits = self.model(self.block, self.x)

@@ -25,10 +25,8 @@ def refusal(args: list[str], capsys) -> str:
     (["--task", "link", "--link-split", "0.9,0.1"], "--link-split takes three fractions TRAIN,VAL,TEST, got 2 (0.9,0.1)"),
     (["--task", "link", "--hits-k", "0,50"], "--hits-k must be integers >= 1, got 0,50"),
     (["--task", "link", "--strategy", "graph-parallel", "--workers", "2"],
-     "--task link: strategy 'graph-parallel' does not train link prediction; strategies that run it here: single"),
-    (["--task", "link", "--minibatch"],
-     ("--task link: strategy 'single' runs link prediction full-graph only (drop --minibatch); strategies that run "
-      "it here: none")),
+     ("--task link: strategy 'graph-parallel' does not train link prediction; strategies that run it here: "
+      "data-parallel, single, split-parallel")),
     (["--decoder", "mlp"], "--decoder is read by --task link only; this run's task is 'node'"),
     (["--link-split", "0.8,0.1,0.1"], "--link-split is read by --task link only; this run's task is 'node'"),
 ])
@@ -36,7 +34,7 @@ def test_bad_link_options_are_one_line(args, message, capsys):
     assert refusal(args, capsys) == message
 
 
-@pytest.mark.parametrize("strategy", ["data-parallel", "split-parallel", "offload", "pipeline", "task-parallel",
+@pytest.mark.parametrize("strategy", ["offload", "pipeline", "task-parallel",
                                       "model-averaging"])
 def test_every_strategy_without_link_prediction_refuses_it_by_name(strategy):
     config = build_config({"task": "link", "strategy": {"name": strategy, "workers": 2}, "oversubscribe": True})

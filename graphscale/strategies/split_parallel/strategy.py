@@ -44,6 +44,13 @@ issues the same collectives in the same order (forward shuffles ``l = 0..L-1``,
 backward shuffles in reverse, then the all-reduce), also when it owns no
 targets or ships no rows: its (possibly empty) outputs stay on the autograd path.
 
+**Link prediction** (``--task link``): the mini-batches are edge batches (:mod:`graphscale.tasks.edge_batches`), their
+seeds sampled and split as targets are; the seeds' embeddings come out on their owners and each pair is scored on its
+source's owner, the destination embeddings it lacks exchanged under ``pair_rows``
+(:class:`~graphscale.strategies.link_minibatch.PairExchange`, whose docstring gives the bytes); the workers' summed
+pair losses / ``2b`` and the all-reduce make ``single --minibatch``'s step (tested, with ``pair_rows`` against its
+closed form). The other categories are recorded as below, the seeds standing for the targets.
+
 **Closed forms** (bytes per epoch summed over workers; ``s`` bytes per element,
 ``d`` features, ``P`` parameter elements, ``K`` mini-batches, ``C`` the union of
 the caches, ``rows_{k,l}`` = ``sum_{i != j}`` of layer ``l``'s ref / halo lists)::
@@ -89,6 +96,7 @@ from graphscale.options.split_parallel import SplitParallelOptions
 from graphscale.registry import STRATEGIES
 from graphscale.strategies.base import allreduce_gradients, masked_loss_sum, optimizer_tensors
 from graphscale.strategies.epoch import Epoch
+from graphscale.strategies.link_minibatch import PairExchange
 from graphscale.strategies.minibatch_common import (
     SHUFFLE,
     MiniBatchStrategy,
@@ -105,6 +113,7 @@ from graphscale.strategies.split_parallel.split import (
     SplitWorkspace,
     split_minibatch,
 )
+from graphscale.tasks.edge_batches import EdgeBatch
 
 #: How a layer is split: GraphSAGE pre-aggregates, GAT ships projected rows, anything else ships its inputs.
 SAGE, GAT, GENERIC = "sage", "gat", "generic"
@@ -187,6 +196,10 @@ class SplitParallel(MiniBatchStrategy):
         return True
 
     @classmethod
+    def link_refusal(cls, config: RunConfig) -> str:
+        return ""  # edge batches split like node batches, pairs scored on their source's owner
+
+    @classmethod
     def shared_data_key(cls, config: RunConfig) -> dict | None:
         return {"cache_fraction": config.strategy.cache_fraction}
 
@@ -204,7 +217,8 @@ class SplitParallel(MiniBatchStrategy):
         self.cache_x = load_host_rows(self.comm, self.host_rows, self.plan.cached_ids(env.rank), env.device)  # at setup
         self.kinds = layer_kinds(model)
         self.modes = split_modes(self.kinds)
-        self.loader = MiniBatchLoader(self.train_ids, config.strategy.batch_size, seed=config.seed)
+        self.loader = (MiniBatchLoader(self.train_ids, config.strategy.batch_size, seed=config.seed)
+                       if self.link is None else self.edge_loader)
         self.workspace = SplitWorkspace()
         self.tracker.track("cache", self.cache_x)
         self._tally = {"shuffle_fwd": [0] * len(self.kinds), "shuffle_bwd": [0] * len(self.kinds)}
@@ -220,6 +234,16 @@ class SplitParallel(MiniBatchStrategy):
         collective (so it can run ahead, in the prefetch thread)."""
         local = self.split(targets, batch_key)
         return local, self.host_rows.gather(local.miss_ids)
+
+    def gather_link(self, batch: EdgeBatch, batch_key: int) -> tuple[LocalSplit, torch.Tensor, PairExchange]:
+        """:meth:`gather_split` of an edge batch (its seeds sampled as ``single`` samples them) and the
+        :class:`~graphscale.strategies.link_minibatch.PairExchange` of its pairs."""
+        whole = split_minibatch(self.sampler.sample(batch.seeds, batch_key), self.plan, self.modes, self.workspace)
+        s = batch.seeds.numel()
+        owner, own_pos = torch.from_numpy(whole.owner[:s].copy()), torch.from_numpy(whole.own_pos[:s].copy())
+        pairs = PairExchange(owner, own_pos, batch, self.env.rank, self.env.world_size)
+        local = whole.local(self.env.rank)
+        return local, self.host_rows.gather(local.miss_ids), pairs
 
     def load_inputs(self, local: LocalSplit, miss_x: torch.Tensor | None = None) -> torch.Tensor:
         """This worker's input rows: cache hits from its cache, global misses from the host (``h2d``; ``miss_x``:
@@ -317,17 +341,48 @@ class SplitParallel(MiniBatchStrategy):
         self.optimizer.step()
         return loss.detach(), logits.detach(), local
 
+    def link_step(self, batch: EdgeBatch, gathered: tuple[LocalSplit, torch.Tensor, PairExchange]) -> tuple[
+            torch.Tensor, LocalSplit]:
+        """One training step on an edge batch: the seeds' embeddings (:meth:`forward`), this worker's pairs scored
+        (:class:`PairExchange`), the loss sum / ``2b``, backward, all-reduce, optimiser step.
+
+        Returns:
+            ``(loss_sum, local)``: this worker's summed loss over its pairs (detached) and its split.
+        """
+        device = self.env.device
+        local, miss_x, pairs = gathered
+        record_structure(self.comm, local.tensors())
+        local = local.to(device)
+        x = self.load_inputs(local, miss_x)
+        self.optimizer.zero_grad(set_to_none=True)
+        z = self.forward(local, x)
+        loss = pairs.loss_sum(self.comm, z, self.link)
+        (loss / batch.num_pairs + 0.0 * z.sum()).backward()
+        allreduce_gradients(self.comm, self.params, self.tracker)
+        self.optimizer.step()
+        return loss.detach(), local
+
     # ---------------------------------------------------------------- epochs
     def train_epoch(self, epoch: int) -> EpochStats:
         run = Epoch(self.model, epoch, self.env, self.tracker)
         self._tally = {"shuffle_fwd": [0] * len(self.kinds), "shuffle_bwd": [0] * len(self.kinds)}
         loss_sum = torch.zeros((), dtype=torch.float64)
-        counts = {"targets": 0, "input_rows": 0, "cache_hit_rows": 0, "host_rows": 0, "edges": 0}
+        counts = {"targets": 0, "input_rows": 0, "cache_hit_rows": 0, "host_rows": 0, "edges": 0,
+                  **({"pairs": 0} if self.link is not None else {})}
         with self.tracker.epoch():
             batches = self.loader.batches(epoch)
-            ahead = prefetched(lambda i: self.gather_split(batches[i], self.loader.batch_key(epoch, i)), len(batches))
+            if self.link is None:
+                ahead = prefetched(lambda i: self.gather_split(batches[i], self.loader.batch_key(epoch, i)),
+                                   len(batches))
+            else:
+                ahead = prefetched(lambda i: self.gather_link(batches[i], self.loader.batch_key(epoch, i)),
+                                   len(batches))
             for i, (targets, gathered) in enumerate(zip(batches, ahead)):
-                loss, _, local = self.step(targets, self.loader.batch_key(epoch, i), gathered)
+                if self.link is None:
+                    loss, _, local = self.step(targets, self.loader.batch_key(epoch, i), gathered)
+                else:
+                    loss, local = self.link_step(targets, gathered)
+                    counts["pairs"] += gathered[2].pairs.numel()
                 self.tracker.track("optimizer", *optimizer_tensors(self.optimizer))
                 self.tracker.untrack("gradients")
                 loss_sum += loss.double().cpu()
