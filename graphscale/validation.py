@@ -369,6 +369,17 @@ def _check_task(config: RunConfig, strategy) -> None:
                          f"{', '.join(able) or 'none'}")
 
 
+def check_strategy_weights(config: RunConfig, weighted: bool, halo_hops: int) -> None:
+    """A weighted graph under a strategy that carries the weights but not in every part ``config`` runs
+    (:meth:`Strategy.edge_weight_refusal`; ``halo_hops``: the partition store's), refused naming the option; after
+    :func:`check_user_model` (which counts a PyG model's layers)."""
+    from graphscale.registry import STRATEGIES
+
+    why = weighted and STRATEGIES.get(config.strategy.name).edge_weight_refusal(config, halo_hops)
+    if why:
+        raise ValueError(f"the graph has edge weights (edge_weight), which strategy {config.strategy.name!r} {why}")
+
+
 def check_user_model(config: RunConfig, in_dim: int | None = None, num_classes: int | None = None,
                      weighted: bool = False) -> None:
     """A user's model (``[model] factory`` or ``--model module.path:attr``): built once here, in the parent, and
