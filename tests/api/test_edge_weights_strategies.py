@@ -99,3 +99,15 @@ def test_model_averaging_refuses_what_carries_no_weights(no_run, extra, match):
                                          r"'model-averaging' " + match) as err:
         losses("model-averaging", 2, **extra)
     assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize(("strategy", "extra"), [("offload", {"chunks": 2}), ("pipeline", {"chunks": 2})])
+def test_predict_under_offload_and_pipeline_uses_the_weights(strategy, extra):
+    """``gs.predict`` of PyG's ``GCN`` on the weighted graph: the model's own outputs with the weights."""
+    d = weighted_data()
+    torch.manual_seed(0)
+    model = GCN(6, 8, 2, 3).double().eval()
+    with torch.no_grad():
+        outputs = model(d.x, d.edge_index, d.edge_weight)
+    out = gs.predict(model, d, strategy=strategy, workers=1, dtype="float64", **extra)
+    assert torch.allclose(out, outputs, rtol=1e-10, atol=1e-12)
