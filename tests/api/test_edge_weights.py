@@ -152,7 +152,9 @@ def no_run(monkeypatch):
                                                 r"but conv call 1 \(GraphConv\) is not passed")),
     (lambda: "gcn", {"strategy": "task-parallel", "workers": 2},
      r"^the graph has edge weights \(edge_weight\), which strategy 'task-parallel' does not give its convs"),
-    (lambda: "gcn", {}, r"^the graph has edge weights \(edge_weight\), which graphscale's model 'gcn' does not"),
+    (lambda: "sage", {}, r"^the graph has edge weights \(edge_weight\), which graphscale's model 'sage' does not"),
+    (lambda: "gcn", {"decoupled": "on"},
+     r"^the graph has edge weights \(edge_weight\), which the decoupled form of graphscale's model 'gcn' does not"),
 ])
 def test_what_cannot_take_the_weights_is_refused(no_run, model, options, match):
     """A conv without edge_weight, a forward that leaves a conv without it, a strategy whose blocks carry no weights
