@@ -32,7 +32,7 @@ from graphscale.prepare import prepare_data
 from graphscale.registry import STRATEGIES
 from graphscale.strategies.base import metric_name
 from graphscale.tasks.link import attach_decoder, output_width
-from graphscale.validation import check_edge_weights, check_user_model, validate
+from graphscale.validation import check_edge_weights, check_strategy_weights, check_user_model, validate
 
 
 def train_worker(env: DistEnv, config: RunConfig, data: DataHandle, parent_baseline: tuple | None = None) -> dict:
@@ -234,6 +234,7 @@ def run(config: RunConfig, *, write: bool = True, keep_model: bool = False) -> d
         check_edge_weights(config, weighted)
         check_user_model(config, input_width(config.data.features, data.num_features),
                          output_width(config, data.num_classes), weighted)  # widths, and the convs' edge weights
+        check_strategy_weights(config, weighted, int(data.summary.get("halo_hops", 1)))
         trivial = trivial_baseline(data) if config.task == "node" else None
         split_warning = link_split_warning(config, data)
         if saved is not None:

@@ -332,8 +332,9 @@ def _check_decoupled(config: RunConfig, strategy) -> None:
 def check_edge_weights(config: RunConfig, weighted: bool) -> None:
     """A weighted graph (``edge_weight``) is trained only where the weights reach the convs: by a strategy whose
     blocks carry them (``Strategy.edge_weights``) and a PyG model every conv of which takes them (checked by
-    :func:`check_user_model`); graphscale's own models take none."""
-    from graphscale.nn.models import is_pyg_config
+    :func:`check_user_model`) or graphscale's ``gcn`` (not decoupled), whose normalisation takes them as PyG's
+    ``gcn_norm`` does; graphscale's other models take none."""
+    from graphscale.nn.models import is_decoupled, is_pyg_config
     from graphscale.registry import STRATEGIES
 
     if not weighted:
@@ -343,10 +344,12 @@ def check_edge_weights(config: RunConfig, weighted: bool) -> None:
         able = [n for n in STRATEGIES.names() if STRATEGIES.get(n).edge_weights]
         raise ValueError(f"the graph has edge weights (edge_weight), which strategy {name!r} does not give its "
                          f"convs; strategies that do: {', '.join(able)} (or delete the weights)")
-    if not is_pyg_config(config.model):
-        raise ValueError(f"the graph has edge weights (edge_weight), which graphscale's model "
-                         f"{config.model.name!r} does not take; train a PyG model whose convs take edge_weight "
-                         "(GCNConv, GraphConv, ...) or delete the weights")
+    if is_pyg_config(config.model) or (config.model.name == "gcn" and not is_decoupled(config)):
+        return
+    what = "the decoupled form of graphscale's model" if config.model.name == "gcn" else "graphscale's model"
+    raise ValueError(f"the graph has edge weights (edge_weight), which {what} {config.model.name!r} does not "
+                     "take; train graphscale's gcn (not decoupled) or a PyG model whose convs take edge_weight "
+                     "(GCNConv, GraphConv, ...), or delete the weights")
 
 
 def _check_task(config: RunConfig, strategy) -> None:
@@ -367,6 +370,17 @@ def _check_task(config: RunConfig, strategy) -> None:
         able = [n for n in STRATEGIES.names() if not STRATEGIES.get(n).link_refusal(config)]
         raise ValueError(f"--task link: strategy {config.strategy.name!r} {why}; strategies that run it here: "
                          f"{', '.join(able) or 'none'}")
+
+
+def check_strategy_weights(config: RunConfig, weighted: bool, halo_hops: int) -> None:
+    """A weighted graph under a strategy that carries the weights but not in every part ``config`` runs
+    (:meth:`Strategy.edge_weight_refusal`; ``halo_hops``: the partition store's), refused naming the option; after
+    :func:`check_user_model` (which counts a PyG model's layers)."""
+    from graphscale.registry import STRATEGIES
+
+    why = weighted and STRATEGIES.get(config.strategy.name).edge_weight_refusal(config, halo_hops)
+    if why:
+        raise ValueError(f"the graph has edge weights (edge_weight), which strategy {config.strategy.name!r} {why}")
 
 
 def check_user_model(config: RunConfig, in_dim: int | None = None, num_classes: int | None = None,

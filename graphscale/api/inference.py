@@ -111,7 +111,7 @@ def predict(model, data, /, *, strategy: str = "single", workers: int = 1, **opt
     from graphscale.data.features import input_width
     from graphscale.distributed.launch import launch, resolve_device
     from graphscale.prepare import prepare_data
-    from graphscale.validation import check_edge_weights, check_user_model, validate
+    from graphscale.validation import check_edge_weights, check_strategy_weights, check_user_model, validate
 
     if strategy not in PREDICT_STRATEGIES:
         from graphscale.registry import STRATEGIES
@@ -128,6 +128,7 @@ def predict(model, data, /, *, strategy: str = "single", workers: int = 1, **opt
     weighted = bool(handle.summary.get("weighted"))
     check_edge_weights(config, weighted)
     check_user_model(config, input_width(config.data.features, handle.num_features), handle.num_classes, weighted)
+    check_strategy_weights(config, weighted, int(handle.summary.get("halo_hops", 1)))
     backend = None if config.backend == "auto" else config.backend
     results = launch(predict_worker, workers, config, handle, device=resolve_device(config.device, workers, backend),
                      backend=backend, timeout_s=config.strategy.timeout, allocator_mode=config.allocator or None)

@@ -43,10 +43,12 @@ DATASET_HELP: list[tuple[str, str]] = [
     ("ogb:DIR[:SPLIT]", ("an OGB node-property dataset read offline: DIR/raw/{edge,node-feat,node-label,"
                          "num-node-list}.csv.gz and DIR/split/SPLIT/{train,valid,test}.csv.gz (SPLIT defaults "
                          "to the only one); DIR may also be a folder holding exactly one such dataset")),
-    ("edgelist:FILE[:LABELS]", ("a text edge list, one 'src dst' pair per line (SNAP style: blanks or commas, '#'/'%' "
-                                "comments, an optional header line, extra columns ignored), symmetrised; ids not "
-                                "exactly 0..max are relabelled 0..N-1 in increasing order (meta original_ids); no "
-                                "features; LABELS: 'node label' lines, unlabelled nodes -1, seeded 20/30/rest split")),
+    ("edgelist:FILE[:LABELS][:weighted]", ("a text edge list, one 'src dst' pair per line (SNAP style: blanks or "
+                                           "commas, '#'/'%' comments, an optional header line, extra columns "
+                                           "ignored), symmetrised; ids not exactly 0..max are relabelled 0..N-1 in "
+                                           "increasing order (meta original_ids); no features; LABELS: 'node label' "
+                                           "lines, unlabelled nodes -1, seeded 20/30/rest split; weighted: lines "
+                                           "'src dst weight', the third column the edge's weight (read whole)")),
     ("metis:FILE", ("a METIS graph file: header 'n m [fmt [ncon]]', '%' comments, then one line per vertex "
                     "listing its 1-based neighbours (after vertex sizes/weights, with edge weights as fmt says; "
                     "weights dropped); m counts each undirected edge once; no features or labels")),
@@ -79,6 +81,15 @@ def split_option(arg: str, accept) -> tuple[str, str | None]:
     if sep and head and accept(head, tail):
         return head, tail
     return arg, None
+
+
+def weighted_option(arg: str) -> tuple[str, bool]:
+    """``PATH[:weighted]`` (an edge list's ``:weighted``, last): the rest and whether it was given (unless ``arg``
+    itself names a file)."""
+    head, sep, tail = arg.rpartition(":")
+    if sep and head and tail == "weighted" and not Path(arg).exists():
+        return head, True
+    return arg, False
 
 
 # The options of the readers that take ``KIND:PATH:key=value,...`` (a bare number is the seed).
@@ -141,8 +152,9 @@ def load_dataset(spec: str) -> Graph:
         folder, split = split_option(arg, lambda d, s: not Path(arg).exists() and Path(d).is_dir())
         return read_ogb(folder, split)
     if kind == "edgelist":
+        arg, weighted = weighted_option(arg)
         file, labels = split_option(arg, lambda f, lab: not Path(arg).exists() and Path(f).is_file())
-        return read_edgelist(file, labels)
+        return read_edgelist(file, labels, weighted=weighted)
     if kind == "metis":
         return read_metis(arg)
     if kind == "mat":

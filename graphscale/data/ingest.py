@@ -36,7 +36,7 @@ from pathlib import Path
 import numpy as np
 
 from graphscale.data import synthetic
-from graphscale.data.datasets import load_dataset, split_option
+from graphscale.data.datasets import load_dataset, split_option, weighted_option
 from graphscale.data.edge_stream import DEFAULT_CHUNK_EDGES
 from graphscale.data.external_csr import ExternalCSR
 from graphscale.data.formats import (
@@ -154,6 +154,8 @@ def ingest(spec: str, out_dir: str | Path, *, chunk_edges: int = DEFAULT_CHUNK_E
             raise ValueError(f"dataset spec {spec!r} needs a path: {kind}:PATH")
         elif kind == "graphdir":
             _graphdir(job, Path(arg))
+        elif kind == "edgelist" and weighted_option(arg)[1]:  # a weighted edge list is read whole
+            save_graph_dir(load_dataset(spec), out_dir, overwrite=overwrite)
         elif kind == "edgelist":
             file, labels = split_option(arg, lambda f, lab: not Path(arg).exists() and Path(f).is_file())
             _edgelist(job, Path(file), labels)

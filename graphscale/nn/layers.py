@@ -62,22 +62,30 @@ def _check_src(block, x_src, in_dim: int, who: str) -> None:
 
 
 def _gcn_scales(block, like: Tensor):
-    """GCN's normalisation of ``block`` as :func:`~graphscale.nn.ops.propagate`'s scales (from global degrees)."""
+    """GCN's normalisation of ``block`` as :func:`~graphscale.nn.ops.propagate`'s scales (from global degrees; a
+    weighted block's edge weights, its degrees the weighted in-degrees, as PyG's ``gcn_norm`` with weights)."""
     def scales():
         cs, rs, ss = gcn_norm_scales(block.src_deg.to(like.device), block.num_dst, like.dtype)
-        return None, cs, rs, ss
+        weight = _edge_weight(block)
+        return (None if weight is None else weight.to(like.device, like.dtype)), cs, rs, ss
 
     return scales
+
+
+def _edge_weight(block) -> Tensor | None:
+    """A block's edge weights (``None`` unweighted, or for a bare topology)."""
+    return getattr(block, "edge_weight", None)
 
 
 def gcn_aggregate(block, x_src: Tensor, src_dropout=None) -> Tensor:
     r"""GCN propagation with an implicit self-loop and global degrees.
 
     .. math::
-        (\hat A x)_v = \sum_{u \in N_{in}(v)} \frac{x_u}{\sqrt{(d_u+1)(d_v+1)}} + \frac{x_v}{d_v + 1}
+        (\hat A x)_v = \sum_{u \in N_{in}(v)} \frac{w_{uv} x_u}{\sqrt{(d_u+1)(d_v+1)}} + \frac{x_v}{d_v + 1}
 
     Args:
-        block: the block; ``d = block.src_deg``.
+        block: the block; ``d = block.src_deg``, ``w = block.edge_weight`` (1 unweighted; a weighted graph's
+            degrees are its weighted in-degrees).
         x_src: source features.
         src_dropout: a keyed dropout of ``x_src`` fused into the product
             (:class:`~graphscale.nn.dropout.RowKeep`; see :func:`~graphscale.nn.ops.spmm`).
@@ -88,7 +96,8 @@ def gcn_aggregate(block, x_src: Tensor, src_dropout=None) -> Tensor:
     Shapes:
         x_src ``[S, F]`` -> ``[D, F]``.
     """
-    return propagate(block, x_src, "gcn", _gcn_scales(block, x_src), symmetric=True, src_dropout=src_dropout)
+    return propagate(block, x_src, "gcn", _gcn_scales(block, x_src), symmetric=_edge_weight(block) is None,
+                     src_dropout=src_dropout)
 
 
 def gcn_aggregate_transpose(block, g_dst: Tensor) -> Tensor:
@@ -99,7 +108,7 @@ def gcn_aggregate_transpose(block, g_dst: Tensor) -> Tensor:
     Shapes:
         g_dst ``[D, F]`` -> ``[S, F]``.
     """
-    return propagate_transpose(block, g_dst, "gcn", _gcn_scales(block, g_dst), symmetric=True)
+    return propagate_transpose(block, g_dst, "gcn", _gcn_scales(block, g_dst), symmetric=_edge_weight(block) is None)
 
 
 def attention_coefficients(topo, a_src: Tensor, a_dst: Tensor, negative_slope: float) -> tuple[Tensor, Tensor]:

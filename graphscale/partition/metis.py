@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import dataclasses
 import os
 import sys
 import tempfile
@@ -247,6 +248,8 @@ class MetisPartitioner(VertexPartitioner):
     def _metis(self, graph: Graph, num_parts: int, seed: int, weights: np.ndarray | None) -> torch.Tensor:
         check_metis_memory(graph.num_nodes, graph.num_edges, self.host_memory)
         pymetis = _import_pymetis()
+        if graph.weighted:  # the cut counts edges: METIS reads the topology only
+            graph = dataclasses.replace(graph, edge_weight=None)
         g = graph.remove_self_loops().symmetrize()
         xadj = g.indptr.numpy().astype(np.int32 if g.num_edges < 2**31 else np.int64)
         adjncy = g.indices.numpy().astype(xadj.dtype)

@@ -90,6 +90,13 @@ class Strategy(ABC):
         (:func:`graphscale.validation.validate`); raise ``ValueError`` naming the option."""
 
     @classmethod
+    def edge_weight_refusal(cls, config: RunConfig, halo_hops: int) -> str:
+        """Why a strategy with :attr:`edge_weights` cannot give ``config``'s convs a weighted graph's edge weights
+        (a part of it that carries none, with the option that avoids it), completing "it ..."; empty: it can.
+        ``halo_hops``: the partition store's. The parent refuses the run with this reason before any worker starts."""
+        return ""
+
+    @classmethod
     def link_refusal(cls, config: RunConfig) -> str:
         """Why it cannot run ``config`` with ``--task link`` (:mod:`graphscale.tasks`), completing "it ..."; empty:
         it can. The parent refuses the run with this reason before any worker starts."""

@@ -173,6 +173,7 @@ class DataParallel(MiniBatchStrategy):
     exact = True
     #: the partitioner splits PaGraph's training vertices and, for every cache, the evaluation's ownership
     options = option_names(DataParallelOptions)
+    edge_weights = True  # the sampler's blocks carry a weighted graph's edge weights
 
     @classmethod
     def unused_options(cls, config: RunConfig) -> dict[str, str]:

@@ -150,9 +150,11 @@ def no_run(monkeypatch):
                                          r"SAGEConv \(layer 0\) takes no edge_weight")),
     (lambda: Residual(takes_weight=False), {}, (r"Residual instance: the graph has edge weights \(edge_weight\), "
                                                 r"but conv call 1 \(GraphConv\) is not passed")),
-    (lambda: GCN(6, 8, 2, 3), {"strategy": "data-parallel", "workers": 2},
-     r"^the graph has edge weights \(edge_weight\), which strategy 'data-parallel' does not give its convs"),
-    (lambda: "gcn", {}, r"^the graph has edge weights \(edge_weight\), which graphscale's model 'gcn' does not"),
+    (lambda: "gcn", {"strategy": "task-parallel", "workers": 2},
+     r"^the graph has edge weights \(edge_weight\), which strategy 'task-parallel' does not give its convs"),
+    (lambda: "sage", {}, r"^the graph has edge weights \(edge_weight\), which graphscale's model 'sage' does not"),
+    (lambda: "gcn", {"decoupled": "on"},
+     r"^the graph has edge weights \(edge_weight\), which the decoupled form of graphscale's model 'gcn' does not"),
 ])
 def test_what_cannot_take_the_weights_is_refused(no_run, model, options, match):
     """A conv without edge_weight, a forward that leaves a conv without it, a strategy whose blocks carry no weights

@@ -12,18 +12,20 @@ from graphscale.data.graph import Graph
 
 
 def build_graph(src, dst, num_nodes: int, *, x=None, y=None, masks: dict | None = None, name: str, num_classes: int,
-           source: str) -> Graph:
-    """Assemble a symmetric, coalesced, self-loop-free graph with normalised dtypes."""
+                source: str, edge_weight=None) -> Graph:
+    """Assemble a symmetric, coalesced, self-loop-free graph with normalised dtypes; with ``edge_weight`` (one per
+    edge) a weighted one from edges already symmetric and distinct (self-loops still dropped)."""
     src, dst = torch.as_tensor(np.asarray(src), dtype=torch.int64), torch.as_tensor(np.asarray(dst), dtype=torch.int64)
     keep = src != dst
     masks = {k: torch.as_tensor(np.asarray(v), dtype=torch.bool) for k, v in (masks or {}).items()}
     if y is not None:  # class ids [N] as int64, a multi-label 0/1 matrix [N, C] as uint8
         y = np.asarray(y)
         y = torch.as_tensor(y, dtype=torch.uint8 if y.ndim == 2 else torch.int64)
-    graph = Graph.from_edges(src[keep], dst[keep], num_nodes, name=name,
+    weight = None if edge_weight is None else torch.as_tensor(np.asarray(edge_weight), dtype=torch.float64)[keep]
+    graph = Graph.from_edges(src[keep], dst[keep], num_nodes, weight, name=name,
                              x=None if x is None else torch.as_tensor(np.asarray(x), dtype=torch.float32), y=y,
                              meta={"num_classes": int(num_classes), "source": source}, **masks)
-    return graph.symmetrize()
+    return graph if weight is not None else graph.symmetrize()
 
 
 def index_mask(index: np.ndarray, n: int) -> np.ndarray:

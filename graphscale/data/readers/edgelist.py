@@ -11,6 +11,7 @@ from graphscale.data.readers.common import build_graph, require
 from graphscale.data.readers.labels import class_ids, per_class_split
 from graphscale.data.readers.metis import is_metis
 from graphscale.data.readers.text import int_pairs, read_int_pairs, text_bytes
+from graphscale.data.readers.weighted_edges import undirected, weighted_edges
 
 
 def _relabel(src: np.ndarray, dst: np.ndarray) -> tuple[np.ndarray, np.ndarray, int, np.ndarray | None]:
@@ -62,8 +63,9 @@ def node_labels(file: Path, labels: str | Path | None, n: int, original: np.ndar
     return y, per_class_split(y, seed), len(class_names), class_names, source + f":{labels.resolve()}"
 
 
-def read_edgelist(file: str | Path, labels: str | Path | None = None, seed: int = 0) -> Graph:
-    """Read a plain-text edge list (SNAP style), optionally with a ``node label`` file.
+def read_edgelist(file: str | Path, labels: str | Path | None = None, seed: int = 0, weighted: bool = False) -> Graph:
+    """Read a plain-text edge list (SNAP style), optionally with a ``node label`` file; ``weighted``: lines
+    ``src dst weight`` (:mod:`~graphscale.data.readers.weighted_edges`), the graph's edge weights.
 
     Lines hold ``src dst`` (blank- or comma-separated); ``#`` / ``%`` comment lines, a header line
     (``id_1,id_2``) and extra columns are skipped (see :func:`read_int_pairs`). Edges are treated as
@@ -87,14 +89,23 @@ def read_edgelist(file: str | Path, labels: str | Path | None = None, seed: int 
     if is_metis(data):
         raise ValueError(f"{file} is a METIS graph file (a header 'n m', then one line of neighbours per vertex), "
                          f"not an edge list; read it with metis:{file}")
-    pairs = int_pairs(data, file, "node ids")
+    if weighted:
+        src, dst, weight, lines = weighted_edges(data, file)
+    else:
+        pairs = int_pairs(data, file, "node ids")
+        src, dst, weight, lines = pairs[:, 0], pairs[:, 1], None, None
     del data
-    if pairs.shape[0] == 0:
-        raise ValueError(f"{file} holds no edges (expected lines 'src dst'; '#'/'%' lines are comments)")
-    src, dst, n, original = _relabel(pairs[:, 0], pairs[:, 1])
-    del pairs
+    if src.size == 0:
+        raise ValueError(f"{file} holds no edges (expected lines 'src dst{' weight' if weighted else ''}'; '#'/'%' "
+                         "lines are comments)")
+    src, dst, n, original = _relabel(src, dst)
+    if weighted:
+        src, dst, weight = undirected(src, dst, weight, lines, file)
     y, masks, num_classes, class_names, source = node_labels(file, labels, n, original, seed)
-    graph = build_graph(src, dst, n, y=y, masks=masks, name=file.stem, num_classes=num_classes, source=source)
+    if weighted:
+        source += ":weighted"
+    graph = build_graph(src, dst, n, y=y, masks=masks, name=file.stem, num_classes=num_classes, source=source,
+                        edge_weight=weight)
     if original is not None:
         graph.meta["original_ids"] = original
     if class_names is not None:

@@ -151,6 +151,17 @@ class ModelAveraging(Strategy):
     exact = False
     data_view = PARTITION_LOCAL
     options = option_names(ModelAveragingOptions)
+    edge_weights = True  # its partitions' blocks and samples carry their edges' weights (not its fetched rows)
+
+    @classmethod
+    def edge_weight_refusal(cls, config: RunConfig, halo_hops: int) -> str:
+        sc = config.strategy
+        if sc.correction_steps:
+            return "samples --correction-steps' neighbourhoods across partitions without their edge weights"
+        if evaluation_mode(sc.evaluation, halo_hops, config.model.layers) == "fetch":
+            return (f"fetches --evaluation exact's rows beyond a {halo_hops}-hop halo without their edge weights; "
+                    f"use --halo-hops {config.model.layers} (exact from the halo) or --evaluation truncated")
+        return ""
 
     @classmethod
     def unused_options(cls, config: RunConfig) -> dict[str, str]:
@@ -302,7 +313,7 @@ class ModelAveraging(Strategy):
         if g.x is None or g.y is None or g.train_mask is None:
             raise ValueError(f"partition {part} of {self.data.path} lacks node features, labels or a training mask")
         device, n_inner = self.env.device, local.num_inner
-        block = Block(g.indptr, g.indices, local.orig_ids, local.degree).to(device)
+        block = Block(g.indptr, g.indices, local.orig_ids, local.degree, g.edge_weight).to(device)
         x = row_normalize(g.x) if self.data.feature_norm == "row" else g.x
         masks = {}
         for split in SPLITS:  # the store sets masks on home (inner) vertices only

@@ -369,7 +369,8 @@ class WorkerPlan:
         concatenation over batches with offsets (:func:`save_ragged`), the per-batch counts, and ``meta.json``."""
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=False)
-        for name in _BLOCK_ARRAYS:
+        for name in _BLOCK_ARRAYS + (("edge_weight",) if self.batches and self.batches[0].block.edge_weight
+                                     is not None else ()):  # a weighted graph's chunk blocks keep their weights
             save_ragged(folder, name, [getattr(bp.block, name) for bp in self.batches])
         for name in _BATCH_ARRAYS:
             save_ragged(folder, name, [getattr(bp, name) for bp in self.batches])
@@ -389,12 +390,14 @@ class WorkerPlan:
         meta = json.loads((folder / "meta.json").read_text())
         counts = np.load(folder / "counts.npy")
         k, m = counts.shape[0], int(meta["parts"])
-        arrays = {name: load_ragged(folder, name, k) for name in _BLOCK_ARRAYS + _BATCH_ARRAYS}
+        weights = ("edge_weight",) if (folder / "edge_weight.npy").exists() else ()
+        arrays = {name: load_ragged(folder, name, k) for name in _BLOCK_ARRAYS + weights + _BATCH_ARRAYS}
         plan = cls(int(meta["rank"]), meta["dedup"], int(meta["capacity"]), int(meta["recv_capacity"]),
                    owned=_read(folder, "owned"))
         for j in range(k):
             row = [int(c) for c in counts[j]]
-            plan.batches.append(BatchPlan(Block(*(arrays[name][j] for name in _BLOCK_ARRAYS)), num_reused=row[0],
+            plan.batches.append(BatchPlan(Block(*(arrays[name][j] for name in _BLOCK_ARRAYS + weights)),
+                                          num_reused=row[0],
                                           num_trans=row[1], send_counts=row[2:2 + m], recv_counts=row[2 + m:],
                                           **{name: arrays[name][j] for name in _BATCH_ARRAYS}))
         return plan
@@ -418,13 +421,13 @@ def build_worker_plan(graph: Graph, sets: ChunkSets, rank: int, dedup: str,
         sets: the scheduled chunk sets.
         rank: the worker.
         dedup: the dedup mode (``check_dedup``).
-        degrees: global in-degrees (default ``graph.in_degrees()``).
+        degrees: global in-degrees (default :meth:`Graph.gcn_degrees`: weighted for a weighted graph).
     """
     check_dedup(dedup)
     m, k = sets.num_parts, sets.num_chunks
     if not 0 <= rank < m:
         raise ValueError(f"build_worker_plan: rank {rank} is not in [0, {m})")
-    degrees = graph.in_degrees() if degrees is None else degrees
+    degrees = graph.gcn_degrees() if degrees is None else degrees
     owner = sets.owner
     owner_np = _np64(owner)
     n = graph.num_nodes

@@ -41,7 +41,10 @@ def _nbytes(*tensors: torch.Tensor | None) -> int:
 
 
 def block_tensors(block: Block | None) -> tuple:
-    return () if block is None else (block.indptr, block.indices, block.src_ids, block.src_deg)
+    if block is None:
+        return ()
+    weight = () if block.edge_weight is None else (block.edge_weight,)
+    return (block.indptr, block.indices, block.src_ids, block.src_deg, *weight)
 
 
 class DevicePlan:

@@ -216,6 +216,7 @@ class OffloadStrategy(OffloadPasses, Strategy):
 
     exact = True
     predict_refusal = ""
+    edge_weights = True  # chunk blocks are Block.from_nodes: they carry a weighted graph's edge weights
     options = option_names(OffloadOptions)
     single_host = True  # every worker reads and writes the same host arrays (shared-memory files on one host)
 
@@ -257,7 +258,7 @@ class OffloadStrategy(OffloadPasses, Strategy):
         owner, batch, chunks = plan_layout(graph, owner, world, config, model, dims, Bandwidths())
         sets = ChunkSets.build(graph, owner, batch, world, chunks)
         sets.save(folder)
-        degrees = graph.in_degrees()
+        degrees = graph.gcn_degrees()  # (weighted for a weighted graph, whose chunk blocks carry the weights)
         for rank in range(world):
             build_worker_plan(graph, sets, rank, check_dedup(config.strategy.dedup), degrees).save(
                 plan_folder(folder, rank))

@@ -190,7 +190,7 @@ class ChunkPlan:
         ``rank``'s sub-chunks (``nodes`` likewise), ``halo_chunk`` and ``cross_edges`` still whole-graph counts."""
         chunk_of = torch.as_tensor(chunk_of, dtype=torch.int64)
         num_chunks = int(chunk_of.max()) + 1 if chunk_of.numel() else 0
-        degrees = graph.in_degrees()
+        degrees = graph.gcn_degrees()  # (weighted for a weighted graph, whose blocks carry the weights)
         nodes, blocks, halo_chunk, cross = [], [], [], []
         for k in range(num_chunks):
             ids = torch.nonzero(chunk_of == k).flatten()

@@ -212,6 +212,7 @@ class PipelineStrategy(ChunkPasses, StageCheckpoint, Strategy):
 
     exact = False
     data_view = HOST_SHARED
+    edge_weights = True  # chunk blocks are Block.from_nodes: they carry a weighted graph's edge weights
     options = option_names(PipelineOptions)
     pyg_forward_refusal = "splits the model into stages of consecutive layers"
     predict_refusal = ""  # its evaluation is the exact forward, whatever the history options

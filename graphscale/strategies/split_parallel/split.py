@@ -20,6 +20,10 @@ pass over the cut edges only finishes them. With ``i = owner(u)``, ``j = owner(v
 * ``i != j``, mode ``"halo"`` (GAT and generic layers): ``u`` joins
   ``halo[i->j]``; its row is shipped once to ``j``, which computes the edge.
 
+A weighted graph's blocks (``Block.edge_weight``) split in halo mode: every local edge keeps its weight
+(``SplitLayer.edge_weight``, in the local CSRs' order), so worker ``j``'s block carries the weights of the edges it
+computes; pre-aggregation (graphscale's GraphSAGE) takes no weights and refuses them.
+
 Every ``i -> j`` list is in ascending row order of the sample (one order, known
 to sender and receiver alike, because every worker splits the same sample).
 
@@ -104,6 +108,7 @@ class SplitLayer:
     num_edges: int
     xptr: np.ndarray | None = None
     xidx: np.ndarray | None = None
+    edge_weight: np.ndarray | None = None  # halo mode, weighted: the weight of every ``lidx`` entry
 
     def pair_counts(self, world: int) -> np.ndarray:
         """``[W, W]`` rows shipped from ``i`` (row) to ``j`` (column)."""
@@ -205,7 +210,8 @@ class SplitMiniBatch:
             local = LocalLayer(mode=layer.mode, num_src=n_src, num_dst=n_dst,
                                indptr=t(layer.lptr[p0:p1].copy()), indices=t(layer.lidx[e0:e1].astype(np.int64)),
                                deg=t(layer.indptr[dst_rows + 1] - layer.indptr[dst_rows]), send_counts=send_counts,
-                               recv_counts=recv_counts)
+                               recv_counts=recv_counts,
+                               edge_weight=None if layer.edge_weight is None else t(layer.edge_weight[e0:e1]))
             if layer.mode == HALO:
                 local.send_index = t(own_pos[out_rows])
                 local.halo_ids = t(self.gids[in_rows])
@@ -238,6 +244,7 @@ class LocalLayer:
         xptr, xidx: preagg mode: CSR of the partial sums shipped (one row per reference slot, grouped by
             receiver; entries are own source rows).
         recv_pos: preagg mode: own destination row of every received partial sum, grouped by sender.
+        edge_weight: halo mode on a weighted graph: the weight of every local edge (aligned with ``indices``).
     """
 
     mode: str
@@ -253,10 +260,11 @@ class LocalLayer:
     xptr: torch.Tensor | None = None
     xidx: torch.Tensor | None = None
     recv_pos: torch.Tensor | None = None
+    edge_weight: torch.Tensor | None = None
 
     def tensors(self) -> list[torch.Tensor]:
         return [t for t in (self.indptr, self.indices, self.deg, self.send_index, self.halo_ids, self.xptr,
-                            self.xidx, self.recv_pos) if t is not None]
+                            self.xidx, self.recv_pos, self.edge_weight) if t is not None]
 
 
 @dataclass
@@ -306,7 +314,8 @@ class LocalSplit:
         layers = [LocalLayer(mode=l.mode, num_src=l.num_src, num_dst=l.num_dst, indptr=move(l.indptr),
                              indices=move(l.indices), deg=move(l.deg), send_counts=l.send_counts,
                              recv_counts=l.recv_counts, send_index=move(l.send_index), halo_ids=move(l.halo_ids),
-                             xptr=move(l.xptr), xidx=move(l.xidx), recv_pos=move(l.recv_pos)) for l in self.layers]
+                             xptr=move(l.xptr), xidx=move(l.xidx), recv_pos=move(l.recv_pos),
+                             edge_weight=move(l.edge_weight)) for l in self.layers]
         return LocalSplit(self.rank, move(self.gids), self.own_counts, move(self.hit_pos), move(self.hit_slot),
                           move(self.miss_pos), move(self.miss_ids), layers)
 
@@ -346,6 +355,16 @@ def input_loads(input_ids, plan: SplitPlan) -> np.ndarray:
     """
     code, cached, _ = _assign(_np64(input_ids), plan)
     return np.bincount(code[~cached] & 255, minlength=plan.num_parts)
+
+
+def _local_weights(block: Block, code: np.ndarray) -> np.ndarray | None:
+    """A weighted block's edge weights in the order of the halo kernel's local CSRs (every worker's segment in
+    turn, its destinations' edges in block order: a stable sort of the edges by their destination's owner)."""
+    if block.edge_weight is None:
+        return None
+    indptr = _np64(block.indptr)
+    owner = np.repeat(code[: block.num_dst] & 255, np.diff(indptr))
+    return block.edge_weight.detach().cpu().numpy()[np.argsort(owner, kind="stable")]
 
 
 def split_minibatch(blocks: list[Block], plan: SplitPlan, modes: str | list[str],
@@ -392,8 +411,11 @@ def split_minibatch(blocks: list[Block], plan: SplitPlan, modes: str | list[str]
                 indptr, indices, code, nd, ns, w, own_counts[b], lptr_buf, lidx_buf, mark, cut_a,
                 ws.get("cut_b", indices.size))
             layer = SplitLayer(mode, nd, ns, cnt, pair_off, rows, lptr, lidx, indptr, lptr_off, start, count,
-                               computed, int(local), int(indices.size))
+                               computed, int(local), int(indices.size), edge_weight=_local_weights(block, code))
         else:
+            if block.edge_weight is not None:
+                raise ValueError("split_minibatch: pre-aggregation (mode 'preagg') takes no edge weights; split a "
+                                 "weighted block in mode 'halo'")
             cnt, pair_off, rows, xptr, xidx, lptr, lidx, lptr_off, start, count, computed, local = \
                 split_preagg_kernel(indptr, indices, code, nd, w, lptr_buf, lidx_buf,
                                      ws.get("xidx" + tag, indices.size, code.dtype), mark, cut_a,

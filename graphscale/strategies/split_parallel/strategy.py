@@ -189,6 +189,7 @@ class SplitParallel(MiniBatchStrategy):
     name = "split-parallel"
     exact = True
     #: no ``cache``: split-parallel always uses its own non-overlapping per-part caches, sized by ``cache_fraction``
+    edge_weights = True  # halo-mode splits keep their edges' weights (graphscale.strategies.split_parallel.split)
     options = option_names(SplitParallelOptions)
 
     @classmethod
@@ -302,7 +303,8 @@ class SplitParallel(MiniBatchStrategy):
 
     def _local_block(self, lay: LocalLayer, ids: torch.Tensor) -> Block:
         src_ids = torch.cat([ids, lay.halo_ids])
-        return Block(lay.indptr, lay.indices, src_ids, self.in_degrees[src_ids.cpu()].to(src_ids.device))
+        return Block(lay.indptr, lay.indices, src_ids, self.in_degrees[src_ids.cpu()].to(src_ids.device),
+                     lay.edge_weight)
 
     def _gat_step(self, l: int, lay: LocalLayer, h: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
         model, gat = self.model, self.model.layers[l]
