@@ -28,6 +28,7 @@ conversion costs nothing to a user without them. Bad data is a one-line ``ValueE
 from __future__ import annotations
 
 import hashlib
+import warnings
 from dataclasses import replace
 
 import numpy as np
@@ -304,6 +305,7 @@ def from_data(data, name: str | None = None, where: str = "data", split: dict | 
     x = _features(getattr(data, "x", None), n, f"{where}.x")
     src, dst = _edges(getattr(data, "edge_index", None), n, f"{where}.edge_index")
     weight = _edge_weight(getattr(data, "edge_weight", None), src, dst, n, where)
+    _warn_self_loops(src, dst, where)
     y = _labels(getattr(data, "y", None), n, f"{where}.y")
     masks = split if split is not None else _data_split(data, n, where)
     if y.dim() == 2 and all(m is None for m in masks.values()):
@@ -334,6 +336,19 @@ def _edge_weight(value, src: torch.Tensor, dst: torch.Tensor, num_nodes: int, wh
         raise ValueError(f"{where}.edge_index repeats an edge while {where}.edge_weight is set; coalesce the edges "
                          "first (torch_geometric.utils.coalesce(edge_index, edge_weight))")
     return w
+
+
+def _warn_self_loops(src: torch.Tensor, dst: torch.Tensor, where: str) -> None:
+    """A ``Data``'s self-loops are kept as edges, as every other edge is (convs that aggregate over ``edge_index``
+    as given, such as ``SAGEConv``, ``GINConv`` and ``GraphConv``, see them as PyG's do); but ``GCNConv`` and
+    ``GATConv`` add one self-loop per vertex on top of them, where PyG's ignore (``GATConv``) or keep instead of
+    adding (``GCNConv``) the ones already there: a warning says so and how to agree."""
+    count = int((src == dst).sum())
+    if count:
+        warnings.warn(f"{where}.edge_index holds {count} self-loop(s), kept as edges: GCNConv and GATConv add one "
+                      "self-loop per vertex on top of them (PyG's do not), so their outputs differ from PyG's own "
+                      "calls; remove them first (torch_geometric.utils.remove_self_loops) for those convs to agree",
+                      UserWarning, stacklevel=3)
 
 
 #: a ``Data``'s per-edge inputs, which a :class:`Graph` does not hold: refused rather than dropped
