@@ -4,7 +4,8 @@
 (:meth:`~graphscale.partition.csr_source.GraphEdges.row_blocks`, ``in_degrees``; the vertex-stream partitioners
 LDG, Fennel and restream in natural order) the subgraph ``graph.subgraph(nodes)`` would give, for ascending
 ``nodes``: vertex ``nodes[k]`` is local vertex ``k``, a row keeps the in-neighbours inside ``nodes``, relabelled,
-ascending. Its state is an ``int64 [N]`` map from global to local ids, two ``[len(nodes)]`` arrays (the rows'
+in the whole graph's order (ascending, as the rows of a :class:`~graphscale.data.graph.Graph` and of a graph
+directory are, so the same CSR). Its state is an ``int64 [N]`` map from global to local ids, two ``[len(nodes)]`` arrays (the rows'
 parent pointers and kept counts) and one block of rows at a time; the whole graph's arrays may be memory-mapped
 (the rows are gathered from them, so the pages read are file-backed and reclaimable).
 """
@@ -83,17 +84,13 @@ class InducedEdges:
 
     def row_blocks(self, max_edges: int = DEFAULT_CHUNK_EDGES) -> Iterator[tuple[int, np.ndarray, np.ndarray]]:
         """``(first_row, indptr_block, indices_block)`` as :meth:`GraphEdges.row_blocks` gives them for the induced
-        subgraph; a block gathers at most ``max_edges`` parent records (except a single longer row)."""
+        subgraph (a row's sources in the whole graph's order); a block gathers at most ``max_edges`` parent records
+        (except a single longer row)."""
         for first, last in self._blocks(max_edges):
-            _, sources = gather_rows(self._indptr, self._indices, self.nodes[first:last])
-            row = np.repeat(np.arange(last - first), self._parent_degree[first:last])
-            src = self._local[sources]
-            kept = src >= 0
-            row, src = row[kept], src[kept]
-            order = np.lexsort((src, row))  # rows ascending, sources ascending within a row (Graph.subgraph's CSR)
+            src = self._local[gather_rows(self._indptr, self._indices, self.nodes[first:last])[1]]
             ptr = np.zeros(last - first + 1, np.int64)
             np.cumsum(self._degree[first:last], out=ptr[1:])
-            yield first, ptr, src[order]
+            yield first, ptr, src[src >= 0]
 
     def arrays(self) -> tuple[np.ndarray, np.ndarray]:
         """The whole induced CSR ``(indptr, indices)`` in memory (random-order streaming reads rows anywhere)."""

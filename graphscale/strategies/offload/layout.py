@@ -45,8 +45,9 @@ from graphscale.strategies.offload.plan import (
 from graphscale.strategies.offload.ragged import RaggedWriter, load_ragged
 from graphscale.strategies.offload.reorg import greedy_path
 
-#: parent records whose sources are gathered at a time when marking a chunk's neighbour set
-GATHER_EDGES = 1 << 22
+#: parent records whose sources are gathered at a time when marking a chunk's neighbour set (16 bytes each of
+#: temporaries)
+GATHER_EDGES = 1 << 20
 
 
 def _row_ranges(degree: np.ndarray, max_edges: int):

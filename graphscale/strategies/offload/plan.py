@@ -71,7 +71,6 @@ import numpy as np
 import torch
 
 from graphscale.data.block import Block
-from graphscale.data.edge_stream import DEFAULT_CHUNK_EDGES
 from graphscale.data.graph import Graph
 from graphscale.options.offload import DEDUP_MODES
 from graphscale.partition.induced import InducedEdges
@@ -88,8 +87,9 @@ def check_dedup(dedup: str) -> str:
 
 
 # ----------------------------------------------------------------------------- partitioning
-#: parent records an induced subgraph is read in per block (:func:`two_level_partition`)
-INDUCED_BLOCK_EDGES = DEFAULT_CHUNK_EDGES
+#: parent records an induced subgraph is read in per block (:func:`two_level_partition`; about 25 bytes each of
+#: temporaries)
+INDUCED_BLOCK_EDGES = 1 << 20
 
 
 def two_level_partition(graph: Graph, num_parts: int, num_chunks: int, partitioner: str = "metis",
