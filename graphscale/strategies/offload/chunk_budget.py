@@ -49,7 +49,7 @@ class ChunkShape:
     def of(cls, owner: np.ndarray, degrees: np.ndarray, parts: int) -> ChunkShape:
         sizes = np.bincount(owner, minlength=parts)
         edges = np.bincount(owner, weights=degrees.astype(np.float64), minlength=parts)
-        return cls(int(owner.size), int(sizes.max()), int(round(float(edges.max()))), int(sizes.min()))
+        return cls(int(owner.size), int(sizes.max()), round(float(edges.max())), int(sizes.min()))
 
 
 def chunk_working_set(shape: ChunkShape, chunks: int, width: int, element_size: int) -> int:

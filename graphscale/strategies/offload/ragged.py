@@ -14,7 +14,6 @@ import numpy as np
 import torch
 
 
-
 def _npy_header(dtype: np.dtype, shape: tuple[int, ...]) -> bytes:
     """The ``.npy`` header :func:`numpy.save` writes for an array of ``dtype`` and ``shape``."""
     buf = io.BytesIO()

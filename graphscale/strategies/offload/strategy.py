@@ -10,11 +10,11 @@ gradient descent: the same losses, representations and gradients as ``single``.
 Before the workers start, the parent (:mod:`graphscale.prepare`, through
 :meth:`OffloadStrategy.prepare_shared`) partitions the graph into ``M`` parts (one
 per worker), cuts each part into
-``K = --chunks`` chunks (destination sets with all their in-edges), optionally
-reorganises the schedule (``--dedup reorg``,
-:mod:`~graphscale.strategies.offload.reorg`) or picks ``K`` from a device
-memory budget (``--memory-budget``) (:func:`plan_layout`), and writes the chunk
-sets and every worker's plan (its chunk blocks and slot plans,
+``K`` chunks (destination sets with all their in-edges; ``K``: ``--chunks``, else the fewest that fit
+``--memory-budget``'s device model or ``--host-memory``, :mod:`~graphscale.strategies.offload.chunk_budget`),
+optionally reorganises the schedule (``--dedup reorg``, :mod:`~graphscale.strategies.offload.reorg`), and writes
+the chunk sets and every worker's plan, one chunk and one batch at a time
+(:mod:`~graphscale.strategies.offload.layout`) (its chunk blocks and slot plans,
 :class:`~graphscale.strategies.offload.plan.WorkerPlan`) into the cache directory, which every worker
 memory-maps (one copy per host, in the page cache); an in-memory graph is prepared the same way
 (:func:`graphscale.prepare.prepare_graph`). Only a test's ``order_seed`` (a random schedule) has rank 0 schedule
@@ -143,6 +143,7 @@ from graphscale.strategies.base import (
     optimizer_tensors,
 )
 from graphscale.strategies.epoch import Epoch
+from graphscale.strategies.offload.chunk_budget import plan_chunks
 from graphscale.strategies.offload.cost import (
     CONTROL,
     H2D_TOPO,
@@ -152,7 +153,6 @@ from graphscale.strategies.offload.cost import (
     layer_pass_rows,
     modelled_seconds,
 )
-from graphscale.strategies.offload.chunk_budget import plan_chunks
 from graphscale.strategies.offload.host import HostArrays, host_array_specs, input_array, shares_input
 from graphscale.strategies.offload.layout import write_layout
 from graphscale.strategies.offload.memory import choose_chunks
