@@ -32,6 +32,20 @@ def gather_rows(indptr: np.ndarray, indices: np.ndarray, rows: np.ndarray) -> tu
     return counts, np.asarray(indices[offsets], dtype=np.int64)
 
 
+def row_ranges(degree: np.ndarray, max_edges: int) -> Iterator[tuple[int, int]]:
+    """``(first, last)`` consecutive ranges of rows whose ``degree`` sums to at most ``max_edges`` (at least one row
+    each): blocks of rows to gather at a time."""
+    if max_edges < 1:
+        raise ValueError(f"max_edges must be >= 1, got {max_edges}")
+    ends = np.cumsum(degree)
+    first = 0
+    while first < degree.size:
+        base = int(ends[first - 1]) if first else 0
+        last = max(first + 1, int(np.searchsorted(ends, base + max_edges, side="right")))
+        yield first, last
+        first = last
+
+
 class InducedEdges:
     """The CSR of ``graph.subgraph(nodes)`` (``nodes`` ascending) in blocks of rows (see the module docstring).
 
@@ -68,15 +82,7 @@ class InducedEdges:
 
     def _blocks(self, max_edges: int) -> Iterator[tuple[int, int]]:
         """``(first, last)`` local row ranges of at most ``max_edges`` parent records (at least one row)."""
-        if max_edges < 1:
-            raise ValueError(f"max_edges must be >= 1, got {max_edges}")
-        ends = np.cumsum(self._parent_degree)
-        first = 0
-        while first < self.nodes.size:
-            base = int(ends[first - 1]) if first else 0
-            last = max(first + 1, int(np.searchsorted(ends, base + max_edges, side="right")))
-            yield first, last
-            first = last
+        return row_ranges(self._parent_degree, max_edges)
 
     def in_degrees(self) -> np.ndarray:
         """Kept records per local vertex, int64 ``[len(nodes)]``."""

@@ -33,7 +33,7 @@ import numpy as np
 import torch
 
 from graphscale.data.graph import Graph
-from graphscale.partition.induced import gather_rows
+from graphscale.partition.induced import gather_rows, row_ranges
 from graphscale.strategies.offload.cost import Bandwidths, pass_cost, rows_from_counts
 from graphscale.strategies.offload.plan import (
     ChunkSets,
@@ -48,17 +48,6 @@ from graphscale.strategies.offload.reorg import greedy_path
 #: parent records whose sources are gathered at a time when marking a chunk's neighbour set (16 bytes each of
 #: temporaries)
 GATHER_EDGES = 1 << 20
-
-
-def _row_ranges(degree: np.ndarray, max_edges: int):
-    """``(first, last)`` index ranges of ``degree`` summing to at most ``max_edges`` (at least one entry each)."""
-    ends = np.cumsum(degree)
-    first = 0
-    while first < degree.size:
-        base = int(ends[first - 1]) if first else 0
-        last = max(first + 1, int(np.searchsorted(ends, base + max_edges, side="right")))
-        yield first, last
-        first = last
 
 
 def write_group_sets(graph: Graph, group: np.ndarray, num_groups: int, folder: Path,
@@ -80,7 +69,7 @@ def write_group_sets(graph: Graph, group: np.ndarray, num_groups: int, folder: P
         nodes = order[offsets[g]:offsets[g + 1]]
         mark[nodes] = True
         degree = np.asarray(indptr[nodes + 1], np.int64) - np.asarray(indptr[nodes], np.int64)
-        for first, last in _row_ranges(degree, gather_edges):
+        for first, last in row_ranges(degree, gather_edges):
             mark[gather_rows(indptr, indices, nodes[first:last])[1]] = True
         found = np.flatnonzero(mark)
         writer.append(found)
