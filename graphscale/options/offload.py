@@ -25,8 +25,8 @@ class OffloadOptions(Partitioning):
     #: the field ``--chunks`` stands for with this strategy
     CHUNKS: ClassVar[str] = "chunks_per_part"
 
-    chunks_per_part: int | None = option(None, "offload: chunks (K) per partition (default 1; without it "
-                                         "--memory-budget picks K)")
+    chunks_per_part: int | None = option(None, "offload: chunks (K) per partition (default: the fewest whose working "
+                                         "set fits --host-memory; --memory-budget: the fewest that fit it)")
     dedup: str = option("reorg", "host-device communication dedup, each adding to the previous", choices=DEDUP_MODES)
     recompute: str = option("auto", "intermediate data per layer (auto: the cost model decides)",
                             choices=RECOMPUTE_MODES)

@@ -96,6 +96,13 @@ class _VertexStreamPartitioner(VertexPartitioner):
             raise ValueError(f"{self.name}: order must be one of {', '.join(ORDERS)}, got {order!r}")
         self.order = order
 
+    @property
+    def streams_rows(self) -> bool:
+        """Whether :meth:`partition_csr` reads the CSR in blocks of rows only (natural order; random order reads
+        rows anywhere): an induced subgraph can then be given as
+        :class:`~graphscale.partition.induced.InducedEdges`, never built whole."""
+        return self.order == "natural"
+
     def _capacity(self, n: int, num_parts: int) -> float:
         return float(math.ceil(n / num_parts))
 

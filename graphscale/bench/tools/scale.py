@@ -11,7 +11,7 @@ bench writes a synthetic SBM graph and runs, each as its own ``graphscale`` comm
 * ``minibatch``: one epoch of mini-batch GraphSAGE under ``single`` (``--minibatch --model sage``);
 * ``graph-parallel``: one epoch of full-graph GCN under ``graph-parallel`` on ``--workers`` workers, from the store;
 * ``offload``: one epoch of full-graph GCN under ``offload`` on ``--workers`` workers (``--offload-chunks`` chunks
-  per worker).
+  per worker; 0: the run chooses them from ``--host-memory``).
 
 Per step the table gives the wall time, the largest process's peak resident set, the memory cgroup's peak charge
 (anonymous, shared memory and page cache: under ``--memory-limit`` every step runs in a fresh cgroup with that
@@ -71,7 +71,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--partition-method", default="restream",
                         help="partitioner of the partition and offload steps (default restream: O(|V|) memory, a "
                              "cut close to METIS's)")
-    parser.add_argument("--offload-chunks", type=int, default=8, help="--chunks of the offload step (default 8)")
+    parser.add_argument("--offload-chunks", type=int, default=8, help="--chunks of the offload step (default 8; 0: "
+                        "none given, the run takes the fewest that fit --host-memory)")
     add_declared(parser, "batch_size", default=1024, note="here: of the minibatch step",
                  why="a batch size for millions of vertices")
     parser.add_argument("--workdir", default=None, metavar="DIR",
@@ -106,8 +107,9 @@ def step_argv(step: str, spec: str, work: Path, args) -> list[str]:
         return _graphscale(*train, "--strategy", "graph-parallel", "--workers", str(args.workers), "--partitions",
                            str(store))
     if step == "offload":
+        chunks = ["--chunks", str(args.offload_chunks)] if args.offload_chunks else []
         return _graphscale(*train, "--dataset", data, "--strategy", "offload", "--workers", str(args.workers),
-                           "--chunks", str(args.offload_chunks), "--partitioner", args.partition_method)
+                           *chunks, "--partitioner", args.partition_method)
     raise ValueError(f"--steps: unknown step {step!r}; expected {', '.join(STEPS)}")
 
 

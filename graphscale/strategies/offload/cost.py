@@ -132,6 +132,14 @@ def layer_pass_rows(sets: ChunkSets, dedup: str) -> PassRows:
         if prev is not None:
             overlap += int((mask & prev).sum())  # Σ_i |T_{i,j} ∩ T_{i,j-1}| (ownership partitions T_j)
         prev = mask
+    return rows_from_counts(local, remote, neighbours, transition, overlap, dedup)
+
+
+def rows_from_counts(local: int, remote: int, neighbours: int, transition: int, overlap: int, dedup: str) -> PassRows:
+    """The rows of one layer pass from its set sizes: ``local`` / ``remote`` / ``neighbours`` (``Σ_{i,j}`` of
+    ``|N_{i,j} ∩ V_i|``, ``|N_{i,j} \\ V_i|``, ``|N_{i,j}|``), ``transition`` (``Σ_j |T_j|``) and ``overlap``
+    (``Σ_j |T_j ∩ T_{j-1}|``)."""
+    check_dedup(dedup)
     if dedup == "baseline":
         return PassRows(local, remote, 0, 0, 0, local, remote, neighbours, transition, 0, 0, 0)
     if dedup == "inter":

@@ -73,8 +73,10 @@ import torch
 from graphscale.data.block import Block
 from graphscale.data.graph import Graph
 from graphscale.options.offload import DEDUP_MODES
+from graphscale.partition.induced import InducedEdges
 from graphscale.partition.metis import work_weights
 from graphscale.registry import PARTITIONERS
+from graphscale.strategies.offload.ragged import RaggedWriter, _read, load_ragged, save_ragged
 
 
 def check_dedup(dedup: str) -> str:
@@ -85,11 +87,18 @@ def check_dedup(dedup: str) -> str:
 
 
 # ----------------------------------------------------------------------------- partitioning
+#: parent records an induced subgraph is read in per block (:func:`two_level_partition`; about 25 bytes each of
+#: temporaries)
+INDUCED_BLOCK_EDGES = 1 << 20
+
+
 def two_level_partition(graph: Graph, num_parts: int, num_chunks: int, partitioner: str = "metis",
                         seed: int = 0, owner: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Level 1: ``M`` partitions; level 2: ``K`` chunks of each partition's induced subgraph.
 
-    A partitioner with ``partition_weighted`` (METIS) balances the chunks' in-edges in the whole graph plus their
+    A partitioner that streams rows (LDG, Fennel, restream in natural order: ``streams_rows``) reads each induced
+    subgraph in blocks of rows (:class:`~graphscale.partition.induced.InducedEdges`: O(|V|) memory plus one block);
+    the others get it built in memory (METIS needs it whole). A partitioner with ``partition_weighted`` (METIS) balances the chunks' in-edges in the whole graph plus their
     rows (the module docstring); the others run as they are on the induced subgraph.
 
     Args:
@@ -116,6 +125,7 @@ def two_level_partition(graph: Graph, num_parts: int, num_chunks: int, partition
     weighted = hasattr(part, "partition_weighted")
     work = work_weights(graph) if weighted and num_chunks > 1 else None
     sizes = torch.bincount(owner, minlength=num_parts)
+    local = None  # the induced subgraphs' global-to-local map, allocated once
     for i in range(num_parts):
         n_i = int(sizes[i])
         if n_i == 0:
@@ -126,6 +136,13 @@ def two_level_partition(graph: Graph, num_parts: int, num_chunks: int, partition
         if num_chunks == 1:
             continue
         nodes = torch.nonzero(owner == i).flatten()
+        if getattr(part, "streams_rows", False):  # the induced subgraph read in blocks of rows, never built whole
+            if local is None:
+                local = np.full(graph.num_nodes, -1, np.int64)
+            sub = InducedEdges(graph, nodes.numpy(), local, INDUCED_BLOCK_EDGES)
+            chunk[nodes] = part.partition_csr(sub, num_chunks, seed=seed, chunk_edges=INDUCED_BLOCK_EDGES)
+            sub.close()
+            continue
         sub = graph.subgraph(nodes)
         chunk[nodes] = part.partition_weighted(sub, num_chunks, work[nodes.numpy()], seed=seed) if weighted \
             else part.partition(sub, num_chunks, seed=seed)
@@ -133,39 +150,6 @@ def two_level_partition(graph: Graph, num_parts: int, num_chunks: int, partition
 
 
 # ----------------------------------------------------------------------------- chunk sets
-def _read(folder: Path, name: str) -> torch.Tensor:
-    """``folder/name.npy`` memory-mapped copy-on-write (pages are shared with every process mapping the file)."""
-    return torch.from_numpy(np.load(folder / f"{name}.npy", mmap_mode="c"))
-
-
-def save_ragged(folder: Path, name: str, parts: list[torch.Tensor]) -> None:
-    """Write ``parts`` (1-D tensors of one dtype) as ``name.npy``, their concatenation, and ``name_offsets.npy``."""
-    offsets = np.zeros(len(parts) + 1, np.int64)
-    np.cumsum([t.numel() for t in parts], out=offsets[1:])
-    np.save(folder / f"{name}.npy", torch.cat(parts).numpy() if parts else np.zeros(0, np.int64))
-    np.save(folder / f"{name}_offsets.npy", offsets)
-
-
-def load_ragged(folder: Path, name: str, count: int) -> list[torch.Tensor]:
-    """The ``count`` parts :func:`save_ragged` wrote, each memory-mapped on its own (copy-on-write, pages shared
-    with every process mapping the file): a part's tensor owns a storage of its own bytes, as a part built in
-    memory does, so the memory tracker (which counts storages) counts one chunk's topology, not the file's.
-
-    Raises:
-        ValueError: the file holds another number of parts.
-    """
-    path = folder / f"{name}.npy"
-    flat, offsets = np.load(path, mmap_mode="c"), _read(folder, f"{name}_offsets").tolist()
-    if len(offsets) != count + 1:
-        raise ValueError(f"{folder / (name + '_offsets.npy')}: expected {count + 1} offsets, found {len(offsets)}")
-    if offsets[-1] != flat.shape[0]:
-        raise ValueError(f"{path}: {flat.shape[0]} entries, but its offsets end at {offsets[-1]}")
-    item = flat.dtype.itemsize
-    return [torch.from_numpy(np.memmap(path, flat.dtype, "c", flat.offset + offsets[g] * item,
-                                       (offsets[g + 1] - offsets[g],)))
-            if offsets[g + 1] > offsets[g] else torch.from_numpy(np.zeros(0, flat.dtype)) for g in range(count)]
-
-
 #: the three kinds of per-chunk vertex sets of :class:`ChunkSets`
 _SET_KINDS = ("dst", "nbr", "trans")
 
@@ -364,20 +348,30 @@ class WorkerPlan:
     def buffer_rows(self) -> int:
         return self.capacity + self.recv_capacity
 
-    def save(self, folder: Path) -> None:
+    def save(self, folder: Path, batches=None) -> None:
         """Write the plan into the (new) ``folder``: per index array of :class:`BatchPlan` (and of its block) the
-        concatenation over batches with offsets (:func:`save_ragged`), the per-batch counts, and ``meta.json``."""
+        concatenation over batches with offsets (:func:`save_ragged`), the per-batch counts, and ``meta.json``.
+
+        ``batches``: an iterable of the batch plans to write instead of :attr:`batches`, each written as it comes
+        (the parent's planner hands :func:`batch_plans`, so one batch is held at a time)."""
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=False)
-        for name in _BLOCK_ARRAYS + (("edge_weight",) if self.batches and self.batches[0].block.edge_weight
-                                     is not None else ()):  # a weighted graph's chunk blocks keep their weights
-            save_ragged(folder, name, [getattr(bp.block, name) for bp in self.batches])
-        for name in _BATCH_ARRAYS:
-            save_ragged(folder, name, [getattr(bp, name) for bp in self.batches])
-        m = len(self.batches[0].send_counts) if self.batches else 0
-        counts = np.array([[bp.num_reused, bp.num_trans, *bp.send_counts, *bp.recv_counts] for bp in self.batches],
-                          np.int64).reshape(len(self.batches), 2 + 2 * m)
-        np.save(folder / "counts.npy", counts)
+        writers = {name: RaggedWriter(folder, name) for name in _BLOCK_ARRAYS + _BATCH_ARRAYS}
+        rows, m = [], 0
+        for bp in self.batches if batches is None else batches:
+            block_arrays = _BLOCK_ARRAYS
+            if bp.block.edge_weight is not None:  # a weighted graph's chunk blocks keep their weights
+                writers.setdefault("edge_weight", RaggedWriter(folder, "edge_weight"))
+                block_arrays += ("edge_weight",)
+            for name in block_arrays:
+                writers[name].append(getattr(bp.block, name))
+            for name in _BATCH_ARRAYS:
+                writers[name].append(getattr(bp, name))
+            m = len(bp.send_counts)
+            rows.append([bp.num_reused, bp.num_trans, *bp.send_counts, *bp.recv_counts])
+        for writer in writers.values():
+            writer.close()
+        np.save(folder / "counts.npy", np.array(rows, np.int64).reshape(len(rows), 2 + 2 * m))
         np.save(folder / "owned.npy", self.owned.numpy())
         (folder / "meta.json").write_text(json.dumps({"rank": self.rank, "dedup": self.dedup, "capacity": self.capacity,
                                                       "recv_capacity": self.recv_capacity, "parts": m}))
@@ -414,7 +408,7 @@ def _np64(t: torch.Tensor) -> np.ndarray:
 
 def build_worker_plan(graph: Graph, sets: ChunkSets, rank: int, dedup: str,
                       degrees: torch.Tensor | None = None) -> WorkerPlan:
-    """Slot plans, peer exchange plans and flush plans of worker ``rank`` (module docstring).
+    """Slot plans, peer exchange plans and flush plans of worker ``rank`` (module docstring), all batches held.
 
     Args:
         graph: the whole graph.
@@ -423,21 +417,36 @@ def build_worker_plan(graph: Graph, sets: ChunkSets, rank: int, dedup: str,
         dedup: the dedup mode (``check_dedup``).
         degrees: global in-degrees (default :meth:`Graph.gcn_degrees`: weighted for a weighted graph).
     """
+    plan = worker_plan_header(sets, rank, dedup)
+    plan.batches.extend(batch_plans(graph, sets, plan, degrees))
+    return plan
+
+
+def worker_plan_header(sets: ChunkSets, rank: int, dedup: str) -> WorkerPlan:
+    """Worker ``rank``'s :class:`WorkerPlan` without its batches: capacities and owned rows."""
     check_dedup(dedup)
     m, k = sets.num_parts, sets.num_chunks
     if not 0 <= rank < m:
         raise ValueError(f"build_worker_plan: rank {rank} is not in [0, {m})")
-    degrees = graph.gcn_degrees() if degrees is None else degrees
     owner = sets.owner
-    owner_np = _np64(owner)
+    baseline = dedup == "baseline"
+    capacity = 0 if baseline else max((int(t.numel()) for t in sets.trans[rank]), default=0)
+    remote_counts = [int((owner[sets.nbr[rank][j]] != rank).sum()) for j in range(k)]
+    recv_capacity = 0 if baseline else max(remote_counts, default=0)
+    return WorkerPlan(rank, dedup, capacity, recv_capacity, owned=torch.nonzero(owner == rank).flatten())
+
+
+def batch_plans(graph: Graph, sets: ChunkSets, plan: WorkerPlan, degrees: torch.Tensor | None = None):
+    """Yield the :class:`BatchPlan` of every batch of ``plan``'s worker in turn (``plan``: its
+    :func:`worker_plan_header`); only the current batch and an ``int64 [N]`` slot map are held."""
+    rank, dedup, capacity = plan.rank, plan.dedup, plan.capacity
+    m, k = sets.num_parts, sets.num_chunks
+    degrees = graph.gcn_degrees() if degrees is None else degrees
+    owner_np = _np64(sets.owner)
     n = graph.num_nodes
     baseline = dedup == "baseline"
     reuse = dedup in ("intra", "reorg")
     trans = sets.trans[rank]
-    capacity = 0 if baseline else max((int(t.numel()) for t in trans), default=0)
-    remote_counts = [int((owner[sets.nbr[rank][j]] != rank).sum()) for j in range(k)]
-    recv_capacity = 0 if baseline else max(remote_counts, default=0)
-    plan = WorkerPlan(rank, dedup, capacity, recv_capacity, owned=torch.nonzero(owner == rank).flatten())
     slot_of = np.full(n, -1, dtype=np.int64)
     empty = torch.zeros(0, dtype=torch.int64)
     prev = np.zeros(0, dtype=np.int64)
@@ -447,8 +456,7 @@ def build_worker_plan(graph: Graph, sets: ChunkSets, rank: int, dedup: str,
         src_owner = owner_np[src]
         src_local = torch.from_numpy(src_owner == rank)
         if baseline:
-            plan.batches.append(BatchPlan(block, src_local, empty, empty, empty, 0, 0, empty, [0] * m, [0] * m,
-                                          empty, empty))
+            yield BatchPlan(block, src_local, empty, empty, empty, 0, 0, empty, [0] * m, [0] * m, empty, empty)
             continue
         cur = _np64(trans[j])
         # -- transition-buffer slots
@@ -489,9 +497,8 @@ def build_worker_plan(graph: Graph, sets: ChunkSets, rank: int, dedup: str,
             flush = np.setdiff1d(cur, _np64(trans[j + 1]), assume_unique=True)
         else:
             flush = cur
-        plan.batches.append(BatchPlan(
+        yield BatchPlan(
             block, src_local, torch.from_numpy(src_index), torch.from_numpy(load.copy()),
             torch.from_numpy(slot_of[load].copy()), num_reused, int(cur.size), torch.from_numpy(send_slots),
-            send_counts, recv_counts, torch.from_numpy(flush.copy()), torch.from_numpy(slot_of[flush].copy())))
+            send_counts, recv_counts, torch.from_numpy(flush.copy()), torch.from_numpy(slot_of[flush].copy()))
         prev = cur
-    return plan

@@ -72,13 +72,21 @@ def phase2(masks: np.ndarray) -> np.ndarray:
     if k == 0:
         return np.zeros(0, dtype=np.int64)
     incidence = sp.csr_matrix(masks.astype(np.float32))
-    overlap = (incidence @ incidence.T).toarray()
+    return greedy_path((incidence @ incidence.T).toarray())
+
+
+def greedy_path(overlap: np.ndarray) -> np.ndarray:
+    """The greedy nearest-neighbour path over a ``[K, K]`` overlap matrix from batch 0: next is the unvisited
+    batch with the largest overlap with the current one (ties: lowest index)."""
+    k = overlap.shape[0]
+    if k == 0:
+        return np.zeros(0, dtype=np.int64)
     order = [0]
     left = np.ones(k, dtype=bool)
     left[0] = False
     cur = 0
     for _ in range(k - 1):
-        score = np.where(left, overlap[cur], -1.0)
+        score = np.where(left, overlap[cur], -1)
         cur = int(np.argmax(score))
         order.append(cur)
         left[cur] = False

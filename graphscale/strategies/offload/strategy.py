@@ -10,11 +10,11 @@ gradient descent: the same losses, representations and gradients as ``single``.
 Before the workers start, the parent (:mod:`graphscale.prepare`, through
 :meth:`OffloadStrategy.prepare_shared`) partitions the graph into ``M`` parts (one
 per worker), cuts each part into
-``K = --chunks`` chunks (destination sets with all their in-edges), optionally
-reorganises the schedule (``--dedup reorg``,
-:mod:`~graphscale.strategies.offload.reorg`) or picks ``K`` from a device
-memory budget (``--memory-budget``) (:func:`plan_layout`), and writes the chunk
-sets and every worker's plan (its chunk blocks and slot plans,
+``K`` chunks (destination sets with all their in-edges; ``K``: ``--chunks``, else the fewest that fit
+``--memory-budget``'s device model or ``--host-memory``, :mod:`~graphscale.strategies.offload.chunk_budget`),
+optionally reorganises the schedule (``--dedup reorg``, :mod:`~graphscale.strategies.offload.reorg`), and writes
+the chunk sets and every worker's plan, one chunk and one batch at a time
+(:mod:`~graphscale.strategies.offload.layout`) (its chunk blocks and slot plans,
 :class:`~graphscale.strategies.offload.plan.WorkerPlan`) into the cache directory, which every worker
 memory-maps (one copy per host, in the page cache); an in-memory graph is prepared the same way
 (:func:`graphscale.prepare.prepare_graph`). Only a test's ``order_seed`` (a random schedule) has rank 0 schedule
@@ -116,6 +116,7 @@ the resident plan, parameters, optimiser state, autograd's saved tensors), never
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import torch
@@ -132,7 +133,7 @@ from graphscale.metrics.units import parse_bytes
 from graphscale.nn.models import build_model
 from graphscale.options import option_names
 from graphscale.options.offload import OffloadOptions
-from graphscale.registry import STRATEGIES
+from graphscale.registry import PARTITIONERS, STRATEGIES
 from graphscale.strategies.base import (
     COUNTS_PER_SPLIT,
     SPLITS,
@@ -142,6 +143,7 @@ from graphscale.strategies.base import (
     optimizer_tensors,
 )
 from graphscale.strategies.epoch import Epoch
+from graphscale.strategies.offload.chunk_budget import plan_chunks
 from graphscale.strategies.offload.cost import (
     CONTROL,
     H2D_TOPO,
@@ -152,6 +154,7 @@ from graphscale.strategies.offload.cost import (
     modelled_seconds,
 )
 from graphscale.strategies.offload.host import HostArrays, host_array_specs, input_array, shares_input
+from graphscale.strategies.offload.layout import write_layout
 from graphscale.strategies.offload.memory import choose_chunks
 from graphscale.strategies.offload.passes import OffloadPasses
 from graphscale.strategies.offload.plan import (
@@ -165,6 +168,7 @@ from graphscale.strategies.offload.plan import (
 from graphscale.strategies.offload.reorg import random_schedule, reorganize
 from graphscale.strategies.offload.resident import DevicePlan
 from graphscale.strategies.offload.transfer import Transfers, check_mode
+from graphscale.strategies.optimizers import moment_count
 
 SETUP = "setup"
 
@@ -241,27 +245,36 @@ class OffloadStrategy(OffloadPasses, Strategy):
 
     @classmethod
     def shared_data_key(cls, config: RunConfig) -> dict | None:
-        return {"chunks": offload_chunks(config), "memory_budget": config.strategy.memory_budget,
-                "dedup": config.strategy.dedup, "recompute": config.strategy.recompute,  # (memory model's K)
+        sc = config.strategy
+        chosen = sc.chunks is None and not sc.memory_budget  # K from --host-memory (chunk_budget)
+        return {"chunks": sc.chunks, "memory_budget": sc.memory_budget,
+                "host_memory": config.host_memory if chosen else None,
+                "moments": moment_count(config.optim) if chosen else None,
+                "dedup": sc.dedup, "recompute": sc.recompute,  # (memory model's K)
                 "model": model_dict(config.model), "dtype": config.dtype,
                 "worker_plans": True}  # folders written before the plans were shared lack them: a new key
 
     @classmethod
     def prepare_shared(cls, graph: Graph, owner: torch.Tensor, config: RunConfig, folder: Path) -> None:
-        """The parent plans the layout (:func:`plan_layout`) and writes the chunk sets and every worker's plan
-        (:class:`WorkerPlan`: chunk blocks, slot plans) into ``folder``, which the workers memory-map: no worker
-        waits while rank 0 chunks, and the plans live once per host, in the page cache, not in each worker's heap."""
+        """The parent plans the layout and writes the chunk sets and every worker's plan (:class:`WorkerPlan`:
+        chunk blocks, slot plans) into ``folder``, which the workers memory-map: no worker waits while rank 0
+        chunks, and the plans live once per host, in the page cache, not in each worker's heap. ``K`` comes from
+        :func:`~graphscale.strategies.offload.chunk_budget.plan_chunks` (``--chunks``, ``--memory-budget``, else
+        ``--host-memory``; ``chunks.json`` in the folder says which and why); the layout is written in bounded
+        memory, one chunk's sets and one batch's plan at a time (:func:`~graphscale.strategies.offload.layout.write_layout`),
+        equal to :func:`plan_layout`'s."""
         dtype = getattr(torch, config.dtype)
         model = build_model(config.model, graph.num_features, graph.num_classes, seed=config.seed, dtype=dtype)
         dims = probe_dims(model, graph.num_features, dtype)
-        world = config.strategy.workers
-        owner, batch, chunks = plan_layout(graph, owner, world, config, model, dims, Bandwidths())
-        sets = ChunkSets.build(graph, owner, batch, world, chunks)
-        sets.save(folder)
-        degrees = graph.gcn_degrees()  # (weighted for a weighted graph, whose chunk blocks carry the weights)
-        for rank in range(world):
-            build_worker_plan(graph, sets, rank, check_dedup(config.strategy.dedup), degrees).save(
-                plan_folder(folder, rank))
+        sc = config.strategy
+        world = sc.workers
+        if owner is None:
+            owner = torch.zeros(graph.num_nodes, dtype=torch.int64) if world == 1 else \
+                PARTITIONERS.get(sc.partitioner)().partition(graph, world, seed=config.seed)
+        chunks, why = plan_chunks(graph, owner, world, config, model, dims)
+        write_layout(graph, owner, world, chunks, sc.partitioner, config.seed, check_dedup(sc.dedup), dims.widths[0],
+                     next(model.parameters()).element_size(), folder, Bandwidths())
+        (Path(folder) / "chunks.json").write_text(json.dumps({"chunks": chunks, "why": why}))
 
     def setup(self, data: DataHandle | Graph, model: torch.nn.Module, env: DistEnv, config: RunConfig) -> None:
         super().setup(data, model, env, config)
