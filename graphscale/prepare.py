@@ -66,6 +66,7 @@ from graphscale.data.graph import Graph
 from graphscale.data.handle import HOST_SHARED, MEMORY, PARTITION_LOCAL, DataHandle
 from graphscale.data.specs import canonical_spec
 from graphscale.partition.build import build_vertex_partitioner
+from graphscale.tasks.link_store import link_folder, store_owner, write_link_parts
 from graphscale.training_store import check_store_node_data, store_handle, write_training_store
 
 #: bumped when what the cache holds for a key changes meaning
@@ -209,6 +210,8 @@ def _partition_local(config: RunConfig, cache: Path | None, strategy) -> DataHan
     handle = store_handle(path, effective_norm(config.data.features, config.data.feature_norm),
                           stored_feature_dtype(config), meta,
                           learnable=bool(learnable_dim(config.data.features)))
+    if config.task == "link":  # the pairs each worker scores, written next to the store
+        handle = dataclasses.replace(handle, shared=str(link_folder(path)))
     handle = dataclasses.replace(handle, **strategy.prepare_partitions(config, handle, cache))
     if sc.partitions:  # a store the user gave; the cache's stores were written from checked graphs
         check_store_node_data(path, meta)
@@ -223,12 +226,14 @@ def _cached_store(config: RunConfig, cache: Path, parts: int) -> tuple[Path, dic
     spec = canonical_spec(config.data.dataset)
     fields = {"kind": "store", "dataset": spec, "files": _fingerprint(spec), "partitioner": sc.partitioner,
               "balance": sc.balance, "parts": parts, "seed": config.seed, **_feature_fields(config),
-              **({"halo_hops": sc.halo_hops} if sc.halo_hops != 1 else {})}
+              **({"halo_hops": sc.halo_hops} if sc.halo_hops != 1 else {}), **_link_fields(config)}
     digest, name = _key(fields)
     path = cache / "stores" / name
     with writing(cache, digest):
         with contextlib.suppress(FileNotFoundError, ValueError):
-            return path, check_partition_store(path)
+            meta = check_partition_store(path)
+            if config.task != "link" or (link_folder(path) / "meta.json").is_file():
+                return path, meta
         build_vertex_partitioner(sc.partitioner, sc.balance)  # a bad name fails before the dataset loads
         from graphscale.data.formats import read_graph_meta
 
@@ -236,12 +241,31 @@ def _cached_store(config: RunConfig, cache: Path, parts: int) -> tuple[Path, dic
                **_feature_fields(config)}  # stores hold the raw features: workers normalise their rows
         folder = _training_dir(config, cache, spec, "none", None, raw)
         nodes = read_graph_meta(folder)["num_nodes"]
+        split = _link_split(config, folder)
         with setup_step(config, f"partitioning {nodes:,} vertices into {parts} parts ({sc.partitioner}) "
                                 f"and writing the partition store"):
-            meta = write_training_store(folder, path, parts, sc.partitioner, config.seed, sc.balance, spec,
-                                        extra={"cache_key": fields}, halo_hops=sc.halo_hops,
-                                        host_memory=config.host_memory)
+            meta = write_training_store(folder if split is None else split.message_graph, path, parts,
+                                        sc.partitioner, config.seed, sc.balance, spec, extra={"cache_key": fields},
+                                        halo_hops=sc.halo_hops, host_memory=config.host_memory)
+            if split is not None:
+                write_link_parts(split, store_owner(path), parts, link_folder(path))
         return path, meta
+
+
+def _link_fields(config: RunConfig) -> dict:
+    """What ``--task link`` adds to a store's cache key: the split (its seed is the key's ``seed``)."""
+    return {"task": "link", "link_split": list(config.link_split)} if config.task == "link" else {}
+
+
+def _link_split(config: RunConfig, graph: Graph | Path):
+    """``--task link``: the split of ``graph`` (a graph directory is memory-mapped) that ``single`` draws, whose
+    message-passing graph the run partitions (:mod:`graphscale.tasks.link_store`); ``None`` otherwise."""
+    if config.task != "link":
+        return None
+    from graphscale.data.formats import load_graph_dir
+    from graphscale.tasks.split import split_edges
+
+    return split_edges(graph if isinstance(graph, Graph) else load_graph_dir(graph), config.link_split, config.seed)
 
 
 def _dataset_bytes(config: RunConfig, cache: Path) -> int:
@@ -379,7 +403,8 @@ def prepare_graph(graph: Graph, config: RunConfig, cache_dir: str | Path | None 
     sc = config.strategy
     parts = cls.store_parts(config, lambda: _graph_bytes(graph))
     fields = {**fields, "kind": "store", "partitioner": sc.partitioner, "balance": sc.balance, "parts": parts,
-              "seed": config.seed, **({"halo_hops": sc.halo_hops} if sc.halo_hops != 1 else {})}
+              "seed": config.seed, **({"halo_hops": sc.halo_hops} if sc.halo_hops != 1 else {}),
+              **_link_fields(config)}
     digest, name = _key(fields)
     path = cache / "stores" / name
     with writing(cache, digest):
@@ -387,10 +412,18 @@ def prepare_graph(graph: Graph, config: RunConfig, cache_dir: str | Path | None 
 
         try:
             meta = check_partition_store(path)
+            if config.task == "link" and not (link_folder(path) / "meta.json").is_file():
+                raise FileNotFoundError(link_folder(path))
         except (FileNotFoundError, ValueError):
-            meta = write_training_store(graph, path, parts, sc.partitioner, config.seed, sc.balance,
-                                        extra={"cache_key": fields}, halo_hops=sc.halo_hops)
+            split = _link_split(config, graph)
+            meta = write_training_store(graph if split is None else split.message_graph, path, parts,
+                                        sc.partitioner, config.seed, sc.balance, extra={"cache_key": fields},
+                                        halo_hops=sc.halo_hops)
+            if split is not None:
+                write_link_parts(split, store_owner(path), parts, link_folder(path))
     store = store_handle(path, "none", handle.dtype, meta)
+    if config.task == "link":
+        store = dataclasses.replace(store, shared=str(link_folder(path)))
     return dataclasses.replace(store, **cls.prepare_partitions(config, store, cache))
 
 
