@@ -94,6 +94,11 @@ elsewhere; the table is not all-reduced (each row has one owner) and Adam update
 Evaluation runs the same forward pass without gradients (its halo bytes are
 recorded but are not part of an epoch's statistics) and all-reduces the
 per-split counts.
+
+**Link prediction** (``--task link``): the store partitions the split's message-passing graph and the parent writes
+each part's pairs next to it (:mod:`graphscale.tasks.link_store`); the forward's rows are embeddings, and each pair
+is scored on the worker owning its source (:mod:`graphscale.strategies.link_scoring`: destination rows fetched from
+their owners in category ``"link"``, the loss over the global pair count, metrics over every worker's scores).
 """
 
 from __future__ import annotations
