@@ -120,9 +120,21 @@ def test_graph_parallel_link_equals_single(workers, tmp_path):
             assert recorded == expected_link_bytes(graphs[config.dtype], config, data.path, workers, epoch) > 0
 
 
-def test_link_refusals_name_the_reason():
-    config = make_config("gcn", "float64", "dot", "graph-parallel", 2)
-    assert STRATEGIES.get("graph-parallel").link_refusal(config) == ""
-    config.strategy.partitions = "/some/store"
-    with pytest.raises(ValueError, match="--task link: strategy 'graph-parallel' partitions the split's"):
-        validate(config)
+def test_a_graph_parallel_link_run_equals_single_end_to_end(tmp_path):
+    """``run``: the store of the split's message graph and the pairs next to it written from a dataset spec, the
+    report's losses, test scores and split warning those of ``single``."""
+    from graphscale.config import build_config
+    from graphscale.run import run
+
+    def config(strategy: str, workers: int) -> RunConfig:
+        return build_config({"task": "link", "data": {"dataset": "sbm:nodes=120,degree=3,classes=3,features=8,seed=1"},
+                             "model": {"hidden": 6}, "optim": {"epochs": 2}, "dtype": "float64", "progress": False,
+                             "strategy": {"name": strategy, "workers": workers}, "oversubscribe": True,
+                             "cache_dir": str(tmp_path)})
+
+    single, parallel = run(config("single", 1), write=False), run(config("graph-parallel", 2), write=False)
+    assert [e["loss"] for e in parallel["epochs"]] == pytest.approx([e["loss"] for e in single["epochs"]],
+                                                                     rel=1e-10)
+    assert parallel["final"]["test_mrr"] == pytest.approx(single["final"]["test_mrr"], rel=1e-10)
+    assert parallel["warnings"] == single["warnings"]
+    assert any("vertices without any training edge" in w for w in single["warnings"])

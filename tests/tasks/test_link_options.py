@@ -24,11 +24,15 @@ def refusal(args: list[str], capsys) -> str:
      "--link-split fractions must sum to at most 1, got 0.9,0.1,0.1 (sum 1.1)"),
     (["--task", "link", "--link-split", "0.9,0.1"], "--link-split takes three fractions TRAIN,VAL,TEST, got 2 (0.9,0.1)"),
     (["--task", "link", "--hits-k", "0,50"], "--hits-k must be integers >= 1, got 0,50"),
-    (["--task", "link", "--strategy", "graph-parallel", "--workers", "2"],
-     "--task link: strategy 'graph-parallel' does not train link prediction; strategies that run it here: single"),
+    (["--task", "link", "--strategy", "pipeline", "--workers", "2"],
+     "--task link: strategy 'pipeline' does not train link prediction; strategies that run it here: graph-parallel, "
+     "single"),
     (["--task", "link", "--minibatch"],
      ("--task link: strategy 'single' runs link prediction full-graph only (drop --minibatch); strategies that run "
-      "it here: none")),
+      "it here: graph-parallel")),
+    (["--task", "link", "--strategy", "graph-parallel", "--workers", "2", "--partitions", "/no/store"],
+     ("--task link: strategy 'graph-parallel' partitions the split's message-passing graph itself (the held-out "
+      "edges removed), which a given store does not hold (drop --partitions); strategies that run it here: single")),
     (["--decoder", "mlp"], "--decoder is read by --task link only; this run's task is 'node'"),
     (["--link-split", "0.8,0.1,0.1"], "--link-split is read by --task link only; this run's task is 'node'"),
 ])
