@@ -298,10 +298,31 @@ def _host_shared(config: RunConfig, cache: Path, strategy) -> DataHandle:
     fields = {"kind": "graph", "dataset": spec, "files": _fingerprint(spec),
               "feature_norm": config.data.feature_norm, "dtype": config.dtype, **_feature_fields(config)}
     path = _training_dir(config, cache, spec, config.data.feature_norm, config.dtype, fields)
+    if config.task == "link" and strategy.link_message_graph:  # the split's message graph, its pairs beside it
+        fields = {**fields, **_link_fields(config)}
+        path = _link_graph_dir(config, cache, path, fields)
     graph = load_graph_dir(path)
     summary = {**graph.summary(), "name": graph.name}
     return DataHandle(HOST_SHARED, summary, path=str(path), dtype=config.dtype,
                       **_strategy_data(graph, fields, config, cache, strategy, folder=path))
+
+
+def _link_graph_dir(config: RunConfig, cache: Path, source: Path, fields: dict) -> Path:
+    """``--task link`` on a host-shared strategy that reads the split's message graph
+    (``Strategy.link_message_graph``): the graph directory of that graph, drawn from the training graph directory
+    ``source`` as ``single`` draws it, with all the pairs in one part of the link folder beside it
+    (:mod:`graphscale.tasks.link_store`), written once under the key ``fields``."""
+    from graphscale.data.formats import is_graph_dir, save_graph_dir
+
+    digest, name = _key({**fields, "kind": "link-graph"})
+    path = cache / "graphs" / name
+    with writing(cache, digest):
+        if not (is_graph_dir(path) and (link_folder(path) / "meta.json").is_file()):
+            split = _link_split(config, source)
+            with setup_step(config, "writing the link split's message-passing graph directory"):
+                save_graph_dir(split.message_graph, path, overwrite=True)
+                write_link_parts(split, torch.zeros(split.num_nodes, dtype=torch.int64), 1, link_folder(path))
+    return path
 
 
 def _strategy_data(graph: Graph, fields: dict, config: RunConfig, cache: Path, strategy,

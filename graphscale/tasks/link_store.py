@@ -85,6 +85,11 @@ class LinkPart:
     pairs: torch.Tensor
     split_of: torch.Tensor
 
+    def owned_by(self, owner: torch.Tensor, part: int) -> LinkPart:
+        """The pairs whose source ``owner`` (the part of every vertex) gives to ``part``."""
+        keep = owner[self.pairs[0]] == part
+        return LinkPart(self.num_nodes, self.num_train, self.ids[keep], self.pairs[:, keep], self.split_of[keep])
+
     def split_ids(self, split: str) -> torch.Tensor:
         """Positions (into :attr:`ids`) of the pairs of ``split``."""
         return torch.nonzero(self.split_of == SPLIT_NAMES.index(split)).flatten()

@@ -152,6 +152,7 @@ from graphscale.strategies.offload.cost import (
     modelled_seconds,
 )
 from graphscale.strategies.offload.host import HostArrays, host_array_specs, input_array, shares_input
+from graphscale.strategies.offload.link import link_evaluate, link_scorer, link_step
 from graphscale.strategies.offload.memory import choose_chunks
 from graphscale.strategies.offload.passes import OffloadPasses
 from graphscale.strategies.offload.plan import (
@@ -218,6 +219,11 @@ class OffloadStrategy(OffloadPasses, Strategy):
     predict_refusal = ""
     options = option_names(OffloadOptions)
     single_host = True  # every worker reads and writes the same host arrays (shared-memory files on one host)
+    link_message_graph = True  # --task link: the pairs scored after the chunks (offload/link.py)
+
+    @classmethod
+    def link_refusal(cls, config: RunConfig) -> str:
+        return ""
 
     @classmethod
     def unused_options(cls, config: RunConfig) -> dict[str, str]:
@@ -265,10 +271,12 @@ class OffloadStrategy(OffloadPasses, Strategy):
     def setup(self, data: DataHandle | Graph, model: torch.nn.Module, env: DistEnv, config: RunConfig) -> None:
         super().setup(data, model, env, config)
         graph = self.data.open_graph()
-        if graph.x is None or graph.y is None or graph.train_mask is None:
+        link = config.task == "link"  # pairs scored instead of labelled vertices: no labels needed
+        if graph.x is None or (not link and (graph.y is None or graph.train_mask is None)):
             raise ValueError("strategy 'offload' needs node features, labels and a training mask")
-        self.num_train = int(graph.train_mask.sum())
-        if self.num_train == 0:
+        self.num_train = 0 if graph.train_mask is None else int(graph.train_mask.sum())
+        self.link = None
+        if not link and self.num_train == 0:
             raise ValueError("strategy 'offload': the graph has no training vertices")
         sc = config.strategy
         self.dedup = check_dedup(sc.dedup)
@@ -307,6 +315,7 @@ class OffloadStrategy(OffloadPasses, Strategy):
             mask = getattr(graph, f"{split}_mask")
             self.masks[split] = torch.zeros(graph.num_nodes, dtype=torch.bool) if mask is None else mask
         self._allocate_host(graph)
+        self.link = link_scorer(self) if link else None
         self.params = [p for p in model.parameters() if p.requires_grad]
         self.tracker = MemoryTracker(env)
         self.tracker.track_module("model", model)
@@ -379,6 +388,8 @@ class OffloadStrategy(OffloadPasses, Strategy):
                 self._barrier()
             for layer in range(self.num_layers):
                 self._forward_layer(layer, True, losses)
+            if self.link is not None:
+                losses.append(link_step(self, epoch))
             for layer in reversed(range(self.num_layers)):
                 self._backward_layer(layer)
             if self.dims.learned_input:
@@ -391,7 +402,7 @@ class OffloadStrategy(OffloadPasses, Strategy):
         local = torch.tensor([sum(losses)], dtype=torch.float64, device=self.device)
         total = self.comm.all_reduce(local, CONTROL)
         volumes = run.bytes()
-        return run.stats(float(total) / self.num_train,
+        return run.stats(float(total) / (self.num_train if self.link is None else self.link.normaliser),
                          {"chunks": self.num_chunks, "dedup": self.dedup, "modes": list(self.modes),
                           "alpha": self.sets.alpha(), "buffer_rows": self.plan.buffer_rows,
                           "modelled_transfer_seconds": modelled_seconds(volumes, self.bandwidths)}, bytes=volumes)
@@ -422,6 +433,8 @@ class OffloadStrategy(OffloadPasses, Strategy):
         """Chunked full-graph inference (dropout off); overwrites the host ``H`` arrays."""
         counts: list = []
         self._inference(counts)
+        if self.link is not None:
+            return link_evaluate(self)
         total = torch.stack(counts).sum(0) if counts else torch.zeros(COUNTS_PER_SPLIT * len(SPLITS), dtype=torch.float64)
         return counts_to_metrics(self.comm.all_reduce(total.to(self.device), CONTROL).cpu())
 
