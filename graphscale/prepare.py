@@ -28,6 +28,12 @@ the strategy's view needs exactly once:
   split plan, chunk assignment, offload layout, task plan) gets its folder written
   here (``Strategy.prepare_shared``), for any number of workers.
 
+``--task link`` on a partitioned strategy: the parent draws the split as ``single`` does
+(:func:`~graphscale.tasks.split.split_edges`) and prepares its message-passing graph instead of the whole graph
+(graph-parallel: the store partitions it, each part's pairs written beside the store; a host-shared strategy with
+``Strategy.link_message_graph``: its graph directory, all the pairs beside it; :mod:`graphscale.tasks.link_store`),
+under cache keys that hold the split.
+
 :func:`prepare_graph` prepares an in-memory graph the same way (tests, benches and
 Python callers that hand a strategy a ``Graph``): the handle keeps the graph in
 memory and carries the partition and shared folder written into the cache, keyed

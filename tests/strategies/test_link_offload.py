@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-
 from test_link_graph_parallel import expected_link_bytes
 
 from graphscale.config import build_config

@@ -25,14 +25,15 @@ def refusal(args: list[str], capsys) -> str:
     (["--task", "link", "--link-split", "0.9,0.1"], "--link-split takes three fractions TRAIN,VAL,TEST, got 2 (0.9,0.1)"),
     (["--task", "link", "--hits-k", "0,50"], "--hits-k must be integers >= 1, got 0,50"),
     (["--task", "link", "--strategy", "pipeline", "--workers", "2"],
-     "--task link: strategy 'pipeline' does not train link prediction; strategies that run it here: graph-parallel, "
-     "single"),
+     ("--task link: strategy 'pipeline' does not train link prediction; strategies that run it here: graph-parallel, "
+      "offload, single")),
     (["--task", "link", "--minibatch"],
      ("--task link: strategy 'single' runs link prediction full-graph only (drop --minibatch); strategies that run "
-      "it here: graph-parallel")),
+      "it here: graph-parallel, offload")),
     (["--task", "link", "--strategy", "graph-parallel", "--workers", "2", "--partitions", "/no/store"],
      ("--task link: strategy 'graph-parallel' partitions the split's message-passing graph itself (the held-out "
-      "edges removed), which a given store does not hold (drop --partitions); strategies that run it here: single")),
+      "edges removed), which a given store does not hold (drop --partitions); strategies that run it here: offload, "
+      "single")),
     (["--decoder", "mlp"], "--decoder is read by --task link only; this run's task is 'node'"),
     (["--link-split", "0.8,0.1,0.1"], "--link-split is read by --task link only; this run's task is 'node'"),
 ])
@@ -40,7 +41,7 @@ def test_bad_link_options_are_one_line(args, message, capsys):
     assert refusal(args, capsys) == message
 
 
-@pytest.mark.parametrize("strategy", ["data-parallel", "split-parallel", "offload", "pipeline", "task-parallel",
+@pytest.mark.parametrize("strategy", ["data-parallel", "split-parallel", "pipeline", "task-parallel",
                                       "model-averaging"])
 def test_every_strategy_without_link_prediction_refuses_it_by_name(strategy):
     config = build_config({"task": "link", "strategy": {"name": strategy, "workers": 2}, "oversubscribe": True})

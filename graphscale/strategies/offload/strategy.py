@@ -78,6 +78,10 @@ writes are serialised rank by rank).
   shared with the next batch keep accumulating on the device;
 * ``reorg``: ``intra`` on the cost-model-guided reorganised schedule.
 
+**Link prediction** (``--task link``, :mod:`~graphscale.strategies.offload.link`): the run's graph directory is the
+split's message-passing graph; the last layer's forward writes ``H^L`` without a loss, then each worker scores the
+pairs whose source it owns on its own rows of ``H^L`` and writes their gradients to ``G^L``.
+
 Other categories: ``d2h`` (``H^{l+1}``), ``d2h_cache`` / ``h2d_cache``
 (``A^l``), ``h2d_grad`` (``G^{l+1}`` rows of the destinations), ``h2d_dst``
 (own destination rows outside the neighbour path: GCNII's ``H^0``, the
