@@ -180,10 +180,12 @@ def link_split_warning(config: RunConfig, data: DataHandle) -> list[str]:
         return []
     from graphscale.tasks.split import split_edges
 
-    if data.view == PARTITION_LOCAL:  # drawn when the store was written, with its warning
-        from graphscale.tasks.link_store import read_link_meta
+    from graphscale.tasks.link_store import link_folder, read_link_meta
 
+    if data.view == PARTITION_LOCAL:  # drawn when the store was written, with its warning
         warning = read_link_meta(data.shared)["warning"]
+    elif data.path is not None and (link_folder(data.path) / "meta.json").is_file():  # the split's message graph
+        warning = read_link_meta(link_folder(data.path))["warning"]
     else:
         warning = split_edges(data.open_graph(), config.link_split, config.seed).warning()
     return [warning] if warning else []

@@ -41,6 +41,7 @@ def test_offload_link_equals_single(workers, dtype, decoder, tmp_path):
     expected = single["models"]["last"].state_dict()
     for name, value in offload["models"]["last"].state_dict().items():
         assert_close_rel(value, expected[name], precision, name)
+    assert offload["warnings"] == single["warnings"]  # the split's, drawn over the whole graph
     assert decoder == "dot" or any(name.startswith("link_decoder.") for name in expected)
     for key, value in single["final"].items():  # float32: two scores within ~1e-7 may swap (a Hits@K by 1 / 24)
         if key.startswith("test_") and not key.endswith("_loss"):
