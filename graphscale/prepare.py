@@ -28,6 +28,12 @@ the strategy's view needs exactly once:
   split plan, chunk assignment, offload layout, task plan) gets its folder written
   here (``Strategy.prepare_shared``), for any number of workers.
 
+``--task link`` on a partitioned strategy: the parent draws the split as ``single`` does
+(:func:`~graphscale.tasks.split.split_edges`) and prepares its message-passing graph instead of the whole graph
+(graph-parallel: the store partitions it, each part's pairs written beside the store; a host-shared strategy with
+``Strategy.link_message_graph``: its graph directory, all the pairs beside it; :mod:`graphscale.tasks.link_store`),
+under cache keys that hold the split.
+
 :func:`prepare_graph` prepares an in-memory graph the same way (tests, benches and
 Python callers that hand a strategy a ``Graph``): the handle keeps the graph in
 memory and carries the partition and shared folder written into the cache, keyed
@@ -66,6 +72,7 @@ from graphscale.data.graph import Graph
 from graphscale.data.handle import HOST_SHARED, MEMORY, PARTITION_LOCAL, DataHandle
 from graphscale.data.specs import canonical_spec
 from graphscale.partition.build import build_vertex_partitioner
+from graphscale.tasks.link_store import link_folder, store_owner, write_link_parts
 from graphscale.training_store import check_store_node_data, store_handle, write_training_store
 
 #: bumped when what the cache holds for a key changes meaning
@@ -209,6 +216,8 @@ def _partition_local(config: RunConfig, cache: Path | None, strategy) -> DataHan
     handle = store_handle(path, effective_norm(config.data.features, config.data.feature_norm),
                           stored_feature_dtype(config), meta,
                           learnable=bool(learnable_dim(config.data.features)))
+    if config.task == "link":  # the pairs each worker scores, written next to the store
+        handle = dataclasses.replace(handle, shared=str(link_folder(path)))
     handle = dataclasses.replace(handle, **strategy.prepare_partitions(config, handle, cache))
     if sc.partitions:  # a store the user gave; the cache's stores were written from checked graphs
         check_store_node_data(path, meta)
@@ -223,12 +232,14 @@ def _cached_store(config: RunConfig, cache: Path, parts: int) -> tuple[Path, dic
     spec = canonical_spec(config.data.dataset)
     fields = {"kind": "store", "dataset": spec, "files": _fingerprint(spec), "partitioner": sc.partitioner,
               "balance": sc.balance, "parts": parts, "seed": config.seed, **_feature_fields(config),
-              **({"halo_hops": sc.halo_hops} if sc.halo_hops != 1 else {})}
+              **({"halo_hops": sc.halo_hops} if sc.halo_hops != 1 else {}), **_link_fields(config)}
     digest, name = _key(fields)
     path = cache / "stores" / name
     with writing(cache, digest):
         with contextlib.suppress(FileNotFoundError, ValueError):
-            return path, check_partition_store(path)
+            meta = check_partition_store(path)
+            if config.task != "link" or (link_folder(path) / "meta.json").is_file():
+                return path, meta
         build_vertex_partitioner(sc.partitioner, sc.balance)  # a bad name fails before the dataset loads
         from graphscale.data.formats import read_graph_meta
 
@@ -236,12 +247,31 @@ def _cached_store(config: RunConfig, cache: Path, parts: int) -> tuple[Path, dic
                **_feature_fields(config)}  # stores hold the raw features: workers normalise their rows
         folder = _training_dir(config, cache, spec, "none", None, raw)
         nodes = read_graph_meta(folder)["num_nodes"]
+        split = _link_split(config, folder)
         with setup_step(config, f"partitioning {nodes:,} vertices into {parts} parts ({sc.partitioner}) "
                                 f"and writing the partition store"):
-            meta = write_training_store(folder, path, parts, sc.partitioner, config.seed, sc.balance, spec,
-                                        extra={"cache_key": fields}, halo_hops=sc.halo_hops,
-                                        host_memory=config.host_memory)
+            meta = write_training_store(folder if split is None else split.message_graph, path, parts,
+                                        sc.partitioner, config.seed, sc.balance, spec, extra={"cache_key": fields},
+                                        halo_hops=sc.halo_hops, host_memory=config.host_memory)
+            if split is not None:
+                write_link_parts(split, store_owner(path), parts, link_folder(path))
         return path, meta
+
+
+def _link_fields(config: RunConfig) -> dict:
+    """What ``--task link`` adds to a store's cache key: the split (its seed is the key's ``seed``)."""
+    return {"task": "link", "link_split": list(config.link_split)} if config.task == "link" else {}
+
+
+def _link_split(config: RunConfig, graph: Graph | Path):
+    """``--task link``: the split of ``graph`` (a graph directory is memory-mapped) that ``single`` draws, whose
+    message-passing graph the run partitions (:mod:`graphscale.tasks.link_store`); ``None`` otherwise."""
+    if config.task != "link":
+        return None
+    from graphscale.data.formats import load_graph_dir
+    from graphscale.tasks.split import split_edges
+
+    return split_edges(graph if isinstance(graph, Graph) else load_graph_dir(graph), config.link_split, config.seed)
 
 
 def _dataset_bytes(config: RunConfig, cache: Path) -> int:
@@ -274,10 +304,31 @@ def _host_shared(config: RunConfig, cache: Path, strategy) -> DataHandle:
     fields = {"kind": "graph", "dataset": spec, "files": _fingerprint(spec),
               "feature_norm": config.data.feature_norm, "dtype": config.dtype, **_feature_fields(config)}
     path = _training_dir(config, cache, spec, config.data.feature_norm, config.dtype, fields)
+    if config.task == "link" and strategy.link_message_graph:  # the split's message graph, its pairs beside it
+        fields = {**fields, **_link_fields(config)}
+        path = _link_graph_dir(config, cache, path, fields)
     graph = load_graph_dir(path)
     summary = {**graph.summary(), "name": graph.name}
     return DataHandle(HOST_SHARED, summary, path=str(path), dtype=config.dtype,
                       **_strategy_data(graph, fields, config, cache, strategy, folder=path))
+
+
+def _link_graph_dir(config: RunConfig, cache: Path, source: Path, fields: dict) -> Path:
+    """``--task link`` on a host-shared strategy that reads the split's message graph
+    (``Strategy.link_message_graph``): the graph directory of that graph, drawn from the training graph directory
+    ``source`` as ``single`` draws it, with all the pairs in one part of the link folder beside it
+    (:mod:`graphscale.tasks.link_store`), written once under the key ``fields``."""
+    from graphscale.data.formats import is_graph_dir, save_graph_dir
+
+    digest, name = _key({**fields, "kind": "link-graph"})
+    path = cache / "graphs" / name
+    with writing(cache, digest):
+        if not (is_graph_dir(path) and (link_folder(path) / "meta.json").is_file()):
+            split = _link_split(config, source)
+            with setup_step(config, "writing the link split's message-passing graph directory"):
+                save_graph_dir(split.message_graph, path, overwrite=True)
+                write_link_parts(split, torch.zeros(split.num_nodes, dtype=torch.int64), 1, link_folder(path))
+    return path
 
 
 def _strategy_data(graph: Graph, fields: dict, config: RunConfig, cache: Path, strategy,
@@ -379,7 +430,8 @@ def prepare_graph(graph: Graph, config: RunConfig, cache_dir: str | Path | None 
     sc = config.strategy
     parts = cls.store_parts(config, lambda: _graph_bytes(graph))
     fields = {**fields, "kind": "store", "partitioner": sc.partitioner, "balance": sc.balance, "parts": parts,
-              "seed": config.seed, **({"halo_hops": sc.halo_hops} if sc.halo_hops != 1 else {})}
+              "seed": config.seed, **({"halo_hops": sc.halo_hops} if sc.halo_hops != 1 else {}),
+              **_link_fields(config)}
     digest, name = _key(fields)
     path = cache / "stores" / name
     with writing(cache, digest):
@@ -387,10 +439,18 @@ def prepare_graph(graph: Graph, config: RunConfig, cache_dir: str | Path | None 
 
         try:
             meta = check_partition_store(path)
+            if config.task == "link" and not (link_folder(path) / "meta.json").is_file():
+                raise FileNotFoundError(link_folder(path))
         except (FileNotFoundError, ValueError):
-            meta = write_training_store(graph, path, parts, sc.partitioner, config.seed, sc.balance,
-                                        extra={"cache_key": fields}, halo_hops=sc.halo_hops)
+            split = _link_split(config, graph)
+            meta = write_training_store(graph if split is None else split.message_graph, path, parts,
+                                        sc.partitioner, config.seed, sc.balance, extra={"cache_key": fields},
+                                        halo_hops=sc.halo_hops)
+            if split is not None:
+                write_link_parts(split, store_owner(path), parts, link_folder(path))
     store = store_handle(path, "none", handle.dtype, meta)
+    if config.task == "link":
+        store = dataclasses.replace(store, shared=str(link_folder(path)))
     return dataclasses.replace(store, **cls.prepare_partitions(config, store, cache))
 
 

@@ -22,7 +22,7 @@ from graphscale import __version__, allocator
 from graphscale.checkpoint import check_resume, read_checkpoint
 from graphscale.config import RunConfig, to_dict
 from graphscale.data.formats import write_json_atomic
-from graphscale.data.handle import DataHandle
+from graphscale.data.handle import PARTITION_LOCAL, DataHandle
 from graphscale.data.output_lock import output_locks
 from graphscale.distributed.env import DistEnv
 from graphscale.distributed.launch import is_main_process, launch, resolve_device
@@ -180,7 +180,14 @@ def link_split_warning(config: RunConfig, data: DataHandle) -> list[str]:
         return []
     from graphscale.tasks.split import split_edges
 
-    warning = split_edges(data.open_graph(), config.link_split, config.seed).warning()
+    from graphscale.tasks.link_store import link_folder, read_link_meta
+
+    if data.view == PARTITION_LOCAL:  # drawn when the store was written, with its warning
+        warning = read_link_meta(data.shared)["warning"]
+    elif data.path is not None and (link_folder(data.path) / "meta.json").is_file():  # the split's message graph
+        warning = read_link_meta(link_folder(data.path))["warning"]
+    else:
+        warning = split_edges(data.open_graph(), config.link_split, config.seed).warning()
     return [warning] if warning else []
 
 

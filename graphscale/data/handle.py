@@ -63,7 +63,8 @@ class DataHandle:
         dtype: feature dtype the worker stores its features in (``float32`` / ``float64``, or ``bfloat16`` with
             ``--feature-dtype bfloat16``: the model upcasts the rows it reads).
         shared: the folder the parent wrote with ``Strategy.prepare_shared`` (split plan, chunk assignment,
-            offload layout, task plan), or ``None`` for a strategy that prepares none.
+            offload layout, task plan); for a ``partition-local`` ``--task link`` run, the link folder next to
+            the store (:mod:`graphscale.tasks.link_store`); ``None`` for a run that prepares none.
         state_dir: ``model-averaging``: the directory of its partition states (several parts per worker, a
             checkpoint, or ``--state-dir``), else ``None``.
     """

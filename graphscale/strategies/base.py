@@ -89,6 +89,10 @@ class Strategy(ABC):
         """Checks of ``config`` specific to the strategy, in the parent before any worker starts
         (:func:`graphscale.validation.validate`); raise ``ValueError`` naming the option."""
 
+    #: ``--task link`` on the host-shared view: the parent writes the split's message-passing graph as the run's
+    #: graph directory, all the pairs in the link folder beside it (:mod:`graphscale.tasks.link_store`)
+    link_message_graph: bool = False
+
     @classmethod
     def edge_weight_refusal(cls, config: RunConfig, halo_hops: int) -> str:
         """Why a strategy with :attr:`edge_weights` cannot give ``config``'s convs a weighted graph's edge weights

@@ -94,6 +94,11 @@ elsewhere; the table is not all-reduced (each row has one owner) and Adam update
 Evaluation runs the same forward pass without gradients (its halo bytes are
 recorded but are not part of an epoch's statistics) and all-reduces the
 per-split counts.
+
+**Link prediction** (``--task link``): the store partitions the split's message-passing graph and the parent writes
+each part's pairs next to it (:mod:`graphscale.tasks.link_store`); the forward's rows are embeddings, and each pair
+is scored on the worker owning its source (:mod:`graphscale.strategies.link_scoring`: destination rows fetched from
+their owners in category ``"link"``, the loss over the global pair count, metrics over every worker's scores).
 """
 
 from __future__ import annotations
@@ -128,8 +133,10 @@ from graphscale.strategies.base import (
     unused_feature_options,
 )
 from graphscale.strategies.epoch import Epoch
+from graphscale.strategies.link_scoring import LinkScorer, RowFetch
 from graphscale.strategies.optimizers import moment_count
 from graphscale.strategies.overlap_plan import OverlapPlan
+from graphscale.tasks.link_store import link_folder, read_link_part, store_owner
 
 HALO = "halo"
 SETUP = "setup"
@@ -279,6 +286,13 @@ class GraphParallel(Strategy):
         self.overlap = overlap
 
     @classmethod
+    def link_refusal(cls, config: RunConfig) -> str:
+        if config.strategy.partitions:
+            return ("partitions the split's message-passing graph itself (the held-out edges removed), which a "
+                    "given store does not hold (drop --partitions)")
+        return ""
+
+    @classmethod
     def unused_options(cls, config: RunConfig) -> dict[str, str]:
         unused = unused_feature_options(config)
         if not config.strategy.partitions:
@@ -296,7 +310,8 @@ class GraphParallel(Strategy):
                              f"{env.world_size} workers")
         local = part.graph
         learnable = bool(learnable_dim(config.data.features))
-        if (local.x is None and not learnable) or local.y is None or local.train_mask is None:
+        link = config.task == "link"  # pairs scored instead of labelled vertices: no labels needed
+        if (local.x is None and not learnable) or (not link and (local.y is None or local.train_mask is None)):
             raise ValueError(f"strategy 'graph-parallel' needs node features, labels and a training mask; "
                              f"partition {rank} of {self.data.path} lacks some")
         n_inner = part.num_inner
@@ -331,14 +346,16 @@ class GraphParallel(Strategy):
         self.raw_exchange = self.x.dtype == torch.bfloat16 and exchanges_stored_input(model)
         #: per layer, the width of the projected rows its exchange moves (None: the layer's inputs)
         self.projected = projected_exchanges(model, _element_size(model), 2 if self.raw_exchange else None)
-        self.y = local.y[:n_inner].to(device)
+        self.y = torch.zeros(n_inner, dtype=torch.int64, device=device) if local.y is None else local.y[:n_inner].to(device)
         self.masks = {}
         for split in SPLITS:
             mask = getattr(local, f"{split}_mask")
             self.masks[split] = (torch.zeros(n_inner, dtype=torch.bool) if mask is None else mask[:n_inner]).to(device)
         count = torch.tensor([float(self.masks["train"].sum())], dtype=torch.float64, device=device)
         self.num_train = int(self.comm.all_reduce(count, SETUP).item())
-        if self.num_train == 0:
+        #: ``--task link``: the pairs this worker scores (:mod:`graphscale.strategies.link_scoring`)
+        self.link = self._link_scorer(part) if link else None
+        if self.link is None and self.num_train == 0:
             raise ValueError("strategy 'graph-parallel': the graph has no training vertices")
         self.params = [p for p in model.parameters() if p.requires_grad]
         self.tracker = MemoryTracker(env)
@@ -357,6 +374,13 @@ class GraphParallel(Strategy):
         self.tracker.track("partition", self.x, self.y, *self.masks.values(), *arrays, self.halo.send_index,
                            self.halo.halo_index)
         self.tracker.track_module("model", model)
+
+    def _link_scorer(self, part) -> LinkScorer:
+        """The scorer of the pairs whose source this worker owns, from the link folder next to the store."""
+        owner = store_owner(self.data.path)
+        pairs = read_link_part(self.data.shared or link_folder(self.data.path), part.part)
+        return LinkScorer(pairs, RowFetch(self.comm, self.inner_ids, owner), self.model.link_decoder,
+                          self.config.seed, self.config.hits_k)
 
     @property
     def blocks(self) -> list[Block]:
@@ -414,14 +438,17 @@ class GraphParallel(Strategy):
         with self.tracker.epoch():
             self.optimizer.zero_grad(set_to_none=True)
             logits = self.forward()
-            loss_sum = masked_loss_sum(logits, self.y, self.masks["train"])
-            (loss_sum / self.num_train).backward()
+            if self.link is not None:  # the pairs whose source this worker owns, over the global pair count
+                loss_sum, normaliser = self.link.loss_sum(logits, epoch), self.link.normaliser
+            else:
+                loss_sum, normaliser = masked_loss_sum(logits, self.y, self.masks["train"]), self.num_train
+            (loss_sum / normaliser).backward()
             allreduce_gradients(self.comm, self.params, self.tracker)
             self.optimizer.step()
             self.tracker.track("optimizer", *optimizer_tensors(self.optimizer))
             self.tracker.untrack("gradients")
         total = self.comm.all_reduce(loss_sum.detach().reshape(1).double(), CONTROL)
-        return run.stats(float(total) / self.num_train,
+        return run.stats(float(total) / normaliser,
                          {"local_nodes": self.inner_ids.numel(), "halo_nodes": self.halo.num_halo,
                           "interior_nodes": self.plan.num_interior if self.plan is not None else None})
 
@@ -435,6 +462,8 @@ class GraphParallel(Strategy):
     def evaluate(self) -> dict[str, float]:
         self.model.eval()
         logits = self.forward()
+        if self.link is not None:
+            return self.link.evaluate(logits)
         counts = split_counts(logits, self.y, self.masks).to(self.env.device)
         return counts_to_metrics(self.comm.all_reduce(counts, CONTROL).cpu())
 

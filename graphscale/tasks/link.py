@@ -76,39 +76,53 @@ class LinkTask:
     def loss_sum(self, z_src: torch.Tensor, z_dst: torch.Tensor, label: torch.Tensor) -> torch.Tensor:
         """The summed BCE of the pairs with embeddings ``z_src``, ``z_dst`` and 0/1 ``label`` (divide by
         :attr:`normaliser`)."""
-        scores = self.decoder(z_src, z_dst)
-        return F.binary_cross_entropy_with_logits(scores, label.to(scores.dtype), reduction="sum")
+        return pair_loss_sum(self.decoder, z_src, z_dst, label)
 
     def split_scores(self, z: torch.Tensor, split: str) -> tuple[torch.Tensor, torch.Tensor]:
         """``(pos [P], neg [P, C])``: the scores of ``split``'s positives and of their evaluation candidates, from
         the embeddings ``z`` of every vertex."""
         ids = self.ids[split]
         u, v = self.pairs[0, ids], self.pairs[1, ids]
-        pos = self.decoder(z[u], z[v])
-        negs = []
-        for start in range(0, ids.numel(), EVAL_ROWS):
-            rows = slice(start, start + EVAL_ROWS)
-            negs.append(self.decoder(z[u[rows]][:, None, :], z[self.candidates[split][rows]]))
-        neg = torch.cat(negs) if negs else pos.new_zeros((0, 0))
-        return pos, neg
+        return self.decoder(z[u], z[v]), candidate_scores(self.decoder, z[u], z, self.candidates[split])
 
     def metrics(self, scores: dict[str, tuple[torch.Tensor, torch.Tensor]]) -> dict[str, float]:
         """The metrics of every split from its ``(pos, neg)`` scores (module docstring)."""
-        out = {}
-        for split, (pos, neg) in scores.items():
-            pos, neg = pos.detach().double(), neg.detach().double()
-            shared = neg[:, 0] if neg.numel() else neg.reshape(-1)
-            score = auc(pos, shared)
-            out[f"{split}_acc"] = out[f"{split}_auc"] = score
-            for k in self.hits_k:
-                out[f"{split}_hits@{k}"] = hits_at_k(pos, shared, k)
-            if neg.dim() == 2 and neg.shape[1] > 1:
-                out[f"{split}_mrr"] = mrr(pos, neg)
-            bce = (F.binary_cross_entropy_with_logits(pos, torch.ones_like(pos), reduction="sum")
-                   + F.binary_cross_entropy_with_logits(shared, torch.zeros_like(shared), reduction="sum"))
-            out[f"{split}_loss"] = float(bce) / (2 * pos.numel()) if pos.numel() else float("nan")
-        return out
+        return link_metrics(scores, self.hits_k)
 
     def evaluate(self, z: torch.Tensor) -> dict[str, float]:
         """Every split's metrics from the embeddings ``z [N, d]`` of every vertex."""
         return self.metrics({split: self.split_scores(z, split) for split in SPLIT_NAMES})
+
+
+def pair_loss_sum(decoder: torch.nn.Module, z_src: torch.Tensor, z_dst: torch.Tensor,
+                  label: torch.Tensor) -> torch.Tensor:
+    """The summed BCE of the pairs with embeddings ``z_src``, ``z_dst`` and 0/1 ``label`` under ``decoder``."""
+    scores = decoder(z_src, z_dst)
+    return F.binary_cross_entropy_with_logits(scores, label.to(scores.dtype), reduction="sum")
+
+
+def candidate_scores(decoder: torch.nn.Module, z_src: torch.Tensor, table: torch.Tensor,
+                     candidates: torch.Tensor) -> torch.Tensor:
+    """``[P, C]``: the scores of sources ``z_src [P, d]`` against their candidates, rows ``candidates [P, C]`` of
+    ``table``, :data:`EVAL_ROWS` sources at a time."""
+    negs = [decoder(z_src[start:start + EVAL_ROWS][:, None, :], table[candidates[start:start + EVAL_ROWS]])
+            for start in range(0, candidates.shape[0], EVAL_ROWS)]
+    return torch.cat(negs) if negs else z_src.new_zeros((0, candidates.shape[1]))
+
+
+def link_metrics(scores: dict[str, tuple[torch.Tensor, torch.Tensor]], hits_k) -> dict[str, float]:
+    """The metrics of every split from its ``(pos [P], neg [P, C])`` scores (module docstring)."""
+    out = {}
+    for split, (pos, neg) in scores.items():
+        pos, neg = pos.detach().double(), neg.detach().double()
+        shared = neg[:, 0] if neg.numel() else neg.reshape(-1)
+        score = auc(pos, shared)
+        out[f"{split}_acc"] = out[f"{split}_auc"] = score
+        for k in hits_k:
+            out[f"{split}_hits@{k}"] = hits_at_k(pos, shared, k)
+        if neg.dim() == 2 and neg.shape[1] > 1:
+            out[f"{split}_mrr"] = mrr(pos, neg)
+        bce = (F.binary_cross_entropy_with_logits(pos, torch.ones_like(pos), reduction="sum")
+               + F.binary_cross_entropy_with_logits(shared, torch.zeros_like(shared), reduction="sum"))
+        out[f"{split}_loss"] = float(bce) / (2 * pos.numel()) if pos.numel() else float("nan")
+    return out

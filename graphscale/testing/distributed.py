@@ -49,9 +49,12 @@ def train_epochs(env, config, data, last_epoch: int,
     from graphscale.nn.models import build_model, is_decoupled
     from graphscale.registry import STRATEGIES
     from graphscale.strategies.optimizers import LRSchedule
+    from graphscale.tasks.link import attach_decoder, output_width
 
-    model = build_model(config.model, input_width(config.data.features, data.num_features), data.num_classes,
-                        seed=config.seed, dtype=getattr(torch, config.dtype), decoupled=is_decoupled(config))
+    model = build_model(config.model, input_width(config.data.features, data.num_features),
+                        output_width(config, data.num_classes), seed=config.seed, dtype=getattr(torch, config.dtype),
+                        decoupled=is_decoupled(config))
+    model = attach_decoder(model, config)  # --task link: the decoder, as a run adds it
     strategy = STRATEGIES.get(config.strategy.name)()
     strategy.setup(data, model.to(env.device), env, config)
     schedule = LRSchedule(config.optim)

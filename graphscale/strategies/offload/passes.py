@@ -45,6 +45,8 @@ class OffloadPasses:
 
     #: the evaluation keeps each chunk's ``(global ids, logits)`` instead of counting them (:meth:`outputs`)
     keep_outputs: bool = False
+    #: ``--task link``: the scorer of the pairs (:mod:`~graphscale.strategies.offload.link`); ``None``: node labels
+    link = None
 
     # ---------------------------------------------------------------- transfers
     def _record(self, category: str, nbytes: int) -> None:
@@ -212,7 +214,7 @@ class OffloadPasses:
             if mode == "hybrid":
                 self._put_dst(False, f"A{layer}", j, bp, agg, D2H_CACHE)
             self._put_dst(False, f"H{layer + 1}", j, bp, out, D2H)
-            if last:
+            if last and (self.link is None or self.keep_outputs):  # link: pairs scored after the pass (link.py)
                 self._head(j, bp, out, ids, train, counts)
             self.tracker.untrack("chunk")
         self.tracker.untrack("buffers")
@@ -222,13 +224,16 @@ class OffloadPasses:
         """The fused output map and loss of a chunk (training) or its per-split counts (evaluation; its ``(global ids,
         logits)`` with ``keep_outputs``: :meth:`outputs`)."""
         host_ids = bp.block.dst_ids
-        y = self.y[host_ids].to(self.device)
         if not train:
-            masks = {split: mask[host_ids].to(self.device) for split, mask in self.masks.items()}
             with torch.no_grad():
                 logits = self.model.output_map(out, ids)
-            counts.append((host_ids.cpu(), logits.cpu()) if self.keep_outputs else split_counts(logits, y, masks))
+            if self.keep_outputs:
+                counts.append((host_ids.cpu(), logits.cpu()))
+                return
+            masks = {split: mask[host_ids].to(self.device) for split, mask in self.masks.items()}
+            counts.append(split_counts(logits, self.y[host_ids].to(self.device), masks))
             return
+        y = self.y[host_ids].to(self.device)
         leaf = out.detach().requires_grad_(True)
         with torch.enable_grad():
             logits = self.model.output_map(leaf, ids)

@@ -78,6 +78,10 @@ writes are serialised rank by rank).
   shared with the next batch keep accumulating on the device;
 * ``reorg``: ``intra`` on the cost-model-guided reorganised schedule.
 
+**Link prediction** (``--task link``, :mod:`~graphscale.strategies.offload.link`): the run's graph directory is the
+split's message-passing graph; the last layer's forward writes ``H^L`` without a loss, then each worker scores the
+pairs whose source it owns on its own rows of ``H^L`` and writes their gradients to ``G^L``.
+
 Other categories: ``d2h`` (``H^{l+1}``), ``d2h_cache`` / ``h2d_cache``
 (``A^l``), ``h2d_grad`` (``G^{l+1}`` rows of the destinations), ``h2d_dst``
 (own destination rows outside the neighbour path: GCNII's ``H^0``, the
@@ -155,6 +159,7 @@ from graphscale.strategies.offload.cost import (
 )
 from graphscale.strategies.offload.host import HostArrays, host_array_specs, input_array, shares_input
 from graphscale.strategies.offload.layout import write_layout
+from graphscale.strategies.offload.link import link_evaluate, link_scorer, link_step
 from graphscale.strategies.offload.memory import choose_chunks
 from graphscale.strategies.offload.passes import OffloadPasses
 from graphscale.strategies.offload.plan import (
@@ -223,6 +228,11 @@ class OffloadStrategy(OffloadPasses, Strategy):
     edge_weights = True  # chunk blocks are Block.from_nodes: they carry a weighted graph's edge weights
     options = option_names(OffloadOptions)
     single_host = True  # every worker reads and writes the same host arrays (shared-memory files on one host)
+    link_message_graph = True  # --task link: the pairs scored after the chunks (offload/link.py)
+
+    @classmethod
+    def link_refusal(cls, config: RunConfig) -> str:
+        return ""
 
     @classmethod
     def unused_options(cls, config: RunConfig) -> dict[str, str]:
@@ -279,10 +289,12 @@ class OffloadStrategy(OffloadPasses, Strategy):
     def setup(self, data: DataHandle | Graph, model: torch.nn.Module, env: DistEnv, config: RunConfig) -> None:
         super().setup(data, model, env, config)
         graph = self.data.open_graph()
-        if graph.x is None or graph.y is None or graph.train_mask is None:
+        link = config.task == "link"  # pairs scored instead of labelled vertices: no labels needed
+        if graph.x is None or (not link and (graph.y is None or graph.train_mask is None)):
             raise ValueError("strategy 'offload' needs node features, labels and a training mask")
-        self.num_train = int(graph.train_mask.sum())
-        if self.num_train == 0:
+        self.num_train = 0 if graph.train_mask is None else int(graph.train_mask.sum())
+        self.link = None
+        if not link and self.num_train == 0:
             raise ValueError("strategy 'offload': the graph has no training vertices")
         sc = config.strategy
         self.dedup = check_dedup(sc.dedup)
@@ -321,6 +333,7 @@ class OffloadStrategy(OffloadPasses, Strategy):
             mask = getattr(graph, f"{split}_mask")
             self.masks[split] = torch.zeros(graph.num_nodes, dtype=torch.bool) if mask is None else mask
         self._allocate_host(graph)
+        self.link = link_scorer(self) if link else None
         self.params = [p for p in model.parameters() if p.requires_grad]
         self.tracker = MemoryTracker(env)
         self.tracker.track_module("model", model)
@@ -393,6 +406,8 @@ class OffloadStrategy(OffloadPasses, Strategy):
                 self._barrier()
             for layer in range(self.num_layers):
                 self._forward_layer(layer, True, losses)
+            if self.link is not None:
+                losses.append(link_step(self, epoch))
             for layer in reversed(range(self.num_layers)):
                 self._backward_layer(layer)
             if self.dims.learned_input:
@@ -405,7 +420,7 @@ class OffloadStrategy(OffloadPasses, Strategy):
         local = torch.tensor([sum(losses)], dtype=torch.float64, device=self.device)
         total = self.comm.all_reduce(local, CONTROL)
         volumes = run.bytes()
-        return run.stats(float(total) / self.num_train,
+        return run.stats(float(total) / (self.num_train if self.link is None else self.link.normaliser),
                          {"chunks": self.num_chunks, "dedup": self.dedup, "modes": list(self.modes),
                           "alpha": self.sets.alpha(), "buffer_rows": self.plan.buffer_rows,
                           "modelled_transfer_seconds": modelled_seconds(volumes, self.bandwidths)}, bytes=volumes)
@@ -436,6 +451,8 @@ class OffloadStrategy(OffloadPasses, Strategy):
         """Chunked full-graph inference (dropout off); overwrites the host ``H`` arrays."""
         counts: list = []
         self._inference(counts)
+        if self.link is not None:
+            return link_evaluate(self)
         total = torch.stack(counts).sum(0) if counts else torch.zeros(COUNTS_PER_SPLIT * len(SPLITS), dtype=torch.float64)
         return counts_to_metrics(self.comm.all_reduce(total.to(self.device), CONTROL).cpu())
 

@@ -1,0 +1,143 @@
+"""Link prediction where every worker holds the embeddings of the vertices it owns: each supervised pair is
+scored on the worker that owns its source vertex (:mod:`graphscale.tasks.link_store`), which fetches the
+destination embeddings other workers own and returns their gradients.
+
+**The exchange** (:class:`RowFetch`, Ledger category :data:`LINK`). For a list of destination vertices a worker
+asks each owner for the distinct ones it does not own: one ``all_to_all_v`` of its request counts (one int64 per
+peer), one of the requested ids (int64), one of the rows (``d`` elements each, the embedding width), and in the
+backward one of their gradients, which each owner adds into its own rows. Training scores the epoch's positives
+and their keyed negatives (:func:`~graphscale.tasks.negatives.train_tails`: the same on every worker as in
+``single``), so per training epoch, summed over workers (``W`` workers, ``R_i`` the distinct destinations of
+worker ``i``'s training pairs that another worker owns, ``b`` bytes per element)::
+
+    link = sum_i  [ 8 (W - 1) + R_i (8 + 2 d b) ]          (no bytes on one worker)
+
+The loss is the sum of BCE over the worker's pairs divided by the global pair count ``2 P`` (the parent's
+``counts``), so the all-reduced gradients are ``single``'s. Evaluation fetches the rows of the positives'
+destinations and of their fixed candidates (no backward), scores the worker's pairs, and gathers every worker's
+scores (by edge id) so that each computes the metrics over all pairs, as ``single`` does
+(:func:`~graphscale.tasks.link.link_metrics`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from graphscale.distributed.comm import Comm
+from graphscale.distributed.functional import all_to_all_v
+from graphscale.tasks.link import candidate_scores, link_metrics, pair_loss_sum
+from graphscale.tasks.link_store import LinkPart
+from graphscale.tasks.negatives import eval_tails, train_tails
+from graphscale.tasks.split import SPLIT_NAMES
+
+#: the Ledger category of the scoring exchange
+LINK = "link"
+
+
+def link_bytes_per_epoch(remote_rows: Sequence[int], width: int, element_size: int) -> int:
+    """The closed-form scoring exchange of one training epoch, summed over workers (module docstring):
+    ``remote_rows[i]`` is ``R_i``."""
+    workers = len(remote_rows)
+    if workers < 2:
+        return 0
+    return sum(8 * (workers - 1) + int(r) * (8 + 2 * width * element_size) for r in remote_rows)
+
+
+class RowFetch:
+    """The rows of any vertices, from the worker's own rows and, for the others, from their owners (module
+    docstring).
+
+    Args:
+        comm: the worker's Comm.
+        inner_ids: the original ids of the worker's own rows, ascending.
+        owner: int64 ``[N]``, the worker of every vertex.
+    """
+
+    def __init__(self, comm: Comm, inner_ids: torch.Tensor, owner: torch.Tensor) -> None:
+        self.comm, self.inner_ids, self.owner = comm, inner_ids, owner.to(inner_ids.device)
+        self.num_nodes = int(owner.numel())
+
+    def local(self, ids: torch.Tensor) -> torch.Tensor:
+        """The positions of own vertices ``ids`` among the worker's rows."""
+        return torch.searchsorted(self.inner_ids, ids)
+
+    def table(self, rows: torch.Tensor, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(table, index)``: ``table[index]`` are the rows of vertices ``ids`` (``rows``: the worker's own, in
+        :attr:`inner_ids` order); a collective (every worker calls it, with its own ``ids``)."""
+        comm, world = self.comm, self.comm.world_size
+        need = torch.unique(ids)
+        remote = need[self.owner[need] != comm.rank]
+        key = self.owner[remote] * self.num_nodes + remote  # by owner, then id: ascending
+        remote = remote[torch.argsort(key)]
+        key = self.owner[remote] * self.num_nodes + remote
+        send = torch.bincount(self.owner[remote], minlength=world).tolist()
+        ones = [1] * world
+        recv = comm.all_to_all_v(torch.tensor(send, dtype=torch.int64, device=ids.device), ones, ones, LINK).tolist()
+        asked = comm.all_to_all_v(remote, send, recv, LINK)  # the ids the others want from this worker
+        fetched = all_to_all_v(rows.index_select(0, self.local(asked)), comm, recv, send, LINK)
+        table = torch.cat([rows, fetched])
+        mine = self.owner[ids] == comm.rank
+        index = torch.where(mine, self.local(ids).clamp(max=max(rows.shape[0] - 1, 0)),
+                            rows.shape[0] + torch.searchsorted(key, self.owner[ids] * self.num_nodes + ids))
+        return table, index
+
+
+class LinkScorer:
+    """The pairs one worker scores, their loss and their metrics (module docstring).
+
+    Args:
+        part: the worker's pairs.
+        fetch: the worker's :class:`RowFetch`.
+        decoder: the model's decoder.
+        seed: the run's seed (the negatives' key).
+        hits_k: the K of the reported Hits@K.
+    """
+
+    def __init__(self, part: LinkPart, fetch: RowFetch, decoder: torch.nn.Module, seed: int, hits_k) -> None:
+        device = fetch.inner_ids.device
+        self.fetch, self.decoder, self.seed, self.hits_k = fetch, decoder, seed, list(hits_k)
+        self.num_nodes = part.num_nodes
+        #: the global pair count of the loss (positives and their negatives)
+        self.normaliser = 2 * part.num_train
+        positions = {name: part.split_ids(name) for name in SPLIT_NAMES}
+        self.ids = {name: part.ids[p].to(device) for name, p in positions.items()}
+        self.pairs = {name: part.pairs[:, p].to(device) for name, p in positions.items()}
+
+    def train_pairs(self, epoch: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``(src, dst, label)``: this worker's training positives of epoch ``epoch``, then their keyed
+        negatives."""
+        ids, (u, v) = self.ids["train"], self.pairs["train"]
+        t = train_tails(ids, self.num_nodes, self.seed, epoch)
+        label = torch.cat([torch.ones(ids.numel()), torch.zeros(ids.numel())]).to(u.device)
+        return torch.cat([u, u]), torch.cat([v, t]), label
+
+    def loss_sum(self, z: torch.Tensor, epoch: int) -> torch.Tensor:
+        """The summed BCE of this worker's training pairs of epoch ``epoch`` (divide by :attr:`normaliser`), from
+        its own rows ``z``; a collective (the destinations' rows and, in the backward, their gradients)."""
+        src, dst, label = self.train_pairs(epoch)
+        table, index = self.fetch.table(z, dst)
+        return pair_loss_sum(self.decoder, z[self.fetch.local(src)], table[index], label)
+
+    def split_scores(self, z: torch.Tensor, split: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``(ids, pos, neg)``: this worker's pairs of ``split``, their scores and their candidates' scores."""
+        ids, (u, v) = self.ids[split], self.pairs[split]
+        candidates = eval_tails(ids, self.num_nodes, self.seed, **({"count": 1} if split == "train" else {}))
+        table, index = self.fetch.table(z, torch.cat([v, candidates.flatten()]))
+        z_u = z[self.fetch.local(u)]
+        pos = self.decoder(z_u, table[index[: v.numel()]])
+        return ids, pos, candidate_scores(self.decoder, z_u, table, index[v.numel():].view(candidates.shape))
+
+    @torch.no_grad()
+    def evaluate(self, z: torch.Tensor) -> dict[str, float]:
+        """Every split's metrics over every worker's pairs, from this worker's rows ``z``; a collective (the same
+        on every worker)."""
+        comm, scores = self.fetch.comm, {}
+        for split in SPLIT_NAMES:
+            ids, pos, neg = self.split_scores(z, split)
+            ids = torch.cat(comm.all_gather_v(ids, LINK))
+            order = torch.argsort(ids)
+            scores[split] = (torch.cat(comm.all_gather_v(pos, LINK))[order],
+                             torch.cat(comm.all_gather_v(neg, LINK))[order])
+        return link_metrics(scores, self.hits_k)
