@@ -416,13 +416,22 @@ def input_dataset(graph: Graph, config: RunConfig) -> str:
     from graphscale.data.convert import graph_digest
     from graphscale.data.formats import is_graph_dir, save_graph_dir
 
+    from graphscale.data.link_pairs import PAIRS_KEY, REFERENCE_KEY, pairs_digest, save_pairs
+
     cache = resolve_cache_dir(config)
     digest = graph_digest(graph)[:20]
+    pairs = graph.meta.get(PAIRS_KEY)
+    if pairs is not None:  # a given link split: in a file next to the directory, which names it in its meta
+        digest = hashlib.sha256(f"{digest}\0{pairs_digest(pairs)}".encode()).hexdigest()[:20]
     path = cache / "inputs" / f"{re.sub(r'[^A-Za-z0-9_.=,-]+', '_', graph.name)[:48]}-{digest}"
     with writing(cache, f"input-{digest}"):
         if not is_graph_dir(path):
             with setup_step(config, f"writing {graph.name} ({graph.num_nodes:,} nodes) to {path}"):
                 path.parent.mkdir(parents=True, exist_ok=True)
+                if pairs is not None:
+                    file = save_pairs(pairs, path.with_name(path.name + ".link-split.npz"))
+                    meta = {k: v for k, v in graph.meta.items() if k != PAIRS_KEY}
+                    graph = dataclasses.replace(graph, meta={**meta, REFERENCE_KEY: f"npz:{file}"})
                 save_graph_dir(graph, path, overwrite=True)
     return f"graphdir:{path}"
 

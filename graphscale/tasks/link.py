@@ -7,7 +7,9 @@ Evaluation scores each split's positives against their fixed candidates (:func:`
 and reports, per split, ``{split}_auc`` (also under ``{split}_acc``, the run's headline score: the report's
 ``metric`` is ``auc``), ``{split}_hits@K`` for every ``--hits-k``, ``{split}_mrr`` and ``{split}_loss`` (the mean BCE
 over the positives and their first candidates). The training split, evaluated every epoch over the most pairs, is
-scored against its first candidate only: its AUC, Hits@K and loss, no MRR.
+scored against its first candidate only: its AUC, Hits@K and loss, no MRR. A split given with the dataset
+(:mod:`graphscale.tasks.given_split`) is scored against its own negatives: shared pairs (AUC, Hits@K, no MRR) or
+each positive's candidate tails.
 """
 
 from __future__ import annotations
@@ -62,8 +64,10 @@ class LinkTask:
         self.ids = {name: split.ids(name).to(device) for name in SPLIT_NAMES}
         self.pairs = split.pairs.to(device)
         self.normaliser = 2 * self.ids["train"].numel()
-        self.candidates = {name: eval_tails(ids, self.num_nodes, seed, **({"count": 1} if name == "train" else {}))
+        self.candidates = {name: split.neg_tails[name].to(device) if name in split.neg_tails
+                           else eval_tails(ids, self.num_nodes, seed, **({"count": 1} if name == "train" else {}))
                            for name, ids in self.ids.items()}  # fixed; the training split's first only
+        self.neg_pairs = {name: pairs.to(device) for name, pairs in split.neg_pairs.items()}  # a given split's
 
     def train_pairs(self, epoch: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """``(src [2P], dst [2P], label [2P])``: epoch ``epoch``'s training positives, then their keyed negatives."""
@@ -81,10 +85,14 @@ class LinkTask:
 
     def split_scores(self, z: torch.Tensor, split: str) -> tuple[torch.Tensor, torch.Tensor]:
         """``(pos [P], neg [P, C])``: the scores of ``split``'s positives and of their evaluation candidates, from
-        the embeddings ``z`` of every vertex."""
+        the embeddings ``z`` of every vertex; with a given split's shared negative pairs, ``neg [Q, 1]`` their
+        scores."""
         ids = self.ids[split]
         u, v = self.pairs[0, ids], self.pairs[1, ids]
         pos = self.decoder(z[u], z[v])
+        if split in self.neg_pairs:
+            a, b = self.neg_pairs[split]
+            return pos, self.decoder(z[a], z[b]).reshape(-1, 1)
         negs = []
         for start in range(0, ids.numel(), EVAL_ROWS):
             rows = slice(start, start + EVAL_ROWS)
@@ -106,7 +114,7 @@ class LinkTask:
                 out[f"{split}_mrr"] = mrr(pos, neg)
             bce = (F.binary_cross_entropy_with_logits(pos, torch.ones_like(pos), reduction="sum")
                    + F.binary_cross_entropy_with_logits(shared, torch.zeros_like(shared), reduction="sum"))
-            out[f"{split}_loss"] = float(bce) / (2 * pos.numel()) if pos.numel() else float("nan")
+            out[f"{split}_loss"] = float(bce) / (pos.numel() + shared.numel()) if pos.numel() else float("nan")
         return out
 
     def evaluate(self, z: torch.Tensor) -> dict[str, float]:

@@ -7,12 +7,16 @@ negatives, :mod:`graphscale.tasks.negatives`). A seeded permutation of the ids a
 validation, ``round(test * M)`` to test, ``round(train * M)`` to training (``M`` minus the others when the fractions
 sum to 1) and the rest to no split. The validation and test pairs are removed from the message-passing graph (both
 directions); the training pairs and those in no split stay in it.
+
+A graph that carries its own split (a PyG ``RandomLinkSplit`` triple, an ``ogbl:`` dataset:
+:mod:`graphscale.data.link_pairs`) is split as given instead (:mod:`graphscale.tasks.given_split`), with its
+validation and test negatives when it has them.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import torch
 
@@ -52,6 +56,8 @@ class LinkSplit:
         undirected: whether a pair stands for both directions (the graph is symmetric).
         message_graph: the graph with the validation and test pairs removed (both directions), node data kept.
         stranded: vertices that have an edge in the graph but none in the message-passing graph.
+        neg_pairs: a given split's negative pairs ``[2, Q]`` per split (``val``, ``test``), shared by its positives.
+        neg_tails: a given split's candidate tails ``[P, C]`` per split, each positive's own.
     """
 
     num_nodes: int
@@ -60,6 +66,8 @@ class LinkSplit:
     undirected: bool
     message_graph: Graph
     stranded: int
+    neg_pairs: dict[str, torch.Tensor] = field(default_factory=dict)
+    neg_tails: dict[str, torch.Tensor] = field(default_factory=dict)
 
     def ids(self, split: str) -> torch.Tensor:
         """The edge ids of ``split`` (``train``, ``val`` or ``test``), ascending."""
@@ -92,12 +100,20 @@ def supervised_pairs(graph: Graph) -> tuple[torch.Tensor, bool]:
 
 
 def split_edges(graph: Graph, fractions, seed: int) -> LinkSplit:
-    """Split ``graph``'s edges (module docstring) with the permutation seeded by ``seed``.
+    """Split ``graph``'s edges (module docstring) with the permutation seeded by ``seed``; a graph that carries its
+    own split is split as given (:func:`graphscale.tasks.given_split.given_split`; ``fractions`` and ``seed``
+    unused).
 
     Raises:
         ValueError: bad fractions (:func:`check_fractions`); a graph whose split leaves no training or no held-out
             pair.
     """
+    from graphscale.data.link_pairs import has_given_pairs
+
+    if has_given_pairs(graph.meta):
+        from graphscale.tasks.given_split import given_split
+
+        return given_split(graph)
     train, val, test = check_fractions(fractions)
     pairs, undirected = supervised_pairs(graph)
     m = pairs.shape[1]
