@@ -24,6 +24,10 @@ from graphscale.data.link_pairs import REFERENCE_KEY, check_pairs
 from graphscale.data.readers.common import build_graph, require
 from graphscale.data.readers.ogb import read_csv_gz
 
+#: what unpickling OGB's numpy arrays needs, allowed in ``torch.load(weights_only=True)``
+NUMPY_GLOBALS = [np.ndarray, np.dtype, getattr(getattr(np, "_core", None), "multiarray", None)._reconstruct
+                 if hasattr(np, "_core") else np.core.multiarray._reconstruct,
+                 *{type(np.dtype(t)) for t in ("int64", "int32", "float32", "float64")}]
 #: the split files, by the split's name in graphscale
 OGBL_FILES = {"train": "train.pt", "val": "valid.pt", "test": "test.pt"}
 
@@ -61,9 +65,7 @@ def _load(file: Path) -> dict:
     """A split file: a dict of arrays (numpy, as OGB saves them, or tensors), loaded without running code."""
     require(file, "an OGB link split file (a torch.save'd dict of arrays)")
     try:
-        with torch.serialization.safe_globals([np.ndarray, np.dtype, np.core.multiarray._reconstruct,
-                                               *{type(np.dtype(t)) for t in ("int64", "int32", "float32",
-                                                                             "float64")}]):
+        with torch.serialization.safe_globals(NUMPY_GLOBALS):
             value = torch.load(file, map_location="cpu", weights_only=True)
     except Exception as err:  # noqa: BLE001 - any unpickling failure is a malformed file
         raise ValueError(f"{file}: cannot read as an OGB link split (a dict of arrays): "
