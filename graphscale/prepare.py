@@ -415,7 +415,6 @@ def input_dataset(graph: Graph, config: RunConfig) -> str:
     """
     from graphscale.data.convert import graph_digest
     from graphscale.data.formats import is_graph_dir, save_graph_dir
-
     from graphscale.data.link_pairs import PAIRS_KEY, REFERENCE_KEY, pairs_digest, save_pairs
 
     cache = resolve_cache_dir(config)

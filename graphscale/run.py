@@ -297,7 +297,8 @@ def write_outputs(report: dict, config: RunConfig) -> None:
 def trained_modules(config: RunConfig, in_dim: int, num_classes: int, states: dict | None) -> dict:
     """``{"best": module, "last": module}``: the model of ``config`` built here (a factory called, a module object
     copied) with each state's parameters loaded, as the module the user gave (a PyG model, not graphscale's
-    wrapper: :meth:`graphscale.nn.gnn.GNN.user_module`), in eval mode; ``None`` where no epoch ran."""
+    wrapper: :meth:`graphscale.nn.gnn.GNN.user_module`), in eval mode; ``None`` where no epoch ran. Under
+    ``--task link`` the module carries the trained decoder as ``link_decoder``."""
     from graphscale.nn.models import build_model, is_decoupled
 
     out = {}
@@ -310,7 +311,10 @@ def trained_modules(config: RunConfig, in_dim: int, num_classes: int, states: di
                             dtype=getattr(torch, config.dtype), decoupled=is_decoupled(config))
         model = attach_decoder(model, config)
         model.load_state_dict(state)
-        out[which] = model.user_module().eval()
+        user = model.user_module()
+        if config.task == "link" and user is not model:  # a PyG model: it carries the trained decoder too
+            user.link_decoder = model.link_decoder
+        out[which] = user.eval()
     return out
 
 

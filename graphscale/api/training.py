@@ -94,8 +94,9 @@ def configure(model, data, options: dict) -> tuple:
         overrides.setdefault("data", {})["dataset"] = data
     elif data is not None:
         from graphscale.data.convert import to_graph
+        from graphscale.data.link_inputs import from_link_data
 
-        graph = to_graph(data)
+        graph = from_link_data(data) if isinstance(data, (tuple, list)) else to_graph(data)
         if not _given(overrides, config_file, "data", "feature_norm"):  # the user's features as they are
             overrides.setdefault("data", {})["feature_norm"] = "none"
     if auto:  # graphscale advise's recommendation, as `graphscale train --strategy auto` runs it

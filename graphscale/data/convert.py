@@ -73,10 +73,6 @@ def to_graph(data, name: str | None = None) -> Graph:
         TypeError: ``data`` is none of these.
         ValueError: a missing or malformed field (one line naming it).
     """
-    if isinstance(data, (tuple, list)):  # RandomLinkSplit's (train, val, test)
-        from graphscale.data.link_pairs import from_link_data
-
-        return from_link_data(data, name)
     kind = kind_of(data)
     if kind == "graph":
         return check_graph(data, name)

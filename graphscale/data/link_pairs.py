@@ -2,7 +2,8 @@
 
 A graph carries its own link split in one of two forms, both under its ``meta``:
 
-* ``meta["link_pairs"]``: the pairs in memory (a PyG ``Data`` triple converted by :func:`from_link_data`);
+* ``meta["link_pairs"]``: the pairs in memory (a PyG ``Data`` triple converted by
+  :func:`graphscale.data.link_inputs.from_link_data`);
   :func:`graphscale.prepare.input_dataset` writes them to a ``.npz`` file and replaces them with
 * ``meta["link_split"]``: a reference the graph directory keeps in its ``meta.json``: ``npz:FILE`` (the pairs as
   :func:`save_pairs` writes them) or ``ogbl:DIR:SPLIT`` (an OGB link-property dataset's ``split/SPLIT/*.pt``,
@@ -11,7 +12,8 @@ A graph carries its own link split in one of two forms, both under its ``meta``:
 The pairs are a dict per split (``train``, ``val``, ``test``) of int64 tensors: ``pos [2, P]`` the positive pairs
 ``(u, v)``; for ``val`` and ``test`` optionally ``neg [2, Q]`` (negative pairs shared by every positive, as
 ogbl-collab's ``edge_neg``) or ``neg_tails [P, C]`` (each positive's own candidate tails, as ogbl-citation2's
-``target_node_neg``). Every id is checked against the graph's vertex count when the pairs are read.
+``target_node_neg``). Every id is checked against the graph's vertex count when the pairs are read
+(:func:`graphscale.data.link_inputs.load_pairs`).
 """
 
 from __future__ import annotations
@@ -93,79 +95,3 @@ def save_pairs(pairs: dict, path: str | Path) -> Path:
                      for key, value in arrays.items()})
     tmp.replace(path)
     return path
-
-
-def load_pairs(meta: dict, num_nodes: int) -> dict:
-    """The given pairs of a graph with ``meta`` (module docstring), checked against ``num_nodes``.
-
-    Raises:
-        ValueError: a malformed reference or pairs (one line naming the file or field).
-        FileNotFoundError: a missing file.
-    """
-    if PAIRS_KEY in meta:
-        return check_pairs(meta[PAIRS_KEY], num_nodes, "link pairs")
-    reference = str(meta[REFERENCE_KEY])
-    kind, _, rest = reference.partition(":")
-    if kind == "npz":
-        file = Path(rest)
-        if not file.is_file():
-            raise FileNotFoundError(f"{file} does not exist; expected the graph's link split (.npz, meta link_split)")
-        with np.load(file) as archive:
-            pairs: dict = {}
-            for name in archive.files:
-                split, _, key = name.partition(".")
-                pairs.setdefault(split, {})[key] = torch.from_numpy(archive[name])
-        return check_pairs(pairs, num_nodes, str(file))
-    if kind == "ogbl":
-        from graphscale.data.readers.ogbl import read_ogbl_split
-
-        folder, _, split = rest.rpartition(":")
-        return check_pairs(read_ogbl_split(Path(folder), split), num_nodes, f"{folder}/split/{split}")
-    raise ValueError(f"graph meta link_split {reference!r}: expected npz:FILE or ogbl:DIR:SPLIT")
-
-
-def from_link_data(datas, name: str | None = None):
-    """A graph from the ``(train, val, test)`` ``Data`` triple of ``torch_geometric.transforms.RandomLinkSplit``:
-    the training ``Data``'s graph (its ``edge_index``: the message-passing edges, node data as
-    :func:`graphscale.data.convert.from_data` reads it) carrying each ``Data``'s ``edge_label_index`` /
-    ``edge_label`` pairs (label 1: positives; label 0: the validation and test negatives; the training
-    negatives are dropped: a run draws its own keyed ones every epoch) in ``meta["link_pairs"]``.
-
-    Raises:
-        ValueError: one line naming the field: a triple of other lengths or kinds, a missing or malformed
-            ``edge_label_index`` / ``edge_label``, ids out of range, labels other than 0 and 1.
-    """
-    from graphscale.data.convert import from_data, kind_of
-
-    datas = list(datas)
-    if len(datas) != 3 or any(kind_of(d) != "pyg" for d in datas):
-        raise ValueError(f"data: expected RandomLinkSplit's (train, val, test) triple of torch_geometric Data, got "
-                         f"{len(datas)} items ({', '.join(type(d).__name__ for d in datas)})")
-    graph = from_data(datas[0], name, "data[0]")
-    pairs = {}
-    for i, split in enumerate(SPLITS):
-        where = f"data[{i}]"
-        index, label = getattr(datas[i], "edge_label_index", None), getattr(datas[i], "edge_label", None)
-        if index is None:
-            raise ValueError(f"{where}.edge_label_index is missing: the {split} pairs are needed as an [2, P] tensor "
-                             "(what RandomLinkSplit gives)")
-        index = torch.as_tensor(index).detach().cpu()
-        if index.dim() != 2 or index.shape[0] != 2:
-            raise ValueError(f"{where}.edge_label_index must be an [2, P] tensor of (source, target) node ids, got "
-                             f"shape {list(index.shape)}")
-        index = check_ids(index, graph.num_nodes, f"{where}.edge_label_index")
-        if label is None:
-            label = torch.ones(index.shape[1])
-        label = torch.as_tensor(label).detach().cpu()
-        if label.shape != (index.shape[1],):
-            raise ValueError(f"{where}.edge_label must be a [{index.shape[1]}] tensor (one label per pair of "
-                             f"{where}.edge_label_index), got shape {list(label.shape)}")
-        if not bool(((label == 0) | (label == 1)).all()):
-            raise ValueError(f"{where}.edge_label must hold 0 (negative) and 1 (positive) only, got values "
-                             f"{sorted(set(label.unique().tolist()))[:5]}")
-        pairs[split] = {"pos": index[:, label == 1]}
-        if split != "train" and bool((label == 0).any()):
-            pairs[split]["neg"] = index[:, label == 0]
-    graph.meta[PAIRS_KEY] = check_pairs(pairs, graph.num_nodes, "data (edge_label_index)")
-    graph.meta["source"] = "pyg RandomLinkSplit"
-    return graph

@@ -8,7 +8,7 @@ and reports, per split, ``{split}_auc`` (also under ``{split}_acc``, the run's h
 ``metric`` is ``auc``), ``{split}_hits@K`` for every ``--hits-k``, ``{split}_mrr`` and ``{split}_loss`` (the mean BCE
 over the positives and their first candidates). The training split, evaluated every epoch over the most pairs, is
 scored against its first candidate only: its AUC, Hits@K and loss, no MRR. A split given with the dataset
-(:mod:`graphscale.tasks.given_split`) is scored against its own negatives: shared pairs (AUC, Hits@K, no MRR) or
+(:func:`graphscale.tasks.split.given_split`) is scored against its own negatives: shared pairs (AUC, Hits@K, no MRR) or
 each positive's candidate tails.
 """
 
@@ -45,6 +45,14 @@ def attach_decoder(model: torch.nn.Module, config) -> torch.nn.Module:
     param = next(model.parameters())
     model.link_decoder = build_decoder(config.decoder, width, config.seed, param.dtype).to(param.device)
     return model
+
+
+def decoder_from_state(name: str, state: dict, seed: int = 0) -> torch.nn.Module:
+    """The decoder ``name`` shaped for a model state dict's ``link_decoder.*`` entries (their width and dtype; a
+    ``dot`` decoder has none), for those entries to load into."""
+    saved = [v for k, v in state.items() if k.startswith("link_decoder.")]
+    width = saved[0].shape[-1] if saved else 1
+    return build_decoder(name, width, seed, saved[0].dtype if saved else torch.float32)
 
 
 class LinkTask:

@@ -8,9 +8,16 @@ validation, ``round(test * M)`` to test, ``round(train * M)`` to training (``M``
 sum to 1) and the rest to no split. The validation and test pairs are removed from the message-passing graph (both
 directions); the training pairs and those in no split stay in it.
 
-A graph that carries its own split (a PyG ``RandomLinkSplit`` triple, an ``ogbl:`` dataset:
-:mod:`graphscale.data.link_pairs`) is split as given instead (:mod:`graphscale.tasks.given_split`), with its
-validation and test negatives when it has them.
+**A given split.** A graph that carries its own split (a PyG ``RandomLinkSplit`` triple, an ``ogbl:`` dataset:
+:mod:`graphscale.data.link_pairs`) is split as given instead (:func:`given_split`).
+The supervised pairs are the training positives, then the validation ones, then the test ones, in the order
+given; a pair's index in that list is its edge id (the key of its keyed training negatives). The validation and
+test positives are removed from the message-passing graph (both directions when the graph is symmetric; a PyG
+``RandomLinkSplit`` or an OGB dataset has already left them out, so nothing changes there). The validation and test
+negatives given with the split are the ones scored: shared negative pairs (``neg``: AUC and Hits@K against them,
+as ogbl-collab; no MRR) or each positive's own candidate tails (``neg_tails``: MRR among them, as
+ogbl-citation2; AUC and Hits@K against every positive's first candidate); a split given without negatives gets
+the keyed candidates of a seeded split.
 """
 
 from __future__ import annotations
@@ -21,6 +28,8 @@ from dataclasses import dataclass, field, replace
 import torch
 
 from graphscale.data.graph import Graph, csr_from_edges
+from graphscale.data.link_inputs import load_pairs
+from graphscale.data.link_pairs import has_given_pairs
 
 #: the values of :attr:`LinkSplit.split_of`: training, validation, test, and in no split (message passing only)
 TRAIN, VAL, TEST, UNSUPERVISED = 0, 1, 2, 3
@@ -101,18 +110,14 @@ def supervised_pairs(graph: Graph) -> tuple[torch.Tensor, bool]:
 
 def split_edges(graph: Graph, fractions, seed: int) -> LinkSplit:
     """Split ``graph``'s edges (module docstring) with the permutation seeded by ``seed``; a graph that carries its
-    own split is split as given (:func:`graphscale.tasks.given_split.given_split`; ``fractions`` and ``seed``
+    own split is split as given (:func:`given_split`; ``fractions`` and ``seed``
     unused).
 
     Raises:
         ValueError: bad fractions (:func:`check_fractions`); a graph whose split leaves no training or no held-out
             pair.
     """
-    from graphscale.data.link_pairs import has_given_pairs
-
     if has_given_pairs(graph.meta):
-        from graphscale.tasks.given_split import given_split
-
         return given_split(graph)
     train, val, test = check_fractions(fractions)
     pairs, undirected = supervised_pairs(graph)
@@ -138,3 +143,31 @@ def split_edges(graph: Graph, fractions, seed: int) -> LinkSplit:
     has[u] = True
     has[v] = True
     return LinkSplit(graph.num_nodes, pairs, split_of, undirected, message, int((had & ~has).sum()))
+
+
+def given_split(graph: Graph) -> LinkSplit:
+    """The split ``graph`` carries (module docstring).
+
+    Raises:
+        ValueError, FileNotFoundError: malformed or missing pairs (one line naming the file or field).
+    """
+    pairs = load_pairs(graph.meta, graph.num_nodes)
+    n = graph.num_nodes
+    positives = [pairs[name]["pos"] for name in SPLIT_NAMES]
+    split_of = torch.cat([torch.full((p.shape[1],), i, dtype=torch.int8) for i, p in enumerate(positives)])
+    held = torch.cat(positives[1:], dim=1)
+    held_keys = torch.cat([held[1] * n + held[0], held[0] * n + held[1]])  # dst * N + src, both directions
+    src, dst = graph.indices, graph.dst_of_edges()
+    kept = ~torch.isin(dst * n + src, held_keys)
+    indptr = torch.zeros(n + 1, dtype=torch.int64)
+    torch.cumsum(torch.bincount(dst[kept], minlength=n), 0, out=indptr[1:])
+    weight = None if graph.edge_weight is None else graph.edge_weight[kept]
+    meta = {k: v for k, v in graph.meta.items()}
+    message = replace(graph, indptr=indptr, indices=graph.indices[kept].contiguous(), edge_weight=weight, meta=meta)
+    had = (graph.in_degrees() + graph.out_degrees()) > 0
+    has = torch.zeros(n, dtype=torch.bool)
+    has[src[kept]] = True
+    has[dst[kept]] = True
+    return LinkSplit(n, torch.cat(positives, dim=1), split_of, graph.is_symmetric(), message, int((had & ~has).sum()),
+                     neg_pairs={k: a["neg"] for k, a in pairs.items() if "neg" in a},
+                     neg_tails={k: a["neg_tails"] for k, a in pairs.items() if "neg_tails" in a})

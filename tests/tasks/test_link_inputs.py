@@ -12,6 +12,7 @@ import torch
 from graphscale.config import build_config
 from graphscale.data.block import Block
 from graphscale.data.convert import to_graph
+from graphscale.data.link_inputs import from_link_data
 from graphscale.data.datasets import load_dataset
 from graphscale.data.readers.pyg import to_pyg
 from graphscale.run import run
@@ -39,7 +40,7 @@ def test_a_random_link_split_triple_is_the_split_and_its_negatives_are_scored(tm
     import graphscale as gs
 
     train, val, test = link_triple()
-    split = split_edges(to_graph((train, val, test)), [0.5, 0.2, 0.2], seed=7)  # given: fractions and seed unused
+    split = split_edges(from_link_data((train, val, test)), [0.5, 0.2, 0.2], seed=7)  # given: fractions and seed unused
     assert split.message_graph.num_edges == train.edge_index.shape[1]  # the held-out pairs were never in it
     assert torch.equal(split.pairs[:, split.split_of == TRAIN], train.edge_label_index)
     assert torch.equal(split.pairs[:, split.split_of == VAL], val.edge_label_index[:, val.edge_label == 1])
@@ -67,8 +68,8 @@ def test_node_classification_on_a_link_triple_is_refused():
 
 
 @pytest.mark.parametrize("field, change, message", [
-    ("edge_label_index", lambda d: d.edge_label_index.clone().fill_(500), r"data\[1\].edge_label_index has node ids "
-                                                                          r"outside \[0, 200\)"),
+    ("edge_label_index", lambda d: d.edge_label_index.clone().fill_(500),
+     r"data\[1\].edge_label_index has node ids outside \[0, 200\)"),
     ("edge_label_index", lambda d: d.edge_label_index[0], r"data\[1\].edge_label_index must be an \[2, P\]"),
     ("edge_label", lambda d: d.edge_label * 2, r"data\[1\].edge_label must hold 0 \(negative\) and 1"),
     ("edge_label", lambda d: d.edge_label[:3], r"data\[1\].edge_label must be a \[\d+\] tensor"),
@@ -78,7 +79,7 @@ def test_a_malformed_triple_is_one_line_naming_the_field(field, change, message)
     train, val, test = link_triple()
     setattr(val, field, change(val))
     with pytest.raises(ValueError, match=message) as err:
-        to_graph((train, val, test))
+        from_link_data((train, val, test))
     assert "\n" not in str(err.value)
 
 
@@ -87,7 +88,7 @@ def test_a_single_data_with_link_pairs_or_a_short_tuple_is_refused():
     with pytest.raises(ValueError, match=r"data.edge_label_index is set: one Data holds one split's link pairs"):
         to_graph(val)
     with pytest.raises(ValueError, match=r"expected RandomLinkSplit's \(train, val, test\) triple"):
-        to_graph((train, val))
+        from_link_data((train, val))
 
 
 # ---------------------------------------------------------------- ogbl:DIR
