@@ -223,7 +223,8 @@ def _cached_store(config: RunConfig, cache: Path, parts: int) -> tuple[Path, dic
     spec = canonical_spec(config.data.dataset)
     fields = {"kind": "store", "dataset": spec, "files": _fingerprint(spec), "partitioner": sc.partitioner,
               "balance": sc.balance, "parts": parts, "seed": config.seed, **_feature_fields(config),
-              **({"halo_hops": sc.halo_hops} if sc.halo_hops != 1 else {})}
+              **({"halo_hops": sc.halo_hops} if sc.halo_hops != 1 else {}),
+              **({"task": "link", "link_split": list(config.link_split)} if config.task == "link" else {})}
     digest, name = _key(fields)
     path = cache / "stores" / name
     with writing(cache, digest):
@@ -236,11 +237,22 @@ def _cached_store(config: RunConfig, cache: Path, parts: int) -> tuple[Path, dic
                **_feature_fields(config)}  # stores hold the raw features: workers normalise their rows
         folder = _training_dir(config, cache, spec, "none", None, raw)
         nodes = read_graph_meta(folder)["num_nodes"]
+        graph, split = folder, None
+        if config.task == "link":  # the store holds the message-passing graph; the split is written next to it
+            from graphscale.data.formats import load_graph_dir
+            from graphscale.tasks.split import split_edges
+
+            split = split_edges(load_graph_dir(folder), config.link_split, config.seed)
+            graph = split.message_graph
         with setup_step(config, f"partitioning {nodes:,} vertices into {parts} parts ({sc.partitioner}) "
                                 f"and writing the partition store"):
-            meta = write_training_store(folder, path, parts, sc.partitioner, config.seed, sc.balance, spec,
+            meta = write_training_store(graph, path, parts, sc.partitioner, config.seed, sc.balance, spec,
                                         extra={"cache_key": fields}, halo_hops=sc.halo_hops,
                                         host_memory=config.host_memory)
+        if split is not None:
+            from graphscale.tasks.split import STORE_SPLIT_FILE, save_split
+
+            save_split(split, path / STORE_SPLIT_FILE)
         return path, meta
 
 

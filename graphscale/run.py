@@ -15,6 +15,7 @@ import math
 import os
 import platform
 import time
+from pathlib import Path
 
 import torch
 
@@ -178,9 +179,14 @@ def link_split_warning(config: RunConfig, data: DataHandle) -> list[str]:
     the split is drawn here, in the parent, so that a split leaving a set empty fails before any worker starts."""
     if config.task != "link":
         return []
-    from graphscale.tasks.split import split_edges
+    from graphscale.data.handle import PARTITION_LOCAL
+    from graphscale.tasks.split import STORE_SPLIT_FILE, load_split, split_edges
 
-    warning = split_edges(data.open_graph(), config.link_split, config.seed).warning()
+    if data.view == PARTITION_LOCAL:  # a store of the message-passing graph, its split drawn when it was written
+        file = Path(data.path) / STORE_SPLIT_FILE
+        warning = load_split(file).warning() if file.is_file() else None
+    else:
+        warning = split_edges(data.open_graph(), config.link_split, config.seed).warning()
     return [warning] if warning else []
 
 

@@ -101,6 +101,7 @@ from graphscale.strategies.model_averaging.evaluation import (
     eval_targets,
     evaluation_mode,
 )
+from graphscale.strategies.model_averaging.link import LinkPartitions, all_home_targets, link_refusal
 from graphscale.strategies.model_averaging.state import PartitionStates
 from graphscale.strategies.optimizers import set_lr, state_layout
 
@@ -166,6 +167,10 @@ class ModelAveraging(Strategy):
         return unused
 
     # ------------------------------------------------------------ parent side
+    @classmethod
+    def link_refusal(cls, config: RunConfig) -> str:
+        return link_refusal(config)  # each partition trains on its local edges (.link)
+
     @classmethod
     def resume_identity(cls, config: RunConfig) -> dict:
         """``--optimizer-state`` changes what training computes: a checkpoint resumes only with its own."""
@@ -271,6 +276,14 @@ class ModelAveraging(Strategy):
         self.resident = self._open(self.parts[0]) if len(self.parts) == 1 else None
         if self.resident is not None:
             self.tracker.track("partition", *self.resident.tensors())
+        self.link = None
+        if config.task == "link":  # weights: each partition's share of the training pairs
+            self.link = LinkPartitions(handle.path, model.link_decoder, config, self.device)
+            opened = {part: self._data(part) for part in self.parts}
+            self.part_train = self.link.part_counts(self.comm, self.num_parts,
+                                                    {p: (d.orig_ids, d.num_inner) for p, d in opened.items()})
+            self.alpha = alphas(self.part_train)
+            del opened
         self.average_moments = optimizer_state(config.strategy) == "averaged"
         # one optimiser step per partition between averaging rounds: the averaged gradient is recoverable
         self.one_step_rounds = not config.strategy.minibatch and config.strategy.average_every == 1
@@ -289,7 +302,8 @@ class ModelAveraging(Strategy):
             self.targets = {part: home_targets(local) for part, local in locals_.items()}
             self.correction_opt = make_optimizer(model, config.optim)
         if self.eval_mode == "fetch":  # the layer-wise plan, agreed with the other workers once
-            found = [eval_targets(locals_[part]) for part in self.parts]
+            targets = all_home_targets if self.link is not None else eval_targets  # link: every home embedding
+            found = [targets(locals_[part]) for part in self.parts]
             self.layerwise = LayerwiseEvaluation(
                 self.comm, self.server, np.concatenate([t for t, _, _ in found]), torch.cat([y for _, y, _ in found]),
                 {s: torch.cat([m[s] for _, _, m in found]) for s in SPLITS}, config.model.layers, self.device,
@@ -343,6 +357,11 @@ class ModelAveraging(Strategy):
         if not self.config.strategy.minibatch:
             opt.zero_grad(set_to_none=True)
             logits = model(data.block, data.x)
+            if self.link is not None:  # the partition's training pairs: part_train holds their count 2 P_j
+                loss_sum = self.link.loss_sum(logits, data.part, data.orig_ids, data.num_inner, epoch)
+                (loss_sum / self.part_train[data.part]).backward()
+                opt.step()
+                return float(loss_sum.detach())
             loss_sum = masked_loss_sum(logits, data.y, data.masks["train"])
             (loss_sum / data.num_train).backward()
             opt.step()
@@ -445,6 +464,8 @@ class ModelAveraging(Strategy):
     @torch.no_grad()
     def evaluate(self) -> dict[str, float]:
         self.model.eval()
+        if self.link is not None:
+            return self._link_evaluate()
         if self.eval_mode == "fetch":
             counts = self.layerwise.counts(self.model, self._local_inputs)
             return counts_to_metrics(self.comm.all_reduce(counts, CONTROL).cpu())
@@ -454,6 +475,18 @@ class ModelAveraging(Strategy):
             logits = self.model(data.block, data.x)
             counts += split_counts(logits, data.y, data.masks).to(self.device)
         return counts_to_metrics(self.comm.all_reduce(counts, CONTROL).cpu())
+
+    def _link_evaluate(self) -> dict[str, float]:
+        """``--task link``: every home vertex's embedding (.link), scored on every worker."""
+        if self.eval_mode == "fetch":
+            rows = self.layerwise.outputs(self.model, self._local_inputs)
+            return self.link.evaluate(self.comm, self.layerwise.first_ids[: rows.shape[0]], rows)
+        ids, rows = [], []
+        for part in self.parts:
+            data = self._data(part)
+            rows.append(self.model(data.block, data.x)[: data.num_inner])
+            ids.append(data.orig_ids[: data.num_inner])
+        return self.link.evaluate(self.comm, torch.cat(ids), torch.cat(rows))
 
     # ------------------------------------------------------------ checkpoints
     def state_dict(self) -> dict:
