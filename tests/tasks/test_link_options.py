@@ -25,7 +25,8 @@ def refusal(args: list[str], capsys) -> str:
     (["--task", "link", "--link-split", "0.9,0.1"], "--link-split takes three fractions TRAIN,VAL,TEST, got 2 (0.9,0.1)"),
     (["--task", "link", "--hits-k", "0,50"], "--hits-k must be integers >= 1, got 0,50"),
     (["--task", "link", "--strategy", "graph-parallel", "--workers", "2"],
-     "--task link: strategy 'graph-parallel' does not train link prediction; strategies that run it here: single"),
+     "--task link: strategy 'graph-parallel' does not train link prediction; strategies that run it here: "
+     "model-averaging, single"),
     (["--task", "link", "--minibatch"],
      ("--task link: strategy 'single' runs link prediction full-graph only (drop --minibatch); strategies that run "
       "it here: none")),
@@ -36,8 +37,7 @@ def test_bad_link_options_are_one_line(args, message, capsys):
     assert refusal(args, capsys) == message
 
 
-@pytest.mark.parametrize("strategy", ["data-parallel", "split-parallel", "offload", "pipeline", "task-parallel",
-                                      "model-averaging"])
+@pytest.mark.parametrize("strategy", ["data-parallel", "split-parallel", "offload", "pipeline", "task-parallel"])
 def test_every_strategy_without_link_prediction_refuses_it_by_name(strategy):
     config = build_config({"task": "link", "strategy": {"name": strategy, "workers": 2}, "oversubscribe": True})
     with pytest.raises(ValueError, match=f"^--task link: strategy '{strategy}' does not train link prediction"):
