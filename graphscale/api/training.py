@@ -104,7 +104,7 @@ def configure(model, data, options: dict) -> tuple:
         graph = None  # written by _resolve_auto; the overrides name its directory
     config = build_config(overrides, config_file, factory)  # pyg_dropout: the user model's, in a TOML file too
     _check_features(graph, config)
-    _check_link_data(graph, config)
+    _check_link_data(graph, config, overrides)
     if factory is not None:
         from graphscale.distributed.launch import torchrun_detected
         from graphscale.distributed.main_module import check_guard
@@ -160,10 +160,12 @@ def _check_features(graph, config) -> None:
                          "\"learnable:D\" to train on its structure")
 
 
-def _check_link_data(graph, config) -> None:
+def _check_link_data(graph, config, overrides: dict) -> None:
     """In-memory data carrying its own link split (RandomLinkSplit's triple) trains ``task="link"`` only."""
     from graphscale.data.link_pairs import has_given_pairs
 
     if graph is not None and has_given_pairs(graph.meta) and config.task != "link":
         raise ValueError(f"data is a link split (RandomLinkSplit's train, val, test triple), which trains "
                          f"task=\"link\"; this run's task is {config.task!r}")
+    if graph is not None and has_given_pairs(graph.meta) and "link_split" in overrides:
+        raise ValueError("link_split= is not read with data that brings its own split (RandomLinkSplit's triple)")

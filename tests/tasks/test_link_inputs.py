@@ -12,8 +12,8 @@ import torch
 from graphscale.config import build_config
 from graphscale.data.block import Block
 from graphscale.data.convert import to_graph
-from graphscale.data.link_inputs import from_link_data
 from graphscale.data.datasets import load_dataset
+from graphscale.data.link_inputs import from_link_data
 from graphscale.data.readers.pyg import to_pyg
 from graphscale.run import run
 from graphscale.tasks.metrics import auc, hits_at_k, mrr
@@ -169,3 +169,16 @@ def test_ogbl_split_ids_out_of_range_are_named(tmp_path):
     torch.save({"edge": np.array([[0, 1], [2, 999]])}, root / "split" / "time" / "test.pt")
     with pytest.raises(ValueError, match=r"split/time: test.pos has node ids outside \[0, 200\)"):
         load_dataset(f"ogbl:{root}")
+
+
+def test_link_split_is_refused_with_data_that_brings_its_own(tmp_path, capsys):
+    import graphscale as gs
+    from graphscale.cli import main
+
+    with pytest.raises(ValueError, match=r"^link_split= is not read with data that brings its own split"):
+        gs.train("gcn", link_triple(), task="link", link_split=[0.8, 0.1, 0.1], epochs=1, progress=False)
+    write_ogbl(tmp_path / "ogbl_tiny")
+    args = ["train", "--task", "link", "--dataset", f"ogbl:{tmp_path}", "--link-split", "0.8,0.1,0.1", "--epochs", "1"]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--link-split is not read with --dataset ogbl:" in err

@@ -25,8 +25,8 @@ def refusal(args: list[str], capsys) -> str:
     (["--task", "link", "--link-split", "0.9,0.1"], "--link-split takes three fractions TRAIN,VAL,TEST, got 2 (0.9,0.1)"),
     (["--task", "link", "--hits-k", "0,50"], "--hits-k must be integers >= 1, got 0,50"),
     (["--task", "link", "--strategy", "graph-parallel", "--workers", "2"],
-     "--task link: strategy 'graph-parallel' does not train link prediction; strategies that run it here: "
-     "model-averaging, single"),
+     ("--task link: strategy 'graph-parallel' does not train link prediction; strategies that run it here: "
+      "model-averaging, single")),
     (["--task", "link", "--minibatch"],
      ("--task link: strategy 'single' runs link prediction full-graph only (drop --minibatch); strategies that run "
       "it here: none")),
