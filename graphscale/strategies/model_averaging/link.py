@@ -89,12 +89,12 @@ class LinkPartitions:
             self._pairs[part] = tuple(t[keep].to(self.device) for t in (ids, u, v))
         return self._pairs[part]
 
-    def part_counts(self, comm: Comm, num_parts: int, local: dict[int, tuple[torch.Tensor, int]]) -> list[int]:
-        """``2 P_j`` of every partition (``local``: this worker's partitions' ``(orig_ids, num_inner)``), all-reduced
-        under ``control``."""
+    def part_counts(self, comm: Comm, num_parts: int, local: dict) -> list[int]:
+        """``2 P_j`` of every partition (``local``: this worker's partitions' data, with ``orig_ids`` and
+        ``num_inner``), all-reduced under ``control``."""
         counts = torch.zeros(num_parts, dtype=torch.float64, device=self.device)
-        for part, (orig_ids, num_inner) in local.items():
-            counts[part] = 2 * self.pairs(part, orig_ids, num_inner)[0].numel()
+        for part, data in local.items():
+            counts[part] = 2 * self.pairs(part, data.orig_ids, data.num_inner)[0].numel()
         return [int(c) for c in comm.all_reduce(counts, CONTROL).cpu()]
 
     def loss_sum(self, z: torch.Tensor, part: int, orig_ids: torch.Tensor, num_inner: int, epoch: int) -> torch.Tensor:
@@ -113,3 +113,16 @@ class LinkPartitions:
         z = all_rows.new_zeros((self.split.num_nodes, all_rows.shape[1]))
         z[all_ids] = all_rows
         return self.task.evaluate(z)
+
+    def evaluate_averaged(self, strategy) -> dict[str, float]:
+        """Every split's metrics of a model-averaging ``strategy``'s averaged model (in eval mode): its home
+        vertices' embeddings, exact as its evaluation mode gives them (a collective)."""
+        if strategy.eval_mode == "fetch":
+            rows = strategy.layerwise.outputs(strategy.model, strategy._local_inputs)
+            return self.evaluate(strategy.comm, strategy.layerwise.first_ids[: rows.shape[0]], rows)
+        ids, rows = [], []
+        for part in strategy.parts:
+            data = strategy._data(part)
+            rows.append(strategy.model(data.block, data.x)[: data.num_inner])
+            ids.append(data.orig_ids[: data.num_inner])
+        return self.evaluate(strategy.comm, torch.cat(ids), torch.cat(rows))

@@ -276,14 +276,11 @@ class ModelAveraging(Strategy):
         self.resident = self._open(self.parts[0]) if len(self.parts) == 1 else None
         if self.resident is not None:
             self.tracker.track("partition", *self.resident.tensors())
-        self.link = None
-        if config.task == "link":  # weights: each partition's share of the training pairs
-            self.link = LinkPartitions(handle.path, model.link_decoder, config, self.device)
-            opened = {part: self._data(part) for part in self.parts}
-            self.part_train = self.link.part_counts(self.comm, self.num_parts,
-                                                    {p: (d.orig_ids, d.num_inner) for p, d in opened.items()})
+        self.link = LinkPartitions(handle.path, model.link_decoder, config, self.device) if config.task == "link" \
+            else None
+        if self.link is not None:  # weights: each partition's share of the training pairs
+            self.part_train = self.link.part_counts(self.comm, self.num_parts, {p: self._data(p) for p in self.parts})
             self.alpha = alphas(self.part_train)
-            del opened
         self.average_moments = optimizer_state(config.strategy) == "averaged"
         # one optimiser step per partition between averaging rounds: the averaged gradient is recoverable
         self.one_step_rounds = not config.strategy.minibatch and config.strategy.average_every == 1
@@ -464,8 +461,8 @@ class ModelAveraging(Strategy):
     @torch.no_grad()
     def evaluate(self) -> dict[str, float]:
         self.model.eval()
-        if self.link is not None:
-            return self._link_evaluate()
+        if self.link is not None:  # every home vertex's embedding, scored on every worker
+            return self.link.evaluate_averaged(self)
         if self.eval_mode == "fetch":
             counts = self.layerwise.counts(self.model, self._local_inputs)
             return counts_to_metrics(self.comm.all_reduce(counts, CONTROL).cpu())
@@ -475,18 +472,6 @@ class ModelAveraging(Strategy):
             logits = self.model(data.block, data.x)
             counts += split_counts(logits, data.y, data.masks).to(self.device)
         return counts_to_metrics(self.comm.all_reduce(counts, CONTROL).cpu())
-
-    def _link_evaluate(self) -> dict[str, float]:
-        """``--task link``: every home vertex's embedding (.link), scored on every worker."""
-        if self.eval_mode == "fetch":
-            rows = self.layerwise.outputs(self.model, self._local_inputs)
-            return self.link.evaluate(self.comm, self.layerwise.first_ids[: rows.shape[0]], rows)
-        ids, rows = [], []
-        for part in self.parts:
-            data = self._data(part)
-            rows.append(self.model(data.block, data.x)[: data.num_inner])
-            ids.append(data.orig_ids[: data.num_inner])
-        return self.link.evaluate(self.comm, torch.cat(ids), torch.cat(rows))
 
     # ------------------------------------------------------------ checkpoints
     def state_dict(self) -> dict:
