@@ -372,6 +372,10 @@ def check_given(config: RunConfig, given: dict[tuple[str | None, str], str]) -> 
         if section is None and given_name in LINK_OPTIONS and config.task != "link":
             label = f"--{given_name.replace('_', '-')}" if where == "command line" else f"{where}: {given_name}"
             raise ValueError(f"{label} is read by --task link only; this run's task is {config.task!r}")
+        if section is None and given_name == "link_split" and config.data.dataset.strip().lower().startswith("ogbl:"):
+            label = "--link-split" if where == "command line" else f"{where}: link_split"
+            raise ValueError(f"{label} is not read with --dataset {config.data.dataset}: an OGB link dataset brings "
+                             "its own split")
         if section not in chosen:
             continue
         if section == "model" and is_user_model(config.model):  # a user's model: no registry class to ask

@@ -182,7 +182,7 @@ def _training_dir(config: RunConfig, cache: Path, spec: str, feature_norm: str, 
             with setup_step(config, f"writing {spec}'s training graph directory (features prepared)"):
                 path.parent.mkdir(parents=True, exist_ok=True)
                 write_training_dir(source, path, features=config.data.features, seed=config.seed,
-                                   feature_norm=feature_norm, dtype=dtype, spec=spec)
+                                   feature_norm=feature_norm, dtype=dtype, spec=spec, task=config.task)
     return path
 
 
@@ -215,7 +215,7 @@ def _partition_local(config: RunConfig, cache: Path | None, strategy) -> DataHan
 
     handle = store_handle(path, effective_norm(config.data.features, config.data.feature_norm),
                           stored_feature_dtype(config), meta,
-                          learnable=bool(learnable_dim(config.data.features)))
+                          learnable=bool(learnable_dim(config.data.features)), task=config.task)
     if config.task == "link":  # the pairs each worker scores, written next to the store
         handle = dataclasses.replace(handle, shared=str(link_folder(path)))
     handle = dataclasses.replace(handle, **strategy.prepare_partitions(config, handle, cache))
@@ -255,6 +255,10 @@ def _cached_store(config: RunConfig, cache: Path, parts: int) -> tuple[Path, dic
                                         halo_hops=sc.halo_hops, host_memory=config.host_memory)
             if split is not None:
                 write_link_parts(split, store_owner(path), parts, link_folder(path))
+        if split is not None:  # model-averaging's workers read the split whole
+            from graphscale.tasks.split import STORE_SPLIT_FILE, save_split
+
+            save_split(split, path / STORE_SPLIT_FILE)
         return path, meta
 
 
@@ -271,7 +275,16 @@ def _link_split(config: RunConfig, graph: Graph | Path):
     from graphscale.data.formats import load_graph_dir
     from graphscale.tasks.split import split_edges
 
-    return split_edges(graph if isinstance(graph, Graph) else load_graph_dir(graph), config.link_split, config.seed)
+    from graphscale.registry import STRATEGIES
+
+    split = split_edges(graph if isinstance(graph, Graph) else load_graph_dir(graph), config.link_split, config.seed)
+    if (split.neg_pairs or split.neg_tails) and not STRATEGIES.get(config.strategy.name).link_given_negatives:
+        able = [n for n in STRATEGIES.names() if STRATEGIES.get(n).link_given_negatives
+                and not STRATEGIES.get(n).link_refusal(config)]
+        raise ValueError(f"--task link: strategy {config.strategy.name!r} scores every split against the keyed "
+                         f"candidates it draws, not the given split's own negatives of {config.data.dataset!r}; "
+                         f"strategies that score them: {', '.join(able)}")
+    return split
 
 
 def _dataset_bytes(config: RunConfig, cache: Path) -> int:
@@ -475,14 +488,22 @@ def input_dataset(graph: Graph, config: RunConfig) -> str:
     """
     from graphscale.data.convert import graph_digest
     from graphscale.data.formats import is_graph_dir, save_graph_dir
+    from graphscale.data.link_pairs import PAIRS_KEY, REFERENCE_KEY, pairs_digest, save_pairs
 
     cache = resolve_cache_dir(config)
     digest = graph_digest(graph)[:20]
+    pairs = graph.meta.get(PAIRS_KEY)
+    if pairs is not None:  # a given link split: in a file next to the directory, which names it in its meta
+        digest = hashlib.sha256(f"{digest}\0{pairs_digest(pairs)}".encode()).hexdigest()[:20]
     path = cache / "inputs" / f"{re.sub(r'[^A-Za-z0-9_.=,-]+', '_', graph.name)[:48]}-{digest}"
     with writing(cache, f"input-{digest}"):
         if not is_graph_dir(path):
             with setup_step(config, f"writing {graph.name} ({graph.num_nodes:,} nodes) to {path}"):
                 path.parent.mkdir(parents=True, exist_ok=True)
+                if pairs is not None:
+                    file = save_pairs(pairs, path.with_name(path.name + ".link-split.npz"))
+                    meta = {k: v for k, v in graph.meta.items() if k != PAIRS_KEY}
+                    graph = dataclasses.replace(graph, meta={**meta, REFERENCE_KEY: f"npz:{file}"})
                 save_graph_dir(graph, path, overwrite=True)
     return f"graphdir:{path}"
 

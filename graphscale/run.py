@@ -15,6 +15,7 @@ import math
 import os
 import platform
 import time
+from pathlib import Path
 
 import torch
 
@@ -178,12 +179,16 @@ def link_split_warning(config: RunConfig, data: DataHandle) -> list[str]:
     the split is drawn here, in the parent, so that a split leaving a set empty fails before any worker starts."""
     if config.task != "link":
         return []
-    from graphscale.tasks.split import split_edges
+    from graphscale.data.handle import PARTITION_LOCAL
+    from graphscale.tasks.split import STORE_SPLIT_FILE, load_split, split_edges
 
     from graphscale.tasks.link_store import link_folder, read_link_meta
 
-    if data.view == PARTITION_LOCAL:  # drawn when the store was written, with its warning
-        warning = read_link_meta(data.shared)["warning"]
+    if data.view == PARTITION_LOCAL and data.shared is not None and (Path(data.shared) / "meta.json").is_file():
+        warning = read_link_meta(data.shared)["warning"]  # drawn when the store was written, with its warning
+    elif data.view == PARTITION_LOCAL:  # a store of the message-passing graph, its split drawn when it was written
+        file = Path(data.path) / STORE_SPLIT_FILE
+        warning = load_split(file).warning() if file.is_file() else None
     elif data.path is not None and (link_folder(data.path) / "meta.json").is_file():  # the split's message graph
         warning = read_link_meta(link_folder(data.path))["warning"]
     else:
@@ -305,7 +310,8 @@ def write_outputs(report: dict, config: RunConfig) -> None:
 def trained_modules(config: RunConfig, in_dim: int, num_classes: int, states: dict | None) -> dict:
     """``{"best": module, "last": module}``: the model of ``config`` built here (a factory called, a module object
     copied) with each state's parameters loaded, as the module the user gave (a PyG model, not graphscale's
-    wrapper: :meth:`graphscale.nn.gnn.GNN.user_module`), in eval mode; ``None`` where no epoch ran."""
+    wrapper: :meth:`graphscale.nn.gnn.GNN.user_module`), in eval mode; ``None`` where no epoch ran. Under
+    ``--task link`` the module carries the trained decoder as ``link_decoder``."""
     from graphscale.nn.models import build_model, is_decoupled
 
     out = {}
@@ -318,7 +324,10 @@ def trained_modules(config: RunConfig, in_dim: int, num_classes: int, states: di
                             dtype=getattr(torch, config.dtype), decoupled=is_decoupled(config))
         model = attach_decoder(model, config)
         model.load_state_dict(state)
-        out[which] = model.user_module().eval()
+        user = model.user_module()
+        if config.task == "link" and user is not model:  # a PyG model: it carries the trained decoder too
+            user.link_decoder = model.link_decoder
+        out[which] = user.eval()
     return out
 
 

@@ -79,7 +79,7 @@ def write_training_store(graph: Graph | str | Path, path: str | Path, parts: int
 
 
 def store_handle(path: str | Path, feature_norm: str = "none", dtype: str = "float32",
-                 meta: dict | None = None, learnable: bool = False) -> DataHandle:
+                 meta: dict | None = None, learnable: bool = False, task: str = "node") -> DataHandle:
     """The partition-local handle of a store, checked to hold what training needs.
 
     Args:
@@ -88,6 +88,7 @@ def store_handle(path: str | Path, feature_norm: str = "none", dtype: str = "flo
         dtype: the run's feature dtype.
         meta: the store's meta when already checked (else :func:`check_partition_store` runs).
         learnable: the run's input is a learnable table (``--features learnable:D``): no features needed.
+        task: ``--task``; ``link`` supervises pairs, so it needs no node labels or training vertices.
     """
     from graphscale.partition.store import check_partition_store
 
@@ -98,9 +99,9 @@ def store_handle(path: str | Path, feature_norm: str = "none", dtype: str = "flo
     if not learnable and (summary["features"] == 0 or "x" not in meta.get("node_arrays", [])):
         raise ValueError(f"{where} has no node features, which training needs (partition without --no-features, "
                          "or train with --features learnable:D)")
-    if "y" not in meta.get("node_arrays", []) or summary["classes"] == 0:
+    if task != "link" and ("y" not in meta.get("node_arrays", []) or summary["classes"] == 0):
         raise ValueError(f"{where} has no node labels, which training needs")
-    if summary["train"] == 0:
+    if task != "link" and summary["train"] == 0:
         raise ValueError(f"{where} has no training vertices in any part")
     if learnable:
         feature_norm = "none"

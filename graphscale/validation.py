@@ -437,7 +437,8 @@ def validate(config: RunConfig) -> None:
     kernel_setting()  # $GRAPHSCALE_KERNELS, before any worker reads it
     _check_choice("feature-norm", config.data.feature_norm, FEATURE_NORMS)
     _check_features(config, strategy)
-    reason = config.data.dataset and untrainable_reason(config.data.dataset, features=config.data.features)
+    reason = config.data.dataset and untrainable_reason(config.data.dataset, features=config.data.features,
+                                                           task=config.task)
     if reason:  # from the spec alone
         raise ValueError(reason)
     _check_at_least_one("epochs", config.optim.epochs)

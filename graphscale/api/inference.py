@@ -29,7 +29,9 @@ def load_model(checkpoint: str | Path, model, which: str = "best"):
 
     Args:
         checkpoint: the checkpoint file.
-        model: a ``torch.nn.Module`` of the trained architecture; its parameters are overwritten.
+        model: a ``torch.nn.Module`` of the trained architecture; its parameters are overwritten. A link-prediction
+            checkpoint's (``task="link"``) decoder is loaded into ``model.link_decoder``, added when the module has
+            none.
         which: ``"best"`` (the best epoch's parameters) or ``"last"`` (the last epoch written).
 
     Raises:
@@ -60,7 +62,15 @@ def load_model(checkpoint: str | Path, model, which: str = "best"):
 
         in_dim = input_width(identity.get("features", ""), int(graph.get("features") or 0))
         # (the dropout choice changes no parameter name; "torch" refuses no module)
-        target = as_gnn(model, in_dim, graph.get("classes"), dropout="torch", label=type(model).__qualname__)
+        classes = None if identity.get("task") == "link" else graph.get("classes")  # link: embeddings, any width
+        target = as_gnn(model, in_dim, classes, dropout="torch", label=type(model).__qualname__)
+    if identity.get("task") == "link":  # the decoder's parameters are the checkpoint's too
+        if not hasattr(model, "link_decoder"):
+            from graphscale.tasks.link import decoder_from_state
+
+            model.link_decoder = decoder_from_state(identity.get("decoder", "dot"), state, identity.get("seed", 0))
+        if target is not model:
+            target.link_decoder = model.link_decoder
     missing, unexpected = _mismatch(target, state)
     if missing or unexpected:
         parts = ([f"missing {', '.join(missing[:3])}{', ...' if len(missing) > 3 else ''}"] if missing else []) + \

@@ -16,8 +16,9 @@ def train(model, data, /, **options) -> Report:
         model: a graphscale model name (``"gcn"``, ``"sage"``, ``"gat"``, ``"gcnii"``, ``"resgcn"``) or
             ``"module.path:factory"`` (as ``--model``), a ``torch.nn.Module`` (a graphscale ``GNN``, a PyG model), or a zero-argument callable returning one,
             defined at a module's top level (module docstring).
-        data: a dataset spec string, a graphscale ``Graph``, a PyG ``Data``, an OGB node-property dataset object,
-            or ``None`` (the dataset of ``partitions=``, else ``"cora"``).
+        data: a dataset spec string, a graphscale ``Graph``, a PyG ``Data``, RandomLinkSplit's ``(train, val,
+            test)`` triple of ``Data`` (``task="link"``: its pairs are the run's split), an OGB node-property
+            dataset object, or ``None`` (the dataset of ``partitions=``, else ``"cora"``).
         **options: the options of ``graphscale train``, spelled as keywords (``--batch-size 256`` is
             ``batch_size=256``; ``strategy=``, ``workers=``, ``epochs=``, ``lr=``, ``fanouts=[10, 5]``,
             ``partitioner="metis"``, ``json="r.json"``, ...); ``config="run.toml"`` reads a TOML file first, which
@@ -93,8 +94,9 @@ def configure(model, data, options: dict) -> tuple:
         overrides.setdefault("data", {})["dataset"] = data
     elif data is not None:
         from graphscale.data.convert import to_graph
+        from graphscale.data.link_inputs import from_link_data
 
-        graph = to_graph(data)
+        graph = from_link_data(data) if isinstance(data, (tuple, list)) else to_graph(data)
         if not _given(overrides, config_file, "data", "feature_norm"):  # the user's features as they are
             overrides.setdefault("data", {})["feature_norm"] = "none"
     if auto:  # graphscale advise's recommendation, as `graphscale train --strategy auto` runs it
@@ -102,6 +104,7 @@ def configure(model, data, options: dict) -> tuple:
         graph = None  # written by _resolve_auto; the overrides name its directory
     config = build_config(overrides, config_file, factory)  # pyg_dropout: the user model's, in a TOML file too
     _check_features(graph, config)
+    _check_link_data(graph, config, overrides)
     if factory is not None:
         from graphscale.distributed.launch import torchrun_detected
         from graphscale.distributed.main_module import check_guard
@@ -155,3 +158,14 @@ def _check_features(graph, config) -> None:
     if graph is not None and graph.x is None and not config.data.features:
         raise ValueError("data has no node features (x); give features=\"degree\", \"onehot\", \"random:D\" or "
                          "\"learnable:D\" to train on its structure")
+
+
+def _check_link_data(graph, config, overrides: dict) -> None:
+    """In-memory data carrying its own link split (RandomLinkSplit's triple) trains ``task="link"`` only."""
+    from graphscale.data.link_pairs import has_given_pairs
+
+    if graph is not None and has_given_pairs(graph.meta) and config.task != "link":
+        raise ValueError(f"data is a link split (RandomLinkSplit's train, val, test triple), which trains "
+                         f"task=\"link\"; this run's task is {config.task!r}")
+    if graph is not None and has_given_pairs(graph.meta) and "link_split" in overrides:
+        raise ValueError("link_split= is not read with data that brings its own split (RandomLinkSplit's triple)")

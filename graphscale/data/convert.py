@@ -42,8 +42,9 @@ SPLIT_FIELDS = {"train": ("train_mask", ("train_idx",)), "val": ("val_mask", ("v
 #: the keys of an OGB ``get_idx_split()`` dictionary, per split
 OGB_SPLIT_KEYS = {"train": "train", "val": "valid", "test": "test"}
 #: what :func:`to_graph` accepts, for messages
-ACCEPTED = ("a dataset spec string, a graphscale Graph, a torch_geometric.data.Data, or an OGB node-property "
-            "dataset (ogb.nodeproppred.PygNodePropPredDataset / NodePropPredDataset)")
+ACCEPTED = ("a dataset spec string, a graphscale Graph, a torch_geometric.data.Data, RandomLinkSplit's (train, val, "
+            "test) triple of Data, or an OGB node-property dataset (ogb.nodeproppred.PygNodePropPredDataset / "
+            "NodePropPredDataset)")
 
 
 def kind_of(data) -> str:
@@ -77,6 +78,9 @@ def to_graph(data, name: str | None = None) -> Graph:
     if kind == "graph":
         return check_graph(data, name)
     if kind == "pyg":
+        if getattr(data, "edge_label_index", None) is not None:
+            raise ValueError("data.edge_label_index is set: one Data holds one split's link pairs; pass "
+                             "RandomLinkSplit's (train, val, test) triple to train link prediction on them")
         return from_data(data, name)
     if kind == "ogb":
         return from_ogb(data, name)

@@ -29,6 +29,7 @@ from graphscale.data.readers.metis import read_metis
 from graphscale.data.readers.musae import read_musae
 from graphscale.data.readers.npz import read_npz
 from graphscale.data.readers.ogb import read_ogb
+from graphscale.data.readers.ogbl import read_ogbl
 from graphscale.data.readers.planetoid import cora_dir, read_planetoid
 
 DATASET_HELP: list[tuple[str, str]] = [
@@ -43,6 +44,9 @@ DATASET_HELP: list[tuple[str, str]] = [
     ("ogb:DIR[:SPLIT]", ("an OGB node-property dataset read offline: DIR/raw/{edge,node-feat,node-label,"
                          "num-node-list}.csv.gz and DIR/split/SPLIT/{train,valid,test}.csv.gz (SPLIT defaults "
                          "to the only one); DIR may also be a folder holding exactly one such dataset")),
+    ("ogbl:DIR[:SPLIT]", ("an OGB link-property dataset read offline (--task link): DIR/raw/{edge,node-feat,"
+                          "num-node-list}.csv.gz and DIR/split/SPLIT/{train,valid,test}.pt (SPLIT defaults to the "
+                          "only one); its split and negatives are the run's; no node labels")),
     ("edgelist:FILE[:LABELS][:weighted]", ("a text edge list, one 'src dst' pair per line (SNAP style: blanks or "
                                            "commas, '#'/'%' comments, an optional header line, extra columns "
                                            "ignored), symmetrised; ids not exactly 0..max are relabelled 0..N-1 in "
@@ -137,7 +141,7 @@ def load_dataset(spec: str) -> Graph:
         return graph
     if kind in synthetic.PARAMS:
         return synthetic.generate(f"{kind}:{arg}")
-    readers = {"planetoid", "npz", "ogb", "edgelist", "metis", "mat", "musae", "graphdir"}
+    readers = {"planetoid", "npz", "ogb", "ogbl", "edgelist", "metis", "mat", "musae", "graphdir"}
     if kind not in readers:
         raise ValueError(f"unknown dataset spec {spec!r}; accepted forms: {_accepted_forms()}")
     if not arg:
@@ -151,6 +155,9 @@ def load_dataset(spec: str) -> Graph:
     if kind == "ogb":
         folder, split = split_option(arg, lambda d, s: not Path(arg).exists() and Path(d).is_dir())
         return read_ogb(folder, split)
+    if kind == "ogbl":
+        folder, split = split_option(arg, lambda d, s: not Path(arg).exists() and Path(d).is_dir())
+        return read_ogbl(folder, split)
     if kind == "edgelist":
         arg, weighted = weighted_option(arg)
         file, labels = split_option(arg, lambda f, lab: not Path(arg).exists() and Path(f).is_file())
@@ -175,13 +182,15 @@ def with_training_split(graph: Graph) -> Graph:
     return graph
 
 
-def untrainable_reason(spec: str, graph: Graph | None = None, features: str = "") -> str | None:
+def untrainable_reason(spec: str, graph: Graph | None = None, features: str = "", task: str | None = None) -> str | None:
     """Why ``spec`` cannot be used for node classification, or ``None`` when it can.
 
     Without ``graph`` only the spec is looked at (an ``edgelist:`` or ``metis:`` never has node features,
     a ``mat:`` only with ``features=NAME``), so a caller can fail before loading anything; with ``graph``
     its features, labels and split are checked (also their values: :func:`node_data_problem`). ``features``
-    is the run's ``--features``: with one, a graph needs no features of its own.
+    is the run's ``--features``: with one, a graph needs no features of its own. A dataset that carries its own
+    link split (``ogbl:``, :mod:`graphscale.data.link_pairs`) needs no labels or node split; it trains link
+    prediction only (``task`` ``node`` refused; ``None``: not known yet).
     """
     kind, _, arg = spec.strip().partition(":")
     kind = kind.lower()
@@ -196,6 +205,14 @@ def untrainable_reason(spec: str, graph: Graph | None = None, features: str = ""
             hint = " (its directory has no NAME.json or NAME_features.json)"
         return (f"dataset {spec!r} has no node features, which training needs{hint}; train on its structure with "
                 "--features spectral:D, degree, onehot, random:D or learnable:D")
+    from graphscale.data.link_pairs import has_given_pairs
+
+    link_data = kind == "ogbl" or (graph is not None and has_given_pairs(graph.meta))
+    if link_data and task == "node":
+        return (f"dataset {spec!r} is a link-prediction dataset (its own edge split, no node labels to train on); "
+                "train it with --task link")
+    if link_data:
+        return None
     if graph is not None and graph.y is None:
         return f"dataset {spec!r} has no node labels, which training needs"
     if graph is not None and (graph.train_mask is None or not bool(graph.train_mask.any())):

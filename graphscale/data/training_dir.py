@@ -79,7 +79,7 @@ def _all_nonnegative(graph: Graph, features: str, seed: int, chunk_rows: int) ->
 
 def write_training_dir(source: str | Path, out: str | Path, *, features: str = "", seed: int = 0,
                        feature_norm: str = "none", dtype: str | None = None, spec: str = "",
-                       chunk_rows: int = CHUNK_ROWS) -> Path:
+                       chunk_rows: int = CHUNK_ROWS, task: str = "node") -> Path:
     """Write the graph directory a run trains on (module docstring) from the dataset's graph directory ``source``.
 
     Args:
@@ -91,6 +91,7 @@ def write_training_dir(source: str | Path, out: str | Path, *, features: str = "
         dtype: the features' dtype (``float32``, ``float64``; ``None``: the computed or stored one).
         spec: the dataset spec, for messages.
         chunk_rows: feature rows per chunk.
+        task: ``--task``; ``link`` needs no labelled training vertex (a link dataset's vertices may have no split).
 
     Returns:
         ``out``.
@@ -120,7 +121,9 @@ def write_training_dir(source: str | Path, out: str | Path, *, features: str = "
     masks = {m: getattr(graph, m) for m in ("train_mask", "val_mask", "test_mask")}
     if graph.multilabel and masks["train_mask"] is None:
         masks = {k: torch.from_numpy(v) for k, v in multilabel_split(np.asarray(y)).items()}
-    if masks["train_mask"] is None or not bool(masks["train_mask"].any()):
+    if task == "link":  # the pairs are supervised, not the vertices
+        masks = {m: torch.zeros(graph.num_nodes, dtype=torch.bool) if v is None else v for m, v in masks.items()}
+    elif masks["train_mask"] is None or not bool(masks["train_mask"].any()):
         raise ValueError(f"dataset {where!r} has no training nodes (no train/val/test split); it cannot be trained on")
     applied = effective_norm(features, feature_norm)
     if applied == "auto":

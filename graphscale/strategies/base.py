@@ -92,6 +92,9 @@ class Strategy(ABC):
     #: ``--task link`` on the host-shared view: the parent writes the split's message-passing graph as the run's
     #: graph directory, all the pairs in the link folder beside it (:mod:`graphscale.tasks.link_store`)
     link_message_graph: bool = False
+    #: ``--task link``: whether it scores a given split's own negatives (``ogbl:``, a ``RandomLinkSplit`` triple);
+    #: a strategy that scores only the keyed candidates it draws refuses such a split in the parent
+    link_given_negatives: bool = True
 
     @classmethod
     def edge_weight_refusal(cls, config: RunConfig, halo_hops: int) -> str:

@@ -271,6 +271,8 @@ class _ProjectedStep:
 class GraphParallel(Strategy):
     """Graph-parallel full-graph training (see the module docstring)."""
 
+    link_given_negatives = False  # its pairs are scored against the keyed candidates (strategies.link_scoring)
+
     exact = True
     predict_refusal = ""
 

@@ -7,7 +7,9 @@ Evaluation scores each split's positives against their fixed candidates (:func:`
 and reports, per split, ``{split}_auc`` (also under ``{split}_acc``, the run's headline score: the report's
 ``metric`` is ``auc``), ``{split}_hits@K`` for every ``--hits-k``, ``{split}_mrr`` and ``{split}_loss`` (the mean BCE
 over the positives and their first candidates). The training split, evaluated every epoch over the most pairs, is
-scored against its first candidate only: its AUC, Hits@K and loss, no MRR.
+scored against its first candidate only: its AUC, Hits@K and loss, no MRR. A split given with the dataset
+(:func:`graphscale.tasks.split.given_split`) is scored against its own negatives: shared pairs (AUC, Hits@K, no MRR) or
+each positive's candidate tails.
 """
 
 from __future__ import annotations
@@ -45,6 +47,14 @@ def attach_decoder(model: torch.nn.Module, config) -> torch.nn.Module:
     return model
 
 
+def decoder_from_state(name: str, state: dict, seed: int = 0) -> torch.nn.Module:
+    """The decoder ``name`` shaped for a model state dict's ``link_decoder.*`` entries (their width and dtype; a
+    ``dot`` decoder has none), for those entries to load into."""
+    saved = [v for k, v in state.items() if k.startswith("link_decoder.")]
+    width = saved[0].shape[-1] if saved else 1
+    return build_decoder(name, width, seed, saved[0].dtype if saved else torch.float32)
+
+
 class LinkTask:
     """The pairs, loss and metrics of link prediction on ``split`` (module docstring).
 
@@ -62,8 +72,10 @@ class LinkTask:
         self.ids = {name: split.ids(name).to(device) for name in SPLIT_NAMES}
         self.pairs = split.pairs.to(device)
         self.normaliser = 2 * self.ids["train"].numel()
-        self.candidates = {name: eval_tails(ids, self.num_nodes, seed, **({"count": 1} if name == "train" else {}))
+        self.candidates = {name: split.neg_tails[name].to(device) if name in split.neg_tails
+                           else eval_tails(ids, self.num_nodes, seed, **({"count": 1} if name == "train" else {}))
                            for name, ids in self.ids.items()}  # fixed; the training split's first only
+        self.neg_pairs = {name: pairs.to(device) for name, pairs in split.neg_pairs.items()}  # a given split's
 
     def train_pairs(self, epoch: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """``(src [2P], dst [2P], label [2P])``: epoch ``epoch``'s training positives, then their keyed negatives."""
@@ -80,10 +92,15 @@ class LinkTask:
 
     def split_scores(self, z: torch.Tensor, split: str) -> tuple[torch.Tensor, torch.Tensor]:
         """``(pos [P], neg [P, C])``: the scores of ``split``'s positives and of their evaluation candidates, from
-        the embeddings ``z`` of every vertex."""
+        the embeddings ``z`` of every vertex; with a given split's shared negative pairs, ``neg [Q, 1]`` their
+        scores."""
         ids = self.ids[split]
         u, v = self.pairs[0, ids], self.pairs[1, ids]
-        return self.decoder(z[u], z[v]), candidate_scores(self.decoder, z[u], z, self.candidates[split])
+        pos = self.decoder(z[u], z[v])
+        if split in self.neg_pairs:
+            a, b = self.neg_pairs[split]
+            return pos, self.decoder(z[a], z[b]).reshape(-1, 1)
+        return pos, candidate_scores(self.decoder, z[u], z, self.candidates[split])
 
     def metrics(self, scores: dict[str, tuple[torch.Tensor, torch.Tensor]]) -> dict[str, float]:
         """The metrics of every split from its ``(pos, neg)`` scores (module docstring)."""
@@ -124,5 +141,5 @@ def link_metrics(scores: dict[str, tuple[torch.Tensor, torch.Tensor]], hits_k) -
             out[f"{split}_mrr"] = mrr(pos, neg)
         bce = (F.binary_cross_entropy_with_logits(pos, torch.ones_like(pos), reduction="sum")
                + F.binary_cross_entropy_with_logits(shared, torch.zeros_like(shared), reduction="sum"))
-        out[f"{split}_loss"] = float(bce) / (2 * pos.numel()) if pos.numel() else float("nan")
+        out[f"{split}_loss"] = float(bce) / (pos.numel() + shared.numel()) if pos.numel() else float("nan")
     return out

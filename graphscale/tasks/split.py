@@ -7,21 +7,36 @@ negatives, :mod:`graphscale.tasks.negatives`). A seeded permutation of the ids a
 validation, ``round(test * M)`` to test, ``round(train * M)`` to training (``M`` minus the others when the fractions
 sum to 1) and the rest to no split. The validation and test pairs are removed from the message-passing graph (both
 directions); the training pairs and those in no split stay in it.
+
+**A given split.** A graph that carries its own split (a PyG ``RandomLinkSplit`` triple, an ``ogbl:`` dataset:
+:mod:`graphscale.data.link_pairs`) is split as given instead (:func:`given_split`).
+The supervised pairs are the training positives, then the validation ones, then the test ones, in the order
+given; a pair's index in that list is its edge id (the key of its keyed training negatives). The validation and
+test positives are removed from the message-passing graph (both directions when the graph is symmetric; a PyG
+``RandomLinkSplit`` or an OGB dataset has already left them out, so nothing changes there). The validation and test
+negatives given with the split are the ones scored: shared negative pairs (``neg``: AUC and Hits@K against them,
+as ogbl-collab; no MRR) or each positive's own candidate tails (``neg_tails``: MRR among them, as
+ogbl-citation2; AUC and Hits@K against every positive's first candidate); a split given without negatives gets
+the keyed candidates of a seeded split.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import torch
 
 from graphscale.data.graph import Graph, csr_from_edges
+from graphscale.data.link_inputs import load_pairs
+from graphscale.data.link_pairs import has_given_pairs
 
 #: the values of :attr:`LinkSplit.split_of`: training, validation, test, and in no split (message passing only)
 TRAIN, VAL, TEST, UNSUPERVISED = 0, 1, 2, 3
 #: the split names, in :data:`TRAIN`, :data:`VAL`, :data:`TEST` order
 SPLIT_NAMES = ("train", "val", "test")
+#: the split of a partition store a ``--task link`` run writes (of its message-passing graph), in the store
+STORE_SPLIT_FILE = "link-split.npz"
 
 
 def check_fractions(fractions, option: str = "--link-split") -> tuple[float, float, float]:
@@ -50,16 +65,21 @@ class LinkSplit:
         pairs: int64 ``[2, M]``: the supervised pairs ``(u, v)`` by edge id.
         split_of: int8 ``[M]``: each pair's split (:data:`TRAIN`, :data:`VAL`, :data:`TEST`, :data:`UNSUPERVISED`).
         undirected: whether a pair stands for both directions (the graph is symmetric).
-        message_graph: the graph with the validation and test pairs removed (both directions), node data kept.
+        message_graph: the graph with the validation and test pairs removed (both directions), node data kept;
+            ``None`` for a split read back from its file (:func:`load_split`).
         stranded: vertices that have an edge in the graph but none in the message-passing graph.
+        neg_pairs: a given split's negative pairs ``[2, Q]`` per split (``val``, ``test``), shared by its positives.
+        neg_tails: a given split's candidate tails ``[P, C]`` per split, each positive's own.
     """
 
     num_nodes: int
     pairs: torch.Tensor
     split_of: torch.Tensor
     undirected: bool
-    message_graph: Graph
+    message_graph: Graph | None
     stranded: int
+    neg_pairs: dict[str, torch.Tensor] = field(default_factory=dict)
+    neg_tails: dict[str, torch.Tensor] = field(default_factory=dict)
 
     def ids(self, split: str) -> torch.Tensor:
         """The edge ids of ``split`` (``train``, ``val`` or ``test``), ascending."""
@@ -92,12 +112,16 @@ def supervised_pairs(graph: Graph) -> tuple[torch.Tensor, bool]:
 
 
 def split_edges(graph: Graph, fractions, seed: int) -> LinkSplit:
-    """Split ``graph``'s edges (module docstring) with the permutation seeded by ``seed``.
+    """Split ``graph``'s edges (module docstring) with the permutation seeded by ``seed``; a graph that carries its
+    own split is split as given (:func:`given_split`; ``fractions`` and ``seed``
+    unused).
 
     Raises:
         ValueError: bad fractions (:func:`check_fractions`); a graph whose split leaves no training or no held-out
             pair.
     """
+    if has_given_pairs(graph.meta):
+        return given_split(graph)
     train, val, test = check_fractions(fractions)
     pairs, undirected = supervised_pairs(graph)
     m = pairs.shape[1]
@@ -122,3 +146,55 @@ def split_edges(graph: Graph, fractions, seed: int) -> LinkSplit:
     has[u] = True
     has[v] = True
     return LinkSplit(graph.num_nodes, pairs, split_of, undirected, message, int((had & ~has).sum()))
+
+
+def given_split(graph: Graph) -> LinkSplit:
+    """The split ``graph`` carries (module docstring).
+
+    Raises:
+        ValueError, FileNotFoundError: malformed or missing pairs (one line naming the file or field).
+    """
+    pairs = load_pairs(graph.meta, graph.num_nodes)
+    n = graph.num_nodes
+    positives = [pairs[name]["pos"] for name in SPLIT_NAMES]
+    split_of = torch.cat([torch.full((p.shape[1],), i, dtype=torch.int8) for i, p in enumerate(positives)])
+    held = torch.cat(positives[1:], dim=1)
+    held_keys = torch.cat([held[1] * n + held[0], held[0] * n + held[1]])  # dst * N + src, both directions
+    src, dst = graph.indices, graph.dst_of_edges()
+    kept = ~torch.isin(dst * n + src, held_keys)
+    indptr = torch.zeros(n + 1, dtype=torch.int64)
+    torch.cumsum(torch.bincount(dst[kept], minlength=n), 0, out=indptr[1:])
+    weight = None if graph.edge_weight is None else graph.edge_weight[kept]
+    meta = {k: v for k, v in graph.meta.items()}
+    message = replace(graph, indptr=indptr, indices=graph.indices[kept].contiguous(), edge_weight=weight, meta=meta)
+    had = (graph.in_degrees() + graph.out_degrees()) > 0
+    has = torch.zeros(n, dtype=torch.bool)
+    has[src[kept]] = True
+    has[dst[kept]] = True
+    return LinkSplit(n, torch.cat(positives, dim=1), split_of, graph.is_symmetric(), message, int((had & ~has).sum()),
+                     neg_pairs={k: a["neg"] for k, a in pairs.items() if "neg" in a},
+                     neg_tails={k: a["neg_tails"] for k, a in pairs.items() if "neg_tails" in a})
+
+
+def save_split(split: LinkSplit, path) -> None:
+    """Write ``split``'s pairs, their splits and its given negatives (not its message-passing graph) to the ``.npz``
+    file ``path`` (what :func:`load_split` reads; how a strategy's workers receive a split drawn in the parent)."""
+    import numpy as np
+
+    arrays = {"pairs": split.pairs.numpy(), "split_of": split.split_of.numpy(),
+              "meta": np.array([split.num_nodes, int(split.undirected), split.stranded], dtype=np.int64),
+              **{f"neg_pairs.{k}": v.numpy() for k, v in split.neg_pairs.items()},
+              **{f"neg_tails.{k}": v.numpy() for k, v in split.neg_tails.items()}}
+    np.savez(path, **arrays)
+
+
+def load_split(path) -> LinkSplit:
+    """The split :func:`save_split` wrote to ``path`` (its ``message_graph`` ``None``)."""
+    import numpy as np
+
+    with np.load(path) as f:
+        arrays = {k: torch.from_numpy(f[k]) for k in f.files}
+    n, undirected, stranded = (int(v) for v in arrays.pop("meta"))
+    negatives = {kind: {k.partition(".")[2]: v for k, v in arrays.items() if k.startswith(kind + ".")}
+                 for kind in ("neg_pairs", "neg_tails")}
+    return LinkSplit(n, arrays["pairs"], arrays["split_of"], bool(undirected), None, stranded, **negatives)

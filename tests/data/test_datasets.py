@@ -538,7 +538,7 @@ def test_bad_specs(spec, error, message):
 
 def test_dataset_help_forms_are_all_accepted():
     kinds = {pattern.partition(":")[0] for pattern, _ in DATASET_HELP}
-    assert kinds == {"cora", "planetoid", "npz", "ogb", "edgelist", "metis", "mat", "musae", "graphdir", "sbm", "rmat"}
+    assert kinds == {"cora", "planetoid", "npz", "ogb", "ogbl", "edgelist", "metis", "mat", "musae", "graphdir", "sbm", "rmat"}
     for kind in kinds - {"cora", "sbm", "rmat"}:
         with pytest.raises(FileNotFoundError):  # a known form: fails on the path, not the spec
             load_dataset(f"{kind}:/no/such/path")

@@ -26,11 +26,11 @@ def refusal(args: list[str], capsys) -> str:
     (["--task", "link", "--hits-k", "0,50"], "--hits-k must be integers >= 1, got 0,50"),
     (["--task", "link", "--strategy", "pipeline", "--workers", "2"],
      ("--task link: strategy 'pipeline' does not train link prediction; strategies that run it here: data-parallel, "
-      "graph-parallel, offload, single, split-parallel")),
+      "graph-parallel, model-averaging, offload, single, split-parallel")),
     (["--task", "link", "--strategy", "graph-parallel", "--workers", "2", "--partitions", "/no/store"],
      ("--task link: strategy 'graph-parallel' partitions the split's message-passing graph itself (the held-out "
-      "edges removed), which a given store does not hold (drop --partitions); strategies that run it here: data-parallel, "
-      "offload, single, split-parallel")),
+      "edges removed), which a given store does not hold (drop --partitions); strategies that run it here: "
+      "data-parallel, offload, single, split-parallel")),
     (["--decoder", "mlp"], "--decoder is read by --task link only; this run's task is 'node'"),
     (["--link-split", "0.8,0.1,0.1"], "--link-split is read by --task link only; this run's task is 'node'"),
 ])
@@ -38,7 +38,7 @@ def test_bad_link_options_are_one_line(args, message, capsys):
     assert refusal(args, capsys) == message
 
 
-@pytest.mark.parametrize("strategy", ["pipeline", "task-parallel", "model-averaging"])
+@pytest.mark.parametrize("strategy", ["pipeline", "task-parallel"])
 def test_every_strategy_without_link_prediction_refuses_it_by_name(strategy):
     config = build_config({"task": "link", "strategy": {"name": strategy, "workers": 2}, "oversubscribe": True})
     with pytest.raises(ValueError, match=f"^--task link: strategy '{strategy}' does not train link prediction"):

@@ -164,10 +164,15 @@ class LayerwiseEvaluation:
             partition: ``part -> (block, x)``: a partition's local graph as one block and its input rows; asked
                 for one partition at a time.
         """
+        return split_counts(self.outputs(model, partition), self.labels, self.masks).to(self.device)
+
+    def outputs(self, model: torch.nn.Module, partition: Callable[[int], tuple[Block, torch.Tensor]]) -> torch.Tensor:
+        """The model's exact outputs of this worker's targets, in their order (a collective; :meth:`counts`'
+        arguments)."""
         if self.own_forward:
             logits = model.run(self.server.features(self.first_global).to(self.device), self.first_ids,
                                lambda layer, h: self._forward_layer(model, layer, h))
-            return split_counts(logits[: self.num_targets], self.labels, self.masks).to(self.device)
+            return logits[: self.num_targets]
         h = h0 = None
         for part, (at, rows) in self.first.items():  # layer 1 on each partition's own 1-hop halo: nothing moves
             block, x = partition(part)
@@ -183,8 +188,7 @@ class LayerwiseEvaluation:
         for layer, plan in enumerate(self.plans, start=1):
             fetched = self.comm.all_to_all_v(h[plan.send_index], plan.send_counts, plan.recv_counts, EVALUATION)
             h = model.step(layer, plan.block, torch.cat([h, fetched]), None if h0 is None else h0[: plan.block.num_dst])
-        logits = model.output_map(h, self.first_ids[: self.num_targets])
-        return split_counts(logits, self.labels, self.masks).to(self.device)
+        return model.output_map(h, self.first_ids[: self.num_targets])
 
     def _forward_layer(self, model: torch.nn.Module, layer: int, h: torch.Tensor) -> torch.Tensor:
         """Conv call ``layer`` of a model with its own forward: the remote rows its plan reads, fetched, then the

@@ -101,6 +101,7 @@ from graphscale.strategies.model_averaging.evaluation import (
     eval_targets,
     evaluation_mode,
 )
+from graphscale.strategies.model_averaging.link import LinkPartitions, all_home_targets, link_refusal
 from graphscale.strategies.model_averaging.state import PartitionStates
 from graphscale.strategies.optimizers import set_lr, state_layout
 
@@ -177,6 +178,10 @@ class ModelAveraging(Strategy):
         return unused
 
     # ------------------------------------------------------------ parent side
+    @classmethod
+    def link_refusal(cls, config: RunConfig) -> str:
+        return link_refusal(config)  # each partition trains on its local edges (.link)
+
     @classmethod
     def resume_identity(cls, config: RunConfig) -> dict:
         """``--optimizer-state`` changes what training computes: a checkpoint resumes only with its own."""
@@ -265,7 +270,7 @@ class ModelAveraging(Strategy):
             raise ValueError(f"worker {env.rank} has no partition: {self.num_parts} parts for {env.world_size} "
                              "workers")
         self.part_train = [int(c) for c in handle.summary["part_train"]]
-        self.alpha = alphas(self.part_train)
+        self.alpha = alphas(self.part_train) if config.task != "link" else None  # link: by training pairs, below
         self.dtype = next(model.parameters()).dtype
         self.params = [p for p in model.parameters() if p.requires_grad]
         self.float_state = float_tensors(model)
@@ -282,6 +287,11 @@ class ModelAveraging(Strategy):
         self.resident = self._open(self.parts[0]) if len(self.parts) == 1 else None
         if self.resident is not None:
             self.tracker.track("partition", *self.resident.tensors())
+        self.link = LinkPartitions(handle.path, model.link_decoder, config, self.device) if config.task == "link" \
+            else None
+        if self.link is not None:  # weights: each partition's share of the training pairs
+            self.part_train = self.link.part_counts(self.comm, self.num_parts, {p: self._data(p) for p in self.parts})
+            self.alpha = alphas(self.part_train)
         self.average_moments = optimizer_state(config.strategy) == "averaged"
         # one optimiser step per partition between averaging rounds: the averaged gradient is recoverable
         self.one_step_rounds = not config.strategy.minibatch and config.strategy.average_every == 1
@@ -300,7 +310,8 @@ class ModelAveraging(Strategy):
             self.targets = {part: home_targets(local) for part, local in locals_.items()}
             self.correction_opt = make_optimizer(model, config.optim)
         if self.eval_mode == "fetch":  # the layer-wise plan, agreed with the other workers once
-            found = [eval_targets(locals_[part]) for part in self.parts]
+            targets = all_home_targets if self.link is not None else eval_targets  # link: every home embedding
+            found = [targets(locals_[part]) for part in self.parts]
             self.layerwise = LayerwiseEvaluation(
                 self.comm, self.server, np.concatenate([t for t, _, _ in found]), torch.cat([y for _, y, _ in found]),
                 {s: torch.cat([m[s] for _, _, m in found]) for s in SPLITS}, config.model.layers, self.device,
@@ -354,6 +365,11 @@ class ModelAveraging(Strategy):
         if not self.config.strategy.minibatch:
             opt.zero_grad(set_to_none=True)
             logits = model(data.block, data.x)
+            if self.link is not None:  # the partition's training pairs: part_train holds their count 2 P_j
+                loss_sum = self.link.loss_sum(logits, data.part, data.orig_ids, data.num_inner, epoch)
+                (loss_sum / self.part_train[data.part]).backward()
+                opt.step()
+                return float(loss_sum.detach())
             loss_sum = masked_loss_sum(logits, data.y, data.masks["train"])
             (loss_sum / data.num_train).backward()
             opt.step()
@@ -456,6 +472,8 @@ class ModelAveraging(Strategy):
     @torch.no_grad()
     def evaluate(self) -> dict[str, float]:
         self.model.eval()
+        if self.link is not None:  # every home vertex's embedding, scored on every worker
+            return self.link.evaluate_averaged(self)
         if self.eval_mode == "fetch":
             counts = self.layerwise.counts(self.model, self._local_inputs)
             return counts_to_metrics(self.comm.all_reduce(counts, CONTROL).cpu())

@@ -229,6 +229,7 @@ class OffloadStrategy(OffloadPasses, Strategy):
     options = option_names(OffloadOptions)
     single_host = True  # every worker reads and writes the same host arrays (shared-memory files on one host)
     link_message_graph = True  # --task link: the pairs scored after the chunks (offload/link.py)
+    link_given_negatives = False  # ... against the keyed candidates, as graph-parallel's
 
     @classmethod
     def link_refusal(cls, config: RunConfig) -> str:
