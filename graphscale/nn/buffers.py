@@ -111,6 +111,11 @@ def clear() -> None:
         _entries.clear()
 
 
+def enabled() -> bool:
+    """Whether this process's kernels take their outputs from the pool."""
+    return _enabled
+
+
 def set_enabled(enabled: bool) -> bool:
     """Turn the pool on or off for this process; returns the previous setting. Off also clears it."""
     global _enabled

@@ -64,14 +64,16 @@ def aggregate_projected(layer: nn.Module, block, z_src: Tensor, local_dst: Tenso
     if z_src.shape[0] != block.num_src:
         raise ValueError(f"{type(layer).__name__}: z_src has {z_src.shape[0]} rows, the block has {block.num_src} "
                          "sources")
+    # the bias and the destination term are added in place: the aggregation's output is a fresh tensor that its
+    # backward does not read, so no second [D, out] table exists (the same additions, in the same order)
     if isinstance(layer, GCNLayer):
         out = gcn_aggregate(block, z_src)
-        return out if layer.bias is None else out + layer.bias
+        return out if layer.bias is None else out.add_(layer.bias)
     if isinstance(layer, SAGELayer):
         out = mean_aggregate(block, z_src)
         if layer.lin_l.bias is not None:
-            out = out + layer.lin_l.bias
-        return out + local_dst
+            out.add_(layer.lin_l.bias)
+        return out.add_(local_dst)
     if isinstance(layer, GATLayer):
         return layer.update(layer.attend(block, z_src))
     raise ValueError(f"{type(layer).__name__} is not linear-then-aggregate (projected_width is None)")

@@ -245,3 +245,38 @@ def test_overlap_plan_computes_every_row_as_the_unsplit_block(model_name):
         split = torch.cat([model.step(0, plan.interior, x[plan.interior_src], h0_i),
                            model.step(0, plan.boundary, src_b, h0_b)])[plan.inverse]
         assert_close_rel(split, whole, torch.float64, what=f"{model_name} step")
+
+
+def test_explicit_host_budget_runs_without_the_buffer_pool_to_the_same_numbers(tmp_path):
+    """Under an explicit ``--host-memory`` a worker's kernels take fresh outputs instead of the pool's (whose idle
+    buffers stay resident across the forward and backward passes); the pool is back after teardown, and the epoch
+    is the same to the bit."""
+    from dataclasses import replace
+
+    from graphscale.nn import buffers
+    from graphscale.nn.backend import uses_numba
+
+    graph = random_graph(3000, avg_degree=8.0, num_features=64, num_classes=3, seed=0, dtype=torch.float32)
+    write_training_store(graph, tmp_path / "store", 1, "metis", seed=0)
+    previous = buffers.set_enabled(True)
+    runs = {}
+    try:
+        for host_memory in ("", "auto", "2GiB"):
+            config = replace(make_config("gcn", "metis", 1), host_memory=host_memory)
+            config.model.hidden = 128  # outputs above the pool's minimum size
+            model = build_model(config.model, graph.num_features, graph.num_classes, seed=0, dtype=torch.float32)
+            strategy = GraphParallel()
+            strategy.setup(store_handle(tmp_path / "store", "none", "float32"), model, DistEnv.local(), config)
+            assert buffers.enabled() is (host_memory != "2GiB")
+            buffers.clear()
+            stats = [strategy.train_epoch(0)]
+            runs[host_memory] = ([s.loss for s in stats], [p.detach().clone() for p in model.parameters()])
+            if uses_numba(graph.x):  # the CPU kernels' outputs: from the pool, or not (the device backend never pools)
+                assert (sum(buffers.held_bytes()) > 0) is (host_memory != "2GiB")
+            strategy.teardown()
+            assert buffers.enabled()
+    finally:
+        buffers.set_enabled(previous)
+    for host_memory in ("auto", "2GiB"):
+        assert runs[host_memory][0] == runs[""][0]
+        assert all(torch.equal(a, b) for a, b in zip(runs[host_memory][1], runs[""][1], strict=True))
