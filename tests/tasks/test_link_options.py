@@ -25,7 +25,9 @@ def refusal(args: list[str], capsys) -> str:
     (["--task", "link", "--link-split", "0.9,0.1"], "--link-split takes three fractions TRAIN,VAL,TEST, got 2 (0.9,0.1)"),
     (["--task", "link", "--hits-k", "0,50"], "--hits-k must be integers >= 1, got 0,50"),
     (["--task", "link", "--strategy", "pipeline", "--workers", "2"],
-     ("--task link: strategy 'pipeline' does not train link prediction; strategies that run it here: data-parallel, "
+     ("--task link: strategy 'pipeline' computes its last stage's rows chunk by chunk and takes the loss of each "
+      "chunk's own rows as they come, while a link pair's loss needs both endpoints' embeddings, which other chunks "
+      "(computed later, or history) hold; strategies that run it here: data-parallel, "
       "graph-parallel, model-averaging, offload, single, split-parallel")),
     (["--task", "link", "--strategy", "graph-parallel", "--workers", "2", "--partitions", "/no/store"],
      ("--task link: strategy 'graph-parallel' partitions the split's message-passing graph itself (the held-out "
@@ -38,10 +40,11 @@ def test_bad_link_options_are_one_line(args, message, capsys):
     assert refusal(args, capsys) == message
 
 
-@pytest.mark.parametrize("strategy", ["pipeline", "task-parallel"])
-def test_every_strategy_without_link_prediction_refuses_it_by_name(strategy):
+@pytest.mark.parametrize(("strategy", "reason"), [("pipeline", "computes its last stage's rows chunk by chunk"),
+                                                ("task-parallel", "streams subgraphs through its T and P stages")])
+def test_every_strategy_without_link_prediction_refuses_it_by_name_and_reason(strategy, reason):
     config = build_config({"task": "link", "strategy": {"name": strategy, "workers": 2}, "oversubscribe": True})
-    with pytest.raises(ValueError, match=f"^--task link: strategy '{strategy}' does not train link prediction"):
+    with pytest.raises(ValueError, match=f"^--task link: strategy '{strategy}' {reason}.*both endpoints' embeddings"):
         validate(config)
 
 

@@ -225,6 +225,12 @@ class PipelineStrategy(ChunkPasses, StageCheckpoint, Strategy):
         return unused
 
     @classmethod
+    def link_refusal(cls, config: RunConfig) -> str:
+        return ("computes its last stage's rows chunk by chunk and takes the loss of each chunk's own rows as they "
+                "come, while a link pair's loss needs both endpoints' embeddings, which other chunks (computed "
+                "later, or history) hold")
+
+    @classmethod
     def check_config(cls, config: RunConfig) -> None:
         sc = config.strategy
         check_width(sc.workers, sc.hybrid_width)

@@ -149,6 +149,11 @@ class TaskParallelStrategy(TSegments, PSegments, Exchange, StageCheckpoint, Stra
         return unused
 
     @classmethod
+    def link_refusal(cls, config: RunConfig) -> str:
+        return ("streams subgraphs through its T and P stages and takes the loss per subgraph on the last T stage, "
+                "while a link pair's loss needs both endpoints' embeddings, which other subgraphs hold")
+
+    @classmethod
     def check_config(cls, config: RunConfig) -> None:
         check_task_config(config)
 
