@@ -17,7 +17,7 @@ import torch.nn.functional as F
 
 from graphscale.tasks.decoders import build_decoder
 from graphscale.tasks.metrics import auc, hits_at_k, mrr
-from graphscale.tasks.negatives import eval_tails, train_tails
+from graphscale.tasks.negatives import EVAL_CANDIDATES, eval_tails, train_tails
 from graphscale.tasks.split import SPLIT_NAMES, LinkSplit
 
 #: positive pairs scored against their candidates at a time in evaluation (bounds the ``[rows, C, d]`` gather)
@@ -62,7 +62,7 @@ class LinkTask:
         self.ids = {name: split.ids(name).to(device) for name in SPLIT_NAMES}
         self.pairs = split.pairs.to(device)
         self.normaliser = 2 * self.ids["train"].numel()
-        self.candidates = {name: eval_tails(ids, self.num_nodes, seed, **({"count": 1} if name == "train" else {}))
+        self.candidates = {name: eval_tails(ids, self.num_nodes, seed, count=1 if name == "train" else EVAL_CANDIDATES)
                            for name, ids in self.ids.items()}  # fixed; the training split's first only
 
     def train_pairs(self, epoch: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
