@@ -13,6 +13,7 @@ import torch
 from graphscale.cli import main
 from graphscale.metrics.baseline import trivial_scores
 from graphscale.run import report_warnings
+from graphscale.strategies.base import masked_loss_sum
 
 
 def _masks(n, train, val, test):
@@ -41,15 +42,29 @@ def test_multilabel_baseline_predicts_the_k_most_frequent_labels_k_chosen_on_tra
     assert scores["test_acc"] == pytest.approx(2 * 1 / (2 + 2))
 
 
+def test_multilabel_loss_is_the_bce_summed_over_the_labels_of_each_vertex():
+    """A vertex's multi-label loss is the sum of its C binary cross-entropies (not their mean: averaged, the gradient
+    shrinks with C against the weight decay); class ids keep the cross-entropy of the softmax."""
+    logits = torch.tensor([[2.0, -1.0, 0.5], [-3.0, 1.0, 0.0], [0.3, 0.3, -0.2]], dtype=torch.float64)
+    labels = torch.tensor([[1, 0, 1], [0, 0, 1], [1, 1, 0]], dtype=torch.uint8)
+    mask = torch.tensor([True, True, False])
+    expected = sum(-math.log(1 / (1 + math.exp(-z))) if t else -math.log(1 - 1 / (1 + math.exp(-z)))
+                   for row, trow in zip(logits[:2].tolist(), labels[:2].tolist()) for z, t in zip(row, trow))
+    assert masked_loss_sum(logits, labels, mask).item() == pytest.approx(expected, rel=1e-12)
+    ids = torch.tensor([0, 2, 1])
+    assert masked_loss_sum(logits, ids, mask).item() == pytest.approx(
+        float(torch.nn.functional.cross_entropy(logits[:2], ids[:2], reduction="sum")), rel=1e-12)
+
+
 def test_a_best_score_not_above_the_trivial_one_is_a_warning():
     epochs = [{"epoch": i, "loss": 1.0, "val_acc": 0.14, "test_acc": 0.14} for i in range(3)]
     baseline = {"predictor": "the 1 most frequent training label(s) for every vertex", "val_acc": 0.1425,
                 "test_acc": 0.1425}
     warnings = report_warnings(epochs, {"epoch": 1, "val_acc": 0.1426}, "micro-f1", baseline)
     assert [w for w in warnings if "did not learn" in w] == [
-        "the model did not learn: its best validation micro-f1 0.1426 is not better than a trivial predictor's "
-        "0.1425 (the 1 most frequent training label(s) for every vertex, ignoring the graph and the features); "
-        "check --features, --lr, --epochs and the labels"]
+        ("the model did not learn: its best validation micro-f1 0.1426 is not better than a trivial predictor's "
+         "0.1425 (the 1 most frequent training label(s) for every vertex, ignoring the graph and the features); "
+         "check --features, --lr, --epochs and the labels")]
     assert not [w for w in report_warnings(epochs, {"epoch": 1, "val_acc": 0.2}, "micro-f1", baseline)
                 if "did not learn" in w]
 
@@ -68,21 +83,38 @@ def test_a_run_that_did_not_learn_says_so_in_the_table_and_the_report(tmp_path, 
 
 #: the reference data beside the checkout (``../shared/data``), where the machine has it
 BLOGCATALOG = Path(__file__).resolve().parents[2] / "shared" / "data" / "blogcatalog" / "blogcatalog.mat"
-#: how far BlogCatalog's test micro-F1 must beat the label-frequency predictor's (0.164; measured: 0.268 at seed 0, 200 epochs)
+#: how far BlogCatalog's test micro-F1 must beat the label-frequency predictor's (0.164) with the model defaults
+#: (measured: 0.202 at seed 0, 200 epochs, best epoch 199; 0.163 when the multi-label loss averaged over the labels)
+BLOGCATALOG_DEFAULTS_MARGIN = 0.03
+#: ... and with the recipe of docs/data-formats.md (measured: 0.268)
 BLOGCATALOG_MARGIN = 0.05
+
+
+def _blogcatalog(tmp_path, *options):
+    out = tmp_path / "r.json"
+    assert main(["train", "--dataset", f"mat:{BLOGCATALOG}", "--features", "spectral:64", *options, "--no-progress",
+                 "--cache-dir", str(tmp_path), "--json", str(out)]) == 0
+    report = json.loads(out.read_text())
+    assert report["baseline"]["test_acc"] == pytest.approx(0.1644, abs=1e-4)
+    return report
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not BLOGCATALOG.is_file(), reason=f"{BLOGCATALOG} is not on this machine")
+def test_blogcatalog_learns_from_spectral_features_with_the_model_defaults(tmp_path):
+    """A featureless multi-label graph given spectral features learns with the model defaults (hidden 16, dropout
+    0.5, weight decay 5e-4): the BCE summed over the 39 labels keeps the gradient above the weight decay (averaged
+    over them the model learnt only the label frequencies: 0.163 against the predictor's 0.164, "did not learn")."""
+    report = _blogcatalog(tmp_path)
+    assert report["final"]["test_acc"] >= report["baseline"]["test_acc"] + BLOGCATALOG_DEFAULTS_MARGIN, report["final"]
+    assert report["warnings"] == []
 
 
 @pytest.mark.slow
 @pytest.mark.skipif(not BLOGCATALOG.is_file(), reason=f"{BLOGCATALOG} is not on this machine")
 def test_blogcatalog_learns_from_spectral_features(tmp_path):
     """The documented recipe for a featureless multi-label graph (docs/data-formats.md, "Graphs without features")
-    beats the label-frequency predictor on BlogCatalog clearly, and the run raises no warning; with the model
-    defaults and degree features it does not (0.1425 against 0.164), which the run reports."""
-    out = tmp_path / "r.json"
-    assert main(["train", "--dataset", f"mat:{BLOGCATALOG}", "--features", "spectral:64", "--hidden", "128",
-                 "--dropout", "0", "--weight-decay", "0", "--no-progress", "--cache-dir", str(tmp_path),
-                 "--json", str(out)]) == 0
-    report = json.loads(out.read_text())
-    assert report["baseline"]["test_acc"] == pytest.approx(0.1644, abs=1e-4)
+    beats the label-frequency predictor on BlogCatalog clearly, and the run raises no warning."""
+    report = _blogcatalog(tmp_path, "--hidden", "128", "--dropout", "0", "--weight-decay", "0")
     assert report["final"]["test_acc"] >= report["baseline"]["test_acc"] + BLOGCATALOG_MARGIN, report["final"]
     assert report["warnings"] == []

@@ -19,7 +19,7 @@ import torch.nn.functional as F
 
 from graphscale.tasks.decoders import build_decoder
 from graphscale.tasks.metrics import auc, hits_at_k, mrr
-from graphscale.tasks.negatives import eval_tails, train_tails
+from graphscale.tasks.negatives import EVAL_CANDIDATES, eval_tails, train_tails
 from graphscale.tasks.split import SPLIT_NAMES, LinkSplit
 
 #: positive pairs scored against their candidates at a time in evaluation (bounds the ``[rows, C, d]`` gather)
@@ -73,7 +73,7 @@ class LinkTask:
         self.pairs = split.pairs.to(device)
         self.normaliser = 2 * self.ids["train"].numel()
         self.candidates = {name: split.neg_tails[name].to(device) if name in split.neg_tails
-                           else eval_tails(ids, self.num_nodes, seed, **({"count": 1} if name == "train" else {}))
+                           else eval_tails(ids, self.num_nodes, seed, count=1 if name == "train" else EVAL_CANDIDATES)
                            for name, ids in self.ids.items()}  # fixed; the training split's first only
         self.neg_pairs = {name: pairs.to(device) for name, pairs in split.neg_pairs.items()}  # a given split's
 

@@ -9,7 +9,6 @@ import copy
 
 import pytest
 import torch
-import torch.nn.functional as F
 
 import graphscale as gs
 from graphscale.data.block import Block
@@ -17,6 +16,7 @@ from graphscale.data.convert import to_graph
 from graphscale.data.sampler import NeighborSampler
 from graphscale.nn.pyg import as_gnn
 from graphscale.testing import random_graph
+from graphscale.testing.pyg_loop import pyg_loop_losses
 
 pytest.importorskip("torch_geometric")
 from torch_geometric.data import Data
@@ -38,16 +38,7 @@ def weighted_data() -> Data:
 
 def pyg_loop(model, d: Data, epochs: int = EPOCHS) -> list[float]:
     """The user's own full-graph loop, passing the edge weights: Adam, cross-entropy over the training vertices."""
-    optimizer = torch.optim.Adam(model.parameters(), lr=OPTIONS["lr"], weight_decay=OPTIONS["weight_decay"])
-    losses = []
-    for _ in range(epochs):
-        model.train()
-        optimizer.zero_grad()
-        loss = F.cross_entropy(model(d.x, d.edge_index, d.edge_weight)[d.train_mask], d.y[d.train_mask])
-        loss.backward()
-        optimizer.step()
-        losses.append(float(loss.detach()))
-    return losses
+    return pyg_loop_losses(model, d, epochs, OPTIONS["lr"], OPTIONS["weight_decay"], edge_weight=True)
 
 
 class Residual(torch.nn.Module):

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import pytest
 import torch
-import torch.nn.functional as F
 
 import graphscale as gs
 from graphscale.testing import random_graph
+from graphscale.testing.pyg_loop import pyg_loop_losses
 
 pytest.importorskip("torch_geometric")
 from torch_geometric.data import Data
@@ -37,16 +37,7 @@ def data(nonnegative: bool = False) -> Data:
 
 def pyg_loop(model, d: Data, epochs: int = EPOCHS) -> list[float]:
     """The user's own full-graph loop: Adam, cross-entropy over the training vertices."""
-    optimizer = torch.optim.Adam(model.parameters(), lr=OPTIONS["lr"], weight_decay=OPTIONS["weight_decay"])
-    losses = []
-    for _ in range(epochs):
-        model.train()
-        optimizer.zero_grad()
-        loss = F.cross_entropy(model(d.x, d.edge_index)[d.train_mask], d.y[d.train_mask])
-        loss.backward()
-        optimizer.step()
-        losses.append(float(loss.detach()))
-    return losses
+    return pyg_loop_losses(model, d, epochs, OPTIONS["lr"], OPTIONS["weight_decay"])
 
 
 @pytest.fixture
