@@ -165,5 +165,6 @@ def plan_chunks(graph, owner, world: int, config, model, dims) -> tuple[int, str
     else:
         k = fits
         why = f"{describe(shape, k, budget, width, elem, fixed)}; the fewest chunks that fit"
-    say(f"offload: {why}")
+    if config.progress:  # a setup notice, as the setup steps' lines (a warning above prints regardless)
+        say(f"offload: {why}")
     return k, why
