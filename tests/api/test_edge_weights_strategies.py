@@ -45,31 +45,17 @@ def test_split_parallel_equals_single_minibatch_with_the_weights():
 def test_data_parallel_equals_single_steps_on_the_same_weighted_blocks():
     from graphscale.config import OptimConfig
     from graphscale.data.convert import to_graph
-    from graphscale.data.sampler import NeighborSampler
     from graphscale.nn.pyg import as_gnn
     from graphscale.strategies.base import make_optimizer
-    from graphscale.strategies.data_parallel import MicroBatchSchedule, reference_step
+    from graphscale.testing.data_parallel_reference import data_parallel_reference_losses
 
     got = losses("data-parallel", 2, **MINIBATCH)
     graph = to_graph(weighted_data())
     torch.manual_seed(0)
     model = as_gnn(GCN(6, 8, 2, 3).double(), 6)
     optimizer = make_optimizer(model, OptimConfig(lr=OPTIONS["lr"], weight_decay=OPTIONS["weight_decay"]))
-    train_ids = torch.nonzero(graph.train_mask).flatten()
-    schedule = MicroBatchSchedule(train_ids, MINIBATCH["batch_size"], 2, 0)
-    sampler = NeighborSampler(graph, MINIBATCH["fanouts"], seed=0)
-    expected = []
-    for epoch in range(EPOCHS):
-        model.train()
-        model.set_epoch(epoch)
-        total = 0.0
-        for k, micro in enumerate(schedule.iterations(epoch)):
-            optimizer.zero_grad()
-            loss, _ = reference_step(model, sampler, graph.x, graph.y, micro,
-                                     [schedule.batch_key(epoch, k, r) for r in range(2)])
-            optimizer.step()
-            total += float(loss) * sum(t.numel() for t in micro)
-        expected.append(total / train_ids.numel())
+    expected = data_parallel_reference_losses(model, optimizer, graph, MINIBATCH["batch_size"], MINIBATCH["fanouts"],
+                                              EPOCHS)
     assert_losses(got, expected, "data-parallel x2 vs single steps")
 
 

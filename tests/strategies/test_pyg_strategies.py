@@ -183,29 +183,15 @@ def test_forward_model_split_parallel_equals_single_minibatch(name):
 
 @pytest.mark.parametrize("name", ["gat", "skip_jk"])
 def test_pyg_data_parallel_equals_single_steps_on_the_same_blocks(name):
-    from graphscale.data.sampler import NeighborSampler
-    from graphscale.strategies.data_parallel import MicroBatchSchedule, reference_step
+    from graphscale.testing.data_parallel_reference import data_parallel_reference_losses
 
     config = run_config(name, "data-parallel", 2, **MINIBATCH)
     got = report_losses(config)
     graph = load_training_graph(pyg_models.DATASET, "none", "float64")
     model = build_model(config.model, graph.num_features, graph.num_classes, seed=0, dtype=torch.float64)
     optimizer = make_optimizer(model, config.optim)
-    train_ids = torch.nonzero(graph.train_mask).flatten()
-    schedule = MicroBatchSchedule(train_ids, MINIBATCH["batch_size"], 2, 0)
-    sampler = NeighborSampler(graph, MINIBATCH["fanouts"], seed=0)
-    expected = []
-    for epoch in range(EPOCHS):
-        model.train()
-        model.set_epoch(epoch)
-        total = 0.0
-        for k, micro in enumerate(schedule.iterations(epoch)):
-            optimizer.zero_grad()
-            loss, _ = reference_step(model, sampler, graph.x, graph.y, micro,
-                                     [schedule.batch_key(epoch, k, r) for r in range(2)])
-            optimizer.step()
-            total += float(loss) * sum(t.numel() for t in micro)
-        expected.append(total / train_ids.numel())
+    expected = data_parallel_reference_losses(model, optimizer, graph, MINIBATCH["batch_size"], MINIBATCH["fanouts"],
+                                              EPOCHS)
     assert_losses(got, expected, f"{name} data-parallel x2 vs single steps")
 
 
