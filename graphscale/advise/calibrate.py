@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import copy
 
-from graphscale.advise.configs import candidates, device_kind, model_key, predict_config, run_key
+from graphscale.advise.configs import candidates, device_kind, model_key, predict_config, refusal, run_key
 
 #: the two probe graphs (normal, ``tiny``): a small one, where fixed costs dominate, and a large one
 PROBE_GRAPHS = {False: ("sbm:nodes=4000,degree=10,features=64,seed=7", "sbm:nodes=100000,degree=10,features=64,seed=7"),
@@ -62,7 +62,7 @@ def ensure_calibrated(machine, config, workers: int, save=None, note=None, tiny:
     if machine.calibration is None:
         return False
     lines = machine.calibration.setdefault(model_key(config), {})
-    missing = [c.strategy.name for c in candidates(config, workers) if run_key(c) not in lines]
+    missing = [c.strategy.name for c in candidates(config, workers) if run_key(c) not in lines and not refusal(c)]
     if not missing:
         return False
     if note is not None:
@@ -83,13 +83,16 @@ def how(tiny: bool) -> str:
 
 def probe_config(config, spec: str):
     """The configuration of a probe run on ``spec``: ``config``'s model, dtype, device, backend, seed and cache
-    directory, every other option at its default (the user's features, output files or checkpoints are not the
-    probe's); oversubscribed like the runs advised when the workers outnumber the cores."""
+    directory and task (``--task link``: its decoder, split and Hits@K too), every other option at its default (the
+    user's features, output files or checkpoints are not the probe's); oversubscribed like the runs advised when
+    the workers outnumber the cores."""
     from graphscale.config import build_config
 
     base = build_config({"data": {"dataset": spec}, "progress": False, "oversubscribe": True})
     base.model = copy.deepcopy(config.model)
     base.dtype, base.backend, base.seed, base.cache_dir = config.dtype, config.backend, config.seed, config.cache_dir
+    base.task, base.decoder = config.task, config.decoder
+    base.hits_k, base.link_split = list(config.hits_k), list(config.link_split)
     base.device = device_kind(config)
     base.optim.epochs = PROBE_EPOCHS
     return base
@@ -109,7 +112,7 @@ def calibrate(machine, config, workers: int, tiny: bool = False, strategies=None
     for spec in PROBE_GRAPHS[tiny]:
         base = probe_config(config, spec)
         for candidate in candidates(base, workers):
-            if strategies is not None and candidate.strategy.name not in strategies:
+            if (strategies is not None and candidate.strategy.name not in strategies) or refusal(candidate):
                 continue
             if run_key(candidate) in failed:
                 continue

@@ -5,6 +5,10 @@ parts), ``--model``, ``--workers``; ``--device-memory SIZE`` is the per-worker b
 when given, else the profile's free memory, shared by the workers on CPU). Infeasible configurations are listed with the reason; the recommendation
 is the fastest that fits, preferring exact strategies within 10% of the fastest. ``--profile`` measures the
 machine again (:mod:`graphscale.advise.profile`); ``--synthetic-profile`` uses fixed rates (tests).
+
+``--task link`` (with ``--decoder`` and ``--link-split``) predicts link-prediction runs: the strategies that cannot
+train it are listed with the reason (:func:`~graphscale.advise.configs.refusal`), the others with the link scoring's
+bytes, memory and time in their predictions.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ EXACT_SLACK = 1.10
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """``graphscale advise``'s options: those of a run made from their declarations (:mod:`graphscale.flags`)."""
-    from graphscale.flags import add_declared, add_own
+    from graphscale.flags import NOT_GIVEN, add_declared, add_own
 
     preset = "the model's preset, as train"
     add_declared(parser, "dataset")
@@ -31,6 +35,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_declared(parser, "hidden", default=None, why=preset)
     add_declared(parser, "layers", default=None, why=preset)
     add_declared(parser, "optimizer", note="here: its per-parameter state is in every prediction's memory")
+    add_declared(parser, "task", note="here: the task every candidate is predicted for")
+    add_declared(parser, "decoder", default=NOT_GIVEN, note="here: its parameters and scoring are in the predictions")
+    add_declared(parser, "link_split", default=NOT_GIVEN, note="here: the training pairs the predictions score")
     add_declared(parser, "workers", default=2, note="here: the workers available",
                  why="the fewest the distributed strategies run on")
     add_declared(parser, "device_memory", note="here: the budget each prediction must fit (default: the machine "
@@ -57,7 +64,9 @@ def base_config(args: argparse.Namespace):
     if args.layers is not None:
         model["layers"] = args.layers
     overrides = {"data": {"dataset": args.dataset} if args.dataset else {}, "model": model, "progress": False,
-                 "device": args.device, "optim": {"optimizer": args.optimizer}}
+                 "device": args.device, "optim": {"optimizer": args.optimizer},
+                 "task": getattr(args, "task", "node")}  # bench advise's arguments have no task
+    overrides.update({k: getattr(args, k) for k in ("decoder", "link_split") if getattr(args, k, None) is not None})
     if args.cache_dir:
         overrides["cache_dir"] = args.cache_dir
     config = build_config(overrides)
@@ -117,7 +126,15 @@ def rank(config, workers: int, machine, budget: int, partitions: str = "") -> di
     """Predict every candidate of ``config`` on ``workers`` workers against the per-worker ``budget`` and pick the
     recommendation (module docstring); ``partitions``: a store the partition-local strategies read."""
     predictions, configs = [], []
+    from graphscale.advise.configs import refusal
+    from graphscale.cost.prediction import Prediction
+
     for candidate in candidates(config, workers):
+        why = refusal(candidate)
+        if why:  # listed with the reason, never prepared or predicted
+            predictions.append(Prediction(candidate.strategy.name, candidate.strategy.workers, fits=False, reason=why))
+            configs.append(candidate)
+            continue
         if partitions and candidate.strategy.name in ("graph-parallel", "model-averaging"):
             candidate.strategy.partitions = partitions
             candidate.strategy.parts = 0
@@ -132,8 +149,6 @@ def rank(config, workers: int, machine, budget: int, partitions: str = "") -> di
         try:
             prediction = predict_config(candidate, machine)
         except ValueError as err:
-            from graphscale.cost.prediction import Prediction
-
             prediction = Prediction(candidate.strategy.name, candidate.strategy.workers, fits=False,
                                     reason=str(err).splitlines()[0])
         predictions.append(prediction.check_fit(budget, config.device))
@@ -165,6 +180,12 @@ def option_words(config, args: argparse.Namespace) -> list[str]:
         words += ["--layers", str(args.layers)]
     if config.optim.optimizer != "adam":
         words += ["--optimizer", config.optim.optimizer]
+    if config.task != "node":
+        words += ["--task", config.task]
+    if getattr(args, "decoder", None) is not None:
+        words += ["--decoder", config.decoder]
+    if getattr(args, "link_split", None) is not None:
+        words += ["--link-split", ",".join(map(str, config.link_split))]
     if sc.name == "model-averaging" and not sc.partitions:
         words += ["--parts", str(sc.parts)]
     if args.device != "cpu":

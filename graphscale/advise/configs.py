@@ -6,6 +6,11 @@ host-shared graph directory instead of loading the graph into memory), builds th
 calls the strategy's ``predict``; the epoch time is then put on the profile's calibration line of the strategy
 (:func:`calibration_line`, :mod:`graphscale.advise.calibrate`) where the profile has one, and the resident set
 gets what the calibration measured the model to leave out.
+
+``--task link``: the model is built as a link run's workers build it (its output rows are embeddings of
+``--hidden`` width, the decoder attached: :mod:`graphscale.tasks.link`), and the strategies that cannot train link
+prediction (:meth:`~graphscale.strategies.base.Strategy.link_refusal`) are not predicted: :func:`refusal` says why,
+and ``advise`` lists them with it.
 """
 
 from __future__ import annotations
@@ -39,6 +44,17 @@ def candidates(base: RunConfig, workers: int) -> list[RunConfig]:
     return out
 
 
+def refusal(config: RunConfig) -> str:
+    """Why ``config``'s strategy cannot run ``config`` (``--task link`` with a strategy that does not train link
+    prediction: one sentence naming the task and the reason); empty when it can."""
+    from graphscale.registry import STRATEGIES
+
+    if config.task != "link":
+        return ""
+    why = STRATEGIES.get(config.strategy.name).link_refusal(config)
+    return f"cannot run --task link: it {why}" if why else ""
+
+
 def predict_config(config: RunConfig, machine) -> Prediction:
     """The prediction of one run configuration (module docstring). ``config.data.dataset`` is resolved in place."""
     import torch
@@ -48,7 +64,11 @@ def predict_config(config: RunConfig, machine) -> Prediction:
     from graphscale.nn.models import build_model, is_decoupled
     from graphscale.prepare import host_shared_data, prepare_data
     from graphscale.registry import STRATEGIES
+    from graphscale.tasks.link import attach_decoder, output_width
 
+    why = refusal(config)
+    if why:
+        raise ValueError(why)
     cls = STRATEGIES.get(config.strategy.name)
     if cls.data_view == MEMORY:  # price it from the graph directory: no graph loaded into memory
         from graphscale.prepare import DEFAULT_DATASET
@@ -57,8 +77,10 @@ def predict_config(config: RunConfig, machine) -> Prediction:
         data = host_shared_data(config, cls)
     else:
         data = prepare_data(config)
-    model = build_model(config.model, input_width(config.data.features, data.num_features), data.num_classes,
-                        seed=config.seed, dtype=getattr(torch, config.dtype), decoupled=is_decoupled(config))
+    model = build_model(config.model, input_width(config.data.features, data.num_features),
+                        output_width(config, data.num_classes), seed=config.seed, dtype=getattr(torch, config.dtype),
+                        decoupled=is_decoupled(config))
+    model = attach_decoder(model, config)  # --task link: the decoder, whose parameters the run trains too
     prediction = predictor(config.strategy.name)(data, model, config, machine)
     prediction.modelled_seconds = prediction.seconds
     line = calibration_line(machine, config)
@@ -87,15 +109,17 @@ def device_kind(config, workers: int = 1) -> str:
 
 def model_key(config) -> str:
     """The profile's key of the calibrations of ``config``'s model: every model option, the dtype, the device the
-    workers train on and the graphscale version whose models were calibrated (another version's lines are measured
-    again)."""
+    workers train on, the graphscale version whose models were calibrated (another version's lines are measured
+    again) and, for ``--task link``, the task, decoder and split (link runs are calibrated on their own)."""
     import json
     from dataclasses import asdict
 
     from graphscale import __version__
 
     model = json.dumps(asdict(config.model), sort_keys=True, default=str)
-    return f"graphscale {__version__} {model} dtype={config.dtype} device={device_kind(config)}"
+    task = (f" task=link decoder={config.decoder} link_split={','.join(map(str, config.link_split))}"
+            if config.task == "link" else "")
+    return f"graphscale {__version__} {model} dtype={config.dtype} device={device_kind(config)}{task}"
 
 
 def run_key(config) -> str:

@@ -139,7 +139,7 @@ from graphscale.strategies.base import (
     unused_feature_options,
 )
 from graphscale.strategies.epoch import Epoch
-from graphscale.strategies.link_scoring import LinkScorer, RowFetch
+from graphscale.strategies.link_scoring import LinkScorer, RowFetch, predict_head
 from graphscale.strategies.optimizers import moment_count
 from graphscale.strategies.overlap_plan import OverlapPlan
 from graphscale.tasks.link_store import link_folder, read_link_part, store_owner
@@ -535,16 +535,22 @@ def predict(data, model, config, machine):
     collectives = exchanges + (2 if workers > 1 else 0)
     # the rows each layer gathers (owned and halo): its inputs, or its projected rows
     gathered = [d_l if w is None else w for d_l, w in zip(d.widths, projected)]
+    head = predict_head(data, model, config, workers) if config.task == "link" else None
+    if head is not None:
+        out, collectives = {**out, **head["bytes"]}, collectives + head["collectives"]
     peaks, seconds = [], []
-    for p in parts:
+    for i, p in enumerate(parts):
         inner, local, edges = int(p["num_inner"]), int(p["num_inner"]) + int(p["num_halo"]), int(p["num_edges"])
         peaks.append(node_data_bytes(inner, data.num_features, elem) + 8 * (local + 1 + edges)
                      + activation_bytes(local, gathered, list(d.out), elem)
-                     + state_bytes(params, elem, moment_count(config.optim)))
+                     + state_bytes(params, elem, moment_count(config.optim))
+                     + (head["memory"][i] if head else 0))
         sent = sum(out.values()) / workers
-        seconds.append(prediction_time(machine, layer_seconds(machine, inner, edges, list(d.widths), list(d.out),
-                                                                     workers=workers),
-                                       sent, collectives))
+        compute = layer_seconds(machine, inner, edges, list(d.widths), list(d.out), workers=workers)
+        seconds.append(prediction_time(machine, compute + (head["seconds"](machine, i) if head else 0.0), sent,
+                                       collectives))
+    notes = ["bytes: halo_bytes_per_epoch + allreduce_bytes_per_epoch over the store's halo counts"]
     return Prediction("graph-parallel", workers, {}, max(peaks), peaks, out, max(seconds),
-                      notes=["bytes: halo_bytes_per_epoch + allreduce_bytes_per_epoch over the store's halo counts"],
-                      collectives=collectives)
+                      notes=notes + (head["notes"] if head else []), collectives=collectives,
+                      bytes_epoch=head["epoch"] if head else None)
+

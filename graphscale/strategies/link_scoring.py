@@ -34,6 +34,9 @@ from graphscale.tasks.split import SPLIT_NAMES
 
 #: the Ledger category of the scoring exchange
 LINK = "link"
+#: the exchange's collectives in one training epoch (on more than one worker): the request counts, the ids and the
+#: rows forward, their gradients backward
+LINK_COLLECTIVES = 4
 
 
 def link_bytes_per_epoch(remote_rows: Sequence[int], width: int, element_size: int) -> int:
@@ -43,6 +46,57 @@ def link_bytes_per_epoch(remote_rows: Sequence[int], width: int, element_size: i
     if workers < 2:
         return 0
     return sum(8 * (workers - 1) + int(r) * (8 + 2 * width * element_size) for r in remote_rows)
+
+
+def train_pairs(part: LinkPart, seed: int, epoch: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(src, dst, label)``: the training positives of ``part`` in epoch ``epoch``, then their keyed negatives."""
+    positions = part.split_ids("train")
+    ids, (u, v) = part.ids[positions], part.pairs[:, positions]
+    t = train_tails(ids, part.num_nodes, seed, epoch)
+    label = torch.cat([torch.ones(ids.numel()), torch.zeros(ids.numel())]).to(u.device)
+    return torch.cat([u, u]), torch.cat([v, t]), label
+
+
+def remote_rows(part: LinkPart, owner: torch.Tensor, rank: int, seed: int, epoch: int) -> int:
+    """``R_i`` of the closed form (module docstring): the distinct destinations of worker ``rank``'s training pairs
+    ``part`` in epoch ``epoch`` that another worker owns (``owner``: the worker of every vertex)."""
+    need = torch.unique(train_pairs(part, seed, epoch)[1])
+    return int((owner[need] != rank).sum())
+
+
+#: the epoch whose keyed negatives a prediction's ``link`` bytes are (they vary with the epoch)
+LINK_BYTES_EPOCH = 0
+
+
+def predict_head(data, model, config, workers: int, owner: torch.Tensor | None = None) -> dict:
+    """``--task link``: what scoring the pairs adds to a prediction of a run whose worker ``i`` scores the pairs
+    whose source it owns (``owner``: the worker of every vertex; ``None``: the partition store's book) and fetches
+    the other destinations' rows (:mod:`graphscale.strategies.link_scoring`), over epoch
+    :data:`LINK_BYTES_EPOCH`'s keyed negatives: ``bytes`` (the ``link`` closed form), ``collectives``, ``memory``
+    per worker (:func:`graphscale.cost.link.head_bytes`), ``seconds(machine, i)`` (worker ``i``'s scoring,
+    :func:`graphscale.cost.link.head_seconds`), ``epoch`` and ``notes``. Graph-parallel reads the pairs from the
+    link folder beside its store (one part per worker), offload from the one beside its graph directory."""
+    from graphscale.cost.link import head_bytes, head_seconds
+    from graphscale.cost.pricing import element_size
+    from graphscale.tasks.link import embedding_width
+    from graphscale.tasks.link_store import link_folder, read_link_part, store_owner
+
+    elem, width = element_size(model), embedding_width(model, config)
+    if owner is None:
+        folder = data.shared or link_folder(data.path)
+        owner, pairs = store_owner(data.path), [read_link_part(folder, i) for i in range(workers)]
+    else:
+        whole = read_link_part(link_folder(data.path), 0)
+        pairs = [whole.owned_by(owner, i) for i in range(workers)]
+    scored = [2 * p.split_ids("train").numel() for p in pairs]
+    remote = [remote_rows(p, owner, i, config.seed, LINK_BYTES_EPOCH) for i, p in enumerate(pairs)]
+    link = link_bytes_per_epoch(remote, width, elem)
+    return {"bytes": {LINK: link} if link else {}, "collectives": LINK_COLLECTIVES if workers > 1 else 0,
+            "memory": [head_bytes(n, width, elem, config.decoder) for n in scored],
+            "seconds": lambda machine, i: head_seconds(machine, scored[i], width, config.decoder, workers),
+            "epoch": LINK_BYTES_EPOCH,
+            "notes": [(f"link: link_bytes_per_epoch over epoch {LINK_BYTES_EPOCH}'s keyed negatives; the scoring's "
+                       "memory and time: graphscale.cost.link")]}
 
 
 class RowFetch:
@@ -98,7 +152,7 @@ class LinkScorer:
     def __init__(self, part: LinkPart, fetch: RowFetch, decoder: torch.nn.Module, seed: int, hits_k) -> None:
         device = fetch.inner_ids.device
         self.fetch, self.decoder, self.seed, self.hits_k = fetch, decoder, seed, list(hits_k)
-        self.num_nodes = part.num_nodes
+        self.num_nodes, self.part = part.num_nodes, part
         #: the global pair count of the loss (positives and their negatives)
         self.normaliser = 2 * part.num_train
         positions = {name: part.split_ids(name) for name in SPLIT_NAMES}
@@ -108,10 +162,8 @@ class LinkScorer:
     def train_pairs(self, epoch: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """``(src, dst, label)``: this worker's training positives of epoch ``epoch``, then their keyed
         negatives."""
-        ids, (u, v) = self.ids["train"], self.pairs["train"]
-        t = train_tails(ids, self.num_nodes, self.seed, epoch)
-        label = torch.cat([torch.ones(ids.numel()), torch.zeros(ids.numel())]).to(u.device)
-        return torch.cat([u, u]), torch.cat([v, t]), label
+        device = self.ids["train"].device
+        return tuple(t.to(device) for t in train_pairs(self.part, self.seed, epoch))
 
     def loss_sum(self, z: torch.Tensor, epoch: int) -> torch.Tensor:
         """The summed BCE of this worker's training pairs of epoch ``epoch`` (divide by :attr:`normaliser`), from

@@ -250,7 +250,8 @@ class SingleStrategy(Strategy):
 
 def predict(data, model, config, machine):
     """The prediction of a ``single`` run (:mod:`graphscale.cost.prediction`): no bytes move; the whole graph's rows
-    and edges on one worker (mini-batch: the sampled rows, bounded by the fanouts)."""
+    and edges on one worker (mini-batch: the sampled rows, bounded by the fanouts); ``--task link``: plus the
+    scoring of the split's training pairs (:mod:`graphscale.cost.link`)."""
     from graphscale.cost.dims import dims
     from graphscale.cost.prediction import Prediction
     from graphscale.cost.pricing import (
@@ -278,6 +279,16 @@ def predict(data, model, config, machine):
         peak = data_bytes + activation_bytes(n, list(d.widths), list(d.out), elem)
         semantics = "exact (the full-graph reference)"
     peak += state_bytes(num_params(model), elem, moment_count(config.optim))
+    if config.task == "link":  # every training pair scored on the one worker (mini-batch: a batch's at a time)
+        from graphscale.cost.link import head_bytes, head_seconds
+        from graphscale.tasks.link import embedding_width
+        from graphscale.tasks.split import split_edges
+
+        pairs = 2 * split_edges(data.open_graph(), config.link_split, config.seed).ids("train").numel()
+        width = embedding_width(model, config)
+        batch = min(pairs, 2 * config.strategy.batch_size) if config.strategy.minibatch else pairs
+        peak += head_bytes(batch, width, elem, config.decoder)
+        compute += head_seconds(machine, pairs, width, config.decoder)
     return Prediction("single", 1, {"minibatch": True} if config.strategy.minibatch else {}, peak, [peak], {},
                       prediction_time(machine, compute, 0, 0, steps), exact=not config.strategy.minibatch,
                       semantics=semantics, notes=["bytes: none (one worker)"])

@@ -36,12 +36,18 @@ def output_width(config, num_classes: int | None) -> int | None:
     return None if is_user_model(config.model) else config.model.hidden
 
 
+def embedding_width(model: torch.nn.Module, config) -> int:
+    """The width of ``model``'s embeddings under ``config`` (``--task link``): the model's output width, else
+    ``--hidden``."""
+    return getattr(model, "out_width", None) or config.model.hidden
+
+
 def attach_decoder(model: torch.nn.Module, config) -> torch.nn.Module:
     """Add ``config``'s decoder to ``model`` as ``model.link_decoder`` (``--task link``; nothing otherwise), sized
     to the model's output width, in its dtype and device."""
     if config.task != "link":
         return model
-    width = getattr(model, "out_width", None) or config.model.hidden
+    width = embedding_width(model, config)
     param = next(model.parameters())
     model.link_decoder = build_decoder(config.decoder, width, config.seed, param.dtype).to(param.device)
     return model

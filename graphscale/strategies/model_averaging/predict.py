@@ -14,6 +14,7 @@ profile's ``corun_free``, not the lock-step ``corun_slowdown`` (:func:`~graphsca
 from __future__ import annotations
 
 from graphscale.cost.dims import dims
+from graphscale.cost.link import head_bytes, head_seconds
 from graphscale.cost.prediction import Prediction
 from graphscale.cost.pricing import (
     activation_bytes,
@@ -27,6 +28,7 @@ from graphscale.cost.pricing import (
 from graphscale.strategies.model_averaging.averaging import float_tensors
 from graphscale.strategies.model_averaging.strategy import optimizer_state
 from graphscale.strategies.optimizers import moment_count
+from graphscale.tasks.link import embedding_width
 
 
 def predict(data, model, config, machine):
@@ -43,13 +45,20 @@ def predict(data, model, config, machine):
     out = {k: v for k, v in {"allreduce": allreduce_bytes_per_epoch(averaged, world, elem),
                              "control": allreduce_bytes_per_epoch(1, world, 8)}.items() if v}
     w, o = list(d.widths), list(d.out)
+    pairs = link_pairs(data, len(parts), config) if config.task == "link" else None
     peaks, times = [0] * world, [0.0] * world
     for j, p in enumerate(parts):
         local, edges = trained_rows(p), int(p["num_edges"])
         need = (node_data_bytes(local, data.num_features, elem) + 8 * (local + 1 + edges)
                 + activation_bytes(local, w, o, elem) + state_bytes(params, elem, moment_count(config.optim)))
+        head = 0.0
+        if pairs is not None:  # partition j scores its own training pairs and their negatives
+            width = embedding_width(model, config)
+            need += head_bytes(pairs[j], width, elem, config.decoder)
+            head = head_seconds(machine, pairs[j], width, config.decoder, world)
         peaks[j % world] = max(peaks[j % world], need)
-        times[j % world] += layer_seconds(machine, local, edges, w, o, workers=world, independent=True) + machine.step_s
+        times[j % world] += (layer_seconds(machine, local, edges, w, o, workers=world, independent=True) + head
+                             + machine.step_s)
     seconds = prediction_time(machine, max(times), sum(out.values()) / world, 2, 0)
     return Prediction("model-averaging", world, {"parts": len(parts), "average_every": sc.average_every},
                       max(peaks), peaks, out, seconds, exact=False,
@@ -57,6 +66,22 @@ def predict(data, model, config, machine):
                                 f"models averaged every {sc.average_every} epoch(s) (SDT-GNN)",
                       notes=[("bytes: allreduce_bytes_per_epoch of the floating state and the loss, on averaging "
                              "epochs")], collectives=2)
+
+
+def link_pairs(data, parts: int, config) -> list[int]:
+    """``--task link``: the pairs each partition scores in a training epoch, ``2 P_j`` (its training pairs, those
+    whose destination is one of its home vertices, and one negative each: :mod:`.link`), from the split beside
+    the store."""
+    from pathlib import Path
+
+    import torch
+
+    from graphscale.tasks.link_store import store_owner
+    from graphscale.tasks.split import STORE_SPLIT_FILE, load_split
+
+    split = load_split(Path(data.path) / STORE_SPLIT_FILE)
+    home = store_owner(data.path)[split.pairs[1, split.ids("train")]]
+    return [2 * int(n) for n in torch.bincount(home, minlength=parts)]
 
 
 def trained_rows(part: dict) -> int:

@@ -21,8 +21,15 @@ import torch
 
 from graphscale.cost.dims import dims as model_dims
 from graphscale.cost.prediction import Prediction
-from graphscale.cost.pricing import element_size, layer_seconds, num_params, worker_scale
-from graphscale.strategies.offload.cost import Bandwidths, epoch_bytes, layer_modes, layer_pass_rows, modelled_seconds
+from graphscale.cost.pricing import element_size, layer_seconds, num_params, state_bytes, worker_scale
+from graphscale.strategies.offload.cost import (
+    H2D_DST,
+    Bandwidths,
+    epoch_bytes,
+    layer_modes,
+    layer_pass_rows,
+    modelled_seconds,
+)
 from graphscale.strategies.offload.host import host_array_bytes, host_array_specs, input_array, shares_input
 from graphscale.strategies.offload.memory import fit_phases, modelled_peaks
 from graphscale.strategies.offload.plan import ChunkSets, build_worker_plan, check_dedup
@@ -30,6 +37,8 @@ from graphscale.strategies.optimizers import moment_count
 
 
 def predict(data, model, config, machine):
+    from graphscale.strategies.link_scoring import predict_head
+
     sc, world = config.strategy, config.strategy.workers
     graph = data.open_graph()
     elem, params = element_size(model), num_params(model)
@@ -41,6 +50,13 @@ def predict(data, model, config, machine):
     plans = [build_worker_plan(graph, sets, r, dedup) for r in range(world)]
     peaks = [int(p) for p in modelled_peaks(plans, dims, modes, elem, params, fit_phases(model, dims, modes),
                                             moment_count(config.optim))]
+    head = predict_head(data, model, config, world, sets.owner) if config.task == "link" else None
+    if head is not None:  # the scoring after the chunks (offload/link.py): its exchange, memory and time
+        owned = torch.bincount(sets.owner, minlength=world).tolist()
+        out = {**out, **head["bytes"], H2D_DST: graph.num_nodes * dims.out[-1] * elem}  # own H^L rows read back
+        state = state_bytes(params, elem, moment_count(config.optim))
+        peaks = [max(p, state + 2 * n * dims.out[-1] * elem + m)  # a phase of its own: rows, embeddings, scoring
+                 for p, n, m in zip(peaks, owned, head["memory"])]
     if machine.h2d_bandwidth:
         link = machine.h2d_bandwidth
     else:  # CPU: the host traffic is the worker's own gathers and scatters
@@ -51,7 +67,10 @@ def predict(data, model, config, machine):
     compute = layer_seconds(machine, n / world, (e + n) / world, list(dims.widths), list(dims.out),
                             calls=sets.num_chunks, workers=world)
     compute *= 1 + recomputes / (3 * max(len(modes), 1))
-    collectives = offload_collectives(plans, dims, dedup, world)
+    collectives = offload_collectives(plans, dims, dedup, world) + (head["collectives"] if head else 0)
+    if head is not None:
+        compute += (max(head["seconds"](machine, r) for r in range(world))
+                    + sum(head["bytes"].values()) / world / machine.collective_bandwidth)
     seconds = (compute + modelled_seconds(out, bw) / world + machine.step_s
                + collectives * (machine.sync_s or machine.collective_latency_s))
     specs = host_array_specs(n, dims, modes)
@@ -61,7 +80,7 @@ def predict(data, model, config, machine):
     return Prediction("offload", world, {"chunks": sets.num_chunks, "dedup": dedup}, max(peaks), peaks, out,
                       seconds, notes=[f"bytes: offload.cost.epoch_bytes with modes {modes}",
                                       "memory: offload.memory.modelled_peaks (device side), host arrays apart"],
-                      collectives=collectives, host_memory=host)
+                      collectives=collectives, host_memory=host, bytes_epoch=head["epoch"] if head else None)
 
 
 def offload_collectives(plans, dims, dedup: str, world: int) -> int:
