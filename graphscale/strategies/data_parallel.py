@@ -303,8 +303,11 @@ def predict(data, model, config, machine, epoch: int = 0):
     ``sample_call_s`` / ``sample_edge_s``); ``events``: the ``samples`` (micro-batches, each sampled by its
     worker alone) and ``sampled_edges`` of the worker with the most sampled edges. The input rows a worker reads
     from host memory cross the host-device link on CUDA (``h2d_bandwidth``) and are row gathers on CPU, priced at the
-    profile's ``host_transfer_bandwidth``."""
+    profile's ``host_transfer_bandwidth``. ``--task link``: the schedule of the epoch's edge micro-batches over the
+    split's message-passing graph, each sampled from its seeds, with the scoring's memory and time
+    (:mod:`graphscale.cost.link`)."""
     from graphscale.cost.dims import dims
+    from graphscale.cost.link import head_bytes, head_seconds
     from graphscale.cost.prediction import Prediction
     from graphscale.cost.pricing import (
         activation_bytes,
@@ -318,16 +321,30 @@ def predict(data, model, config, machine, epoch: int = 0):
         state_bytes,
     )
     from graphscale.strategies.graph_parallel import allreduce_bytes_per_epoch
+    from graphscale.tasks.link import embedding_width
 
     sc, world = config.strategy, config.strategy.workers
     graph = data.open_graph()
     elem, params, d = element_size(model), num_params(model), dims(model, config, data)
+    width = embedding_width(model, config)
     owner = data.vertex_owner(world) if sc.cache == "pagraph" else None
-    train_ids = torch.nonzero(graph.train_mask).flatten()
-    schedule = MicroBatchSchedule(train_ids, sc.batch_size, world, config.seed, owner)
-    caches = [FeatureCache.build(sc.cache, graph, r, world, sc.cache_fraction,
-                                 own_train=schedule.own[r] if owner is not None else None, hops=model.num_layers)
-              for r in range(world)]
+    edge_loader = None
+    if config.task == "link":  # edge micro-batches over the split's message-passing graph, as the setup cuts them
+        from graphscale.tasks.edge_batches import EdgeBatchLoader
+        from graphscale.tasks.split import split_edges
+
+        edge_split = split_edges(graph, config.link_split, config.seed)
+        graph, edge_loader = edge_split.message_graph, EdgeBatchLoader(edge_split, sc.batch_size, config.seed)
+        train_ids = edge_loader.loader.train_ids
+        train_owner = owner[edge_split.pairs[0]] if owner is not None else None
+    else:
+        train_ids, train_owner = torch.nonzero(graph.train_mask).flatten(), owner
+    schedule = MicroBatchSchedule(train_ids, sc.batch_size, world, config.seed, train_owner)
+    own = [schedule.own[r] if owner is not None else None for r in range(world)]
+    if edge_loader is not None and owner is not None:  # the cache reaches out from the own edges' endpoints
+        own = [torch.unique(edge_split.pairs[:, o]) for o in own]
+    caches = [FeatureCache.build(sc.cache, graph, r, world, sc.cache_fraction, own_train=own[r],
+                                 hops=model.num_layers) for r in range(world)]
     sampler = NeighborSampler(graph, sc.fanouts, seed=config.seed)
     row = data.num_features * elem
     out = {"h2d": sum(c.ids.numel() for c in caches) * row, "h2d_struct": 0, P2P: 0,
@@ -335,7 +352,7 @@ def predict(data, model, config, machine, epoch: int = 0):
     sampled_edges = [0] * world  # per worker, over its micro-batches
     samples = [0] * world  # per worker: the micro-batches it samples
     steps = []  # per iteration: each worker's micro-batch (its blocks' rows and edges, its sampled edges)
-    busiest = 0
+    busiest, most_pairs = 0, 0
     out["h2d"] = 0  # the cache fill happens at setup, outside every epoch
     iterations = schedule.iterations(epoch)
     widths, outs = list(d.widths), list(d.out)
@@ -344,7 +361,10 @@ def predict(data, model, config, machine, epoch: int = 0):
         for r, targets in enumerate(micro):
             if not targets.numel():
                 continue
-            blocks = sampler.sample(targets, schedule.batch_key(epoch, k, r))
+            pairs = 2 * targets.numel() if edge_loader is not None else 0  # its positives and their negatives
+            most_pairs = max(most_pairs, pairs)
+            seeds = edge_loader.batch(targets, epoch).seeds if edge_loader is not None else targets
+            blocks = sampler.sample(seeds, schedule.batch_key(epoch, k, r))
             out["h2d_struct"] += sum(t.numel() * t.element_size() for b in blocks
                                      for t in (b.indptr, b.indices, b.src_ids, b.src_deg) if t is not None)
             parts = caches[r].classify(blocks[0].src_ids)
@@ -353,7 +373,7 @@ def predict(data, model, config, machine, epoch: int = 0):
                 out[P2P] += parts["peer_pos"].numel() * row
                 out[CONTROL] += 8 * parts["peer_pos"].numel()
             sampled = sum(b.num_edges for b in blocks)
-            steps[k][r] = ([(b.num_dst, b.num_src, b.num_edges + b.num_dst) for b in blocks], sampled)
+            steps[k][r] = ([(b.num_dst, b.num_src, b.num_edges + b.num_dst) for b in blocks], sampled, pairs)
             sampled_edges[r] += sampled
             samples[r] += 1
             busiest = max(busiest, blocks[0].src_ids.numel())
@@ -362,11 +382,13 @@ def predict(data, model, config, machine, epoch: int = 0):
     out["allreduce"] = len(iterations) * allreduce_bytes_per_epoch(params, world, elem)
     out = {k: v for k, v in out.items() if v}
     mem = [node_data_bytes(c.ids.numel(), data.num_features, elem) + activation_bytes(busiest, widths, outs, elem)
-           + busiest * data.num_features * elem + state_bytes(params, elem, moment_count(config.optim)) for c in caches]
+           + busiest * data.num_features * elem + state_bytes(params, elem, moment_count(config.optim))
+           + (head_bytes(most_pairs, width, elem, config.decoder) if edge_loader is not None else 0) for c in caches]
 
-    def step_seconds(layers, sampled: int) -> float:  # one worker's micro-batch: sample, layers
+    def step_seconds(layers, sampled: int, pairs: int) -> float:  # one worker's micro-batch: sample, layers, scoring
         return (block_seconds(machine, layers, widths, outs, workers=world)
-                + host_seconds(machine, machine.sample_call_s, machine.sample_edge_s, 1, sampled, world))
+                + host_seconds(machine, machine.sample_call_s, machine.sample_edge_s, 1, sampled, world)
+                + (head_seconds(machine, pairs, width, config.decoder, world) if pairs else 0.0))
 
     seconds = lockstep_seconds(steps, step_seconds)  # a gradient all-reduce per iteration
     # the input rows a worker reads from host memory: over the host-device link on CUDA; on CPU row gathers, at
