@@ -67,7 +67,8 @@ def predict(data, model, config, machine):
     compute = layer_seconds(machine, n / world, (e + n) / world, list(dims.widths), list(dims.out),
                             calls=sets.num_chunks, workers=world)
     compute *= 1 + recomputes / (3 * max(len(modes), 1))
-    collectives = offload_collectives(plans, dims, dedup, world) + (head["collectives"] if head else 0)
+    # link: the scoring exchange and the barrier after every worker's G^L rows are written (offload/link.py)
+    collectives = offload_collectives(plans, dims, dedup, world) + (head["collectives"] + 1 if head and world > 1 else 0)
     if head is not None:
         compute += (max(head["seconds"](machine, r) for r in range(world))
                     + sum(head["bytes"].values()) / world / machine.collective_bandwidth)
