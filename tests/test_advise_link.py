@@ -141,3 +141,17 @@ def test_calibration_probes_link_runs_of_the_strategies_that_run_them(tmp_path, 
     machine.calibration = {}
     assert calibrate.ensure_calibrated(machine, config, 2)
     assert set(asked) == {c.strategy.name for c in candidates(config, 2)} - refused
+
+
+def test_strategy_auto_with_task_link_picks_a_strategy_that_runs_it(tmp_path, monkeypatch):
+    """``--strategy auto --task link`` ranks the link predictions: the pick trains link prediction, the task and the
+    decoder stay in the run's options."""
+    from graphscale.advise.auto import resolve
+
+    monkeypatch.setattr(calibrate, "calibrated_profile", lambda config, workers, **_: synthetic())
+    overrides = {"data": {"dataset": SBM}, "model": {"hidden": 8}, "task": "link", "decoder": "distmult",
+                 "strategy": {"name": "auto", "workers": 2}, "cache_dir": str(tmp_path / "cache"), "progress": False}
+    chosen, advice = resolve(overrides)
+    assert chosen["strategy"]["name"] not in ("pipeline", "task-parallel", "auto")
+    assert (chosen["task"], chosen["decoder"]) == ("link", "distmult")
+    assert advice["predicted"]["strategy"] == chosen["strategy"]["name"] and advice["predicted"]["fits"]
