@@ -113,7 +113,7 @@ def store_handle(path: str | Path, feature_norm: str = "none", dtype: str = "flo
 
 def _summary_of_store(path: Path, meta: dict) -> dict:
     """Whole-graph counts of a store: nodes, edges, features, classes and split sizes (summed inner masks)."""
-    from graphscale.partition.store_base import node_rows
+    from graphscale.partition.store import node_rows
 
     counts = {"train": 0, "val": 0, "test": 0}
     part_train = []
@@ -133,7 +133,7 @@ def _summary_of_store(path: Path, meta: dict) -> dict:
 def _store_is_nonnegative(path: Path, meta: dict) -> bool:
     """Whether every stored inner feature row is non-negative (``--feature-norm auto``), scanned in chunks."""
     from graphscale.data.datasets import SCAN_ROWS
-    from graphscale.partition.store_base import node_rows
+    from graphscale.partition.store import node_rows
 
     for s, part in enumerate(meta["parts"]):
         for start in range(0, part["num_inner"], SCAN_ROWS):
@@ -150,8 +150,7 @@ def check_store_node_data(path: Path, meta: dict) -> None:
         ValueError: names the store, the part and the node.
     """
     from graphscale.data.datasets import node_data_problem
-    from graphscale.partition.store import part_dir
-    from graphscale.partition.store_base import PartRows, node_rows
+    from graphscale.partition.store import PartRows, node_rows, part_dir
 
     for s, part in enumerate(meta["parts"]):
         folder, n = part_dir(path, s), part["num_inner"]

@@ -57,7 +57,7 @@ import torch
 from graphscale.data.formats import check_output_dir, read_versioned_meta
 from graphscale.data.graph import Graph
 from graphscale.partition.book import PartitionBook
-from graphscale.partition.store_base import check_base, check_base_arrays, part_rows, referenced
+from graphscale.partition.store_base import BASE_KEY, check_base, part_rows, referenced
 
 STORE_FORMAT = "graphscale-partitions"
 STORE_VERSION = 1
@@ -144,7 +144,7 @@ def check_partition_store(path: str | Path) -> dict:
     _check_npy(path / "boundaries.npy", (p + 1,), np.int64)
     base = check_base(path, meta)
     if base is not None:
-        check_base_arrays(path, meta, base)
+        _check_base_arrays(meta, base)
     for s in range(p):
         folder = part_dir(path, s)
         part_meta_file = folder / "meta.json"
@@ -171,6 +171,48 @@ def check_partition_store(path: str | Path) -> dict:
                 raise ValueError(f"{part_meta_file} lists an unknown array {name!r}")
             _check_npy(folder / f"{name}.npy", *shapes[name])
     return meta
+
+
+def node_rows(store: str | Path, meta: dict, part: int, name: str, start: int = 0,
+              stop: int | None = None) -> np.ndarray | None:
+    """Local rows ``[start, stop)`` of part ``part``'s node array ``name``, from whichever store holds it: a
+    read-only memory-mapped slice of the part's own file, rows gathered from the base directory, or ``None``
+    when the store has no such array."""
+    folder = part_dir(store, part)
+    if name in referenced(meta):
+        base = Path(meta[BASE_KEY]["path"])
+        orig = np.load(folder / "orig_ids.npy", mmap_mode="r")
+        return part_rows(base, name, orig, int(meta["parts"][part]["num_inner"]), start, stop)
+    file = folder / f"{name}.npy"
+    return np.load(file, mmap_mode="r")[start:stop] if file.is_file() else None
+
+
+class PartRows:
+    """Rows ``[0, stop)`` of a part's node array, read when sliced (``rows[a:b]``, the way a chunked scan reads
+    them): a referenced array is never gathered whole."""
+
+    def __init__(self, store: str | Path, meta: dict, part: int, name: str, stop: int) -> None:
+        self.store, self.meta, self.part, self.name = store, meta, part, name
+        first = node_rows(store, meta, part, name, 0, 0)
+        self.shape, self.dtype = (stop, *first.shape[1:]), first.dtype
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+    def __getitem__(self, key: slice) -> np.ndarray:
+        if not isinstance(key, slice) or key.step not in (None, 1):
+            raise TypeError("PartRows reads contiguous slices of rows only")
+        start, stop, _ = key.indices(self.shape[0])
+        return node_rows(self.store, self.meta, self.part, self.name, start, max(start, stop))
+
+
+def _check_base_arrays(meta: dict, base: Path) -> None:
+    """The referenced base files have the shapes and dtypes the store's ``meta.json`` describes (headers only)."""
+    n = int(meta["num_nodes"])
+    shapes = {"x": ((n, int(meta.get("num_features") or 0)), meta.get("x_dtype")),
+              "y": ((n, int(meta.get("num_classes") or 0)) if meta.get("multilabel") else (n,), None)}
+    for name in referenced(meta):
+        _check_npy(base / f"{name}.npy", *shapes.get(name, ((n,), np.bool_)))
 
 
 @dataclass
