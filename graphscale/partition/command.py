@@ -235,6 +235,7 @@ def partition_dataset(args: argparse.Namespace) -> dict:
     return {"method": method, "options": options, "parts": args.parts, "dataset": label, "out": str(out),
             "partition_seconds": partition_seconds, "store_seconds": summary.seconds,
             "metrics": metrics.to_dict(), "info": info, "halo_hops": args.halo_hops,
+            "node_data": "copy" if node_base is None else "reference",
             **({"allocation": {**dataclasses.asdict(allocation), "why": allocation.why()}} if allocation else {})}
 
 

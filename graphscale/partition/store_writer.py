@@ -8,9 +8,9 @@ memory is O(|V|) id maps plus a few buffers of ``chunk_edges`` keys, whatever th
 partition's size) and copies node data in chunks of at most
 ``feature_chunk_bytes`` (from arrays, or from ``.npy`` files through a memory
 map opened per chunk; output rows are appended with plain writes), or, given the graph directory they come
-from (``node_base``), records that directory instead of copying them (:mod:`graphscale.partition.store_base`). Everything
-goes to a temporary sibling directory that is renamed into place at the end; an
-error leaves nothing behind.
+from (``node_base``), records that directory instead of copying them (:mod:`graphscale.partition.store_base`).
+Everything goes to a temporary sibling directory that is renamed into place at the end; an error leaves nothing
+behind.
 """
 
 from __future__ import annotations

@@ -73,8 +73,9 @@ def test_the_partition_command_references_a_graph_directory_by_default_and_saves
                                                                                                   stores, tmp_path):
     copy, reference = stores
     assert main(["partition", "--dataset", f"graphdir:{graph_dir}", "--method", "metis", "--parts", "2",
-                 "--out", str(tmp_path / "default"), "--no-progress"]) == 0
+                 "--out", str(tmp_path / "default"), "--no-progress", "--json", str(tmp_path / "s.json")]) == 0
     assert BASE_KEY in check_partition_store(tmp_path / "default")
+    assert json.loads((tmp_path / "s.json").read_text())["node_data"] == "reference"
     x_bytes = 400 * 16 * np.load(graph_dir / "x.npy", mmap_mode="r").dtype.itemsize
     # the copy holds every inner and halo row of x; the reference none of them
     assert _disk_bytes(copy) - _disk_bytes(reference) > x_bytes
