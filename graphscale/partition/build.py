@@ -164,12 +164,10 @@ def write_graph_dir_store(folder: str | Path, out: str | Path, owner, num_parts:
     ``options`` go to :func:`~graphscale.partition.store_writer.write_partition_store` (``halo_hops``, ``method``,
     ``params``, ``chunk_edges``, ...); returns its :class:`~graphscale.partition.store_writer.StoreSummary`.
     """
-    from graphscale.partition.csr_source import GraphEdges
-    from graphscale.partition.store_writer import write_partition_store
-
     from graphscale.data.edge_stream import DEFAULT_CHUNK_EDGES
-
+    from graphscale.partition.csr_source import GraphEdges
     from graphscale.partition.store_base import NODE_DATA_MODES
+    from graphscale.partition.store_writer import write_partition_store
 
     if node_data not in NODE_DATA_MODES:
         raise ValueError(f"node_data must be one of {', '.join(NODE_DATA_MODES)}, got {node_data!r}")
