@@ -29,10 +29,11 @@ def write_training_store(graph: Graph | str | Path, path: str | Path, parts: int
                          halo_hops: int = 1, host_memory: str = "") -> dict:
     """Partition ``graph`` into ``parts`` with ``partitioner`` / ``balance`` and write a store (every part non-empty).
 
-    ``graph`` is an in-memory :class:`Graph` or a graph directory, which is partitioned and copied reading its
-    records and rows in chunks (:func:`graphscale.partition.build.partition_graph_dir`,
+    ``graph`` is an in-memory :class:`Graph` (its node rows copied into the store) or a graph directory, which is
+    partitioned reading its records in chunks (:func:`graphscale.partition.build.partition_graph_dir`,
     :func:`~graphscale.partition.build.write_graph_dir_store`: O(|V|) memory, record chunks that keep within
-    ``host_memory``, ``--host-memory``; METIS checks its memory estimate against it first).
+    ``host_memory``, ``--host-memory``; METIS checks its memory estimate against it first) and whose node rows
+    the store references instead of copying (:mod:`graphscale.partition.store_base`).
 
     Returns:
         the store's checked ``meta.json``.
@@ -112,14 +113,14 @@ def store_handle(path: str | Path, feature_norm: str = "none", dtype: str = "flo
 
 def _summary_of_store(path: Path, meta: dict) -> dict:
     """Whole-graph counts of a store: nodes, edges, features, classes and split sizes (summed inner masks)."""
-    from graphscale.partition.store import part_dir
+    from graphscale.partition.store import node_rows
 
     counts = {"train": 0, "val": 0, "test": 0}
     part_train = []
     for s, part in enumerate(meta["parts"]):
         for split in counts:
-            file = part_dir(path, s) / f"{split}_mask.npy"
-            found = int(np.load(file, mmap_mode="r")[: part["num_inner"]].sum()) if file.is_file() else 0
+            rows = node_rows(path, meta, s, f"{split}_mask", 0, part["num_inner"])
+            found = 0 if rows is None else int(rows.sum())
             counts[split] += found
             if split == "train":
                 part_train.append(found)
@@ -132,12 +133,11 @@ def _summary_of_store(path: Path, meta: dict) -> dict:
 def _store_is_nonnegative(path: Path, meta: dict) -> bool:
     """Whether every stored inner feature row is non-negative (``--feature-norm auto``), scanned in chunks."""
     from graphscale.data.datasets import SCAN_ROWS
-    from graphscale.partition.store import part_dir
+    from graphscale.partition.store import node_rows
 
     for s, part in enumerate(meta["parts"]):
-        x = np.load(part_dir(path, s) / "x.npy", mmap_mode="r")
         for start in range(0, part["num_inner"], SCAN_ROWS):
-            if (x[start: min(start + SCAN_ROWS, part["num_inner"])] < 0).any():
+            if (node_rows(path, meta, s, "x", start, min(start + SCAN_ROWS, part["num_inner"])) < 0).any():
                 return False
     return True
 
@@ -150,16 +150,14 @@ def check_store_node_data(path: Path, meta: dict) -> None:
         ValueError: names the store, the part and the node.
     """
     from graphscale.data.datasets import node_data_problem
-    from graphscale.partition.store import part_dir
+    from graphscale.partition.store import PartRows, node_rows, part_dir
 
     for s, part in enumerate(meta["parts"]):
         folder, n = part_dir(path, s), part["num_inner"]
-        arrays = {name: np.load(folder / f"{name}.npy", mmap_mode="r")[:n] if (folder / f"{name}.npy").is_file()
-                  else None for name in ("x", "y", "orig_ids")}
-        train = folder / "train_mask.npy"
-        problem = node_data_problem(arrays["x"], arrays["y"], int(meta["num_classes"]),
-                                    np.load(train, mmap_mode="r")[:n] if train.is_file() else None,
-                                    ids=arrays["orig_ids"])
+        arrays = {name: node_rows(path, meta, s, name, 0, n) for name in ("y", "train_mask")}
+        arrays["x"] = PartRows(path, meta, s, "x", n) if "x" in meta.get("node_arrays", []) else None
+        problem = node_data_problem(arrays["x"], arrays["y"], int(meta["num_classes"]), arrays["train_mask"],
+                                    ids=np.load(folder / "orig_ids.npy", mmap_mode="r")[:n])
         if problem:
             raise ValueError(f"partition store {path}, part {s}: {problem}")
         problem = _structure_problem(folder, int(part["num_inner"]) + int(part.get("num_halo", 0)),

@@ -137,19 +137,23 @@ class DataHandle:
         self._log(Path(self.path), graph, GRAPH_ARRAYS)
         return graph
 
-    def open_partition(self, part: int):
+    def open_partition(self, part: int, gather: bool = True):
         """Partition ``part`` of the store, memory-mapped (a :class:`~graphscale.partition.store.LocalPartition`).
 
-        Only the store's ``meta.json`` and ``part``'s directory are read.
+        Only the store's ``meta.json`` and ``part``'s directory are read, and, for a store that references its base
+        graph directory's node rows, this part's rows of those arrays (all local rows with ``gather``; without,
+        none until :meth:`~graphscale.partition.store.LocalPartition.inner_rows` reads the inner ones).
         """
         if self.view != PARTITION_LOCAL:
             raise ValueError(f"a {self.view} data handle has no partitions; this strategy needs a partition store "
                              "(graphscale train --partitions DIR, or let the run write one)")
         from graphscale.partition.store import load_partition, part_dir
 
-        local = load_partition(self.path, part)
+        local = load_partition(self.path, part, gather=gather)
         folder = part_dir(self.path, part)
-        self._log(folder, local.graph, GRAPH_ARRAYS)
+        self._log(folder, local.graph, tuple(name for name in GRAPH_ARRAYS if name not in local.referenced))
+        if gather:  # the rows gathered from the base directory, logged under its files
+            self._log(local.base, local.graph, local.referenced)
         self._log(folder, local, ("orig_ids", "global_ids", "degree", "halo_owner"))
         return local
 

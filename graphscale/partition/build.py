@@ -153,24 +153,30 @@ def _budget_chunk(csr, chunk_edges: int, host_memory: int | str | None, method: 
 
 
 def write_graph_dir_store(folder: str | Path, out: str | Path, owner, num_parts: int, *, no_features: bool = False,
-                          host_memory: int | str | None = None, **options):
+                          host_memory: int | str | None = None, node_data: str = "reference", **options):
     """Write the partition store of the graph directory ``folder`` under ``owner``, reading its records and node
     rows from the files in chunks (O(|V|) memory plus ``chunk_edges`` / ``feature_chunk_bytes`` buffers; the
     record chunk shrunk to keep within ``host_memory``, ``None``: what the machine can spare).
 
+    ``node_data``: ``reference`` (the store records ``folder`` and its parts read their rows from it:
+    :mod:`graphscale.partition.store_base`) or ``copy`` (every part holds copies of its rows).
+
     ``options`` go to :func:`~graphscale.partition.store_writer.write_partition_store` (``halo_hops``, ``method``,
     ``params``, ``chunk_edges``, ...); returns its :class:`~graphscale.partition.store_writer.StoreSummary`.
     """
+    from graphscale.data.edge_stream import DEFAULT_CHUNK_EDGES
     from graphscale.partition.csr_source import GraphEdges
+    from graphscale.partition.store_base import NODE_DATA_MODES
     from graphscale.partition.store_writer import write_partition_store
 
-    from graphscale.data.edge_stream import DEFAULT_CHUNK_EDGES
-
+    if node_data not in NODE_DATA_MODES:
+        raise ValueError(f"node_data must be one of {', '.join(NODE_DATA_MODES)}, got {node_data!r}")
     csr = GraphEdges.from_dir(folder)
     graph = csr.graph
     options["chunk_edges"] = _budget_chunk(csr, options.get("chunk_edges", DEFAULT_CHUNK_EDGES), host_memory,
                                            options.get("method", "the store writer"),
                                            options.get("feature_chunk_bytes"))
-    node_data = node_data_of(graph, no_features, folder)
-    options.setdefault("num_classes", graph.num_classes if "y" in node_data else None)
-    return write_partition_store(out, csr, owner, num_parts, node_data=node_data, **options)
+    arrays = node_data_of(graph, no_features, folder)
+    options.setdefault("num_classes", graph.num_classes if "y" in arrays else None)
+    return write_partition_store(out, csr, owner, num_parts, node_data=arrays,
+                                 node_base=folder if node_data == "reference" else None, **options)

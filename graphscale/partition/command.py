@@ -15,7 +15,9 @@ is turned into a CSR in memory first). A ``graphdir:DIR`` dataset is never loade
 whole: the streaming partitioners read its CSR files in chunks, the store writer
 its records and node rows; METIS, which holds the graph in memory, first checks
 its estimate against ``--host-memory``; the others keep within it by shrinking their record chunks
-(:mod:`graphscale.partition.stream_memory`; a budget below their minimum is refused in one line). The store format is in :mod:`graphscale.partition.store`;
+(:mod:`graphscale.partition.stream_memory`; a budget below their minimum is refused in one line). Its store
+references the directory's node rows instead of copying them (``--node-data reference``, the default there:
+:mod:`graphscale.partition.store_base`). The store format is in :mod:`graphscale.partition.store`;
 the summary's metrics are defined in :mod:`graphscale.partition.metrics`.
 """
 
@@ -134,6 +136,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--home-only", action="store_true",
                         help="edge partitioners: store only the home in-neighbourhoods, not the vertex-cut records")
     parser.add_argument("--no-features", action="store_true", help="do not copy x into the store")
+    parser.add_argument("--node-data", choices=["copy", "reference"], default=None,
+                        help="copy every part's node rows (x, y, masks) into the store, or reference them: the store "
+                             "records the graph directory (a graphdir: --dataset on this machine) and its parts read "
+                             "their rows from its files, saving their size on disk; the store is then refused once "
+                             "that directory is moved or changed (default: reference for a graphdir: dataset, "
+                             "else copy)")
     parser.add_argument("--feature-chunk-mb", type=int, default=64, help="bound on one feature copy step (MiB)")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing partition store")
     add_declared(parser, "json", note="here: the summary")
@@ -168,6 +176,7 @@ def partition_dataset(args: argparse.Namespace) -> dict:
         raise ValueError("give --parts, or --workers (with --device-memory) to choose the partition count")
     if args.device_memory and args.workers is None:
         raise ValueError("--device-memory chooses the partition count for --workers; give --workers, not --parts")
+    node_base = _node_base(args)
     graph, source, label = resolve_input(args.dataset, args.num_vertices, args.edge_dtype, args.edges)
     n = source.num_vertices
     allocation = None
@@ -211,7 +220,7 @@ def partition_dataset(args: argparse.Namespace) -> dict:
             method=name, params=options, num_classes=graph.num_classes if "y" in node_data else None,
             source_name=label, chunk_edges=args.chunk_edges,
             feature_chunk_bytes=args.feature_chunk_mb << 20, overwrite=args.overwrite, progress=bars,
-            halo_hops=args.halo_hops,
+            halo_hops=args.halo_hops, node_base=node_base,
             extra_meta={"partitioner_info": info, "seed": args.seed, "dataset": canonical_spec(args.dataset),
                         "name": graph.name if graph is not None else Path(args.dataset).name})
     finally:
@@ -226,7 +235,18 @@ def partition_dataset(args: argparse.Namespace) -> dict:
     return {"method": method, "options": options, "parts": args.parts, "dataset": label, "out": str(out),
             "partition_seconds": partition_seconds, "store_seconds": summary.seconds,
             "metrics": metrics.to_dict(), "info": info, "halo_hops": args.halo_hops,
+            "node_data": "copy" if node_base is None else "reference",
             **({"allocation": {**dataclasses.asdict(allocation), "why": allocation.why()}} if allocation else {})}
+
+
+def _node_base(args: argparse.Namespace) -> Path | None:
+    """The graph directory whose node rows the store references (``--node-data``), or ``None`` to copy them."""
+    folder = graph_dir_of(args.dataset)
+    mode = getattr(args, "node_data", None) or ("reference" if folder is not None else "copy")
+    if mode == "reference" and folder is None:
+        raise ValueError(f"--node-data reference needs a graph directory as --dataset (graphdir:DIR, written by "
+                         f"graphscale convert), got {args.dataset!r}; use --node-data copy")
+    return folder if mode == "reference" else None
 
 
 def allocate(args: argparse.Namespace, graph, source):

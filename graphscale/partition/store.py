@@ -17,7 +17,9 @@ Format ``graphscale-partitions``, version 1::
         degree.npy         int64 [L]    global in-degree (records with that vertex as destination)
         halo_owner.npy     int16/int32 [num_halo]  home partition of every halo vertex
         x.npy y.npy train_mask.npy val_mask.npy test_mask.npy   node data, local rows (when present; y is a
-                           uint8 [L, num_classes] 0/1 matrix when meta.json says "multilabel": true)
+                           uint8 [L, num_classes] 0/1 matrix when meta.json says "multilabel": true); absent for
+                           the arrays a store written by reference reads from its base graph directory instead
+                           (meta.json "node_data_base": :mod:`graphscale.partition.store_base`)
         edge_weight.npy weighted_degree.npy   float64 [nnz], [L]: a weighted graph's (meta.json "weighted": true)
                            edge weights and weighted in-degrees (:mod:`graphscale.partition.store_weights`)
 
@@ -39,7 +41,8 @@ per 64 parts), and nothing is added reversed: every local vertex within
 forward with ``K = L`` is exact for home vertices (SDT-GNN's K-hop option).
 
 Writing is :mod:`graphscale.partition.store_writer`'s. Reading (:func:`load_partition`) touches only the
-store's ``meta.json`` and that partition's directory.
+store's ``meta.json`` and that partition's directory (and, for a store written by reference, that partition's
+rows of its base graph directory).
 """
 
 from __future__ import annotations
@@ -54,6 +57,7 @@ import torch
 from graphscale.data.formats import check_output_dir, read_versioned_meta
 from graphscale.data.graph import Graph
 from graphscale.partition.book import PartitionBook
+from graphscale.partition.store_base import BASE_KEY, check_base, part_rows, referenced
 
 STORE_FORMAT = "graphscale-partitions"
 STORE_VERSION = 1
@@ -114,12 +118,15 @@ def _check_npy(file: Path, shape: tuple, dtype=None) -> None:
 def check_partition_store(path: str | Path) -> dict:
     """Validate a whole store from its metadata and array headers (no array data is read); returns its meta.
 
-    Checks the format and version, the book files, and for every partition its ``meta.json`` and the shape
-    and dtype of every array it lists (a truncated file fails the memory-map size check).
+    Checks the format and version, the book files, a referencing store's base directory
+    (:func:`~graphscale.partition.store_base.check_base`: present and unchanged, its referenced arrays' headers),
+    and for every partition its ``meta.json`` and the shape and dtype of every array it lists (a truncated file
+    fails the memory-map size check).
 
     Raises:
-        FileNotFoundError: a missing store, ``meta.json`` or array file.
-        ValueError: another format or version, an array of the wrong shape, dtype or size, inconsistent counts.
+        FileNotFoundError: a missing store, ``meta.json`` or array file; a referencing store's missing base.
+        ValueError: another format or version, an array of the wrong shape, dtype or size, inconsistent counts;
+            a referencing store's changed base.
     """
     path = Path(path)
     if not path.is_dir():
@@ -135,6 +142,9 @@ def check_partition_store(path: str | Path) -> dict:
     _check_npy(path / "owner.npy", (n,))
     _check_npy(path / "perm.npy", (n,), np.int64)
     _check_npy(path / "boundaries.npy", (p + 1,), np.int64)
+    base = check_base(path, meta)
+    if base is not None:
+        _check_base_arrays(meta, base)
     for s in range(p):
         folder = part_dir(path, s)
         part_meta_file = folder / "meta.json"
@@ -163,6 +173,48 @@ def check_partition_store(path: str | Path) -> dict:
     return meta
 
 
+def node_rows(store: str | Path, meta: dict, part: int, name: str, start: int = 0,
+              stop: int | None = None) -> np.ndarray | None:
+    """Local rows ``[start, stop)`` of part ``part``'s node array ``name``, from whichever store holds it: a
+    read-only memory-mapped slice of the part's own file, rows gathered from the base directory, or ``None``
+    when the store has no such array."""
+    folder = part_dir(store, part)
+    if name in referenced(meta):
+        base = Path(meta[BASE_KEY]["path"])
+        orig = np.load(folder / "orig_ids.npy", mmap_mode="r")
+        return part_rows(base, name, orig, int(meta["parts"][part]["num_inner"]), start, stop)
+    file = folder / f"{name}.npy"
+    return np.load(file, mmap_mode="r")[start:stop] if file.is_file() else None
+
+
+class PartRows:
+    """Rows ``[0, stop)`` of a part's node array, read when sliced (``rows[a:b]``, the way a chunked scan reads
+    them): a referenced array is never gathered whole."""
+
+    def __init__(self, store: str | Path, meta: dict, part: int, name: str, stop: int) -> None:
+        self.store, self.meta, self.part, self.name = store, meta, part, name
+        first = node_rows(store, meta, part, name, 0, 0)
+        self.shape, self.dtype = (stop, *first.shape[1:]), first.dtype
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+    def __getitem__(self, key: slice) -> np.ndarray:
+        if not isinstance(key, slice) or key.step not in (None, 1):
+            raise TypeError("PartRows reads contiguous slices of rows only")
+        start, stop, _ = key.indices(self.shape[0])
+        return node_rows(self.store, self.meta, self.part, self.name, start, max(start, stop))
+
+
+def _check_base_arrays(meta: dict, base: Path) -> None:
+    """The referenced base files have the shapes and dtypes the store's ``meta.json`` describes (headers only)."""
+    n = int(meta["num_nodes"])
+    shapes = {"x": ((n, int(meta.get("num_features") or 0)), meta.get("x_dtype")),
+              "y": ((n, int(meta.get("num_classes") or 0)) if meta.get("multilabel") else (n,), None)}
+    for name in referenced(meta):
+        _check_npy(base / f"{name}.npy", *shapes.get(name, ((n,), np.bool_)))
+
+
 @dataclass
 class LocalPartition:
     """One partition as stored: a local graph (inner rows first) and its id maps.
@@ -174,6 +226,8 @@ class LocalPartition:
         orig_ids, global_ids: original / global (book) id of every local vertex.
         degree: global in-degree of every local vertex (float64 weighted in-degree in a weighted store).
         halo_owner: home partition of every halo vertex.
+        base: the base graph directory its referenced node arrays are read from (``None``: a copying store).
+        referenced: the node arrays read from ``base``.
     """
 
     part: int
@@ -184,10 +238,23 @@ class LocalPartition:
     global_ids: torch.Tensor
     degree: torch.Tensor
     halo_owner: torch.Tensor
+    base: Path | None = None
+    referenced: tuple[str, ...] = ()
 
     @property
     def num_halo(self) -> int:
         return self.graph.num_nodes - self.num_inner
+
+    def inner_rows(self, name: str) -> torch.Tensor | None:
+        """Node array ``name``'s rows of the inner vertices (``None`` when the store has none): a view of the
+        graph's array, or, when it was opened without gathering a referenced array, those rows alone gathered
+        from the base directory."""
+        value = getattr(self.graph, name)
+        if value is not None:
+            return value[: self.num_inner]
+        if name not in self.referenced:
+            return None
+        return torch.from_numpy(part_rows(self.base, name, self.orig_ids.numpy(), self.num_inner, 0, self.num_inner))
 
     def global_to_local(self, global_ids) -> torch.Tensor:
         """Global ids -> local ids; ``-1`` for ids not in this partition."""
@@ -205,15 +272,23 @@ class LocalPartition:
         return out
 
 
-def load_partition(path: str | Path, part: int, *, mmap: bool = True) -> LocalPartition:
+def load_partition(path: str | Path, part: int, *, mmap: bool = True, gather: bool = True) -> LocalPartition:
     """Read one partition of a store (only the store's ``meta.json`` and that partition's directory).
 
     Args:
         path: the store directory.
         part: partition index.
         mmap: memory-map the arrays (copy-on-write) instead of reading them.
+        gather: for a store written by reference, gather the part's rows of every referenced node array from
+            the base directory now (in bounded blocks); ``False`` leaves them out of the graph, for
+            :meth:`LocalPartition.inner_rows` to gather the inner rows alone.
+
+    Raises:
+        FileNotFoundError / ValueError: a referencing store's base directory is missing or changed.
     """
     meta = read_store_meta(path)
+    base = check_base(path, meta)
+    names = referenced(meta)
     if not 0 <= part < meta["num_parts"]:
         raise ValueError(f"{path}: part {part} is out of range [0, {meta['num_parts']})")
     folder = part_dir(path, part)
@@ -228,6 +303,9 @@ def load_partition(path: str | Path, part: int, *, mmap: bool = True) -> LocalPa
             raise FileNotFoundError(f"{file} is missing but {part_meta_file} lists {name!r}")
         arrays[name] = torch.from_numpy(np.load(file, mmap_mode="c" if mmap else None))
     n_inner = part_meta["num_inner"]
+    if gather:
+        orig = arrays["orig_ids"].numpy()
+        arrays.update({name: torch.from_numpy(part_rows(base, name, orig, n_inner)) for name in names})
     node = {k: arrays[k] for k in NODE_ARRAYS if k in arrays}
     extra = {"source": f"partition {part} of {path}"}
     if meta.get("num_classes") is not None:
@@ -235,4 +313,4 @@ def load_partition(path: str | Path, part: int, *, mmap: bool = True) -> LocalPa
     graph = Graph(arrays["indptr"], arrays["indices"], name=f"{Path(path).name}/part-{part}", meta=extra,
                   edge_weight=arrays.get("edge_weight"), **node)
     return LocalPartition(part, meta["num_parts"], graph, n_inner, arrays["orig_ids"], arrays["global_ids"],
-                          arrays.get("weighted_degree", arrays["degree"]), arrays["halo_owner"])
+                          arrays.get("weighted_degree", arrays["degree"]), arrays["halo_owner"], base, names)

@@ -7,15 +7,15 @@ at a time (its local CSR by an external bucket sort over ranges of rows, so
 memory is O(|V|) id maps plus a few buffers of ``chunk_edges`` keys, whatever the
 partition's size) and copies node data in chunks of at most
 ``feature_chunk_bytes`` (from arrays, or from ``.npy`` files through a memory
-map opened per chunk; output rows are appended with plain writes). Everything
-goes to a temporary sibling directory that is renamed into place at the end; an
-error leaves nothing behind.
+map opened per chunk; output rows are appended with plain writes), or, given the graph directory they come
+from (``node_base``), records that directory instead of copying them (:mod:`graphscale.partition.store_base`).
+Everything goes to a temporary sibling directory that is renamed into place at the end; an error leaves nothing
+behind.
 """
 
 from __future__ import annotations
 
 import json
-import mmap
 import shutil
 import time
 from dataclasses import dataclass
@@ -40,6 +40,7 @@ from graphscale.partition.store import (
     check_store_target,
     part_dir,
 )
+from graphscale.partition.store_base import BASE_KEY, base_record, block_rows
 from graphscale.partition.streaming import ProgressFn, StreamRunner, as_edge_source, npy_header
 
 DEFAULT_FEATURE_CHUNK_BYTES = 64 << 20
@@ -161,9 +162,7 @@ def _write_rows(source: _NodeArray, rows: np.ndarray, file: Path, chunk_bytes: i
     are written as zeros)."""
     dtype = np.dtype(dtype or source.dtype)
     shape = (rows.size, *source.shape[1:])
-    row_bytes = max(1, int(np.prod(shape[1:], dtype=np.int64)) * dtype.itemsize)
-    # a row gathered through a memory map keeps its whole page resident until the map is closed
-    step = max(1, chunk_bytes // (max(row_bytes, mmap.PAGESIZE) if source.path is not None else row_bytes))
+    step = block_rows(int(np.prod(shape[1:], dtype=np.int64)) * dtype.itemsize, chunk_bytes, source.path is not None)
     stop = rows.size if zero_from is None else zero_from
     with open(file, "wb") as f:
         f.write(npy_header(dtype, shape))
@@ -309,9 +308,9 @@ def _local_csr(spill: Path, id_dtype, owner: np.ndarray, s: int, lut: np.ndarray
 
 def _build_part(s: int, spill: Path, id_dtype, owner: np.ndarray, book: PartitionBook, deg: np.ndarray,
                 scratch: tuple[np.ndarray, np.ndarray], node_data: dict, out: Path, feature_chunk_bytes: int,
-                reverse: bool, chunk: int) -> dict:
+                reverse: bool, chunk: int, referenced: tuple[str, ...] = ()) -> dict:
     """Build partition ``s`` from its spilled records, ``chunk`` records at a time: O(|V|) id maps plus a few
-    buffers of ``chunk`` keys."""
+    buffers of ``chunk`` keys (node arrays in ``referenced`` are not copied: readers gather them from the base)."""
     mark, lut = scratch
     for pairs in _spill_chunks(spill, id_dtype, chunk):
         _mark_halo(pairs, owner, s, mark)
@@ -337,12 +336,15 @@ def _build_part(s: int, spill: Path, id_dtype, owner: np.ndarray, book: Partitio
         np.save(out / f"{name}.npy", array)
     del arrays
     for name, source in node_data.items():
+        if name in referenced:
+            continue
         if name in MASKS:
             _write_rows(source, orig, out / f"{name}.npy", feature_chunk_bytes, bool, zero_from=n_inner)
         else:
             _write_rows(source, orig, out / f"{name}.npy", feature_chunk_bytes)
     meta = {"part": s, "num_parts": book.num_parts, "num_inner": n_inner, "num_halo": int(halo.size),
-            "num_local": n_local, "num_edges": int(m), "arrays": [*PART_ARRAYS, *node_data]}
+            "num_local": n_local, "num_edges": int(m),
+            "arrays": [*PART_ARRAYS, *(name for name in node_data if name not in referenced)]}
     (out / "meta.json").write_text(json.dumps(meta, indent=1))
     return {k: meta[k] for k in ("num_inner", "num_halo", "num_edges")}
 
@@ -364,7 +366,7 @@ def write_partition_store(path: str | Path, stream, owner, num_parts: int, *, ed
                           chunk_edges: int = DEFAULT_CHUNK_EDGES,
                           feature_chunk_bytes: int = DEFAULT_FEATURE_CHUNK_BYTES, overwrite: bool = False,
                           progress: ProgressFn | None = None, extra_meta: dict | None = None,
-                          halo_hops: int = 1) -> StoreSummary:
+                          halo_hops: int = 1, node_base: str | Path | None = None) -> StoreSummary:
     """Write a partition store (format in the module docstring), atomically.
 
     Args:
@@ -390,6 +392,9 @@ def write_partition_store(path: str | Path, stream, owner, num_parts: int, *, ed
             in-edge rows of every vertex within ``K - 1`` hops (so an ``L``-layer forward with ``K = L`` is
             exact for home vertices; ``K - 1`` extra streaming passes). ``K = 1`` (default) is SDT-GNN's
             store, where halo vertices also see their edges to home vertices reversed.
+        node_base: reference node data instead of copying it: the graph directory whose ``.npy`` files
+            ``node_data`` names (arrays given as files of ``node_base`` are recorded by fingerprint, not copied;
+            :mod:`graphscale.partition.store_base`); ``None`` copies every array.
 
     Returns:
         The :class:`StoreSummary` (its metrics come from the routing pass).
@@ -407,6 +412,7 @@ def write_partition_store(path: str | Path, stream, owner, num_parts: int, *, ed
     if edge_part is not None:
         edge_part = validate_assignment(edge_part, source.num_edges, num_parts, "edge_part", copy=False)
     nodes = _node_data(node_data, n)
+    referenced = _referenced(nodes, node_base)
     check_store_target(path, overwrite)
     if feature_chunk_bytes < 1:
         raise ValueError(f"feature_chunk_bytes must be >= 1, got {feature_chunk_bytes}")
@@ -416,8 +422,9 @@ def write_partition_store(path: str | Path, stream, owner, num_parts: int, *, ed
     tmp = temp_sibling(path, "tmp")
     tmp.mkdir()
     try:
+        base = {BASE_KEY: base_record(node_base, referenced)} if referenced else {}
         metrics, parts = _write(tmp, source, n, owner, num_parts, edge_part, nodes, chunk_edges,
-                                feature_chunk_bytes, progress, halo_hops)
+                                feature_chunk_bytes, progress, halo_hops, referenced)
         weighted = getattr(getattr(source, "graph", None), "edge_weight", None) is not None
         if weighted:  # a weighted graph's parts hold their edges' weights (graphscale.partition.store_weights)
             from graphscale.partition.store_weights import write_store_weights
@@ -430,7 +437,7 @@ def write_partition_store(path: str | Path, stream, owner, num_parts: int, *, ed
                      "node_arrays": list(nodes), "vertex_cut_edges": edge_part is not None,
                      "multilabel": "y" in nodes and len(nodes["y"].shape) == 2,
                      "source": source_name, "halo_hops": halo_hops, "metrics": metrics.to_dict(), "parts": parts,
-                     **({"weighted": True} if weighted else {}),
+                     **({"weighted": True} if weighted else {}), **base,
                      **(extra_meta or {})}
         (tmp / "meta.json").write_text(json.dumps(book_meta, indent=1))
         replace_dir(tmp, path)
@@ -440,8 +447,20 @@ def write_partition_store(path: str | Path, stream, owner, num_parts: int, *, ed
     return StoreSummary(path, metrics, time.perf_counter() - start_time)
 
 
+def _referenced(nodes: dict[str, _NodeArray], node_base: str | Path | None) -> tuple[str, ...]:
+    """The node arrays read from files of the graph directory ``node_base`` (those a store references)."""
+    if node_base is None:
+        return ()
+    base = Path(node_base).resolve()
+    if not (base / "meta.json").is_file():
+        raise ValueError(f"node_base {node_base} is not a graph directory (it has no meta.json)")
+    return tuple(name for name, source in nodes.items()
+                 if source.path is not None and source.path.resolve() == base / f"{name}.npy")
+
+
 def _write(tmp: Path, source, n: int, owner: np.ndarray, p: int, edge_part, nodes: dict, chunk_edges: int,
-           feature_chunk_bytes: int, progress: ProgressFn | None, halo_hops: int) -> tuple[PartitionMetrics, list[dict]]:
+           feature_chunk_bytes: int, progress: ProgressFn | None, halo_hops: int,
+           referenced: tuple[str, ...]) -> tuple[PartitionMetrics, list[dict]]:
     book = PartitionBook.from_owner(torch.from_numpy(owner.astype(np.int64)), p)
     np.save(tmp / "owner.npy", owner)
     np.save(tmp / "perm.npy", book.perm.numpy())
@@ -482,7 +501,7 @@ def _write(tmp: Path, source, n: int, owner: np.ndarray, p: int, edge_part, node
     scratch = (np.zeros(n, np.uint8), np.full(n, -1, id_dtype))
     for s in range(p):
         parts.append(_build_part(s, spill_dir / f"{s}.bin", id_dtype, owner, book, deg, scratch, nodes,
-                                 part_dir(tmp, s), feature_chunk_bytes, halo_hops == 1, chunk_edges))
+                                 part_dir(tmp, s), feature_chunk_bytes, halo_hops == 1, chunk_edges, referenced))
         if progress is not None:
             progress("write partitions", s + 1, p)
     spill_dir.rmdir()

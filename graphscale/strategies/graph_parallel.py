@@ -316,14 +316,15 @@ class GraphParallel(Strategy):
         self._pool_before = buffers.set_enabled(False) if config.host_memory not in ("", "auto") else None
         self.comm = Comm(env)
         device, rank = env.device, env.rank
-        part = self.data.open_partition(rank)
+        part = self.data.open_partition(rank, gather=False)  # node rows: the inner ones alone (inner_rows)
         if part.num_parts != env.world_size:
             raise ValueError(f"partition store {self.data.path} has {part.num_parts} parts but there are "
                              f"{env.world_size} workers")
-        local = part.graph
         learnable = bool(learnable_dim(config.data.features))
         link = config.task == "link"  # pairs scored instead of labelled vertices: no labels needed
-        if (local.x is None and not learnable) or (not link and (local.y is None or local.train_mask is None)):
+        inner = {name: None if learnable and name == "x" else part.inner_rows(name)
+                 for name in ("x", "y", *(f"{split}_mask" for split in SPLITS))}
+        if (inner["x"] is None and not learnable) or (not link and (inner["y"] is None or inner["train_mask"] is None)):
             raise ValueError(f"strategy 'graph-parallel' needs node features, labels and a training mask; "
                              f"partition {rank} of {self.data.path} lacks some")
         n_inner = part.num_inner
@@ -350,7 +351,7 @@ class GraphParallel(Strategy):
         if learnable:  # the rows of the learnable input this worker owns; halo rows come through the exchange
             self.x = self.learnable_table(self.inner_ids.cpu())
         else:
-            x = local.x[:n_inner]
+            x = inner["x"]
             if self.data.feature_norm == "row":
                 x = row_normalize(x)
             self.x = x.to(device=device, dtype=self.feature_dtype())
@@ -358,11 +359,11 @@ class GraphParallel(Strategy):
         self.raw_exchange = self.x.dtype == torch.bfloat16 and exchanges_stored_input(model)
         #: per layer, the width of the projected rows its exchange moves (None: the layer's inputs)
         self.projected = projected_exchanges(model, _element_size(model), 2 if self.raw_exchange else None)
-        self.y = torch.zeros(n_inner, dtype=torch.int64, device=device) if local.y is None else local.y[:n_inner].to(device)
+        self.y = torch.zeros(n_inner, dtype=torch.int64, device=device) if inner["y"] is None else inner["y"].to(device)
         self.masks = {}
         for split in SPLITS:
-            mask = getattr(local, f"{split}_mask")
-            self.masks[split] = (torch.zeros(n_inner, dtype=torch.bool) if mask is None else mask[:n_inner]).to(device)
+            mask = inner[f"{split}_mask"]
+            self.masks[split] = (torch.zeros(n_inner, dtype=torch.bool) if mask is None else mask).to(device)
         count = torch.tensor([float(self.masks["train"].sum())], dtype=torch.float64, device=device)
         self.num_train = int(self.comm.all_reduce(count, SETUP).item())
         #: ``--task link``: the pairs this worker scores (:mod:`graphscale.strategies.link_scoring`)

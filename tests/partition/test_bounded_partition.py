@@ -177,7 +177,7 @@ def test_graph_directory_helpers_partition_and_store_as_the_command_does(tmp_pat
     graph = generate(SPEC)
     owner = partition_graph_dir(graph_dir, "restream", 3, seed=1)
     assert np.array_equal(owner, build_vertex_partitioner("restream").partition(graph, 3, seed=1).numpy())
-    write_graph_dir_store(graph_dir, tmp_path / "dir", owner, 3, chunk_edges=64)
+    write_graph_dir_store(graph_dir, tmp_path / "dir", owner, 3, chunk_edges=64, node_data="copy")
     write_partition_store(tmp_path / "mem", GraphEdges(graph), owner, 3, node_data=node_data_of(graph),
                           num_classes=graph.num_classes)
     assert _store_files(tmp_path / "dir") == _store_files(tmp_path / "mem")

@@ -134,13 +134,13 @@ def test_graph_directory_node_data_is_copied_from_its_files(tmp_path):
     g = graph_of(src, dst, n, features=6)
     save_graph_dir(g, tmp_path / "g")
     args = parse("--dataset", f"graphdir:{tmp_path / 'g'}", "--method", "2ps-l", "--parts", "3",
-                 "--out", str(tmp_path / "st"), "--feature-chunk-mb", "1")
+                 "--out", str(tmp_path / "st"), "--feature-chunk-mb", "1", "--node-data", "copy")
     data = command.node_data_of(command.resolve_input(args.dataset)[0], folder=command.graph_dir_of(args.dataset))
     assert data["x"] == tmp_path / "g" / "x.npy" and data["train_mask"] == tmp_path / "g" / "train_mask.npy"
     first = command.run(args)
     graph_to_edge_stream(g, tmp_path / "g.e32")
     args = parse("--dataset", f"graphdir:{tmp_path / 'g'}", "--edges", str(tmp_path / "g.e32"), "--method", "2ps-l",
-                 "--parts", "3", "--out", str(tmp_path / "st"), "--overwrite")
+                 "--parts", "3", "--out", str(tmp_path / "st"), "--overwrite", "--node-data", "copy")
     assert command.run(args)["metrics"] == {**first["metrics"], "seconds": ANY, "peak_rss_bytes": ANY}
     for s in range(3):
         part = load_partition(tmp_path / "st", s)
