@@ -32,8 +32,9 @@ def write_training_store(graph: Graph | str | Path, path: str | Path, parts: int
     ``graph`` is an in-memory :class:`Graph` (its node rows copied into the store) or a graph directory, which is
     partitioned reading its records in chunks (:func:`graphscale.partition.build.partition_graph_dir`,
     :func:`~graphscale.partition.build.write_graph_dir_store`: O(|V|) memory, record chunks that keep within
-    ``host_memory``, ``--host-memory``; METIS checks its memory estimate against it first) and whose node rows
-    the store references instead of copying (:mod:`graphscale.partition.store_base`).
+    ``host_memory``, ``--host-memory``; METIS checks its memory estimate against it first); its node rows are
+    copied in chunks, so that a worker maps them (a store referencing them, :mod:`graphscale.partition.store_base`,
+    would have a graph-parallel worker gather its inner rows into its own memory).
 
     Returns:
         the store's checked ``meta.json``.

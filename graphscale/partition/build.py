@@ -153,13 +153,13 @@ def _budget_chunk(csr, chunk_edges: int, host_memory: int | str | None, method: 
 
 
 def write_graph_dir_store(folder: str | Path, out: str | Path, owner, num_parts: int, *, no_features: bool = False,
-                          host_memory: int | str | None = None, node_data: str = "reference", **options):
+                          host_memory: int | str | None = None, node_data: str = "copy", **options):
     """Write the partition store of the graph directory ``folder`` under ``owner``, reading its records and node
     rows from the files in chunks (O(|V|) memory plus ``chunk_edges`` / ``feature_chunk_bytes`` buffers; the
     record chunk shrunk to keep within ``host_memory``, ``None``: what the machine can spare).
 
-    ``node_data``: ``reference`` (the store records ``folder`` and its parts read their rows from it:
-    :mod:`graphscale.partition.store_base`) or ``copy`` (every part holds copies of its rows).
+    ``node_data``: ``copy`` (every part holds copies of its rows, the default) or ``reference`` (the store records
+    ``folder`` and its parts read their rows from it: :mod:`graphscale.partition.store_base`).
 
     ``options`` go to :func:`~graphscale.partition.store_writer.write_partition_store` (``halo_hops``, ``method``,
     ``params``, ``chunk_edges``, ...); returns its :class:`~graphscale.partition.store_writer.StoreSummary`.

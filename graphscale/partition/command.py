@@ -16,7 +16,7 @@ whole: the streaming partitioners read its CSR files in chunks, the store writer
 its records and node rows; METIS, which holds the graph in memory, first checks
 its estimate against ``--host-memory``; the others keep within it by shrinking their record chunks
 (:mod:`graphscale.partition.stream_memory`; a budget below their minimum is refused in one line). Its store
-references the directory's node rows instead of copying them (``--node-data reference``, the default there:
+may reference the directory's node rows instead of copying them (``--node-data reference``:
 :mod:`graphscale.partition.store_base`). The store format is in :mod:`graphscale.partition.store`;
 the summary's metrics are defined in :mod:`graphscale.partition.metrics`.
 """
@@ -140,8 +140,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="copy every part's node rows (x, y, masks) into the store, or reference them: the store "
                              "records the graph directory (a graphdir: --dataset on this machine) and its parts read "
                              "their rows from its files, saving their size on disk; the store is then refused once "
-                             "that directory is moved or changed (default: reference for a graphdir: dataset, "
-                             "else copy)")
+                             "that directory is moved or changed, and a graph-parallel worker holds its inner feature "
+                             "rows in its own memory instead of mapped store pages (default: copy)")
     parser.add_argument("--feature-chunk-mb", type=int, default=64, help="bound on one feature copy step (MiB)")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing partition store")
     add_declared(parser, "json", note="here: the summary")
@@ -242,7 +242,7 @@ def partition_dataset(args: argparse.Namespace) -> dict:
 def _node_base(args: argparse.Namespace) -> Path | None:
     """The graph directory whose node rows the store references (``--node-data``), or ``None`` to copy them."""
     folder = graph_dir_of(args.dataset)
-    mode = getattr(args, "node_data", None) or ("reference" if folder is not None else "copy")
+    mode = getattr(args, "node_data", None) or "copy"
     if mode == "reference" and folder is None:
         raise ValueError(f"--node-data reference needs a graph directory as --dataset (graphdir:DIR, written by "
                          f"graphscale convert), got {args.dataset!r}; use --node-data copy")

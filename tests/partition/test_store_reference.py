@@ -69,13 +69,15 @@ def test_a_referencing_store_reads_the_copying_stores_rows_in_tiny_blocks(graph_
     assert copied > 0 and _disk_bytes(tmp_path / "reference") < _disk_bytes(tmp_path / "copy") - copied + 1024
 
 
-def test_the_partition_command_references_a_graph_directory_by_default_and_saves_its_rows_on_disk(graph_dir,
-                                                                                                  stores, tmp_path):
+def test_the_partition_command_copies_by_default_and_a_reference_saves_the_rows_on_disk(graph_dir, stores, tmp_path):
     copy, reference = stores
-    assert main(["partition", "--dataset", f"graphdir:{graph_dir}", "--method", "metis", "--parts", "2",
-                 "--out", str(tmp_path / "default"), "--no-progress", "--json", str(tmp_path / "s.json")]) == 0
-    assert BASE_KEY in check_partition_store(tmp_path / "default")
-    assert json.loads((tmp_path / "s.json").read_text())["node_data"] == "reference"
+    for mode in (None, "reference"):
+        name = mode or "default"
+        assert main(["partition", "--dataset", f"graphdir:{graph_dir}", "--method", "metis", "--parts", "2",
+                     "--out", str(tmp_path / name), "--no-progress", "--json", str(tmp_path / f"{name}.json")]
+                    + (["--node-data", mode] if mode else [])) == 0
+        assert (BASE_KEY in check_partition_store(tmp_path / name)) == (mode == "reference")
+        assert json.loads((tmp_path / f"{name}.json").read_text())["node_data"] == (mode or "copy")
     x_bytes = 400 * 16 * np.load(graph_dir / "x.npy", mmap_mode="r").dtype.itemsize
     # the copy holds every inner and halo row of x; the reference none of them
     assert _disk_bytes(copy) - _disk_bytes(reference) > x_bytes
@@ -118,13 +120,13 @@ def test_model_averaging_from_a_referencing_store_equals_the_copying_store(store
                run(_config(reference, "model-averaging", correction_steps=1)))
 
 
-def test_the_runs_cached_store_of_a_graph_directory_references_it(tmp_path):
+def test_the_runs_cached_store_of_a_graph_directory_copies_its_rows(tmp_path):
     config = build_config({"data": {"dataset": SPEC}, "strategy": {"name": "graph-parallel", "workers": 2},
                            "optim": {"epochs": 1}, "progress": False, "cache_dir": str(tmp_path / "cache")})
     from graphscale.prepare import prepare_data
 
     meta = check_partition_store(prepare_data(config).path)
-    assert (tmp_path / "cache").resolve() in __import__("pathlib").Path(meta[BASE_KEY]["path"]).parents
+    assert BASE_KEY not in meta  # a worker maps its rows from the store (a reference would gather them)
 
 
 def _refused(store, tmp_path, capsys, match: str) -> None:
@@ -140,7 +142,7 @@ def test_a_store_whose_base_directory_moved_is_refused_naming_it(graph_dir, tmp_
     base = tmp_path / "base"
     shutil.copytree(graph_dir, base)
     owner = partition_graph_dir(base, "random", 2)
-    write_graph_dir_store(base, tmp_path / "store", owner, 2)
+    write_graph_dir_store(base, tmp_path / "store", owner, 2, node_data="reference")
     base.rename(tmp_path / "moved")
     _refused(tmp_path / "store", tmp_path, capsys, f"graph directory {base.resolve()}, which is missing")
 
@@ -149,7 +151,7 @@ def test_a_store_whose_base_directory_moved_is_refused_naming_it(graph_dir, tmp_
 def test_a_store_whose_base_directory_changed_is_refused_naming_it(graph_dir, tmp_path, capsys, change):
     base = tmp_path / "base"
     shutil.copytree(graph_dir, base)
-    write_graph_dir_store(base, tmp_path / "store", partition_graph_dir(base, "random", 2), 2)
+    write_graph_dir_store(base, tmp_path / "store", partition_graph_dir(base, "random", 2), 2, node_data="reference")
     if change == "x":  # the same shape, other values: only the fingerprint tells
         x = np.load(base / "x.npy")
         np.save(base / "x.npy", x[::-1].copy())
