@@ -88,13 +88,17 @@ def metis_memory_estimate(num_vertices: int, num_edges: int) -> int:
     return METIS_FIXED_BYTES + METIS_BYTES_PER_VERTEX * int(num_vertices) + METIS_BYTES_PER_RECORD * int(num_edges)
 
 
-def check_metis_memory(num_vertices: int, num_edges: int, host_memory: int | str | None = None) -> int:
+def check_metis_memory(num_vertices: int, num_edges: int, host_memory: int | str | None = None, held: int = 0,
+                       what: str = "") -> int:
     """Refuse (one line: the estimate, the budget, the alternatives) when METIS will not fit in the budget.
 
     Args:
         num_vertices, num_edges: the graph's size.
         host_memory: the budget in bytes or as a ``--host-memory`` value; ``None``/``auto``: what the machine can
             spare now (:func:`~graphscale.metrics.host_memory.resolve_host_memory`).
+        held: bytes the caller must build in memory for METIS besides :func:`metis_memory_estimate` (offload's
+            level 2: a part's induced subgraph), counted in the estimate.
+        what: what the graph is, in the message (default: nothing, the graph being partitioned).
 
     Returns:
         The estimate in bytes.
@@ -105,12 +109,13 @@ def check_metis_memory(num_vertices: int, num_edges: int, host_memory: int | str
     from graphscale.metrics.host_memory import resolve_host_memory
     from graphscale.metrics.units import format_bytes
 
-    need = metis_memory_estimate(num_vertices, num_edges)
+    need = metis_memory_estimate(num_vertices, num_edges) + held
     budget = resolve_host_memory(host_memory)
     if need > budget:
         raise ValueError(f"metis would need about {format_bytes(need)} of host memory for {num_vertices:,} vertices "
-                         f"and {num_edges:,} records, more than the {format_bytes(budget)} budget (--host-memory); "
-                         f"partition in O(|V|) memory with {METIS_ALTERNATIVES}")
+                         f"and {num_edges:,} records{f' ({what})' if what else ''}, more than the "
+                         f"{format_bytes(budget)} budget (--host-memory); partition in O(|V|) memory with "
+                         f"{METIS_ALTERNATIVES}")
     return need
 
 

@@ -19,6 +19,7 @@ import torch
 from graphscale.config import ModelConfig, RunConfig, StrategyConfig
 from graphscale.cost.dims import probe_dims
 from graphscale.nn.models import build_model
+from graphscale.partition import metis as metis_module
 from graphscale.partition.induced import InducedEdges
 from graphscale.registry import PARTITIONERS
 from graphscale.strategies.offload import chunk_budget, layout, plan
@@ -88,6 +89,42 @@ def test_induced_edges_equal_the_built_subgraph():
     induced.close()
     with pytest.raises(ValueError, match="ascending"):
         InducedEdges(graph, np.array([5, 2]))
+
+
+def test_metis_chunks_of_the_induced_topology_equal_those_of_the_built_subgraph(monkeypatch):
+    """Level 2 with METIS reads each part's induced topology in blocks instead of building ``graph.subgraph``: the
+    very chunks METIS cuts from the built subgraph."""
+    graph = random_graph(240, avg_degree=5.0, num_features=4, num_classes=3, seed=6, isolated=2)
+    owner = PARTITIONERS.get("random")().partition(graph, 2, seed=3)
+    monkeypatch.setattr(plan, "INDUCED_BLOCK_EDGES", 6)
+    _, chunk = two_level_partition(graph, 2, 3, "metis", 0, owner=owner)
+    metis, work = PARTITIONERS.get("metis")(), metis_module.work_weights(graph)
+    for i in range(2):
+        nodes = torch.nonzero(owner == i).flatten()
+        want = metis.partition_weighted(graph.subgraph(nodes), 3, work[nodes.numpy()], seed=0)
+        assert torch.equal(chunk[nodes], want)
+
+
+def test_level_two_metis_refuses_a_part_beyond_the_host_budget():
+    """A part whose METIS chunking (its induced CSR plus METIS's estimate) exceeds the budget is refused before
+    anything is built: one line with the estimate, the part and the O(|V|) alternatives."""
+    graph = random_graph(200, avg_degree=5.0, num_features=4, num_classes=3, seed=7)
+    owner = PARTITIONERS.get("random")().partition(graph, 2, seed=0)
+    nodes = torch.nonzero(owner == 0).flatten()
+    induced = InducedEdges(graph, nodes.numpy())
+    need = metis_module.metis_memory_estimate(nodes.numel(), induced.num_edges) + \
+        8 * (nodes.numel() + 1 + induced.num_edges)
+    induced.close()
+    with pytest.raises(ValueError, match=rf"metis would need about .* for {nodes.numel()} vertices and "
+                                         rf"{induced.num_edges} records \(part 0's induced subgraph, cut into "
+                                         r"offload's chunks\), more than the .* budget \(--host-memory\); "
+                                         r".*restream.*fennel, ldg or random") as err:
+        two_level_partition(graph, 2, 2, "metis", 0, owner=owner, host_memory=need - 1)
+    assert "\n" not in str(err.value)
+    _, chunk = two_level_partition(graph, 2, 2, "metis", 0, owner=owner, host_memory=need + (1 << 20))
+    assert set(chunk.tolist()) == {0, 1}
+    _, chunk = two_level_partition(graph, 2, 2, "restream", 0, owner=owner, host_memory=1024)  # O(|V|): no check
+    assert set(chunk.tolist()) == {0, 1}
 
 
 def _config(host_memory: str, chunks: int | None = None) -> RunConfig:

@@ -7,13 +7,17 @@ import pytest
 import torch
 
 from graphscale.config import ModelConfig, RunConfig, StrategyConfig
+from graphscale.cost.dims import probe_dims
 from graphscale.distributed.env import DistEnv
 from graphscale.nn.models import build_model
 from graphscale.prepare import prepare_graph
+from graphscale.registry import PARTITIONERS
 from graphscale.strategies.graph_parallel import GraphParallel
-from graphscale.strategies.offload import OffloadStrategy
-from graphscale.strategies.offload.memory import choose_chunks, estimate_peak
+from graphscale.strategies.offload import OffloadStrategy, layout, plan
+from graphscale.strategies.offload.cost import Bandwidths
+from graphscale.strategies.offload.memory import choose_chunks, estimate_peak, layout_peak
 from graphscale.strategies.offload.plan import two_level_partition
+from graphscale.strategies.offload.reorg import reorganize
 from graphscale.testing import random_graph
 from graphscale.training_store import store_handle, write_training_store
 
@@ -75,6 +79,36 @@ def test_model_tracks_measured_peak_and_budget_picks_k(model_name, recompute):
     strategy.teardown()
     with pytest.raises(ValueError, match="--memory-budget .* too small"):
         choose_chunks(graph, model, owner, 1, 1000, config, strategy.dims)
+
+
+def test_budget_search_on_the_bounded_planner_equals_the_in_memory_model(tmp_path, monkeypatch):
+    """``--memory-budget``'s search plans every candidate ``K`` with the bounded planner (tiny record blocks here,
+    so every chunked loop turns) and reads the mapped plans: the very peaks of the in-memory sets and plans, the
+    same ``K``, and no scratch folder left behind."""
+    graph = random_graph(300, avg_degree=5.0, num_features=24, num_classes=3, seed=3)
+    config = RunConfig(model=ModelConfig(name="gcn", hidden=8, layers=2),
+                       strategy=StrategyConfig(name="offload", workers=2, dedup="reorg", recompute="auto"))
+    model = build_model(config.model, graph.num_features, graph.num_classes, seed=0)
+    dims = probe_dims(model, graph.num_features, torch.float32)
+    owner = PARTITIONERS.get("random")().partition(graph, 2, seed=0)
+    monkeypatch.setattr(plan, "INDUCED_BLOCK_EDGES", 7)
+    monkeypatch.setattr(layout, "GATHER_EDGES", 5)
+    bw, fits, want = Bandwidths(), {}, {}
+    for k in range(1, 5):
+        _, chunk = two_level_partition(graph, 2, k, "metis", 0, owner=owner)
+        batch = reorganize(graph, owner, chunk, 2, k, dims.widths[0], 4, bw)
+        want[k] = estimate_peak(graph, owner, batch, 2, k, model, dims, config, bw, fits)
+        folder = tmp_path / f"layout{k}"
+        folder.mkdir()
+        layout.write_layout(graph, owner, 2, k, "metis", 0, "reorg", dims.widths[0], 4, folder, bw)
+        assert layout_peak(graph, folder, model, dims, config, bw, fits) == want[k]
+    assert want[4] < want[2] < want[1]
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    for budget in (int(want[1]), int(want[2] + want[4]) // 2):
+        smallest = next(k for k in range(1, 5) if want[k] <= budget)
+        assert choose_chunks(graph, model, owner, 2, budget, config, dims, bw, scratch=scratch) == smallest
+        assert not any(scratch.iterdir())
 
 
 def test_chunking_beats_graph_parallel_memory_at_identical_loss(tmp_path):

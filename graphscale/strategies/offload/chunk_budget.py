@@ -110,8 +110,9 @@ def describe(shape: ChunkShape, chunks: int, budget: int, width: int, element_si
             "host arrays")
 
 
-def plan_chunks(graph, owner, world: int, config, model, dims) -> tuple[int, str]:
-    """``(K, why)`` for the parent's layout: ``--memory-budget``'s choice (the modelled device peak), ``--chunks``
+def plan_chunks(graph, owner, world: int, config, model, dims, scratch=None) -> tuple[int, str]:
+    """``(K, why)`` for the parent's layout: ``--memory-budget``'s choice (the modelled device peak of every
+    candidate's layout, planned in bounded memory under the folder ``scratch``), ``--chunks``
     as given (a line on stderr when the bound exceeds the worker's share of ``--host-memory``: the run goes on),
     else :func:`choose_host_chunks` of ``--host-memory``.
 
@@ -132,7 +133,8 @@ def plan_chunks(graph, owner, world: int, config, model, dims) -> tuple[int, str
         from graphscale.strategies.offload.cost import Bandwidths
         from graphscale.strategies.offload.memory import choose_chunks
 
-        k = choose_chunks(graph, model, owner, world, parse_bytes(sc.memory_budget), config, dims, Bandwidths())
+        k = choose_chunks(graph, model, owner, world, parse_bytes(sc.memory_budget), config, dims, Bandwidths(),
+                          scratch=scratch)
         return k, f"{k} chunks per worker: the fewest whose modelled device peak fits --memory-budget {sc.memory_budget}"
     if sc.chunks is not None and sc.chunks < 1:
         raise ValueError(f"--chunks must be >= 1, got {sc.chunks}")

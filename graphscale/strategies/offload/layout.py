@@ -20,8 +20,8 @@ the workers map, what :meth:`ChunkSets.build <graphscale.strategies.offload.plan
 
 Memory: a few ``int64 [N]`` arrays (owner, chunk, schedule, degrees, the slot map, a sort's result), ``bool [N]``
 marks and ``K / 8`` bytes per vertex of masks, plus one chunk's rows and plan at a time: that chunk's size is
-what ``K`` (:mod:`~graphscale.strategies.offload.chunk_budget`) bounds. METIS builds each part's induced subgraph
-whole (it needs it in memory).
+what ``K`` (:mod:`~graphscale.strategies.offload.chunk_budget`) bounds. METIS needs each part's induced topology
+whole: its memory is checked against the host budget first, and a part that will not fit is refused.
 """
 
 from __future__ import annotations
@@ -181,7 +181,8 @@ def write_chunk_sets(graph: Graph, owner: np.ndarray, chunk: np.ndarray, positio
 
 
 def write_layout(graph: Graph, owner: torch.Tensor, world: int, chunks: int, partitioner: str, seed: int,
-                 dedup: str, width: int, element_size: int, folder: Path, bw: Bandwidths | None = None) -> None:
+                 dedup: str, width: int, element_size: int, folder: Path, bw: Bandwidths | None = None,
+                 host_memory: int | str | None = None) -> None:
     """Plan the offload layout of ``graph`` and write it into ``folder`` (module docstring): the scheduled chunk
     sets (:meth:`ChunkSets.load` maps them) and every worker's plan (``plan_folder(folder, rank)``), equal to
     ``ChunkSets.build`` and ``build_worker_plan`` of :func:`~graphscale.strategies.offload.strategy.plan_layout`'s
@@ -198,9 +199,11 @@ def write_layout(graph: Graph, owner: torch.Tensor, world: int, chunks: int, par
         width, element_size: the row width and bytes per element the reorganisation's cost model weighs.
         folder: the (existing, empty) shared folder.
         bw: link speeds of the cost model.
+        host_memory: the budget METIS's memory is checked against (``--host-memory``; ``None``: what the machine
+            can spare).
     """
     folder = Path(folder)
-    owner, chunk = two_level_partition(graph, world, chunks, partitioner, seed, owner=owner)
+    owner, chunk = two_level_partition(graph, world, chunks, partitioner, seed, owner=owner, host_memory=host_memory)
     owner, chunk = owner.numpy(), chunk.numpy()
     scratch = folder / ".chunks"
     scratch.mkdir()

@@ -27,7 +27,10 @@ of them, so the model errs high (a budget it accepts is met).
 
 from __future__ import annotations
 
+import tempfile
+from collections.abc import Iterable
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -38,8 +41,8 @@ from graphscale.data.block import Block
 from graphscale.data.graph import Graph
 from graphscale.metrics.memory import MemoryTracker
 from graphscale.strategies.offload.cost import Bandwidths, layer_modes, layer_pass_rows
-from graphscale.strategies.offload.plan import ChunkSets, build_worker_plan, two_level_partition
-from graphscale.strategies.offload.reorg import reorganize
+from graphscale.strategies.offload.layout import write_layout
+from graphscale.strategies.offload.plan import ChunkSets, WorkerPlan, build_worker_plan, plan_folder
 from graphscale.strategies.optimizers import moment_count
 
 #: Probe block shapes (destinations, sources, edges) for the working-set fits.
@@ -231,35 +234,60 @@ def modelled_peaks(plans: list, dims: ModelDims, modes: list[str], element_size:
     return peaks
 
 
+def plans_peak(graph: Graph, sets: ChunkSets, plans: Iterable[WorkerPlan], model: torch.nn.Module, dims: ModelDims,
+               config: RunConfig, bw: Bandwidths, fits: dict | None = None) -> float:
+    """Modelled peak bytes over the workers' ``plans`` (an iterable, taken one plan at a time) of the chunk sets
+    ``sets``; ``fits``: filled in place with the phases' fits, so that callers can reuse them across ``K``."""
+    dtype = next(model.parameters()).dtype
+    elem = torch.empty(0, dtype=dtype).element_size()
+    modes = layer_modes(config.strategy.recompute, dims, layer_pass_rows(sets, config.strategy.dedup),
+                        graph.num_nodes, elem, bw)
+    fits = {} if fits is None else fits
+    if any((layer, mode) not in fits for layer, mode in enumerate(modes)):
+        fits.update(fit_phases(model, dims, modes))
+    num_params = sum(p.numel() for p in model.parameters())
+    return max(modelled_peaks([plan], dims, modes, elem, num_params, fits, moment_count(config.optim))[0]
+               for plan in plans)
+
+
 def estimate_peak(graph: Graph, owner: torch.Tensor, batch: torch.Tensor, num_parts: int, num_chunks: int,
                   model: torch.nn.Module, dims: ModelDims, config: RunConfig, bw: Bandwidths,
                   fits: dict | None = None) -> float:
-    """Modelled peak bytes over workers for a scheduled two-level partition."""
-    dtype = next(model.parameters()).dtype
-    elem = torch.empty(0, dtype=dtype).element_size()
+    """Modelled peak bytes over workers for a scheduled two-level partition, its sets and plans built in memory."""
     sets = ChunkSets.build(graph, owner, batch, num_parts, num_chunks)
-    dedup = config.strategy.dedup
-    modes = layer_modes(config.strategy.recompute, dims, layer_pass_rows(sets, dedup), graph.num_nodes, elem, bw)
-    fits = {} if fits is None else fits  # filled in place, so callers can reuse it across K
-    if any((layer, mode) not in fits for layer, mode in enumerate(modes)):
-        fits.update(fit_phases(model, dims, modes))
-    plans = [build_worker_plan(graph, sets, i, dedup) for i in range(num_parts)]
-    num_params = sum(p.numel() for p in model.parameters())
-    return max(modelled_peaks(plans, dims, modes, elem, num_params, fits, moment_count(config.optim)))
+    plans = (build_worker_plan(graph, sets, i, config.strategy.dedup) for i in range(num_parts))
+    return plans_peak(graph, sets, plans, model, dims, config, bw, fits)
+
+
+def layout_peak(graph: Graph, folder: Path, model: torch.nn.Module, dims: ModelDims, config: RunConfig,
+                bw: Bandwidths, fits: dict | None = None) -> float:
+    """:func:`estimate_peak` of the layout :func:`~graphscale.strategies.offload.layout.write_layout` wrote into
+    ``folder``: its sets and plans memory-mapped, one worker's plan at a time."""
+    sets = ChunkSets.load(folder)
+    plans = (WorkerPlan.load(plan_folder(folder, rank)) for rank in range(sets.num_parts))
+    return plans_peak(graph, sets, plans, model, dims, config, bw, fits)
 
 
 def choose_chunks(graph: Graph, model: torch.nn.Module, owner: torch.Tensor, num_parts: int, budget: int,
-                  config: RunConfig, dims: ModelDims, bw: Bandwidths | None = None) -> int:
+                  config: RunConfig, dims: ModelDims, bw: Bandwidths | None = None,
+                  scratch: Path | None = None) -> int:
     """The smallest ``K`` whose modelled per-worker peak fits ``budget`` bytes.
 
     ``K`` runs through 1, 2, 4, ... until a power of two fits, then bisects
     between the last two powers (the modelled peak falls with ``K``; the
-    bisection relies on that).
+    bisection relies on that). Every candidate's layout is planned in bounded
+    memory (:func:`~graphscale.strategies.offload.layout.write_layout`, as the
+    run's) into a folder under ``scratch`` (default: the system's temporary
+    directory), its peak read from the mapped plans (:func:`layout_peak`), and
+    the folder removed: the same peaks as :func:`estimate_peak` of the
+    in-memory planner's schedule.
 
     Raises:
         ValueError: not even one vertex per chunk fits (the message names ``--memory-budget``).
     """
     bw = bw or Bandwidths()
+    sc = config.strategy
+    elem = next(model.parameters()).element_size()
     sizes = torch.bincount(owner, minlength=num_parts)
     k_max = int(sizes.min())
     cache: dict[int, float] = {}
@@ -267,12 +295,10 @@ def choose_chunks(graph: Graph, model: torch.nn.Module, owner: torch.Tensor, num
 
     def peak(k: int) -> float:
         if k not in cache:
-            _, chunk = two_level_partition(graph, num_parts, k, config.strategy.partitioner, config.seed, owner=owner)
-            batch = chunk
-            if config.strategy.dedup == "reorg":
-                elem = next(model.parameters()).element_size()
-                batch = reorganize(graph, owner, chunk, num_parts, k, dims.widths[0], elem, bw)
-            cache[k] = estimate_peak(graph, owner, batch, num_parts, k, model, dims, config, bw, fits)
+            with tempfile.TemporaryDirectory(prefix=".budget-", dir=scratch) as tmp:
+                write_layout(graph, owner, num_parts, k, sc.partitioner, config.seed, sc.dedup, dims.widths[0], elem,
+                             Path(tmp), bw, host_memory=config.host_memory)
+                cache[k] = layout_peak(graph, Path(tmp), model, dims, config, bw, fits)
         return cache[k]
 
     lo, hi = 0, 1  # peak(lo) > budget (lo = 0: unknown), peak(hi) <= budget once found

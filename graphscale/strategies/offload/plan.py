@@ -74,7 +74,7 @@ from graphscale.data.block import Block
 from graphscale.data.graph import Graph
 from graphscale.options.offload import DEDUP_MODES
 from graphscale.partition.induced import InducedEdges
-from graphscale.partition.metis import work_weights
+from graphscale.partition.metis import check_metis_memory, work_weights
 from graphscale.registry import PARTITIONERS
 from graphscale.strategies.offload.ragged import RaggedWriter, _read, load_ragged, save_ragged
 
@@ -93,13 +93,17 @@ INDUCED_BLOCK_EDGES = 1 << 20
 
 
 def two_level_partition(graph: Graph, num_parts: int, num_chunks: int, partitioner: str = "metis",
-                        seed: int = 0, owner: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                        seed: int = 0, owner: torch.Tensor | None = None,
+                        host_memory: int | str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Level 1: ``M`` partitions; level 2: ``K`` chunks of each partition's induced subgraph.
 
     A partitioner that streams rows (LDG, Fennel, restream in natural order: ``streams_rows``) reads each induced
-    subgraph in blocks of rows (:class:`~graphscale.partition.induced.InducedEdges`: O(|V|) memory plus one block);
-    the others get it built in memory (METIS needs it whole). A partitioner with ``partition_weighted`` (METIS) balances the chunks' in-edges in the whole graph plus their
-    rows (the module docstring); the others run as they are on the induced subgraph.
+    subgraph in blocks of rows (:class:`~graphscale.partition.induced.InducedEdges`: O(|V|) memory plus one block).
+    METIS (``partition_weighted``) needs it whole: its records are counted in blocks first, and its memory (the
+    induced CSR, 8 bytes per vertex and per record, plus :func:`~graphscale.partition.metis.metis_memory_estimate`)
+    is checked against ``host_memory`` before the CSR is built (topology only, read in blocks of rows); METIS
+    balances the chunks' in-edges in the whole graph plus their rows (the module docstring). The others get the
+    induced subgraph built in memory and run as they are on it.
 
     Args:
         graph: the whole graph.
@@ -108,16 +112,20 @@ def two_level_partition(graph: Graph, num_parts: int, num_chunks: int, partition
         partitioner: registered vertex partitioner used at both levels.
         seed: partitioner seed.
         owner: a precomputed level-1 owner array (skips level 1).
+        host_memory: the budget METIS's memory is checked against at both levels (bytes or a ``--host-memory``
+            value; ``None``: what the machine can spare).
 
     Returns:
         ``(owner, chunk)``: int64 ``[N]`` partition of every vertex and its level-2 chunk index in ``[0, K)``.
 
     Raises:
-        ValueError: ``K < 1``, a partition is empty, or has fewer than ``K`` vertices.
+        ValueError: ``K < 1``, a partition is empty, or has fewer than ``K`` vertices; METIS would not fit in
+            ``host_memory`` (one line: the estimate, the budget and the O(|V|) partitioners to use instead).
     """
     if num_chunks < 1:
         raise ValueError(f"--chunks must be >= 1, got {num_chunks}")
     part = PARTITIONERS.get(partitioner)()
+    part.host_memory = host_memory
     if owner is None:
         owner = part.partition(graph, num_parts, seed=seed)
     owner = torch.as_tensor(owner, dtype=torch.int64)
@@ -136,16 +144,25 @@ def two_level_partition(graph: Graph, num_parts: int, num_chunks: int, partition
         if num_chunks == 1:
             continue
         nodes = torch.nonzero(owner == i).flatten()
-        if getattr(part, "streams_rows", False):  # the induced subgraph read in blocks of rows, never built whole
+        streams = getattr(part, "streams_rows", False)
+        if streams or weighted:  # the induced subgraph read in blocks of rows
             if local is None:
                 local = np.full(graph.num_nodes, -1, np.int64)
             sub = InducedEdges(graph, nodes.numpy(), local, INDUCED_BLOCK_EDGES)
-            chunk[nodes] = part.partition_csr(sub, num_chunks, seed=seed, chunk_edges=INDUCED_BLOCK_EDGES)
-            sub.close()
+            try:
+                if streams:  # never built whole
+                    chunk[nodes] = part.partition_csr(sub, num_chunks, seed=seed, chunk_edges=INDUCED_BLOCK_EDGES)
+                    continue
+                check_metis_memory(n_i, sub.num_edges, host_memory, held=8 * (n_i + 1 + sub.num_edges),
+                                   what=f"part {i}'s induced subgraph, cut into offload's chunks")
+                indptr, indices = sub.arrays()  # the topology graph.subgraph(nodes) has: METIS reads no more
+            finally:
+                sub.close()
+            topology = Graph(torch.from_numpy(indptr), torch.from_numpy(indices), name=graph.name)
+            chunk[nodes] = part.partition_weighted(topology, num_chunks, work[nodes.numpy()], seed=seed)
+            del topology, indptr, indices
             continue
-        sub = graph.subgraph(nodes)
-        chunk[nodes] = part.partition_weighted(sub, num_chunks, work[nodes.numpy()], seed=seed) if weighted \
-            else part.partition(sub, num_chunks, seed=seed)
+        chunk[nodes] = part.partition(graph.subgraph(nodes), num_chunks, seed=seed)
     return owner, chunk
 
 

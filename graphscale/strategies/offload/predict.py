@@ -1,8 +1,8 @@
 """The prediction of an ``offload`` run (:mod:`graphscale.cost.prediction`).
 
-The layout is the run's: the parent's chunk sets (``prepare_shared``), as the strategy's setup maps them.
-layout and the per-layer modes :func:`~.cost.layer_modes` picks (the strategy's default bandwidths, as the run's);
-memory is :func:`~.memory.modelled_peaks` (the ``--memory-budget`` model); time prices the chunk passes' rows and
+The layout is the run's: the parent's chunk sets and worker plans (``prepare_shared``), memory-mapped as the
+strategy's setup maps them, one worker's plan at a time, with the per-layer modes :func:`~.cost.layer_modes` picks
+(the strategy's default bandwidths, as the run's); memory is :func:`~.memory.modelled_peaks` (the ``--memory-budget`` model); time prices the chunk passes' rows and
 edges on the machine profile plus the transfers at the profile's host-device bandwidth (CUDA) or, on CPU, its
 ``host_transfer_bandwidth``: the host arrays' row gathers and scatters through the strategy's own transfer pipeline,
 measured at about 3 GB/s on a 2-core host against 25 GB/s for a plain copy (the memory bandwidth the model used
@@ -32,7 +32,7 @@ from graphscale.strategies.offload.cost import (
 )
 from graphscale.strategies.offload.host import host_array_bytes, host_array_specs, input_array, shares_input
 from graphscale.strategies.offload.memory import fit_phases, modelled_peaks
-from graphscale.strategies.offload.plan import ChunkSets, build_worker_plan, check_dedup
+from graphscale.strategies.offload.plan import ChunkSets, WorkerPlan, check_dedup, plan_folder
 from graphscale.strategies.optimizers import moment_count
 
 
@@ -44,12 +44,16 @@ def predict(data, model, config, machine):
     elem, params = element_size(model), num_params(model)
     dims = model_dims(model, config, data)
     dedup = check_dedup(sc.dedup)
-    sets = ChunkSets.load(data.require_shared("offload"))  # the run's layout, planned by the parent
+    shared = data.require_shared("offload")  # the run's layout and plans, written by the parent
+    sets = ChunkSets.load(shared)
     modes = layer_modes(sc.recompute, dims, layer_pass_rows(sets, dedup), graph.num_nodes, elem, Bandwidths())
     out = {k: v for k, v in epoch_bytes(sets, dedup, modes, dims, elem, params).items() if v}
-    plans = [build_worker_plan(graph, sets, r, dedup) for r in range(world)]
-    peaks = [int(p) for p in modelled_peaks(plans, dims, modes, elem, params, fit_phases(model, dims, modes),
-                                            moment_count(config.optim))]
+    fits = fit_phases(model, dims, modes)
+    peaks, batches = [], 0
+    for rank in range(world):  # each worker's plan mapped, one at a time
+        plan = WorkerPlan.load(plan_folder(shared, rank))
+        peaks.append(int(modelled_peaks([plan], dims, modes, elem, params, fits, moment_count(config.optim))[0]))
+        batches = max(batches, len(plan.batches))
     head = predict_head(data, model, config, world, sets.owner) if config.task == "link" else None
     if head is not None:  # the scoring after the chunks (offload/link.py): its exchange, memory and time
         owned = torch.bincount(sets.owner, minlength=world).tolist()
@@ -68,7 +72,8 @@ def predict(data, model, config, machine):
                             calls=sets.num_chunks, workers=world)
     compute *= 1 + recomputes / (3 * max(len(modes), 1))
     # link: the scoring exchange and the barrier after every worker's G^L rows are written (offload/link.py)
-    collectives = offload_collectives(plans, dims, dedup, world) + (head["collectives"] + 1 if head and world > 1 else 0)
+    collectives = (offload_collectives(batches, dims, dedup, world)
+                   + (head["collectives"] + 1 if head and world > 1 else 0))
     if head is not None:
         compute += (max(head["seconds"](machine, r) for r in range(world))
                     + sum(head["bytes"].values()) / world / machine.collective_bandwidth)
@@ -84,15 +89,14 @@ def predict(data, model, config, machine):
                       collectives=collectives, host_memory=host, bytes_epoch=head["epoch"] if head else None)
 
 
-def offload_collectives(plans, dims, dedup: str, world: int) -> int:
+def offload_collectives(batches: int, dims, dedup: str, world: int) -> int:
     """Synchronising collectives of one worker's training epoch (:class:`~.passes.OffloadPasses`): per layer
     forward, a row exchange per batch and the closing barrier; per layer backward, a row exchange per batch, the
     gradient push per batch where the layer's sources need gradients (with ``--dedup baseline`` a barrier per
     rank instead) and the closing barrier; the learned input's passes likewise; the gradient and loss
-    all-reduces."""
+    all-reduces. ``batches``: the most batches a worker runs."""
     if world < 2:
         return 0
-    batches = max(len(p.batches) for p in plans)
     layers = range(len(dims.widths))
     push = world if dedup == "baseline" else 1
     forward = len(layers) * (batches + 1)

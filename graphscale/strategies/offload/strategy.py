@@ -195,7 +195,8 @@ def plan_layout(graph: Graph, owner: torch.Tensor, world: int, config: RunConfig
     elem = next(model.parameters()).element_size()
     chunks = chunks if budget is None else choose_chunks(graph, model, owner, world, budget, config, dims,
                                                          bandwidths)
-    owner, batch = two_level_partition(graph, world, chunks, sc.partitioner, config.seed, owner=owner)
+    owner, batch = two_level_partition(graph, world, chunks, sc.partitioner, config.seed, owner=owner,
+                                       host_memory=config.host_memory)
     if check_dedup(sc.dedup) == "reorg":
         batch = reorganize(graph, owner, batch, world, chunks, dims.widths[0], elem, bandwidths)
     if order_seed is not None:
@@ -282,9 +283,9 @@ class OffloadStrategy(OffloadPasses, Strategy):
         if owner is None:
             owner = torch.zeros(graph.num_nodes, dtype=torch.int64) if world == 1 else \
                 PARTITIONERS.get(sc.partitioner)().partition(graph, world, seed=config.seed)
-        chunks, why = plan_chunks(graph, owner, world, config, model, dims)
+        chunks, why = plan_chunks(graph, owner, world, config, model, dims, scratch=folder)
         write_layout(graph, owner, world, chunks, sc.partitioner, config.seed, check_dedup(sc.dedup), dims.widths[0],
-                     next(model.parameters()).element_size(), folder, Bandwidths())
+                     next(model.parameters()).element_size(), folder, Bandwidths(), host_memory=config.host_memory)
         (Path(folder) / "chunks.json").write_text(json.dumps({"chunks": chunks, "why": why}))
 
     def setup(self, data: DataHandle | Graph, model: torch.nn.Module, env: DistEnv, config: RunConfig) -> None:
