@@ -47,10 +47,9 @@ def run(args: argparse.Namespace) -> int:
     """Write ``args.dataset`` into ``args.out`` and print the one-line summary on stdout; returns 0."""
     from graphscale.data.ingest import ingest
     from graphscale.data.output_lock import output_locks
+    from graphscale.data.resplit import parse_split
     from graphscale.metrics.units import format_bytes
     from graphscale.progress import StepProgress
-
-    from graphscale.data.resplit import parse_split
 
     if args.chunk_edges < 1:
         raise ValueError(f"--chunk-edges must be a positive integer, got {args.chunk_edges}")
