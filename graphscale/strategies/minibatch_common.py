@@ -30,7 +30,7 @@ from graphscale.config import RunConfig
 from graphscale.data.cache import resolve_cache_dir
 from graphscale.data.graph import Graph
 from graphscale.data.handle import HOST_SHARED, DataHandle
-from graphscale.data.row_cache import HotRowCache, cache_capacity
+from graphscale.data.row_cache import HotRowCache, advise_random, cache_capacity
 from graphscale.data.sampler import NeighborSampler
 from graphscale.data.spill import TableMemory
 from graphscale.distributed.comm import Comm
@@ -68,11 +68,15 @@ def check_minibatch_data(graph: Graph, strategy: str, task: str = "node") -> Non
 def host_row_cache(data: DataHandle, graph: Graph, dtype: torch.dtype, config: RunConfig) -> HotRowCache:
     """The worker's host rows of ``graph.x`` in ``dtype``: with a memory-mapped graph directory (``host-shared``),
     a :class:`HotRowCache` of the rows :func:`~graphscale.data.row_cache.cache_capacity` fits in ``--host-memory``;
-    with an in-memory graph the rows are read from it directly (no cache)."""
+    with an in-memory graph the rows are read from it directly (no cache). A table larger than the cache's share
+    is advised random (:func:`~graphscale.data.row_cache.advise_random`): the rows the batches and the evaluation
+    read from it fault in their own pages, not the kernel's read-around window."""
     capacity = 0
     if data.view == HOST_SHARED:
         row_bytes = graph.x.shape[1] * torch.empty(0, dtype=dtype).element_size()
         capacity = cache_capacity(resolve_host_memory(config.host_memory), row_bytes, graph.num_nodes)
+        if capacity:  # the table does not fit the page cache's share: its misses are random reads
+            advise_random(graph.x)
     return HotRowCache(graph.x, capacity, graph.out_degrees() if capacity else None, dtype)
 
 
