@@ -75,9 +75,10 @@ def host_row_cache(data: DataHandle, graph: Graph, dtype: torch.dtype, config: R
     if data.view == HOST_SHARED:
         row_bytes = graph.x.shape[1] * torch.empty(0, dtype=dtype).element_size()
         capacity = cache_capacity(resolve_host_memory(config.host_memory), row_bytes, graph.num_nodes)
-        if capacity:  # the table does not fit the page cache's share: its misses are random reads
-            advise_random(graph.x)
-    return HotRowCache(graph.x, capacity, graph.out_degrees() if capacity else None, dtype)
+    cache = HotRowCache(graph.x, capacity, graph.out_degrees() if capacity else None, dtype)
+    if capacity:  # the table does not fit the page cache's share: after the fill (in ascending id order, which
+        advise_random(graph.x)  # read-around helps), its misses are random reads
+    return cache
 
 
 def evaluation_tables(config: RunConfig) -> TableMemory:
