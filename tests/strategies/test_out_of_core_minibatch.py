@@ -200,6 +200,35 @@ def test_single_minibatch_from_disk_matches_in_memory(tmp_path):
     assert SingleStrategy.data_view_for(config) == MEMORY
 
 
+def test_single_sampled_evaluation_from_disk_matches_in_memory(tmp_path):
+    """--eval-fanouts: the splits' vertices evaluated on sampled neighbourhoods, the same from the graph directory
+    (every budget) as in memory, the same every call; with every neighbour (-1) it is the exact evaluation."""
+    graph = make_graph()
+    folder = save_graph_dir(graph, tmp_path / "graph")
+    env = DistEnv.local()
+
+    def run(data, budget: str, eval_fanouts: list[int]) -> dict:
+        config = make_config("single", 1, "sage", budget, tmp_path / "cache")
+        config.strategy.eval_fanouts = eval_fanouts
+        strategy = SingleStrategy()
+        out = train(strategy, data, build_model(config.model, 6, 3, seed=0, dtype=torch.float64), env, config)
+        out["again"] = strategy.evaluate()
+        return out
+
+    memory = run(graph, "1GiB", [2, 1])
+    assert memory["again"] == memory["metrics"]  # a fixed key: the same samples at every evaluation
+    for budget in ("64", "1KiB"):
+        disk = run(DataHandle(HOST_SHARED, graph.summary(), path=str(folder), dtype="float64"), budget, [2, 1])
+        assert disk["losses"] == memory["losses"], budget
+        assert disk["metrics"] == memory["metrics"], budget  # the same rows, the same sums: bit for bit
+        assert disk["spilled"] == 0, budget  # no layer-wise tables
+    exact, every = run(graph, "1GiB", []), run(graph, "1GiB", [-1, -1])
+    assert exact["losses"] == every["losses"] == memory["losses"]  # evaluation does not touch training
+    for key, value in exact["metrics"].items():
+        assert every["metrics"][key] == pytest.approx(value, rel=1e-12, abs=1e-12), key
+    assert memory["metrics"]["val_loss"] != exact["metrics"]["val_loss"]  # two neighbours are not all of them
+
+
 # ------------------------------------------------------------------ data-parallel, split-parallel
 def _worker(env: DistEnv, name: str, folder: str, cache_dir: str) -> list[dict]:
     graph = make_graph()
