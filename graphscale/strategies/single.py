@@ -232,8 +232,8 @@ class SingleStrategy(Strategy):
         its input rows read as training reads them; the per-split counts summed over the batches."""
         strategy, device = self.config.strategy, self.env.device
         if self.eval_sampler is None:
-            self.eval_sampler = NeighborSampler(self.graph if self.mapped else self.sampler.graph,
-                                                strategy.eval_fanouts, seed=self.config.seed)
+            self.eval_sampler = NeighborSampler(self.sampler.graph, strategy.eval_fanouts, seed=self.config.seed,
+                                                degrees=self.sampler.degrees)  # one [N] degree array, shared
         self.model.eval()
         ids = torch.nonzero(self.masks["train"].cpu() | self.masks["val"].cpu() | self.masks["test"].cpu()).flatten()
         starts = range(0, ids.numel(), strategy.batch_size)
