@@ -166,14 +166,20 @@ MAX_TIMEOUT_S = 365 * 24 * 3600.0
 MIN_TIMEOUT_S = 1.0
 
 
-def _check_fanouts(config: RunConfig) -> None:
+def _check_fanouts(config: RunConfig, option: str = "fanouts") -> None:
     from graphscale.data.sampler import check_fanout
 
-    fanouts = config.strategy.fanouts
+    fanouts = getattr(config.strategy, option)
+    flag = f"--{option.replace('_', '-')}"
+    if option == "eval_fanouts" and not fanouts:
+        return
+    if option == "eval_fanouts" and config.task != "node":
+        raise ValueError(f"{flag} samples the evaluation of node classification; --task {config.task} evaluates "
+                         "every vertex's embedding exactly")
     for i, fanout in enumerate(fanouts):
-        check_fanout(fanout, f"--fanouts value {i}")
+        check_fanout(fanout, f"{flag} value {i}")
     if len(fanouts) != config.model.layers:
-        raise ValueError(f"--fanouts gives {len(fanouts)} value(s) but model {config.model.name!r} has "
+        raise ValueError(f"{flag} gives {len(fanouts)} value(s) but model {config.model.name!r} has "
                          f"{config.model.layers} layers (--layers); give one fanout per layer")
 
 
@@ -215,8 +221,8 @@ def _check_strategy_option(option: str, config: RunConfig) -> None:
     declaration cannot say (ranges, sizes, paths, combinations)."""
     sc = config.strategy
     _check_declared_choice(option, config)
-    if option == "fanouts":
-        _check_fanouts(config)
+    if option in ("fanouts", "eval_fanouts"):
+        _check_fanouts(config, option)
     elif option in ("batch_size", "average_every", "history_period", "hybrid_width", "subgraphs"):
         _check_at_least_one(option.replace("_", "-"), getattr(sc, option))
     elif option == "chunks":  # the strategy's own chunk count holds the same value

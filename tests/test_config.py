@@ -84,6 +84,7 @@ def from_flags(*argv: str):
      ("--fanouts is not used by strategy 'single' without --minibatch; it is used by strategies data-parallel, "
       "model-averaging, single, split-parallel")),
     (["--batch-size", "8"], "--batch-size is not used by strategy 'single' without --minibatch"),
+    (["--eval-fanouts", "5,5"], "--eval-fanouts is not used by strategy 'single' without --minibatch"),
     (["--strategy", "graph-parallel", "--minibatch"], "--minibatch is not used by strategy 'graph-parallel'"),
     (["--strategy", "offload", "--cache", "quiver"], "--cache is not used by strategy 'offload'"),
     (["--strategy", "split-parallel", "--cache", "none"], "it is used by strategy data-parallel"),
@@ -108,7 +109,7 @@ def test_options_the_strategy_or_model_does_not_read_are_refused(argv, message):
 
 
 @pytest.mark.parametrize("argv", [
-    ["--strategy", "single", "--minibatch", "--fanouts", "5,5", "--batch-size", "8"],
+    ["--strategy", "single", "--minibatch", "--fanouts", "5,5", "--batch-size", "8", "--eval-fanouts", "-1,3"],
     ["--strategy", "offload", "--chunks", "2", "--dedup", "inter", "--recompute", "none", "--partitioner", "random"],
     ["--strategy", "offload", "--memory-budget", "1GiB"],
     ["--strategy", "data-parallel", "--cache", "pagraph", "--cache-fraction", "0.1", "--fanouts", "3,3"],
@@ -154,3 +155,16 @@ def test_every_declared_option_is_a_config_field():
         assert set(STRATEGIES.get(name).unused_options(build_config({}))) <= STRATEGIES.get(name).options
     for name in MODELS.names():
         assert MODELS.get(name).options <= model_fields - {"name", "hidden", "layers", "dropout"}, name
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--eval-fanouts", "5"], "--eval-fanouts gives 1 value(s) but model 'gcn' has 2 layers (--layers)"),
+    (["--eval-fanouts", "0,5"], "--eval-fanouts value 0"),
+    (["--eval-fanouts", "5,5", "--task", "link"], "--eval-fanouts samples the evaluation of node classification"),
+])
+def test_bad_eval_fanouts_are_one_line_naming_the_option(argv, message):
+    from graphscale.validation import validate
+
+    with pytest.raises(ValueError, match=re.escape(message)) as err:
+        validate(from_flags("--minibatch", *argv))
+    assert "\n" not in str(err.value)

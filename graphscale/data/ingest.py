@@ -45,6 +45,7 @@ from graphscale.data.formats import (
     check_output_dir,
     is_graph_dir,
     load_graph_dir,
+    read_graph_meta,
     save_graph_dir,
     temp_sibling,
     writer_options,
@@ -56,6 +57,7 @@ from graphscale.data.readers.metis import is_metis_file
 from graphscale.data.readers.npz import NpzMember, npz_labels, npz_layout, open_npz
 from graphscale.data.readers.ogb import iter_csv_gz, ogb_name, ogb_node_data, ogb_root, read_csv_gz
 from graphscale.data.readers.text import iter_int_pairs
+from graphscale.data.resplit import write_resplit
 from graphscale.errors import RunError
 from graphscale.metrics.units import format_bytes
 
@@ -119,7 +121,7 @@ def _existing(path: Path) -> Path:
 
 
 def ingest(spec: str, out_dir: str | Path, *, chunk_edges: int = DEFAULT_CHUNK_EDGES, progress: Progress | None = None,
-           overwrite: bool = True) -> Path:
+           overwrite: bool = True, split: dict | None = None) -> Path:
     """Write the dataset ``spec`` as the graph directory ``out_dir`` in bounded memory (module docstring).
 
     Args:
@@ -128,6 +130,8 @@ def ingest(spec: str, out_dir: str | Path, *, chunk_edges: int = DEFAULT_CHUNK_E
         chunk_edges: records (and text, feature or node rows, in proportion) held in memory at a time.
         progress: ``progress(step, done, total)`` as work advances (``total`` 0 when unknown).
         overwrite: replace an existing graph directory at ``out_dir`` (any other non-empty path is refused).
+        split: a new split for a ``graphdir:`` spec (:func:`graphscale.data.resplit.parse_split`): the
+            directory's other arrays are shared, not copied (:mod:`graphscale.data.resplit`).
 
     Returns:
         ``out_dir``; its arrays and ``meta.json`` equal ``save_graph_dir(load_dataset(spec), out_dir)``'s.
@@ -145,8 +149,17 @@ def ingest(spec: str, out_dir: str | Path, *, chunk_edges: int = DEFAULT_CHUNK_E
     kind, _, arg = spec.partition(":")
     kind = kind.lower()
     job = _Job(out_dir, chunk_edges, progress, overwrite)
+    if split is not None and (kind != "graphdir" or not arg):
+        raise ValueError(f"--split: applies to a graph directory (graphdir:DIR), got {spec!r}; the synthetic "
+                         "generators take train= and val= in their spec")
     try:
-        if not streams(spec):
+        if split is not None:
+            job.check_space(3 * (read_graph_meta(arg)["num_nodes"] + 128) + 4096)  # masks and meta.json: the rest
+            # is linked (copied, and not counted here, only where the output lies on another file system)
+            job.progress("split", 0, 1)
+            write_resplit(Path(arg), out_dir, split, overwrite=overwrite)
+            job.progress("split", 1, 1)
+        elif not streams(spec):
             save_graph_dir(load_dataset(spec), out_dir, overwrite=overwrite)
         elif kind in synthetic.PARAMS:
             _synthetic(job, f"{kind}:{arg}")

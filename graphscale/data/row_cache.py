@@ -12,6 +12,11 @@ feature table: it reads the rows each mini-batch needs. :class:`HotRowCache` kee
   :data:`FEATURE_CACHE_SHARE` of it, in rows of the model's dtype; none when the whole table fits that share (the
   page cache then holds the mapped file, one copy per host);
 * **a miss** is read from the mapped file in ascending id order (the page cache turns nearby ids into one read).
+  When the table does not fit the cache's share of the budget (``capacity`` > 0), the mapping is advised random
+  (:func:`advise_random`, ``madvise(MADV_RANDOM)``): a miss then reads its own pages, not the kernel's read-around
+  window (``read_ahead_kb``, 128 KiB to several MiB) around each faulting page. Under a memory cgroup that window
+  is reclaimed again before most of it is used: gathering 50,000 random rows of a 10 GB table under a 1 GiB limit
+  read 71 GB in 10 minutes (mostly system time) without the advice and 91 MiB in 12 s with it.
 
 A gathered row is the file's row cast to the model's dtype, the same values whether it came from the cache or
 from the file, so training is bit for bit the in-memory run's whatever the capacity (tested with caches of 0, 1
@@ -24,6 +29,9 @@ order of the results, hence the run, is unchanged.
 
 from __future__ import annotations
 
+import ctypes
+import mmap
+import sys
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
@@ -48,6 +56,21 @@ def cache_capacity(budget: int, row_bytes: int, num_rows: int, share: float = FE
     if row_bytes <= 0 or num_rows * row_bytes <= room:
         return 0
     return int(room // row_bytes)
+
+
+def advise_random(x: torch.Tensor) -> bool:
+    """Advise the kernel that the pages behind ``x`` (a memory-mapped table) are read at random
+    (``madvise(MADV_RANDOM)`` over the pages it spans): a page fault reads that page only. Returns whether the
+    advice was taken (``False`` off Linux, or for an empty tensor). The data read is unchanged."""
+    advice = getattr(mmap, "MADV_RANDOM", None)
+    if advice is None or not sys.platform.startswith("linux") or x.numel() == 0:
+        return False
+    page = mmap.PAGESIZE
+    start = x.data_ptr() // page * page
+    end = x.data_ptr() + x.numel() * x.element_size()
+    madvise = ctypes.CDLL(None, use_errno=True).madvise
+    madvise.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
+    return madvise(start, end - start, advice) == 0
 
 
 class HotRowCache:

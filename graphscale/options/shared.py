@@ -69,6 +69,10 @@ class ChunkOrder:
 class SingleOptions(MiniBatch, Sampling):
     """``single``: the single-process reference, full-graph or (``--minibatch``) sampled."""
 
+    eval_fanouts: list[int] = field(default_factory=list, metadata=meta(
+        "with --minibatch: evaluate the train, val and test vertices on neighbourhoods sampled with these fanouts (as "
+        "--fanouts; seeded, the same every epoch), --batch-size at a time, instead of exact layer-wise inference "
+        "over every vertex (empty: exact)", parse=int_list, metavar="F,F,..."))
     DATA_OPTIONS: ClassVar[frozenset[str]] = frozenset({"feature_dtype"})
 
 

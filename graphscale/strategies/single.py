@@ -42,6 +42,8 @@ from graphscale.options import option_names
 from graphscale.options.shared import SingleOptions
 from graphscale.registry import STRATEGIES
 from graphscale.strategies.base import (
+    COUNTS_PER_SPLIT,
+    SPLITS,
     Strategy,
     check_gradients,
     counts_to_metrics,
@@ -83,7 +85,8 @@ class SingleStrategy(Strategy):
     def unused_options(cls, config) -> dict[str, str]:
         unused = unused_feature_options(config)
         return unused if config.strategy.minibatch else {**unused, "fanouts": "without --minibatch",
-                                                         "batch_size": "without --minibatch"}
+                                                         "batch_size": "without --minibatch",
+                                                         "eval_fanouts": "without --minibatch"}
 
     @classmethod
     def link_refusal(cls, config) -> str:
@@ -98,7 +101,7 @@ class SingleStrategy(Strategy):
         self.tracker = MemoryTracker(env)
         self.tracker.track_module("model", model)
         self.mapped = self.data.view == HOST_SHARED  # mini-batch training from a memory-mapped graph directory
-        self.rows = self.evaluator = self.link = None
+        self.rows = self.evaluator = self.link = self.eval_sampler = None
         self.y = graph.y.to(device)
         self.masks = {"train": graph.train_mask.to(device), "val": graph.val_mask.to(device),
                       "test": graph.test_mask.to(device)}
@@ -223,6 +226,34 @@ class SingleStrategy(Strategy):
         return total / max(count, 1)
 
     @torch.no_grad()
+    def _sampled_evaluation(self) -> dict[str, float]:
+        """``--eval-fanouts``: the vertices of the three splits (ascending ids), ``--batch-size`` at a time, each
+        batch's neighbourhood sampled with the evaluation fanouts under a fixed key (the same samples every epoch),
+        its input rows read as training reads them; the per-split counts summed over the batches."""
+        strategy, device = self.config.strategy, self.env.device
+        if self.eval_sampler is None:
+            self.eval_sampler = NeighborSampler(self.sampler.graph, strategy.eval_fanouts, seed=self.config.seed,
+                                                degrees=self.sampler.degrees)  # one [N] degree array, shared
+        self.model.eval()
+        ids = torch.nonzero(self.masks["train"].cpu() | self.masks["val"].cpu() | self.masks["test"].cpu()).flatten()
+        starts = range(0, ids.numel(), strategy.batch_size)
+
+        def gather(i: int):
+            targets = ids[starts[i]: starts[i] + strategy.batch_size]
+            blocks = self.eval_sampler.sample(targets, batch_key=i)
+            rows = self.rows.gather(blocks[0].src_ids) if self.rows is not None else None
+            return targets, blocks, rows
+
+        counts = torch.zeros(COUNTS_PER_SPLIT * len(SPLITS), dtype=torch.float64)
+        for targets, blocks, x in prefetched(gather, len(starts)):
+            blocks = [b.to(device) for b in blocks]
+            x = self.x[blocks[0].src_ids.to(self.x.device)] if x is None else x.to(device)
+            logits = self.model(blocks, x)
+            on = targets.to(device)
+            counts += split_counts(logits, self.y[on], {k: m[on] for k, m in self.masks.items()}).cpu()
+        return counts_to_metrics(counts)
+
+    @torch.no_grad()
     def outputs(self) -> tuple[torch.Tensor, torch.Tensor]:
         """The whole graph's logits in one forward (an in-memory graph)."""
         if self.mapped:
@@ -234,6 +265,8 @@ class SingleStrategy(Strategy):
 
     @torch.no_grad()
     def evaluate(self) -> dict[str, float]:
+        if self.config.strategy.minibatch and self.config.strategy.eval_fanouts and self.link is None:
+            return self._sampled_evaluation()
         if self.mapped:  # layer by layer over row batches, its tables within --host-memory
             if self.evaluator is None:
                 self.evaluator = LayerwiseEvaluator(Comm(self.env), self.graph, self.model,

@@ -11,20 +11,22 @@ than its capacity.
 from __future__ import annotations
 
 import dataclasses
+import sys
 
 import numpy as np
 import pytest
 import torch
 
 from graphscale.config import ModelConfig, OptimConfig, RunConfig, StrategyConfig
-from graphscale.data.formats import save_graph_dir
+from graphscale.data.formats import load_graph_dir, save_graph_dir
 from graphscale.data.handle import HOST_SHARED, MEMORY, DataHandle
-from graphscale.data.row_cache import FEATURE_CACHE_SHARE, HotRowCache, cache_capacity, prefetched
+from graphscale.data.row_cache import FEATURE_CACHE_SHARE, HotRowCache, advise_random, cache_capacity, prefetched
 from graphscale.data.spill import TableMemory
 from graphscale.distributed.env import DistEnv
 from graphscale.nn.models import build_model
 from graphscale.prepare import prepare_graph
 from graphscale.registry import STRATEGIES
+from graphscale.strategies.minibatch_common import host_row_cache
 from graphscale.strategies.single import SingleStrategy
 from graphscale.testing import random_graph, run_distributed
 
@@ -102,6 +104,35 @@ def test_hot_row_cache_gathers_exact_rows_and_holds_at_most_its_capacity(tmp_pat
         HotRowCache(mapped, -1)
 
 
+def vm_flags(address: int) -> list[str]:
+    """The ``VmFlags`` of this process's mapping that holds ``address`` (``/proc/self/smaps``)."""
+    inside = False
+    for line in open("/proc/self/smaps").read().splitlines():  # noqa: SIM115 - read whole
+        head = line.split(maxsplit=1)[0] if line else ""
+        if "-" in head and all(c in "0123456789abcdef-" for c in head):
+            low, high = (int(v, 16) for v in head.split("-"))
+            inside = low <= address < high
+        elif line.startswith("VmFlags:") and inside:
+            return line.split()[1:]
+    raise AssertionError(f"no mapping holds {address:#x}")
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="madvise flags are read from Linux's smaps")
+def test_a_table_over_the_cache_share_is_advised_random(tmp_path):
+    """A feature table larger than the cache's share of the budget is read at random: its mapping carries
+    MADV_RANDOM (smaps' ``rr``), with a cache of a few rows or of none; one that fits keeps the kernel's
+    read-around (the page cache holds it); the rows gathered are the same."""
+    folder = save_graph_dir(make_graph(), tmp_path / "graph")
+    for budget, advised in (("64", True), ("1KiB", True), ("1GiB", False)):
+        graph = load_graph_dir(folder)
+        config = make_config("single", 1, "sage", budget, tmp_path / "cache")
+        handle = DataHandle(HOST_SHARED, graph.summary(), path=str(folder), dtype="float64")
+        rows = host_row_cache(handle, graph, torch.float64, config)
+        assert ("rr" in vm_flags(graph.x.data_ptr())) == advised, budget
+        assert torch.equal(rows.gather(torch.arange(60)), make_graph().x), budget
+    assert not advise_random(torch.zeros(0))
+
+
 def test_prefetched_yields_in_order_one_item_ahead():
     started = []
 
@@ -167,6 +198,35 @@ def test_single_minibatch_from_disk_matches_in_memory(tmp_path):
     assert SingleStrategy.data_view_for(config) == MEMORY
     config.strategy.minibatch, config.data.features = True, "learnable:4"
     assert SingleStrategy.data_view_for(config) == MEMORY
+
+
+def test_single_sampled_evaluation_from_disk_matches_in_memory(tmp_path):
+    """--eval-fanouts: the splits' vertices evaluated on sampled neighbourhoods, the same from the graph directory
+    (every budget) as in memory, the same every call; with every neighbour (-1) it is the exact evaluation."""
+    graph = make_graph()
+    folder = save_graph_dir(graph, tmp_path / "graph")
+    env = DistEnv.local()
+
+    def run(data, budget: str, eval_fanouts: list[int]) -> dict:
+        config = make_config("single", 1, "sage", budget, tmp_path / "cache")
+        config.strategy.eval_fanouts = eval_fanouts
+        strategy = SingleStrategy()
+        out = train(strategy, data, build_model(config.model, 6, 3, seed=0, dtype=torch.float64), env, config)
+        out["again"] = strategy.evaluate()
+        return out
+
+    memory = run(graph, "1GiB", [2, 1])
+    assert memory["again"] == memory["metrics"]  # a fixed key: the same samples at every evaluation
+    for budget in ("64", "1KiB"):
+        disk = run(DataHandle(HOST_SHARED, graph.summary(), path=str(folder), dtype="float64"), budget, [2, 1])
+        assert disk["losses"] == memory["losses"], budget
+        assert disk["metrics"] == memory["metrics"], budget  # the same rows, the same sums: bit for bit
+        assert disk["spilled"] == 0, budget  # no layer-wise tables
+    exact, every = run(graph, "1GiB", []), run(graph, "1GiB", [-1, -1])
+    assert exact["losses"] == every["losses"] == memory["losses"]  # evaluation does not touch training
+    for key, value in exact["metrics"].items():
+        assert every["metrics"][key] == pytest.approx(value, rel=1e-12, abs=1e-12), key
+    assert memory["metrics"]["val_loss"] != exact["metrics"]["val_loss"]  # two neighbours are not all of them
 
 
 # ------------------------------------------------------------------ data-parallel, split-parallel
