@@ -100,16 +100,22 @@ TOY_DATASET = "sbm:nodes=300,degree=4,features=8"
 
 def _warm_child(warm: list[str], argv: list[str], out: str) -> dict:
     """Body of :func:`train_warm`'s process (module level so that spawn can import it)."""
+    import contextlib
+    import io
     import json
     import os
 
     from graphscale.cli import main
 
-    if main(warm) != 0:
-        return {"error": "the warm-up run on a toy graph failed"}
-    code = main(argv)
-    if code != 0 or not os.path.exists(out):
-        return {"error": f"exit {code}"}
+    for run, what in ((warm, "the warm-up run on a toy graph"), (argv, "the run")):
+        text = io.StringIO()
+        with contextlib.redirect_stdout(text), contextlib.redirect_stderr(text):
+            code = main(run)
+        if code != 0:
+            lines = [ln.strip() for ln in text.getvalue().splitlines() if ln.strip()]
+            return {"error": f"{what}: exit {code}: {lines[-1][:160] if lines else ''}"}
+    if not os.path.exists(out):
+        return {"error": "the run wrote no report"}
     with open(out) as f:
         return json.load(f)
 
