@@ -1,5 +1,5 @@
-"""``graphscale bench link``: the real command on a tiny graph (in this process), its rows' numbers, and PyG's loop
-on graphscale's split."""
+"""``graphscale bench link``: the real command on a tiny graph (its runs in this process and the suite's worker pool),
+its rows' numbers, a failing run's row, and PyG's loop on graphscale's split."""
 
 from __future__ import annotations
 
@@ -9,7 +9,6 @@ import math
 import pytest
 
 from graphscale.bench.peers import link, pyg_link
-from graphscale.bench.tools import memory
 from graphscale.cli import main
 
 GRAPH = "sbm:nodes=300,degree=4,features=8"
@@ -19,10 +18,9 @@ def _finite(value) -> bool:
     return isinstance(value, (int, float)) and math.isfinite(value)
 
 
-def test_bench_link_tabulates_strategies_next_to_pyg(tmp_path, capsys, monkeypatch, train_in_process):
-    monkeypatch.setattr(memory, "train_once", train_in_process)
-    monkeypatch.setattr(link, "train_warm", lambda dataset, strategy, epochs, hidden, extra, timeout: (
-        train_in_process(dataset, strategy, 1, epochs, "gcn", hidden, None, extra)))
+def test_bench_link_tabulates_strategies_next_to_pyg(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(link, "train_fresh", lambda dataset, options, warm, timeout: (  # in this process
+        link._train_child(dataset, options, False)))
     monkeypatch.setattr(pyg_link, "measure_pyg", lambda spec, fractions, seed, hidden, epochs, lr, hits_k: (
         pyg_link._child(spec, fractions, seed, hidden, epochs, lr, hits_k, 0)))
     out = tmp_path / "link.json"
@@ -66,3 +64,11 @@ def test_unknown_strategies_are_refused_by_name():
         link.check_strategies("single,pipeline")
     with pytest.raises(ValueError, match="--strategies: unknown empty list"):
         link.check_strategies(" , ")
+
+
+def test_a_failing_run_shows_its_error_in_its_row():
+    row = link.strategy_row("offload", 2, {"error": "ValueError: boom"}, [20])
+    (shown,) = link.display_rows([row], [20])
+    assert shown == {"strategy": "offload", "workers": "2", "s/epoch": "ValueError: boom"}
+    assert link.add_ratios([link.pyg_row({"times": [2.0, 1.0, 3.0], "peak_rss": 30, "baseline_rss": 10,
+                                          "final": {"test_auc": 0.5}}, [20]), row])[1] is row

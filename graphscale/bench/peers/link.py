@@ -1,7 +1,7 @@
 """``graphscale bench link``: link prediction under every strategy, next to PyG's own loop, in one run.
 
-Every strategy is one ``graphscale train --task link ... --json`` run in a fresh process (a failing strategy fails its
-own row only): ``single``
+Every strategy is one ``gs.train(..., task="link")`` run in a fresh process (:func:`train_fresh`; a failing
+strategy fails its own row only): ``single``
 (full-graph), ``single-minibatch`` (``single --minibatch``: edge mini-batches), and ``graph-parallel``,
 ``offload``, ``split-parallel``, ``data-parallel``, ``model-averaging`` on ``--workers``. All train the same model:
 a 2-layer GCN encoder (``features -> hidden -> hidden``), the dot decoder, Adam, no dropout, no weight decay, on the
@@ -10,11 +10,11 @@ dot decoder, ``negative_sampling``) trains the same model on the same split in i
 the same candidates.
 
 The one-worker runs (``single``, ``single-minibatch``) and PyG's loop each run in a fresh process after a short
-warm-up run on a toy graph in that process (:func:`train_warm`; :mod:`~graphscale.bench.peers.pyg_link`), so the
+warm-up run on a toy graph in that process (:func:`train_fresh`; :mod:`~graphscale.bench.peers.pyg_link`), so the
 resident set they read before loading the data, their *baseline*, already holds the imported libraries and the
-compiled kernels, and their growth above it is what the data and the training need. The distributed strategies run
-as ``graphscale train`` subprocesses (:func:`graphscale.bench.tools.memory.train_once`): each worker reads its
-baseline at its start, so its growth also holds its kernels' compilation.
+compiled kernels, and their growth above it is what the data and the training need. The distributed strategies' workers
+are spawned fresh by their run and read their baselines at their start, so their growth also holds their kernels'
+compilation.
 
 Per run the table shows:
 
@@ -40,15 +40,15 @@ import statistics
 from graphscale.metrics.table import format_table
 from graphscale.metrics.units import format_bytes
 
-#: the rows: their ``graphscale train`` strategy and its extra options
+#: the rows: their strategy and its extra options
 STRATEGIES = {
-    "single": ("single", []),
-    "single-minibatch": ("single", ["--minibatch"]),
-    "graph-parallel": ("graph-parallel", []),
-    "offload": ("offload", []),
-    "split-parallel": ("split-parallel", []),
-    "data-parallel": ("data-parallel", []),
-    "model-averaging": ("model-averaging", []),
+    "single": ("single", {}),
+    "single-minibatch": ("single", {"minibatch": True}),
+    "graph-parallel": ("graph-parallel", {}),
+    "offload": ("offload", {}),
+    "split-parallel": ("split-parallel", {}),
+    "data-parallel": ("data-parallel", {}),
+    "model-averaging": ("model-averaging", {}),
 }
 #: the rows that run on one worker
 ONE_WORKER = ("single", "single-minibatch")
@@ -72,9 +72,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_declared(parser, "seed", note="here: of every run, PyG's split and initialisation included")
     add_declared(parser, "link_split")
     add_declared(parser, "hits_k")
-    parser.add_argument("--train-args", default="",
-                        help="extra `graphscale train` options passed to every graphscale run, e.g. "
-                             "'--fanouts 10,10 --batch-size 512'")
     add_own(parser, "--timeout", type=float, default=900, help="seconds per run before it is stopped (default 900)",
             differs="a whole run's time limit, not the collective timeout")
     add_declared(parser, "json", note="here: the rows and the reports")
@@ -94,59 +91,48 @@ def check_strategies(text: str) -> list[str]:
     return names
 
 
-#: the graph of the warm-up run before a one-worker run (:func:`train_warm`)
+#: the graph of the warm-up run before a one-worker run (:func:`train_fresh`)
 TOY_DATASET = "sbm:nodes=300,degree=4,features=8"
 
 
-def _warm_child(warm: list[str], argv: list[str], out: str) -> dict:
-    """Body of :func:`train_warm`'s process (module level so that spawn can import it)."""
+def _train_child(dataset: str, options: dict, warm: bool) -> dict:
+    """Body of :func:`train_fresh`'s process (module level so that spawn can import it)."""
     import contextlib
     import io
-    import json
-    import os
 
-    from graphscale.cli import main
+    from graphscale.api.training import train
 
-    for run, what in ((warm, "the warm-up run on a toy graph"), (argv, "the run")):
-        text = io.StringIO()
+    text = io.StringIO()
+    try:
         with contextlib.redirect_stdout(text), contextlib.redirect_stderr(text):
-            code = main(run)
-        if code != 0:
-            lines = [ln.strip() for ln in text.getvalue().splitlines() if ln.strip()]
-            return {"error": f"{what}: exit {code}: {lines[-1][:160] if lines else ''}"}
-    if not os.path.exists(out):
-        return {"error": "the run wrote no report"}
-    with open(out) as f:
-        return json.load(f)
+            if warm:
+                train("gcn", TOY_DATASET, **{**options, "epochs": 2})
+            return train("gcn", dataset, **options).raw
+    except Exception as err:  # the row shows it; the other runs go on
+        line = err.one_line() if hasattr(err, "one_line") else f"{type(err).__name__}: {err}"
+        return {"error": line.splitlines()[0][:200] if line else type(err).__name__}
 
 
-def train_warm(dataset: str, strategy: str, epochs: int, hidden: int, extra: list[str],
-               timeout: float = 900) -> dict:
-    """A one-worker ``graphscale train`` run in a fresh process after a 2-epoch warm-up run of the same options on
-    :data:`TOY_DATASET` in that process (the kernels compiled, the libraries imported before the run reads its
-    memory baseline, as PyG's process is warmed up); its JSON report, or ``{"error": message}``."""
+def train_fresh(dataset: str, options: dict, warm: bool, timeout: float = 900) -> dict:
+    """``gs.train("gcn", dataset, **options)`` in a fresh process, after a 2-epoch run of the same options on
+    :data:`TOY_DATASET` in that process when ``warm`` (module docstring); its report as a dictionary, or
+    ``{"error": message}``."""
     import multiprocessing as mp
-    import tempfile
-    from pathlib import Path
 
-    from graphscale.bench.tools.memory import train_argv
-
-    with tempfile.TemporaryDirectory(prefix="graphscale-bench-link-") as tmp:
-        out = str(Path(tmp) / "report.json")
-        warm = train_argv(TOY_DATASET, strategy, 1, 2, "gcn", hidden, None, extra, Path(tmp) / "warm.json")
-        argv = train_argv(dataset, strategy, 1, epochs, "gcn", hidden, None, extra, Path(out))
-        with mp.get_context("spawn").Pool(1) as pool:
-            try:
-                return pool.apply_async(_warm_child, (warm, argv, out)).get(timeout)
-            except mp.TimeoutError:
-                return {"error": f"timed out after {timeout:g} s"}
+    with mp.get_context("spawn").Pool(1) as pool:
+        try:
+            return pool.apply_async(_train_child, (dataset, options, warm)).get(timeout)
+        except mp.TimeoutError:
+            return {"error": f"timed out after {timeout:g} s"}
 
 
-def link_options(args: argparse.Namespace) -> list[str]:
-    """The ``graphscale train`` options every graphscale run shares: the task, the model and the split."""
-    return ["--task", "link", "--decoder", "dot", "--dropout", "0", "--weight-decay", "0", "--lr", str(args.lr),
-            "--seed", str(args.seed), "--link-split", ",".join(f"{f:g}" for f in args.link_split),
-            "--hits-k", ",".join(str(k) for k in args.hits_k)]
+def train_options(args: argparse.Namespace, name: str) -> dict:
+    """The ``gs.train`` options of the run ``name``: its strategy and workers, the task, the model, the split."""
+    strategy, extra = STRATEGIES[name]
+    return {"strategy": strategy, **extra, "workers": 1 if name in ONE_WORKER else args.workers,
+            "oversubscribe": True, "progress": False, "epochs": args.epochs, "hidden": args.hidden, "lr": args.lr,
+            "seed": args.seed, "task": "link", "decoder": "dot", "dropout": 0.0, "weight_decay": 0.0,
+            "link_split": list(args.link_split), "hits_k": list(args.hits_k)}
 
 
 def mean_bytes(report: dict) -> dict[str, float]:
@@ -207,26 +193,17 @@ def add_ratios(rows: list[dict]) -> list[dict]:
 
 def measure(args: argparse.Namespace, names: list[str]) -> tuple[list[dict], dict]:
     """Run PyG's loop, then every strategy of ``names``; the rows (with ratios) and the reports by strategy."""
-    import shlex
-
     from graphscale.bench.peers.pyg_link import measure_pyg
-    from graphscale.bench.tools.memory import train_once
 
     if args.workers < 1 or args.epochs < 1:
         raise ValueError(f"--workers and --epochs must be >= 1, got {args.workers} and {args.epochs}")
     pyg = measure_pyg(args.dataset, args.link_split, args.seed, args.hidden, args.epochs, args.lr, args.hits_k)
     rows, reports = [pyg_row(pyg, args.hits_k)], {PYG: pyg}
-    extra = link_options(args) + shlex.split(args.train_args)
     for name in names:
-        workers = 1 if name in ONE_WORKER else args.workers
-        strategy, options = STRATEGIES[name]
-        if workers == 1:
-            report = train_warm(args.dataset, strategy, args.epochs, args.hidden, options + extra, args.timeout)
-        else:
-            report = train_once(args.dataset, strategy, workers, args.epochs, "gcn", args.hidden, None,
-                                options + extra, args.timeout)
+        options = train_options(args, name)
+        report = train_fresh(args.dataset, options, options["workers"] == 1, args.timeout)
         reports[name] = report
-        rows.append(strategy_row(name, workers, report, args.hits_k))
+        rows.append(strategy_row(name, options["workers"], report, args.hits_k))
     return add_ratios(rows), reports
 
 
