@@ -108,7 +108,7 @@ def _train_child(dataset: str, options: dict, warm: bool) -> dict:
             if warm:
                 train("gcn", TOY_DATASET, **{**options, "epochs": 2})
             return train("gcn", dataset, **options).raw
-    except Exception as err:  # the row shows it; the other runs go on
+    except (ValueError, TypeError, KeyError, OSError, RuntimeError) as err:  # a worker's too; the row shows it
         line = err.one_line() if hasattr(err, "one_line") else f"{type(err).__name__}: {err}"
         return {"error": line.splitlines()[0][:200] if line else type(err).__name__}
 
