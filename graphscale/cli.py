@@ -22,6 +22,8 @@ from graphscale.options import declared, flag_of, int_list, integer
 #: ``graphscale bench NAME`` -> module with ``add_arguments(parser)`` and ``run(args)``.
 BENCHES = {
     "peers": ("graphscale.bench.peers.peers", "2-layer GCN epoch: graphscale against PyG (time and peak memory)"),
+    "link": ("graphscale.bench.peers.link", ("link prediction under every strategy against PyG's loop on the same "
+             "split: epoch time, bytes by category, peak memory per worker (tracked and OS), AUC / Hits@K / MRR")),
     "device": ("graphscale.bench.peers.device", ("2-layer GCN epoch on one device (GPU, or the device path on CPU): "
                "graphscale against PyG-CSR and PyG edge_index (time, peak memory, ops and kernels per epoch)")),
     "sampler": ("graphscale.bench.tools.sampler", "neighbour-sampler throughput in sampled edges per second"),

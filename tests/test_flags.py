@@ -45,6 +45,7 @@ OWN = {
     ("bench averaging", "--timeout"): "a run's time limit",
     ("bench advise", "--timeout"): "a run's time limit",
     ("bench task", "--timeout"): "a run's time limit",
+    ("bench link", "--timeout"): "a run's time limit",
 }
 
 

@@ -27,7 +27,7 @@ import torch
 
 from graphscale.distributed.comm import Comm
 from graphscale.distributed.functional import all_to_all_v
-from graphscale.tasks.link import candidate_scores, link_metrics, pair_loss_sum
+from graphscale.tasks.link import candidate_scores, link_metrics, table_loss_sum
 from graphscale.tasks.link_store import LinkPart
 from graphscale.tasks.negatives import eval_tails, train_tails
 from graphscale.tasks.split import SPLIT_NAMES
@@ -170,7 +170,7 @@ class LinkScorer:
         its own rows ``z``; a collective (the destinations' rows and, in the backward, their gradients)."""
         src, dst, label = self.train_pairs(epoch)
         table, index = self.fetch.table(z, dst)
-        return pair_loss_sum(self.decoder, z[self.fetch.local(src)], table[index], label)
+        return table_loss_sum(self.decoder, z, self.fetch.local(src), table, index, label)
 
     def split_scores(self, z: torch.Tensor, split: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """``(ids, pos, neg)``: this worker's pairs of ``split``, their scores and their candidates' scores."""

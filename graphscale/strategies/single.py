@@ -160,7 +160,7 @@ class SingleStrategy(Strategy):
         self.optimizer.zero_grad(set_to_none=True)
         z = self.model(self.block, self.x)
         src, dst, label = self.link.train_pairs(epoch)
-        loss = self.link.loss_sum(z[src], z[dst], label) / self.link.normaliser
+        loss = self.link.table_loss_sum(z, src, dst, label) / self.link.normaliser
         loss.backward()
         check_gradients([p.grad for p in self.model.parameters()], loss)
         self.optimizer.step()

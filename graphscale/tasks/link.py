@@ -20,6 +20,7 @@ import torch.nn.functional as F
 from graphscale.tasks.decoders import build_decoder
 from graphscale.tasks.metrics import auc, hits_at_k, mrr
 from graphscale.tasks.negatives import EVAL_CANDIDATES, eval_tails, train_tails
+from graphscale.tasks.pair_scores import table_scores
 from graphscale.tasks.split import SPLIT_NAMES, LinkSplit
 
 #: positive pairs scored against their candidates at a time in evaluation (bounds the ``[rows, C, d]`` gather)
@@ -96,6 +97,12 @@ class LinkTask:
         :attr:`normaliser`)."""
         return pair_loss_sum(self.decoder, z_src, z_dst, label)
 
+    def table_loss_sum(self, z: torch.Tensor, src: torch.Tensor, dst: torch.Tensor,
+                       label: torch.Tensor) -> torch.Tensor:
+        """:meth:`loss_sum` of the pairs ``(src, dst)`` of rows of ``z``, scored in chunks
+        (:func:`table_loss_sum`)."""
+        return table_loss_sum(self.decoder, z, src, z, dst, label)
+
     def split_scores(self, z: torch.Tensor, split: str) -> tuple[torch.Tensor, torch.Tensor]:
         """``(pos [P], neg [P, C])``: the scores of ``split``'s positives and of their evaluation candidates, from
         the embeddings ``z`` of every vertex; with a given split's shared negative pairs, ``neg [Q, 1]`` their
@@ -121,6 +128,14 @@ def pair_loss_sum(decoder: torch.nn.Module, z_src: torch.Tensor, z_dst: torch.Te
                   label: torch.Tensor) -> torch.Tensor:
     """The summed BCE of the pairs with embeddings ``z_src``, ``z_dst`` and 0/1 ``label`` under ``decoder``."""
     scores = decoder(z_src, z_dst)
+    return F.binary_cross_entropy_with_logits(scores, label.to(scores.dtype), reduction="sum")
+
+
+def table_loss_sum(decoder: torch.nn.Module, z_src: torch.Tensor, src: torch.Tensor, z_dst: torch.Tensor,
+                   dst: torch.Tensor, label: torch.Tensor) -> torch.Tensor:
+    """:func:`pair_loss_sum` of the pairs ``(z_src[src], z_dst[dst])``, their rows gathered in chunks rather than
+    all at once (:func:`graphscale.tasks.pair_scores.table_scores`)."""
+    scores = table_scores(decoder, z_src, src, z_dst, dst)
     return F.binary_cross_entropy_with_logits(scores, label.to(scores.dtype), reduction="sum")
 
 
