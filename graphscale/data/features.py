@@ -40,9 +40,9 @@ import math
 import torch
 
 #: the ``--features`` modes (``random`` and ``learnable`` take ``:D``)
-MODES = ("degree", "onehot", "random", "spectral", "learnable")
+MODES = ("degree", "onehot", "random", "spectral", "fastrp", "learnable")
 #: the modes computed from the graph by the parent (the others: the dataset's own features, or a learnable table)
-COMPUTED = ("degree", "onehot", "random", "spectral")
+COMPUTED = ("degree", "onehot", "random", "spectral", "fastrp")
 #: the most vertices ``--features onehot`` accepts (a dense ``[N, N]`` float32 matrix: 100 MB at 5,000)
 ONEHOT_MAX_NODES = 5000
 #: hash streams of the keyed normal values
@@ -59,7 +59,7 @@ def parse_features(text: str) -> tuple[str, int]:
     if not text:
         return "", 0
     mode, sep, dim = text.partition(":")
-    forms = "degree, onehot, random:D, spectral:D or learnable:D (D a positive integer)"
+    forms = "fastrp:D, spectral:D, degree, onehot, random:D or learnable:D (D a positive integer)"
     if mode not in MODES:
         raise ValueError(f"--features must be one of {forms}; got {text!r}")
     if mode in ("degree", "onehot"):
@@ -93,9 +93,9 @@ def effective_norm(text: str, feature_norm: str) -> str:
     return "none" if parse_features(text)[0] and feature_norm == "auto" else feature_norm
 
 
-def keyed_normal(ids: torch.Tensor, dim: int, seed: int, stream: int) -> torch.Tensor:
-    """Standard normal float64 ``[len(ids), dim]``: element ``(i, c)`` a pure function of ``(seed, stream, ids[i],
-    c)`` (Box-Muller on two counter-based uniforms), so any row subset or order gets the same rows."""
+def keyed_uniform(ids: torch.Tensor, dim: int, seed: int, stream: int, salt: int = 0) -> torch.Tensor:
+    """Uniform float64 ``[len(ids), dim]`` in ``(0, 1)`` (never 0 or 1): element ``(i, c)`` a pure function of
+    ``(seed, stream, ids[i], c, salt)`` (salt 0 or 1), so any row subset or order gets the same rows."""
     from graphscale.data.hashing import _M32, _fold_t, _hash_int, _hash_t
 
     ids = torch.as_tensor(ids, dtype=torch.int64).cpu()
@@ -103,12 +103,15 @@ def keyed_normal(ids: torch.Tensor, dim: int, seed: int, stream: int) -> torch.T
     h = _hash_t(torch.tensor(h ^ (int(seed) & _M32), dtype=torch.int64))
     rows = _fold_t(h, ids)[:, None]
     cols = torch.arange(dim, dtype=torch.int64)[None, :]
+    bits = _hash_t(_hash_t(rows ^ ((cols * 2 + salt) & _M32)))
+    return (bits.double() + 0.5) / 2.0**32
 
-    def uniform(salt: int) -> torch.Tensor:  # in (0, 1), never 0: log is finite
-        bits = _hash_t(_hash_t(rows ^ ((cols * 2 + salt) & _M32)))
-        return (bits.double() + 0.5) / 2.0**32
 
-    u1, u2 = uniform(0), uniform(1)
+def keyed_normal(ids: torch.Tensor, dim: int, seed: int, stream: int) -> torch.Tensor:
+    """Standard normal float64 ``[len(ids), dim]``: element ``(i, c)`` a pure function of ``(seed, stream, ids[i],
+    c)`` (Box-Muller on two counter-based uniforms, :func:`keyed_uniform`), so any row subset or order gets the
+    same rows."""
+    u1, u2 = keyed_uniform(ids, dim, seed, stream, 0), keyed_uniform(ids, dim, seed, stream, 1)
     return torch.sqrt(-2.0 * torch.log(u1)) * torch.cos(2.0 * math.pi * u2)
 
 
@@ -134,6 +137,10 @@ def compute_features(graph, text: str, seed: int = 0) -> torch.Tensor:
         return keyed_normal(torch.arange(n), dim, seed, RANDOM_STREAM).to(torch.float32)
     if mode == "spectral":
         return spectral_features(graph, dim)
+    if mode == "fastrp":
+        from graphscale.data.fastrp import fastrp_features
+
+        return fastrp_features(graph.indptr, graph.indices, n, dim, seed)
     raise ValueError(f"--features {text!r} is not computed from the graph")
 
 
