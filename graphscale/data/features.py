@@ -45,6 +45,8 @@ MODES = ("degree", "onehot", "random", "spectral", "fastrp", "learnable")
 COMPUTED = ("degree", "onehot", "random", "spectral", "fastrp")
 #: the most vertices ``--features onehot`` accepts (a dense ``[N, N]`` float32 matrix: 100 MB at 5,000)
 ONEHOT_MAX_NODES = 5000
+#: what a run computes for a dataset without node features when ``--features`` is not given
+DEFAULT_FEATURELESS = "fastrp:128"
 #: hash streams of the keyed normal values
 RANDOM_STREAM, LEARNABLE_STREAM = 0x2545F491, 0x5851F42D
 
@@ -70,6 +72,21 @@ def parse_features(text: str) -> tuple[str, int]:
         raise ValueError(f"--features {mode} needs a width: {mode}:D with D a positive integer (e.g. {mode}:64); "
                          f"got {text!r}")
     return mode, int(dim)
+
+
+def default_features(spec: str, features: str) -> str:
+    """``features``, or :data:`DEFAULT_FEATURELESS` when it is empty and dataset ``spec`` has no node features by
+    its spec (:func:`graphscale.data.datasets.featureless_spec`)."""
+    from graphscale.data.datasets import featureless_spec
+
+    return features or (DEFAULT_FEATURELESS if spec and featureless_spec(spec) else "")
+
+
+def default_notice(what: str, option: str = "--features") -> str:
+    """The one line saying that ``what`` (a dataset) is trained on :data:`DEFAULT_FEATURELESS` and how to choose."""
+    return (f"{what} has no node features: training on {option} {DEFAULT_FEATURELESS} (FastRP structural "
+            f"features computed from the graph); choose others with {option} fastrp:D, spectral:D, degree, "
+            "onehot, random:D or learnable:D")
 
 
 def is_computed(text: str) -> bool:

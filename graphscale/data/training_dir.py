@@ -114,7 +114,7 @@ def write_training_dir(source: str | Path, out: str | Path, *, features: str = "
     width = feature_width(features, graph.num_features, graph.num_nodes)
     if width == 0 and mode != "learnable":
         raise ValueError(f"dataset {where!r} has no node features, which training needs; train on its structure "
-                         "with --features spectral:D, degree, onehot, random:D or learnable:D")
+                         "with --features fastrp:D, spectral:D, degree, onehot, random:D or learnable:D")
     whole = compute_features(graph, features, seed) if mode in ("spectral", "fastrp") else None
     y = None if graph.y is None else graph.y.numpy()
     if y is None:
