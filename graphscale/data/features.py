@@ -2,7 +2,12 @@
 
 ``--features`` takes one of:
 
-* ``""`` (the default): the dataset's own features; a featureless dataset is refused with a hint at the modes below;
+* ``""`` (the default): the dataset's own features; a dataset without any (known so from its spec:
+  :func:`graphscale.data.datasets.featureless_spec`) trains on :data:`DEFAULT_FEATURELESS` (``fastrp:128``; the
+  run says so on stderr), one found featureless only once loaded is refused with a hint at the modes below;
+* ``fastrp:D``: FastRP structural features (:mod:`graphscale.data.fastrp`): a seeded very sparse random projection
+  of the vertices propagated over the graph, computed in row chunks of the CSR (a mapped graph directory is never
+  loaded whole), ``O(|E| D)`` per propagation step;
 * ``degree``: one column, ``log(1 + in-degree)`` of every vertex (the graph is symmetric, so in = out);
 * ``onehot``: the ``[N, N]`` identity (each vertex its own indicator); refused above :data:`ONEHOT_MAX_NODES`
   vertices (dense), where ``learnable:D`` is the scalable equivalent;
@@ -13,7 +18,7 @@
 * ``learnable:D``: a trainable ``[N, D]`` embedding table (:class:`graphscale.nn.embedding.LearnableInput`),
   the model's input, updated by the optimiser; a partition-local strategy holds only the rows its worker owns.
 
-``degree``, ``onehot``, ``random:D`` and ``spectral:D`` are computed by the parent while it prepares the data
+``degree``, ``onehot``, ``random:D``, ``spectral:D`` and ``fastrp:D`` are computed by the parent while it prepares the data
 (:func:`compute_features`), before any store or graph directory is written, so every strategy sees them as
 ordinary features; they are deterministic (a pure function of the graph, the vertex ids and the seed).
 ``--feature-norm auto`` leaves computed features unnormalised (row normalisation would turn the single degree
@@ -90,7 +95,7 @@ def default_notice(what: str, option: str = "--features") -> str:
 
 
 def is_computed(text: str) -> bool:
-    """Whether ``--features`` asks the parent to compute the feature matrix (degree, onehot, random:D)."""
+    """Whether ``--features`` asks the parent to compute the feature matrix (:data:`COMPUTED`)."""
     return parse_features(text)[0] in COMPUTED
 
 
@@ -133,8 +138,8 @@ def keyed_normal(ids: torch.Tensor, dim: int, seed: int, stream: int) -> torch.T
 
 
 def compute_features(graph, text: str, seed: int = 0) -> torch.Tensor:
-    """The float32 feature matrix ``--features text`` gives ``graph`` (``degree``, ``onehot``, ``random:D`` or
-    ``spectral:D``).
+    """The float32 feature matrix ``--features text`` gives ``graph`` (``degree``, ``onehot``, ``random:D``,
+    ``spectral:D`` or ``fastrp:D``).
 
     Raises:
         ValueError: ``onehot`` on more than :data:`ONEHOT_MAX_NODES` vertices (suggests ``learnable:D``),
@@ -192,7 +197,7 @@ def spectral_features(graph, dim: int) -> torch.Tensor:
 
 def apply_features(graph, text: str, seed: int = 0):
     """Replace ``graph.x`` by the computed features of ``--features text`` (``degree``, ``onehot``, ``random:D``,
-    ``spectral:D``);
+    ``spectral:D``, ``fastrp:D``);
     for ``learnable:D`` drop it (the model's input is the table); for ``""`` leave it. Returns ``graph``."""
     mode, _ = parse_features(text)
     if mode in COMPUTED:

@@ -96,8 +96,9 @@ def test_featureless_dataset_trains_on_the_default_and_says_so(tmp_path, capsys,
                  str(tmp_path / "cache"), "--json", str(report_path)]) == 0
     err = capsys.readouterr().err
     notice = [line for line in err.splitlines() if "has no node features" in line]
-    assert notice == [f"graphscale: dataset {spec!r} has no node features: training on --features fastrp:128 "
-                      "(FastRP structural features computed from the graph); choose others with --features "
-                      "fastrp:D, spectral:D, degree, onehot, random:D or learnable:D"], err
+    expected = (f"graphscale: dataset {spec!r} has no node features: training on --features fastrp:128 (FastRP "
+                "structural features computed from the graph); choose others with --features fastrp:D, spectral:D, "
+                "degree, onehot, random:D or learnable:D")
+    assert notice == [expected], err
     report = json.loads(report_path.read_text())
     assert report["config"]["data"]["features"] == "fastrp:128", report["config"]["data"]
