@@ -5,7 +5,7 @@ embeds every vertex by propagating a very sparse random projection of the vertic
 
 * ``R [N, D]``: entry ``(v, c)`` is ``+sqrt(3)`` or ``-sqrt(3)`` with probability 1/6 each, else 0 (Achlioptas'
   very sparse projection: mean 0, variance 1), keyed by ``(--seed, v, c)`` through the counter-based hash of
-  :func:`graphscale.data.features.keyed_uniform`, so any rows of ``R`` are drawn without drawing the others;
+  :func:`graphscale.data.hashing.keyed_uniform`, so any rows of ``R`` are drawn without drawing the others;
   row ``v`` is scaled by ``deg(v)^BETA`` (:data:`BETA` < 0: a hub's own projection weighs less);
 * ``X_0 = R``, ``X_k = D^-1 A X_{k-1}`` (the random-walk transition matrix: each vertex the mean of its
   neighbours' rows; ``A`` the stored CSR, edge weights ignored as for ``spectral:D``);
@@ -29,6 +29,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from graphscale.data.hashing import keyed_uniform
+
 #: the weights of the propagated iterates ``X_1 .. X_K`` (``K = len(WEIGHTS)``)
 WEIGHTS = (1.0, 1.0, 1.0, 1.0)
 #: the exponent of the degree scaling of ``R``'s rows
@@ -44,8 +46,6 @@ CHUNK_ROWS = 1 << 15
 def projection_rows(ids: torch.Tensor, dim: int, seed: int) -> np.ndarray:
     """Rows ``ids`` of the very sparse random projection ``R`` (module docstring), float32 ``[len(ids), dim]``,
     before the degree scaling."""
-    from graphscale.data.features import keyed_uniform
-
     u = keyed_uniform(ids, dim, seed, FASTRP_STREAM).numpy()
     tail = 1.0 / (2 * SPARSITY)
     out = np.where(u < tail, 1.0, np.where(u > 1.0 - tail, -1.0, 0.0)) * np.sqrt(SPARSITY)

@@ -18,8 +18,8 @@
 * ``learnable:D``: a trainable ``[N, D]`` embedding table (:class:`graphscale.nn.embedding.LearnableInput`),
   the model's input, updated by the optimiser; a partition-local strategy holds only the rows its worker owns.
 
-``degree``, ``onehot``, ``random:D``, ``spectral:D`` and ``fastrp:D`` are computed by the parent while it prepares the data
-(:func:`compute_features`), before any store or graph directory is written, so every strategy sees them as
+``degree``, ``onehot``, ``random:D``, ``spectral:D`` and ``fastrp:D`` are computed by the parent while it prepares
+the data (:func:`compute_features`), before any store or graph directory is written, so every strategy sees them as
 ordinary features; they are deterministic (a pure function of the graph, the vertex ids and the seed).
 ``--feature-norm auto`` leaves computed features unnormalised (row normalisation would turn the single degree
 column into ones).
@@ -36,6 +36,12 @@ test micro-F1 0.202 from ``spectral:64`` against the label-frequency predictor's
 --weight-decay 0`` it reaches 0.268. The
 leading eigenvectors are what propagation keeps (``A_hat u = lambda u``), and they separate the graph's communities,
 which the labels follow (docs/data-formats.md has the measurements).
+
+FastRP features (:mod:`graphscale.data.fastrp`) need no eigensolver and no whole-graph matrix. On BlogCatalog with
+no options (``fastrp:128``, the model defaults, seed 0, 200 epochs) the GCN reaches test micro-F1 0.208 (validation
+0.185 against the predictor's 0.159), ``fastrp:256`` the same; a logistic regression on the ``fastrp:128`` rows
+0.314 (seed 1: 0.323), on ``fastrp:256`` 0.353: the model defaults (hidden 16 for 39 labels) take less from the
+features than they hold.
 """
 
 from __future__ import annotations
@@ -115,24 +121,12 @@ def effective_norm(text: str, feature_norm: str) -> str:
     return "none" if parse_features(text)[0] and feature_norm == "auto" else feature_norm
 
 
-def keyed_uniform(ids: torch.Tensor, dim: int, seed: int, stream: int, salt: int = 0) -> torch.Tensor:
-    """Uniform float64 ``[len(ids), dim]`` in ``(0, 1)`` (never 0 or 1): element ``(i, c)`` a pure function of
-    ``(seed, stream, ids[i], c, salt)`` (salt 0 or 1), so any row subset or order gets the same rows."""
-    from graphscale.data.hashing import _M32, _fold_t, _hash_int, _hash_t
-
-    ids = torch.as_tensor(ids, dtype=torch.int64).cpu()
-    h = _hash_int(stream & _M32)
-    h = _hash_t(torch.tensor(h ^ (int(seed) & _M32), dtype=torch.int64))
-    rows = _fold_t(h, ids)[:, None]
-    cols = torch.arange(dim, dtype=torch.int64)[None, :]
-    bits = _hash_t(_hash_t(rows ^ ((cols * 2 + salt) & _M32)))
-    return (bits.double() + 0.5) / 2.0**32
-
-
 def keyed_normal(ids: torch.Tensor, dim: int, seed: int, stream: int) -> torch.Tensor:
     """Standard normal float64 ``[len(ids), dim]``: element ``(i, c)`` a pure function of ``(seed, stream, ids[i],
-    c)`` (Box-Muller on two counter-based uniforms, :func:`keyed_uniform`), so any row subset or order gets the
-    same rows."""
+    c)`` (Box-Muller on two counter-based uniforms, :func:`graphscale.data.hashing.keyed_uniform`), so any row
+    subset or order gets the same rows."""
+    from graphscale.data.hashing import keyed_uniform
+
     u1, u2 = keyed_uniform(ids, dim, seed, stream, 0), keyed_uniform(ids, dim, seed, stream, 1)
     return torch.sqrt(-2.0 * torch.log(u1)) * torch.cos(2.0 * math.pi * u2)
 
