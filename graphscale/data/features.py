@@ -41,7 +41,7 @@ FastRP features (:mod:`graphscale.data.fastrp`) need no eigensolver and no whole
 no options (``fastrp:128``, the model defaults, seed 0, 200 epochs) the GCN reaches test micro-F1 0.208 (validation
 0.185 against the predictor's 0.159), ``fastrp:256`` the same; a logistic regression on the ``fastrp:128`` rows
 0.314 (seed 1: 0.323), on ``fastrp:256`` 0.353: the model defaults (hidden 16 for 39 labels) take less from the
-features than they hold.
+features than they hold (``--hidden 64``: 0.258; ``--hidden 128 --dropout 0 --weight-decay 0``: 0.305).
 """
 
 from __future__ import annotations
