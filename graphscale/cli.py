@@ -195,7 +195,7 @@ def overrides_from_args(args: argparse.Namespace) -> dict:
 def cmd_train(args: argparse.Namespace) -> int:
     from graphscale.checkpoint import check_resume, read_checkpoint, seed_path
     from graphscale.config import build_config
-    from graphscale.validation import check_path_conflicts, validate
+    from graphscale.validation import announce_default_features, check_path_conflicts, validate
 
     overrides, advice = overrides_from_args(args), None
     if overrides.get("strategy", {}).get("name") == "auto":  # graphscale advise's recommendation
@@ -207,7 +207,9 @@ def cmd_train(args: argparse.Namespace) -> int:
         raise ValueError(f"--repeat must be >= 1, got {args.repeat}")
     if args.repeat > 1 and base.checkpoint:
         base.checkpoint = seed_path(base.checkpoint, base.seed)
+    given = base.data.features
     validate(base)  # before the first run: also the --json path of a combined report
+    announce_default_features(base, given)
     configs = []
     for i in range(args.repeat):
         config = build_config({**overrides, "seed": base.seed + i}, args.config)

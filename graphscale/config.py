@@ -75,18 +75,20 @@ class DataConfig:
                           metavar="SPEC")
     """Dataset spec (empty: the dataset of ``--partitions``' store, else ``cora``): ``cora``,
     ``planetoid:DIR[:NAME]``, ``npz:FILE``, ``ogb:DIR``, ``musae:DIR``, ``graphdir:DIR``, ``sbm:...``, ``rmat:...``
-    (``edgelist:FILE`` has no features: train it with ``features``)."""
+    (``edgelist:FILE`` has no features: it trains on ``features``, by default ``fastrp:128``)."""
     feature_norm: str = option("auto", "row-normalise features (auto: when they are non-negative, as GCN/GAT "
                                "preprocess Cora)", choices=FEATURE_NORMS)
     """``row`` (L1 row normalisation), ``none``, or ``auto`` = ``row`` for non-negative features (``none`` for
     generated ``features``)."""
-    features: str = option("", "input features: spectral:D (the D leading eigenvectors of the normalised adjacency: "
-                           "what a featureless graph is best learnt from), degree (log(1 + degree)), onehot "
-                           "(identity, small graphs), random:D (seeded normal), learnable:D (a trainable [N, D] "
-                           "table; single, graph-parallel); empty: the dataset's own (a featureless dataset needs "
-                           "one of these)", metavar="MODE")
-    """Input features (:mod:`graphscale.data.features`): ``spectral:D``, ``degree``, ``onehot``, ``random:D`` are
-    computed by the parent; ``learnable:D``'s table is row-sharded."""
+    features: str = option("", "input features: fastrp:D (FastRP: a seeded sparse random projection propagated "
+                           "over the graph, computed in row chunks), spectral:D (the D leading eigenvectors of the "
+                           "normalised adjacency, in memory), degree (log(1 + degree)), onehot (identity, small "
+                           "graphs), random:D (seeded normal), learnable:D (a trainable [N, D] table; single, "
+                           "graph-parallel); empty: the dataset's own, or fastrp:128 for a dataset without "
+                           "features", metavar="MODE")
+    """Input features (:mod:`graphscale.data.features`): ``fastrp:D``, ``spectral:D``, ``degree``, ``onehot``,
+    ``random:D`` are computed by the parent; ``learnable:D``'s table is row-sharded; empty: the dataset's own, or
+    :data:`~graphscale.data.features.DEFAULT_FEATURELESS` when it has none."""
     feature_dtype: str = option("float32", "dtype the input features are stored, gathered and exchanged in: bfloat16 "
                                 "halves their memory and bytes moved, computation stays float32 (rows upcast where "
                                 "they enter the model; needs --dtype float32)", choices=FEATURE_DTYPES)

@@ -193,7 +193,8 @@ def _feature_fields(config: RunConfig) -> dict:
     mode, _ = parse_features(config.data.features)
     if not mode:
         return {}
-    return {"features": config.data.features, **({"feature_seed": config.seed} if mode == "random" else {})}
+    seeded = mode in ("random", "fastrp")
+    return {"features": config.data.features, **({"feature_seed": config.seed} if seeded else {})}
 
 
 # ------------------------------------------------------------ the views

@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import sys
 from pathlib import Path
 
 from graphscale.config import DTYPES, FEATURE_DTYPES, RunConfig, StrategyConfig
@@ -283,6 +284,26 @@ def _check_workers(config: RunConfig, strategy) -> None:
                          "pass --oversubscribe to run them anyway")
 
 
+def _default_features(config: RunConfig) -> None:
+    """An empty ``--features`` of a dataset without node features becomes
+    :data:`~graphscale.data.features.DEFAULT_FEATURELESS` (:func:`announce_default_features` says so); not with
+    a given store, whose features are fixed."""
+    from graphscale.data.features import default_features
+
+    if not config.data.features and not config.strategy.partitions:
+        config.data.features = default_features(config.data.dataset, config.data.features)
+
+
+def announce_default_features(config: RunConfig, given: str) -> None:
+    """Say on stderr (the main process) that ``config`` trains on the default features of a featureless dataset,
+    when :func:`validate` chose them (``given``: its ``--features`` before)."""
+    from graphscale.data.features import default_notice
+    from graphscale.distributed.launch import is_main_process
+
+    if not given and config.data.features and is_main_process():
+        print(f"graphscale: {default_notice(f'dataset {config.data.dataset!r}')}", file=sys.stderr)
+
+
 def _check_features(config: RunConfig, strategy) -> None:
     """``--features``: its form, a learnable input only for the strategies that train one (and checkpoints of a
     sharded table only on one worker), computed features not with a given store (they are written into it)."""
@@ -442,6 +463,7 @@ def validate(config: RunConfig) -> None:
 
     kernel_setting()  # $GRAPHSCALE_KERNELS, before any worker reads it
     _check_choice("feature-norm", config.data.feature_norm, FEATURE_NORMS)
+    _default_features(config)
     _check_features(config, strategy)
     reason = config.data.dataset and untrainable_reason(config.data.dataset, features=config.data.features,
                                                            task=config.task)

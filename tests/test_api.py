@@ -314,8 +314,6 @@ def test_bad_input_one_line(no_run):
          r"^data\.y is missing: node classification needs labels"),
         (ValueError, lambda: gs.train("gcn", Data(x=g.x, edge_index=g.edge_index(), y=g.y)),
          r"^data: the training split is missing"),
-        (ValueError, lambda: gs.train("gcn", Data(edge_index=g.edge_index(), y=g.y, train_mask=g.train_mask)),
-         r"^data has no node features \(x\); give features="),
         (TypeError, lambda: gs.train("gcn", g, epochs="5"), r"^epochs= expects int, got '5'"),
         (ValueError, lambda: gs.train("gcn", g, cache="pagraph"), r"^--cache is not used by strategy 'single'"),
         (ValueError, lambda: gs.train("gcn", g, repeat=3), r"^repeat=3: train\(\) runs one seed"),

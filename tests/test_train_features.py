@@ -139,8 +139,11 @@ def test_spectral_features_are_the_leading_eigenvectors_scaled_and_signed(tmp_pa
 def test_featureless_errors(tmp_path, capsys):
     edges, labels = two_communities(tmp_path)
     spec = f"edgelist:{edges}:{labels}"
-    for argv, message in ((["--dataset", spec], ("train on its structure with --features spectral:D, degree, onehot, "
-                                                  "random:D or learnable:D")),
+    for argv, message in ((["--dataset", spec, "--features", "fastrp"], "--features fastrp needs a width"),
+                          (["--dataset", spec, "--features", "fastrp:0"], "--features fastrp needs a width"),
+                          (["--dataset", spec, "--features", "fastrp:x8"], "--features fastrp needs a width"),
+                          (["--dataset", spec, "--features", "fastrp:8:2"], "--features fastrp needs a width"),
+                          (["--dataset", spec, "--features", "fast:8"], "--features must be one of fastrp:D, "),
                           (["--dataset", spec, "--features", "spectral:119"],
                            "--features spectral:119: D must be below the vertex count minus one (119)"),
                           (["--dataset", spec, "--features", "learnable:8", "--strategy", "data-parallel"],

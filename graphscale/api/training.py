@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 from graphscale.api.keywords import convert_keyword, keyword_overrides
@@ -60,7 +61,7 @@ def configure(model, data, options: dict) -> tuple:
     """
     from graphscale.config import build_config
     from graphscale.distributed.main_module import refuse_while_importing_main
-    from graphscale.validation import check_path_conflicts, validate
+    from graphscale.validation import announce_default_features, check_path_conflicts, validate
 
     refuse_while_importing_main()  # a worker importing the script never trains itself
     options = dict(options)
@@ -112,7 +113,9 @@ def configure(model, data, options: dict) -> tuple:
         config.model.name = label
         if not torchrun_detected():  # spawned workers import the script only for what is defined there
             check_guard(factory, config.strategy.workers)
+    given = config.data.features
     validate(config)  # (run validates again, with the dataset) before the graph is written
+    announce_default_features(config, given)
     check_path_conflicts(config, None, config_file)
     if graph is not None:
         from graphscale.prepare import input_dataset
@@ -154,10 +157,13 @@ def _given(overrides: dict, config_file, section: str, key: str) -> bool:
 
 
 def _check_features(graph, config) -> None:
-    """In-memory data without node features needs ``features=``."""
+    """In-memory data without node features and without ``features=`` trains on
+    :data:`~graphscale.data.features.DEFAULT_FEATURELESS` (said on stderr)."""
+    from graphscale.data.features import DEFAULT_FEATURELESS, default_notice
+
     if graph is not None and graph.x is None and not config.data.features:
-        raise ValueError("data has no node features (x); give features=\"degree\", \"onehot\", \"random:D\" or "
-                         "\"learnable:D\" to train on its structure")
+        config.data.features = DEFAULT_FEATURELESS
+        print(f"graphscale: {default_notice('data (no x)', 'features=')}", file=sys.stderr)
 
 
 def _check_link_data(graph, config, overrides: dict) -> None:

@@ -182,29 +182,47 @@ def with_training_split(graph: Graph) -> Graph:
     return graph
 
 
+#: why a dataset kind carries no node features (from its spec alone)
+FEATURELESS_KINDS = {"edgelist": "a text edge list carries none", "metis": "a METIS graph file carries none",
+                     "mat": "a .mat graph's features come only from a variable named as mat:FILE:features=NAME"}
+
+
+def featureless_spec(spec: str) -> bool:
+    """Whether dataset ``spec`` has no node features, from the spec alone (no graph loaded): an ``edgelist:`` or
+    ``metis:``, a ``mat:`` without ``features=NAME``, a ``graphdir:`` whose ``meta.json`` records none. Other
+    kinds are known only once loaded (:func:`untrainable_reason` with the graph)."""
+    kind, _, arg = spec.strip().partition(":")
+    kind = kind.lower()
+    if kind in ("edgelist", "metis") or (kind == "mat" and "features=" not in arg):
+        return True
+    if kind == "graphdir":
+        from graphscale.data.formats import is_graph_dir, read_graph_meta
+
+        return is_graph_dir(arg) and not int(read_graph_meta(arg).get("num_features") or 0)
+    return False
+
+
 def untrainable_reason(spec: str, graph: Graph | None = None, features: str = "", task: str | None = None) -> str | None:
     """Why ``spec`` cannot be used for node classification, or ``None`` when it can.
 
-    Without ``graph`` only the spec is looked at (an ``edgelist:`` or ``metis:`` never has node features,
-    a ``mat:`` only with ``features=NAME``), so a caller can fail before loading anything; with ``graph``
+    Without ``graph`` only the spec is looked at, so a caller can fail before loading anything; with ``graph``
     its features, labels and split are checked (also their values: :func:`node_data_problem`). ``features``
-    is the run's ``--features``: with one, a graph needs no features of its own. A dataset that carries its own
+    is the run's ``--features``: with one, a graph needs no features of its own (a run resolves an empty
+    ``--features`` of a dataset :func:`featureless_spec` names to
+    :data:`~graphscale.data.features.DEFAULT_FEATURELESS` before this is asked; a graph found featureless only
+    once loaded is refused here). A dataset that carries its own
     link split (``ogbl:``, :mod:`graphscale.data.link_pairs`) needs no labels or node split; it trains link
     prediction only (``task`` ``node`` refused; ``None``: not known yet).
     """
-    kind, _, arg = spec.strip().partition(":")
-    kind = kind.lower()
-    featureless = {"edgelist": "a text edge list carries none", "metis": "a METIS graph file carries none",
-                   "mat": "a .mat graph's features come only from a variable named as mat:FILE:features=NAME"}
-    if not features and ((kind in ("edgelist", "metis") or (kind == "mat" and "features=" not in arg))
-                         or (graph is not None and graph.x is None)):
+    kind = spec.strip().partition(":")[0].lower()
+    if not features and (featureless_spec(spec) or (graph is not None and graph.x is None)):
         hint = ""
-        if kind in featureless:
-            hint = f" ({featureless[kind]})"
+        if kind in FEATURELESS_KINDS:
+            hint = f" ({FEATURELESS_KINDS[kind]})"
         elif kind == "musae":
             hint = " (its directory has no NAME.json or NAME_features.json)"
         return (f"dataset {spec!r} has no node features, which training needs{hint}; train on its structure with "
-                "--features spectral:D, degree, onehot, random:D or learnable:D")
+                "--features fastrp:D, spectral:D, degree, onehot, random:D or learnable:D")
     from graphscale.data.link_pairs import has_given_pairs
 
     link_data = kind == "ogbl" or (graph is not None and has_given_pairs(graph.meta))

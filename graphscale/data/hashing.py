@@ -5,7 +5,8 @@
 is split into 16-bit halves so all intermediates stay below 2^49 in the torch version (no signed overflow on any
 device, nor in a compiled kernel); the numba version multiplies directly (LLVM's wrapping int64 product has exact low
 32 bits). A key is folded in 32-bit words, ``h <- hash(h ^ word)``; the hash is a bijection, so distinct row ids give
-distinct row states. An element is kept iff its 32-bit hash is ``>= round(p * 2^32)``.
+distinct row states. An element is kept iff its 32-bit hash is ``>= round(p * 2^32)``. :func:`keyed_uniform`
+maps the same hash to uniform values keyed by ``(seed, stream, row id, column)`` (computed features' random rows).
 """
 
 from __future__ import annotations
@@ -89,3 +90,13 @@ def _check_ids(ids: Tensor, n: int, what: str) -> None:
         raise ValueError(f"{what}: ids must be int64, got {ids.dtype}")
 
 
+def keyed_uniform(ids: torch.Tensor, dim: int, seed: int, stream: int, salt: int = 0) -> torch.Tensor:
+    """Uniform float64 ``[len(ids), dim]`` in ``(0, 1)`` (never 0 or 1): element ``(i, c)`` a pure function of
+    ``(seed, stream, ids[i], c, salt)`` (salt 0 or 1), so any row subset or order gets the same rows."""
+    ids = torch.as_tensor(ids, dtype=torch.int64).cpu()
+    h = _hash_int(stream & _M32)
+    h = _hash_t(torch.tensor(h ^ (int(seed) & _M32), dtype=torch.int64))
+    rows = _fold_t(h, ids)[:, None]
+    cols = torch.arange(dim, dtype=torch.int64)[None, :]
+    bits = _hash_t(_hash_t(rows ^ ((cols * 2 + salt) & _M32)))
+    return (bits.double() + 0.5) / 2.0**32

@@ -66,7 +66,8 @@ def feature_width(features: str, num_features: int, num_nodes: int) -> int:
     """The width of the stored input features ``--features`` gives a graph of ``num_nodes`` vertices and
     ``num_features`` features of its own (0: none, a learnable input)."""
     mode, dim = parse_features(features)
-    return {"": num_features, "degree": 1, "onehot": num_nodes, "random": dim, "spectral": dim, "learnable": 0}[mode]
+    return {"": num_features, "degree": 1, "onehot": num_nodes, "random": dim, "spectral": dim, "fastrp": dim,
+            "learnable": 0}[mode]
 
 
 def _all_nonnegative(graph: Graph, features: str, seed: int, chunk_rows: int) -> bool:
@@ -113,8 +114,8 @@ def write_training_dir(source: str | Path, out: str | Path, *, features: str = "
     width = feature_width(features, graph.num_features, graph.num_nodes)
     if width == 0 and mode != "learnable":
         raise ValueError(f"dataset {where!r} has no node features, which training needs; train on its structure "
-                         "with --features spectral:D, degree, onehot, random:D or learnable:D")
-    whole = compute_features(graph, features, seed) if mode == "spectral" else None
+                         "with --features fastrp:D, spectral:D, degree, onehot, random:D or learnable:D")
+    whole = compute_features(graph, features, seed) if mode in ("spectral", "fastrp") else None
     y = None if graph.y is None else graph.y.numpy()
     if y is None:
         raise ValueError(f"dataset {where!r} has no node labels, which training needs")

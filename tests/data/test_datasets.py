@@ -317,7 +317,7 @@ def test_mat_multilabel(tmp_path):
     assert g.multilabel and torch.equal(g.y, torch.from_numpy(group.toarray()).to(torch.uint8))
     assert g.meta["variables"] == {"adj": "network", "labels": "group", "features": None}
     reason = untrainable_reason(f"mat:{tmp_path / 'blogcatalog.mat'}", g)
-    assert "has no node features" in reason and "--features spectral:D, degree" in reason
+    assert "has no node features" in reason and "--features fastrp:D, spectral:D, degree" in reason
     assert "features=NAME" in untrainable_reason(f"mat:{tmp_path / 'blogcatalog.mat'}")  # from the spec alone
     summary = describe_dataset(f"mat:{tmp_path / 'blogcatalog.mat'}")
     labelled, labels = int((group.sum(axis=1) > 0).sum()), int(group.sum())

@@ -429,7 +429,9 @@ def test_cli_info_dataset_and_train_without_features(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "nodes" in out and "relabelled" in out
     assert main(["train", "--dataset", f"edgelist:{edges}", "--epochs", "1", "--no-progress"]) == 2
-    assert f"dataset 'edgelist:{edges}' has no node features" in capsys.readouterr().err
+    err = capsys.readouterr().err  # structural features by default, but a bare edge list has no labels
+    assert f"dataset 'edgelist:{edges}' has no node features: training on --features fastrp:128" in err
+    assert f"dataset 'edgelist:{edges}' has no node labels" in err
 
 
 def test_untrainable_reason():

@@ -75,5 +75,5 @@ def test_untrainable_rows_are_named(tmp_path):
         write_training_dir(source, tmp_path / "train", chunk_rows=8)
     assert not (tmp_path / "train").exists()
     featureless = save_graph_dir(load_dataset("sbm:nodes=100,degree=4,features=0"), tmp_path / "bare")
-    with pytest.raises(ValueError, match="no node features.*--features spectral:D, degree"):
+    with pytest.raises(ValueError, match="no node features.*--features fastrp:D, spectral:D, degree"):
         write_training_dir(featureless, tmp_path / "train2")
