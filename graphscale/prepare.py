@@ -72,7 +72,7 @@ from graphscale.data.graph import Graph
 from graphscale.data.handle import HOST_SHARED, MEMORY, PARTITION_LOCAL, DataHandle
 from graphscale.data.specs import canonical_spec
 from graphscale.partition.build import build_vertex_partitioner
-from graphscale.tasks.link_store import link_folder, store_owner, write_link_parts
+from graphscale.tasks.link_store import is_link_folder, link_folder, store_owner, write_link_parts
 from graphscale.training_store import check_store_node_data, store_handle, write_training_store
 
 #: bumped when what the cache holds for a key changes meaning
@@ -239,7 +239,7 @@ def _cached_store(config: RunConfig, cache: Path, parts: int) -> tuple[Path, dic
     with writing(cache, digest):
         with contextlib.suppress(FileNotFoundError, ValueError):
             meta = check_partition_store(path)
-            if config.task != "link" or (link_folder(path) / "meta.json").is_file():
+            if config.task != "link" or is_link_folder(link_folder(path)):
                 return path, meta
         build_vertex_partitioner(sc.partitioner, sc.balance)  # a bad name fails before the dataset loads
         from graphscale.data.formats import read_graph_meta
@@ -254,12 +254,8 @@ def _cached_store(config: RunConfig, cache: Path, parts: int) -> tuple[Path, dic
             meta = write_training_store(folder if split is None else split.message_graph, path, parts,
                                         sc.partitioner, config.seed, sc.balance, spec, extra={"cache_key": fields},
                                         halo_hops=sc.halo_hops, host_memory=config.host_memory)
-            if split is not None:
+            if split is not None:  # the one on-disk split: graph-parallel reads its part, model-averaging all
                 write_link_parts(split, store_owner(path), parts, link_folder(path))
-        if split is not None:  # model-averaging's workers read the split whole
-            from graphscale.tasks.split import STORE_SPLIT_FILE, save_split
-
-            save_split(split, path / STORE_SPLIT_FILE)
         return path, meta
 
 
@@ -274,9 +270,8 @@ def _link_split(config: RunConfig, graph: Graph | Path):
     if config.task != "link":
         return None
     from graphscale.data.formats import load_graph_dir
-    from graphscale.tasks.split import split_edges
-
     from graphscale.registry import STRATEGIES
+    from graphscale.tasks.split import split_edges
 
     split = split_edges(graph if isinstance(graph, Graph) else load_graph_dir(graph), config.link_split, config.seed)
     if (split.neg_pairs or split.neg_tails) and not STRATEGIES.get(config.strategy.name).link_given_negatives:
@@ -337,7 +332,7 @@ def _link_graph_dir(config: RunConfig, cache: Path, source: Path, fields: dict) 
     digest, name = _key({**fields, "kind": "link-graph"})
     path = cache / "graphs" / name
     with writing(cache, digest):
-        if not (is_graph_dir(path) and (link_folder(path) / "meta.json").is_file()):
+        if not (is_graph_dir(path) and is_link_folder(link_folder(path))):
             split = _link_split(config, source)
             with setup_step(config, "writing the link split's message-passing graph directory"):
                 save_graph_dir(split.message_graph, path, overwrite=True)
@@ -453,7 +448,7 @@ def prepare_graph(graph: Graph, config: RunConfig, cache_dir: str | Path | None 
 
         try:
             meta = check_partition_store(path)
-            if config.task == "link" and not (link_folder(path) / "meta.json").is_file():
+            if config.task == "link" and not is_link_folder(link_folder(path)):
                 raise FileNotFoundError(link_folder(path))
         except (FileNotFoundError, ValueError):
             split = _link_split(config, graph)

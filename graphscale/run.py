@@ -15,7 +15,6 @@ import math
 import os
 import platform
 import time
-from pathlib import Path
 
 import torch
 
@@ -179,16 +178,11 @@ def link_split_warning(config: RunConfig, data: DataHandle) -> list[str]:
     the split is drawn here, in the parent, so that a split leaving a set empty fails before any worker starts."""
     if config.task != "link":
         return []
-    from graphscale.data.handle import PARTITION_LOCAL
-    from graphscale.tasks.split import STORE_SPLIT_FILE, load_split, split_edges
-
     from graphscale.tasks.link_store import link_folder, read_link_meta
+    from graphscale.tasks.split import split_edges
 
-    if data.view == PARTITION_LOCAL and data.shared is not None and (Path(data.shared) / "meta.json").is_file():
-        warning = read_link_meta(data.shared)["warning"]  # drawn when the store was written, with its warning
-    elif data.view == PARTITION_LOCAL:  # a store of the message-passing graph, its split drawn when it was written
-        file = Path(data.path) / STORE_SPLIT_FILE
-        warning = load_split(file).warning() if file.is_file() else None
+    if data.view == PARTITION_LOCAL:  # a store of the message-passing graph, its split beside it (with its warning)
+        warning = read_link_meta(data.shared)["warning"]
     elif data.path is not None and (link_folder(data.path) / "meta.json").is_file():  # the split's message graph
         warning = read_link_meta(link_folder(data.path))["warning"]
     else:

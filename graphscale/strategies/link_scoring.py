@@ -15,8 +15,8 @@ worker ``i``'s training pairs that another worker owns, ``b`` bytes per element)
 The loss is the sum of BCE over the worker's pairs divided by the global pair count ``2 P`` (the parent's
 ``counts``), so the all-reduced gradients are ``single``'s. Evaluation fetches the rows of the positives'
 destinations and of their fixed candidates (no backward), scores the worker's pairs, and gathers every worker's
-scores (by edge id) so that each computes the metrics over all pairs, as ``single`` does
-(:func:`~graphscale.tasks.link.link_metrics`).
+per-pair summaries (by edge id: each pair's score, its first candidate's and its reciprocal rank among its candidates)
+so that each computes the metrics over all pairs, as ``single`` does (:func:`~graphscale.tasks.link.summary_metrics`).
 """
 
 from __future__ import annotations
@@ -24,10 +24,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import torch
+import torch.distributed as dist
 
-from graphscale.distributed.comm import Comm
+from graphscale.distributed.comm import CONTROL, Comm
 from graphscale.distributed.functional import all_to_all_v
-from graphscale.tasks.link import candidate_scores, link_metrics, table_loss_sum
+from graphscale.tasks.link import (
+    candidate_scores,
+    score_summary,
+    summary_metrics,
+    table_loss_sum,
+)
 from graphscale.tasks.link_store import LinkPart
 from graphscale.tasks.negatives import eval_tails, train_tails
 from graphscale.tasks.split import SPLIT_NAMES
@@ -37,6 +43,8 @@ LINK = "link"
 #: the exchange's collectives in one training epoch (on more than one worker): the request counts, the ids and the
 #: rows forward, their gradients backward
 LINK_COLLECTIVES = 4
+#: a worker's pairs scored against their candidates at a time in evaluation (bounds the fetched ids and temporaries)
+EVAL_PAIRS = 65536
 
 
 def link_bytes_per_epoch(remote_rows: Sequence[int], width: int, element_size: int) -> int:
@@ -172,24 +180,34 @@ class LinkScorer:
         table, index = self.fetch.table(z, dst)
         return table_loss_sum(self.decoder, z, self.fetch.local(src), table, index, label)
 
-    def split_scores(self, z: torch.Tensor, split: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """``(ids, pos, neg)``: this worker's pairs of ``split``, their scores and their candidates' scores."""
-        ids, (u, v) = self.ids[split], self.pairs[split]
+    def block_summary(self, z: torch.Tensor, split: str, block: int) -> tuple[torch.Tensor, ...]:
+        """``(ids, pos, shared, reciprocal ranks)`` of block ``block`` (:data:`EVAL_PAIRS` pairs) of this worker's
+        pairs of ``split``: their scores summarised (:func:`~graphscale.tasks.link.score_summary`) against their
+        fixed candidates; a collective (every worker calls it for every block, some with none of its own)."""
+        start = block * EVAL_PAIRS
+        ids, (u, v) = self.ids[split][start:start + EVAL_PAIRS], self.pairs[split][:, start:start + EVAL_PAIRS]
         candidates = eval_tails(ids, self.num_nodes, self.seed, **({"count": 1} if split == "train" else {}))
         table, index = self.fetch.table(z, torch.cat([v, candidates.flatten()]))
         z_u = z[self.fetch.local(u)]
         pos = self.decoder(z_u, table[index[: v.numel()]])
-        return ids, pos, candidate_scores(self.decoder, z_u, table, index[v.numel():].view(candidates.shape))
+        neg = candidate_scores(self.decoder, z_u, table, index[v.numel():].view(candidates.shape))
+        return (ids, *score_summary(pos, neg))
 
     @torch.no_grad()
     def evaluate(self, z: torch.Tensor) -> dict[str, float]:
         """Every split's metrics over every worker's pairs, from this worker's rows ``z``; a collective (the same
-        on every worker)."""
-        comm, scores = self.fetch.comm, {}
-        for split in SPLIT_NAMES:
-            ids, pos, neg = self.split_scores(z, split)
-            ids = torch.cat(comm.all_gather_v(ids, LINK))
-            order = torch.argsort(ids)
-            scores[split] = (torch.cat(comm.all_gather_v(pos, LINK))[order],
-                             torch.cat(comm.all_gather_v(neg, LINK))[order])
-        return link_metrics(scores, self.hits_k)
+        on every worker). Each worker scores its pairs :data:`EVAL_PAIRS` at a time (the most blocks of any worker,
+        agreed under ``control``), reduces their candidate scores to what the metrics need of them
+        (:func:`~graphscale.tasks.link.score_summary`: per pair, its score, its first candidate's and its
+        reciprocal rank) and gathers those, ordered by edge id: ``single``'s metrics, without any worker holding
+        every pair's candidate scores, nor the candidates of more than a block."""
+        comm, summaries = self.fetch.comm, {}
+        mine = torch.tensor([-(-self.ids[name].numel() // EVAL_PAIRS) for name in SPLIT_NAMES], dtype=torch.int64)
+        blocks = comm.all_reduce(mine.to(self.fetch.inner_ids.device), CONTROL, dist.ReduceOp.MAX).tolist()
+        for split, count in zip(SPLIT_NAMES, blocks):
+            parts = [self.block_summary(z, split, b) for b in range(max(int(count), 1))]
+            ids, pos, shared, ranks = (None if part[0] is None else torch.cat(part) for part in zip(*parts))
+            order = torch.argsort(torch.cat(comm.all_gather_v(ids, LINK)))
+            summaries[split] = tuple(None if t is None else torch.cat(comm.all_gather_v(t, LINK))[order]
+                                     for t in (pos, shared, ranks))
+        return summary_metrics(summaries, self.hits_k)

@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 
 from graphscale.tasks.decoders import build_decoder
-from graphscale.tasks.metrics import auc, hits_at_k, mrr
+from graphscale.tasks.metrics import auc, hits_at_k, reciprocal_ranks
 from graphscale.tasks.negatives import EVAL_CANDIDATES, eval_tails, train_tails
 from graphscale.tasks.pair_scores import table_scores
 from graphscale.tasks.split import SPLIT_NAMES, LinkSplit
@@ -148,19 +148,36 @@ def candidate_scores(decoder: torch.nn.Module, z_src: torch.Tensor, table: torch
     return torch.cat(negs) if negs else z_src.new_zeros((0, candidates.shape[1]))
 
 
-def link_metrics(scores: dict[str, tuple[torch.Tensor, torch.Tensor]], hits_k) -> dict[str, float]:
-    """The metrics of every split from its ``(pos [P], neg [P, C])`` scores (module docstring)."""
+def score_summary(pos: torch.Tensor, neg: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """What the metrics need of a split's scores ``pos [P]``, ``neg [P, C]`` (or a given split's shared ``[Q, 1]``):
+    ``(pos, shared, reciprocal ranks)``, the positives' scores, the shared negatives' (every positive's first
+    candidate, or the given pairs) and each positive's reciprocal rank among its candidates (float64 ``[P]``;
+    ``None`` with one candidate: no MRR). Every part is per positive, or per shared pair, so a partitioned run
+    gathers these instead of its ``[P, C]`` candidate scores."""
+    pos, neg = pos.detach(), neg.detach()
+    shared = neg[:, 0] if neg.numel() else neg.reshape(-1)
+    ranks = reciprocal_ranks(pos, neg) if neg.dim() == 2 and neg.shape[1] > 1 else None
+    return pos, shared, ranks
+
+
+def summary_metrics(summaries: dict[str, tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]],
+                    hits_k) -> dict[str, float]:
+    """The metrics of every split from its :func:`score_summary` (module docstring)."""
     out = {}
-    for split, (pos, neg) in scores.items():
-        pos, neg = pos.detach().double(), neg.detach().double()
-        shared = neg[:, 0] if neg.numel() else neg.reshape(-1)
+    for split, (pos, shared, ranks) in summaries.items():
+        pos, shared = pos.double(), shared.double()
         score = auc(pos, shared)
         out[f"{split}_acc"] = out[f"{split}_auc"] = score
         for k in hits_k:
             out[f"{split}_hits@{k}"] = hits_at_k(pos, shared, k)
-        if neg.dim() == 2 and neg.shape[1] > 1:
-            out[f"{split}_mrr"] = mrr(pos, neg)
+        if ranks is not None:
+            out[f"{split}_mrr"] = float(ranks.mean()) if ranks.numel() else float("nan")
         bce = (F.binary_cross_entropy_with_logits(pos, torch.ones_like(pos), reduction="sum")
                + F.binary_cross_entropy_with_logits(shared, torch.zeros_like(shared), reduction="sum"))
         out[f"{split}_loss"] = float(bce) / (pos.numel() + shared.numel()) if pos.numel() else float("nan")
     return out
+
+
+def link_metrics(scores: dict[str, tuple[torch.Tensor, torch.Tensor]], hits_k) -> dict[str, float]:
+    """The metrics of every split from its ``(pos [P], neg [P, C])`` scores (module docstring)."""
+    return summary_metrics({split: score_summary(pos, neg) for split, (pos, neg) in scores.items()}, hits_k)

@@ -5,13 +5,18 @@ The parent draws the split over the whole graph (:func:`graphscale.tasks.split.s
 ``single``'s), partitions the split's message-passing graph (the validation and test edges removed) and writes,
 next to that partition store ``STORE``, the folder ``STORE.link``:
 
-* ``meta.json``: the vertex count, the part count, the pairs per split (``counts``; the training count gives the
-  loss normaliser ``2 P``) and the split's warning (:meth:`~graphscale.tasks.split.LinkSplit.warning`) or ``null``;
+* ``meta.json``: the vertex count, the part count, the supervised pair count ``num_pairs`` (edge ids are below
+  it), the pairs per split (``counts``; the training count gives the loss normaliser ``2 P``), whether a pair
+  stands for both directions (``undirected``), the count of vertices the split leaves without a message-passing
+  edge (``stranded``) and the split's warning (:meth:`~graphscale.tasks.split.LinkSplit.warning`) or ``null``;
 * ``part-I.pt``: part ``I``'s pairs: ``ids`` (edge ids, ascending: the keys of the keyed negatives), ``pairs``
-  (int64 ``[2, P_I]``) and ``split_of`` (int8 ``[P_I]``), the pairs in no split left out.
+  (int64 ``[2, P_I]``) and ``split_of`` (int8 ``[P_I]``), the pairs in no split left out;
+* ``negatives.pt``, only for a split given with its own validation and test negatives: ``neg_pairs`` and
+  ``neg_tails`` by split (:class:`~graphscale.tasks.split.LinkSplit`'s).
 
-A worker finds the owner of any vertex from the store's partition book (:func:`store_owner`), so it can ask the
-owner of a destination for its embedding.
+A graph-parallel or offload worker reads its own part (:func:`read_link_part`) and finds the owner of any vertex
+from the store's partition book (:func:`store_owner`), so it can ask the owner of a destination for its embedding.
+A model-averaging worker reads the whole split back (:func:`read_link_split`): every part, and the negatives.
 """
 
 from __future__ import annotations
@@ -28,6 +33,10 @@ from graphscale.partition.store import load_book
 from graphscale.tasks.split import SPLIT_NAMES, UNSUPERVISED, LinkSplit
 
 LINK_SUFFIX = ".link"
+#: the file of a given split's negatives in a link folder
+NEGATIVES_FILE = "negatives.pt"
+#: the meta fields of a link folder in the current form (a cached folder without them is written again)
+META_FIELDS = ("num_nodes", "parts", "num_pairs", "counts", "undirected", "stranded", "warning")
 
 
 def link_folder(store: str | Path) -> Path:
@@ -55,7 +64,11 @@ def write_link_parts(split: LinkSplit, owner: torch.Tensor, parts: int, folder: 
             ids = torch.nonzero(supervised & (source_part == part)).flatten()
             torch.save({"ids": ids, "pairs": split.pairs[:, ids].clone(), "split_of": split.split_of[ids].clone()},
                        tmp / f"part-{part}.pt")
-        write_json_atomic(tmp / "meta.json", {"num_nodes": split.num_nodes, "parts": parts, "counts": split.counts(),
+        if split.neg_pairs or split.neg_tails:
+            torch.save({"neg_pairs": split.neg_pairs, "neg_tails": split.neg_tails}, tmp / NEGATIVES_FILE)
+        write_json_atomic(tmp / "meta.json", {"num_nodes": split.num_nodes, "parts": parts,
+                                              "num_pairs": int(split.pairs.shape[1]), "counts": split.counts(),
+                                              "undirected": bool(split.undirected), "stranded": int(split.stranded),
                                               "warning": split.warning()})
         replace_dir(tmp, folder)
     except BaseException:
@@ -73,6 +86,15 @@ def read_link_meta(folder: str | Path) -> dict:
     if not path.is_file():
         raise FileNotFoundError(f"{path} is missing: the partition store has no link split next to it")
     return json.loads(path.read_text())
+
+
+def is_link_folder(folder: str | Path) -> bool:
+    """Whether ``folder`` is a complete link folder in the current form (its ``meta.json`` has every field)."""
+    try:
+        meta = read_link_meta(folder)
+    except (FileNotFoundError, ValueError):
+        return False
+    return all(key in meta for key in META_FIELDS)
 
 
 @dataclass
@@ -103,3 +125,21 @@ def read_link_part(folder: str | Path, part: int) -> LinkPart:
     data = torch.load(Path(folder) / f"part-{part}.pt", weights_only=True)
     return LinkPart(int(meta["num_nodes"]), int(meta["counts"]["train"]), data["ids"], data["pairs"],
                     data["split_of"])
+
+
+def read_link_split(folder: str | Path) -> LinkSplit:
+    """The whole split from the link folder ``folder``: every part's pairs at their edge ids (ids in no split hold
+    the pair ``(0, 0)`` in :data:`~graphscale.tasks.split.UNSUPERVISED`, never scored), the given negatives, no
+    message-passing graph."""
+    meta = read_link_meta(folder)
+    m = int(meta["num_pairs"])
+    pairs = torch.zeros((2, m), dtype=torch.int64)
+    split_of = torch.full((m,), UNSUPERVISED, dtype=torch.int8)
+    for part in range(int(meta["parts"])):
+        data = torch.load(Path(folder) / f"part-{part}.pt", weights_only=True)
+        pairs[:, data["ids"]] = data["pairs"]
+        split_of[data["ids"]] = data["split_of"]
+    file = Path(folder) / NEGATIVES_FILE
+    negatives = torch.load(file, weights_only=True) if file.is_file() else {}
+    return LinkSplit(int(meta["num_nodes"]), pairs, split_of, bool(meta["undirected"]), None, int(meta["stranded"]),
+                     neg_pairs=negatives.get("neg_pairs", {}), neg_tails=negatives.get("neg_tails", {}))

@@ -12,6 +12,9 @@ from __future__ import annotations
 
 import torch
 
+#: rows of a ``[P, C]`` score matrix ranked at a time by :func:`reciprocal_ranks`
+RANK_ROWS = 65536
+
 
 def auc(pos: torch.Tensor, neg: torch.Tensor) -> float:
     """ROC AUC of scores ``pos [P]`` (label 1) against ``neg [Q]`` (label 0); NaN when either is empty."""
@@ -36,12 +39,20 @@ def hits_at_k(pos: torch.Tensor, neg: torch.Tensor, k: int) -> float:
     return float((pos > kth).sum()) / pos.numel()
 
 
+def reciprocal_ranks(pos: torch.Tensor, neg: torch.Tensor) -> torch.Tensor:
+    """float64 ``[P]``: the reciprocal rank of each ``pos [P]`` among its row of ``neg [P, C]`` (ties as in
+    :func:`mrr`), :data:`RANK_ROWS` rows at a time (no ``[P, C]`` temporary)."""
+    pos = pos.reshape(-1, 1)
+    out = torch.empty(pos.shape[0], dtype=torch.float64, device=pos.device)
+    for start in range(0, pos.shape[0], RANK_ROWS):
+        p, n = pos[start:start + RANK_ROWS], neg[start:start + RANK_ROWS]
+        rank = 0.5 * ((n > p).sum(dim=1) + (n >= p).sum(dim=1)).double() + 1
+        out[start:start + RANK_ROWS] = 1.0 / rank
+    return out
+
+
 def mrr(pos: torch.Tensor, neg: torch.Tensor) -> float:
     """Mean reciprocal rank of each ``pos [P]`` among its row of ``neg [P, C]``; NaN when ``pos`` is empty."""
     if not pos.numel():
         return float("nan")
-    pos = pos.reshape(-1, 1)
-    optimistic = (neg > pos).sum(dim=1)
-    pessimistic = (neg >= pos).sum(dim=1)
-    rank = 0.5 * (optimistic + pessimistic).double() + 1
-    return float((1.0 / rank).mean())
+    return float(reciprocal_ranks(pos, neg).mean())

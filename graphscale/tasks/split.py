@@ -35,8 +35,6 @@ from graphscale.data.link_pairs import has_given_pairs
 TRAIN, VAL, TEST, UNSUPERVISED = 0, 1, 2, 3
 #: the split names, in :data:`TRAIN`, :data:`VAL`, :data:`TEST` order
 SPLIT_NAMES = ("train", "val", "test")
-#: the split of a partition store a ``--task link`` run writes (of its message-passing graph), in the store
-STORE_SPLIT_FILE = "link-split.npz"
 
 
 def check_fractions(fractions, option: str = "--link-split") -> tuple[float, float, float]:
@@ -66,7 +64,8 @@ class LinkSplit:
         split_of: int8 ``[M]``: each pair's split (:data:`TRAIN`, :data:`VAL`, :data:`TEST`, :data:`UNSUPERVISED`).
         undirected: whether a pair stands for both directions (the graph is symmetric).
         message_graph: the graph with the validation and test pairs removed (both directions), node data kept;
-            ``None`` for a split read back from its file (:func:`load_split`).
+            ``None`` for a split read back from its link folder
+            (:func:`graphscale.tasks.link_store.read_link_split`).
         stranded: vertices that have an edge in the graph but none in the message-passing graph.
         neg_pairs: a given split's negative pairs ``[2, Q]`` per split (``val``, ``test``), shared by its positives.
         neg_tails: a given split's candidate tails ``[P, C]`` per split, each positive's own.
@@ -174,27 +173,3 @@ def given_split(graph: Graph) -> LinkSplit:
     return LinkSplit(n, torch.cat(positives, dim=1), split_of, graph.is_symmetric(), message, int((had & ~has).sum()),
                      neg_pairs={k: a["neg"] for k, a in pairs.items() if "neg" in a},
                      neg_tails={k: a["neg_tails"] for k, a in pairs.items() if "neg_tails" in a})
-
-
-def save_split(split: LinkSplit, path) -> None:
-    """Write ``split``'s pairs, their splits and its given negatives (not its message-passing graph) to the ``.npz``
-    file ``path`` (what :func:`load_split` reads; how a strategy's workers receive a split drawn in the parent)."""
-    import numpy as np
-
-    arrays = {"pairs": split.pairs.numpy(), "split_of": split.split_of.numpy(),
-              "meta": np.array([split.num_nodes, int(split.undirected), split.stranded], dtype=np.int64),
-              **{f"neg_pairs.{k}": v.numpy() for k, v in split.neg_pairs.items()},
-              **{f"neg_tails.{k}": v.numpy() for k, v in split.neg_tails.items()}}
-    np.savez(path, **arrays)
-
-
-def load_split(path) -> LinkSplit:
-    """The split :func:`save_split` wrote to ``path`` (its ``message_graph`` ``None``)."""
-    import numpy as np
-
-    with np.load(path) as f:
-        arrays = {k: torch.from_numpy(f[k]) for k in f.files}
-    n, undirected, stranded = (int(v) for v in arrays.pop("meta"))
-    negatives = {kind: {k.partition(".")[2]: v for k, v in arrays.items() if k.startswith(kind + ".")}
-                 for kind in ("neg_pairs", "neg_tails")}
-    return LinkSplit(n, arrays["pairs"], arrays["split_of"], bool(undirected), None, stranded, **negatives)

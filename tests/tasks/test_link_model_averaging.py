@@ -50,16 +50,16 @@ def test_cora_test_auc_is_within_reach_of_single():
     dropout, 100 epochs, float32; model-averaging on 2 workers (2 METIS parts, halo 1, exact evaluation). Test AUC at
     the best validation epoch, measured on CPU:
 
-        seed            0       1       2       mean
-        single          0.9010  0.8902  0.8910  0.8941
-        model-averaging 0.8799  0.8754  0.8676  0.8743   (gap 2.1, 1.5, 2.3 points; mean 1.98)
+        seed            0       1       2       3       4       mean
+        single          0.9010  0.8902  0.8910  0.8937  0.9093  0.8970
+        model-averaging 0.8799  0.8754  0.8676  0.8843  0.8895  0.8793   (gap 2.1, 1.5, 2.3, 0.9, 2.0; mean 1.77)
 
-    The mean gap is asserted below 2.5 points (2 measured, with room for floating-point drift across machines)."""
+    The 5-seed mean gap is asserted below 2 points (the goal; 1.77 measured)."""
     opts = {"task": "link", "hidden": 64, "dropout": 0.0, "weight_decay": 0.0, "epochs": 100, "progress": False}
     gaps = []
-    for seed in (0, 1, 2):
+    for seed in range(5):
         single = gs.train("gcn", "cora", seed=seed, **opts).final.test_acc
         averaged = gs.train("gcn", "cora", strategy="model-averaging", workers=2, seed=seed, **opts).final.test_acc
         assert averaged > 0.85
         gaps.append(single - averaged)
-    assert sum(gaps) / len(gaps) < 0.025
+    assert sum(gaps) / len(gaps) < 0.02

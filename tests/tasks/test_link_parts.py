@@ -119,3 +119,52 @@ def test_bad_fractions(fractions, message):
 def test_a_split_too_small_for_the_graph():
     with pytest.raises(ValueError, match="leaves a split empty"):
         split_edges(ring_with_chords(8), [0.9, 0.01, 0.05], seed=0)
+
+
+def test_a_split_written_by_part_reads_back_whole(tmp_path):
+    """The link folder is the split's one on-disk form: graph-parallel reads a part, model-averaging reads every
+    part back at their edge ids, with a given split's negatives."""
+    from dataclasses import replace
+
+    from graphscale.tasks.link_store import is_link_folder, read_link_part, read_link_split, write_link_parts
+
+    split = split_edges(ring_with_chords(), [0.3, 0.3, 0.3], seed=0)  # some pairs in no split, some vertices stranded
+    negatives = {"neg_pairs": {"val": torch.tensor([[0, 1], [5, 9]])},
+                 "neg_tails": {"test": torch.arange(int((split.split_of == TEST).sum()) * 3).reshape(-1, 3) % 60}}
+    for given in ({}, negatives):
+        written = replace(split, **given)
+        owner = torch.arange(60) % 3
+        folder = tmp_path / f"store{len(given)}.link"
+        write_link_parts(written, owner, 3, folder)
+        assert is_link_folder(folder)
+        back = read_link_split(folder)
+        assert (back.num_nodes, back.undirected, back.stranded) == (60, True, split.stranded) and back.stranded > 0
+        assert back.warning() == split.warning() and back.message_graph is None
+        assert torch.equal(back.split_of, split.split_of)
+        supervised = split.split_of != 3
+        assert torch.equal(back.pairs[:, supervised], split.pairs[:, supervised])
+        assert {k: v.tolist() for k, v in back.neg_pairs.items()} == {k: v.tolist() for k, v in written.neg_pairs.items()}
+        assert {k: v.tolist() for k, v in back.neg_tails.items()} == {k: v.tolist() for k, v in written.neg_tails.items()}
+        part = read_link_part(folder, 1)
+        assert bool((owner[part.pairs[0]] == 1).all()) and part.num_train == split.counts()["train"]
+    (folder / "meta.json").write_text('{"num_nodes": 60, "parts": 3, "counts": {}, "warning": null}')
+    assert not is_link_folder(folder)  # an older form, without num_pairs: the cache writes it again
+    assert not is_link_folder(tmp_path / "absent.link")
+
+
+def test_metrics_from_per_pair_summaries_equal_the_whole_scores(monkeypatch):
+    """A partitioned run gathers per-pair summaries of blocks of pairs: the metrics equal those of all the scores."""
+    from graphscale.tasks import metrics
+    from graphscale.tasks.link import link_metrics, score_summary, summary_metrics
+
+    pos = scores(500, 3, ties=True)
+    neg = scores(500 * 40, 4, ties=True).reshape(500, 40)
+    whole = link_metrics({"val": (pos, neg), "train": (pos, neg[:, :1])}, [5, 50])
+    monkeypatch.setattr(metrics, "RANK_ROWS", 7)  # ranks computed in row blocks
+    blocks = [score_summary(pos[s], neg[s]) for s in (slice(0, 123), slice(123, 123), slice(123, 500))]
+    joined = tuple(torch.cat(parts) for parts in zip(*blocks))
+    train = score_summary(pos, neg[:, :1])
+    assert train[2] is None  # one candidate: no MRR
+    assert summary_metrics({"val": joined, "train": train}, [5, 50]) == whole
+    rank = 0.5 * ((neg > pos[:, None]).sum(1) + (neg >= pos[:, None]).sum(1)).double() + 1
+    assert whole["val_mrr"] == float((1.0 / rank).mean()) and "train_mrr" not in whole

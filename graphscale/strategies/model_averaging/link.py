@@ -2,9 +2,10 @@
 pairs instead of vertices); approximate, like node classification under this strategy.
 
 **The data.** For ``--task link`` the parent draws the split from the whole graph, writes the partition store of
-its *message-passing* graph (the held-out pairs removed) and the split next to it
-(:data:`graphscale.tasks.split.STORE_SPLIT_FILE`). Every worker reads the split file whole (its pairs and
-negatives: O(E) per worker; the graph itself stays partitioned).
+its *message-passing* graph (the held-out pairs removed) and the split next to it, in the link folder graph-parallel
+reads (:mod:`graphscale.tasks.link_store`). Every worker reads the split back whole (every part's pairs and the
+given negatives, :func:`~graphscale.tasks.link_store.read_link_split`: O(E) per worker; the graph itself stays
+partitioned).
 
 **Training.** Partition ``j`` trains on the training pairs ``(u, v)`` whose ``v`` is one of its home vertices
 (``u``, an in-neighbour of ``v`` in the message-passing graph, is in its halo), against one negative each: the
@@ -22,8 +23,6 @@ fixed candidates.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import torch
 
@@ -31,8 +30,8 @@ from graphscale.distributed.comm import CONTROL, Comm
 from graphscale.partition.store import LocalPartition
 from graphscale.strategies.model_averaging.evaluation import EVALUATION
 from graphscale.tasks.link import LinkTask
+from graphscale.tasks.link_store import is_link_folder, link_folder, read_link_split
 from graphscale.tasks.negatives import train_tails
-from graphscale.tasks.split import STORE_SPLIT_FILE, load_split
 
 
 def link_refusal(config) -> str:
@@ -62,18 +61,18 @@ class LinkPartitions:
     """The split, each partition's training pairs, their loss and the evaluation (module docstring).
 
     Args:
-        store: the partition store's directory.
+        store: the partition store's directory (its link folder beside it holds the split).
         decoder: the model's decoder.
         config: the run's configuration.
         device: where the pairs live.
     """
 
     def __init__(self, store: str, decoder: torch.nn.Module, config, device: torch.device) -> None:
-        file = Path(store) / STORE_SPLIT_FILE
-        if not file.is_file():
-            raise ValueError(f"--task link: partition store {store} has no link split ({file.name}); it was not "
-                             "written by a --task link run")
-        self.split = load_split(file)
+        folder = link_folder(store)
+        if not is_link_folder(folder):
+            raise ValueError(f"--task link: partition store {store} has no link split next to it ({folder.name}); "
+                             "it was not written by a --task link run")
+        self.split = read_link_split(folder)
         self.task = LinkTask(self.split, decoder, config.seed, config.hits_k, device)
         self.seed, self.device = config.seed, device
         self._pairs: dict[int, tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = {}
