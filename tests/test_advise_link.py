@@ -87,6 +87,7 @@ def test_the_decoder_is_in_the_predictions_model(tmp_path):
 def test_the_scoring_costs_grow_with_the_decoder():
     assert head_bytes(10, 8, 4, "dot") < head_bytes(10, 8, 4, "distmult") < head_bytes(10, 8, 4, "mlp")
     assert head_bytes(10, 8, 4, "dot") == 10 * (16 + 2 * 8 * 4 + 2 * 4)
+    assert head_bytes(10, 8, 4, "distmult", chunked=True) == 10 * (16 + 2 * 4)  # no gathered row saved
     assert head_flops(10, 8, "dot") == 0 and head_flops(10, 8, "mlp") == 10 * (2 * 64 + 16)
     with pytest.raises(ValueError, match="--decoder"):
         head_bytes(1, 8, 4, "bilinear")

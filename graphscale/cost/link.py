@@ -8,7 +8,8 @@ the scoring moves between workers are the strategies' own closed forms.
 autograd saves for the backward): per pair, the two gathers' int64 indices (16 bytes), the two gathered embedding
 rows the decoder's product saves (``2 d b``), the score and its label the loss saves (``2 b``), and what the decoder
 saves besides: ``distmult`` the source rows scaled by its relation (``d b``), ``mlp`` the Hadamard product and the
-hidden layer's output (``2 d b``). The decoder's parameters are the model's (its ``link_decoder``), in its state.
+hidden layer's output (``2 d b``); scored in chunks from an embedding table (``dot``, ``distmult``:
+:mod:`graphscale.tasks.pair_scores`) no row is saved. The decoder's parameters are the model's (its ``link_decoder``), in its state.
 
 **Time** (:func:`head_seconds`): the decoder's products (``mlp``: ``2 d^2 + 2 d`` FLOPs a pair at the GEMM rate) and
 its elementwise passes over the pairs' rows (the two gathers, the product; ``distmult`` one more, ``mlp`` two more:
@@ -28,10 +29,14 @@ def _check(decoder: str) -> None:
         raise ValueError(f"--decoder must be one of {', '.join(SAVED_ROWS)}, got {decoder!r}")
 
 
-def head_bytes(pairs: int, width: int, elem: int, decoder: str) -> int:
-    """Tracked bytes of scoring ``pairs`` pairs of ``width``-wide embeddings (module docstring)."""
+def head_bytes(pairs: int, width: int, elem: int, decoder: str, chunked: bool = False) -> int:
+    """Tracked bytes of scoring ``pairs`` pairs of ``width``-wide embeddings (module docstring). ``chunked``: the
+    scoring gathers the rows chunk by chunk and saves none of them for the backward
+    (:mod:`graphscale.tasks.pair_scores`: ``dot`` and ``distmult`` scored from an embedding table), so only the
+    indices, scores and labels stay."""
     _check(decoder)
-    return int(pairs * (16 + (2 + SAVED_ROWS[decoder]) * width * elem + 2 * elem))
+    rows = 0 if chunked else pairs * (2 + SAVED_ROWS[decoder]) * width * elem
+    return int(pairs * (16 + 2 * elem) + rows)
 
 
 def head_flops(pairs: int, width: int, decoder: str) -> float:

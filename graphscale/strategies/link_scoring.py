@@ -88,8 +88,10 @@ def predict_head(data, model, config, workers: int, owner: torch.Tensor | None =
     from graphscale.cost.pricing import element_size
     from graphscale.tasks.link import embedding_width
     from graphscale.tasks.link_store import link_folder, read_link_part, store_owner
+    from graphscale.tasks.pair_scores import fusable
 
     elem, width = element_size(model), embedding_width(model, config)
+    chunked = fusable(model.link_decoder)  # scored from the embedding table in chunks (LinkScorer)
     if owner is None:
         folder = data.shared or link_folder(data.path)
         owner, pairs = store_owner(data.path), [read_link_part(folder, i) for i in range(workers)]
@@ -100,7 +102,7 @@ def predict_head(data, model, config, workers: int, owner: torch.Tensor | None =
     remote = [remote_rows(p, owner, i, config.seed, LINK_BYTES_EPOCH) for i, p in enumerate(pairs)]
     link = link_bytes_per_epoch(remote, width, elem)
     return {"bytes": {LINK: link} if link else {}, "collectives": LINK_COLLECTIVES if workers > 1 else 0,
-            "memory": [head_bytes(n, width, elem, config.decoder) for n in scored],
+            "memory": [head_bytes(n, width, elem, config.decoder, chunked) for n in scored],
             "seconds": lambda machine, i: head_seconds(machine, scored[i], width, config.decoder, workers),
             "epoch": LINK_BYTES_EPOCH,
             "notes": [(f"link: link_bytes_per_epoch over epoch {LINK_BYTES_EPOCH}'s keyed negatives; the scoring's "

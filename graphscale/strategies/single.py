@@ -315,12 +315,15 @@ def predict(data, model, config, machine):
     if config.task == "link":  # every training pair scored on the one worker (mini-batch: a batch's at a time)
         from graphscale.cost.link import head_bytes, head_seconds
         from graphscale.tasks.link import embedding_width
+        from graphscale.tasks.pair_scores import fusable
         from graphscale.tasks.split import split_edges
 
         pairs = 2 * split_edges(data.open_graph(), config.link_split, config.seed).ids("train").numel()
         width = embedding_width(model, config)
         batch = min(pairs, 2 * config.strategy.batch_size) if config.strategy.minibatch else pairs
-        peak += head_bytes(batch, width, elem, config.decoder)
+        # the full-graph step scores dot / distmult from the embedding table in chunks (tasks.pair_scores)
+        chunked = not config.strategy.minibatch and fusable(model.link_decoder)
+        peak += head_bytes(batch, width, elem, config.decoder, chunked)
         compute += head_seconds(machine, pairs, width, config.decoder)
     return Prediction("single", 1, {"minibatch": True} if config.strategy.minibatch else {}, peak, [peak], {},
                       prediction_time(machine, compute, 0, 0, steps), exact=not config.strategy.minibatch,

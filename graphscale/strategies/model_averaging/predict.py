@@ -72,14 +72,11 @@ def link_pairs(data, parts: int, config) -> list[int]:
     """``--task link``: the pairs each partition scores in a training epoch, ``2 P_j`` (its training pairs, those
     whose destination is one of its home vertices, and one negative each: :mod:`.link`), from the split beside
     the store."""
-    from pathlib import Path
-
     import torch
 
-    from graphscale.tasks.link_store import store_owner
-    from graphscale.tasks.split import STORE_SPLIT_FILE, load_split
+    from graphscale.tasks.link_store import link_folder, read_link_split, store_owner
 
-    split = load_split(Path(data.path) / STORE_SPLIT_FILE)
+    split = read_link_split(link_folder(data.path))
     home = store_owner(data.path)[split.pairs[1, split.ids("train")]]
     return [2 * int(n) for n in torch.bincount(home, minlength=parts)]
 
