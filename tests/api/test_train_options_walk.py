@@ -25,13 +25,13 @@ VALUES = {"features": "degree", "feature_dtype": "bfloat16", "partitions": "{tmp
           "device_memory": "1GiB", "state_dir": "{tmp}/state", "memory_budget": "1GiB", "shm_dir": "{tmp}",
           "cache_dir": "{tmp}/cache", "host_memory": "2GiB", "json": "{tmp}/r.json", "tensorboard": "{tmp}/tb",
           "checkpoint": "{tmp}/c.pt", "device": "cpu", "backend": "gloo", "strategy": "graph-parallel", "workers": 2,
-          "chunks": 2, "fanouts": [3, 3], "evaluation": "truncated", "halo_hops": 2, "momentum": 0.5,
+          "chunks": 2, "fanouts": [3, 3], "eval_fanouts": [3, 3], "evaluation": "truncated", "halo_hops": 2, "momentum": 0.5,
           "lr_step_size": 2, "lr_gamma": 0.5, "resume": True, "decoupled": "on", "dtype": "float64",
           "allocator": "retain", "task_chunks": 8, "hits_k": [10, 50], "link_split": [0.8, 0.1, 0.1]}
 TASK = {"strategy": "task-parallel", "workers": 2}
 #: the options that make an option read (or valid)
 ENABLING = {"cache_fraction": {"strategy": "data-parallel", "cache": "pagraph"}, "fanouts": {"minibatch": True},
-            "batch_size": {"minibatch": True}, "hybrid_width": {"workers": 2},
+            "eval_fanouts": {"minibatch": True}, "batch_size": {"minibatch": True}, "hybrid_width": {"workers": 2},
             "hybrid_split": {"workers": 2, "hybrid_width": 2}, "schedule": {"cross_chunk_grad": "none"},
             "momentum": {"optimizer": "sgd"}, "lr_step_size": {"lr_schedule": "step"},
             "lr_gamma": {"lr_schedule": "step", "lr_step_size": 2}, "resume": {"checkpoint": "{tmp}/c.pt"},
