@@ -19,7 +19,7 @@ from graphscale.testing.graphs import random_graph
 def test_parse_features():
     assert parse_features("") == ("", 0) and parse_features("degree") == ("degree", 0)
     assert parse_features("random:8") == ("random", 8) and parse_features("learnable:64") == ("learnable", 64)
-    for bad, message in (("degrees", "must be one of degree, onehot"), ("random", "needs a width"),
+    for bad, message in (("degrees", "must be one of fastrp:D, spectral:D, degree, onehot"), ("random", "needs a width"),
                          ("learnable:0", "needs a width"), ("random:x", "needs a width"),
                          ("onehot:3", "takes no width")):
         with pytest.raises(ValueError, match=message):
