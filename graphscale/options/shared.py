@@ -66,13 +66,20 @@ class ChunkOrder:
 
 
 @dataclass
-class SingleOptions(MiniBatch, Sampling):
-    """``single``: the single-process reference, full-graph or (``--minibatch``) sampled."""
+class SampledEvaluation:
+    """The evaluation of the mini-batch strategies (:mod:`graphscale.strategies.sampled_evaluation`)."""
 
     eval_fanouts: list[int] = field(default_factory=list, metadata=meta(
-        "with --minibatch: evaluate the train, val and test vertices on neighbourhoods sampled with these fanouts (as "
-        "--fanouts; seeded, the same every epoch), --batch-size at a time, instead of exact layer-wise inference "
-        "over every vertex (empty: exact)", parse=int_list, metavar="F,F,..."))
+        "mini-batch training (single: with --minibatch): evaluate the train, val and test vertices on "
+        "neighbourhoods sampled with these fanouts (as --fanouts; seeded, the same every epoch), --batch-size at a "
+        "time, the batches shared among the workers, instead of exact layer-wise inference over every vertex "
+        "(empty: exact)", parse=int_list, metavar="F,F,..."))
+
+
+@dataclass
+class SingleOptions(MiniBatch, Sampling, SampledEvaluation):
+    """``single``: the single-process reference, full-graph or (``--minibatch``) sampled."""
+
     DATA_OPTIONS: ClassVar[frozenset[str]] = frozenset({"feature_dtype"})
 
 
@@ -84,7 +91,7 @@ class GraphParallelOptions(Partitioning, Stored):
 
 
 @dataclass
-class DataParallelOptions(Partitioning, Sampling, CacheFraction):
+class DataParallelOptions(Partitioning, Sampling, SampledEvaluation, CacheFraction):
     """``data-parallel``: mini-batches split between the workers, with a feature cache."""
 
     cache: str = option("none", "feature cache: none (DGL-like), pagraph, quiver", choices=CACHE_POLICIES)

@@ -41,6 +41,7 @@ from graphscale.metrics.memory import MemoryTracker
 from graphscale.strategies.base import Strategy
 from graphscale.strategies.evaluation import DEFAULT_BATCH_ROWS, LayerwiseEvaluator
 from graphscale.strategies.link_minibatch import evaluate_link, setup_link
+from graphscale.strategies.sampled_evaluation import SampledEvaluator
 
 H2D = "h2d"
 H2D_STRUCT = "h2d_struct"
@@ -118,7 +119,9 @@ class MiniBatchStrategy(Strategy):
     :mod:`graphscale.strategies.link_minibatch`), the rank-agnostic ``sampler``, ``params`` and the memory ``tracker`` (with the model
     tracked). Subclasses add their caches, tracked as ``"cache"``.
 
-    :meth:`evaluate` is distributed layer-wise inference over the vertices each worker owns
+    :meth:`evaluate` with ``--eval-fanouts`` is the sampled evaluation of
+    :mod:`~graphscale.strategies.sampled_evaluation`, each worker a share of its batches (their host rows recorded
+    under ``h2d``). Without, it is distributed layer-wise inference over the vertices each worker owns
     (:class:`~graphscale.strategies.evaluation.LayerwiseEvaluator`): the worker's part of the run's vertex
     partition (``self.owner`` where the subclass trains with one, else :meth:`Strategy.vertex_owner`,
     prepared by the parent), which keeps the halo rows of every layer few. The evaluator is built at the
@@ -148,12 +151,22 @@ class MiniBatchStrategy(Strategy):
             self.num_train = self.train_ids.numel()
         self.sampler = NeighborSampler(graph, config.strategy.fanouts, seed=config.seed)
         self.evaluator: LayerwiseEvaluator | None = None  # built at the first evaluate(), once owner is known
+        self.sampled: SampledEvaluator | None = None  # --eval-fanouts: built at the first evaluate()
         self.params = [p for p in model.parameters() if p.requires_grad]
         self.tracker = MemoryTracker(env)
         self.tracker.track_module("model", model)
         self.tracker.track("host_cache", self.host_rows.rows, self.host_rows.slot, category="cache")
 
     def evaluate(self) -> dict[str, float]:
+        if self.config.strategy.eval_fanouts and self.link is None:  # each worker a share of the sampled batches
+            if self.sampled is None:
+                graph, device = self.graph, self.env.device
+                masks = {"train": graph.train_mask, "val": graph.val_mask, "test": graph.test_mask}
+                self.sampled = SampledEvaluator(graph, self.config.strategy.eval_fanouts,
+                                                self.config.strategy.batch_size, self.config.seed,
+                                                self.sampler.degrees, self.y, masks, self.host_rows.gather,
+                                                lambda ids, rows: to_device_rows(self.comm, rows, device))
+            return self.sampled.evaluate(self.model, self.env.device, self.comm)
         if self.evaluator is None:  # each worker evaluates its part of the run's vertex partition (few halo rows)
             owner = getattr(self, "owner", None)
             owner = self.vertex_owner() if owner is None else owner

@@ -42,8 +42,6 @@ from graphscale.options import option_names
 from graphscale.options.shared import SingleOptions
 from graphscale.registry import STRATEGIES
 from graphscale.strategies.base import (
-    COUNTS_PER_SPLIT,
-    SPLITS,
     Strategy,
     check_gradients,
     counts_to_metrics,
@@ -56,6 +54,7 @@ from graphscale.strategies.epoch import Epoch
 from graphscale.strategies.evaluation import LayerwiseEvaluator
 from graphscale.strategies.minibatch_common import evaluation_tables, host_row_cache
 from graphscale.strategies.optimizers import moment_count
+from graphscale.strategies.sampled_evaluation import SampledEvaluator
 from graphscale.tasks.edge_batches import EdgeBatch, EdgeBatchLoader
 from graphscale.tasks.link import LinkTask
 from graphscale.tasks.split import split_edges
@@ -225,33 +224,19 @@ class SingleStrategy(Strategy):
             count += size
         return total / max(count, 1)
 
-    @torch.no_grad()
     def _sampled_evaluation(self) -> dict[str, float]:
-        """``--eval-fanouts``: the vertices of the three splits (ascending ids), ``--batch-size`` at a time, each
-        batch's neighbourhood sampled with the evaluation fanouts under a fixed key (the same samples every epoch),
-        its input rows read as training reads them; the per-split counts summed over the batches."""
-        strategy, device = self.config.strategy, self.env.device
+        """``--eval-fanouts`` (:mod:`graphscale.strategies.sampled_evaluation`): the splits' vertices,
+        ``--batch-size`` at a time, on neighbourhoods sampled with a fixed key, their input rows read as training
+        reads them."""
         if self.eval_sampler is None:
-            self.eval_sampler = NeighborSampler(self.sampler.graph, strategy.eval_fanouts, seed=self.config.seed,
-                                                degrees=self.sampler.degrees)  # one [N] degree array, shared
-        self.model.eval()
-        ids = torch.nonzero(self.masks["train"].cpu() | self.masks["val"].cpu() | self.masks["test"].cpu()).flatten()
-        starts = range(0, ids.numel(), strategy.batch_size)
-
-        def gather(i: int):
-            targets = ids[starts[i]: starts[i] + strategy.batch_size]
-            blocks = self.eval_sampler.sample(targets, batch_key=i)
-            rows = self.rows.gather(blocks[0].src_ids) if self.rows is not None else None
-            return targets, blocks, rows
-
-        counts = torch.zeros(COUNTS_PER_SPLIT * len(SPLITS), dtype=torch.float64)
-        for targets, blocks, x in prefetched(gather, len(starts)):
-            blocks = [b.to(device) for b in blocks]
-            x = self.x[blocks[0].src_ids.to(self.x.device)] if x is None else x.to(device)
-            logits = self.model(blocks, x)
-            on = targets.to(device)
-            counts += split_counts(logits, self.y[on], {k: m[on] for k, m in self.masks.items()}).cpu()
-        return counts_to_metrics(counts)
+            if self.rows is not None:
+                host_rows, device_rows = self.rows.gather, lambda ids, rows: rows.to(self.env.device)
+            else:
+                host_rows, device_rows = None, lambda ids, rows: self.x[ids.to(self.x.device)]
+            self.eval_sampler = SampledEvaluator(self.sampler.graph, self.config.strategy.eval_fanouts,
+                                                 self.config.strategy.batch_size, self.config.seed,
+                                                 self.sampler.degrees, self.y, self.masks, host_rows, device_rows)
+        return self.eval_sampler.evaluate(self.model, self.env.device)
 
     @torch.no_grad()
     def outputs(self) -> tuple[torch.Tensor, torch.Tensor]:
