@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from graphscale.bench.tools.cgroup import run_measured
-from graphscale.bench.tools.scale import disk_bytes, fit_slopes
+from graphscale.bench.tools.scale import disk_bytes, fit_slopes, step_argv
 
 
 def _rows(points):
@@ -30,6 +30,22 @@ def test_edge_and_feature_slopes_when_the_graphs_vary_them():
               ((1000, 5000, 1000), (1000, 20000, 1000), (1000, 5000, 9000), (4000, 5000, 1000), (4000, 40000, 64000))]
     fit = fit_slopes(_rows(points))
     assert (fit["vertex"], fit["edge"], fit["feature_byte"]) == pytest.approx((16, 8, 0.5))
+
+
+def test_minibatch_step_evaluates_on_its_training_fanouts(tmp_path):
+    """The minibatch step's command samples its evaluation with the training fanouts (``--eval-fanouts``), one
+    model layer per fanout; the train parser reads it into that configuration."""
+    from graphscale.cli import build_parser, overrides_from_args
+    from graphscale.config import build_config
+
+    for given, fanouts in (([], [10, 10]), (["--fanouts", "4,-1,3"], [4, -1, 3])):
+        argv = ["bench", "scale", "--workdir", str(tmp_path), *given]
+        args = build_parser(argv).parse_args(argv)
+        command = step_argv("minibatch", "sbm:nodes=100", tmp_path, args)
+        assert command[:3] == [sys.executable, "-m", "graphscale"]
+        config = build_config(overrides_from_args(build_parser(command[3:]).parse_args(command[3:])))
+        assert config.strategy.minibatch and config.strategy.fanouts == fanouts
+        assert config.strategy.eval_fanouts == fanouts and config.model.layers == len(fanouts)
 
 
 def test_disk_counts_hard_links_once(tmp_path):

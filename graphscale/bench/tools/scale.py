@@ -8,7 +8,9 @@ bench writes a synthetic SBM graph and runs, each as its own ``graphscale`` comm
 * ``convert``: the spec to a graph directory (``graphscale convert``);
 * ``partition``: a partition store of ``--workers`` parts (``graphscale partition --method``
   ``--partition-method``) from the graph directory;
-* ``minibatch``: one epoch of mini-batch GraphSAGE under ``single`` (``--minibatch --model sage``);
+* ``minibatch``: one epoch of mini-batch GraphSAGE under ``single`` (``--minibatch --model sage``, one layer per
+  ``--fanouts`` value), evaluated on neighbourhoods sampled with the training fanouts (``--eval-fanouts`` equal to
+  ``--fanouts``: exact evaluation reads every edge once per layer, many times the epoch at scale);
 * ``graph-parallel``: one epoch of full-graph GCN under ``graph-parallel`` on ``--workers`` workers, from the store;
 * ``offload``: one epoch of full-graph GCN under ``offload`` on ``--workers`` workers (``--offload-chunks`` chunks
   per worker; 0: the run chooses them from ``--host-memory``).
@@ -75,6 +77,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "none given, the run takes the fewest that fit --host-memory)")
     add_declared(parser, "batch_size", default=1024, note="here: of the minibatch step",
                  why="a batch size for millions of vertices")
+    add_declared(parser, "fanouts", note="here: of the minibatch step, which also evaluates with them "
+                                          "(--eval-fanouts)")
     parser.add_argument("--workdir", default=None, metavar="DIR",
                         help="where the graphs, stores and caches go (default: a temporary directory, removed)")
     parser.add_argument("--keep", action="store_true", help="keep each size's files (default: removed after it)")
@@ -101,7 +105,9 @@ def step_argv(step: str, spec: str, work: Path, args) -> list[str]:
         return _graphscale("partition", "--dataset", data, "--method", args.partition_method, "--parts",
                            str(args.workers), "--out", str(store), "--overwrite")
     if step == "minibatch":
-        return _graphscale(*train, "--dataset", data, "--minibatch", "--model", "sage", "--batch-size",
+        fanouts = ",".join(str(f) for f in args.fanouts)
+        return _graphscale(*train, "--dataset", data, "--minibatch", "--model", "sage", "--layers",
+                           str(len(args.fanouts)), "--fanouts", fanouts, "--eval-fanouts", fanouts, "--batch-size",
                            str(args.batch_size))
     if step == "graph-parallel":
         return _graphscale(*train, "--strategy", "graph-parallel", "--workers", str(args.workers), "--partitions",
