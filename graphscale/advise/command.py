@@ -6,6 +6,11 @@ when given, else the profile's free memory, shared by the workers on CPU). Infea
 is the fastest that fits, preferring exact strategies within 10% of the fastest. ``--profile`` measures the
 machine again (:mod:`graphscale.advise.profile`); ``--synthetic-profile`` uses fixed rates (tests).
 
+``--host-memory SIZE`` is also the budget of the runs: the mini-batch strategies (``data-parallel``,
+``split-parallel``) are priced with the hot-row cache it sizes (:mod:`graphscale.cost.host_rows`: the cache's rows
+and per-vertex arrays in the memory, the misses read from disk in the time); the table's ``host cache`` column
+names the cache's rows and bytes and its hit rate over the epoch's reads.
+
 ``--task link`` (with ``--decoder`` and ``--link-split``) predicts link-prediction runs: the strategies that cannot
 train it are listed with the reason (:func:`~graphscale.advise.configs.refusal`), the others with the link scoring's
 bytes, memory and time in their predictions.
@@ -42,7 +47,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                  why="the fewest the distributed strategies run on")
     add_declared(parser, "device_memory", note="here: the budget each prediction must fit (default: the machine "
                                                "profile's free memory, shared by the workers on CPU)")
-    add_declared(parser, "host_memory", note="here: on CPU, each worker's budget when --device-memory is not given")
+    add_declared(parser, "host_memory", note="here: on CPU, each worker's budget when --device-memory is not "
+                 "given; and the budget the mini-batch strategies size their hot-row cache from (its rows and hit "
+                 "rate are shown)")
     add_own(parser, "--device", default="cpu", choices=("cpu", "cuda"),
             help="the device the workers train on (default cpu)",
             differs="the device predicted for: cpu or cuda, no auto (a prediction needs one)")
@@ -69,6 +76,8 @@ def base_config(args: argparse.Namespace):
     overrides.update({k: getattr(args, k) for k in ("decoder", "link_split") if getattr(args, k, None) is not None})
     if args.cache_dir:
         overrides["cache_dir"] = args.cache_dir
+    if getattr(args, "host_memory", ""):  # the runs' budget: the mini-batch strategies' hot-row caches
+        overrides["host_memory"] = args.host_memory
     config = build_config(overrides)
     if args.partitions:
         from graphscale.partition.store import check_partition_store
@@ -190,6 +199,8 @@ def option_words(config, args: argparse.Namespace) -> list[str]:
         words += ["--parts", str(sc.parts)]
     if args.device != "cpu":
         words += ["--device", args.device]
+    if getattr(args, "host_memory", ""):  # the budget the predictions were made for
+        words += ["--host-memory", args.host_memory]
     return words
 
 
@@ -213,6 +224,18 @@ def reason(prediction, best, fastest) -> str:
             f"{prediction.semantics}")
 
 
+def host_cache_cell(cache: dict) -> str:
+    """A mini-batch prediction's hot-row cache (:mod:`graphscale.cost.host_rows`): its rows and bytes per worker,
+    the hit rate over the epoch's host reads and where the misses come from; ``-`` for the other strategies."""
+    if not cache:
+        return "-"
+    if not cache["rows"] and not cache["from_disk"]:
+        return "none (the table fits the page cache)"
+    where = "disk" if cache["from_disk"] else "page cache"
+    return (f"{cache['rows']:,} rows ({format_bytes(cache['bytes'])}), {cache['hit_rate']:.0%} hits, "
+            f"misses from {where}")
+
+
 def run(args: argparse.Namespace) -> int:
     result = advise(args)
     preds, configs, best = result["predictions"], result["configs"], result["recommended"]
@@ -227,6 +250,7 @@ def run(args: argparse.Namespace) -> int:
                      "tracked/worker": format_bytes(p.memory) if p.memory else "-",
                      "RSS/worker": format_bytes(p.os_memory) if p.memory else "-",
                      "bytes/epoch": format_bytes(p.moved) if p.memory else "-",
+                     "host cache": host_cache_cell(p.host_cache),
                      "accuracy": "exact" if p.exact else "approx.", "why": reason(p, preds[best], fastest)})
     print(format_table(rows))
     print(f"recommended: {preds[best].strategy} on {preds[best].workers} worker(s) — {preds[best].semantics}")

@@ -88,7 +88,8 @@ def predict_config(config: RunConfig, machine) -> Prediction:
         prediction.seconds = max(line["intercept_s"] + line["slope"] * prediction.seconds, 0.0)
         prediction.notes.append("seconds: the model's time on the profile's calibration line of this strategy")
     device_side = 0 if str(config.device).startswith("cuda") else prediction.memory  # on CUDA the GPU holds it
-    prediction.os_memory = prediction.modelled_os_memory = device_side + prediction.host_memory + machine.process_rss
+    prediction.os_memory = prediction.modelled_os_memory = (device_side + prediction.host_memory
+                                                            + prediction.worker_host_memory + machine.process_rss)
     prediction.graph_bytes = graph_bytes(data, next(model.parameters()).element_size())
     memory = line.get("memory")
     if memory is not None:  # never below what the probes measured: a line is not extrapolated into a saving

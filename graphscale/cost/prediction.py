@@ -30,7 +30,8 @@ class Prediction:
         options: the key options of the configuration (``--chunks``, ``--t-workers``, ...), as ``train`` flags.
         memory: the largest worker's peak memory in bytes (tracked figure: resident data, parameters, optimiser
             state, autograd's saved tensors).
-        os_memory: ``memory`` (on CPU; on CUDA the GPU holds it) plus ``host_memory`` plus the profile's
+        os_memory: ``memory`` (on CPU; on CUDA the GPU holds it) plus ``host_memory`` and
+            ``worker_host_memory`` plus the profile's
             per-worker process baseline (``process_rss``): the predicted peak resident set the OS measures (set by
             :func:`graphscale.advise.configs.predict_config`; plus the calibration's figure of what the model
             leaves out, for a multi-worker strategy where the profile has one: :attr:`modelled_os_memory` keeps the
@@ -51,6 +52,12 @@ class Prediction:
             strategy adds what it measured the model to leave out at :attr:`graph_bytes`.
         graph_bytes: the graph's feature rows and CSR structure in bytes
             (:func:`graphscale.advise.configs.graph_bytes`).
+        worker_host_memory: bytes each worker holds resident in host memory besides ``memory`` and
+            ``host_memory``, its own (not shared): a mini-batch worker's per-vertex arrays, and on CUDA its hot-row
+            cache (:mod:`graphscale.cost.host_rows`).
+        host_cache: a mini-batch worker's hot-row cache: its ``rows`` and ``bytes``, the ``hit_rate`` over the
+            epoch's host reads, the ``misses`` and whether they are read ``from_disk``
+            (:meth:`graphscale.cost.host_rows.HostRowPrice.summary`; empty for the other strategies).
         exact: whether it reproduces ``single`` (full-graph) training.
         semantics: one sentence: exact, or the approximation.
         fits: whether :meth:`need` fits the device-memory budget (set by :func:`check_fit`).
@@ -89,6 +96,8 @@ class Prediction:
     modelled_seconds: float = 0.0
     modelled_os_memory: int = 0
     graph_bytes: int = 0
+    worker_host_memory: int = 0
+    host_cache: dict = field(default_factory=dict)
 
     @property
     def messages(self) -> int:
@@ -104,13 +113,13 @@ class Prediction:
 
     def need(self, device: str = "cpu") -> int:
         """Bytes per worker the budget must hold: :attr:`memory`, and on CPU, where the budget is host memory, each
-        worker's share of :attr:`host_memory` (one copy per host, which its workers map) and what the profile's
-        calibration measured the resident-set model to leave out (``os_memory - modelled_os_memory``, where
-        positive)."""
+        worker's share of :attr:`host_memory` (one copy per host, which its workers map), its own
+        :attr:`worker_host_memory` and what the profile's calibration measured the resident-set model to leave out
+        (``os_memory - modelled_os_memory``, where positive)."""
         if device == "cuda":
             return self.memory
         left_out = max(self.os_memory - self.modelled_os_memory, 0) if self.modelled_os_memory else 0
-        return self.memory + -(-self.host_memory // max(self.workers, 1)) + left_out
+        return self.memory + -(-self.host_memory // max(self.workers, 1)) + self.worker_host_memory + left_out
 
     def check_fit(self, budget: int | None, device: str = "cpu") -> Prediction:
         """Set :attr:`fits` / :attr:`reason` against a per-worker budget in bytes (``None``: no budget) of

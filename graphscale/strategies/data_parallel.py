@@ -303,10 +303,13 @@ def predict(data, model, config, machine, epoch: int = 0):
     ``sample_call_s`` / ``sample_edge_s``); ``events``: the ``samples`` (micro-batches, each sampled by its
     worker alone) and ``sampled_edges`` of the worker with the most sampled edges. The input rows a worker reads
     from host memory cross the host-device link on CUDA (``h2d_bandwidth``) and are row gathers on CPU, priced at the
-    profile's ``host_transfer_bandwidth``. ``--task link``: the schedule of the epoch's edge micro-batches over the
+    profile's ``host_transfer_bandwidth``. Those rows come through the hot-row cache of ``--host-memory``
+    (:class:`~graphscale.cost.host_rows.HostRowPrice`: its rows and per-vertex arrays in the memory, its hit rate
+    over the replayed reads, the misses of a table beyond its share read from disk in the time). ``--task link``: the schedule of the epoch's edge micro-batches over the
     split's message-passing graph, each sampled from its seeds, with the scoring's memory and time
     (:mod:`graphscale.cost.link`)."""
     from graphscale.cost.dims import dims
+    from graphscale.cost.host_rows import HostRowPrice
     from graphscale.cost.link import head_bytes, head_seconds
     from graphscale.cost.prediction import Prediction
     from graphscale.cost.pricing import (
@@ -346,6 +349,8 @@ def predict(data, model, config, machine, epoch: int = 0):
     caches = [FeatureCache.build(sc.cache, graph, r, world, sc.cache_fraction, own_train=own[r],
                                  hops=model.num_layers) for r in range(world)]
     sampler = NeighborSampler(graph, sc.fanouts, seed=config.seed)
+    host = HostRowPrice(data, config, elem)  # the hot-row cache over the mapped features, and its misses
+    misses = [0] * world
     row = data.num_features * elem
     out = {"h2d": sum(c.ids.numel() for c in caches) * row, "h2d_struct": 0, P2P: 0,
            CONTROL: allreduce_bytes_per_epoch(1, world, 8)}
@@ -369,6 +374,7 @@ def predict(data, model, config, machine, epoch: int = 0):
                                      for t in (b.indptr, b.indices, b.src_ids, b.src_deg) if t is not None)
             parts = caches[r].classify(blocks[0].src_ids)
             out["h2d"] += parts["host_pos"].numel() * row
+            misses[r] += host.read(blocks[0].src_ids[parts["host_pos"]])
             if sc.cache == "quiver":
                 out[P2P] += parts["peer_pos"].numel() * row
                 out[CONTROL] += 8 * parts["peer_pos"].numel()
@@ -381,7 +387,9 @@ def predict(data, model, config, machine, epoch: int = 0):
         out[CONTROL] += len(iterations) * world * (world - 1) * 8
     out["allreduce"] = len(iterations) * allreduce_bytes_per_epoch(params, world, elem)
     out = {k: v for k, v in out.items() if v}
+    host_tracked, host_resident = host.worker_bytes(config.device)
     mem = [node_data_bytes(c.ids.numel(), data.num_features, elem) + activation_bytes(busiest, widths, outs, elem)
+           + host_tracked
            + busiest * data.num_features * elem + state_bytes(params, elem, moment_count(config.optim))
            + (head_bytes(most_pairs, width, elem, config.decoder) if edge_loader is not None else 0) for c in caches]
 
@@ -395,6 +403,7 @@ def predict(data, model, config, machine, epoch: int = 0):
     # the profile's measured rate of offload's host-array gathers (not a plain copy's)
     gather = machine.h2d_bandwidth or machine.host_transfer_bandwidth or machine.memory_bandwidth
     busiest_worker = max(range(world), key=lambda r: (sampled_edges[r], samples[r]))
+    seconds += max(host.disk_seconds(m) for m in misses)  # the misses read from disk
     seconds = prediction_time(machine, seconds + out.get("h2d", 0) / world / gather,
                               sum(out.values()) / world - out.get("h2d", 0) / world, len(iterations) + 1,
                               len(iterations))
@@ -403,4 +412,5 @@ def predict(data, model, config, machine, epoch: int = 0):
                       "over the union of the micro-batches, not to full-graph training)",
                       notes=[f"bytes: the closed forms over epoch {epoch}'s replayed schedule and samples"],
                       bytes_epoch=epoch, collectives=len(iterations) + 1,
-                      events={"samples": samples[busiest_worker], "sampled_edges": sampled_edges[busiest_worker]})
+                      events={"samples": samples[busiest_worker], "sampled_edges": sampled_edges[busiest_worker]},
+                      worker_host_memory=host_resident, host_cache=host.summary())

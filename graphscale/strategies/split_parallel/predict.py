@@ -7,7 +7,10 @@ source and destination levels and the edges it computes there (a partition's sha
 :func:`~graphscale.cost.pricing.block_seconds`), and its sampling of the whole mini-batch (the seeded
 sampler is rank-agnostic: each worker samples the whole mini-batch before splitting it; ``events``: ``samples``
 calls of the sampler, ``sampled_edges`` in the blocks they return), priced at the profile's ``sample_call_s`` /
-``sample_edge_s``; plus the transfers. ``--task link``: the epoch's edge batches (:mod:`graphscale.tasks.edge_batches`)
+``sample_edge_s``; plus the transfers. Each worker's host rows (its global misses) come through the hot-row
+cache of ``--host-memory`` (:class:`~graphscale.cost.host_rows.HostRowPrice`: its rows and per-vertex arrays in the
+memory, its hit rate over the replayed reads, the misses of a table beyond its share read from disk in the time).
+``--task link``: the epoch's edge batches (:mod:`graphscale.tasks.edge_batches`)
 over the split's message-passing graph, their seeds the sampled targets, each batch's pairs scored as the strategy
 scores them (:func:`link_pairs`: the ``pair_rows`` exchange) with the scoring's memory and time
 (:mod:`graphscale.cost.link`)."""
@@ -15,6 +18,7 @@ scores them (:func:`link_pairs`: the ``pair_rows`` exchange) with the scoring's 
 from __future__ import annotations
 
 from graphscale.cost.dims import dims
+from graphscale.cost.host_rows import HostRowPrice
 from graphscale.cost.link import head_bytes, head_seconds
 from graphscale.cost.prediction import Prediction
 from graphscale.cost.pricing import (
@@ -67,6 +71,8 @@ def predict(data, model, config, machine, epoch: int = 0):
     else:
         loader = MiniBatchLoader(torch.nonzero(graph.train_mask).flatten(), sc.batch_size, seed=config.seed)
     sampler = NeighborSampler(graph, sc.fanouts, seed=config.seed)
+    host = HostRowPrice(data, config, elem)  # the hot-row cache over the mapped features, and its misses
+    misses = [0] * world
     row = data.num_features * elem
     out = {"h2d": 0, "h2d_struct": 0, "shuffle": 0, **({PAIR_ROWS: 0} if link else {})}
     edges, busiest, scored = 0, 0, [0] * world
@@ -81,6 +87,7 @@ def predict(data, model, config, machine, epoch: int = 0):
         for r in range(world):
             local = split.local(r)
             out["h2d"] += local.miss_ids.numel() * row
+            misses[r] += host.read(local.miss_ids)
             out["h2d_struct"] += local.structure_bytes()
             own = local.own_counts  # own rows per level: a layer's sources, then its destinations
             layers = [(own[l + 1], own[l], int(lay.computed[r]) + own[l + 1]) for l, lay in enumerate(split.layers)]
@@ -97,7 +104,8 @@ def predict(data, model, config, machine, epoch: int = 0):
     out = {k: v for k, v in out.items() if v}
     w, o = list(d.widths), list(d.out)
     cached = [plan.cached_ids(r).numel() for r in range(world)]
-    mem = [node_data_bytes(c, data.num_features, elem) + activation_bytes(busiest / world, w, o, elem)
+    host_tracked, host_resident = host.worker_bytes(config.device)
+    mem = [node_data_bytes(c, data.num_features, elem) + activation_bytes(busiest / world, w, o, elem) + host_tracked
            + state_bytes(params, elem, moment_count(config.optim))
            + (head_bytes(n, embedding_width(model, config), elem, config.decoder) if link else 0)
            for c, n in zip(cached, scored)]
@@ -109,6 +117,7 @@ def predict(data, model, config, machine, epoch: int = 0):
                    if pairs is not None else 0.0))
 
     compute = lockstep_seconds(steps, step_seconds)  # shuffles and a gradient all-reduce per mini-batch
+    compute += max(host.disk_seconds(m) for m in misses)  # the misses read from disk
     # per mini-batch: a shuffle per layer forward and per layer whose backward ships gradients, the gradient
     # all-reduce (link: the pair exchange forward and backward); per epoch: the loss all-reduce
     collectives = len(batches) * (len(back) + sum(1 for b in back if b) + 1 + (2 if link else 0)) + 1
@@ -118,4 +127,5 @@ def predict(data, model, config, machine, epoch: int = 0):
                       exact=False, semantics="sampled mini-batch training (equal to single --minibatch, not to "
                       "full-graph training)", notes=[(f"bytes: the closed forms over epoch {epoch}'s replayed "
                                                       "samples and their splits")], bytes_epoch=epoch,
-                      collectives=collectives, events=events)
+                      collectives=collectives, events=events, worker_host_memory=host_resident,
+                      host_cache=host.summary())

@@ -1,0 +1,87 @@
+"""The price of a mini-batch worker's host rows: the hot-row cache under ``--host-memory`` and the misses it reads
+from disk (``data-parallel``, ``split-parallel``; :mod:`graphscale.data.row_cache`).
+
+A mini-batch worker on a memory-mapped graph directory keeps the ``capacity`` highest out-degree feature rows in
+its own memory (:func:`~graphscale.data.row_cache.cache_capacity` of the budget: at most a quarter of it, none when
+the whole table fits that quarter) and reads the others from the mapped file. Its prediction holds:
+
+* **memory**: the cache's rows and its ``[N]`` int32 slot map (the run tracks both as ``host_cache``), plus
+  :data:`RESIDENT_BYTES_PER_VERTEX` of every vertex beyond the cache, resident in the worker's own memory (the
+  sampler's degree array, the schedule's and loader's id arrays, the labels and masks it reads); the per-batch
+  term (the batch's rows and activations) is the strategy's own;
+* **hit rate**: the share of the rows the epoch reads from host memory that the cache holds, counted over the rows
+  of the replayed epoch's sampled batches (the predictors replay the run's seeded samples; no feature row is read);
+* **time**: when the table exceeds the cache's share of the budget the misses are random reads of the mapped
+  file: each priced at :data:`DISK_ROW_READ_S`, added to the epoch (the prefetch thread's page faults are system
+  time on the same cores, so they are not counted as overlapped with the step). A table within the cache's share
+  stays in the page cache: its reads are memory gathers, priced with the strategy's host rows.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from graphscale.data.handle import HOST_SHARED
+from graphscale.data.row_cache import FEATURE_CACHE_SHARE, cache_capacity
+from graphscale.metrics.host_memory import resolve_host_memory
+
+#: bytes per vertex a mini-batch worker's resident set holds beyond its hot-row cache (rows and slot map): the
+#: measured slope of ``single --minibatch`` from 1M to 20M vertices (18.4 bytes per vertex beyond the cache's rows,
+#: of which the cache's slot map is 4; ``docs/large-graphs.md``)
+RESIDENT_BYTES_PER_VERTEX = 14.4
+#: seconds per feature row read from disk on a cache miss: gathering 50,000 random rows of a 10 GB mapped table
+#: advised random (``madvise(MADV_RANDOM)``) under a 1 GiB memory cgroup took 12 s on the development machine's
+#: disk (``docs/large-graphs.md``)
+DISK_ROW_READ_S = 12.0 / 50_000
+
+
+class HostRowPrice:
+    """One run's hot-row cache and the rows its epoch reads (module docstring); one per prediction, the same cache
+    for every worker (each holds its own copy)."""
+
+    def __init__(self, data, config, elem: int) -> None:
+        n = data.num_nodes
+        self.row_bytes = data.num_features * elem
+        self.mapped = data.view == HOST_SHARED
+        budget = resolve_host_memory(config.host_memory)
+        self.capacity = min(cache_capacity(budget, self.row_bytes, n), n) if self.mapped else 0
+        #: the table exceeds the cache's share: its misses are read from disk
+        self.on_disk = self.mapped and n * self.row_bytes > budget * FEATURE_CACHE_SHARE
+        self.resident = int(RESIDENT_BYTES_PER_VERTEX * n) if self.mapped else 0
+        self.slot_bytes = 4 * n if self.capacity else 0
+        self.cached = torch.zeros(n, dtype=torch.bool)
+        if self.capacity:
+            from graphscale.data.feature_cache import hotness_order
+
+            self.cached[hotness_order(data.open_graph().out_degrees())[: self.capacity]] = True
+        self.reads = self.hits = 0
+
+    @property
+    def cache_bytes(self) -> int:
+        """Bytes one worker's cache holds: its rows and its slot map."""
+        return self.capacity * self.row_bytes + self.slot_bytes
+
+    def read(self, ids: torch.Tensor) -> int:
+        """Count the host rows ``ids`` one batch reads; returns its misses."""
+        hits = int(self.cached[ids].sum()) if self.capacity and ids.numel() else 0
+        self.reads += ids.numel()
+        self.hits += hits
+        return ids.numel() - hits
+
+    def disk_seconds(self, misses: int) -> float:
+        """Time of ``misses`` rows read from disk (none where the table stays in the page cache)."""
+        return misses * DISK_ROW_READ_S if self.on_disk else 0.0
+
+    def worker_bytes(self, device: str) -> tuple[int, int]:
+        """``(tracked, untracked)`` host bytes of one worker: on CPU the cache is in the tracked figure (the run
+        tracks it); on CUDA both are host memory beside the device's."""
+        if str(device).startswith("cuda"):
+            return 0, self.cache_bytes + self.resident
+        return self.cache_bytes, self.resident
+
+    def summary(self) -> dict:
+        """What ``advise`` shows: the cache's rows and bytes, the hit rate over the epoch's host reads, the misses
+        and whether they are read from disk."""
+        return {"rows": self.capacity, "bytes": self.cache_bytes,
+                "hit_rate": self.hits / self.reads if self.reads else 0.0, "reads": self.reads,
+                "misses": self.reads - self.hits, "from_disk": self.on_disk}

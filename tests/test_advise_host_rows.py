@@ -1,0 +1,97 @@
+"""``graphscale advise`` under a host budget below the data: the mini-batch strategies are priced with the hot-row
+cache ``--host-memory`` sizes (:mod:`graphscale.cost.host_rows`). The cache's rows and the epoch's host reads and
+hits equal a real run's, the predicted memory bounds the tracked peak as for the other predictions, the misses of
+a table beyond the cache's share are priced as disk reads, and ``advise`` names the cache and its hit rate."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import pytest
+import torch
+
+from graphscale.advise.configs import predict_config
+from graphscale.cli import main
+from graphscale.config import build_config
+from graphscale.cost.host_rows import DISK_ROW_READ_S, RESIDENT_BYTES_PER_VERTEX
+from graphscale.cost.machine import synthetic
+from graphscale.metrics.units import format_bytes
+from graphscale.run import run
+
+SBM = "sbm:nodes=400,degree=6,features=16,seed=1"
+#: a quarter of it holds 8 of the 400 float32 rows of 16 features
+TINY = "2KiB"
+#: predicted / tracked peak per worker of the mini-batch strategies (tests/test_advise.py's range)
+RANGE = (0.75, 5.0)
+
+
+def _config(name: str, tmp_path, host_memory: str = TINY):
+    return build_config({"data": {"dataset": SBM}, "model": {"hidden": 8}, "optim": {"epochs": 1},
+                         "strategy": {"name": name, "workers": 2, "batch_size": 64, "partitioner": "restream"},
+                         "cache_dir": str(tmp_path / "cache"), "progress": False, "host_memory": host_memory})
+
+
+def _epoch_reads(env, config, data) -> tuple[int, int, int]:
+    """One worker: its hot-row cache's capacity and the host rows it read and hit in epoch 0."""
+    from graphscale.data.features import input_width
+    from graphscale.nn.models import build_model
+    from graphscale.registry import STRATEGIES
+
+    model = build_model(config.model, input_width(config.data.features, data.num_features), data.num_classes,
+                        seed=config.seed, dtype=getattr(torch, config.dtype))
+    strategy = STRATEGIES.get(config.strategy.name)()
+    strategy.setup(data, model, env, config)
+    rows = strategy.host_rows
+    rows.hits = rows.misses = 0  # the setup's cache fills are not the epoch's
+    strategy.train_epoch(0)
+    strategy.teardown()
+    return rows.capacity, rows.hits + rows.misses, rows.hits
+
+
+@pytest.mark.parametrize("name", ["data-parallel", "split-parallel"])
+def test_a_tiny_host_budget_prices_the_hot_row_cache_the_run_holds(name, tmp_path):
+    from graphscale.distributed.launch import launch
+    from graphscale.prepare import prepare_data
+
+    config = _config(name, tmp_path)
+    machine = synthetic()
+    prediction = predict_config(copy.deepcopy(config), machine)
+    cache = prediction.host_cache
+    runs = launch(_epoch_reads, 2, config, prepare_data(copy.deepcopy(config)), device="cpu", timeout_s=120)
+    assert {capacity for capacity, _, _ in runs} == {cache["rows"]} == {8}
+    assert (cache["reads"], cache["reads"] - cache["misses"]) == tuple(map(sum, zip(*runs)))[1:]
+    assert 0 < cache["hit_rate"] < 1 and cache["from_disk"] and cache["bytes"] == 8 * 64 + 4 * 400
+    assert prediction.worker_host_memory == int(RESIDENT_BYTES_PER_VERTEX * 400)
+    assert prediction.os_memory == prediction.memory + prediction.worker_host_memory + machine.process_rss
+    assert prediction.need() == prediction.memory + prediction.worker_host_memory
+
+    # the same run with a budget that holds the table: no cache, no disk reads, less time
+    roomy = predict_config(_config(name, tmp_path / "roomy", "1GiB"), machine)
+    assert roomy.host_cache["rows"] == 0 and not roomy.host_cache["from_disk"]
+    assert prediction.memory - roomy.memory == cache["bytes"]
+    assert prediction.modelled_seconds - roomy.modelled_seconds >= DISK_ROW_READ_S * cache["misses"] / 2 > 0
+
+    report = run(config)
+    measured = max(report["final"]["peak_memory_per_worker"])  # the tracked peak, the host cache in it
+    assert RANGE[0] <= prediction.memory / measured <= RANGE[1], (prediction.memory, measured)
+
+
+def test_advise_names_the_cache_and_its_hit_rate(tmp_path, capsys):
+    """Wide rows, so that METIS (the partitioner advise's candidates take) fits the budget and the features do not:
+    a quarter of 40 MiB holds 320 of the 400 rows of 8,192 float32 features."""
+    out_json = tmp_path / "advice.json"
+    code = main(["advise", "--dataset", "sbm:nodes=400,degree=6,features=8192,seed=1", "--model", "gcn",
+                 "--workers", "2", "--host-memory", "40MiB", "--device-memory", "4GiB", "--synthetic-profile",
+                 "--cache-dir", str(tmp_path / "cache"), "--json", str(out_json)])
+    out = capsys.readouterr().out
+    assert code == 0
+    caches = {p["strategy"]: p["host_cache"] for p in json.loads(out_json.read_text())["predictions"]}
+    for name in ("data-parallel", "split-parallel"):
+        cache = caches[name]
+        assert cache["rows"] == 320 and cache["from_disk"] and 0 < cache["hit_rate"] < 1, name
+        line = next(line for line in out.splitlines() if f" {name} " in line)
+        assert (f"320 rows ({format_bytes(cache['bytes'])}), {cache['hit_rate']:.0%} hits, misses from disk"
+                in line), line
+    assert caches["single"] == {} and "host cache" in out
+    assert "--host-memory 40MiB" in next(line for line in out.splitlines() if line.startswith("run it: "))
