@@ -85,6 +85,9 @@ def from_flags(*argv: str):
       "model-averaging, single, split-parallel")),
     (["--batch-size", "8"], "--batch-size is not used by strategy 'single' without --minibatch"),
     (["--eval-fanouts", "5,5"], "--eval-fanouts is not used by strategy 'single' without --minibatch"),
+    (["--strategy", "graph-parallel", "--eval-fanouts", "5,5"],
+     ("--eval-fanouts is not used by strategy 'graph-parallel'; it is used by strategies data-parallel, single, "
+      "split-parallel")),
     (["--strategy", "graph-parallel", "--minibatch"], "--minibatch is not used by strategy 'graph-parallel'"),
     (["--strategy", "offload", "--cache", "quiver"], "--cache is not used by strategy 'offload'"),
     (["--strategy", "split-parallel", "--cache", "none"], "it is used by strategy data-parallel"),
@@ -114,6 +117,7 @@ def test_options_the_strategy_or_model_does_not_read_are_refused(argv, message):
     ["--strategy", "offload", "--memory-budget", "1GiB"],
     ["--strategy", "data-parallel", "--cache", "pagraph", "--cache-fraction", "0.1", "--fanouts", "3,3"],
     ["--strategy", "split-parallel", "--cache-fraction", "0.1", "--partitioner", "metis", "--balance", "edges"],
+    ["--strategy", "data-parallel", "--eval-fanouts", "3,-1"], ["--strategy", "split-parallel", "--eval-fanouts", "5,5"],
     ["--strategy", "graph-parallel", "--partitioner", "fennel"], ["--strategy", "graph-parallel", "--partitions", "p"],
     ["--model", "gat", "--heads", "2"], ["--model", "gcnii", "--alpha", "0.2", "--theta", "1"],
     ["--workers", "1", "--hidden", "8", "--layers", "3", "--dropout", "0"],
