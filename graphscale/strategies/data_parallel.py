@@ -46,7 +46,8 @@ element, ``d`` features, ``P`` parameter elements, ``C_r`` worker ``r``'s cache,
 Edges computed per epoch: ``sum_{k,r} |E_{k,r}|`` (redundant across workers
 where micro-batches overlap). Evaluation is distributed layer-wise inference
 over each worker's vertices (:mod:`graphscale.strategies.evaluation`), equal to
-``single``'s full-graph inference.
+``single``'s full-graph inference. With ``--eval-fanouts`` the workers share the sampled evaluation
+batches instead (:mod:`graphscale.strategies.sampled_evaluation`), equal to ``single --minibatch --eval-fanouts``.
 """
 
 from __future__ import annotations

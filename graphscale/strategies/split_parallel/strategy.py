@@ -68,7 +68,8 @@ map). Edges computed: ``sum_k sum_l |E^(l)_k|``, each once (no redundancy).
 ``h2d_struct`` counts each worker's split index arrays. Evaluation is
 distributed layer-wise inference over each worker's part
 (:mod:`graphscale.strategies.evaluation`), equal to ``single``'s full-graph
-inference.
+inference. With ``--eval-fanouts`` the workers share the sampled evaluation
+batches instead (:mod:`graphscale.strategies.sampled_evaluation`), equal to ``single --minibatch --eval-fanouts``.
 """
 
 from __future__ import annotations
