@@ -18,9 +18,8 @@ feature table: it reads the rows each mini-batch needs. :class:`HotRowCache` kee
   Without ``file`` a miss is read from the mapped table in ascending id order (the page cache turns nearby ids
   into one read); a table larger than the cache's share is then advised random (:func:`advise_random`,
   ``madvise(MADV_RANDOM)``): a miss reads its own pages, not the kernel's read-around window around each
-  faulting page, which under a memory cgroup is reclaimed again before most of it is used. A page fault per
-  missed row is still a fault, taken one at a time, with a reclaim per fault under a full cgroup: the positioned
-  reads avoid both.
+  faulting page, which under a memory cgroup is reclaimed again before most of it is used. Even so a missed row
+  is a page fault, taken one at a time on the gathering thread; the positioned reads keep many in flight.
 
 A gathered row is the file's row cast to the model's dtype, the same values whether it came from the cache or
 from the file, so training is bit for bit the in-memory run's whatever the capacity (tested with caches of 0, 1

@@ -2,21 +2,16 @@
 
 :class:`RowFile` reads ``table[ids]`` for arbitrary ``ids`` (any order, duplicates allowed): it sorts the distinct
 ids, coalesces each run of adjacent ids into one ``pread`` of the run's bytes at its offset in the file, and reads
-into one buffer allocated for the call. The reads run on :data:`READ_THREADS` threads (a numba kernel compiled
-``nogil``, over contiguous slices of the runs), so several reads are in flight at once: a disk answers a queue of
-random reads much faster than one read at a time.
+into one buffer allocated for the call. The reads run on up to :data:`READ_THREADS` threads (a numba kernel compiled
+``nogil``, over contiguous slices of the runs, at least :data:`RUNS_PER_THREAD` runs each), so many reads are in
+flight at once, and the file descriptor is advised random (``posix_fadvise(POSIX_FADV_RANDOM)``: no read-ahead), so
+a read brings in only the pages it asks for.
 
-Why not the memory map. A row of a mapped table that is not resident is a page fault: the kernel takes it, reads
-the page (and, unless the mapping is advised random, its read-around window), maps it, and under a memory cgroup
-that the page cache fills, reclaims another page first. A gather of 100,000 such rows is 100,000 faults, one at a
-time on the gathering thread. A ``pread`` of the same row copies it from the page cache (or the disk) into the
-buffer with no mapping to build or tear down, several are in flight at once, and the file descriptor is advised
-random (``posix_fadvise(POSIX_FADV_RANDOM)``: no read-ahead) so a read brings in only the pages it asks for.
-
-``drop_after`` (``posix_fadvise(POSIX_FADV_DONTNEED)`` over the whole file after every call) lets the page cache go
-as soon as the rows are copied, so a process under a memory cgroup does not fill its limit with file pages the
-kernel must then reclaim. It drops clean pages of the file for every process of the host, so it is meant for a
-table read only through this reader.
+Why not the memory map. A row of a mapped table that is not resident is a page fault, taken on the gathering thread
+one at a time: the kernel reads the page (and, unless the mapping is advised random, its read-around window) and
+maps it. The same rows read with ``pread`` keep many reads queued at the disk, and the mapping is left alone. The
+kernel's CPU time per cold read is about the same either way (about 20 us per random 4 KiB read on a virtual
+machine's disk): what the reads gain is the disk's answer to a queue of requests instead of one at a time.
 
 The bytes are the file's: a row read is bit for bit the row ``np.load`` would give. The header is checked against
 the shape and dtype the caller expects (a different file, or one shorter than its header says, is refused, naming
@@ -36,9 +31,9 @@ import numpy as np
 import torch
 
 #: threads that issue the reads of one call (reads in flight at once)
-READ_THREADS = 8
-#: runs below which one call reads on the calling thread only
-MIN_PARALLEL_RUNS = 64
+READ_THREADS = 32
+#: runs each reading thread takes at least (a call of fewer runs reads on fewer threads, or on the calling one)
+RUNS_PER_THREAD = 16
 
 _libc = ctypes.CDLL(None, use_errno=True)
 _pread = _libc.pread
@@ -84,15 +79,13 @@ class RowFile:
     Args:
         path: the ``.npy`` file.
         shape, dtype: what its header must say (the table the caller holds); a different file is refused.
-        drop_after: drop the file's pages from the page cache after every :meth:`read`.
 
     Attributes:
         rows_read: distinct rows read since construction; ``reads``: ``pread`` runs they took (adjacent rows
             coalesce into one run).
     """
 
-    def __init__(self, path: str | Path, shape: tuple[int, int], dtype: np.dtype | torch.dtype,
-                 drop_after: bool = False) -> None:
+    def __init__(self, path: str | Path, shape: tuple[int, int], dtype: np.dtype | torch.dtype) -> None:
         self.path = Path(path)
         want = torch.empty(0, dtype=dtype).numpy().dtype if isinstance(dtype, torch.dtype) else np.dtype(dtype)
         have_shape, have_dtype, self.data_offset = npy_layout(self.path)
@@ -101,7 +94,6 @@ class RowFile:
                              f"from it has shape {tuple(shape)} and dtype {want}")
         self.shape, self.dtype = (int(shape[0]), int(shape[1])), want
         self.row_bytes = self.shape[1] * want.itemsize
-        self.drop_after = bool(drop_after)
         self.rows_read = self.reads = 0
         self._fd = os.open(self.path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
         if hasattr(os, "posix_fadvise"):
@@ -132,12 +124,13 @@ class RowFile:
         buf = np.empty((ids.size, self.shape[1]), self.dtype)
         runs = starts.size
         args = (self._fd, self.data_offset, self.row_bytes, first_id, run_rows, buf_row, buf)
-        if runs < MIN_PARALLEL_RUNS or READ_THREADS <= 1:
+        threads = min(READ_THREADS, runs // RUNS_PER_THREAD)
+        if threads <= 1:
             failed = [_read_runs(*args, 0, runs)]
         else:
             if self._pool is None:
                 self._pool = ThreadPoolExecutor(READ_THREADS, thread_name_prefix="graphscale-pread")
-            bounds = np.linspace(0, runs, READ_THREADS + 1).astype(np.int64)
+            bounds = np.linspace(0, runs, threads + 1).astype(np.int64)
             futures = [self._pool.submit(_read_runs, *args, int(a), int(b)) for a, b in pairwise(bounds)]
             failed = [f.result() for f in futures]
         bad = [r for r in failed if r >= 0]
@@ -145,8 +138,6 @@ class RowFile:
             row = int(first_id[bad[0]])
             raise OSError(f"reading rows {row}..{row + int(run_rows[bad[0]]) - 1} of {self.path} failed or ended "
                           f"early (truncated, or a read error)")
-        if self.drop_after:
-            os.posix_fadvise(self._fd, 0, 0, os.POSIX_FADV_DONTNEED)
         self.rows_read += int(ids.size)
         self.reads += int(runs)
         return torch.from_numpy(buf)
