@@ -11,12 +11,15 @@ feature table: it reads the rows each mini-batch needs. :class:`HotRowCache` kee
 * **how many**: ``capacity`` rows; :func:`cache_capacity` sizes it from the run's ``--host-memory`` budget: at most
   :data:`FEATURE_CACHE_SHARE` of it, in rows of the model's dtype; none when the whole table fits that share (the
   page cache then holds the mapped file, one copy per host);
-* **a miss** is read from the mapped file in ascending id order (the page cache turns nearby ids into one read).
-  When the table does not fit the cache's share of the budget (``capacity`` > 0), the mapping is advised random
-  (:func:`advise_random`, ``madvise(MADV_RANDOM)``): a miss then reads its own pages, not the kernel's read-around
-  window (``read_ahead_kb``, 128 KiB to several MiB) around each faulting page. Under a memory cgroup that window
-  is reclaimed again before most of it is used: gathering 50,000 random rows of a 10 GB table under a 1 GiB limit
-  read 71 GB in 10 minutes (mostly system time) without the advice and 91 MiB in 12 s with it.
+* **a miss**, when the cache is given the table's file (``file``, a :class:`~graphscale.data.row_file.RowFile`:
+  what :func:`~graphscale.strategies.minibatch_common.host_row_cache` does when the table does not fit the cache's
+  share of the budget), is read from the file with positioned reads: a batch's missed rows sorted by id, adjacent
+  ones coalesced into one read, several reads in flight, into one buffer per batch; the mapping is not touched.
+  Without ``file`` a miss is read from the mapped table in ascending id order (the page cache turns nearby ids
+  into one read); a table larger than the cache's share is then advised random (:func:`advise_random`,
+  ``madvise(MADV_RANDOM)``): a miss reads its own pages, not the kernel's read-around window around each
+  faulting page, which under a memory cgroup is reclaimed again before most of it is used. Even so a missed row
+  is a page fault, taken one at a time on the gathering thread; the positioned reads keep many in flight.
 
 A gathered row is the file's row cast to the model's dtype, the same values whether it came from the cache or
 from the file, so training is bit for bit the in-memory run's whatever the capacity (tested with caches of 0, 1
@@ -39,6 +42,7 @@ from typing import TypeVar
 import torch
 
 from graphscale.data.feature_cache import hotness_order
+from graphscale.data.row_file import RowFile
 
 #: share of the ``--host-memory`` budget the hot-row feature cache of a mini-batch worker may take
 FEATURE_CACHE_SHARE = 0.25
@@ -81,6 +85,8 @@ class HotRowCache:
         capacity: rows to keep in memory, ``0 <= capacity``; more than ``N`` holds every row.
         degrees: the degree that ranks the rows (default: ``x``'s graph's out-degrees, which the caller passes).
         dtype: the dtype gathered rows come in (default ``x``'s).
+        file: the file ``x`` is mapped from, opened for positioned reads: misses are read from it, not from ``x``
+            (its shape and dtype must be ``x``'s).
 
     Attributes:
         ids: int64 cached vertex ids, in slot order (hottest first).
@@ -89,12 +95,16 @@ class HotRowCache:
     """
 
     def __init__(self, x: torch.Tensor, capacity: int, degrees: torch.Tensor | None = None,
-                 dtype: torch.dtype | None = None) -> None:
+                 dtype: torch.dtype | None = None, file: RowFile | None = None) -> None:
         if x.dim() != 2:
             raise ValueError(f"the feature table must be 2-D [N, F], got shape {tuple(x.shape)}")
         if int(capacity) < 0:
             raise ValueError(f"the feature cache capacity must be >= 0 rows, got {capacity}")
+        if file is not None and (file.shape != tuple(x.shape) or file.dtype != torch.empty(0, dtype=x.dtype).numpy().dtype):
+            raise ValueError(f"{file.path} holds a [{file.shape[0]}, {file.shape[1]}] {file.dtype} table, not the "
+                             f"cached [{x.shape[0]}, {x.shape[1]}] {x.dtype} one")
         self.x = x
+        self.file = file
         self.dtype = x.dtype if dtype is None else dtype
         n = x.shape[0]
         capacity = min(int(capacity), n)
@@ -146,7 +156,10 @@ class HotRowCache:
         return out
 
     def _read(self, ids: torch.Tensor) -> torch.Tensor:
-        """Rows ``ids`` of ``x`` in ``dtype``, read in ascending id order."""
+        """Rows ``ids`` of ``x`` in ``dtype``: from ``file`` when there is one, else from ``x`` in ascending id
+        order."""
+        if self.file is not None:
+            return self.file.read(ids).to(self.dtype)
         if ids.numel() < 2:
             return self.x.index_select(0, ids).to(self.dtype)
         sorted_ids, order = torch.sort(ids)

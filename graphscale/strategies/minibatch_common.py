@@ -24,6 +24,8 @@ per-layer tables through :func:`evaluation_tables`.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import torch
 
 from graphscale.config import RunConfig
@@ -31,6 +33,7 @@ from graphscale.data.cache import resolve_cache_dir
 from graphscale.data.graph import Graph
 from graphscale.data.handle import HOST_SHARED, DataHandle
 from graphscale.data.row_cache import FEATURE_CACHE_SHARE, HotRowCache, advise_random, cache_capacity
+from graphscale.data.row_file import RowFile
 from graphscale.data.sampler import NeighborSampler
 from graphscale.data.spill import TableMemory
 from graphscale.distributed.comm import Comm
@@ -70,15 +73,18 @@ def host_row_cache(data: DataHandle, graph: Graph, dtype: torch.dtype, config: R
     """The worker's host rows of ``graph.x`` in ``dtype``: with a memory-mapped graph directory (``host-shared``),
     a :class:`HotRowCache` of the rows :func:`~graphscale.data.row_cache.cache_capacity` fits in ``--host-memory``;
     with an in-memory graph the rows are read from it directly (no cache). A table larger than the cache's share
-    is advised random (:func:`~graphscale.data.row_cache.advise_random`): the rows the batches and the evaluation
-    read from it fault in their own pages, not the kernel's read-around window."""
-    capacity, fits = 0, True
+    is read by rows from its file (``x.npy``, a :class:`~graphscale.data.row_file.RowFile`): the cache's misses are
+    positioned reads, not page faults on the mapping; the mapping, read only by the cache's fill (in ascending id
+    order), is advised random after it (:func:`~graphscale.data.row_cache.advise_random`)."""
+    capacity, fits, file = 0, True, None
     if data.view == HOST_SHARED:
         row_bytes = graph.x.shape[1] * torch.empty(0, dtype=dtype).element_size()
         budget = resolve_host_memory(config.host_memory)
         capacity = cache_capacity(budget, row_bytes, graph.num_nodes)
         fits = graph.num_nodes * row_bytes <= budget * FEATURE_CACHE_SHARE
-    cache = HotRowCache(graph.x, capacity, graph.out_degrees() if capacity else None, dtype)
+        if not fits:
+            file = RowFile(Path(data.path) / "x.npy", tuple(graph.x.shape), graph.x.dtype)
+    cache = HotRowCache(graph.x, capacity, graph.out_degrees() if capacity else None, dtype, file)
     if not fits:  # the table does not fit the cache's share: after the fill (in ascending id order, which
         advise_random(graph.x)  # read-around helps), its misses are random reads
     return cache

@@ -64,6 +64,7 @@ def train(strategy, data, model, env, config) -> dict:
     rows = getattr(strategy, "rows", None) or getattr(strategy, "host_rows", None)
     if rows is not None:
         out["cache"] = (rows.capacity, rows.ids.numel(), rows.rows.shape[0], rows.hits, rows.misses)
+        out["pread"] = None if rows.file is None else rows.file.rows_read  # misses read from the file, deduplicated
     evaluator = getattr(strategy, "evaluator", None)
     out["spilled"] = evaluator.tables.spilled if evaluator is not None else 0
     return out
@@ -120,8 +121,9 @@ def vm_flags(address: int) -> list[str]:
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="madvise flags are read from Linux's smaps")
 def test_a_table_over_the_cache_share_is_advised_random(tmp_path):
     """A feature table larger than the cache's share of the budget is read at random: its mapping carries
-    MADV_RANDOM (smaps' ``rr``), with a cache of a few rows or of none; one that fits keeps the kernel's
-    read-around (the page cache holds it); the rows gathered are the same."""
+    MADV_RANDOM (smaps' ``rr``) and its misses are read from the file with positioned reads, with a cache of a few
+    rows or of none; one that fits keeps the kernel's read-around (the page cache holds it) and is read through the
+    mapping; the rows gathered are the same."""
     folder = save_graph_dir(make_graph(), tmp_path / "graph")
     for budget, advised in (("64", True), ("1KiB", True), ("1GiB", False)):
         graph = load_graph_dir(folder)
@@ -129,6 +131,7 @@ def test_a_table_over_the_cache_share_is_advised_random(tmp_path):
         handle = DataHandle(HOST_SHARED, graph.summary(), path=str(folder), dtype="float64")
         rows = host_row_cache(handle, graph, torch.float64, config)
         assert ("rr" in vm_flags(graph.x.data_ptr())) == advised, budget
+        assert (rows.file is not None) == advised, budget  # misses read from x.npy with pread exactly then
         assert torch.equal(rows.gather(torch.arange(60)), make_graph().x), budget
     assert not advise_random(torch.zeros(0))
 
@@ -190,6 +193,7 @@ def test_single_minibatch_from_disk_matches_in_memory(tmp_path):
             assert ids == rows == capacity <= graph.num_nodes, tag
             assert capacity == cache_capacity(BUDGET_BYTES[budget], 6 * 8, graph.num_nodes), tag
             assert misses > 0 if capacity < graph.num_nodes else misses == 0, tag
+            assert (0 < disk["pread"] <= misses) if budget != "1GiB" else disk["pread"] is None, tag
             assert (capacity == 5 and hits > 0) if budget == "1KiB" else (capacity == 0 and hits == 0), tag
             assert (disk["spilled"] > 0) == (budget != "1GiB"), tag
     assert list((tmp_path / "cache" / "tmp").iterdir()) == []  # the spilled tables left nothing behind
@@ -254,7 +258,8 @@ def test_minibatch_strategies_from_disk_match_in_memory(name, tmp_path):
         for budget, disk in zip(BUDGETS, runs[1:]):
             tag = f"{name}/rank {rank}/{budget}"
             assert_same_run(disk, memory, tag)
-            capacity, ids, rows, hits, misses = disk["cache"]
+            capacity, ids, rows, _, misses = disk["cache"]
             assert ids == rows == capacity <= 60, tag
+            assert (0 < disk["pread"] <= misses) if budget != "1GiB" else disk["pread"] is None, tag
             assert (disk["spilled"] > 0) == (budget != "1GiB"), tag
         assert [run["cache"][0] for run in runs[1:]] == [0, 5, 0]
