@@ -68,12 +68,16 @@ def write_group_sets(graph: Graph, group: np.ndarray, num_groups: int, folder: P
     for g in range(num_groups):
         nodes = order[offsets[g]:offsets[g + 1]]
         mark[nodes] = True
+        found = [nodes]  # the set's members as they are first marked: linear in the group, not in N
         degree = np.asarray(indptr[nodes + 1], np.int64) - np.asarray(indptr[nodes], np.int64)
         for first, last in row_ranges(degree, gather_edges):
-            mark[gather_rows(indptr, indices, nodes[first:last])[1]] = True
-        found = np.flatnonzero(mark)
-        writer.append(found)
-        mark[found] = False
+            sources = gather_rows(indptr, indices, nodes[first:last])[1]
+            new = np.unique(sources[~mark[sources]]).astype(np.int64, copy=False)
+            mark[new] = True
+            found.append(new)
+        members = np.sort(np.concatenate(found))
+        writer.append(members)
+        mark[members] = False
     writer.close()
 
 
