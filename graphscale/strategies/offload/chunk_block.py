@@ -1,4 +1,4 @@
-"""A chunk's block for the planner: :meth:`Block.from_nodes <graphscale.data.block.Block.from_nodes>` in one pass.
+"""The planner's per-chunk kernels: a chunk's block in one pass, a neighbour set's new members.
 
 The offload planner builds one block per chunk and worker (:func:`~graphscale.strategies.offload.plan.batch_plans`),
 ``M K`` of them per layout. :class:`ChunkBlocks` builds each in time linear in the chunk's edges (a numba loop over
@@ -6,6 +6,10 @@ its destinations' CSR rows, a sort of its halo) with one ``int64 [N]`` position 
 every chunk, instead of per-chunk binary searches and unique passes: the very same block (destinations first, then
 the halo in ascending global id; local source rows; the given degrees of the sources; a weighted graph's edge
 weights), which the tests compare with :meth:`Block.from_nodes`.
+
+:func:`mark_new` collects a chunk's neighbour set as its members are first marked
+(:func:`~graphscale.strategies.offload.layout.write_group_sets`), so the set costs its gathered records, not a scan
+of the ``bool [N]`` marks per chunk.
 """
 
 from __future__ import annotations
@@ -53,6 +57,24 @@ def _chunk_rows(indptr, indices, nodes, position):  # pragma: no cover - numba
     for q in range(h):
         position[halo[q]] = -1
     return ptr, local, halo, offsets
+
+
+@numba.njit(nogil=True, cache=True)
+def _mark_new(sources, mark):  # pragma: no cover - numba
+    out = np.empty(sources.size, np.int64)
+    h = 0
+    for t in range(sources.size):
+        u = sources[t]
+        if not mark[u]:
+            mark[u] = True
+            out[h] = u
+            h += 1
+    return out[:h]
+
+
+def mark_new(sources: np.ndarray, mark: np.ndarray) -> np.ndarray:
+    """The distinct ``sources`` not yet set in ``mark`` (``bool [N]``), in order of first appearance, now set."""
+    return _mark_new(np.ascontiguousarray(sources), mark)
 
 
 class ChunkBlocks:
