@@ -191,9 +191,9 @@ def configure(mode: str) -> dict:
 
 
 def restore() -> None:
-    """Undo :func:`configure`'s ``retain`` in this process: glibc's default thresholds, retained memory given back
+    """Undo :func:`configure`'s ``retain`` (and :func:`bound_heap`) in this process: glibc's default thresholds, retained
     (``malloc_trim``)."""
-    global _applied, _bounded, _mode
+    global _applied, _mode
     if _applied is not None and "not_applied" not in _applied:
         _mallopt(_M_MMAP_THRESHOLD, _GLIBC_DEFAULT_BYTES)
         _mallopt(_M_TRIM_THRESHOLD, _GLIBC_DEFAULT_BYTES)
