@@ -191,8 +191,8 @@ def configure(mode: str) -> dict:
 
 
 def restore() -> None:
-    """Undo :func:`configure`'s ``retain`` (and :func:`bound_heap`) in this process: glibc's default thresholds, retained
-    (``malloc_trim``)."""
+    """Undo :func:`configure`'s ``retain`` (and :func:`bound_heap`) in this process: glibc's default thresholds,
+    retained memory given back (``malloc_trim``)."""
     global _applied, _mode
     if _applied is not None and "not_applied" not in _applied:
         _mallopt(_M_MMAP_THRESHOLD, _GLIBC_DEFAULT_BYTES)
