@@ -24,7 +24,7 @@ size) whose fixed part plus working set fits the worker's share, ``(1 - ARRAY_SH
 
 The working set is what the worker's tensors take; its heap returns freed blocks to the system
 (:func:`~graphscale.allocator.bound_heap`, set by the worker), without which glibc kept freed chunk blocks pass
-after pass: measured on a 1M-vertex GCN, 2 workers, ``K = 354`` (tracked peak 44 MiB), the workers' anonymous peaks
+after pass: measured on a 1M-vertex GCN, 2 workers, ``K = 320`` (tracked peak 44 MiB), the workers' anonymous peaks
 were 511-517 MiB with glibc's adaptive threshold and 410-417 MiB with the bound, against 400 MiB modelled before
 the runtime figure and the in-flight term were measured (:data:`RUNTIME_BYTES`); 495 MiB with them.
 """
