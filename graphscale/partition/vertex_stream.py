@@ -80,8 +80,10 @@ def _place(indptr, indices, row0, verts, owner, load, weight, weighted, fennel, 
             moved += 1
         owner[v] = best
         load[best] += weight[v] if weighted else 1.0
-        for s in range(p):
-            counts[s] = 0
+        for e in range(indptr[v - row0] - base, indptr[v - row0 + 1] - base):  # only the parts counted above
+            u = indices[e]
+            if u != v and owner[u] >= 0:
+                counts[owner[u]] = 0
     return moved
 
 

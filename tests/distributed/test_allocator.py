@@ -148,3 +148,36 @@ def test_library_unpacked_without_root_is_found_through_ld_library_path(tmp_path
     assert allocator.library_path("jemalloc") == str(tmp_path / "libjemalloc.so.2")
     assert allocator.child_environment("jemalloc")["LD_PRELOAD"].startswith(str(tmp_path / "libjemalloc.so.2"))
 
+
+
+_BOUND = """
+import json
+from graphscale import allocator
+out = {"first": allocator.bound_heap(), "again": allocator.bound_heap(4 << 20)}
+out["state"] = allocator.state()
+allocator.unbound_heap()
+out["after"] = allocator.state()
+allocator.configure("retain")
+out["under_retain"] = allocator.bound_heap()
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.skipif(allocator.loaded_library() != "glibc", reason="the bound is glibc's mmap threshold")
+@pytest.mark.parametrize("user", [None, "MALLOC_ARENA_MAX"])
+def test_bounded_heap_applies_under_default_only(user):
+    """An offload worker's fixed mmap threshold: applied once under the default mode (reported, not retaining),
+    undone by ``unbound_heap``; not applied under ``retain`` or over the user's own glibc settings."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), **({user: "2"} if user else {})}
+    proc = subprocess.run([sys.executable, "-c", _BOUND], capture_output=True, text=True, timeout=120, check=False,
+                          cwd=ROOT, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["under_retain"] is False
+    if user:
+        assert out["first"] is False and "bounded_mmap_threshold" not in out["state"]["settings"]
+        return
+    assert out["first"] and out["again"]
+    assert out["state"]["settings"] == {"bounded_mmap_threshold": allocator.BOUNDED_MMAP_BYTES}
+    assert not out["state"]["retaining"]
+    assert out["after"]["settings"] == {}

@@ -13,7 +13,7 @@ from graphscale.nn.models import build_model
 from graphscale.prepare import prepare_graph
 from graphscale.registry import PARTITIONERS
 from graphscale.strategies.graph_parallel import GraphParallel
-from graphscale.strategies.offload import OffloadStrategy, layout, plan
+from graphscale.strategies.offload import OffloadStrategy, chunk_budget, layout, plan
 from graphscale.strategies.offload.cost import Bandwidths
 from graphscale.strategies.offload.memory import choose_chunks, estimate_peak, layout_peak
 from graphscale.strategies.offload.plan import two_level_partition
@@ -132,3 +132,35 @@ def test_chunking_beats_graph_parallel_memory_at_identical_loss(tmp_path):
     assert 2 * peak <= gp_stats.peak_memory, (peak, gp_stats.peak_memory)
     _, chunk = two_level_partition(graph, 1, 16, "metis")
     assert int(torch.bincount(chunk).min()) > 0
+
+
+@pytest.mark.parametrize("model_name,recompute", [("gcn", "auto"), ("gat", "recompute")])
+def test_host_budget_chunks_bound_the_measured_peak(tmp_path, monkeypatch, model_name, recompute):
+    """``--host-memory``'s ``K`` (no ``--chunks``), from tiny budgets: the chosen ``K``'s modelled worker bytes
+    (:func:`~graphscale.strategies.offload.chunk_budget.worker_bytes`, less the fixed runtime and staging, set to 0
+    here) bound the worker's measured steady peak of tracked memory, and a tighter budget takes more chunks."""
+    monkeypatch.setattr(chunk_budget, "RUNTIME_BYTES", 0)
+    monkeypatch.setattr(chunk_budget, "STAGING_BYTES", 0)
+    graph = random_graph(400, avg_degree=6.0, num_features=48, num_classes=4, seed=1)
+    chosen = []
+    for target in (1, 3, 8):
+        config = RunConfig(model=ModelConfig(name=model_name, hidden=16, layers=2, dropout=0.5, heads=2),
+                           strategy=StrategyConfig(name="offload", dedup="intra", recompute=recompute,
+                                                   partitioner="restream"),
+                           cache_dir=str(tmp_path / "cache"))
+        model = build_model(config.model, graph.num_features, graph.num_classes, seed=0)
+        dims = probe_dims(model, graph.num_features, torch.float32)
+        shape = chunk_budget.ChunkShape(graph.num_nodes, graph.num_nodes, graph.num_edges, graph.num_nodes)
+        width = max(dims.in_dim, *dims.widths, *dims.agg, *dims.out)
+        fixed = chunk_budget.worker_fixed(sum(p.numel() for p in model.parameters()), 2, 4)
+        budget = -(-chunk_budget.worker_bytes(shape, target, width, 4, fixed) // 1) * 2 + 2  # ARRAY_SHARE = 0.5
+        config.host_memory = str(budget)
+        strategy = OffloadStrategy()
+        strategy.setup(prepare_graph(graph, config), model, DistEnv.local(), config)
+        k = strategy.num_chunks
+        peak, _ = steady_peak(strategy)
+        strategy.teardown()
+        assert k <= target and chunk_budget.worker_bytes(shape, k, width, 4, fixed) <= budget // 2
+        assert peak <= chunk_budget.worker_bytes(shape, k, width, 4, fixed), (target, k, peak)
+        chosen.append(k)
+    assert chosen[0] < chosen[1] < chosen[2], chosen

@@ -251,3 +251,36 @@ def test_neighbour_sets_independent_of_the_row_chunk(chunk_rows):
                 for g in range(6)]
     got = neighbour_sets(graph, group, 6, chunk_rows=chunk_rows)
     assert all(torch.equal(a, b) for a, b in zip(got, expected))
+
+
+@pytest.mark.parametrize("weighted,int32", [(False, False), (True, False), (False, True)])
+def test_chunk_blocks_equal_block_from_nodes(weighted, int32):
+    """The planner's one-pass blocks are :meth:`Block.from_nodes`'s, field by field, for ascending, shuffled and
+    empty destination sets, with the position map reset between chunks (self-loops and isolated rows included)."""
+    from graphscale.data.block import Block
+    from graphscale.strategies.offload.chunk_block import ChunkBlocks
+
+    graph = random_graph(90, avg_degree=6.0, num_features=2, num_classes=2, seed=5, isolated=4)
+    loops = torch.arange(0, 90, 9)  # a few self-loops
+    src = torch.cat([graph.indices, loops])
+    dst = torch.cat([graph.dst_of_edges(), loops])
+    graph = Graph.from_edges(src, dst, 90).coalesce()
+    gen = torch.Generator().manual_seed(2)
+    if weighted:
+        graph.edge_weight = torch.rand(graph.num_edges, generator=gen, dtype=torch.float64) + 0.5
+    if int32:
+        graph.indices = graph.indices.to(torch.int32)
+    degrees = graph.gcn_degrees()
+    blocks = ChunkBlocks(graph, degrees)
+    perm = torch.randperm(90, generator=gen)
+    sets = [torch.sort(perm[:30]).values, perm[30:55], torch.zeros(0, dtype=torch.int64), torch.sort(perm[55:]).values,
+            torch.arange(90)]
+    for nodes in sets:
+        got, want = blocks.block(nodes), Block.from_nodes(graph, nodes, degrees)
+        for name in ("indptr", "indices", "src_ids", "src_deg"):
+            a, b = getattr(got, name), getattr(want, name)
+            assert a.dtype == b.dtype and torch.equal(a, b), name
+        assert (got.edge_weight is None) == (not weighted)
+        if weighted:
+            assert torch.equal(got.edge_weight, want.edge_weight)
+    assert (blocks.position == -1).all()

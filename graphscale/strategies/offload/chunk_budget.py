@@ -13,11 +13,20 @@ element)::
                                                        plus the gradient buffer
     rows      = (3 S + 4 D) w b                        the chunk's sources, their gradients and a gather copy;
                                                        aggregate, output, loaded gradient and cache rows
+    in flight = (3 S + 8 D) w b                        the next batch's gathered rows (sources and up to four
+                                                       destination reads) and two batches' rows written behind
+                                                       (outputs, cached aggregates, flushed gradients: S + 2 D each)
     topology  = 8 (D + 1 + E + 2 S) + 32 S + 16 (E + S)  the block, its slot plans and the transpose a layer caches
 
 an upper bound (the sources of a local chunk are far fewer than ``D + E``), so a ``K`` it accepts meets the budget
 and may be larger than needed. :func:`choose_host_chunks` takes the smallest ``K`` (up to the smallest part's
 size) whose fixed part plus working set fits the worker's share, ``(1 - ARRAY_SHARE) * budget``.
+
+The working set is what the worker's tensors take; its heap returns freed blocks to the system
+(:func:`~graphscale.allocator.bound_heap`, set by the worker), without which glibc kept freed chunk blocks pass
+after pass: measured on a 1M-vertex GCN, 2 workers, ``K = 320`` (tracked peak 44 MiB), the workers' anonymous peaks
+were 511-517 MiB with glibc's adaptive threshold and 410-417 MiB with the bound, against 400 MiB modelled before
+the runtime figure and the in-flight term were measured (:data:`RUNTIME_BYTES`); 495 MiB with them.
 """
 
 from __future__ import annotations
@@ -31,8 +40,10 @@ from graphscale.metrics.units import format_bytes
 from graphscale.strategies.offload.host import ARRAY_SHARE
 from graphscale.strategies.offload.transfer import STAGING_BYTES
 
-#: a worker's anonymous memory before its first chunk (interpreter, torch, numpy, numba; measured: 200-250 MiB)
-RUNTIME_BYTES = 256 << 20
+#: a worker's anonymous memory besides its data: the interpreter, torch, numpy, numba with the layer kernels compiled
+#: for the run's types, the mapped plans' views (measured on a 1M-vertex GCN, 2 workers: 271-274 MiB after setup,
+#: 296-300 MiB after the first chunk pass less its staging slots)
+RUNTIME_BYTES = 320 << 20
 
 
 @dataclass(frozen=True)
@@ -59,8 +70,9 @@ def chunk_working_set(shape: ChunkShape, chunks: int, width: int, element_size: 
     s = min(shape.num_nodes, d + e)
     buffers = 3 * (min(shape.nodes, s) + min(shape.num_nodes - shape.nodes, s)) * width * element_size
     rows = (3 * s + 4 * d) * width * element_size
+    in_flight = (3 * s + 8 * d) * width * element_size
     topology = 8 * (d + 1 + e + 2 * s) + 32 * s + 16 * (e + s)
-    return buffers + rows + topology
+    return buffers + rows + in_flight + topology
 
 
 def worker_fixed(num_params: int, moments: int, element_size: int) -> int:

@@ -9,16 +9,19 @@ the workers map, what :meth:`ChunkSets.build <graphscale.strategies.offload.plan
 1. the two-level partition (:func:`~graphscale.strategies.offload.plan.two_level_partition`; a partitioner that
    streams rows reads each part's induced subgraph in blocks of rows);
 2. every chunk's destinations ``S_{i,s}`` (one stable sort of the chunk ids) and neighbour set ``N(S_{i,s})``
-   (its destinations' CSR rows gathered block by block from the graph, marked in one ``bool [N]`` array) go to a
-   scratch folder, one chunk at a time;
+   (its destinations' CSR rows gathered block by block from the graph, marked in one ``bool [N]`` array, the
+   members collected as they are first marked: linear in the chunk, not in ``N``) go to a scratch folder, one chunk
+   at a time;
 3. ``--dedup reorg``: HongTu's two-phase greedy over the mapped sets, ``T_j`` as bit-packed ``[K, N/8]`` masks
    (:func:`reorganize_sets`, the same choices as :func:`~graphscale.strategies.offload.reorg.reorganize`);
 4. the scheduled sets ``V_{i,j}``, ``N_{i,j}`` (the chunk sets permuted), ``T_{i,j}`` (per batch and owner) are
    written and mapped back, the scratch folder removed;
-5. each worker's plan is written batch by batch (:func:`~graphscale.strategies.offload.plan.batch_plans`), one
-   worker after the other.
+5. each worker's plan is written batch by batch (:func:`~graphscale.strategies.offload.plan.batch_plans`, each
+   chunk's block built in one pass over its rows: :mod:`~graphscale.strategies.offload.chunk_block`), one worker
+   after the other.
 
-Memory: a few ``int64 [N]`` arrays (owner, chunk, schedule, degrees, the slot map, a sort's result), ``bool [N]``
+Memory: a few ``int64 [N]`` arrays (owner, chunk, schedule, degrees, the slot map, the chunk blocks' position map,
+a sort's result), ``bool [N]``
 marks and ``K / 8`` bytes per vertex of masks, plus one chunk's rows and plan at a time: that chunk's size is
 what ``K`` (:mod:`~graphscale.strategies.offload.chunk_budget`) bounds. METIS needs each part's induced topology
 whole: its memory is checked against the host budget first, and a part that will not fit is refused.
@@ -34,6 +37,7 @@ import torch
 
 from graphscale.data.graph import Graph
 from graphscale.partition.induced import gather_rows, row_ranges
+from graphscale.strategies.offload.chunk_block import mark_new
 from graphscale.strategies.offload.cost import Bandwidths, pass_cost, rows_from_counts
 from graphscale.strategies.offload.plan import (
     ChunkSets,
@@ -68,12 +72,13 @@ def write_group_sets(graph: Graph, group: np.ndarray, num_groups: int, folder: P
     for g in range(num_groups):
         nodes = order[offsets[g]:offsets[g + 1]]
         mark[nodes] = True
+        found = [nodes]  # the set's members as they are first marked: linear in the group, not in N
         degree = np.asarray(indptr[nodes + 1], np.int64) - np.asarray(indptr[nodes], np.int64)
         for first, last in row_ranges(degree, gather_edges):
-            mark[gather_rows(indptr, indices, nodes[first:last])[1]] = True
-        found = np.flatnonzero(mark)
-        writer.append(found)
-        mark[found] = False
+            found.append(mark_new(gather_rows(indptr, indices, nodes[first:last])[1], mark))
+        members = np.sort(np.concatenate(found))
+        writer.append(members)
+        mark[members] = False
     writer.close()
 
 

@@ -76,6 +76,7 @@ from graphscale.options.offload import DEDUP_MODES
 from graphscale.partition.induced import InducedEdges
 from graphscale.partition.metis import check_metis_memory, work_weights
 from graphscale.registry import PARTITIONERS
+from graphscale.strategies.offload.chunk_block import ChunkBlocks
 from graphscale.strategies.offload.ragged import RaggedWriter, _read, load_ragged, save_ragged
 
 
@@ -448,14 +449,16 @@ def worker_plan_header(sets: ChunkSets, rank: int, dedup: str) -> WorkerPlan:
     owner = sets.owner
     baseline = dedup == "baseline"
     capacity = 0 if baseline else max((int(t.numel()) for t in sets.trans[rank]), default=0)
-    remote_counts = [int((owner[sets.nbr[rank][j]] != rank).sum()) for j in range(k)]
+    owner_np = _np64(owner)
+    remote_counts = [int(np.count_nonzero(owner_np[_np64(sets.nbr[rank][j])] != rank)) for j in range(k)]
     recv_capacity = 0 if baseline else max(remote_counts, default=0)
     return WorkerPlan(rank, dedup, capacity, recv_capacity, owned=torch.nonzero(owner == rank).flatten())
 
 
 def batch_plans(graph: Graph, sets: ChunkSets, plan: WorkerPlan, degrees: torch.Tensor | None = None):
     """Yield the :class:`BatchPlan` of every batch of ``plan``'s worker in turn (``plan``: its
-    :func:`worker_plan_header`); only the current batch and an ``int64 [N]`` slot map are held."""
+    :func:`worker_plan_header`); only the current batch, an ``int64 [N]`` slot map and the ``int64 [N]`` position
+    map of :class:`~graphscale.strategies.offload.chunk_block.ChunkBlocks` are held."""
     rank, dedup, capacity = plan.rank, plan.dedup, plan.capacity
     m, k = sets.num_parts, sets.num_chunks
     degrees = graph.gcn_degrees() if degrees is None else degrees
@@ -467,8 +470,9 @@ def batch_plans(graph: Graph, sets: ChunkSets, plan: WorkerPlan, degrees: torch.
     slot_of = np.full(n, -1, dtype=np.int64)
     empty = torch.zeros(0, dtype=torch.int64)
     prev = np.zeros(0, dtype=np.int64)
+    blocks = ChunkBlocks(graph, degrees)
     for j in range(k):
-        block = Block.from_nodes(graph, sets.dst[rank][j], degrees)
+        block = blocks.block(sets.dst[rank][j])
         src = _np64(block.src_ids)
         src_owner = owner_np[src]
         src_local = torch.from_numpy(src_owner == rank)

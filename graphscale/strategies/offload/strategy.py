@@ -125,6 +125,7 @@ from pathlib import Path
 
 import torch
 
+from graphscale import allocator
 from graphscale.config import RunConfig, model_dict
 from graphscale.cost.dims import probe_dims
 from graphscale.data.graph import Graph
@@ -308,6 +309,9 @@ class OffloadStrategy(OffloadPasses, Strategy):
             raise ValueError("offload: a resident topology is not covered by --memory-budget's memory model; "
                              "leave resident_topology off with --memory-budget")
         self.comm = Comm(env)
+        # chunks of varying size pass through a fixed working set: large blocks go back to the OS when freed,
+        # so the heap does not grow by freed chunks between passes (allocator.bound_heap; undone at teardown)
+        self._bounded_heap = allocator.bound_heap()
         self.device = env.device
         self.dtype = next(model.parameters()).dtype
         self.elem = torch.empty(0, dtype=self.dtype).element_size()
@@ -459,6 +463,9 @@ class OffloadStrategy(OffloadPasses, Strategy):
         return counts_to_metrics(self.comm.all_reduce(total.to(self.device), CONTROL).cpu())
 
     def teardown(self) -> None:
+        if getattr(self, "_bounded_heap", False):
+            allocator.unbound_heap()
+            self._bounded_heap = False
         for name in ("model", "optimizer", "gradients", "buffers", "chunk", "chunk_grad", "retained", "topology"):
             self.tracker.untrack(name)
         self.retained = [[] for _ in range(self.num_layers)]
