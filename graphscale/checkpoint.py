@@ -188,10 +188,11 @@ def adopt_width(config: RunConfig, saved: dict) -> None:
     """A resumed run that gives no ``--hidden`` (``config.model.hidden_auto``) continues with the width its checkpoint
     recorded, in place: the default width depends on the dataset's class count
     (:func:`~graphscale.config.resolve_hidden`) and on the version that chose it, so a checkpoint trained before that
-    rule, or on a dataset that resolved it otherwise, resumes as it was trained. A width the user gave is compared
-    as every other option is."""
+    rule, or on a dataset that resolved it otherwise, resumes as it was trained. A width the user gave, or a
+    checkpoint of another model, is compared as every other option is."""
     recorded = saved["identity"].get("hidden")
-    if config.model.hidden_auto and isinstance(recorded, int) and not isinstance(recorded, bool):
+    same_model = saved["identity"].get("model") == config.model.name  # another model's width is not its default
+    if config.model.hidden_auto and same_model and isinstance(recorded, int) and not isinstance(recorded, bool):
         config.model.hidden = recorded
         config.model.hidden_auto = False
 

@@ -99,8 +99,9 @@ class DataConfig:
 class ModelConfig:
     name: str = option("gcn", "GNN model: a graphscale model name, or module.path:factory (a zero-argument callable "
                        "returning a PyG model, imported by every worker; docs/pyg.md)", flag="model")
-    hidden: int = option(16, "hidden width (per attention head for gat); when not given, the model's preset widened "
-                         "to the smallest power of two at least the dataset's class count (64 for 39 classes)")
+    hidden: int = option(16, "hidden width (per attention head for gat); not given: the model's preset, or the "
+                         "smallest power of two at least the dataset's class count where the preset is narrower (39 "
+                         "classes: 64)")
     """Not given (:attr:`hidden_auto`): the preset's width (gcn, sage 16; gat 8 per head; gcnii, resgcn 64), widened
     once the dataset's class count is known (:func:`resolve_hidden`)."""
     layers: int = option(2, "message-passing layers")
