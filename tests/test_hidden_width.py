@@ -67,6 +67,16 @@ def test_every_strategy_trains_the_width_single_resolves(spec, width):
     assert width in _widths(single)[1][0]  # the first layer's weight is that wide
 
 
+def test_a_host_shared_run_resolves_the_width_before_its_shared_plan(tmp_path):
+    """Strategies whose workers map a graph directory (data-parallel, offload, task-parallel, ...) resolve the width
+    when the parent maps it, before the strategy's shared plan, which may read the width, is written."""
+    from graphscale.prepare import host_shared_data
+
+    config = build_config({"data": {"dataset": MANY}, "cache_dir": str(tmp_path)})
+    assert host_shared_data(config).num_classes == 20
+    assert config.model.hidden == 32
+
+
 def test_the_width_is_recorded_and_a_checkpoint_resumes_with_its_own(tmp_path, capsys):
     ckpt, out = tmp_path / "c.pt", tmp_path / "r.json"
     common = ["train", "--dataset", MANY, "--no-progress", "--cache-dir", str(tmp_path), "--checkpoint", str(ckpt),
