@@ -11,7 +11,9 @@ strategy's name, the strategy options that change what an approximate strategy c
 graph's counts (nodes, edges, features, classes).
 
 Resuming continues *the same run*: :func:`check_resume` (in the parent, before any data is prepared or worker
-started) refuses a run whose identity differs, with one line naming every differing option and both values. The
+started) refuses a run whose identity differs, with one line naming every differing option and both values. A run
+that gives no ``--hidden`` takes the checkpoint's width (:func:`adopt_width`: the default width depends on the
+dataset). The
 optimiser settings are part of it: ``--optimizer``, ``--lr``, ``--weight-decay``, ... on resume must equal the
 checkpoint's (a run that resumes with other settings would otherwise either keep the checkpoint's silently, since the
 optimiser's state holds its learning rate, or change the trajectory that ``--resume`` promises to continue); a
@@ -182,12 +184,26 @@ def read_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") 
     return state
 
 
+def adopt_width(config: RunConfig, saved: dict) -> None:
+    """A resumed run that gives no ``--hidden`` (``config.model.hidden_auto``) continues with the width its checkpoint
+    recorded, in place: the default width depends on the dataset's class count
+    (:func:`~graphscale.config.resolve_hidden`) and on the version that chose it, so a checkpoint trained before that
+    rule, or on a dataset that resolved it otherwise, resumes as it was trained. A width the user gave, or a
+    checkpoint of another model, is compared as every other option is."""
+    recorded = saved["identity"].get("hidden")
+    same_model = saved["identity"].get("model") == config.model.name  # another model's width is not its default
+    if config.model.hidden_auto and same_model and isinstance(recorded, int) and not isinstance(recorded, bool):
+        config.model.hidden = recorded
+        config.model.hidden_auto = False
+
+
 def _show(value) -> str:
     return repr(value) if isinstance(value, str) else str(value)
 
 
 def check_resume(config: RunConfig, saved: dict, summary: dict | None = None) -> None:
-    """Refuse to resume ``saved`` (a :func:`read_checkpoint` result) into a run with another identity.
+    """Refuse to resume ``saved`` (a :func:`read_checkpoint` result) into a run with another identity (an unset
+    ``--hidden`` takes the checkpoint's width first: :func:`adopt_width`).
 
     Args:
         config: the resuming run; an empty ``config.data.dataset`` (not resolved yet) is not compared.
@@ -199,6 +215,7 @@ def check_resume(config: RunConfig, saved: dict, summary: dict | None = None) ->
     """
     from graphscale.registry import STRATEGIES
 
+    adopt_width(config, saved)
     recorded, current, recorded_graph = saved["identity"], identity(config), saved.get("graph")
     differing = []
     before, now = recorded.get("strategy"), current["strategy"]

@@ -99,7 +99,11 @@ class DataConfig:
 class ModelConfig:
     name: str = option("gcn", "GNN model: a graphscale model name, or module.path:factory (a zero-argument callable "
                        "returning a PyG model, imported by every worker; docs/pyg.md)", flag="model")
-    hidden: int = option(16, "hidden width (per attention head for gat)")
+    hidden: int = option(16, "hidden width (per attention head for gat); not given: the model's preset, or the "
+                         "smallest power of two at least the dataset's class count where the preset is narrower (39 "
+                         "classes: 64)")
+    """Not given (:attr:`hidden_auto`): the preset's width (gcn, sage 16; gat 8 per head; gcnii, resgcn 64), widened
+    once the dataset's class count is known (:func:`resolve_hidden`)."""
     layers: int = option(2, "message-passing layers")
     dropout: float = option(0.5, "dropout probability in [0, 1) (gat: also on the attention coefficients)")
     heads: int = option(8, "attention heads of the hidden layers")
@@ -116,6 +120,10 @@ class ModelConfig:
                               "(masks from each worker's RNG: partitioned runs differ from single)",
                               choices=PYG_DROPOUT_CHOICES)
     """A user's PyG model (``name = "module.path:factory"`` or ``factory``) only; :mod:`graphscale.nn.pyg`."""
+    hidden_auto: bool = field(default=False, metadata={"internal": True})
+    """Whether ``hidden`` is the preset's width rather than one the user gave (``--hidden``, TOML ``hidden``, the
+    API's ``hidden=``): set by :func:`build_config`, read by :func:`resolve_hidden`; not an option, not recorded
+    (reports and checkpoints record the resolved ``hidden``)."""
     factory: Callable | None = field(default=None, metadata={"python_only": True})
     """A zero-argument callable returning the model (a PyG model, or a graphscale ``GNN``); set by the Python API
     only, never from a TOML file or the command line (``name = "module.path:attr"`` is their form). Reports hold its
@@ -243,7 +251,8 @@ def declared_options() -> dict[str, tuple[tuple[str, ...], dataclasses.Field]]:
     dest (``batch_size``; :func:`~graphscale.options.flag_of`) -> (the path of its field: ``("model", "hidden")``,
     ``("seed",)``; the field), tables in :data:`SECTIONS` order, the top-level fields last. The command line, the
     Python API's keywords and :func:`build_config`'s TOML reading all read these fields. Fields set from Python
-    only (``metadata["python_only"]``: the model factory) are left out.
+    only (``metadata["python_only"]``: the model factory) and the internal ones (``metadata["internal"]``: whether
+    ``hidden`` was given) are left out.
 
     Raises:
         RuntimeError: two fields share a flag.
@@ -253,7 +262,7 @@ def declared_options() -> dict[str, tuple[tuple[str, ...], dataclasses.Field]]:
     top = [f for f in dataclasses.fields(RunConfig) if f.name not in SECTIONS]
     for path, f in [(p + (f.name,), f) for p, cls in tables for f in dataclasses.fields(cls)] + \
             [((f.name,), f) for f in top]:
-        if f.metadata.get("python_only"):
+        if f.metadata.get("python_only") or f.metadata.get("internal"):
             continue
         dest = flag_of(f)[2:].replace("-", "_")
         if dest in out:
@@ -263,7 +272,8 @@ def declared_options() -> dict[str, tuple[tuple[str, ...], dataclasses.Field]]:
     return out
 
 
-#: Model-specific defaults (the published settings for Cora); applied before user overrides.
+#: Model-specific defaults (the published settings for Cora); applied before user overrides. A preset's ``hidden``
+#: is widened for a dataset with more classes when the user gives no width (:func:`resolve_hidden`).
 PRESETS: dict[str, dict[str, dict]] = {
     "gcn": {"model": {"hidden": 16, "dropout": 0.5}, "optim": {"lr": 0.01, "weight_decay": 5e-4}},
     "sage": {"model": {"hidden": 16, "dropout": 0.5}, "optim": {"lr": 0.01, "weight_decay": 5e-4}},
@@ -278,7 +288,7 @@ SECTIONS = {"data": DataConfig, "model": ModelConfig, "optim": OptimConfig, "str
 
 
 def _apply(target, values: dict, where: str) -> None:
-    names = {f.name: f for f in dataclasses.fields(target)}
+    names = {f.name: f for f in dataclasses.fields(target) if not f.metadata.get("internal")}
     for key, value in values.items():
         if key not in names:
             raise ValueError(f"{where}: unknown option {key!r}; expected one of {', '.join(sorted(names))}")
@@ -344,8 +354,35 @@ def build_config(overrides: dict, config_file: str | Path | None = None, factory
     _apply(config, overrides, "command line")
     config.model.factory = factory
     config.strategy.resolve_chunks()
-    check_given(config, {**given_options(file_values, str(config_file)), **given_options(overrides, "command line")})
+    given_now = {**given_options(file_values, str(config_file)), **given_options(overrides, "command line")}
+    check_given(config, given_now)
+    config.model.hidden_auto = ("model", "hidden") not in given_now and not is_user_model(config.model)
     return config
+
+
+def auto_hidden(model: ModelConfig, classes: int) -> int:
+    """The hidden width of a run that gives none: the model's (its preset's) ``model.hidden``, or, when the hidden
+    representation (``hidden`` times ``heads`` for gat) is narrower than ``classes``, the smallest power of two
+    that makes it at least ``classes`` wide (gcn on 39 labels: 64; Cora's 7 classes keep 16)."""
+    from graphscale.registry import MODELS  # the registries import the models: not at module level
+
+    heads = model.heads if model.name in MODELS.names() and "heads" in MODELS.get(model.name).options else 1
+    if model.hidden * heads >= classes:
+        return model.hidden
+    width = 1
+    while width * heads < classes:
+        width *= 2
+    return width
+
+
+def resolve_hidden(config: RunConfig, classes: int) -> None:
+    """Widen an unset ``--hidden`` (``config.model.hidden_auto``) to the dataset's ``classes`` (:func:`auto_hidden`),
+    in place, once, in the parent before any worker starts (:func:`graphscale.prepare.prepare_data`), so every
+    strategy builds the same model and reports and checkpoints record the width it trained. A width the user gave,
+    a user's model (it defines its own widths) and ``--task link`` (its output is an embedding, not class scores)
+    are left as they are."""
+    if config.model.hidden_auto and config.task == "node" and not is_user_model(config.model):
+        config.model.hidden = auto_hidden(config.model, classes)
 
 
 def _label(section: str, field: str, where: str) -> str:
@@ -431,6 +468,8 @@ def is_user_model(model: ModelConfig) -> bool:
 
 #: the ``[model]`` fields only a user's model has (left out of a registered model's :func:`model_dict`)
 USER_MODEL_FIELDS = ("pyg_dropout", "factory")
+#: the ``[model]`` fields that are no option and no part of a run's record (left out of every :func:`model_dict`)
+UNRECORDED_MODEL_FIELDS = ("hidden_auto",)
 #: the ``[model]`` options only a user's model reads
 USER_MODEL_OPTIONS = frozenset({"pyg_dropout"})
 #: the ``[model]`` options of graphscale's own models, which a user's model defines itself (giving one is an error)
@@ -448,7 +487,8 @@ def user_model_label(model: ModelConfig) -> str:
 def model_dict(model: ModelConfig) -> dict:
     """``[model]`` as plain data (reports, cache keys): a model factory as its qualified name; a registered model
     without the fields only a user's model has (its reports and cache keys are as before they existed)."""
-    out = dataclasses.asdict(dataclasses.replace(model, factory=None))
+    out = {k: v for k, v in dataclasses.asdict(dataclasses.replace(model, factory=None)).items()
+           if k not in UNRECORDED_MODEL_FIELDS}
     if not is_user_model(model):
         return {k: v for k, v in out.items() if k not in USER_MODEL_FIELDS}
     if model.factory is not None:

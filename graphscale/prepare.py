@@ -65,7 +65,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from graphscale.config import RunConfig, stored_feature_dtype
+from graphscale.config import RunConfig, resolve_hidden, stored_feature_dtype
 from graphscale.data.cache import resolve_cache_dir
 from graphscale.data.cache_use import writing
 from graphscale.data.graph import Graph
@@ -217,6 +217,7 @@ def _partition_local(config: RunConfig, cache: Path | None, strategy) -> DataHan
     handle = store_handle(path, effective_norm(config.data.features, config.data.feature_norm),
                           stored_feature_dtype(config), meta,
                           learnable=bool(learnable_dim(config.data.features)), task=config.task)
+    resolve_hidden(config, handle.num_classes)
     if config.task == "link":  # the pairs each worker scores, written next to the store
         handle = dataclasses.replace(handle, shared=str(link_folder(path)))
     handle = dataclasses.replace(handle, **strategy.prepare_partitions(config, handle, cache))
@@ -318,6 +319,7 @@ def _host_shared(config: RunConfig, cache: Path, strategy) -> DataHandle:
         path = _link_graph_dir(config, cache, path, fields)
     graph = load_graph_dir(path)
     summary = {**graph.summary(), "name": graph.name}
+    resolve_hidden(config, int(summary["classes"]))  # before the shared plan, which may read the width
     return DataHandle(HOST_SHARED, summary, path=str(path), dtype=config.dtype,
                       **_strategy_data(graph, fields, config, cache, strategy, folder=path))
 
@@ -507,7 +509,9 @@ def input_dataset(graph: Graph, config: RunConfig) -> str:
 def prepare_data(config: RunConfig) -> DataHandle:
     """Write (or find) what the run's strategy reads and return the handle its workers get (module docstring).
 
-    Resolves an empty ``config.data.dataset`` in place (the store's dataset, else ``cora``).
+    Resolves an empty ``config.data.dataset`` in place (the store's dataset, else ``cora``), and an unset
+    ``--hidden`` from the dataset's class count (:func:`~graphscale.config.resolve_hidden`), before anything that
+    reads the width is prepared.
 
     Raises:
         ValueError: a bad store, a store that does not fit ``--workers`` or ``--dataset``, an untrainable
@@ -522,8 +526,10 @@ def prepare_data(config: RunConfig) -> DataHandle:
     config.data.dataset = config.data.dataset or DEFAULT_DATASET
     if view == MEMORY:
         dtype = stored_feature_dtype(config)  # --feature-dtype bfloat16: the graph holds its features so
-        return DataHandle.in_memory(load_training_graph(config.data.dataset, config.data.feature_norm,
-                                                        dtype, config.data.features, config.seed), dtype=dtype)
+        handle = DataHandle.in_memory(load_training_graph(config.data.dataset, config.data.feature_norm,
+                                                          dtype, config.data.features, config.seed), dtype=dtype)
+        resolve_hidden(config, handle.num_classes)
+        return handle
     cache = resolve_cache_dir(config)
     if view == PARTITION_LOCAL:
         return _partition_local(config, cache, cls)

@@ -84,8 +84,11 @@ def test_a_run_that_did_not_learn_says_so_in_the_table_and_the_report(tmp_path, 
 #: the reference data beside the checkout (``../shared/data``), where the machine has it
 BLOGCATALOG = Path(__file__).resolve().parents[2] / "shared" / "data" / "blogcatalog" / "blogcatalog.mat"
 #: how far BlogCatalog's test micro-F1 must beat the label-frequency predictor's (0.164) with no options (the
-#: default fastrp:128 features, the model defaults; measured: 0.208 at seed 0, 200 epochs, best epoch 195)
-BLOGCATALOG_DEFAULTS_MARGIN = 0.03
+#: default fastrp:128 features, the model defaults with the hidden width widened to 64 for the 39 labels; measured
+#: at 200 epochs: 0.258 at seed 0, 0.270 at seed 1, 0.265 at seed 2: 0.094 to 0.106 above the predictor, a
+#: spread of 0.012, so the bound leaves twice the spread for seed 0's run on another machine; at hidden 16, before
+#: the width followed the classes: 0.208)
+BLOGCATALOG_DEFAULTS_MARGIN = 0.07
 #: ... and with the spectral recipe of docs/data-formats.md (measured: 0.268)
 BLOGCATALOG_MARGIN = 0.05
 
@@ -103,12 +106,15 @@ def _blogcatalog(tmp_path, *options):
 @pytest.mark.skipif(not BLOGCATALOG.is_file(), reason=f"{BLOGCATALOG} is not on this machine")
 def test_blogcatalog_learns_with_no_options(tmp_path, capsys):
     """A featureless multi-label graph trained with no options (its default fastrp:128 features, the model
-    defaults: hidden 16, dropout 0.5, weight decay 5e-4) beats the label-frequency predictor clearly and raises no
-    learning-health warning: the BCE summed over the 39 labels keeps the gradient above the weight decay (averaged
-    over them the model learnt only the label frequencies: 0.163 against the predictor's 0.164, "did not learn")."""
+    defaults: dropout 0.5, weight decay 5e-4, the hidden width widened from gcn's 16 to 64 for the 39 labels) beats
+    the label-frequency predictor by a clear margin and raises no learning-health warning: the BCE summed over the
+    39 labels keeps the gradient above the weight decay (averaged over them the model learnt only the label
+    frequencies: 0.163 against the predictor's 0.164, "did not learn"), and the width no narrower than the labels
+    lets the model use the features (at 16: 0.208)."""
     report = _blogcatalog(tmp_path)
     assert "has no node features: training on --features fastrp:128" in capsys.readouterr().err
     assert report["config"]["data"]["features"] == "fastrp:128"
+    assert report["config"]["model"]["hidden"] == 64
     assert report["final"]["test_acc"] >= report["baseline"]["test_acc"] + BLOGCATALOG_DEFAULTS_MARGIN, report["final"]
     assert report["warnings"] == []
 
