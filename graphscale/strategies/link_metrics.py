@@ -34,32 +34,32 @@ def _sum(comm: Comm, value, dtype: torch.dtype, device) -> torch.Tensor:
     return comm.all_reduce(torch.tensor([value], dtype=dtype, device=device), CONTROL)
 
 
-def auc_twice_u(comm: Comm, pos: torch.Tensor, shared: torch.Tensor, category: str) -> int:
-    """``2U`` over every worker's positives ``pos`` and shared negatives ``shared`` (module docstring); a
-    collective."""
+def auc_twice_u(comm: Comm, pos: torch.Tensor, shared: torch.Tensor, category: str, block: int = AUC_BLOCK) -> int:
+    """``2U`` over every worker's positives ``pos`` and shared negatives ``shared`` (module docstring), ``block``
+    of each worker's negatives at a time; a collective."""
     device = pos.device
     shared = torch.sort(shared.double()).values
-    mine = torch.tensor([-(-shared.numel() // AUC_BLOCK)], dtype=torch.int64, device=device)
+    mine = torch.tensor([-(-shared.numel() // block)], dtype=torch.int64, device=device)
     blocks = int(comm.all_reduce(mine, CONTROL, dist.ReduceOp.MAX))
     pos, twice = pos.double(), 0
     for b in range(blocks):
-        block = torch.cat(comm.all_gather_v(shared[b * AUC_BLOCK:(b + 1) * AUC_BLOCK], category))
-        block = torch.sort(block).values
-        below = torch.searchsorted(block, pos, right=False)
-        at_or_below = torch.searchsorted(block, pos, right=True)
+        gathered = torch.sort(torch.cat(comm.all_gather_v(shared[b * block:(b + 1) * block], category))).values
+        below = torch.searchsorted(gathered, pos, right=False)
+        at_or_below = torch.searchsorted(gathered, pos, right=True)
         twice += int((below + at_or_below).sum())
     return int(_sum(comm, twice, torch.int64, device))
 
 
 def split_metrics(comm: Comm, split: str, pos: torch.Tensor, shared: torch.Tensor, ranks: torch.Tensor | None,
-                  hits_k, category: str) -> dict[str, float]:
-    """One split's metrics over every worker's summaries (module docstring); a collective."""
+                  hits_k, category: str, block: int = AUC_BLOCK) -> dict[str, float]:
+    """One split's metrics over every worker's summaries (module docstring; ``block``: the AUC's, per worker); a
+    collective."""
     device, nan = pos.device, float("nan")
     pos, shared = pos.double(), shared.double()
     p = int(_sum(comm, pos.numel(), torch.int64, device))
     q = int(_sum(comm, shared.numel(), torch.int64, device))
     out = {}
-    twice_u = auc_twice_u(comm, pos, shared, category)
+    twice_u = auc_twice_u(comm, pos, shared, category, block)
     out[f"{split}_acc"] = out[f"{split}_auc"] = (twice_u / 2) / (p * q) if p and q else nan
     if hits_k:
         top = torch.topk(shared, min(max(hits_k), shared.numel())).values
@@ -81,10 +81,10 @@ def split_metrics(comm: Comm, split: str, pos: torch.Tensor, shared: torch.Tenso
 
 
 def distributed_metrics(comm: Comm, summaries: dict[str, tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]],
-                        hits_k, category: str) -> dict[str, float]:
+                        hits_k, category: str, block: int = AUC_BLOCK) -> dict[str, float]:
     """Every split's metrics from this worker's :func:`~graphscale.tasks.link.score_summary` by split, over every
-    worker's (module docstring): the same on every worker; a collective."""
+    worker's (module docstring; ``block``: the AUC's, per worker): the same on every worker; a collective."""
     out = {}
     for split, (pos, shared, ranks) in summaries.items():
-        out.update(split_metrics(comm, split, pos, shared, ranks, hits_k, category))
+        out.update(split_metrics(comm, split, pos, shared, ranks, hits_k, category, block))
     return out
