@@ -56,13 +56,20 @@ def link_bytes_per_epoch(remote_rows: Sequence[int], width: int, element_size: i
     return sum(8 * (workers - 1) + int(r) * (8 + 2 * width * element_size) for r in remote_rows)
 
 
+def keyed_pairs(ids: torch.Tensor, pairs: torch.Tensor, num_nodes: int, seed: int,
+                epoch: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(src, dst, label)``: the training positives ``pairs`` (edge ids ``ids``) in epoch ``epoch``, then their
+    keyed negatives."""
+    u, v = pairs
+    t = train_tails(ids, num_nodes, seed, epoch)
+    label = torch.cat([torch.ones(ids.numel()), torch.zeros(ids.numel())]).to(u.device)
+    return torch.cat([u, u]), torch.cat([v, t]), label
+
+
 def train_pairs(part: LinkPart, seed: int, epoch: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``(src, dst, label)``: the training positives of ``part`` in epoch ``epoch``, then their keyed negatives."""
     positions = part.split_ids("train")
-    ids, (u, v) = part.ids[positions], part.pairs[:, positions]
-    t = train_tails(ids, part.num_nodes, seed, epoch)
-    label = torch.cat([torch.ones(ids.numel()), torch.zeros(ids.numel())]).to(u.device)
-    return torch.cat([u, u]), torch.cat([v, t]), label
+    return keyed_pairs(part.ids[positions], part.pairs[:, positions], part.num_nodes, seed, epoch)
 
 
 def remote_rows(part: LinkPart, owner: torch.Tensor, rank: int, seed: int, epoch: int) -> int:
@@ -163,18 +170,18 @@ class LinkScorer:
     def __init__(self, part: LinkPart, fetch: RowFetch, decoder: torch.nn.Module, seed: int, hits_k) -> None:
         device = fetch.inner_ids.device
         self.fetch, self.decoder, self.seed, self.hits_k = fetch, decoder, seed, list(hits_k)
-        self.num_nodes, self.part = part.num_nodes, part
+        self.num_nodes = part.num_nodes
         #: the global pair count of the loss (positives and their negatives)
         self.normaliser = 2 * part.num_train
         positions = {name: part.split_ids(name) for name in SPLIT_NAMES}
+        #: the pairs by split (the part's arrays are not kept: one copy of the worker's pairs)
         self.ids = {name: part.ids[p].to(device) for name, p in positions.items()}
         self.pairs = {name: part.pairs[:, p].to(device) for name, p in positions.items()}
 
     def train_pairs(self, epoch: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """``(src, dst, label)``: this worker's training positives of epoch ``epoch``, then their keyed
         negatives."""
-        device = self.ids["train"].device
-        return tuple(t.to(device) for t in train_pairs(self.part, self.seed, epoch))
+        return keyed_pairs(self.ids["train"], self.pairs["train"], self.num_nodes, self.seed, epoch)
 
     def loss_sum(self, z: torch.Tensor, epoch: int) -> torch.Tensor:
         """The summed BCE of this worker's training pairs of epoch ``epoch`` (divide by :attr:`normaliser`), from
