@@ -13,10 +13,13 @@ worker ``i``'s training pairs that another worker owns, ``b`` bytes per element)
     link = sum_i  [ 8 (W - 1) + R_i (8 + 2 d b) ]          (no bytes on one worker)
 
 The loss is the sum of BCE over the worker's pairs divided by the global pair count ``2 P`` (the parent's
-``counts``), so the all-reduced gradients are ``single``'s. Evaluation fetches the rows of the positives'
-destinations and of their fixed candidates (no backward), scores the worker's pairs, and gathers every worker's
-per-pair summaries (by edge id: each pair's score, its first candidate's and its reciprocal rank among its candidates)
-so that each computes the metrics over all pairs, as ``single`` does (:func:`~graphscale.tasks.link.summary_metrics`).
+``counts``), so the all-reduced gradients are ``single``'s. Evaluation scores the worker's pairs a block at a time
+(:data:`EVAL_CANDIDATES_PER_BLOCK` candidates: the block's keyed candidates are drawn, the rows of its positives'
+destinations and candidates fetched, no backward, and the block's scores reduced to per-pair summaries: each pair's
+score, its first candidate's and its reciprocal rank among its candidates), then computes the metrics over all
+workers' summaries by reductions (:mod:`graphscale.strategies.link_metrics`), equal to ``single``'s
+(:func:`~graphscale.tasks.link.summary_metrics`). A worker holds its own pairs, the rows it fetched for one step or
+block and the summaries of its own pairs: nothing of the whole graph but the owner of every vertex.
 """
 
 from __future__ import annotations
@@ -28,14 +31,10 @@ import torch.distributed as dist
 
 from graphscale.distributed.comm import CONTROL, Comm
 from graphscale.distributed.functional import all_to_all_v
-from graphscale.tasks.link import (
-    candidate_scores,
-    score_summary,
-    summary_metrics,
-    table_loss_sum,
-)
+from graphscale.strategies.link_metrics import distributed_metrics
+from graphscale.tasks.link import candidate_scores, score_summary, table_loss_sum
 from graphscale.tasks.link_store import LinkPart
-from graphscale.tasks.negatives import eval_tails, train_tails
+from graphscale.tasks.negatives import EVAL_CANDIDATES, eval_tails, train_tails
 from graphscale.tasks.split import SPLIT_NAMES
 
 #: the Ledger category of the scoring exchange
@@ -43,8 +42,9 @@ LINK = "link"
 #: the exchange's collectives in one training epoch (on more than one worker): the request counts, the ids and the
 #: rows forward, their gradients backward
 LINK_COLLECTIVES = 4
-#: a worker's pairs scored against their candidates at a time in evaluation (bounds the fetched ids and temporaries)
-EVAL_PAIRS = 65536
+#: candidates (pairs times candidates per pair) a worker scores at a time in evaluation: bounds the keyed candidates,
+#: the fetched ids and their temporaries, whatever the candidate count
+EVAL_CANDIDATES_PER_BLOCK = 1 << 20
 
 
 def link_bytes_per_epoch(remote_rows: Sequence[int], width: int, element_size: int) -> int:
@@ -56,13 +56,20 @@ def link_bytes_per_epoch(remote_rows: Sequence[int], width: int, element_size: i
     return sum(8 * (workers - 1) + int(r) * (8 + 2 * width * element_size) for r in remote_rows)
 
 
+def keyed_pairs(ids: torch.Tensor, pairs: torch.Tensor, num_nodes: int, seed: int,
+                epoch: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(src, dst, label)``: the training positives ``pairs`` (edge ids ``ids``) in epoch ``epoch``, then their
+    keyed negatives."""
+    u, v = pairs
+    t = train_tails(ids, num_nodes, seed, epoch)
+    label = torch.cat([torch.ones(ids.numel()), torch.zeros(ids.numel())]).to(u.device)
+    return torch.cat([u, u]), torch.cat([v, t]), label
+
+
 def train_pairs(part: LinkPart, seed: int, epoch: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``(src, dst, label)``: the training positives of ``part`` in epoch ``epoch``, then their keyed negatives."""
     positions = part.split_ids("train")
-    ids, (u, v) = part.ids[positions], part.pairs[:, positions]
-    t = train_tails(ids, part.num_nodes, seed, epoch)
-    label = torch.cat([torch.ones(ids.numel()), torch.zeros(ids.numel())]).to(u.device)
-    return torch.cat([u, u]), torch.cat([v, t]), label
+    return keyed_pairs(part.ids[positions], part.pairs[:, positions], part.num_nodes, seed, epoch)
 
 
 def remote_rows(part: LinkPart, owner: torch.Tensor, rank: int, seed: int, epoch: int) -> int:
@@ -131,21 +138,22 @@ class RowFetch:
         """``(table, index)``: ``table[index]`` are the rows of vertices ``ids`` (``rows``: the worker's own, in
         :attr:`inner_ids` order); a collective (every worker calls it, with its own ``ids``)."""
         comm, world = self.comm, self.comm.world_size
-        need = torch.unique(ids)
-        remote = need[self.owner[need] != comm.rank]
-        key = self.owner[remote] * self.num_nodes + remote  # by owner, then id: ascending
-        remote = remote[torch.argsort(key)]
-        key = self.owner[remote] * self.num_nodes + remote
-        send = torch.bincount(self.owner[remote], minlength=world).tolist()
+        need, inverse = torch.unique(ids, return_inverse=True)  # ids == need[inverse]
+        owner = self.owner[need]
+        remote = torch.nonzero(owner != comm.rank).flatten()  # positions in need, ascending by id
+        remote = remote[torch.argsort(owner[remote], stable=True)]  # by owner, then id
+        send = torch.bincount(owner[remote], minlength=world).tolist()
         ones = [1] * world
         recv = comm.all_to_all_v(torch.tensor(send, dtype=torch.int64, device=ids.device), ones, ones, LINK).tolist()
-        asked = comm.all_to_all_v(remote, send, recv, LINK)  # the ids the others want from this worker
+        asked = comm.all_to_all_v(need[remote], send, recv, LINK)  # the ids the others want from this worker
         fetched = all_to_all_v(rows.index_select(0, self.local(asked)), comm, recv, send, LINK)
+        del asked
         table = torch.cat([rows, fetched])
-        mine = self.owner[ids] == comm.rank
-        index = torch.where(mine, self.local(ids).clamp(max=max(rows.shape[0] - 1, 0)),
-                            rows.shape[0] + torch.searchsorted(key, self.owner[ids] * self.num_nodes + ids))
-        return table, index
+        slot = torch.empty_like(need)  # the row of table each distinct vertex is at
+        own = owner == comm.rank
+        slot[own] = self.local(need[own])
+        slot[remote] = rows.shape[0] + torch.arange(remote.numel(), device=ids.device)
+        return table, slot[inverse]
 
 
 class LinkScorer:
@@ -162,18 +170,18 @@ class LinkScorer:
     def __init__(self, part: LinkPart, fetch: RowFetch, decoder: torch.nn.Module, seed: int, hits_k) -> None:
         device = fetch.inner_ids.device
         self.fetch, self.decoder, self.seed, self.hits_k = fetch, decoder, seed, list(hits_k)
-        self.num_nodes, self.part = part.num_nodes, part
+        self.num_nodes = part.num_nodes
         #: the global pair count of the loss (positives and their negatives)
         self.normaliser = 2 * part.num_train
         positions = {name: part.split_ids(name) for name in SPLIT_NAMES}
+        #: the pairs by split (the part's arrays are not kept: one copy of the worker's pairs)
         self.ids = {name: part.ids[p].to(device) for name, p in positions.items()}
         self.pairs = {name: part.pairs[:, p].to(device) for name, p in positions.items()}
 
     def train_pairs(self, epoch: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """``(src, dst, label)``: this worker's training positives of epoch ``epoch``, then their keyed
         negatives."""
-        device = self.ids["train"].device
-        return tuple(t.to(device) for t in train_pairs(self.part, self.seed, epoch))
+        return keyed_pairs(self.ids["train"], self.pairs["train"], self.num_nodes, self.seed, epoch)
 
     def loss_sum(self, z: torch.Tensor, epoch: int) -> torch.Tensor:
         """The summed BCE of this worker's training pairs of epoch ``epoch`` (divide by :attr:`normaliser`), from
@@ -182,34 +190,44 @@ class LinkScorer:
         table, index = self.fetch.table(z, dst)
         return table_loss_sum(self.decoder, z, self.fetch.local(src), table, index, label)
 
+    @staticmethod
+    def candidate_count(split: str) -> int:
+        """The evaluation candidates per pair of ``split``: the training split's first only."""
+        return 1 if split == "train" else EVAL_CANDIDATES
+
+    @classmethod
+    def block_pairs(cls, split: str) -> int:
+        """The pairs of ``split`` in one evaluation block (:data:`EVAL_CANDIDATES_PER_BLOCK` candidates)."""
+        return max(EVAL_CANDIDATES_PER_BLOCK // cls.candidate_count(split), 1)
+
     def block_summary(self, z: torch.Tensor, split: str, block: int) -> tuple[torch.Tensor, ...]:
-        """``(ids, pos, shared, reciprocal ranks)`` of block ``block`` (:data:`EVAL_PAIRS` pairs) of this worker's
-        pairs of ``split``: their scores summarised (:func:`~graphscale.tasks.link.score_summary`) against their
-        fixed candidates; a collective (every worker calls it for every block, some with none of its own)."""
-        start = block * EVAL_PAIRS
-        ids, (u, v) = self.ids[split][start:start + EVAL_PAIRS], self.pairs[split][:, start:start + EVAL_PAIRS]
-        candidates = eval_tails(ids, self.num_nodes, self.seed, **({"count": 1} if split == "train" else {}))
+        """``(pos, shared, reciprocal ranks)`` of block ``block`` (:meth:`block_pairs` pairs) of this worker's pairs
+        of ``split``: their scores summarised (:func:`~graphscale.tasks.link.score_summary`) against their fixed
+        candidates; a collective (every worker calls it for every block, some with none of its own)."""
+        size = self.block_pairs(split)
+        start = block * size
+        ids, (u, v) = self.ids[split][start:start + size], self.pairs[split][:, start:start + size]
+        candidates = eval_tails(ids, self.num_nodes, self.seed, count=self.candidate_count(split))
         table, index = self.fetch.table(z, torch.cat([v, candidates.flatten()]))
         z_u = z[self.fetch.local(u)]
         pos = self.decoder(z_u, table[index[: v.numel()]])
         neg = candidate_scores(self.decoder, z_u, table, index[v.numel():].view(candidates.shape))
-        return (ids, *score_summary(pos, neg))
+        return score_summary(pos, neg)
 
     @torch.no_grad()
     def evaluate(self, z: torch.Tensor) -> dict[str, float]:
         """Every split's metrics over every worker's pairs, from this worker's rows ``z``; a collective (the same
-        on every worker). Each worker scores its pairs :data:`EVAL_PAIRS` at a time (the most blocks of any worker,
-        agreed under ``control``), reduces their candidate scores to what the metrics need of them
+        on every worker). Each worker scores its pairs a block at a time (:meth:`block_pairs`; the most blocks of
+        any worker, agreed under ``control``), reduces their candidate scores to what the metrics need of them
         (:func:`~graphscale.tasks.link.score_summary`: per pair, its score, its first candidate's and its
-        reciprocal rank) and gathers those, ordered by edge id: ``single``'s metrics, without any worker holding
-        every pair's candidate scores, nor the candidates of more than a block."""
+        reciprocal rank) and the metrics come from reductions over the workers' summaries
+        (:func:`~graphscale.strategies.link_metrics.distributed_metrics`): ``single``'s metrics, without any worker
+        holding every pair's summary, nor the candidates of more than a block."""
         comm, summaries = self.fetch.comm, {}
-        mine = torch.tensor([-(-self.ids[name].numel() // EVAL_PAIRS) for name in SPLIT_NAMES], dtype=torch.int64)
+        mine = torch.tensor([-(-self.ids[name].numel() // self.block_pairs(name)) for name in SPLIT_NAMES],
+                            dtype=torch.int64)
         blocks = comm.all_reduce(mine.to(self.fetch.inner_ids.device), CONTROL, dist.ReduceOp.MAX).tolist()
         for split, count in zip(SPLIT_NAMES, blocks):
             parts = [self.block_summary(z, split, b) for b in range(max(int(count), 1))]
-            ids, pos, shared, ranks = (None if part[0] is None else torch.cat(part) for part in zip(*parts))
-            order = torch.argsort(torch.cat(comm.all_gather_v(ids, LINK)))
-            summaries[split] = tuple(None if t is None else torch.cat(comm.all_gather_v(t, LINK))[order]
-                                     for t in (pos, shared, ranks))
-        return summary_metrics(summaries, self.hits_k)
+            summaries[split] = tuple(None if part[0] is None else torch.cat(part) for part in zip(*parts))
+        return distributed_metrics(comm, summaries, self.hits_k, LINK)

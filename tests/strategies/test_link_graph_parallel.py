@@ -145,3 +145,28 @@ def test_a_graph_parallel_link_run_equals_single_end_to_end(tmp_path):
     assert parallel["final"]["test_mrr"] == pytest.approx(single["final"]["test_mrr"], rel=1e-10)
     assert parallel["warnings"] == single["warnings"]
     assert any("vertices without any training edge" in w for w in single["warnings"])
+
+
+def _small_blocks_worker(env, jobs: list[tuple[RunConfig, DataHandle]], per_block: int) -> list[dict]:
+    """:func:`_worker` with evaluation blocks of ``per_block`` candidates (many blocks on a small graph)."""
+    from graphscale.strategies import link_scoring
+
+    before = link_scoring.EVAL_CANDIDATES_PER_BLOCK
+    link_scoring.EVAL_CANDIDATES_PER_BLOCK = per_block
+    try:
+        return _worker(env, jobs)
+    finally:
+        link_scoring.EVAL_CANDIDATES_PER_BLOCK = before
+
+
+def test_graph_parallel_link_evaluation_in_blocks_equals_single(tmp_path):
+    """Evaluation a few pairs at a time (workers with different block counts, some blocks empty on one worker)
+    gives ``single``'s metrics."""
+    graph = make_graph(torch.float64)
+    config = make_config("gcn", "float64", "dot", "graph-parallel", 2)
+    data = prepare_graph(graph, config, cache_dir=tmp_path)
+    single = run_distributed(_worker, 1, [(make_config("gcn", "float64", "dot", "single", 1),
+                                           DataHandle.in_memory(graph))])[0][0]
+    for got in run_distributed(_small_blocks_worker, 2, [(config, data)], 40):  # train: 40 pairs a block, others: 1
+        for key, value in single["metrics"].items():
+            assert got[0]["metrics"][key] == pytest.approx(value, rel=1e-10, abs=1e-10), key
