@@ -25,6 +25,9 @@ from graphscale.tasks.split import SPLIT_NAMES, LinkSplit
 
 #: positive pairs scored against their candidates at a time in evaluation (bounds the ``[rows, C, d]`` gather)
 EVAL_ROWS = 512
+#: positive pairs evaluated at a time (:meth:`LinkTask.split_summary`: bounds their candidates ``[rows, C]``, the
+#: candidates' scores and the endpoints' gathers), a multiple of :data:`EVAL_ROWS`
+EVAL_PAIRS = 16 * EVAL_ROWS
 
 
 def output_width(config, num_classes: int | None) -> int | None:
@@ -79,9 +82,7 @@ class LinkTask:
         self.ids = {name: split.ids(name).to(device) for name in SPLIT_NAMES}
         self.pairs = split.pairs.to(device)
         self.normaliser = 2 * self.ids["train"].numel()
-        self.candidates = {name: split.neg_tails[name].to(device) if name in split.neg_tails
-                           else eval_tails(ids, self.num_nodes, seed, count=1 if name == "train" else EVAL_CANDIDATES)
-                           for name, ids in self.ids.items()}  # fixed; the training split's first only
+        self.neg_tails = {name: tails.to(device) for name, tails in split.neg_tails.items()}  # a given split's
         self.neg_pairs = {name: pairs.to(device) for name, pairs in split.neg_pairs.items()}  # a given split's
 
     def train_pairs(self, epoch: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -103,25 +104,43 @@ class LinkTask:
         (:func:`table_loss_sum`)."""
         return table_loss_sum(self.decoder, z, src, z, dst, label)
 
-    def split_scores(self, z: torch.Tensor, split: str) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(pos [P], neg [P, C])``: the scores of ``split``'s positives and of their evaluation candidates, from
-        the embeddings ``z`` of every vertex; with a given split's shared negative pairs, ``neg [Q, 1]`` their
-        scores."""
-        ids = self.ids[split]
-        u, v = self.pairs[0, ids], self.pairs[1, ids]
-        pos = self.decoder(z[u], z[v])
-        if split in self.neg_pairs:
-            a, b = self.neg_pairs[split]
-            return pos, self.decoder(z[a], z[b]).reshape(-1, 1)
-        return pos, candidate_scores(self.decoder, z[u], z, self.candidates[split])
+    def candidates(self, split: str, start: int, stop: int) -> torch.Tensor:
+        """``[B, C]``: the fixed evaluation candidates of ``split``'s positives ``start:stop`` (in edge-id order),
+        drawn for those positives only (:func:`~graphscale.tasks.negatives.eval_tails`: the training split's first
+        candidate only), or a given split's own candidate tails."""
+        if split in self.neg_tails:
+            return self.neg_tails[split][start:stop]
+        count = 1 if split == "train" else EVAL_CANDIDATES
+        return eval_tails(self.ids[split][start:stop], self.num_nodes, self.seed, count=count)
 
-    def metrics(self, scores: dict[str, tuple[torch.Tensor, torch.Tensor]]) -> dict[str, float]:
-        """The metrics of every split from its ``(pos, neg)`` scores (module docstring)."""
-        return link_metrics(scores, self.hits_k)
+    def split_summary(self, z: torch.Tensor, split: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """:func:`score_summary` of ``split``'s pairs from the embeddings ``z`` of every vertex, computed
+        :data:`EVAL_PAIRS` positives at a time: a block's rows gathered, its candidates drawn and scored, its scores
+        reduced to the per-pair summary and dropped, so that neither the ``[P, C]`` candidates nor their scores nor
+        the ``[P, d]`` gathers exist at once. A given split's shared negative pairs are scored the same way."""
+        ids, parts = self.ids[split], []
+        for start in range(0, max(ids.numel(), 1), EVAL_PAIRS):
+            stop = start + EVAL_PAIRS
+            block = ids[start:stop]
+            z_u = z[self.pairs[0, block]]
+            pos = self.decoder(z_u, z[self.pairs[1, block]])
+            if split in self.neg_pairs:
+                parts.append((pos,))
+            else:
+                parts.append(score_summary(pos, candidate_scores(self.decoder, z_u, z,
+                                                                 self.candidates(split, start, stop))))
+        if split not in self.neg_pairs:
+            return tuple(None if part[0] is None else torch.cat(part) for part in zip(*parts))
+        a, b = self.neg_pairs[split]
+        shared = [self.decoder(z[a[s:s + EVAL_PAIRS]], z[b[s:s + EVAL_PAIRS]])
+                  for s in range(0, max(a.numel(), 1), EVAL_PAIRS)]
+        return torch.cat([p for (p,) in parts]), torch.cat(shared), None
 
+    @torch.no_grad()
     def evaluate(self, z: torch.Tensor) -> dict[str, float]:
-        """Every split's metrics from the embeddings ``z [N, d]`` of every vertex."""
-        return self.metrics({split: self.split_scores(z, split) for split in SPLIT_NAMES})
+        """Every split's metrics (module docstring) from the embeddings ``z [N, d]`` of every vertex, each split
+        scored and summarised in blocks (:meth:`split_summary`)."""
+        return summary_metrics({split: self.split_summary(z, split) for split in SPLIT_NAMES}, self.hits_k)
 
 
 def pair_loss_sum(decoder: torch.nn.Module, z_src: torch.Tensor, z_dst: torch.Tensor,

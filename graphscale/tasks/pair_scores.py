@@ -5,8 +5,9 @@ them into a third and keeps the two gathers for the backward: three ``[P, d]`` t
 allocations of a full-graph link-prediction step (``P`` is twice the training edges, ``d`` the embedding width).
 :func:`table_scores` computes the same scores for the ``dot`` and ``distmult`` decoders :data:`CHUNK_PAIRS` pairs at
 a time: a chunk's rows are gathered, scored and dropped, and the backward gathers them again chunk by chunk and
-adds each pair's gradient into its rows (``index_add_``), so the step holds ``O(CHUNK_PAIRS * d)`` beyond the tables
-and the ``[P]`` scores. Every pair's score is computed as the decoder computes it (the same products, summed over the
+adds each pair's gradient into its rows (``index_add_``; when both endpoints' rows come from one table, as in a
+full-graph step, into one ``[N, d]`` buffer for both), so the step holds ``O(CHUNK_PAIRS * d)`` beyond the tables, that
+buffer and the ``[P]`` scores. Every pair's score is computed as the decoder computes it (the same products, summed over the
 same axis), so the scores are the decoder's to the last bit; the gradients are the same sums in another order
 (``tests/tasks/test_pair_scores.py``). Other decoders (``mlp``) are scored through the gathers.
 """
@@ -32,6 +33,7 @@ class _TableScores(torch.autograd.Function):
             a, b = z_src.index_select(0, src[start:end]), z_dst.index_select(0, dst[start:end])
             out[start:end] = (a * b if relation is None else a * relation * b).sum(-1)
         ctx.save_for_backward(z_src, z_dst, relation, src, dst)
+        ctx.one_table = z_src is z_dst  # one gradient buffer for both endpoints' rows
         return out
 
     @staticmethod
@@ -39,7 +41,10 @@ class _TableScores(torch.autograd.Function):
         z_src, z_dst, relation, src, dst = ctx.saved_tensors
         want_src, want_dst, want_rel = ctx.needs_input_grad[:3]
         g_src = torch.zeros_like(z_src) if want_src else None
-        g_dst = torch.zeros_like(z_dst) if want_dst else None
+        if ctx.one_table and want_src and want_dst:  # one table: both gradients into one buffer, returned once
+            g_dst, want_dst = g_src, False
+        else:
+            g_dst = torch.zeros_like(z_dst) if want_dst else None
         g_rel = torch.zeros_like(relation) if relation is not None and want_rel else None
         for start in range(0, src.numel(), CHUNK_PAIRS):
             end = start + CHUNK_PAIRS
@@ -54,7 +59,7 @@ class _TableScores(torch.autograd.Function):
                 g_src.index_add_(0, s, g * b)
             if g_dst is not None:
                 g_dst.index_add_(0, d, g * a)
-        return g_src, g_dst, g_rel, None, None
+        return g_src, g_dst if want_dst else None, g_rel, None, None
 
 
 def fusable(decoder: torch.nn.Module) -> bool:

@@ -168,3 +168,36 @@ def test_metrics_from_per_pair_summaries_equal_the_whole_scores(monkeypatch):
     assert summary_metrics({"val": joined, "train": train}, [5, 50]) == whole
     rank = 0.5 * ((neg > pos[:, None]).sum(1) + (neg >= pos[:, None]).sum(1)).double() + 1
     assert whole["val_mrr"] == float((1.0 / rank).mean()) and "train_mrr" not in whole
+
+
+@pytest.mark.parametrize("name", ["dot", "distmult"])  # exact row-wise products (an MLP's matmul bits vary with shape)
+def test_evaluation_in_blocks_equals_the_whole_splits_scores(monkeypatch, name):
+    """``LinkTask.evaluate`` scores each split in blocks of positives, its candidates drawn per block: the metrics
+    equal those of every positive's and candidate's score computed at once (the same candidates, the same ranks)."""
+    from graphscale.tasks import link
+    from graphscale.tasks.link import LinkTask, link_metrics
+    from graphscale.tasks.split import SPLIT_NAMES
+
+    graph = random_graph_for_split()
+    split = split_edges(graph, (0.8, 0.1, 0.1), seed=2)
+    decoder = build_decoder(name, 5, seed=0, dtype=torch.float64)
+    z = torch.randn(graph.num_nodes, 5, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    task = LinkTask(split, decoder, seed=4, hits_k=[3, 20], device="cpu")
+    whole = {}
+    with torch.no_grad():
+        for name_ in SPLIT_NAMES:
+            ids = split.ids(name_)
+            u, v = split.pairs[:, ids]
+            cand = eval_tails(ids, graph.num_nodes, 4, count=1 if name_ == "train" else EVAL_CANDIDATES)
+            whole[name_] = (decoder(z[u], z[v]), decoder(z[u][:, None, :], z[cand]))
+    expected = link_metrics(whole, [3, 20])
+    monkeypatch.setattr(link, "EVAL_PAIRS", 7)  # several blocks per split, the last one short
+    assert split.ids("val").numel() % 7 and split.ids("test").numel() > 7
+    assert task.evaluate(z) == expected
+    assert set(expected) >= {"val_mrr", "test_mrr", "train_auc"} and "train_mrr" not in expected
+
+
+def random_graph_for_split() -> Graph:
+    from graphscale.testing.graphs import random_graph
+
+    return random_graph(80, 6.0, num_features=4, num_classes=2, seed=5)
