@@ -21,8 +21,17 @@ neighbours ``|N(v) ∩ P_s|`` and the current sizes ``|P_s|``:
 
 A full partition is never chosen; ties go to the smaller partition, then to the
 smaller index; a neighbour equal to the vertex itself (a self-loop) is ignored.
-State is the owner array, a per-vertex weight when balancing edges, and ``p``
-counters. In natural order the CSR is read in blocks of rows
+
+Placing a vertex costs O(degree + log p), not O(p): only the parts its placed
+neighbours hold are scored, plus the top of a tournament tree over the parts
+below the cap (rebuilt in O(p) at the start of a pass, updated in O(log p) per
+placement) that ranks them by the score a part with no neighbour of the vertex
+gets, then by size, then by index. A part scores at least that much when it holds
+neighbours, so no part outside the neighbours' parts beats the tree's top: the
+choice is the same as scoring all ``p`` parts, ties included. A pass is
+O(|E| + |V| log p) time.
+State is the owner array, a per-vertex weight when balancing edges, and O(p)
+counters and tree nodes. In natural order the CSR is read in blocks of rows
 (:meth:`~graphscale.partition.csr_source.GraphEdges.row_blocks`: a graph
 directory is read with positioned reads, a chunk at a time); in random order
 each vertex's row is read where it lies (the graph's arrays, or read-only maps
