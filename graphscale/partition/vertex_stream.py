@@ -21,8 +21,17 @@ neighbours ``|N(v) ∩ P_s|`` and the current sizes ``|P_s|``:
 
 A full partition is never chosen; ties go to the smaller partition, then to the
 smaller index; a neighbour equal to the vertex itself (a self-loop) is ignored.
-State is the owner array, a per-vertex weight when balancing edges, and ``p``
-counters. In natural order the CSR is read in blocks of rows
+
+Placing a vertex costs O(degree + log p), not O(p): only the parts its placed
+neighbours hold are scored, plus the top of a tournament tree over the parts
+below the cap (rebuilt in O(p) at the start of a pass, updated in O(log p) per
+placement) that ranks them by the score a part with no neighbour of the vertex
+gets, then by size, then by index. A part scores at least that much when it holds
+neighbours, so no part outside the neighbours' parts beats the tree's top: the
+choice is the same as scoring all ``p`` parts, ties included. A pass is
+O(|E| + |V| log p) time.
+State is the owner array, a per-vertex weight when balancing edges, and O(p)
+counters and tree nodes. In natural order the CSR is read in blocks of rows
 (:meth:`~graphscale.partition.csr_source.GraphEdges.row_blocks`: a graph
 directory is read with positioned reads, a chunk at a time); in random order
 each vertex's row is read where it lies (the graph's arrays, or read-only maps
@@ -48,42 +57,102 @@ ORDERS = ("natural", "random")
 RESTREAM_BALANCE = ("vertices", "edges")
 
 
+@numba.njit(nogil=True, cache=True, inline="always")
+def _score(count, load, fennel, cap, alpha, gamma):  # pragma: no cover - numba
+    """A part's score for a vertex with ``count`` neighbours in it, the part's size being ``load``."""
+    if fennel:
+        return count - alpha * gamma * load ** (gamma - 1.0)
+    return count * (1.0 - load / cap)
+
+
+@numba.njit(nogil=True, cache=True, inline="always")
+def _better(a, b, key, load):  # pragma: no cover - numba
+    """The better of parts ``a`` and ``b`` (``-1``: none) for a vertex with no neighbour in either: the higher
+    ``key`` (the score of an untouched part), then the smaller size, then the smaller index."""
+    if a < 0:
+        return b
+    if b < 0:
+        return a
+    if key[a] > key[b] or (key[a] == key[b] and (load[a] < load[b] or (load[a] == load[b] and a < b))):
+        return a
+    return b
+
+
+@numba.njit(nogil=True, cache=True)
+def _set_leaf(s, tree, key, load, fennel, cap, alpha, gamma):  # pragma: no cover - numba
+    """Re-rank part ``s`` after its size changed: O(log p)."""
+    leaf = tree.size // 2 + s
+    if load[s] < cap:
+        key[s] = _score(0, load[s], fennel, cap, alpha, gamma)
+        tree[leaf] = s
+    else:
+        tree[leaf] = -1  # a full part is never chosen
+    i = leaf // 2
+    while i >= 1:
+        tree[i] = _better(tree[2 * i], tree[2 * i + 1], key, load)
+        i //= 2
+
+
+@numba.njit(nogil=True, cache=True)
+def _empty_parts(load, tree, key, fennel, cap, alpha, gamma):  # pragma: no cover - numba
+    """Start a pass: every part empty, ``tree`` (a tournament tree over the parts, ``tree[1]`` the best part for a
+    vertex with no placed neighbour) rebuilt in O(p)."""
+    p, leaves = load.size, tree.size // 2
+    for s in range(leaves):
+        if s < p:
+            load[s] = 0.0
+            key[s] = _score(0, 0.0, fennel, cap, alpha, gamma)
+            tree[leaves + s] = s if 0.0 < cap else -1
+        else:
+            tree[leaves + s] = -1
+    for i in range(leaves - 1, 0, -1):
+        tree[i] = _better(tree[2 * i], tree[2 * i + 1], key, load)
+
+
 @numba.njit(nogil=True, cache=True)
 def _place(indptr, indices, row0, verts, owner, load, weight, weighted, fennel, cap, alpha, gamma,
-           counts):  # pragma: no cover - numba
+           counts, touched, tree, key):  # pragma: no cover - numba
     """Place ``verts`` in turn; vertex ``v``'s row is ``indices[indptr[v - row0] - indptr[0]:...]``.
 
+    Each vertex goes to the part of the highest score among those below ``cap``, ties to the smaller size, then the
+    smaller index. Only the parts its placed neighbours hold are scored, and the best part for a vertex with no
+    neighbour in it (``tree[1]``, kept by :func:`_set_leaf`): an untouched part scores no more than with the
+    neighbours it could have had, and no more than ``tree[1]``, which is the best untouched score, ties to the
+    smaller size and index (the winner is the same as scoring all ``p`` parts). O(degree + log p) per vertex;
+    ``tree`` and ``key`` must match ``load`` on entry (:func:`_empty_parts`) and match it on return.
+
     Returns how many vertices changed part (a first placement counts)."""
-    p = load.size
     base = indptr[0]
     moved = 0
     for k in range(verts.size):
         v = verts[k]
+        nt = 0
         for e in range(indptr[v - row0] - base, indptr[v - row0 + 1] - base):
             u = indices[e]
             if u == v:
                 continue
             s = owner[u]
             if s >= 0:
+                if counts[s] == 0:
+                    touched[nt] = s
+                    nt += 1
                 counts[s] += 1
         best, best_score = -1, 0.0
-        for s in range(p):
-            if load[s] >= cap:
+        for j in range(nt + 1):
+            s = touched[j] if j < nt else tree[1]
+            if s < 0 or load[s] >= cap:
                 continue
-            if fennel:
-                score = counts[s] - alpha * gamma * load[s] ** (gamma - 1.0)
-            else:
-                score = counts[s] * (1.0 - load[s] / cap)
-            if best < 0 or score > best_score or (score == best_score and load[s] < load[best]):
+            score = _score(counts[s], load[s], fennel, cap, alpha, gamma)
+            if best < 0 or score > best_score or (score == best_score and (
+                    load[s] < load[best] or (load[s] == load[best] and s < best))):
                 best, best_score = s, score
         if owner[v] != best:
             moved += 1
         owner[v] = best
         load[best] += weight[v] if weighted else 1.0
-        for e in range(indptr[v - row0] - base, indptr[v - row0 + 1] - base):  # only the parts counted above
-            u = indices[e]
-            if u != v and owner[u] >= 0:
-                counts[owner[u]] = 0
+        _set_leaf(best if best >= 0 else load.size - 1, tree, key, load, fennel, cap, alpha, gamma)
+        for j in range(nt):  # only the parts counted above
+            counts[touched[j]] = 0
     return moved
 
 
@@ -139,13 +208,15 @@ class _VertexStreamPartitioner(VertexPartitioner):
         n = csr.num_vertices
         owner = np.full(n, -1, np.int64)
         load = np.zeros(num_parts, np.float64)
-        counts = np.zeros(num_parts, np.int64)
+        leaves = 1 << max(num_parts - 1, 0).bit_length()
+        tree, key = np.empty(2 * leaves, np.int64), np.empty(num_parts, np.float64)
         weight = self._weights(csr)
-        args = (owner, load, np.empty(0) if weight is None else weight, weight is not None, self._fennel,
-                self._capacity(n, num_parts), self._alpha(n, csr.num_edges, num_parts), self.gamma, counts)
+        score = (self._fennel, self._capacity(n, num_parts), self._alpha(n, csr.num_edges, num_parts), self.gamma)
+        args = (owner, load, np.empty(0) if weight is None else weight, weight is not None, *score,
+                np.zeros(num_parts, np.int64), np.empty(num_parts, np.int64), tree, key)
         order = np.random.default_rng(seed).permutation(n).astype(np.int64) if self.order == "random" else None
         for _ in range(self.passes):
-            load[:] = 0
+            _empty_parts(load, tree, key, *score)
             if order is not None:
                 indptr, indices = (np.asarray(a) for a in csr.arrays())
                 moved = _place(indptr, indices, 0, order, *args)
