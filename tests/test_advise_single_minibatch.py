@@ -107,15 +107,23 @@ def test_a_budget_that_holds_the_table_prices_no_cache_and_the_tracked_peak_is_b
     assert RANGE[0] <= tiny.memory / measured <= RANGE[1], (tiny.memory, measured)
 
 
-def test_an_in_memory_run_holds_the_graph_and_no_cache(tmp_path):
-    """A decoupled model trains ``single --minibatch`` on the graph in memory (``SingleStrategy.data_view_for``):
-    its prediction holds the whole graph's tensors and no hot-row cache, whatever the host budget."""
-    mapped = predict_config(_config(tmp_path, model="gcn"), synthetic())
-    config = _config(tmp_path, model="gcn")
-    config.model.decoupled = "on"
-    prediction = predict_config(config, synthetic())
+def test_an_in_memory_run_holds_the_graph_and_no_cache(tmp_path, monkeypatch):
+    """``single --minibatch`` trains on the graph in memory where it cannot read the mapped directory (a decoupled
+    model, a learnable input, another stored dtype: ``SingleStrategy.data_view_for``): its prediction holds the
+    whole graph's tensors (features, int64 labels, three masks, the CSR) instead of the hot-row cache."""
+    from graphscale.data.handle import MEMORY
+    from graphscale.strategies.single import SingleStrategy
+
+    mapped = predict_config(_config(tmp_path), synthetic())
+    decoupled = _config(tmp_path, model="gcn")
+    decoupled.model.decoupled = "on"
+    prediction = predict_config(decoupled, synthetic())
     assert prediction.host_cache == {} and prediction.worker_host_memory == 0
-    assert prediction.memory > prediction.graph_bytes > mapped.memory and mapped.host_cache["rows"] == 8
+
+    monkeypatch.setattr(SingleStrategy, "data_view_for", classmethod(lambda cls, config: MEMORY))
+    in_memory = predict_config(_config(tmp_path), synthetic())
+    assert in_memory.host_cache == {} and in_memory.worker_host_memory == 0 and mapped.host_cache["rows"] == 8
+    assert in_memory.memory - mapped.memory == mapped.graph_bytes + 400 * (8 + 3) - mapped.host_cache["bytes"]
 
 
 def test_single_minibatch_is_a_candidate_where_train_accepts_minibatch(tmp_path):
