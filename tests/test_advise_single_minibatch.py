@@ -132,7 +132,7 @@ def test_single_minibatch_is_a_candidate_where_train_accepts_minibatch(tmp_path)
     names = [candidate_name(c) for c in candidates(base, 2)]
     assert names[:2] == ["single", "single --minibatch"] and names.count("single --minibatch") == 1
     keys = [run_key(c) for c in candidates(base, 2)]
-    assert len(set(keys)) == len(keys) and "single+minibatch@1" in keys and "single@1" in keys
+    assert len(set(keys)) == len(keys) and "single --minibatch@1" in keys and "single@1" in keys
 
     deep = copy.deepcopy(base)
     deep.model.layers = 3  # the default --fanouts give one per layer of 2: train refuses --minibatch

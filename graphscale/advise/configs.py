@@ -153,10 +153,9 @@ def model_key(config) -> str:
 
 
 def run_key(config) -> str:
-    """The key of one configuration's line among its model's: strategy and workers (``single --minibatch``:
-    ``single+minibatch``, a line of its own)."""
-    name = "single+minibatch" if is_sampled_single(config) else config.strategy.name
-    return f"{name}@{config.strategy.workers}"
+    """The key of one configuration's line among its model's: its :func:`candidate_name` and workers
+    (``single --minibatch@1``, a line of its own beside ``single@1``)."""
+    return f"{candidate_name(config)}@{config.strategy.workers}"
 
 
 def calibration_line(machine, config) -> dict:
