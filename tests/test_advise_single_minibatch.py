@@ -219,3 +219,27 @@ def test_calibration_probes_single_minibatch_on_its_own_line(tmp_path, monkeypat
                         warn=None: asked.extend(strategies) or {})
     assert calibrate.ensure_calibrated(machine, base, 2)
     assert asked == ["single --minibatch"]
+
+
+def _epoch_waits(env, config, data) -> tuple[int, int]:
+    """The run's worker: the collectives and receives of its epoch 0 (``Comm``'s log, ``DistEnv.receives``)."""
+    from graphscale.testing.distributed import train_epochs
+
+    def reset(_epoch):
+        env.comm_log, env.receives = [], 0
+
+    try:
+        train_epochs(env, config, data, 0, reset)
+        return len(env.comm_log), env.receives
+    finally:
+        env.comm_log = None
+
+
+def test_the_predicted_collectives_are_the_runs(tmp_path):
+    from graphscale.distributed.launch import launch
+    from graphscale.prepare import prepare_data
+
+    config = _config(tmp_path)
+    prediction = predict_config(copy.deepcopy(config), synthetic())
+    counts = launch(_epoch_waits, 1, config, prepare_data(copy.deepcopy(config)), device="cpu", timeout_s=120)
+    assert [tuple(c) for c in counts] == [(prediction.collectives, 0)] and prediction.messages == 0
