@@ -243,3 +243,16 @@ def test_the_predicted_collectives_are_the_runs(tmp_path):
     prediction = predict_config(copy.deepcopy(config), synthetic())
     counts = launch(_epoch_waits, 1, config, prepare_data(copy.deepcopy(config)), device="cpu", timeout_s=120)
     assert [tuple(c) for c in counts] == [(prediction.collectives, 0)] and prediction.messages == 0
+
+
+def test_on_cuda_the_hot_row_cache_is_host_memory_beside_the_gpus(tmp_path):
+    """On CUDA the worker's cache lives in host memory: out of the tracked (GPU) figure, in its own host bytes."""
+    config = _config(tmp_path)
+    cpu = predict_config(copy.deepcopy(config), synthetic("cpu"))
+    config.device = "cuda"
+    cuda_machine = synthetic("cuda")
+    cuda = predict_config(copy.deepcopy(config), cuda_machine)
+    cache = cpu.host_cache["bytes"]
+    assert cuda.host_cache == cpu.host_cache and cache > 0
+    assert cuda.memory == cpu.memory - cache and cuda.worker_host_memory == cpu.worker_host_memory + cache
+    assert cuda.os_memory == cuda.worker_host_memory + cuda_machine.process_rss
