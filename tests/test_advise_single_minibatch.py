@@ -183,7 +183,7 @@ def test_a_recommended_single_minibatch_line_runs_the_predicted_configuration(tm
     assert device_kind(ran) == device_kind(predicted) == "cpu"
 
 
-def test_strategy_auto_runs_single_minibatch_when_it_is_recommended(tmp_path, monkeypatch):
+def test_strategy_auto_runs_single_minibatch_when_it_is_recommended(tmp_path, monkeypatch, capsys):
     """``train --strategy auto`` takes the recommendation's ``--minibatch`` with its strategy."""
     from graphscale.advise import auto, calibrate, command
 
@@ -200,6 +200,7 @@ def test_strategy_auto_runs_single_minibatch_when_it_is_recommended(tmp_path, mo
     overrides, _ = auto.resolve({"data": {"dataset": SBM}, "model": {"name": "sage"},
                                  "strategy": {"name": "auto", "workers": 2}})
     assert overrides["strategy"] == {"name": "single", "workers": 1, "minibatch": True}
+    assert "--strategy auto: single --minibatch on 1 worker(s)" in capsys.readouterr().err
     assert build_config(overrides).strategy.minibatch
 
 
