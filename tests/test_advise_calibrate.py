@@ -120,7 +120,7 @@ def test_calibration_runs_once_per_model_and_worker_count_and_is_saved(tmp_path,
 
     def fake(machine, config, workers, tiny=False, strategies=None, warn=None):
         calls.append((workers, tuple(strategies)))
-        return {f"{s}@{1 if s == 'single' else workers}": {"intercept_s": 0.0, "slope": 1.0, "probes": []}
+        return {f"{s}@{1 if s.startswith('single') else workers}": {"intercept_s": 0.0, "slope": 1.0, "probes": []}
                 for s in strategies}
     monkeypatch.setattr(calibrate, "calibrate", fake)
     monkeypatch.setattr("graphscale.advise.profile.measure", lambda device, tiny=False: _measured_profile())
@@ -134,7 +134,7 @@ def test_calibration_runs_once_per_model_and_worker_count_and_is_saved(tmp_path,
     calibrate.calibrated_profile(config, 2, note=notes.append)  # cached: no probes
     assert len(calls) == 1 and len(notes) == 1
     calibrate.calibrated_profile(config, 1, note=notes.append)  # one worker: single@1 is there, the rest not
-    assert calls[1][0] == 1 and "single" not in calls[1][1]
+    assert calls[1][0] == 1 and not any(s.startswith("single") for s in calls[1][1])
 
 
 def test_a_synthetic_profile_is_never_calibrated(tmp_path, monkeypatch):
@@ -152,7 +152,7 @@ def test_advise_prints_the_calibration_notice(tmp_path, monkeypatch, capsys):
     code = main(["advise", "--dataset", SBM, "--workers", "2", "--hidden", "8", "--cache-dir", str(tmp_path / "c")])
     assert code == 0
     err = capsys.readouterr().err
-    assert "graphscale: calibrating the time models of single, graph-parallel" in err
+    assert "graphscale: calibrating the time models of single, single --minibatch, graph-parallel" in err
 
 
 def test_a_probe_run_that_fails_leaves_its_strategy_uncalibrated(tmp_path, monkeypatch):

@@ -86,11 +86,13 @@ def test_advise_names_the_cache_and_its_hit_rate(tmp_path, capsys):
                  "--cache-dir", str(tmp_path / "cache"), "--json", str(out_json)])
     out = capsys.readouterr().out
     assert code == 0
-    caches = {p["strategy"]: p["host_cache"] for p in json.loads(out_json.read_text())["predictions"]}
-    for name in ("data-parallel", "split-parallel"):
+    caches = {p["strategy"] + (" --minibatch" if p["options"].get("minibatch") else ""): p["host_cache"]
+              for p in json.loads(out_json.read_text())["predictions"]}
+    for name in ("single --minibatch", "data-parallel", "split-parallel"):
         cache = caches[name]
         assert cache["rows"] == 320 and cache["from_disk"] and 0 < cache["hit_rate"] < 1, name
-        line = next(line for line in out.splitlines() if f" {name} " in line)
+        line = next(line for line in out.splitlines()
+                    if (" minibatch=True " in line if name == "single --minibatch" else f" {name} " in line))
         assert (f"320 rows ({format_bytes(cache['bytes'])}), {cache['hit_rate']:.0%} hits, misses from disk"
                 in line), line
     assert caches["single"] == {} and "host cache" in out

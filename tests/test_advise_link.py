@@ -9,7 +9,7 @@ import json
 import pytest
 
 from graphscale.advise import calibrate
-from graphscale.advise.configs import candidates, model_key, predict_config, refusal
+from graphscale.advise.configs import candidate_name, candidates, model_key, predict_config, refusal
 from graphscale.cli import main
 from graphscale.config import build_config
 from graphscale.cost.link import head_bytes, head_flops
@@ -141,7 +141,8 @@ def test_calibration_probes_link_runs_of_the_strategies_that_run_them(tmp_path, 
     machine = synthetic()
     machine.calibration = {}
     assert calibrate.ensure_calibrated(machine, config, 2)
-    assert set(asked) == {c.strategy.name for c in candidates(config, 2)} - refused
+    assert set(asked) == {candidate_name(c) for c in candidates(config, 2)} - refused
+    assert "single --minibatch" in asked  # single trains link prediction on edge mini-batches too
 
 
 def test_strategy_auto_with_task_link_picks_a_strategy_that_runs_it(tmp_path, monkeypatch):

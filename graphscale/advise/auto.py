@@ -23,6 +23,7 @@ def resolve(overrides: dict, config_file=None) -> tuple[dict, dict]:
     """``(overrides for the recommended configuration, the advice)`` for overrides naming ``--strategy auto``."""
     from graphscale.advise.calibrate import calibrated_profile
     from graphscale.advise.command import rank
+    from graphscale.advise.configs import candidate_name, is_sampled_single
     from graphscale.config import build_config
 
     out = copy.deepcopy(overrides)
@@ -41,7 +42,10 @@ def resolve(overrides: dict, config_file=None) -> tuple[dict, dict]:
     strategy.update(name=chosen.name, workers=chosen.workers)
     if chosen.name == "model-averaging":
         strategy["parts"] = chosen.parts
-    print(f"graphscale: --strategy auto: {chosen.name} on {chosen.workers} worker(s), predicted "
+    picked = result["configs"][result["recommended"]]
+    if is_sampled_single(picked):
+        strategy["minibatch"] = True
+    print(f"graphscale: --strategy auto: {candidate_name(picked)} on {chosen.workers} worker(s), predicted "
           f"{best.seconds:.4g} s/epoch — {best.semantics}", file=sys.stderr)
     return out, {"predicted": best.to_dict(), "budget": budget, "machine": machine.to_dict()}
 

@@ -32,7 +32,15 @@ from __future__ import annotations
 
 import copy
 
-from graphscale.advise.configs import candidates, device_kind, model_key, predict_config, refusal, run_key
+from graphscale.advise.configs import (
+    candidate_name,
+    candidates,
+    device_kind,
+    model_key,
+    predict_config,
+    refusal,
+    run_key,
+)
 
 #: the two probe graphs (normal, ``tiny``): a small one, where fixed costs dominate, and a large one
 PROBE_GRAPHS = {False: ("sbm:nodes=4000,degree=10,features=64,seed=7", "sbm:nodes=100000,degree=10,features=64,seed=7"),
@@ -62,7 +70,7 @@ def ensure_calibrated(machine, config, workers: int, save=None, note=None, tiny:
     if machine.calibration is None:
         return False
     lines = machine.calibration.setdefault(model_key(config), {})
-    missing = [c.strategy.name for c in candidates(config, workers) if run_key(c) not in lines and not refusal(c)]
+    missing = [candidate_name(c) for c in candidates(config, workers) if run_key(c) not in lines and not refusal(c)]
     if not missing:
         return False
     if note is not None:
@@ -105,14 +113,14 @@ def calibrate(machine, config, workers: int, tiny: bool = False, strategies=None
     ``intercept_bytes``, ``slope`` in bytes per graph byte, ``probes`` ``[[graph bytes, residual], ...]``), for the
     runs in spawned workers; a configuration whose prediction or probe run failed (a model a strategy cannot run:
     SAGE has no decoupled form for task-parallel) gets ``{"error": the one-line reason}`` instead (``warn`` gets it in one line), and its predictions stay uncalibrated; ``strategies``: only these
-    (default: every candidate)."""
+    (default: every candidate), by their :func:`~.configs.candidate_name` (``single`` is full-graph ``single``)."""
     points: dict[str, list] = {}
     memory: dict[str, list] = {}
     failed: dict[str, str] = {}
     for spec in PROBE_GRAPHS[tiny]:
         base = probe_config(config, spec)
         for candidate in candidates(base, workers):
-            if (strategies is not None and candidate.strategy.name not in strategies) or refusal(candidate):
+            if (strategies is not None and candidate_name(candidate) not in strategies) or refusal(candidate):
                 continue
             if run_key(candidate) in failed:
                 continue

@@ -6,8 +6,12 @@ when given, else the profile's free memory, shared by the workers on CPU). Infea
 is the fastest that fits, preferring exact strategies within 10% of the fastest. ``--profile`` measures the
 machine again (:mod:`graphscale.advise.profile`); ``--synthetic-profile`` uses fixed rates (tests).
 
-``--host-memory SIZE`` is also the budget of the runs: the mini-batch strategies (``data-parallel``,
-``split-parallel``) are priced with the hot-row cache it sizes (:mod:`graphscale.cost.host_rows`: the cache's rows
+``single`` is weighed twice: full-graph, and mini-batch (``--minibatch``, its sampling options at their defaults)
+where ``graphscale train`` would accept that (:func:`~graphscale.advise.configs.minibatch_refusal`: ``--fanouts``
+one per model layer, ...); the mini-batch row's ``run it`` line carries ``--minibatch``.
+
+``--host-memory SIZE`` is also the budget of the runs: the mini-batch strategies (``single --minibatch``,
+``data-parallel``, ``split-parallel``) are priced with the hot-row cache it sizes (:mod:`graphscale.cost.host_rows`: the cache's rows
 and per-vertex arrays in the memory, the misses read from disk in the time); the table's ``host cache`` column
 names the cache's rows and bytes and its hit rate over the epoch's reads.
 
@@ -21,7 +25,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from graphscale.advise.configs import candidates, predict_config
+from graphscale.advise.configs import candidate_name, candidates, is_sampled_single, predict_config
 from graphscale.metrics.table import format_table
 from graphscale.metrics.units import format_bytes
 
@@ -147,7 +151,8 @@ def rank(config, workers: int, machine, budget: int, partitions: str = "") -> di
         if partitions and candidate.strategy.name in ("graph-parallel", "model-averaging"):
             candidate.strategy.partitions = partitions
             candidate.strategy.parts = 0
-        if candidate.strategy.name == "single":  # first: a bad dataset fails here, naming the option
+        # full-graph single, the first candidate: a bad dataset fails here, naming the option
+        if candidate.strategy.name == "single" and not is_sampled_single(candidate):
             try:
                 prediction = predict_config(candidate, machine)
             except (ValueError, FileNotFoundError, KeyError) as err:
@@ -181,6 +186,8 @@ def rank(config, workers: int, machine, budget: int, partitions: str = "") -> di
 def option_words(config, args: argparse.Namespace) -> list[str]:
     """The ``graphscale train`` flags of ``config`` beyond strategy, workers, model and dataset."""
     sc, words = config.strategy, []
+    if is_sampled_single(config):
+        words.append("--minibatch")
     if args.partitions and sc.partitions:
         words += ["--partitions", args.partitions]
     if args.hidden is not None:
@@ -253,7 +260,8 @@ def run(args: argparse.Namespace) -> int:
                      "host cache": host_cache_cell(p.host_cache),
                      "accuracy": "exact" if p.exact else "approx.", "why": reason(p, preds[best], fastest)})
     print(format_table(rows))
-    print(f"recommended: {preds[best].strategy} on {preds[best].workers} worker(s) — {preds[best].semantics}")
+    print(f"recommended: {candidate_name(configs[best])} on {preds[best].workers} worker(s) — "
+          f"{preds[best].semantics}")
     print(f"run it: {command_line(configs[best], args)}")
     if args.json:
         from graphscale.data.formats import write_json_atomic

@@ -28,7 +28,8 @@ STRATEGY_ORDER = ("single", "graph-parallel", "offload", "pipeline", "task-paral
 
 def candidates(base: RunConfig, workers: int) -> list[RunConfig]:
     """One configuration per strategy for ``workers`` workers (``single``: one worker), options at their defaults
-    (model-averaging: one part per worker)."""
+    (model-averaging: one part per worker); after full-graph ``single``, its mini-batch mode (``--minibatch``) where
+    the run would accept it (:func:`minibatch_refusal`)."""
     out = []
     for name in STRATEGY_ORDER:
         w = 1 if name == "single" else workers
@@ -41,7 +42,35 @@ def candidates(base: RunConfig, workers: int) -> list[RunConfig]:
         if name == "model-averaging":
             config.strategy.parts = w
         out.append(config)
+        if name == "single":
+            sampled = copy.deepcopy(config)
+            sampled.strategy.minibatch = True
+            if not minibatch_refusal(sampled):
+                out.append(sampled)
     return out
+
+
+def is_sampled_single(config: RunConfig) -> bool:
+    """``config`` is ``single --minibatch``: a candidate of its own beside full-graph ``single``."""
+    return config.strategy.name == "single" and bool(config.strategy.minibatch)
+
+
+def candidate_name(config: RunConfig) -> str:
+    """The name of a candidate: its strategy's, ``single --minibatch`` for the mini-batch ``single``."""
+    return "single --minibatch" if is_sampled_single(config) else config.strategy.name
+
+
+def minibatch_refusal(config: RunConfig) -> str:
+    """Why ``graphscale train`` would refuse ``config`` (a ``single --minibatch`` candidate, its sampling options at
+    their defaults): the first line of :func:`graphscale.validation.validate`'s error (``--fanouts`` not one per
+    model layer, ...); empty when it runs."""
+    from graphscale.validation import validate
+
+    try:
+        validate(copy.deepcopy(config))
+    except (ValueError, KeyError, OSError) as err:
+        return str(err).splitlines()[0] if str(err) else type(err).__name__
+    return ""
 
 
 def refusal(config: RunConfig) -> str:
@@ -124,8 +153,9 @@ def model_key(config) -> str:
 
 
 def run_key(config) -> str:
-    """The key of one configuration's line among its model's: strategy and workers."""
-    return f"{config.strategy.name}@{config.strategy.workers}"
+    """The key of one configuration's line among its model's: its :func:`candidate_name` and workers
+    (``single --minibatch@1``, a line of its own beside ``single@1``)."""
+    return f"{candidate_name(config)}@{config.strategy.workers}"
 
 
 def calibration_line(machine, config) -> dict:

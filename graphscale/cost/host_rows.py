@@ -1,5 +1,5 @@
 """The price of a mini-batch worker's host rows: the hot-row cache under ``--host-memory`` and the misses it reads
-from disk (``data-parallel``, ``split-parallel``; :mod:`graphscale.data.row_cache`).
+from disk (``single --minibatch``, ``data-parallel``, ``split-parallel``; :mod:`graphscale.data.row_cache`).
 
 A mini-batch worker on a memory-mapped graph directory keeps the ``capacity`` highest out-degree feature rows in
 its own memory (:func:`~graphscale.data.row_cache.cache_capacity` of the budget: at most a quarter of it, none when
@@ -39,10 +39,13 @@ class HostRowPrice:
     """One run's hot-row cache and the rows its epoch reads (module docstring); one per prediction, the same cache
     for every worker (each holds its own copy)."""
 
-    def __init__(self, data, config, elem: int) -> None:
+    def __init__(self, data, config, elem: int, graph=None, mapped: bool | None = None) -> None:
+        """``graph``: the graph whose out-degrees rank the rows (default ``data``'s: ``single --task link`` ranks
+        its message-passing graph's); ``mapped``: whether the run reads the rows from the mapped graph directory
+        (default: ``data``'s view is host-shared; ``single`` is priced from one whatever view it trains on)."""
         n = data.num_nodes
         self.row_bytes = data.num_features * elem
-        self.mapped = data.view == HOST_SHARED
+        self.mapped = data.view == HOST_SHARED if mapped is None else mapped
         budget = resolve_host_memory(config.host_memory)
         self.capacity = min(cache_capacity(budget, self.row_bytes, n), n) if self.mapped else 0
         #: the table exceeds the cache's share: its misses are read from disk
@@ -53,7 +56,8 @@ class HostRowPrice:
         if self.capacity:
             from graphscale.data.feature_cache import hotness_order
 
-            self.cached[hotness_order(data.open_graph().out_degrees())[: self.capacity]] = True
+            degrees = (graph if graph is not None else data.open_graph()).out_degrees()
+            self.cached[hotness_order(degrees)[: self.capacity]] = True
         self.reads = self.hits = 0
 
     @property

@@ -266,10 +266,12 @@ class SingleStrategy(Strategy):
         return counts_to_metrics(split_counts(logits, self.y, self.masks))
 
 
-def predict(data, model, config, machine):
-    """The prediction of a ``single`` run (:mod:`graphscale.cost.prediction`): no bytes move; the whole graph's rows
-    and edges on one worker (mini-batch: the sampled rows, bounded by the fanouts); ``--task link``: plus the
-    scoring of the split's training pairs (:mod:`graphscale.cost.link`)."""
+def predict(data, model, config, machine, epoch: int = 0):
+    """The prediction of a ``single`` run (:mod:`graphscale.cost.prediction`): no bytes move. Full-graph: the whole
+    graph's rows and edges on one worker; ``--task link``: plus the scoring of the split's training pairs
+    (:mod:`graphscale.cost.link`). ``--minibatch``: :func:`predict_minibatch`."""
+    if config.strategy.minibatch:
+        return predict_minibatch(data, model, config, machine, epoch)
     from graphscale.cost.dims import dims
     from graphscale.cost.prediction import Prediction
     from graphscale.cost.pricing import (
@@ -284,40 +286,107 @@ def predict(data, model, config, machine):
 
     d, elem = dims(model, config, data), element_size(model)
     n, e = data.num_nodes, int(data.summary["edges"])
-    data_bytes = node_data_bytes(n, data.num_features, elem) + 8 * (n + 1 + e)
-    if config.strategy.minibatch:
-        steps = -(-data.num_train // config.strategy.batch_size)
-        rows = min(n, data.num_train * (1 + sum(_fanout_product(config.strategy.fanouts, n))))
-        compute = layer_seconds(machine, rows, rows * max(1, e // max(n, 1)), list(d.widths), list(d.out),
-                                calls=steps)
-        peak = data_bytes + activation_bytes(min(n, rows / steps), list(d.widths), list(d.out), elem)
-        semantics = "sampled mini-batch training (neighbour sampling: not full-graph gradients)"
-    else:
-        steps, compute = 1, layer_seconds(machine, n, e + n, list(d.widths), list(d.out))
-        peak = data_bytes + activation_bytes(n, list(d.widths), list(d.out), elem)
-        semantics = "exact (the full-graph reference)"
-    peak += state_bytes(num_params(model), elem, moment_count(config.optim))
-    if config.task == "link":  # every training pair scored on the one worker (mini-batch: a batch's at a time)
+    compute = layer_seconds(machine, n, e + n, list(d.widths), list(d.out))
+    peak = (node_data_bytes(n, data.num_features, elem) + 8 * (n + 1 + e)
+            + activation_bytes(n, list(d.widths), list(d.out), elem)
+            + state_bytes(num_params(model), elem, moment_count(config.optim)))
+    if config.task == "link":  # every training pair scored on the whole graph's embeddings
         from graphscale.cost.link import head_bytes, head_seconds
         from graphscale.tasks.link import embedding_width
         from graphscale.tasks.pair_scores import fusable
-        from graphscale.tasks.split import split_edges
 
         pairs = 2 * split_edges(data.open_graph(), config.link_split, config.seed).ids("train").numel()
         width = embedding_width(model, config)
-        batch = min(pairs, 2 * config.strategy.batch_size) if config.strategy.minibatch else pairs
         # the full-graph step scores dot / distmult from the embedding table in chunks (tasks.pair_scores)
-        chunked = not config.strategy.minibatch and fusable(model.link_decoder)
-        peak += head_bytes(batch, width, elem, config.decoder, chunked)
+        peak += head_bytes(pairs, width, elem, config.decoder, fusable(model.link_decoder))
         compute += head_seconds(machine, pairs, width, config.decoder)
-    return Prediction("single", 1, {"minibatch": True} if config.strategy.minibatch else {}, peak, [peak], {},
-                      prediction_time(machine, compute, 0, 0, steps), exact=not config.strategy.minibatch,
-                      semantics=semantics, notes=["bytes: none (one worker)"])
+    return Prediction("single", 1, {}, peak, [peak], {}, prediction_time(machine, compute, 0, 0, 1),
+                      exact=True, semantics="exact (the full-graph reference)", notes=["bytes: none (one worker)"])
 
 
-def _fanout_product(fanouts, n: int) -> list[int]:
-    out, prod = [], 1
-    for f in fanouts:
-        prod *= n if f < 0 else f
-        out.append(min(prod, n))
-    return out
+def predict_minibatch(data, model, config, machine, epoch: int = 0):
+    """The prediction of a ``single --minibatch`` run, by replaying epoch ``epoch``'s seeded loader and sampler as
+    the run does (:meth:`SingleStrategy._minibatch_epoch`; no feature row is read); no bytes move.
+
+    * **time**: per batch, its layers over its own blocks (:func:`~graphscale.cost.pricing.block_seconds`), its
+      sampling (the profile's ``sample_call_s`` / ``sample_edge_s``; ``events``: ``samples`` and
+      ``sampled_edges``) and, ``--task link``, its pairs' scoring; the batch's input rows gathered on the host at
+      the profile's ``host_transfer_bandwidth`` (the link's on CUDA); one optimiser step per batch.
+    * **host rows**: on a memory-mapped graph directory (:meth:`SingleStrategy.data_view_for`) the input rows come
+      through the hot-row cache of ``--host-memory`` (:class:`~graphscale.cost.host_rows.HostRowPrice`: its rows and
+      slot map in the tracked memory, the per-vertex arrays beside it, its hit rate over the replayed reads, the
+      misses of a table beyond the cache's share read from disk in the time); an in-memory run holds the graph.
+    * **memory**: the largest batch's input rows and activations, the parameters and optimiser state, and the
+      cache (mapped) or the whole graph's tensors (in memory); ``--task link``: the largest batch's pair scoring.
+    """
+    from graphscale.cost.dims import dims
+    from graphscale.cost.host_rows import HostRowPrice
+    from graphscale.cost.prediction import Prediction
+    from graphscale.cost.pricing import (
+        activation_bytes,
+        block_seconds,
+        element_size,
+        host_seconds,
+        node_data_bytes,
+        num_params,
+        prediction_time,
+        state_bytes,
+    )
+
+    sc, graph = config.strategy, data.open_graph()
+    d, elem = dims(model, config, data), element_size(model)
+    widths, outs = list(d.widths), list(d.out)
+    link = config.task == "link"
+    if link:  # edge batches over the split's message-passing graph, their seeds sampled (tasks.edge_batches)
+        split = split_edges(graph, config.link_split, config.seed)
+        graph, loader = split.message_graph, EdgeBatchLoader(split, sc.batch_size, config.seed)
+        edge_ids = loader.edge_ids(epoch)
+        count = len(edge_ids)
+    else:
+        loader = MiniBatchLoader(torch.nonzero(graph.train_mask).flatten(), sc.batch_size, seed=config.seed)
+        batches = loader.batches(epoch)
+        count = len(batches)
+    mapped = SingleStrategy.data_view_for(config) == HOST_SHARED
+    host = HostRowPrice(data, config, elem, graph=graph, mapped=mapped)
+    sampler = NeighborSampler(graph, sc.fanouts, seed=config.seed)
+    compute, sampled, inputs, misses, busiest, most_pairs = 0.0, 0, 0, 0, 0, 0
+    width = 0
+    if link:
+        from graphscale.cost.link import head_bytes, head_seconds
+        from graphscale.tasks.link import embedding_width
+
+        width = embedding_width(model, config)
+    for i in range(count):
+        if link:
+            batch = loader.batch(edge_ids[i], epoch)
+            blocks = sampler.sample(batch.seeds, batch_key=epoch * count + i)
+            most_pairs = max(most_pairs, batch.num_pairs)
+            compute += head_seconds(machine, batch.num_pairs, width, config.decoder)
+        else:
+            blocks = sampler.sample(batches[i], batch_key=epoch * count + i)
+        src = blocks[0].src_ids
+        misses += host.read(src)
+        inputs += src.numel()
+        busiest = max(busiest, src.numel())
+        sampled += sum(b.num_edges for b in blocks)
+        compute += block_seconds(machine, [(b.num_dst, b.num_src, b.num_edges + b.num_dst) for b in blocks],
+                                 widths, outs)
+    row = data.num_features * elem
+    gather = machine.h2d_bandwidth or machine.host_transfer_bandwidth or machine.memory_bandwidth
+    compute += (host_seconds(machine, machine.sample_call_s, machine.sample_edge_s, count, sampled)
+                + inputs * row / gather + host.disk_seconds(misses))
+    n, e = data.num_nodes, int(data.summary["edges"])
+    if mapped:
+        held, _ = host.worker_bytes(config.device)
+    else:  # the whole graph's features, labels, masks and block, as the in-memory run tracks them
+        held = node_data_bytes(n, data.num_features, elem) + 8 * (n + 1 + e)
+    peak = (held + busiest * row + activation_bytes(busiest, widths, outs, elem)
+            + state_bytes(num_params(model), elem, moment_count(config.optim))
+            + (head_bytes(most_pairs, width, elem, config.decoder) if link else 0))
+    return Prediction("single", 1, {"minibatch": True, "batch_size": sc.batch_size}, peak, [peak], {},
+                      prediction_time(machine, compute, 0, 0, count), exact=False,
+                      semantics="sampled mini-batch training (neighbour sampling: not full-graph gradients)",
+                      notes=["bytes: none (one worker)", f"time and host reads: epoch {epoch}'s replayed samples"],
+                      bytes_epoch=epoch, events={"samples": count, "sampled_edges": sampled},
+                      worker_host_memory=host.worker_bytes(config.device)[1] if mapped else 0,
+                      host_cache=host.summary() if mapped else {})

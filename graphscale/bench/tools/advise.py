@@ -3,7 +3,8 @@ against the measured ones, per graph.
 
 For each dataset the bench predicts every configuration (:func:`graphscale.advise.command.advise`, on the cached
 machine profile) and runs each one that fits as a ``graphscale train ... --json`` subprocess
-(:func:`graphscale.bench.tools.memory.train_once`: a fresh interpreter, so the OS figures are the run's own). Per
+(:func:`graphscale.bench.tools.memory.train_once`: a fresh interpreter, so the OS figures are the run's own;
+``single`` twice, full-graph and ``single --minibatch``, both selected by ``--strategies single``). Per
 strategy it prints:
 
 * ``bytes pred`` / ``bytes meas``: bytes moved per epoch (predicted; the Ledger of the run's last epoch, or of
@@ -101,6 +102,7 @@ def spearman(xs: list[float], ys: list[float]) -> float | None:
 def measure_dataset(args: argparse.Namespace, dataset: str) -> tuple[list[dict], float | None]:
     """The rows of one dataset and its Spearman of predicted against measured epoch times."""
     from graphscale.advise.command import advise, option_words
+    from graphscale.advise.configs import candidate_name
 
     ns = _advise_args(args, dataset)
     result = advise(ns)
@@ -117,7 +119,7 @@ def measure_dataset(args: argparse.Namespace, dataset: str) -> tuple[list[dict],
         extra = option_words(config, ns) + (["--cache-dir", args.cache_dir] if args.cache_dir else [])
         report = train_once(dataset, prediction.strategy, prediction.workers, args.epochs, args.model,
                             extra=extra, timeout=args.timeout)
-        row = {"dataset": dataset, "strategy": prediction.strategy, "workers": prediction.workers,
+        row = {"dataset": dataset, "strategy": candidate_name(config), "workers": prediction.workers,
                "bytes_pred": prediction.moved, "mem_pred": prediction.os_memory, "s_pred": prediction.seconds,
                "s_model": prediction.modelled_seconds}
         if "error" in report:
