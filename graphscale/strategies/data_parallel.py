@@ -58,8 +58,8 @@ from graphscale.config import RunConfig
 from graphscale.data.feature_cache import FeatureCache
 from graphscale.data.graph import Graph
 from graphscale.data.handle import DataHandle
-from graphscale.data.row_cache import prefetched
 from graphscale.data.sampler import MiniBatchLoader, NeighborSampler
+from graphscale.data.superbatch import superbatched
 from graphscale.distributed.comm import CONTROL
 from graphscale.distributed.env import DistEnv
 from graphscale.metrics.stats import EpochStats
@@ -207,10 +207,11 @@ class DataParallel(MiniBatchStrategy):
         self.tracker.track("cache", self.cache_x, self.cache.holder, self.cache.slot)
 
     # ---------------------------------------------------------------- inputs
-    def gather_batch(self, epoch: int, k: int, micro: list[torch.Tensor]) -> dict:
+    def sample_batch(self, epoch: int, k: int, micro: list[torch.Tensor]) -> tuple[dict, torch.Tensor]:
         """What iteration ``k`` needs before it trains, computed without a collective (so it can run ahead, in the
         prefetch thread): this worker's blocks and input ids, their split into own cache, peer cache and host
-        (:meth:`FeatureCache.classify`), and the host rows gathered (:attr:`host_rows`)."""
+        (:meth:`FeatureCache.classify`); and the ids of the host rows to gather (:attr:`host_rows`, into
+        ``"host_x"``)."""
         targets, pairs = micro[self.env.rank], None
         if targets.numel() and self.link is not None:  # an edge micro-batch: its seeds' neighbourhoods sampled
             pairs = self.edge_loader.batch(targets, epoch)
@@ -221,11 +222,10 @@ class DataParallel(MiniBatchStrategy):
         else:
             blocks, ids = None, torch.zeros(0, dtype=torch.int64)
         parts = self.cache.classify(ids)
-        return {"micro": micro, "pairs": pairs, "blocks": blocks, "ids": ids, "parts": parts,
-                "host_x": self.host_rows.gather(ids[parts["host_pos"]])}
+        return {"micro": micro, "pairs": pairs, "blocks": blocks, "ids": ids, "parts": parts}, ids[parts["host_pos"]]
 
     def load_inputs(self, batch: dict) -> tuple[torch.Tensor, dict[str, int]]:
-        """Input rows of a gathered batch (:meth:`gather_batch`): own cache, peer caches (Quiver; a collective), host
+        """Input rows of a sampled batch (:meth:`sample_batch`, its host rows in ``"host_x"``): own cache, peer caches (Quiver; a collective), host
         rows (recorded under ``h2d``). Returns rows and counts."""
         device, ids, parts = self.env.device, batch["ids"], batch["parts"]
         x = torch.empty(ids.numel(), self.host_rows.num_features, dtype=self.host_rows.dtype, device=device)
@@ -257,7 +257,10 @@ class DataParallel(MiniBatchStrategy):
         totals = {"edges": 0, "input_rows": 0, "own": 0, "peer": 0, "host": 0, "targets": 0}
         with self.tracker.epoch():
             iterations = self.schedule.iterations(epoch)
-            for batch in prefetched(lambda k: self.gather_batch(epoch, k, iterations[k]), len(iterations)):
+            ahead = superbatched(lambda k: self.sample_batch(epoch, k, iterations[k]), self.host_rows.gather,
+                                 len(iterations), self.host_rows)
+            for batch, host_x in ahead:
+                batch["host_x"] = host_x
                 micro, blocks, ids = batch["micro"], batch["blocks"], batch["ids"]
                 batch_total = sum(t.numel() for t in micro) * (1 if self.link is None else 2)  # targets or pairs
                 targets = micro[rank]

@@ -43,7 +43,7 @@ from graphscale.tasks.link import embedding_width
 
 def link_pairs(split, batch, world: int) -> list[PairExchange]:
     """Every worker's :class:`~graphscale.strategies.link_minibatch.PairExchange` of an edge batch whose seeds'
-    mini-batch split is ``split``, as the strategy builds it (:meth:`~.strategy.SplitParallel.gather_link`)."""
+    mini-batch split is ``split``, as the strategy builds it (:meth:`~.strategy.SplitParallel.sample_link`)."""
     import torch
 
     s = batch.seeds.numel()
