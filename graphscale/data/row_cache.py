@@ -13,8 +13,10 @@ feature table: it reads the rows each mini-batch needs. :class:`HotRowCache` kee
   page cache then holds the mapped file, one copy per host);
 * **a miss**, when the cache is given the table's file (``file``, a :class:`~graphscale.data.row_file.RowFile`:
   what :func:`~graphscale.strategies.minibatch_common.host_row_cache` does when the table does not fit the cache's
-  share of the budget), is read from the file with positioned reads: a batch's missed rows sorted by id, adjacent
-  ones coalesced into one read, several reads in flight, into one buffer per batch; the mapping is not touched.
+  share of the budget), is read from the file with positioned reads (sorted by id, read in spans, several reads in
+  flight); the mapping is not touched. With ``stage_bytes``, :mod:`graphscale.data.superbatch` reads the distinct
+  misses of several batches at once (:meth:`HotRowCache.stage`) and each batch takes its misses from that buffer
+  (the rows the file holds, the same bytes).
   Without ``file`` a miss is read from the mapped table in ascending id order (the page cache turns nearby ids
   into one read); a table larger than the cache's share is then advised random (:func:`advise_random`,
   ``madvise(MADV_RANDOM)``): a miss reads its own pages, not the kernel's read-around window around each

@@ -44,14 +44,26 @@ RUNS_PER_THREAD = 16
 SPAN_GAP = 16 << 10
 #: bytes one span reads at most (its rows, and the gaps between them)
 SPAN_BYTES = 512 << 10
+#: a span of at least this many bytes leaves the page cache once read (``POSIX_FADV_DONTNEED``): a superbatch's
+#: sweep through the file would otherwise fill the page cache (under a memory cgroup: the process's own memory)
+#: with rows already copied out, evicting the pages the sampler reads
+DROP_BYTES = 64 << 10
 
 _libc = ctypes.CDLL(None, use_errno=True)
 _pread = _libc.pread
 _pread.argtypes = (ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int64)
 _pread.restype = ctypes.c_ssize_t
+_fadvise = _libc.posix_fadvise
+_fadvise.argtypes = (ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_int)
+_fadvise.restype = ctypes.c_int
+_memcpy = _libc.memcpy
+_memcpy.argtypes = (ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t)
+_memcpy.restype = ctypes.c_void_p
+#: ``POSIX_FADV_DONTNEED`` (Linux's value; ``0``: not advised where the platform has no such advice)
+_DONTNEED = getattr(os, "POSIX_FADV_DONTNEED", 0)
 
 
-@nb.njit(nogil=True)
+@nb.njit(nogil=True, cache=True)
 def _plan_spans(ids, row_bytes, gap_bytes, span_bytes):  # pragma: no cover - numba
     """Starts (indices into the ascending distinct ``ids``, then ``ids.size``) of the spans: a span grows over the
     next id while the rows skipped to reach it take at most ``gap_bytes`` and the span's rows at most ``span_bytes``
@@ -70,34 +82,31 @@ def _plan_spans(ids, row_bytes, gap_bytes, span_bytes):  # pragma: no cover - nu
 
 
 @nb.njit(nogil=True)
-def _read_spans(fd, data_offset, row_bytes, ids, starts, out, lo, hi):  # pragma: no cover - numba
-    """Read spans ``lo..hi`` of the ascending distinct ``ids`` into ``out`` (bytes, ``row_bytes`` a row, row ``k``
-    for ``ids[k]``): a span without gaps straight into ``out``, one with gaps into a scratch buffer whose needed
-    rows are copied out. Returns ``-1``, or the first span whose read failed or ended early."""
-    scratch = np.empty(0, np.uint8)
+def _read_spans(fd, data_offset, row_bytes, ids, starts, out, scratch, lo, hi, drop_bytes, dontneed):  # pragma: no cover
+    """Read spans ``lo..hi`` of the ascending distinct ``ids`` into ``out`` (``row_bytes`` a row, row ``k`` for
+    ``ids[k]``): a span without gaps straight into ``out``, one with gaps into ``scratch`` (bytes, at least the
+    longest span) whose needed rows are copied out; a span of ``drop_bytes`` or more is then advised ``dontneed``
+    (unless ``0``). Returns ``-1``, or the first span whose read failed or ended early."""
     out_base = np.int64(out.ctypes.data)
+    scratch_base = np.int64(scratch.ctypes.data)
     for r in range(lo, hi):
         a, b = starts[r], starts[r + 1]
         first = ids[a]
         want = (ids[b - 1] - first + 1) * row_bytes
         offset = data_offset + first * row_bytes
         direct = ids[b - 1] - first + 1 == b - a
-        if direct:
-            dest = out_base + np.int64(a * row_bytes)
-        else:
-            if scratch.size < want:
-                scratch = np.empty(want, np.uint8)
-            dest = np.int64(scratch.ctypes.data)
+        dest = out_base + a * row_bytes if direct else scratch_base
         done = 0
         while done < want:
             got = _pread(fd, dest + done, want - done, offset + done)
             if got <= 0:
                 return r
             done += got
+        if dontneed and want >= drop_bytes:
+            _fadvise(fd, offset, want, dontneed)
         if not direct:
             for k in range(a, b):
-                src = (ids[k] - first) * row_bytes
-                out[k * row_bytes:(k + 1) * row_bytes] = scratch[src:src + row_bytes]
+                _memcpy(out_base + k * row_bytes, scratch_base + (ids[k] - first) * row_bytes, row_bytes)
     return -1
 
 
@@ -113,6 +122,17 @@ def npy_layout(path: str | Path) -> tuple[tuple[int, ...], np.dtype, int]:
     layout = tuple(mapped.shape), mapped.dtype, int(mapped.offset)
     del mapped
     return layout
+
+
+def plan_spans(ids: np.ndarray, row_bytes: int) -> np.ndarray:
+    """Starts of the spans that read the ascending distinct ``ids`` of a table of ``row_bytes`` rows (indices into
+    ``ids``, then ``ids.size``; :data:`SPAN_GAP`, :data:`SPAN_BYTES`)."""
+    return _plan_spans(np.ascontiguousarray(ids, dtype=np.int64), row_bytes, SPAN_GAP, max(SPAN_BYTES, row_bytes))
+
+
+def span_rows(ids: np.ndarray, starts: np.ndarray) -> int:
+    """Rows the spans ``starts`` of ``ids`` read: the needed ones and the gaps between them."""
+    return int((ids[starts[1:] - 1] - ids[starts[:-1]] + 1).sum()) if ids.size else 0
 
 
 class RowFile:
@@ -161,18 +181,21 @@ class RowFile:
         """Rows of the ascending distinct ``ids`` into one buffer, read in spans (:data:`SPAN_GAP`,
         :data:`SPAN_BYTES`)."""
         ids = np.ascontiguousarray(ids, dtype=np.int64)
-        starts = _plan_spans(ids, self.row_bytes, SPAN_GAP, max(SPAN_BYTES, self.row_bytes))
+        starts = plan_spans(ids, self.row_bytes)
         spans = starts.size - 1
         buf = np.empty((ids.size, self.shape[1]), self.dtype)
-        args = (self._fd, self.data_offset, self.row_bytes, ids, starts, buf.reshape(-1).view(np.uint8))
-        threads = min(READ_THREADS, spans // RUNS_PER_THREAD)
-        if threads <= 1:
-            failed = [_read_spans(*args, 0, spans)]
+        threads = max(1, min(READ_THREADS, spans // RUNS_PER_THREAD))
+        longest = int((ids[starts[1:] - 1] - ids[starts[:-1]]).max()) + 1 if spans else 0
+        scratch = np.empty((threads, longest * self.row_bytes), np.uint8)  # one per reading thread
+        args = (self._fd, self.data_offset, self.row_bytes, ids, starts, buf)
+        if threads == 1:
+            failed = [_read_spans(*args, scratch[0], 0, spans, DROP_BYTES, _DONTNEED)]
         else:
             if self._pool is None:
                 self._pool = ThreadPoolExecutor(READ_THREADS, thread_name_prefix="graphscale-pread")
             bounds = np.linspace(0, spans, threads + 1).astype(np.int64)
-            futures = [self._pool.submit(_read_spans, *args, int(a), int(b)) for a, b in pairwise(bounds)]
+            futures = [self._pool.submit(_read_spans, *args, scratch[t], int(a), int(b), DROP_BYTES, _DONTNEED)
+                       for t, (a, b) in enumerate(pairwise(bounds))]
             failed = [f.result() for f in futures]
         bad = [r for r in failed if r >= 0]
         if bad:
@@ -181,7 +204,7 @@ class RowFile:
                           f"(truncated, or a read error)")
         self.rows_read += int(ids.size)
         self.reads += int(spans)
-        self.bytes_read += int((ids[starts[1:] - 1] - ids[starts[:-1]] + 1).sum()) * self.row_bytes
+        self.bytes_read += span_rows(ids, starts) * self.row_bytes
         return torch.from_numpy(buf)
 
     def close(self) -> None:

@@ -28,8 +28,9 @@ import torch
 from graphscale.data.row_cache import HotRowCache, prefetched
 
 #: share of the ``--host-memory`` budget one superbatch may hold (its staged rows and its sampled batches), beside
-#: the hot-row cache's :data:`~graphscale.data.row_cache.FEATURE_CACHE_SHARE`
-SUPERBATCH_SHARE = 0.25
+#: the hot-row cache's :data:`~graphscale.data.row_cache.FEATURE_CACHE_SHARE` (the rest: the worker's own arrays,
+#: the batch in training, and the page cache the sampler's reads of the mapped CSR need)
+SUPERBATCH_SHARE = 0.125
 
 S = TypeVar("S")
 
