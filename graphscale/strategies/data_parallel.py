@@ -59,7 +59,7 @@ from graphscale.data.feature_cache import FeatureCache
 from graphscale.data.graph import Graph
 from graphscale.data.handle import DataHandle
 from graphscale.data.sampler import MiniBatchLoader, NeighborSampler
-from graphscale.data.superbatch import superbatched
+from graphscale.data.superbatch import held_bytes, superbatched
 from graphscale.distributed.comm import CONTROL
 from graphscale.distributed.env import DistEnv
 from graphscale.metrics.stats import EpochStats
@@ -354,7 +354,6 @@ def predict(data, model, config, machine, epoch: int = 0):
                                  hops=model.num_layers) for r in range(world)]
     sampler = NeighborSampler(graph, sc.fanouts, seed=config.seed)
     host = HostRowPrice(data, config, elem)  # the hot-row cache over the mapped features, and its misses
-    misses = [0] * world
     row = data.num_features * elem
     out = {"h2d": sum(c.ids.numel() for c in caches) * row, "h2d_struct": 0, P2P: 0,
            CONTROL: allreduce_bytes_per_epoch(1, world, 8)}
@@ -378,7 +377,7 @@ def predict(data, model, config, machine, epoch: int = 0):
                                      for t in (b.indptr, b.indices, b.src_ids, b.src_deg) if t is not None)
             parts = caches[r].classify(blocks[0].src_ids)
             out["h2d"] += parts["host_pos"].numel() * row
-            misses[r] += host.read(blocks[0].src_ids[parts["host_pos"]])
+            host.read(blocks[0].src_ids[parts["host_pos"]], r, held_bytes(blocks))
             if sc.cache == "quiver":
                 out[P2P] += parts["peer_pos"].numel() * row
                 out[CONTROL] += 8 * parts["peer_pos"].numel()
@@ -407,7 +406,7 @@ def predict(data, model, config, machine, epoch: int = 0):
     # the profile's measured rate of offload's host-array gathers (not a plain copy's)
     gather = machine.h2d_bandwidth or machine.host_transfer_bandwidth or machine.memory_bandwidth
     busiest_worker = max(range(world), key=lambda r: (sampled_edges[r], samples[r]))
-    seconds += max(host.disk_seconds(m) for m in misses)  # the misses read from disk
+    seconds += max(host.disk_seconds(r) for r in range(world))  # the misses read from disk, a superbatch at a time
     seconds = prediction_time(machine, seconds + out.get("h2d", 0) / world / gather,
                               sum(out.values()) / world - out.get("h2d", 0) / world, len(iterations) + 1,
                               len(iterations))
