@@ -37,12 +37,13 @@ from graphscale.metrics.host_memory import resolve_host_memory
 #: of which the cache's slot map is 4; ``docs/large-graphs.md``)
 RESIDENT_BYTES_PER_VERTEX = 14.4
 #: seconds per span the reader reads from disk (a random read: one row, or rows a few KiB apart): an epoch of 3M
-#: vertices whose 673,039 missed rows took 668,000 single-row reads ran SPAN_S_MEASURED longer than in memory
-#: (``docs/large-graphs.md``)
-DISK_SPAN_READ_S = 20e-6
-#: bytes per second of the spans' reads beyond their first page (sequential): the same epoch read in superbatches
-#: (58,053 spans, 3.1 GB) ran BW_MEASURED longer than in memory, less its spans' time
-DISK_READ_BANDWIDTH = 1.0e9
+#: vertices whose 673,039 missed rows took 668,000 single-row reads ran 33.1 s and 29.0 s longer than in memory,
+#: side by side on the development machine under load (``docs/large-graphs.md``): 43-50 us a read
+DISK_SPAN_READ_S = 45e-6
+#: bytes per second of the spans' reads: the same epoch read in three superbatches (58,053 spans, 3.10 GB) ran
+#: 12.3 s and 11.7 s longer than in memory, of which 2.6 s are its spans at :data:`DISK_SPAN_READ_S`: 320-340 MB/s
+#: for the rest (the disk's sequential rate alone is 1.7 GB/s: the rest is the reads' kernel time and the wait)
+DISK_READ_BANDWIDTH = 330e6
 
 
 class HostRowPrice:
