@@ -12,9 +12,10 @@ the whole table fits that quarter) and reads the others from the mapped file. It
 * **hit rate**: the share of the rows the epoch reads from host memory that the cache holds, counted over the rows
   of the replayed epoch's sampled batches (the predictors replay the run's seeded samples; no feature row is read);
 * **time**: when the table exceeds the cache's share of the budget the misses are read from the file a
-  superbatch at a time (:mod:`graphscale.data.superbatch`): each worker's batches are grouped as the run groups
-  them (their distinct missed rows and sampled batches within
-  :data:`~graphscale.data.superbatch.SUPERBATCH_SHARE` of the budget), and each group's distinct misses are planned
+  superbatch at a time (:mod:`graphscale.data.superbatch`): each worker's batches are grouped by the run's rule
+  (their distinct missed rows and sampled batches within :data:`~graphscale.data.superbatch.SUPERBATCH_SHARE` of
+  the budget; the batches' bytes are those of the blocks or splits the predictor samples, a little less than the
+  run holds with them, so its groups can be a batch longer), and each group's distinct misses are planned
   into the reader's spans (:func:`~graphscale.data.row_file.plan_spans`): each span priced at
   :data:`DISK_SPAN_READ_S`, its bytes (the rows and the gaps it reads through) at :data:`DISK_READ_BANDWIDTH`,
   added to the epoch (the reads are system time on the same cores, so they are not counted as overlapped with the
