@@ -14,7 +14,7 @@ import torch
 from graphscale.advise.configs import predict_config
 from graphscale.cli import main
 from graphscale.config import build_config
-from graphscale.cost.host_rows import DISK_ROW_READ_S, RESIDENT_BYTES_PER_VERTEX
+from graphscale.cost.host_rows import DISK_SPAN_READ_S, RESIDENT_BYTES_PER_VERTEX
 from graphscale.cost.machine import synthetic
 from graphscale.metrics.units import format_bytes
 from graphscale.run import run
@@ -70,7 +70,7 @@ def test_a_tiny_host_budget_prices_the_hot_row_cache_the_run_holds(name, tmp_pat
     roomy = predict_config(_config(name, tmp_path / "roomy", "1GiB"), machine)
     assert roomy.host_cache["rows"] == 0 and not roomy.host_cache["from_disk"]
     assert prediction.memory - roomy.memory == cache["bytes"]
-    assert prediction.modelled_seconds - roomy.modelled_seconds >= DISK_ROW_READ_S * cache["misses"] / 2 > 0
+    assert prediction.modelled_seconds - roomy.modelled_seconds >= DISK_SPAN_READ_S > 0  # a span read at least
 
     report = run(config)
     measured = max(report["final"]["peak_memory_per_worker"])  # the tracked peak, the host cache in it
@@ -97,3 +97,41 @@ def test_advise_names_the_cache_and_its_hit_rate(tmp_path, capsys):
                 in line), line
     assert caches["single"] == {} and "host cache" in out
     assert "--host-memory 40MiB" in next(line for line in out.splitlines() if line.startswith("run it: "))
+
+
+def test_misses_are_priced_a_superbatch_at_a_time(tmp_path):
+    """Each worker's batches grouped while their distinct misses and held bytes fit the superbatch share (a batch
+    that does not fit opens the next group), each group's misses priced by the reader's spans."""
+    import numpy as np
+
+    from graphscale.cost import host_rows
+    from graphscale.data.formats import save_graph_dir
+    from graphscale.data.handle import HOST_SHARED, DataHandle
+    from graphscale.data.row_file import plan_spans, span_rows
+    from graphscale.testing import random_graph
+
+    graph = random_graph(400, avg_degree=4.0, num_features=16, num_classes=3, seed=0)  # float32 rows of 64 bytes
+    folder = save_graph_dir(graph, tmp_path / "graph")
+    data = DataHandle(HOST_SHARED, graph.summary(), path=str(folder))
+    config = _config("data-parallel", tmp_path, "8KiB")  # a cache of 32 rows, superbatches of 1 KiB
+    price = host_rows.HostRowPrice(data, config, 4)
+    assert price.on_disk and price.capacity == 32 and price.stage_bytes == 1024
+    rng = np.random.default_rng(0)
+    batches = [torch.from_numpy(rng.integers(0, 400, size)) for size in (6, 3, 9, 40, 2, 2)]
+    groups, group, held = [], torch.zeros(0, dtype=torch.int64), 0
+    for ids in batches:
+        missed = torch.unique(ids)[~price.cached[torch.unique(ids)]]
+        union = torch.unique(torch.cat([group, missed]))
+        if held and held + 100 + 64 * union.numel() > 1024:
+            groups.append(group)
+            union, held = missed, 0
+        group, held = union, held + 100
+        assert price.read(ids, worker=1, held=100) == ids.numel() - int(price.cached[ids].sum())
+    groups.append(group)
+    assert 2 < len(groups) < len(batches)
+    expected = 0.0
+    for ids in groups:
+        starts = plan_spans(ids.numpy(), 64)
+        expected += (starts.size - 1) * host_rows.DISK_SPAN_READ_S
+        expected += 64 * span_rows(ids.numpy(), starts) / host_rows.DISK_READ_BANDWIDTH
+    assert price.disk_seconds(1) == pytest.approx(expected, rel=1e-12) and price.disk_seconds(0) == 0.0

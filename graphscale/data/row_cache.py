@@ -13,8 +13,10 @@ feature table: it reads the rows each mini-batch needs. :class:`HotRowCache` kee
   page cache then holds the mapped file, one copy per host);
 * **a miss**, when the cache is given the table's file (``file``, a :class:`~graphscale.data.row_file.RowFile`:
   what :func:`~graphscale.strategies.minibatch_common.host_row_cache` does when the table does not fit the cache's
-  share of the budget), is read from the file with positioned reads: a batch's missed rows sorted by id, adjacent
-  ones coalesced into one read, several reads in flight, into one buffer per batch; the mapping is not touched.
+  share of the budget), is read from the file with positioned reads (sorted by id, read in spans, several reads in
+  flight); the mapping is not touched. With ``stage_bytes``, :mod:`graphscale.data.superbatch` reads the distinct
+  misses of several batches at once (:meth:`HotRowCache.stage`) and each batch takes its misses from that buffer
+  (the rows the file holds, the same bytes).
   Without ``file`` a miss is read from the mapped table in ascending id order (the page cache turns nearby ids
   into one read); a table larger than the cache's share is then advised random (:func:`advise_random`,
   ``madvise(MADV_RANDOM)``): a miss reads its own pages, not the kernel's read-around window around each
@@ -87,15 +89,20 @@ class HotRowCache:
         dtype: the dtype gathered rows come in (default ``x``'s).
         file: the file ``x`` is mapped from, opened for positioned reads: misses are read from it, not from ``x``
             (its shape and dtype must be ``x``'s).
+        stage_bytes: bytes a superbatch may hold (:mod:`graphscale.data.superbatch`), with ``file`` only; ``0``:
+            each batch reads its own misses.
 
     Attributes:
         ids: int64 cached vertex ids, in slot order (hottest first).
         rows: ``[len(ids), F]`` their rows, in ``dtype``.
         hits, misses: rows gathered from the cache and from ``x`` since construction.
+        staged: the rows :meth:`stage` holds (ascending ids, ``staged_rows`` their rows in the file's dtype);
+            ``staged_hits``: misses gathered from them since construction; ``superbatches``: :meth:`stage` calls.
+        on_stage: called with the staged tensors whenever they change (a memory tracker's ``track``), or ``None``.
     """
 
     def __init__(self, x: torch.Tensor, capacity: int, degrees: torch.Tensor | None = None,
-                 dtype: torch.dtype | None = None, file: RowFile | None = None) -> None:
+                 dtype: torch.dtype | None = None, file: RowFile | None = None, stage_bytes: int = 0) -> None:
         if x.dim() != 2:
             raise ValueError(f"the feature table must be 2-D [N, F], got shape {tuple(x.shape)}")
         if int(capacity) < 0:
@@ -110,6 +117,14 @@ class HotRowCache:
         capacity = min(int(capacity), n)
         self.capacity = capacity
         self.hits = self.misses = 0
+        if int(stage_bytes) < 0 or (stage_bytes and file is None):
+            raise ValueError(f"a superbatch's stage_bytes must be >= 0, and positive only with a file to read, got "
+                             f"{stage_bytes}")
+        self.stage_bytes = int(stage_bytes)
+        self.staged = torch.zeros(0, dtype=torch.int64)
+        self.staged_rows: torch.Tensor | None = None
+        self.staged_hits = self.superbatches = 0
+        self.on_stage: Callable[..., None] | None = None
         if capacity == 0:
             self.ids = torch.zeros(0, dtype=torch.int64)
             self.slot = None
@@ -136,6 +151,35 @@ class HotRowCache:
         slot = 0 if self.slot is None else self.slot.numel() * self.slot.element_size()
         return self.rows.numel() * self.rows.element_size() + slot
 
+    @property
+    def file_row_bytes(self) -> int:
+        """Bytes of one row as the file (or ``x``) stores it."""
+        return self.x.shape[1] * self.x.element_size()
+
+    def missed(self, ids: torch.Tensor) -> torch.Tensor:
+        """The distinct ids among ``ids`` the cache does not hold, ascending."""
+        ids = torch.unique(torch.as_tensor(ids, dtype=torch.int64).cpu())
+        return ids if self.slot is None else ids[self.slot[ids] < 0]
+
+    def stage(self, ids: torch.Tensor) -> None:
+        """Read the rows of the ascending distinct ``ids`` (a superbatch's misses) from the file into memory, in
+        place of what was staged: :meth:`gather` takes its misses among them from there."""
+        if self.file is None:
+            raise ValueError("rows can be staged only by a cache that reads its misses from a file")
+        self.unstage()
+        ids = torch.as_tensor(ids, dtype=torch.int64)
+        self.staged_rows = self.file.read(ids)
+        self.staged = ids
+        self.superbatches += 1
+        if self.on_stage is not None:
+            self.on_stage(self.staged, self.staged_rows)
+
+    def unstage(self) -> None:
+        """Free the staged rows."""
+        self.staged, self.staged_rows = torch.zeros(0, dtype=torch.int64), None
+        if self.on_stage is not None:
+            self.on_stage()
+
     def gather(self, ids: torch.Tensor) -> torch.Tensor:
         """``x[ids]`` in ``dtype``, ``[len(ids), F]`` (a new tensor): cached rows from memory, the others read from
         ``x`` in ascending id order."""
@@ -159,7 +203,17 @@ class HotRowCache:
         """Rows ``ids`` of ``x`` in ``dtype``: from ``file`` when there is one, else from ``x`` in ascending id
         order."""
         if self.file is not None:
-            return self.file.read(ids).to(self.dtype)
+            if self.staged_rows is None:
+                return self.file.read(ids).to(self.dtype)
+            pos = torch.searchsorted(self.staged, ids).clamp_(max=max(self.staged.numel() - 1, 0))
+            found = self.staged[pos] == ids if self.staged.numel() else torch.zeros_like(ids, dtype=torch.bool)
+            out = torch.empty(ids.numel(), self.num_features, dtype=self.dtype)
+            out[found] = self.staged_rows.index_select(0, pos[found]).to(self.dtype)
+            rest = torch.nonzero(~found).flatten()
+            if rest.numel():
+                out[rest] = self.file.read(ids[rest]).to(self.dtype)
+            self.staged_hits += int(found.sum())
+            return out
         if ids.numel() < 2:
             return self.x.index_select(0, ids).to(self.dtype)
         sorted_ids, order = torch.sort(ids)

@@ -58,8 +58,8 @@ from graphscale.config import RunConfig
 from graphscale.data.feature_cache import FeatureCache
 from graphscale.data.graph import Graph
 from graphscale.data.handle import DataHandle
-from graphscale.data.row_cache import prefetched
 from graphscale.data.sampler import MiniBatchLoader, NeighborSampler
+from graphscale.data.superbatch import held_bytes, superbatched
 from graphscale.distributed.comm import CONTROL
 from graphscale.distributed.env import DistEnv
 from graphscale.metrics.stats import EpochStats
@@ -207,10 +207,11 @@ class DataParallel(MiniBatchStrategy):
         self.tracker.track("cache", self.cache_x, self.cache.holder, self.cache.slot)
 
     # ---------------------------------------------------------------- inputs
-    def gather_batch(self, epoch: int, k: int, micro: list[torch.Tensor]) -> dict:
+    def sample_batch(self, epoch: int, k: int, micro: list[torch.Tensor]) -> tuple[dict, torch.Tensor]:
         """What iteration ``k`` needs before it trains, computed without a collective (so it can run ahead, in the
         prefetch thread): this worker's blocks and input ids, their split into own cache, peer cache and host
-        (:meth:`FeatureCache.classify`), and the host rows gathered (:attr:`host_rows`)."""
+        (:meth:`FeatureCache.classify`); and the ids of the host rows to gather (:attr:`host_rows`, into
+        ``"host_x"``)."""
         targets, pairs = micro[self.env.rank], None
         if targets.numel() and self.link is not None:  # an edge micro-batch: its seeds' neighbourhoods sampled
             pairs = self.edge_loader.batch(targets, epoch)
@@ -221,11 +222,10 @@ class DataParallel(MiniBatchStrategy):
         else:
             blocks, ids = None, torch.zeros(0, dtype=torch.int64)
         parts = self.cache.classify(ids)
-        return {"micro": micro, "pairs": pairs, "blocks": blocks, "ids": ids, "parts": parts,
-                "host_x": self.host_rows.gather(ids[parts["host_pos"]])}
+        return {"micro": micro, "pairs": pairs, "blocks": blocks, "ids": ids, "parts": parts}, ids[parts["host_pos"]]
 
     def load_inputs(self, batch: dict) -> tuple[torch.Tensor, dict[str, int]]:
-        """Input rows of a gathered batch (:meth:`gather_batch`): own cache, peer caches (Quiver; a collective), host
+        """Input rows of a sampled batch (:meth:`sample_batch`, its host rows in ``"host_x"``): own cache, peer caches (Quiver; a collective), host
         rows (recorded under ``h2d``). Returns rows and counts."""
         device, ids, parts = self.env.device, batch["ids"], batch["parts"]
         x = torch.empty(ids.numel(), self.host_rows.num_features, dtype=self.host_rows.dtype, device=device)
@@ -257,7 +257,10 @@ class DataParallel(MiniBatchStrategy):
         totals = {"edges": 0, "input_rows": 0, "own": 0, "peer": 0, "host": 0, "targets": 0}
         with self.tracker.epoch():
             iterations = self.schedule.iterations(epoch)
-            for batch in prefetched(lambda k: self.gather_batch(epoch, k, iterations[k]), len(iterations)):
+            ahead = superbatched(lambda k: self.sample_batch(epoch, k, iterations[k]), self.host_rows.gather,
+                                 len(iterations), self.host_rows)
+            for batch, host_x in ahead:
+                batch["host_x"] = host_x
                 micro, blocks, ids = batch["micro"], batch["blocks"], batch["ids"]
                 batch_total = sum(t.numel() for t in micro) * (1 if self.link is None else 2)  # targets or pairs
                 targets = micro[rank]
@@ -351,7 +354,6 @@ def predict(data, model, config, machine, epoch: int = 0):
                                  hops=model.num_layers) for r in range(world)]
     sampler = NeighborSampler(graph, sc.fanouts, seed=config.seed)
     host = HostRowPrice(data, config, elem)  # the hot-row cache over the mapped features, and its misses
-    misses = [0] * world
     row = data.num_features * elem
     out = {"h2d": sum(c.ids.numel() for c in caches) * row, "h2d_struct": 0, P2P: 0,
            CONTROL: allreduce_bytes_per_epoch(1, world, 8)}
@@ -375,7 +377,7 @@ def predict(data, model, config, machine, epoch: int = 0):
                                      for t in (b.indptr, b.indices, b.src_ids, b.src_deg) if t is not None)
             parts = caches[r].classify(blocks[0].src_ids)
             out["h2d"] += parts["host_pos"].numel() * row
-            misses[r] += host.read(blocks[0].src_ids[parts["host_pos"]])
+            host.read(blocks[0].src_ids[parts["host_pos"]], r, held_bytes(blocks))
             if sc.cache == "quiver":
                 out[P2P] += parts["peer_pos"].numel() * row
                 out[CONTROL] += 8 * parts["peer_pos"].numel()
@@ -404,7 +406,7 @@ def predict(data, model, config, machine, epoch: int = 0):
     # the profile's measured rate of offload's host-array gathers (not a plain copy's)
     gather = machine.h2d_bandwidth or machine.host_transfer_bandwidth or machine.memory_bandwidth
     busiest_worker = max(range(world), key=lambda r: (sampled_edges[r], samples[r]))
-    seconds += max(host.disk_seconds(m) for m in misses)  # the misses read from disk
+    seconds += max(host.disk_seconds(r) for r in range(world))  # the misses read from disk, a superbatch at a time
     seconds = prediction_time(machine, seconds + out.get("h2d", 0) / world / gather,
                               sum(out.values()) / world - out.get("h2d", 0) / world, len(iterations) + 1,
                               len(iterations))

@@ -17,8 +17,9 @@ gathers and the bytes are those a GPU run would move.
 **Host rows.** A worker reads its host rows through a
 :class:`~graphscale.data.row_cache.HotRowCache` over the graph's feature table (:func:`host_row_cache`): with a
 memory-mapped graph directory it keeps the hottest rows that :data:`~graphscale.data.row_cache.FEATURE_CACHE_SHARE`
-of ``--host-memory`` holds and reads the others from the file; each batch's sampling and host-row gathers run one
-batch ahead in a background thread (:func:`~graphscale.data.row_cache.prefetched`). Evaluation allocates its
+of ``--host-memory`` holds and reads the others from the file, a superbatch of batches at a time
+(:func:`~graphscale.data.superbatch.superbatched`); the batches' sampling and host-row gathers run one batch ahead
+in a background thread (:func:`~graphscale.data.row_cache.prefetched`). Evaluation allocates its
 per-layer tables through :func:`evaluation_tables`.
 """
 
@@ -36,6 +37,7 @@ from graphscale.data.row_cache import FEATURE_CACHE_SHARE, HotRowCache, advise_r
 from graphscale.data.row_file import RowFile
 from graphscale.data.sampler import NeighborSampler
 from graphscale.data.spill import TableMemory
+from graphscale.data.superbatch import SUPERBATCH_SHARE
 from graphscale.distributed.comm import Comm
 from graphscale.distributed.env import DistEnv
 from graphscale.metrics.host_memory import resolve_host_memory
@@ -74,9 +76,11 @@ def host_row_cache(data: DataHandle, graph: Graph, dtype: torch.dtype, config: R
     a :class:`HotRowCache` of the rows :func:`~graphscale.data.row_cache.cache_capacity` fits in ``--host-memory``;
     with an in-memory graph the rows are read from it directly (no cache). A table larger than the cache's share
     is read by rows from its file (``x.npy``, a :class:`~graphscale.data.row_file.RowFile`): the cache's misses are
-    positioned reads, not page faults on the mapping; the mapping, read only by the cache's fill (in ascending id
+    positioned reads, not page faults on the mapping, read a superbatch at a time
+    (:data:`~graphscale.data.superbatch.SUPERBATCH_SHARE` of ``--host-memory``, :mod:`graphscale.data.superbatch`);
+    the mapping, read only by the cache's fill (in ascending id
     order), is advised random after it (:func:`~graphscale.data.row_cache.advise_random`)."""
-    capacity, fits, file = 0, True, None
+    capacity, fits, file, stage = 0, True, None, 0
     if data.view == HOST_SHARED:
         row_bytes = graph.x.shape[1] * torch.empty(0, dtype=dtype).element_size()
         budget = resolve_host_memory(config.host_memory)
@@ -84,7 +88,8 @@ def host_row_cache(data: DataHandle, graph: Graph, dtype: torch.dtype, config: R
         fits = graph.num_nodes * row_bytes <= budget * FEATURE_CACHE_SHARE
         if not fits:
             file = RowFile(Path(data.path) / "x.npy", tuple(graph.x.shape), graph.x.dtype)
-    cache = HotRowCache(graph.x, capacity, graph.out_degrees() if capacity else None, dtype, file)
+            stage = int(budget * SUPERBATCH_SHARE)
+    cache = HotRowCache(graph.x, capacity, graph.out_degrees() if capacity else None, dtype, file, stage)
     if not fits:  # the table does not fit the cache's share: after the fill (in ascending id order, which
         advise_random(graph.x)  # read-around helps), its misses are random reads
     return cache
@@ -162,6 +167,7 @@ class MiniBatchStrategy(Strategy):
         self.tracker = MemoryTracker(env)
         self.tracker.track_module("model", model)
         self.tracker.track("host_cache", self.host_rows.rows, self.host_rows.slot, category="cache")
+        self.host_rows.on_stage = lambda *staged: self.tracker.track("host_stage", *staged, category="cache")
 
     def evaluate(self) -> dict[str, float]:
         if self.config.strategy.eval_fanouts and self.link is None:  # each worker a share of the sampled batches
@@ -184,5 +190,5 @@ class MiniBatchStrategy(Strategy):
         return self.evaluator.evaluate()
 
     def teardown(self) -> None:
-        for name in ("cache", "host_cache", "model", "optimizer", "gradients"):
+        for name in ("cache", "host_cache", "host_stage", "model", "optimizer", "gradients"):
             self.tracker.untrack(name)

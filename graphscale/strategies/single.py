@@ -15,8 +15,9 @@ graph's embeddings (layer-wise on a mapped graph directory).
 **Mini-batch runs read from disk.** With ``--minibatch`` (features not learnable, a coupled model, features stored
 in the run's dtype) the run's data is the host-shared view (:meth:`SingleStrategy.data_view_for`): the memory-mapped
 graph directory the multi-worker strategies get, never loaded whole. The sampler reads the mapped CSR; the input
-rows of each batch come through a :class:`~graphscale.data.row_cache.HotRowCache` sized from ``--host-memory``, the
-next batch sampled and gathered in a background thread while the current one trains; evaluation is the layer-wise
+rows of each batch come through a :class:`~graphscale.data.row_cache.HotRowCache` sized from ``--host-memory`` (its
+misses read from the file a superbatch at a time, :mod:`graphscale.data.superbatch`), the next batch sampled and
+gathered in a background thread while the current one trains; evaluation is the layer-wise
 inference of :class:`~graphscale.strategies.evaluation.LayerwiseEvaluator` (one worker owning every vertex), its
 per-layer tables in a temporary file when they exceed their share of ``--host-memory``. The blocks, losses and
 parameters are bit for bit those of the in-memory run (a graph handed over in memory keeps the memory view).
@@ -32,8 +33,8 @@ from graphscale.config import stored_feature_dtype
 from graphscale.data.block import Block
 from graphscale.data.features import learnable_dim
 from graphscale.data.handle import HOST_SHARED, MEMORY
-from graphscale.data.row_cache import prefetched
 from graphscale.data.sampler import MiniBatchLoader, NeighborSampler
+from graphscale.data.superbatch import superbatched
 from graphscale.distributed.comm import Comm
 from graphscale.metrics.memory import MemoryTracker
 from graphscale.metrics.stats import EpochStats
@@ -112,6 +113,7 @@ class SingleStrategy(Strategy):
             self.graph = graph
             self.rows = host_row_cache(self.data, graph, self.feature_dtype(), config)
             self.tracker.track("cache", self.rows.rows, self.rows.slot)
+            self.rows.on_stage = lambda *staged: self.tracker.track("stage", *staged, category="cache")
         else:
             if learnable_dim(config.data.features):  # the input is a trainable [N, D] table
                 self.x = self.learnable_table(torch.arange(graph.num_nodes))
@@ -204,14 +206,14 @@ class SingleStrategy(Strategy):
         else:
             ahead = None
 
-        def gather(i: int):  # the batch's blocks and input rows: runs one batch ahead, in the prefetch thread
+        def sample(i: int):  # the batch's blocks and input ids: runs ahead, in the prefetch thread
             batch = batches[i] if batch_of is None else batch_of(i)
             targets = batch if targets_of is None else targets_of(batch)
             blocks = self.sampler.sample(targets, batch_key=epoch * len(batches) + i)
-            return batch, blocks, None if ahead is None else ahead(blocks[0].src_ids)
+            return (batch, blocks), blocks[0].src_ids
 
         total, count = 0.0, 0
-        for batch, blocks, x in prefetched(gather, len(batches)):
+        for (batch, blocks), x in superbatched(sample, ahead, len(batches), self.rows):
             blocks = [b.to(device) for b in blocks]
             x = self.x[blocks[0].src_ids] if x is None else x.to(device)
             if self.link is not None:

@@ -22,28 +22,48 @@ def table(tmp_path, rows: int = 5000, features: int = 3, dtype=np.float32):
     return path, x
 
 
+def reference_spans(distinct: np.ndarray, row_bytes: int, gap: int, span: int) -> list[tuple[int, int]]:
+    """``(first row, rows)`` of each span, planned one id at a time as the module docstring says."""
+    spans: list[list[int]] = []
+    for i in distinct.tolist():
+        if spans and (i - spans[-1][1] - 1) * row_bytes <= gap and (i - spans[-1][0] + 1) * row_bytes <= span:
+            spans[-1][1] = i
+        else:
+            spans.append([i, i])
+    return [(a, b - a + 1) for a, b in spans]
+
+
 @pytest.mark.parametrize("threads", [1, row_file.READ_THREADS])
-def test_rows_read_equal_the_files_for_unaligned_adjacent_and_duplicate_ids(tmp_path, monkeypatch, threads):
+@pytest.mark.parametrize("gap, span", [(0, 1 << 20), (40, 120), (row_file.SPAN_GAP, row_file.SPAN_BYTES)])
+def test_rows_read_equal_the_files_for_unaligned_adjacent_and_duplicate_ids(tmp_path, monkeypatch, threads, gap,
+                                                                            span):
+    """Spans of adjacent rows only (gap 0), spans through gaps of up to three 12-byte rows capped at ten rows, and
+    the defaults (every case one or a few spans through the whole 60 KB table): the rows are the file's."""
     monkeypatch.setattr(row_file, "READ_THREADS", threads)
+    monkeypatch.setattr(row_file, "SPAN_GAP", gap)
+    monkeypatch.setattr(row_file, "SPAN_BYTES", span)
     path, x = table(tmp_path)
     rows = RowFile(path, x.shape, torch.float32)
     rng = np.random.default_rng(1)
     cases = {
         "one": [4999],
         "adjacent": [10, 11, 12, 13, 340, 341, 0, 1],
+        "gaps": [20, 22, 25, 29, 34, 35, 36, 4990, 4994, 4998],
         "duplicates, unsorted": [7, 3, 7, 7, 4999, 3, 0, 4, 5, 6],
         "every row, reversed": list(range(4999, -1, -1)),
-        "random with repeats": rng.integers(0, 5000, 20000).tolist(),  # many runs: the threaded reads
+        "random with repeats": rng.integers(0, 5000, 20000).tolist(),  # many spans: the threaded reads
+        "sparse": rng.choice(5000, 300, replace=False).tolist(),  # gaps of every length
         "empty": [],
     }
     for name, ids in cases.items():
-        before = rows.rows_read, rows.reads
+        before = rows.rows_read, rows.reads, rows.bytes_read
         got = rows.read(torch.tensor(ids, dtype=torch.int64))
         assert got.dtype == torch.float32 and got.shape == (len(ids), 3), name
         assert np.array_equal(got.numpy(), x[np.asarray(ids, dtype=np.int64)]), name
         distinct = np.unique(np.asarray(ids, dtype=np.int64))
-        runs = int(np.sum(np.diff(distinct) != 1)) + 1 if distinct.size else 0
-        assert (rows.rows_read - before[0], rows.reads - before[1]) == (distinct.size, runs), name
+        spans = reference_spans(distinct, 12, gap, max(span, 12))
+        assert (rows.rows_read - before[0], rows.reads - before[1], rows.bytes_read - before[2]) == (
+            distinct.size, len(spans), 12 * sum(n for _, n in spans)), name
     rows.close()
 
 
@@ -58,7 +78,7 @@ def test_a_different_or_truncated_file_is_refused_naming_it(tmp_path):
         rows.read(torch.tensor([5, 100]))
     size = os.path.getsize(path)
     os.truncate(path, size - 12 * 10)  # the last ten rows gone after the reader checked the size
-    with pytest.raises(OSError, match="reading rows 95..99 of .*x.npy failed or ended early"):
+    with pytest.raises(OSError, match="reading rows 3..99 of .*x.npy failed or ended early"):  # one span
         rows.read(torch.tensor([3, 95, 96, 97, 98, 99]))
     rows.close()
     with pytest.raises(ValueError, match="x.npy is not a readable .npy file: .*greater than file size"):

@@ -26,6 +26,7 @@ from graphscale.distributed.env import DistEnv
 from graphscale.nn.models import build_model
 from graphscale.prepare import prepare_graph
 from graphscale.registry import STRATEGIES
+from graphscale.strategies import minibatch_common
 from graphscale.strategies.minibatch_common import host_row_cache
 from graphscale.strategies.single import SingleStrategy
 from graphscale.testing import random_graph, run_distributed
@@ -35,6 +36,8 @@ EPOCHS = 2
 #: share: the page cache holds it); evaluation tables spill under the two small ones
 BUDGETS = ("64", "1KiB", "1GiB")
 BUDGET_BYTES = {"64": 64, "1KiB": 1024, "1GiB": 1 << 30}
+#: a superbatch share that lets 1 KiB's superbatches hold a few of these tiny batches each (the default holds one)
+WIDE_SUPERBATCH_SHARE = 8.0
 
 
 def make_graph():
@@ -65,6 +68,7 @@ def train(strategy, data, model, env, config) -> dict:
     if rows is not None:
         out["cache"] = (rows.capacity, rows.ids.numel(), rows.rows.shape[0], rows.hits, rows.misses)
         out["pread"] = None if rows.file is None else rows.file.rows_read  # misses read from the file, deduplicated
+        out["superbatches"] = (rows.superbatches, rows.staged_hits)
     evaluator = getattr(strategy, "evaluator", None)
     out["spilled"] = evaluator.tables.spilled if evaluator is not None else 0
     return out
@@ -204,6 +208,28 @@ def test_single_minibatch_from_disk_matches_in_memory(tmp_path):
     assert SingleStrategy.data_view_for(config) == MEMORY
 
 
+def test_single_minibatch_in_superbatches_matches_in_memory(tmp_path, monkeypatch):
+    """Batches sampled ahead in superbatches of a few batches each, their misses read together: the same run."""
+    graph = make_graph()
+    folder = save_graph_dir(graph, tmp_path / "graph")
+    env = DistEnv.local()
+    config = make_config("single", 1, "sage", "1KiB", tmp_path / "cache")
+    memory = train(SingleStrategy(), graph, build_model(config.model, 6, 3, seed=0, dtype=torch.float64), env, config)
+    runs, default = {}, minibatch_common.SUPERBATCH_SHARE
+    for share in (default, WIDE_SUPERBATCH_SHARE):
+        monkeypatch.setattr(minibatch_common, "SUPERBATCH_SHARE", share)
+        handle = DataHandle(HOST_SHARED, graph.summary(), path=str(folder), dtype="float64")
+        runs[share] = disk = train(SingleStrategy(), handle,
+                                   build_model(config.model, 6, 3, seed=0, dtype=torch.float64), env, config)
+        assert_same_run(disk, memory, f"share {share}")
+    batches = EPOCHS * -(-int(graph.train_mask.sum()) // 7)
+    one, wide = runs[default], runs[WIDE_SUPERBATCH_SHARE]
+    assert one["superbatches"][0] == batches  # 256 bytes hold one batch a superbatch
+    assert 2 * EPOCHS <= wide["superbatches"][0] < batches  # several superbatches an epoch, several batches each
+    assert wide["superbatches"][1] == wide["cache"][4] > 0  # every miss of training taken from the staged rows
+    assert wide["pread"] < one["pread"]  # rows two batches of a superbatch share are read once
+
+
 def test_single_sampled_evaluation_from_disk_matches_in_memory(tmp_path):
     """--eval-fanouts: the splits' vertices evaluated on sampled neighbourhoods, the same from the graph directory
     (every budget) as in memory, the same every call; with every neighbour (-1) it is the exact evaluation."""
@@ -243,6 +269,15 @@ def _worker(env: DistEnv, name: str, folder: str, cache_dir: str) -> list[dict]:
         data = handle if len(out) == 0 else disk_handle(handle, folder)  # first: the in-memory reference
         model = build_model(config.model, 6, 3, seed=0, dtype=torch.float64)
         out.append(train(STRATEGIES.get(name)(), data, model, env, config))
+    share = minibatch_common.SUPERBATCH_SHARE  # superbatches of a few batches each
+    minibatch_common.SUPERBATCH_SHARE = WIDE_SUPERBATCH_SHARE
+    try:
+        config = make_config(name, env.world_size, "sage", "1KiB", cache_dir)
+        data = disk_handle(prepare_graph(graph, config, cache_dir), folder)
+        model = build_model(config.model, 6, 3, seed=0, dtype=torch.float64)
+        out.append(train(STRATEGIES.get(name)(), data, model, env, config))
+    finally:
+        minibatch_common.SUPERBATCH_SHARE = share
     return out
 
 
@@ -255,6 +290,10 @@ def test_minibatch_strategies_from_disk_match_in_memory(name, tmp_path):
     for rank, runs in enumerate(results):
         memory = runs[0]
         assert memory["cache"][0] == 0  # an in-memory graph is read directly
+        wide = runs[-1]
+        assert_same_run(wide, memory, f"{name}/rank {rank}/superbatches")
+        assert 1 < wide["superbatches"][0] < runs[2]["superbatches"][0]  # fewer than 1 KiB's one-batch ones
+        assert wide["superbatches"][1] > 0
         for budget, disk in zip(BUDGETS, runs[1:]):
             tag = f"{name}/rank {rank}/{budget}"
             assert_same_run(disk, memory, tag)
@@ -262,4 +301,4 @@ def test_minibatch_strategies_from_disk_match_in_memory(name, tmp_path):
             assert ids == rows == capacity <= 60, tag
             assert (0 < disk["pread"] <= misses) if budget != "1GiB" else disk["pread"] is None, tag
             assert (disk["spilled"] > 0) == (budget != "1GiB"), tag
-        assert [run["cache"][0] for run in runs[1:]] == [0, 5, 0]
+        assert [run["cache"][0] for run in runs[1:]] == [0, 5, 0, 5]

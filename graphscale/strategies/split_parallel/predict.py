@@ -33,6 +33,7 @@ from graphscale.cost.pricing import (
     state_bytes,
 )
 from graphscale.data.sampler import MiniBatchLoader, NeighborSampler
+from graphscale.data.superbatch import held_bytes
 from graphscale.strategies.link_minibatch import PAIR_ROWS, PairExchange
 from graphscale.strategies.optimizers import moment_count
 from graphscale.strategies.split_parallel.plan import SplitPlan
@@ -43,7 +44,7 @@ from graphscale.tasks.link import embedding_width
 
 def link_pairs(split, batch, world: int) -> list[PairExchange]:
     """Every worker's :class:`~graphscale.strategies.link_minibatch.PairExchange` of an edge batch whose seeds'
-    mini-batch split is ``split``, as the strategy builds it (:meth:`~.strategy.SplitParallel.gather_link`)."""
+    mini-batch split is ``split``, as the strategy builds it (:meth:`~.strategy.SplitParallel.sample_link`)."""
     import torch
 
     s = batch.seeds.numel()
@@ -72,7 +73,6 @@ def predict(data, model, config, machine, epoch: int = 0):
         loader = MiniBatchLoader(torch.nonzero(graph.train_mask).flatten(), sc.batch_size, seed=config.seed)
     sampler = NeighborSampler(graph, sc.fanouts, seed=config.seed)
     host = HostRowPrice(data, config, elem)  # the hot-row cache over the mapped features, and its misses
-    misses = [0] * world
     row = data.num_features * elem
     out = {"h2d": 0, "h2d_struct": 0, "shuffle": 0, **({PAIR_ROWS: 0} if link else {})}
     edges, busiest, scored = 0, 0, [0] * world
@@ -87,7 +87,7 @@ def predict(data, model, config, machine, epoch: int = 0):
         for r in range(world):
             local = split.local(r)
             out["h2d"] += local.miss_ids.numel() * row
-            misses[r] += host.read(local.miss_ids)
+            host.read(local.miss_ids, r, held_bytes(local))
             out["h2d_struct"] += local.structure_bytes()
             own = local.own_counts  # own rows per level: a layer's sources, then its destinations
             layers = [(own[l + 1], own[l], int(lay.computed[r]) + own[l + 1]) for l, lay in enumerate(split.layers)]
@@ -117,7 +117,7 @@ def predict(data, model, config, machine, epoch: int = 0):
                    if pairs is not None else 0.0))
 
     compute = lockstep_seconds(steps, step_seconds)  # shuffles and a gradient all-reduce per mini-batch
-    compute += max(host.disk_seconds(m) for m in misses)  # the misses read from disk
+    compute += max(host.disk_seconds(r) for r in range(world))  # the misses read from disk, a superbatch at a time
     # per mini-batch: a shuffle per layer forward and per layer whose backward ships gradients, the gradient
     # all-reduce (link: the pair exchange forward and backward); per epoch: the loss all-reduce
     collectives = len(batches) * (len(back) + sum(1 for b in back if b) + 1 + (2 if link else 0)) + 1

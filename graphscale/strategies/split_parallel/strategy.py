@@ -83,8 +83,8 @@ from graphscale.config import RunConfig
 from graphscale.data.block import Block
 from graphscale.data.graph import Graph
 from graphscale.data.handle import DataHandle
-from graphscale.data.row_cache import prefetched
 from graphscale.data.sampler import MiniBatchLoader
+from graphscale.data.superbatch import superbatched
 from graphscale.distributed.comm import CONTROL
 from graphscale.distributed.env import DistEnv
 from graphscale.distributed.functional import all_to_all_v
@@ -231,21 +231,26 @@ class SplitParallel(MiniBatchStrategy):
         blocks = self.sampler.sample(targets, batch_key)
         return split_minibatch(blocks, self.plan, self.modes, self.workspace).local(self.env.rank)
 
-    def gather_split(self, targets: torch.Tensor, batch_key: int) -> tuple[LocalSplit, torch.Tensor]:
-        """This worker's split of the mini-batch (:meth:`split`) and its global misses' host rows, gathered without a
-        collective (so it can run ahead, in the prefetch thread)."""
+    def sample_split(self, targets: torch.Tensor, batch_key: int) -> tuple[LocalSplit, torch.Tensor]:
+        """This worker's split of the mini-batch (:meth:`split`) and its global misses' ids, computed without a
+        collective (so it can run ahead, in the prefetch thread; :meth:`gather_split` gathers their rows)."""
         local = self.split(targets, batch_key)
-        return local, self.host_rows.gather(local.miss_ids)
+        return local, local.miss_ids
 
-    def gather_link(self, batch: EdgeBatch, batch_key: int) -> tuple[LocalSplit, torch.Tensor, PairExchange]:
-        """:meth:`gather_split` of an edge batch (its seeds sampled as ``single`` samples them) and the
+    def gather_split(self, targets: torch.Tensor, batch_key: int) -> tuple[LocalSplit, torch.Tensor]:
+        """:meth:`sample_split` with the misses' host rows gathered."""
+        local, miss_ids = self.sample_split(targets, batch_key)
+        return local, self.host_rows.gather(miss_ids)
+
+    def sample_link(self, batch: EdgeBatch, batch_key: int) -> tuple[tuple[LocalSplit, PairExchange], torch.Tensor]:
+        """:meth:`sample_split` of an edge batch (its seeds sampled as ``single`` samples them), with the
         :class:`~graphscale.strategies.link_minibatch.PairExchange` of its pairs."""
         whole = split_minibatch(self.sampler.sample(batch.seeds, batch_key), self.plan, self.modes, self.workspace)
         s = batch.seeds.numel()
         owner, own_pos = torch.from_numpy(whole.owner[:s].copy()), torch.from_numpy(whole.own_pos[:s].copy())
         pairs = PairExchange(owner, own_pos, batch, self.env.rank, self.env.world_size)
         local = whole.local(self.env.rank)
-        return local, self.host_rows.gather(local.miss_ids), pairs
+        return (local, pairs), local.miss_ids
 
     def load_inputs(self, local: LocalSplit, miss_x: torch.Tensor | None = None) -> torch.Tensor:
         """This worker's input rows: cache hits from its cache, global misses from the host (``h2d``; ``miss_x``:
@@ -375,11 +380,12 @@ class SplitParallel(MiniBatchStrategy):
         with self.tracker.epoch():
             batches = self.loader.batches(epoch)
             if self.link is None:
-                ahead = prefetched(lambda i: self.gather_split(batches[i], self.loader.batch_key(epoch, i)),
-                                   len(batches))
+                ahead = superbatched(lambda i: self.sample_split(batches[i], self.loader.batch_key(epoch, i)),
+                                     self.host_rows.gather, len(batches), self.host_rows)
             else:
-                ahead = prefetched(lambda i: self.gather_link(batches[i], self.loader.batch_key(epoch, i)),
-                                   len(batches))
+                ahead = ((local, miss_x, pairs) for (local, pairs), miss_x in superbatched(
+                    lambda i: self.sample_link(batches[i], self.loader.batch_key(epoch, i)), self.host_rows.gather,
+                    len(batches), self.host_rows))
             for i, (targets, gathered) in enumerate(zip(batches, ahead)):
                 if self.link is None:
                     loss, _, local = self.step(targets, self.loader.batch_key(epoch, i), gathered)

@@ -1,0 +1,101 @@
+"""Superbatches: the missed feature rows of several mini-batches read from disk in one ascending sweep.
+
+A mini-batch worker whose feature table is read from its file (:class:`~graphscale.data.row_cache.HotRowCache` with
+a :class:`~graphscale.data.row_file.RowFile`) would read each batch's misses on their own: tens of thousands of
+random reads a batch, each costing the kernel about as much CPU as a 512 KiB sequential read. :func:`superbatched`
+samples the batches ahead instead, in groups (**superbatches**): it samples batch after batch (the same batches and
+sampling keys as one at a time, so the run is unchanged bit for bit) while the group's distinct missed rows and the
+sampled batches it holds fit the cache's ``stage_bytes`` (:data:`SUPERBATCH_SHARE` of ``--host-memory``), then
+reads the group's distinct misses at once (:meth:`~graphscale.data.row_cache.HotRowCache.stage`): sorted, they are
+dense in the file, and the reader's spans turn them into large sequential reads of the file in ascending order,
+skipping little. Each batch of the group then gathers its rows from the cache and the staged buffer; the buffer is
+freed as the group's last batch is gathered, before the next group is sampled.
+
+A group takes at least one batch: a batch whose misses alone exceed ``stage_bytes`` is a group of its own (its
+buffer is then the one a batch read on its own would take). The sampling and the sweep run in the prefetch thread
+(:func:`~graphscale.data.row_cache.prefetched`), one item ahead of the training loop, as a batch's gather does.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterator
+from typing import TypeVar
+
+import numpy as np
+import torch
+
+from graphscale.data.row_cache import HotRowCache, prefetched
+
+#: share of the ``--host-memory`` budget one superbatch may hold (its staged rows and its sampled batches), beside
+#: the hot-row cache's :data:`~graphscale.data.row_cache.FEATURE_CACHE_SHARE` (the rest: the worker's own arrays,
+#: the batch in training, and the page cache the sampler's reads of the mapped CSR need)
+SUPERBATCH_SHARE = 0.125
+
+S = TypeVar("S")
+
+
+def held_bytes(obj, _seen: set[int] | None = None) -> int:
+    """Bytes of the tensors and arrays ``obj`` holds (through tuples, lists, dicts, dataclasses and objects'
+    attributes), each counted once."""
+    seen = set() if _seen is None else _seen
+    if obj is None or isinstance(obj, (int, float, bool, str)) or id(obj) in seen:
+        return 0
+    seen.add(id(obj))
+    if isinstance(obj, torch.Tensor):
+        return obj.numel() * obj.element_size()
+    if isinstance(obj, np.ndarray):
+        return int(obj.nbytes)
+    if isinstance(obj, dict):
+        return sum(held_bytes(v, seen) for v in obj.values())
+    if isinstance(obj, (list, tuple)):
+        return sum(held_bytes(v, seen) for v in obj)
+    if dataclasses.is_dataclass(obj):
+        return sum(held_bytes(getattr(obj, f.name), seen) for f in dataclasses.fields(obj))
+    fields = getattr(obj, "__dict__", None)
+    return sum(held_bytes(v, seen) for v in fields.values()) if isinstance(fields, dict) else 0
+
+
+def superbatched(sample: Callable[[int], tuple[S, torch.Tensor | None]],
+                 gather: Callable[[torch.Tensor], torch.Tensor] | None, count: int,
+                 cache: HotRowCache | None = None) -> Iterator[tuple[S, torch.Tensor | None]]:
+    """``(state_i, gather(ids_i))`` for ``i`` in ``range(count)``, where ``sample(i)`` is ``(state_i, ids_i)``,
+    produced one item ahead in a background thread (``None`` rows where ``ids_i`` or ``gather`` is ``None``).
+
+    With a ``cache`` whose ``stage_bytes`` is positive (it reads its misses from a file; ``gather`` must then be
+    its :meth:`~graphscale.data.row_cache.HotRowCache.gather`), the batches are sampled and read in superbatches
+    (module docstring); otherwise one at a time."""
+    if cache is None or cache.stage_bytes <= 0 or gather is None:
+        def one(i: int):
+            state, ids = sample(i)
+            return state, None if ids is None or gather is None else gather(ids)
+
+        return prefetched(one, count)
+    items = _superbatches(sample, cache, count)
+    return prefetched(lambda i: next(items), count)
+
+
+def _superbatches(sample, cache: HotRowCache, count: int):
+    row_bytes = cache.file_row_bytes
+    pending, i = None, 0
+    while i < count:
+        group, missed, held = [], torch.zeros(0, dtype=torch.int64), 0
+        while i + len(group) < count:
+            item = sample(i + len(group)) if pending is None else pending
+            pending = None
+            state, ids = item
+            union = missed if ids is None else torch.unique(torch.cat([missed, cache.missed(ids)]))
+            size = held + held_bytes(item) + union.numel() * row_bytes
+            if group and size > cache.stage_bytes:
+                pending = item  # the next group's first batch
+                break
+            group.append(item)
+            missed, held = union, held + held_bytes(item)
+        cache.stage(missed)
+        for k, (state, ids) in enumerate(group):
+            rows = None if ids is None else cache.gather(ids)
+            if k == len(group) - 1:
+                cache.unstage()  # freed before the next group is sampled
+            group[k] = None  # the consumer holds what it trains on
+            yield state, rows
+        i += len(group)
