@@ -34,7 +34,7 @@ from graphscale.data.block import Block
 from graphscale.data.features import learnable_dim
 from graphscale.data.handle import HOST_SHARED, MEMORY
 from graphscale.data.sampler import MiniBatchLoader, NeighborSampler
-from graphscale.data.superbatch import superbatched
+from graphscale.data.superbatch import held_bytes, superbatched
 from graphscale.distributed.comm import Comm
 from graphscale.metrics.memory import MemoryTracker
 from graphscale.metrics.stats import EpochStats
@@ -351,7 +351,7 @@ def predict_minibatch(data, model, config, machine, epoch: int = 0):
     mapped = SingleStrategy.data_view_for(config) == HOST_SHARED
     host = HostRowPrice(data, config, elem, graph=graph, mapped=mapped)
     sampler = NeighborSampler(graph, sc.fanouts, seed=config.seed)
-    compute, sampled, inputs, misses, busiest, most_pairs = 0.0, 0, 0, 0, 0, 0
+    compute, sampled, inputs, busiest, most_pairs = 0.0, 0, 0, 0, 0
     width = 0
     if link:
         from graphscale.cost.link import head_bytes, head_seconds
@@ -365,9 +365,10 @@ def predict_minibatch(data, model, config, machine, epoch: int = 0):
             most_pairs = max(most_pairs, batch.num_pairs)
             compute += head_seconds(machine, batch.num_pairs, width, config.decoder)
         else:
-            blocks = sampler.sample(batches[i], batch_key=epoch * count + i)
+            batch = batches[i]
+            blocks = sampler.sample(batch, batch_key=epoch * count + i)
         src = blocks[0].src_ids
-        misses += host.read(src)
+        host.read(src, 0, held_bytes((batch, blocks)))  # a superbatch holds the run's (batch, blocks)
         inputs += src.numel()
         busiest = max(busiest, src.numel())
         sampled += sum(b.num_edges for b in blocks)
@@ -376,7 +377,7 @@ def predict_minibatch(data, model, config, machine, epoch: int = 0):
     row = data.num_features * elem
     gather = machine.h2d_bandwidth or machine.host_transfer_bandwidth or machine.memory_bandwidth
     compute += (host_seconds(machine, machine.sample_call_s, machine.sample_edge_s, count, sampled)
-                + inputs * row / gather + host.disk_seconds(misses))
+                + inputs * row / gather + host.disk_seconds(0))
     n, e = data.num_nodes, int(data.summary["edges"])
     if mapped:
         held, _ = host.worker_bytes(config.device)
