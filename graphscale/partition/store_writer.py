@@ -277,7 +277,8 @@ def _spill_chunks(spill: Path, id_dtype, chunk: int):
 def _row_ranges(counts: np.ndarray, budget: int) -> np.ndarray:
     """Bounds ``[r_0 = 0, r_1, ..., L]`` of consecutive row ranges holding at most ``budget`` keys each (a row
     with more alone)."""
-    bounds, row, total = [0], 0, np.concatenate([[0], np.cumsum(counts)])
+    bounds, row, total = [0], 0, np.zeros(counts.size + 1, np.int64)
+    np.cumsum(counts, out=total[1:])
     while row < counts.size:
         row = max(row + 1, int(np.searchsorted(total, total[row] + budget, side="right")) - 1)
         bounds.append(min(row, counts.size))
@@ -291,7 +292,8 @@ def _local_csr(spill: Path, id_dtype, owner: np.ndarray, s: int, lut: np.ndarray
     width = np.int64(max(n_local, 1))
     keys = np.empty(2 * chunk, np.int64)
     keys_bytes = keys.nbytes  # also the copy buffer of indices.npy
-    counts = np.zeros(n_local, np.int64)
+    indptr = np.zeros(n_local + 1, np.int64)
+    counts = indptr[1:]  # (the row counts, summed in place into the row pointers at the end)
     for pairs in _spill_chunks(spill, id_dtype, chunk):
         k = _local_keys(pairs, owner, s, lut, width, keys, reverse)
         _count_rows(keys[:k], width, counts)
@@ -328,8 +330,7 @@ def _local_csr(spill: Path, id_dtype, owner: np.ndarray, s: int, lut: np.ndarray
             got = _dedupe_rows(block, width, counts)
             block[:got].tofile(f)
             m += got
-    indptr = np.zeros(n_local + 1, np.int64)
-    np.cumsum(counts, out=indptr[1:])
+    np.cumsum(counts, out=counts)
     with open(out / "indices.npy", "wb") as f, open(raw, "rb") as src:
         f.write(npy_header(np.int64, (m,)))
         shutil.copyfileobj(src, f, max(keys_bytes, 1 << 16))
@@ -356,8 +357,8 @@ def _build_part(s: int, spill: Path, id_dtype, owner: np.ndarray, book: tuple[np
     halo, halo_global = halo[order], halo_global[order]
     del order
     n_inner, n_local = inner.size, inner.size + halo.size
-    orig = np.concatenate([inner, halo])
-    del inner
+    orig = np.concatenate([inner, halo], dtype=id_dtype)  # (written as int64)
+    del inner, halo, halo_global  # (orig[n_inner:] holds the halo, in this order, while the CSR is built)
     lut[orig] = np.arange(n_local, dtype=lut.dtype)
     out.mkdir()
     indptr, m = _local_csr(spill, id_dtype, owner, s, lut, n_local, reverse, chunk, out)
@@ -365,9 +366,10 @@ def _build_part(s: int, spill: Path, id_dtype, owner: np.ndarray, book: tuple[np
     spill.unlink()
     np.save(out / "indptr.npy", indptr)
     del indptr
-    np.save(out / "orig_ids.npy", orig)
-    np.save(out / "global_ids.npy", np.concatenate([np.arange(start, end, dtype=np.int64), halo_global]))
-    del halo_global
+    np.save(out / "orig_ids.npy", orig.astype(np.int64))
+    halo = orig[n_inner:]
+    np.save(out / "global_ids.npy", np.concatenate([np.arange(start, end, dtype=np.int64),
+                                                    boundaries[owner[halo]] + rank[halo]]))
     np.save(out / "degree.npy", deg[orig].astype(np.int64))
     np.save(out / "halo_owner.npy", owner[halo])
     for name, source in node_data.items():
@@ -377,7 +379,7 @@ def _build_part(s: int, spill: Path, id_dtype, owner: np.ndarray, book: tuple[np
             _write_rows(source, orig, out / f"{name}.npy", feature_chunk_bytes, bool, zero_from=n_inner)
         else:
             _write_rows(source, orig, out / f"{name}.npy", feature_chunk_bytes)
-    meta = {"part": s, "num_parts": boundaries.size - 1, "num_inner": n_inner, "num_halo": int(halo.size),
+    meta = {"part": s, "num_parts": boundaries.size - 1, "num_inner": n_inner, "num_halo": n_local - n_inner,
             "num_local": n_local, "num_edges": int(m),
             "arrays": [*PART_ARRAYS, *(name for name in node_data if name not in referenced)]}
     (out / "meta.json").write_text(json.dumps(meta, indent=1))
