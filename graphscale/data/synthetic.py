@@ -313,8 +313,8 @@ class _SBM(_Model):
         rng = _rng(params["seed"], _NODES)
         labels = rng.integers(0, c, n)
         # per-vertex state: the cumulative weights (float64), the class-sorted order and the labels, the last two
-        # in the narrowest integer type (13 bytes per vertex for n < 2^31 and up to 127 classes); every step in
-        # place, so that building it holds at most three [n] temporaries
+        # in the narrowest integer type (at most 13 bytes per vertex below 2^31 vertices and 128 classes); every
+        # step in place, so that building it holds at most three [n] temporaries
         weight = rng.random(n)
         np.subtract(1.0, weight, out=weight)
         weight **= -1.0 / (params["exponent"] - 1.0)  # theta (in place, numpy's scalar-power path as for **)
