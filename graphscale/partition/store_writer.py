@@ -173,10 +173,13 @@ def _write_rows(source: _NodeArray, rows: np.ndarray, file: Path, chunk_bytes: i
         f.write(npy_header(dtype, shape))
         for first in range(0, rows.size, step):
             last = min(first + step, rows.size)
-            block = np.zeros((last - first, *shape[1:]), dtype)
-            if first < stop:
-                block[:min(last, stop) - first] = source.take(rows[first:min(last, stop)])
-            f.write(np.ascontiguousarray(block).tobytes())
+            if last <= stop:  # (one chunk-sized copy: the gathered rows, written as they are)
+                block = np.ascontiguousarray(source.take(rows[first:last]), dtype)
+            else:
+                block = np.zeros((last - first, *shape[1:]), dtype)
+                if first < stop:
+                    block[:stop - first] = source.take(rows[first:stop])
+            f.write(memoryview(block.reshape(-1)).cast("B"))
 
 
 @dataclass
