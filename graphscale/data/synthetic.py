@@ -254,7 +254,7 @@ class _Model(ABC):
 
     num_nodes: int
     num_edges: int  # undirected edges drawn
-    labels: np.ndarray
+    labels: np.ndarray  # class ids in the narrowest integer type (written as int64)
 
     def __init__(self, kind: str, params: dict) -> None:
         self.kind, self.params = kind, params
@@ -311,12 +311,22 @@ class _SBM(_Model):
         n, c, deg = params["nodes"], params["classes"], params["degree"]
         self.num_nodes, self.num_edges = n, round(n * deg / 2)
         rng = _rng(params["seed"], _NODES)
-        self.labels = rng.integers(0, c, n)
-        theta = (1.0 - rng.random(n)) ** (-1.0 / (params["exponent"] - 1.0))
-        weight = np.minimum(theta * (deg / theta.mean()), params["max_degree"] or math.sqrt(n * deg))
-        self._order = np.argsort(self.labels, kind="stable")
-        self._cum = np.cumsum(weight[self._order])
-        sizes = np.bincount(self.labels, minlength=c)
+        labels = rng.integers(0, c, n)
+        # per-vertex state: the cumulative weights (float64), the class-sorted order and the labels, the last two
+        # in the narrowest integer type (at most 13 bytes per vertex below 2^31 vertices and 128 classes); every
+        # step in place, so that building it holds at most three [n] temporaries
+        weight = rng.random(n)
+        np.subtract(1.0, weight, out=weight)
+        weight **= -1.0 / (params["exponent"] - 1.0)  # theta (in place, numpy's scalar-power path as for **)
+        weight *= deg / weight.mean()
+        np.minimum(weight, params["max_degree"] or math.sqrt(n * deg), out=weight)
+        self._order = np.argsort(labels, kind="stable").astype(_id_dtype(n))
+        sizes = np.bincount(labels, minlength=c)
+        self.labels = labels.astype(_id_dtype(c))
+        del labels
+        self._cum = weight[self._order]
+        del weight
+        np.cumsum(self._cum, out=self._cum)
         self._end = np.cumsum(sizes)
         self._start = self._end - sizes
         self._w_before = np.where(self._start > 0, self._cum[np.maximum(self._start - 1, 0)], 0.0)
@@ -332,8 +342,8 @@ class _SBM(_Model):
         return out
 
     def _pick(self, t: np.ndarray, lo: np.ndarray | int, hi: np.ndarray | int) -> np.ndarray:
-        """Vertex whose cumulative-weight interval holds ``t``, clipped to sorted positions ``[lo, hi]``."""
-        return self._order[np.clip(self._position(t), lo, hi)]
+        """Vertex (int64) whose cumulative-weight interval holds ``t``, clipped to sorted positions ``[lo, hi]``."""
+        return self._order[np.clip(self._position(t), lo, hi)].astype(np.int64)
 
     def edge_block(self, block: int) -> tuple[np.ndarray, np.ndarray]:
         rng = _rng(self.params["seed"], _EDGES, block)
@@ -366,7 +376,7 @@ class _SBM(_Model):
         pos = np.clip(self._position(t), 0, self.num_nodes - 1)
         inside = (pos >= self._start[a]) & (pos < self._end[a])  # only from rounding at a class boundary
         pos = np.where(inside, np.where(self._start[a] > 0, self._start[a] - 1, self._end[a]), pos)
-        v[~intra] = self._order[pos]
+        v[~intra] = self._order[pos]  # (int64 v: the ids widen on assignment)
         return u, v
 
 
@@ -394,7 +404,7 @@ class _RMAT(_Model):
         middle = (np.cumsum(count) - count / 2) / n
         cls = np.empty(s + 1, dtype=np.int64)
         cls[rank] = np.minimum(self.params["classes"] - 1, np.floor(self.params["classes"] * middle)).astype(np.int64)
-        labels = cls[ones]
+        labels = cls[ones].astype(_id_dtype(self.params["classes"]))
         if self._perm is None:
             return labels
         out = np.empty_like(labels)
@@ -421,6 +431,14 @@ class _RMAT(_Model):
         if self._perm is not None:
             src, dst = self._perm[src], self._perm[dst]
         return src, dst
+
+
+def _id_dtype(count: int) -> np.dtype:
+    """The narrowest signed integer type holding ``0 .. count - 1`` (per-vertex arrays held in memory)."""
+    for dtype in (np.int8, np.int16, np.int32):
+        if count - 1 <= np.iinfo(dtype).max:
+            return np.dtype(dtype)
+    return np.dtype(np.int64)
 
 
 def _unique(keys: np.ndarray) -> np.ndarray:
@@ -477,7 +495,7 @@ def generate(spec: str | tuple[str, dict]) -> Graph:
     name, meta = _graph_info(model)
     masks = {k: torch.from_numpy(v) for k, v in model.masks().items()}
     return Graph(torch.from_numpy(indptr), torch.from_numpy(keys - dst * n),
-                 x=None if x is None else torch.from_numpy(x), y=torch.from_numpy(model.labels),
+                 x=None if x is None else torch.from_numpy(x), y=torch.from_numpy(model.labels.astype(np.int64)),
                  name=name, meta=meta, **masks)
 
 

@@ -158,7 +158,7 @@ def partition_dataset(args: argparse.Namespace) -> dict:
     from graphscale.data.specs import canonical_spec
     from graphscale.metrics.host_memory import resolve_host_memory
     from graphscale.partition.base import validate_num_parts
-    from graphscale.partition.metrics import peak_rss_bytes
+    from graphscale.partition.metrics import peak_rss_bytes, validate_assignment
     from graphscale.partition.store import check_store_target
     from graphscale.partition.store_writer import write_partition_store
     from graphscale.partition.stream_memory import plan_chunk_edges
@@ -213,6 +213,9 @@ def partition_dataset(args: argparse.Namespace) -> dict:
                 graph = edge_stream_to_graph(source, chunk_edges=args.chunk_edges)
             csr = source if isinstance(source, GraphEdges) else GraphEdges(graph)
             owner = partitioner.partition_csr(csr, args.parts, seed=args.seed, chunk_edges=args.chunk_edges).numpy()
+        # the owners in the narrowest type (2 bytes per vertex up to 32,767 parts); the partitioner's int64 array
+        # (also held by an edge partitioner's result) is not kept while the store is written
+        owner, result = validate_assignment(owner, n, args.parts, "owner"), None
         partition_seconds = time.perf_counter() - partition_start
         node_data = node_data_of(graph, args.no_features, graph_dir_of(args.dataset))
         summary = write_partition_store(

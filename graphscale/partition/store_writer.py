@@ -28,7 +28,6 @@ import torch
 from graphscale.data.edge_stream import DEFAULT_CHUNK_EDGES
 from graphscale.data.formats import replace_dir, temp_sibling
 from graphscale.partition.base import validate_num_parts
-from graphscale.partition.book import PartitionBook
 from graphscale.partition.csr_source import chunk_reader
 from graphscale.partition.metrics import MetricsAccumulator, PartitionMetrics, validate_assignment
 from graphscale.partition.store import (
@@ -145,6 +144,12 @@ class _NodeArray:
         if self.shape[:1] != (n,):
             raise ValueError(f"node_data[{name!r}] must have {n} rows, got shape {self.shape}")
 
+    def whole(self) -> np.ndarray:
+        """All rows: the array itself, or a memory map of the file (its pages are the file's, not the process's)."""
+        if self.path is not None:
+            return np.load(self.path, mmap_mode="r")
+        return _as_array(self.value)
+
     def take(self, rows: np.ndarray) -> np.ndarray:
         if self.path is not None:
             mapped = np.load(self.path, mmap_mode="r")
@@ -168,10 +173,13 @@ def _write_rows(source: _NodeArray, rows: np.ndarray, file: Path, chunk_bytes: i
         f.write(npy_header(dtype, shape))
         for first in range(0, rows.size, step):
             last = min(first + step, rows.size)
-            block = np.zeros((last - first, *shape[1:]), dtype)
-            if first < stop:
-                block[:min(last, stop) - first] = source.take(rows[first:min(last, stop)])
-            f.write(np.ascontiguousarray(block).tobytes())
+            if last <= stop:  # (one chunk-sized copy: the gathered rows, written as they are)
+                block = np.ascontiguousarray(source.take(rows[first:last]), dtype)
+            else:
+                block = np.zeros((last - first, *shape[1:]), dtype)
+                if first < stop:
+                    block[:stop - first] = source.take(rows[first:stop])
+            f.write(memoryview(block.reshape(-1)).cast("B"))
 
 
 @dataclass
@@ -181,6 +189,32 @@ class StoreSummary:
     path: Path
     metrics: PartitionMetrics
     seconds: float
+
+
+@numba.njit(nogil=True, cache=True)
+def _ranks(owner, rank, counts):  # pragma: no cover - numba
+    """``rank[v]``: how many vertices before ``v`` its partition owns (``v``'s place in the partition's block of
+    the book's permutation); ``counts[s]`` gains partition ``s``'s vertices."""
+    for v in range(owner.size):
+        s = owner[v]
+        rank[v] = counts[s]
+        counts[s] += 1
+
+
+def _book(owner: np.ndarray, p: int, perm_file: Path, id_dtype) -> tuple[np.ndarray, np.ndarray]:
+    """The partition book without its two int64 ``[N]`` permutations: ``perm.npy`` (the stable order of the
+    vertices by partition, :class:`~graphscale.partition.book.PartitionBook`'s ``perm``) is written a partition at
+    a time; returns ``(boundaries, rank)``, ``rank`` in ``id_dtype``: a vertex's global id (``inv_perm``) is
+    ``boundaries[owner[v]] + rank[v]``."""
+    rank, counts = np.empty(owner.size, id_dtype), np.zeros(p, np.int64)
+    _ranks(owner, rank, counts)
+    boundaries = np.zeros(p + 1, np.int64)
+    np.cumsum(counts, out=boundaries[1:])
+    with open(perm_file, "wb") as f:
+        f.write(npy_header(np.int64, (owner.size,)))
+        for s in range(p):
+            np.flatnonzero(owner == s).tofile(f)
+    return boundaries, rank
 
 
 @numba.njit(nogil=True, cache=True)
@@ -246,7 +280,8 @@ def _spill_chunks(spill: Path, id_dtype, chunk: int):
 def _row_ranges(counts: np.ndarray, budget: int) -> np.ndarray:
     """Bounds ``[r_0 = 0, r_1, ..., L]`` of consecutive row ranges holding at most ``budget`` keys each (a row
     with more alone)."""
-    bounds, row, total = [0], 0, np.concatenate([[0], np.cumsum(counts)])
+    bounds, row, total = [0], 0, np.zeros(counts.size + 1, np.int64)
+    np.cumsum(counts, out=total[1:])
     while row < counts.size:
         row = max(row + 1, int(np.searchsorted(total, total[row] + budget, side="right")) - 1)
         bounds.append(min(row, counts.size))
@@ -260,7 +295,8 @@ def _local_csr(spill: Path, id_dtype, owner: np.ndarray, s: int, lut: np.ndarray
     width = np.int64(max(n_local, 1))
     keys = np.empty(2 * chunk, np.int64)
     keys_bytes = keys.nbytes  # also the copy buffer of indices.npy
-    counts = np.zeros(n_local, np.int64)
+    indptr = np.zeros(n_local + 1, np.int64)
+    counts = indptr[1:]  # (the row counts, summed in place into the row pointers at the end)
     for pairs in _spill_chunks(spill, id_dtype, chunk):
         k = _local_keys(pairs, owner, s, lut, width, keys, reverse)
         _count_rows(keys[:k], width, counts)
@@ -297,8 +333,7 @@ def _local_csr(spill: Path, id_dtype, owner: np.ndarray, s: int, lut: np.ndarray
             got = _dedupe_rows(block, width, counts)
             block[:got].tofile(f)
             m += got
-    indptr = np.zeros(n_local + 1, np.int64)
-    np.cumsum(counts, out=indptr[1:])
+    np.cumsum(counts, out=counts)
     with open(out / "indices.npy", "wb") as f, open(raw, "rb") as src:
         f.write(npy_header(np.int64, (m,)))
         shutil.copyfileobj(src, f, max(keys_bytes, 1 << 16))
@@ -306,35 +341,40 @@ def _local_csr(spill: Path, id_dtype, owner: np.ndarray, s: int, lut: np.ndarray
     return indptr, m
 
 
-def _build_part(s: int, spill: Path, id_dtype, owner: np.ndarray, book: PartitionBook, deg: np.ndarray,
-                scratch: tuple[np.ndarray, np.ndarray], node_data: dict, out: Path, feature_chunk_bytes: int,
-                reverse: bool, chunk: int, referenced: tuple[str, ...] = ()) -> dict:
+def _build_part(s: int, spill: Path, id_dtype, owner: np.ndarray, book: tuple[np.ndarray, np.ndarray],
+                deg: np.ndarray, scratch: tuple[np.ndarray, np.ndarray], node_data: dict, out: Path,
+                feature_chunk_bytes: int, reverse: bool, chunk: int, referenced: tuple[str, ...] = ()) -> dict:
     """Build partition ``s`` from its spilled records, ``chunk`` records at a time: O(|V|) id maps plus a few
-    buffers of ``chunk`` keys (node arrays in ``referenced`` are not copied: readers gather them from the base)."""
+    buffers of ``chunk`` keys (node arrays in ``referenced`` are not copied: readers gather them from the base).
+    ``book`` is :func:`_book`'s ``(boundaries, rank)``; the part's own arrays are built and saved one at a time."""
+    boundaries, rank = book
     mark, lut = scratch
     for pairs in _spill_chunks(spill, id_dtype, chunk):
         _mark_halo(pairs, owner, s, mark)
-    start, end = (int(b) for b in book.boundaries[s:s + 2])
-    inner = book.perm[start:end].numpy()
+    start, end = (int(b) for b in boundaries[s:s + 2])
+    inner = np.flatnonzero(owner == s)  # (= the book's perm[start:end])
     halo = np.flatnonzero(mark)
     mark[halo] = 0
-    halo_global = book.inv_perm.numpy()[halo]
+    halo_global = boundaries[owner[halo]] + rank[halo]  # (= the book's inv_perm[halo])
     order = np.argsort(halo_global)
     halo, halo_global = halo[order], halo_global[order]
     del order
     n_inner, n_local = inner.size, inner.size + halo.size
-    orig = np.concatenate([inner, halo])
+    orig = np.concatenate([inner, halo], dtype=id_dtype)  # (written as int64)
+    del inner, halo, halo_global  # (orig[n_inner:] holds the halo, in this order, while the CSR is built)
     lut[orig] = np.arange(n_local, dtype=lut.dtype)
     out.mkdir()
     indptr, m = _local_csr(spill, id_dtype, owner, s, lut, n_local, reverse, chunk, out)
     lut[orig] = -1
     spill.unlink()
-    arrays = {"indptr": indptr, "orig_ids": orig,
-              "global_ids": np.concatenate([np.arange(start, end, dtype=np.int64), halo_global]),
-              "degree": deg[orig].astype(np.int64), "halo_owner": owner[halo]}
-    for name, array in arrays.items():
-        np.save(out / f"{name}.npy", array)
-    del arrays
+    np.save(out / "indptr.npy", indptr)
+    del indptr
+    np.save(out / "orig_ids.npy", orig.astype(np.int64))
+    halo = orig[n_inner:]
+    np.save(out / "global_ids.npy", np.concatenate([np.arange(start, end, dtype=np.int64),
+                                                    boundaries[owner[halo]] + rank[halo]]))
+    np.save(out / "degree.npy", deg[orig].astype(np.int64))
+    np.save(out / "halo_owner.npy", owner[halo])
     for name, source in node_data.items():
         if name in referenced:
             continue
@@ -342,7 +382,7 @@ def _build_part(s: int, spill: Path, id_dtype, owner: np.ndarray, book: Partitio
             _write_rows(source, orig, out / f"{name}.npy", feature_chunk_bytes, bool, zero_from=n_inner)
         else:
             _write_rows(source, orig, out / f"{name}.npy", feature_chunk_bytes)
-    meta = {"part": s, "num_parts": book.num_parts, "num_inner": n_inner, "num_halo": int(halo.size),
+    meta = {"part": s, "num_parts": boundaries.size - 1, "num_inner": n_inner, "num_halo": n_local - n_inner,
             "num_local": n_local, "num_edges": int(m),
             "arrays": [*PART_ARRAYS, *(name for name in node_data if name not in referenced)]}
     (out / "meta.json").write_text(json.dumps(meta, indent=1))
@@ -461,16 +501,15 @@ def _referenced(nodes: dict[str, _NodeArray], node_base: str | Path | None) -> t
 def _write(tmp: Path, source, n: int, owner: np.ndarray, p: int, edge_part, nodes: dict, chunk_edges: int,
            feature_chunk_bytes: int, progress: ProgressFn | None, halo_hops: int,
            referenced: tuple[str, ...]) -> tuple[PartitionMetrics, list[dict]]:
-    book = PartitionBook.from_owner(torch.from_numpy(owner.astype(np.int64)), p)
+    id_dtype = np.int32 if n <= 2**31 - 1 else np.int64
     np.save(tmp / "owner.npy", owner)
-    np.save(tmp / "perm.npy", book.perm.numpy())
-    np.save(tmp / "boundaries.npy", book.boundaries.numpy())
+    book = _book(owner, p, tmp / "perm.npy", id_dtype)
+    np.save(tmp / "boundaries.npy", book[0])
     spill_dir = tmp / ".spill"
     spill_dir.mkdir()
     train = nodes.get("train_mask")
-    acc = MetricsAccumulator(owner, p, None if train is None else train.take(np.arange(n)))
+    acc = MetricsAccumulator(owner, p, None if train is None else train.whole())
     deg = np.zeros(n, np.int32 if source.num_edges < 2**31 else np.int64)
-    id_dtype = np.int32 if n <= 2**31 - 1 else np.int64
     pairs_ = np.empty(0, id_dtype)
     runner = StreamRunner(source, n, chunk_edges, progress)
     reach = _hop_sets(runner, owner, p, halo_hops - 1) if halo_hops > 1 else None
@@ -492,6 +531,7 @@ def _write(tmp: Path, source, n: int, owner: np.ndarray, p: int, edge_part, node
             else:
                 k = _route_reach(src, dst, reach, ep_, ep is not None, deg, False, target, pairs[:, 0], pairs[:, 1])
             _spill(files, target[:k], pairs[:k])
+            del target, pairs  # (a chunk's buffers, not kept through the partitions' builds)
     finally:
         for f in files:
             f.close()

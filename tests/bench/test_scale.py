@@ -48,6 +48,21 @@ def test_minibatch_step_evaluates_on_its_training_fanouts(tmp_path):
         assert config.strategy.eval_fanouts == fanouts and config.model.layers == len(fanouts)
 
 
+def test_chunk_edges_reach_the_convert_and_partition_steps(tmp_path):
+    """``--chunk-edges`` is passed to the two streaming steps (fixed buffers, so small sizes fit the per-vertex
+    slope), and left out by default (theirs)."""
+    from graphscale.cli import build_parser
+
+    for given, expected in (([], None), (["--chunk-edges", "4096"], "4096")):
+        argv = ["bench", "scale", "--workdir", str(tmp_path), *given]
+        args = build_parser(argv).parse_args(argv)
+        for step in ("convert", "partition"):
+            command = step_argv(step, "sbm:nodes=100", tmp_path, args)
+            parsed = build_parser(command[3:]).parse_args(command[3:])
+            assert parsed.chunk_edges == (int(expected) if expected else 1 << 22), (step, given)
+        assert "--chunk-edges" not in step_argv("minibatch", "sbm:nodes=100", tmp_path, args)
+
+
 def test_disk_counts_hard_links_once(tmp_path):
     (tmp_path / "a").write_bytes(b"x" * 100_000)
     os.link(tmp_path / "a", tmp_path / "b")

@@ -73,6 +73,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--partition-method", default="restream",
                         help="partitioner of the partition and offload steps (default restream: O(|V|) memory, a "
                              "cut close to METIS's)")
+    parser.add_argument("--chunk-edges", type=int, default=0, metavar="N",
+                        help="--chunk-edges of the convert and partition steps (default 0: theirs, 2^22 records); "
+                             "their buffers grow with the graph until it has that many records, so a per-vertex "
+                             "slope fitted below that size counts the buffers too: a small one (e.g. 262144) "
+                             "fits the per-vertex term at small sizes")
     parser.add_argument("--offload-chunks", type=int, default=8, help="--chunks of the offload step (default 8; 0: "
                         "none given, the run takes the fewest that fit --host-memory)")
     add_declared(parser, "batch_size", default=1024, note="here: of the minibatch step",
@@ -99,11 +104,12 @@ def step_argv(step: str, spec: str, work: Path, args) -> list[str]:
              str(work / f"{step}.json"), "--oversubscribe"]
     if args.host_memory or args.memory_limit:
         train += ["--host-memory", args.host_memory or args.memory_limit]
+    chunk = ["--chunk-edges", str(args.chunk_edges)] if args.chunk_edges else []
     if step == "convert":
-        return _graphscale("convert", "--dataset", spec, "--out", str(graph), "--overwrite", "--no-progress")
+        return _graphscale("convert", "--dataset", spec, "--out", str(graph), "--overwrite", "--no-progress", *chunk)
     if step == "partition":
         return _graphscale("partition", "--dataset", data, "--method", args.partition_method, "--parts",
-                           str(args.workers), "--out", str(store), "--overwrite")
+                           str(args.workers), "--out", str(store), "--overwrite", *chunk)
     if step == "minibatch":
         fanouts = ",".join(str(f) for f in args.fanouts)
         return _graphscale(*train, "--dataset", data, "--minibatch", "--model", "sage", "--layers",
@@ -154,6 +160,9 @@ def run(args) -> int:
     for step in steps:
         if step not in STEPS:
             raise ValueError(f"--steps: unknown step {step!r}; expected {', '.join(STEPS)}")
+    if args.chunk_edges < 0:
+        raise ValueError(f"--chunk-edges must be a positive number of records (or 0: the steps' default), got "
+                         f"{args.chunk_edges}")
     limit = parse_bytes(args.memory_limit, "--memory-limit") if args.memory_limit else None
     specs = [s.strip() for s in args.graphs.split(";") if s.strip()] or [
         f"sbm:nodes={int(n)},degree={args.degree},features={args.features}" for n in args.sizes.split(",") if n.strip()]
