@@ -26,6 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from graphscale.data.integrity import file_fingerprint
+from graphscale.partition.store_rows_file import rows_to_file
 
 #: ``graphscale partition --node-data``: copy every part's node rows into the store, or reference the base's
 NODE_DATA_MODES = ("copy", "reference")
@@ -88,33 +89,50 @@ def check_base(store: str | Path, meta: dict) -> Path | None:
     return base
 
 
+def row_blocks(file: Path, rows: np.ndarray, chunk_bytes: int = DEFAULT_GATHER_BYTES):
+    """The ``.npy`` file ``file``'s shape and dtype, and a generator of ``(first, array[rows[first:last]])`` for
+    consecutive blocks of about ``chunk_bytes`` of ``rows``, each read through a memory map opened for that block."""
+    rows = np.asarray(rows, np.int64)
+    probe = np.load(file, mmap_mode="r")
+    shape, dtype = probe.shape, probe.dtype
+    del probe
+    step = block_rows(int(np.prod(shape[1:], dtype=np.int64)) * dtype.itemsize, chunk_bytes, mapped=True)
+
+    def blocks():
+        for first in range(0, rows.size, step):
+            mapped = np.load(file, mmap_mode="r")
+            block = mapped[rows[first:first + step]]
+            del mapped
+            yield first, block
+
+    return shape, dtype, blocks()
+
+
 def gather_rows(file: Path, rows: np.ndarray, *, zero_from: int | None = None, dtype=None,
                 chunk_bytes: int = DEFAULT_GATHER_BYTES) -> np.ndarray:
     """``array[rows]`` of the ``.npy`` file ``file``, gathered in blocks of about ``chunk_bytes`` through a memory
     map opened per block; rows from ``zero_from`` on are zeros (cast to ``dtype`` when given)."""
     rows = np.asarray(rows, np.int64)
-    probe = np.load(file, mmap_mode="r")
-    shape, dtype = probe.shape, np.dtype(dtype or probe.dtype)
-    del probe
-    out = np.zeros((rows.size, *shape[1:]), dtype)
-    row_bytes = int(np.prod(shape[1:], dtype=np.int64)) * dtype.itemsize
     stop = rows.size if zero_from is None else min(zero_from, rows.size)
-    step = block_rows(row_bytes, chunk_bytes, mapped=True)
-    for first in range(0, stop, step):
-        last = min(first + step, stop)
-        mapped = np.load(file, mmap_mode="r")
-        out[first:last] = mapped[rows[first:last]]
-        del mapped
+    shape, stored, blocks = row_blocks(file, rows[:stop], chunk_bytes)
+    out = np.zeros((rows.size, *shape[1:]), np.dtype(dtype or stored))
+    for first, block in blocks:
+        out[first:first + len(block)] = block
     return out
 
 
 def part_rows(base: Path, name: str, orig_ids, num_inner: int, start: int = 0, stop: int | None = None,
-              chunk_bytes: int = DEFAULT_GATHER_BYTES) -> np.ndarray:
+              chunk_bytes: int = DEFAULT_GATHER_BYTES, directory: Path | None = None) -> np.ndarray:
     """Local rows ``[start, stop)`` of node array ``name`` of a part whose local vertices have the original ids
     ``orig_ids`` (``num_inner`` inner ones first), read from the base directory ``base`` (masks zero on halo
-    rows, as stored by a copying store)."""
+    rows, as stored by a copying store). With ``directory`` the rows of an array other than a mask are written
+    to a private file there and returned memory-mapped (:func:`~graphscale.partition.store_rows_file.rows_to_file`):
+    file pages, as a copying store's rows are, not anonymous memory."""
     ids = np.asarray(orig_ids[start:stop], np.int64)
     if name in MASKS:
         return gather_rows(base / f"{name}.npy", ids, zero_from=max(num_inner - start, 0), dtype=np.bool_,
                            chunk_bytes=chunk_bytes)
+    if directory is not None:
+        shape, dtype, blocks = row_blocks(base / f"{name}.npy", ids, chunk_bytes)
+        return rows_to_file(blocks, (ids.size, *shape[1:]), dtype, directory, f"the gathered rows of {name}.npy")
     return gather_rows(base / f"{name}.npy", ids, chunk_bytes=chunk_bytes)
