@@ -1,9 +1,9 @@
 """Node data by reference: a partition store that reads its parts' node rows from the graph directory it was written
 from, instead of holding copies of them.
 
-A store written from a graph directory on the same machine (``graphscale partition --node-data reference``, the
-default for a ``graphdir:`` dataset; the run's own cached stores) records that directory under ``node_data_base``
-in its ``meta.json``::
+A store written from a graph directory on the same machine with ``graphscale partition --node-data reference`` (the
+default is ``copy``, and a run's own cached stores copy) records that directory under ``node_data_base`` in its
+``meta.json``::
 
     "node_data_base": {"path": "/abs/graph/dir", "num_nodes": N,
                        "arrays": {"x": {"bytes": SIZE, "crc32": CRC}, "y": {...}, "train_mask": {...}, ...}}
@@ -11,7 +11,8 @@ in its ``meta.json``::
 and writes no ``x.npy``, ``y.npy`` or mask files into its parts: a part's rows are the base rows of its
 ``orig_ids.npy`` (the original id of every local vertex), gathered through short-lived memory maps in blocks of
 at most :data:`DEFAULT_GATHER_BYTES` (so no process reads the whole feature table, and pages read do not pile
-up in its resident set); masks are set on inner rows only, as a copying store stores them. Each referenced
+up in its resident set), into memory or, for a worker's feature rows, into a private file it maps
+(:mod:`graphscale.partition.store_rows_file`); masks are set on inner rows only, as a copying store stores them. Each referenced
 file is recorded with its size and fingerprint (:func:`graphscale.data.integrity.file_fingerprint`), and a
 store whose base directory is missing, moved or changed since is refused in one line naming the directory and
 what to do. Arrays the base directory does not hold as files (a split made when the dataset was read) are
