@@ -29,7 +29,6 @@ from pathlib import Path
 import numpy as np
 
 from graphscale.data.siblings import temp_sibling
-from graphscale.distributed.launch import remove_with_run
 
 
 def free_bytes(directory: Path) -> int:
@@ -59,6 +58,8 @@ def rows_to_file(blocks: Iterable[tuple[int, np.ndarray]], shape: tuple[int, ...
     if nbytes > free:
         raise ValueError(f"cannot write {what} ({nbytes:,} bytes) to {directory}: only {free:,} bytes are free "
                          "there; free disk space there, or give --cache-dir a disk with room")
+    from graphscale.distributed.launch import remove_with_run  # torch.distributed: only when rows are written
+
     folder = temp_sibling(directory / "rows", "mapped")
     remove_with_run(folder)  # before it exists: the launcher (or its janitor) removes it however the run ends
     try:
