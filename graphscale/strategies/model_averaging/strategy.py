@@ -284,9 +284,11 @@ class ModelAveraging(Strategy):
         self.tracker = MemoryTracker(env)
         self.tracker.track_module("model", model)
         from graphscale.data.cache import resolve_cache_dir
+        from graphscale.partition.store import read_store_meta
+        from graphscale.partition.store_base import referenced
 
         #: where a referencing store's gathered feature rows go: a private mapped file (store_rows_file)
-        self.rows_dir = resolve_cache_dir(config) / "tmp"
+        self.rows_dir = resolve_cache_dir(config) / "tmp" if "x" in referenced(read_store_meta(handle.path)) else None
         # one partition per worker: keep it; otherwise one at a time
         self.resident = self._open(self.parts[0]) if len(self.parts) == 1 else None
         if self.resident is not None:
