@@ -137,19 +137,20 @@ class DataHandle:
         self._log(Path(self.path), graph, GRAPH_ARRAYS)
         return graph
 
-    def open_partition(self, part: int, gather: bool = True):
+    def open_partition(self, part: int, gather: bool = True, rows_dir: str | Path | None = None):
         """Partition ``part`` of the store, memory-mapped (a :class:`~graphscale.partition.store.LocalPartition`).
 
         Only the store's ``meta.json`` and ``part``'s directory are read, and, for a store that references its base
         graph directory's node rows, this part's rows of those arrays (all local rows with ``gather``; without,
-        none until :meth:`~graphscale.partition.store.LocalPartition.inner_rows` reads the inner ones).
+        none until :meth:`~graphscale.partition.store.LocalPartition.inner_rows` reads the inner ones); with
+        ``rows_dir`` the gathered feature rows are a private file there, memory-mapped, not anonymous memory.
         """
         if self.view != PARTITION_LOCAL:
             raise ValueError(f"a {self.view} data handle has no partitions; this strategy needs a partition store "
                              "(graphscale train --partitions DIR, or let the run write one)")
         from graphscale.partition.store import load_partition, part_dir
 
-        local = load_partition(self.path, part, gather=gather)
+        local = load_partition(self.path, part, gather=gather, rows_dir=rows_dir)
         folder = part_dir(self.path, part)
         self._log(folder, local.graph, tuple(name for name in GRAPH_ARRAYS if name not in local.referenced))
         if gather:  # the rows gathered from the base directory, logged under its files

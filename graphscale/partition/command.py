@@ -140,8 +140,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="copy every part's node rows (x, y, masks) into the store, or reference them: the store "
                              "records the graph directory (a graphdir: --dataset on this machine) and its parts read "
                              "their rows from its files, saving their size on disk; the store is then refused once "
-                             "that directory is moved or changed, and a graph-parallel worker holds its inner feature "
-                             "rows in its own memory instead of mapped store pages (default: copy)")
+                             "that directory is moved or changed, and a worker writes the feature rows it trains on "
+                             "to a private file in the cache directory while it runs (default: copy)")
     parser.add_argument("--feature-chunk-mb", type=int, default=64, help="bound on one feature copy step (MiB)")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing partition store")
     add_declared(parser, "json", note="here: the summary")

@@ -42,7 +42,8 @@ forward with ``K = L`` is exact for home vertices (SDT-GNN's K-hop option).
 
 Writing is :mod:`graphscale.partition.store_writer`'s. Reading (:func:`load_partition`) touches only the
 store's ``meta.json`` and that partition's directory (and, for a store written by reference, that partition's
-rows of its base graph directory).
+rows of its base graph directory, gathered into memory or into a private mapped file:
+:mod:`graphscale.partition.store_rows_file`).
 """
 
 from __future__ import annotations
@@ -245,16 +246,18 @@ class LocalPartition:
     def num_halo(self) -> int:
         return self.graph.num_nodes - self.num_inner
 
-    def inner_rows(self, name: str) -> torch.Tensor | None:
+    def inner_rows(self, name: str, directory: str | Path | None = None) -> torch.Tensor | None:
         """Node array ``name``'s rows of the inner vertices (``None`` when the store has none): a view of the
         graph's array, or, when it was opened without gathering a referenced array, those rows alone gathered
-        from the base directory."""
+        from the base directory: into a private file in ``directory``, memory-mapped, when given
+        (:mod:`~graphscale.partition.store_rows_file`), else into memory."""
         value = getattr(self.graph, name)
         if value is not None:
             return value[: self.num_inner]
         if name not in self.referenced:
             return None
-        return torch.from_numpy(part_rows(self.base, name, self.orig_ids.numpy(), self.num_inner, 0, self.num_inner))
+        return torch.from_numpy(part_rows(self.base, name, self.orig_ids.numpy(), self.num_inner, 0, self.num_inner,
+                                          directory=None if directory is None else Path(directory)))
 
     def global_to_local(self, global_ids) -> torch.Tensor:
         """Global ids -> local ids; ``-1`` for ids not in this partition."""
@@ -272,7 +275,8 @@ class LocalPartition:
         return out
 
 
-def load_partition(path: str | Path, part: int, *, mmap: bool = True, gather: bool = True) -> LocalPartition:
+def load_partition(path: str | Path, part: int, *, mmap: bool = True, gather: bool = True,
+                   rows_dir: str | Path | None = None) -> LocalPartition:
     """Read one partition of a store (only the store's ``meta.json`` and that partition's directory).
 
     Args:
@@ -282,6 +286,9 @@ def load_partition(path: str | Path, part: int, *, mmap: bool = True, gather: bo
         gather: for a store written by reference, gather the part's rows of every referenced node array from
             the base directory now (in bounded blocks); ``False`` leaves them out of the graph, for
             :meth:`LocalPartition.inner_rows` to gather the inner rows alone.
+        rows_dir: with ``gather``, gather the feature rows (``x``) into a private file in this directory and map
+            it (:mod:`~graphscale.partition.store_rows_file`: file pages, as a copying store's rows are) instead
+            of into memory.
 
     Raises:
         FileNotFoundError / ValueError: a referencing store's base directory is missing or changed.
@@ -305,7 +312,10 @@ def load_partition(path: str | Path, part: int, *, mmap: bool = True, gather: bo
     n_inner = part_meta["num_inner"]
     if gather:
         orig = arrays["orig_ids"].numpy()
-        arrays.update({name: torch.from_numpy(part_rows(base, name, orig, n_inner)) for name in names})
+        directory = None if rows_dir is None else Path(rows_dir)
+        arrays.update({name: torch.from_numpy(part_rows(base, name, orig, n_inner,
+                                                        directory=directory if name == "x" else None))
+                       for name in names})
     node = {k: arrays[k] for k in NODE_ARRAYS if k in arrays}
     extra = {"source": f"partition {part} of {path}"}
     if meta.get("num_classes") is not None:

@@ -1,9 +1,9 @@
 """Node data by reference: a partition store that reads its parts' node rows from the graph directory it was written
 from, instead of holding copies of them.
 
-A store written from a graph directory on the same machine (``graphscale partition --node-data reference``, the
-default for a ``graphdir:`` dataset; the run's own cached stores) records that directory under ``node_data_base``
-in its ``meta.json``::
+A store written from a graph directory on the same machine with ``graphscale partition --node-data reference`` (the
+default is ``copy``, and a run's own cached stores copy) records that directory under ``node_data_base`` in its
+``meta.json``::
 
     "node_data_base": {"path": "/abs/graph/dir", "num_nodes": N,
                        "arrays": {"x": {"bytes": SIZE, "crc32": CRC}, "y": {...}, "train_mask": {...}, ...}}
@@ -11,7 +11,8 @@ in its ``meta.json``::
 and writes no ``x.npy``, ``y.npy`` or mask files into its parts: a part's rows are the base rows of its
 ``orig_ids.npy`` (the original id of every local vertex), gathered through short-lived memory maps in blocks of
 at most :data:`DEFAULT_GATHER_BYTES` (so no process reads the whole feature table, and pages read do not pile
-up in its resident set); masks are set on inner rows only, as a copying store stores them. Each referenced
+up in its resident set), into memory or, for a worker's feature rows, into a private file it maps
+(:mod:`graphscale.partition.store_rows_file`); masks are set on inner rows only, as a copying store stores them. Each referenced
 file is recorded with its size and fingerprint (:func:`graphscale.data.integrity.file_fingerprint`), and a
 store whose base directory is missing, moved or changed since is refused in one line naming the directory and
 what to do. Arrays the base directory does not hold as files (a split made when the dataset was read) are
@@ -26,6 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from graphscale.data.integrity import file_fingerprint
+from graphscale.partition.store_rows_file import rows_to_file
 
 #: ``graphscale partition --node-data``: copy every part's node rows into the store, or reference the base's
 NODE_DATA_MODES = ("copy", "reference")
@@ -88,33 +90,50 @@ def check_base(store: str | Path, meta: dict) -> Path | None:
     return base
 
 
+def row_blocks(file: Path, rows: np.ndarray, chunk_bytes: int = DEFAULT_GATHER_BYTES):
+    """The ``.npy`` file ``file``'s shape and dtype, and a generator of ``(first, array[rows[first:last]])`` for
+    consecutive blocks of about ``chunk_bytes`` of ``rows``, each read through a memory map opened for that block."""
+    rows = np.asarray(rows, np.int64)
+    probe = np.load(file, mmap_mode="r")
+    shape, dtype = probe.shape, probe.dtype
+    del probe
+    step = block_rows(int(np.prod(shape[1:], dtype=np.int64)) * dtype.itemsize, chunk_bytes, mapped=True)
+
+    def blocks():
+        for first in range(0, rows.size, step):
+            mapped = np.load(file, mmap_mode="r")
+            block = mapped[rows[first:first + step]]
+            del mapped
+            yield first, block
+
+    return shape, dtype, blocks()
+
+
 def gather_rows(file: Path, rows: np.ndarray, *, zero_from: int | None = None, dtype=None,
                 chunk_bytes: int = DEFAULT_GATHER_BYTES) -> np.ndarray:
     """``array[rows]`` of the ``.npy`` file ``file``, gathered in blocks of about ``chunk_bytes`` through a memory
     map opened per block; rows from ``zero_from`` on are zeros (cast to ``dtype`` when given)."""
     rows = np.asarray(rows, np.int64)
-    probe = np.load(file, mmap_mode="r")
-    shape, dtype = probe.shape, np.dtype(dtype or probe.dtype)
-    del probe
-    out = np.zeros((rows.size, *shape[1:]), dtype)
-    row_bytes = int(np.prod(shape[1:], dtype=np.int64)) * dtype.itemsize
     stop = rows.size if zero_from is None else min(zero_from, rows.size)
-    step = block_rows(row_bytes, chunk_bytes, mapped=True)
-    for first in range(0, stop, step):
-        last = min(first + step, stop)
-        mapped = np.load(file, mmap_mode="r")
-        out[first:last] = mapped[rows[first:last]]
-        del mapped
+    shape, stored, blocks = row_blocks(file, rows[:stop], chunk_bytes)
+    out = np.zeros((rows.size, *shape[1:]), np.dtype(dtype or stored))
+    for first, block in blocks:
+        out[first:first + len(block)] = block
     return out
 
 
 def part_rows(base: Path, name: str, orig_ids, num_inner: int, start: int = 0, stop: int | None = None,
-              chunk_bytes: int = DEFAULT_GATHER_BYTES) -> np.ndarray:
+              chunk_bytes: int = DEFAULT_GATHER_BYTES, directory: Path | None = None) -> np.ndarray:
     """Local rows ``[start, stop)`` of node array ``name`` of a part whose local vertices have the original ids
     ``orig_ids`` (``num_inner`` inner ones first), read from the base directory ``base`` (masks zero on halo
-    rows, as stored by a copying store)."""
+    rows, as stored by a copying store). With ``directory`` the rows of an array other than a mask are written
+    to a private file there and returned memory-mapped (:func:`~graphscale.partition.store_rows_file.rows_to_file`):
+    file pages, as a copying store's rows are, not anonymous memory."""
     ids = np.asarray(orig_ids[start:stop], np.int64)
     if name in MASKS:
         return gather_rows(base / f"{name}.npy", ids, zero_from=max(num_inner - start, 0), dtype=np.bool_,
                            chunk_bytes=chunk_bytes)
+    if directory is not None:
+        shape, dtype, blocks = row_blocks(base / f"{name}.npy", ids, chunk_bytes)
+        return rows_to_file(blocks, (ids.size, *shape[1:]), dtype, directory, f"the gathered rows of {name}.npy")
     return gather_rows(base / f"{name}.npy", ids, chunk_bytes=chunk_bytes)

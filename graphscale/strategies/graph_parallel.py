@@ -11,7 +11,9 @@ original ids); its block is the inner rows of the part's local CSR: destinations
 owned elsewhere, in the store's global-id order), with the stored *global*
 in-degrees and original ids (the dropout keys). Only the inner rows of the
 features, labels and masks are read (row-normalised here when the run asks for
-it, since a store holds raw features). The
+it, since a store holds raw features); from a store that references its graph directory's rows, the inner
+feature rows are gathered once into a private file under the cache directory's ``tmp`` and mapped
+(:mod:`~graphscale.partition.store_rows_file`), so they are file pages as a copying store's are. The
 :class:`~graphscale.distributed.functional.HaloExchange` plan comes from the
 store's ``halo_owner`` and ids, agreed with the owners (category ``"control"``);
 the global training count is one all-reduce (category ``"setup"``).
@@ -115,6 +117,7 @@ import torch
 
 from graphscale.config import RunConfig
 from graphscale.data.block import Block
+from graphscale.data.cache import resolve_cache_dir
 from graphscale.data.datasets import row_normalize
 from graphscale.data.features import learnable_dim
 from graphscale.data.handle import PARTITION_LOCAL, DataHandle
@@ -322,7 +325,9 @@ class GraphParallel(Strategy):
                              f"{env.world_size} workers")
         learnable = bool(learnable_dim(config.data.features))
         link = config.task == "link"  # pairs scored instead of labelled vertices: no labels needed
-        inner = {name: None if learnable and name == "x" else part.inner_rows(name)
+        # referenced feature rows: a private mapped file, not anonymous memory (store_rows_file)
+        rows_dir = resolve_cache_dir(config) / "tmp" if "x" in part.referenced and not learnable else None
+        inner = {name: None if learnable and name == "x" else part.inner_rows(name, rows_dir if name == "x" else None)
                  for name in ("x", "y", *(f"{split}_mask" for split in SPLITS))}
         if (inner["x"] is None and not learnable) or (not link and (inner["y"] is None or inner["train_mask"] is None)):
             raise ValueError(f"strategy 'graph-parallel' needs node features, labels and a training mask; "

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import mmap
+import os
 import shutil
 
 import numpy as np
@@ -19,6 +20,7 @@ from graphscale.partition.store import NODE_ARRAYS, check_partition_store, load_
 from graphscale.partition.store_base import BASE_KEY
 from graphscale.run import run
 from graphscale.training_store import check_store_node_data, store_handle
+from tests.partition.test_store_rows_file import mapping_of
 
 SPEC = "sbm:nodes=400,degree=6,features=16,classes=3,seed=2"
 
@@ -54,7 +56,7 @@ def test_a_referencing_store_reads_the_copying_stores_rows_in_tiny_blocks(graph_
     assert meta[BASE_KEY]["path"] == str(graph_dir.resolve()) and set(meta[BASE_KEY]["arrays"]) == set(NODE_ARRAYS)
     assert BASE_KEY not in check_partition_store(tmp_path / "copy")
     # blocks of 7 rows: every gather crosses block boundaries
-    monkeypatch.setattr(store_base.part_rows, "__defaults__", (0, None, 7 * mmap.PAGESIZE))
+    monkeypatch.setattr(store_base.part_rows, "__defaults__", (0, None, 7 * mmap.PAGESIZE, None))
     for s in range(3):
         assert not any((part_dir(tmp_path / "reference", s) / f"{name}.npy").exists() for name in NODE_ARRAYS)
         copy, ref = load_partition(tmp_path / "copy", s), load_partition(tmp_path / "reference", s)
@@ -107,17 +109,59 @@ def _same_runs(a: dict, b: dict) -> None:
         assert (mine["val_acc"], mine["test_acc"]) == (theirs["val_acc"], theirs["test_acc"])
 
 
+def _no_rows_left(store) -> None:
+    """The workers' gathered rows files (store_rows_file) are gone once the run ends."""
+    tmp = store.parent / "cache" / "tmp"
+    assert not tmp.is_dir() or not list(tmp.iterdir())
+
+
 @pytest.mark.parametrize("kernels", ["auto", "torch"])
 def test_graph_parallel_from_a_referencing_store_equals_the_copying_store(stores, monkeypatch, kernels):
     monkeypatch.setenv("GRAPHSCALE_KERNELS", kernels)
     copy, reference = stores
     _same_runs(run(_config(copy)), run(_config(reference)))
+    _no_rows_left(reference)
 
 
 def test_model_averaging_from_a_referencing_store_equals_the_copying_store(stores):
     copy, reference = stores
     _same_runs(run(_config(copy, "model-averaging", correction_steps=1)),
                run(_config(reference, "model-averaging", correction_steps=1)))
+    _no_rows_left(reference)
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/maps"), reason="reads /proc/self/maps (Linux)")
+@pytest.mark.parametrize("strategy", ["graph-parallel", "model-averaging"])
+def test_a_worker_maps_a_referencing_stores_feature_rows_from_a_file_as_from_a_copying_store(graph_dir, tmp_path,
+                                                                                             monkeypatch, strategy):
+    """A worker's feature rows are pages of a file, never anonymous memory: the store's x.npy for a copying store,
+    a private file gathered from the base directory for a referencing one (one worker: in this process)."""
+    from graphscale.strategies.graph_parallel import GraphParallel
+    from graphscale.strategies.model_averaging.strategy import ModelAveraging
+
+    owner = partition_graph_dir(graph_dir, "random", 1)
+    cls = GraphParallel if strategy == "graph-parallel" else ModelAveraging
+    seen, setup = {}, cls.setup
+
+    def spy(self, *args):
+        setup(self, *args)
+        x = self.x if strategy == "graph-parallel" else self.resident.x
+        seen[mode] = mapping_of(x.data_ptr())
+
+    monkeypatch.setattr(cls, "setup", spy)
+    reports = {}
+    for mode in ("copy", "reference"):
+        write_graph_dir_store(graph_dir, tmp_path / mode, owner, 1, node_data=mode)
+        config = build_config({"data": {"dataset": "", "feature_norm": "none"},
+                               "model": {"name": "gcn", "hidden": 8, "layers": 2},
+                               "strategy": {"name": strategy, "workers": 1, "partitions": str(tmp_path / mode)},
+                               "optim": {"epochs": 2}, "progress": False, "cache_dir": str(tmp_path / "cache")})
+        reports[mode] = run(config)
+    _same_runs(reports["copy"], reports["reference"])
+    assert seen["copy"] == str(part_dir(tmp_path / "copy", 0) / "x.npy")
+    rows_dir = str(tmp_path / "cache" / "tmp" / ".rows.mapped-")
+    assert seen["reference"].startswith(rows_dir) and seen["reference"].endswith("(deleted)"), seen
+    assert not list((tmp_path / "cache" / "tmp").iterdir())
 
 
 def test_the_runs_cached_store_of_a_graph_directory_copies_its_rows(tmp_path):

@@ -283,6 +283,12 @@ class ModelAveraging(Strategy):
         self.last_epoch = -1  # the epoch whose partition states are stored
         self.tracker = MemoryTracker(env)
         self.tracker.track_module("model", model)
+        from graphscale.data.cache import resolve_cache_dir
+        from graphscale.partition.store import read_store_meta
+        from graphscale.partition.store_base import referenced
+
+        #: where a referencing store's gathered feature rows go: a private mapped file (store_rows_file)
+        self.rows_dir = resolve_cache_dir(config) / "tmp" if "x" in referenced(read_store_meta(handle.path)) else None
         # one partition per worker: keep it; otherwise one at a time
         self.resident = self._open(self.parts[0]) if len(self.parts) == 1 else None
         if self.resident is not None:
@@ -303,7 +309,7 @@ class ModelAveraging(Strategy):
                                          config.model.layers)
         self.correction_opt = None
         if config.strategy.correction_steps or self.eval_mode == "fetch":
-            locals_ = {part: handle.open_partition(part) for part in self.parts}  # memory-mapped
+            locals_ = {part: handle.open_partition(part, rows_dir=self.rows_dir) for part in self.parts}  # mapped
             boundaries = torch.from_numpy(np.load(Path(handle.path) / "boundaries.npy"))
             self.server = RowServer(locals_, boundaries, env.world_size, handle.feature_norm, self.dtype)
         if config.strategy.correction_steps:
@@ -319,7 +325,7 @@ class ModelAveraging(Strategy):
 
     def _open(self, part: int) -> LocalData:
         """Partition ``part``'s local graph as one block over all local vertices, its rows and masks."""
-        local = self.data.open_partition(part)
+        local = self.data.open_partition(part, rows_dir=self.rows_dir)
         g = local.graph
         if g.x is None or g.y is None or g.train_mask is None:
             raise ValueError(f"partition {part} of {self.data.path} lacks node features, labels or a training mask")
