@@ -101,3 +101,25 @@ def test_the_run_it_line_carries_the_device_predicted_for():
         assert words[words.index("--device") + 1] == device
         parsed = build_parser(words[1:]).parse_args(words[1:])
         assert build_config(overrides_from_args(parsed)).device == device
+
+
+@pytest.mark.parametrize("layers,fanouts", [(3, [10, 10, 10]), (2, None)])
+def test_strategy_auto_runs_the_recommendations_fanouts(monkeypatch, capsys, layers, fanouts):
+    """``train --strategy auto`` takes a sampled recommendation's fanouts with its strategy: one per model layer
+    (3 layers), none for a 2-layer model (the default); the configuration it builds is one train validates."""
+    from graphscale.advise import auto, calibrate, command
+    from graphscale.cost.machine import synthetic
+    from graphscale.cost.prediction import Prediction
+
+    model = {"name": "sage", "layers": layers}
+    configs = candidates(build_config({"data": {"dataset": SBM}, "model": model, "progress": False}), 2)
+    best = next(i for i, c in enumerate(configs) if c.strategy.name == "data-parallel")
+    predictions = [Prediction(c.strategy.name, c.strategy.workers) for c in configs]
+    monkeypatch.setattr(calibrate, "calibrated_profile", lambda *a, **k: synthetic())
+    monkeypatch.setattr(command, "rank", lambda *a, **k: {"predictions": predictions, "configs": configs,
+                                                          "recommended": best})
+    overrides, _ = auto.resolve({"data": {"dataset": SBM}, "model": model, "strategy": {"name": "auto"}})
+    assert overrides["strategy"] == {"name": "data-parallel", "workers": 2,
+                                     **({"fanouts": fanouts} if fanouts else {})}
+    capsys.readouterr()
+    validate(build_config(overrides))
