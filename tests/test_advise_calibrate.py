@@ -192,18 +192,24 @@ def test_a_line_through_noisy_probes_prices_nothing_free():
     assert calibrate.line([[2.0, 5.0], [2.0, 6.0]], cost=True) == (0.0, 3.0)  # one modelled size: its ratio
 
 
-def test_a_model_a_strategy_cannot_run_leaves_it_uncalibrated_with_a_warning(tmp_path, monkeypatch):
-    """SAGE has no decoupled form, so task-parallel's prediction raises: the calibration records why, warns once,
-    and calibrates the others (advise with a real profile used to fail here)."""
-    monkeypatch.setattr(calibrate, "probe", lambda config: (0.01, None))
+def test_a_configuration_whose_probe_fails_is_left_uncalibrated_with_a_warning(tmp_path, monkeypatch):
+    """offload's probe run raises: the calibration records why, warns once, and calibrates the others; a
+    candidate train would refuse (SAGE has no decoupled form for task-parallel) is never probed."""
+    def probe(config):
+        if config.strategy.name == "offload":
+            raise RuntimeError("worker 1 exited")
+        return 0.01, None
+
+    monkeypatch.setattr(calibrate, "probe", probe)
     config = build_config({"model": {"name": "sage", "hidden": 8}, "cache_dir": str(tmp_path / "cache"),
                            "progress": False})
     warnings = []
     lines = calibrate.calibrate(_measured_profile(), config, 2, tiny=True,
-                                strategies=["graph-parallel", "task-parallel"], warn=warnings.append)
+                                strategies=["graph-parallel", "offload", "task-parallel"], warn=warnings.append)
     assert "intercept_s" in lines["graph-parallel@2"]
-    assert "decoupled" in lines["task-parallel@2"]["error"]
-    assert len(warnings) == 1 and warnings[0].startswith("calibration: task-parallel@2 on sbm:")
+    assert lines["offload@2"]["error"] == "RuntimeError: worker 1 exited"
+    assert "task-parallel@2" not in lines
+    assert len(warnings) == 1 and warnings[0].startswith("calibration: offload@2 on sbm:")
 
 
 def test_a_probe_runs_the_model_and_nothing_else_of_the_users_options(tmp_path):

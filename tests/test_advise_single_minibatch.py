@@ -1,7 +1,7 @@
 """``graphscale advise`` weighs ``single --minibatch`` beside full-graph ``single``: its prediction replays the run's
 epoch (the host rows it reads through the hot-row cache of ``--host-memory`` and their hits, its sampler calls and
 their edges equal a real run's; no bytes move; the predicted memory bounds the tracked peak as for the other
-mini-batch strategies), it is offered only where ``graphscale train`` accepts ``--minibatch``, it has its own
+mini-batch strategies), it samples the default fanout at every model layer, it has its own
 calibration line, and when it is recommended its ``run it`` line parses to the configuration it predicted."""
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from graphscale.advise.configs import (
     device_kind,
     is_sampled_single,
     predict_config,
+    refusal,
     run_key,
 )
 from graphscale.cli import main
@@ -132,7 +133,7 @@ def test_an_in_memory_run_holds_the_graph_and_no_cache(tmp_path, monkeypatch):
     assert in_memory.memory - mapped.memory == mapped.graph_bytes + 400 * (8 + 3) - mapped.host_cache["bytes"]
 
 
-def test_single_minibatch_is_a_candidate_where_train_accepts_minibatch(tmp_path):
+def test_single_minibatch_is_a_candidate_sampling_one_fanout_per_layer(tmp_path):
     base = build_config({"data": {"dataset": SBM}, "model": {"name": "sage"}, "progress": False,
                          "cache_dir": str(tmp_path / "cache")})
     names = [candidate_name(c) for c in candidates(base, 2)]
@@ -141,14 +142,16 @@ def test_single_minibatch_is_a_candidate_where_train_accepts_minibatch(tmp_path)
     assert len(set(keys)) == len(keys) and "single --minibatch@1" in keys and "single@1" in keys
 
     deep = copy.deepcopy(base)
-    deep.model.layers = 3  # the default --fanouts give one per layer of 2: train refuses --minibatch
-    assert "single --minibatch" not in [candidate_name(c) for c in candidates(deep, 2)]
+    deep.model.layers = 3  # the default --fanouts give one per layer of 2: train refuses them with --minibatch
+    from graphscale.validation import validate
+
     with pytest.raises(ValueError, match="--fanouts gives 2 value"):
         main_config = copy.deepcopy(deep)
         main_config.strategy.minibatch = True
-        from graphscale.validation import validate
-
         validate(main_config)
+    sampled = next(c for c in candidates(deep, 2) if is_sampled_single(c))
+    assert sampled.strategy.fanouts == [10, 10, 10] and not refusal(sampled)  # the default fanout at every layer
+    validate(sampled)
 
 
 def test_a_recommended_single_minibatch_line_runs_the_predicted_configuration(tmp_path, capsys):
@@ -181,9 +184,8 @@ def test_a_recommended_single_minibatch_line_runs_the_predicted_configuration(tm
     result = advise(build_parser(argv).parse_args(argv))
     predicted = result["configs"][result["recommended"]]
     assert is_sampled_single(predicted) and is_sampled_single(ran)
-    # where the advice was computed, not what the run trains; the device: the line leaves advise's default (cpu)
-    # to train's auto, the same device on this host
-    skip = ("cache_dir", "progress", "device")
+    # where the advice was computed, not what the run trains; the device: the line names advise's (cpu)
+    skip = ("cache_dir", "progress")
     assert ({k: v for k, v in asdict(ran).items() if k not in skip}
             == {k: v for k, v in asdict(predicted).items() if k not in skip})
     assert device_kind(ran) == device_kind(predicted) == "cpu"

@@ -45,6 +45,8 @@ def resolve(overrides: dict, config_file=None) -> tuple[dict, dict]:
     picked = result["configs"][result["recommended"]]
     if is_sampled_single(picked):
         strategy["minibatch"] = True
+    if picked.strategy.fanouts != base.strategy.fanouts:  # one per model layer (configs.per_layer_fanouts)
+        strategy["fanouts"] = list(picked.strategy.fanouts)
     print(f"graphscale: --strategy auto: {candidate_name(picked)} on {chosen.workers} worker(s), predicted "
           f"{best.seconds:.4g} s/epoch — {best.semantics}", file=sys.stderr)
     return out, {"predicted": best.to_dict(), "budget": budget, "machine": machine.to_dict()}

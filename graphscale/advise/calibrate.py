@@ -111,8 +111,9 @@ def calibrate(machine, config, workers: int, tiny: bool = False, strategies=None
     for ``config``'s model's candidates on ``workers`` workers (module docstring); ``memory``: the line of the
     measured peak resident set less the modelled one against the graph's bytes (``Prediction.graph_bytes``;
     ``intercept_bytes``, ``slope`` in bytes per graph byte, ``probes`` ``[[graph bytes, residual], ...]``), for the
-    runs in spawned workers; a configuration whose prediction or probe run failed (a model a strategy cannot run:
-    SAGE has no decoupled form for task-parallel) gets ``{"error": the one-line reason}`` instead (``warn`` gets it in one line), and its predictions stay uncalibrated; ``strategies``: only these
+    runs in spawned workers; a configuration whose prediction or probe run failed gets ``{"error": the one-line
+    reason}`` instead (``warn`` gets it in one line), and its predictions stay uncalibrated (one ``graphscale
+    train`` would refuse, :func:`~.configs.refusal`, is never probed); ``strategies``: only these
     (default: every candidate), by their :func:`~.configs.candidate_name` (``single`` is full-graph ``single``)."""
     points: dict[str, list] = {}
     memory: dict[str, list] = {}

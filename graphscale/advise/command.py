@@ -6,9 +6,13 @@ when given, else the profile's free memory, shared by the workers on CPU). Infea
 is the fastest that fits, preferring exact strategies within 10% of the fastest. ``--profile`` measures the
 machine again (:mod:`graphscale.advise.profile`); ``--synthetic-profile`` uses fixed rates (tests).
 
-``single`` is weighed twice: full-graph, and mini-batch (``--minibatch``, its sampling options at their defaults)
-where ``graphscale train`` would accept that (:func:`~graphscale.advise.configs.minibatch_refusal`: ``--fanouts``
-one per model layer, ...); the mini-batch row's ``run it`` line carries ``--minibatch``.
+``single`` is weighed twice: full-graph, and mini-batch (``--minibatch``, its sampling options at their defaults);
+the mini-batch row's ``run it`` line carries ``--minibatch``. The sampled strategies (``single --minibatch``,
+``data-parallel``, ``split-parallel``) sample the default fanout at every model layer (``--fanouts 10,10,10`` for 3
+layers: :func:`~graphscale.advise.configs.per_layer_fanouts`), which their ``run it`` line then carries. Every
+candidate is checked as ``graphscale train`` checks a run (:func:`~graphscale.advise.configs.refusal`): one it would
+refuse is listed with the reason, never predicted or recommended. The ``run it`` line carries ``--device``, the
+device predicted for (``train``'s default ``auto`` would pick CUDA where there is one).
 
 ``--host-memory SIZE`` is also the budget of the runs: the mini-batch strategies (``single --minibatch``,
 ``data-parallel``, ``split-parallel``) are priced with the hot-row cache it sizes (:mod:`graphscale.cost.host_rows`: the cache's rows
@@ -143,16 +147,21 @@ def rank(config, workers: int, machine, budget: int, partitions: str = "") -> di
     from graphscale.cost.prediction import Prediction
 
     for candidate in candidates(config, workers):
-        why = refusal(candidate)
-        if why:  # listed with the reason, never prepared or predicted
-            predictions.append(Prediction(candidate.strategy.name, candidate.strategy.workers, fits=False, reason=why))
-            configs.append(candidate)
-            continue
         if partitions and candidate.strategy.name in ("graph-parallel", "model-averaging"):
             candidate.strategy.partitions = partitions
             candidate.strategy.parts = 0
+        reference = candidate.strategy.name == "single" and not is_sampled_single(candidate)
+        why = refusal(candidate)
+        if why and reference:  # what train refuses of the full-graph reference it refuses of every candidate
+            raise ValueError(why)
+        if why:  # listed with the reason, never prepared or predicted
+            predictions.append(Prediction(candidate.strategy.name, candidate.strategy.workers,
+                                          {"minibatch": True} if is_sampled_single(candidate) else {},
+                                          fits=False, reason=why))
+            configs.append(candidate)
+            continue
         # full-graph single, the first candidate: a bad dataset fails here, naming the option
-        if candidate.strategy.name == "single" and not is_sampled_single(candidate):
+        if reference:
             try:
                 prediction = predict_config(candidate, machine)
             except (ValueError, FileNotFoundError, KeyError) as err:
@@ -184,7 +193,10 @@ def rank(config, workers: int, machine, budget: int, partitions: str = "") -> di
 
 
 def option_words(config, args: argparse.Namespace) -> list[str]:
-    """The ``graphscale train`` flags of ``config`` beyond strategy, workers, model and dataset."""
+    """The ``graphscale train`` flags of ``config`` beyond strategy, workers, model and dataset; always
+    ``--device``, the device the prediction is for."""
+    from graphscale.options.shared import Sampling
+
     sc, words = config.strategy, []
     if is_sampled_single(config):
         words.append("--minibatch")
@@ -204,8 +216,9 @@ def option_words(config, args: argparse.Namespace) -> list[str]:
         words += ["--link-split", ",".join(map(str, config.link_split))]
     if sc.name == "model-averaging" and not sc.partitions:
         words += ["--parts", str(sc.parts)]
-    if args.device != "cpu":
-        words += ["--device", args.device]
+    if list(sc.fanouts) != Sampling().fanouts:  # one per model layer (configs.per_layer_fanouts)
+        words += ["--fanouts", ",".join(map(str, sc.fanouts))]
+    words += ["--device", config.device]  # the device predicted for: train's default auto picks CUDA where it can
     if getattr(args, "host_memory", ""):  # the budget the predictions were made for
         words += ["--host-memory", args.host_memory]
     return words

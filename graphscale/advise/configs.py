@@ -10,7 +10,8 @@ gets what the calibration measured the model to leave out.
 ``--task link``: the model is built as a link run's workers build it (its output rows are embeddings of
 ``--hidden`` width, the decoder attached: :mod:`graphscale.tasks.link`), and the strategies that cannot train link
 prediction (:meth:`~graphscale.strategies.base.Strategy.link_refusal`) are not predicted: :func:`refusal` says why,
-and ``advise`` lists them with it.
+and ``advise`` lists them with it; so are the candidates whose configuration ``graphscale train`` would refuse
+(:func:`graphscale.validation.validate`).
 """
 
 from __future__ import annotations
@@ -28,8 +29,9 @@ STRATEGY_ORDER = ("single", "graph-parallel", "offload", "pipeline", "task-paral
 
 def candidates(base: RunConfig, workers: int) -> list[RunConfig]:
     """One configuration per strategy for ``workers`` workers (``single``: one worker), options at their defaults
-    (model-averaging: one part per worker); after full-graph ``single``, its mini-batch mode (``--minibatch``) where
-    the run would accept it (:func:`minibatch_refusal`)."""
+    (model-averaging: one part per worker; the sampled strategies' ``--fanouts`` one per model layer:
+    :func:`per_layer_fanouts`); after full-graph ``single``, its mini-batch mode (``--minibatch``). A candidate
+    ``graphscale train`` would refuse is kept: :func:`refusal` says why, and ``advise`` lists it with the reason."""
     out = []
     for name in STRATEGY_ORDER:
         w = 1 if name == "single" else workers
@@ -41,13 +43,27 @@ def candidates(base: RunConfig, workers: int) -> list[RunConfig]:
             continue  # a stage needs at least one layer
         if name == "model-averaging":
             config.strategy.parts = w
-        out.append(config)
+        out.append(per_layer_fanouts(config))
         if name == "single":
             sampled = copy.deepcopy(config)
             sampled.strategy.minibatch = True
-            if not minibatch_refusal(sampled):
-                out.append(sampled)
+            out.append(per_layer_fanouts(sampled))
     return out
+
+
+def per_layer_fanouts(config: RunConfig) -> RunConfig:
+    """``config`` (changed in place) with its default ``--fanouts`` (one fanout per layer of a 2-layer model)
+    repeated to one per model layer where its strategy samples with them: a 3-layer model's mini-batch candidates
+    sample ``10,10,10``, which ``graphscale train`` accepts; ``--fanouts`` given (not the default) stay as given."""
+    from graphscale.options.shared import Sampling
+    from graphscale.registry import STRATEGIES
+
+    sc, default = config.strategy, Sampling().fanouts
+    cls = STRATEGIES.get(sc.name)
+    reads = "fanouts" in cls.options and "fanouts" not in cls.unused_options(config)
+    if reads and list(sc.fanouts) == default and len(default) != config.model.layers:
+        sc.fanouts = [default[0]] * config.model.layers
+    return config
 
 
 def is_sampled_single(config: RunConfig) -> bool:
@@ -60,28 +76,27 @@ def candidate_name(config: RunConfig) -> str:
     return "single --minibatch" if is_sampled_single(config) else config.strategy.name
 
 
-def minibatch_refusal(config: RunConfig) -> str:
-    """Why ``graphscale train`` would refuse ``config`` (a ``single --minibatch`` candidate, its sampling options at
-    their defaults): the first line of :func:`graphscale.validation.validate`'s error (``--fanouts`` not one per
-    model layer, ...); empty when it runs."""
+def refusal(config: RunConfig) -> str:
+    """Why ``graphscale train`` would refuse ``config`` (one line; empty when it runs): ``--task link`` with a
+    strategy that does not train link prediction (naming the task and the reason), else the first line of the
+    error of :func:`graphscale.validation.validate`, the check ``train`` runs before any worker starts (an option
+    the strategy or model cannot take, ...), of the options the ``run it`` line carries (not ``--cache-dir``).
+    The one check of every candidate: ``advise`` lists a refused candidate with this reason and never predicts
+    it, so no ``run it`` line is one ``train`` refuses."""
+    from graphscale.registry import STRATEGIES
     from graphscale.validation import validate
 
+    if config.task == "link":
+        why = STRATEGIES.get(config.strategy.name).link_refusal(config)
+        if why:
+            return f"cannot run --task link: it {why}"
+    run = copy.deepcopy(config)
+    run.cache_dir = ""  # advise's own (also its profile's), which the run-it line does not carry
     try:
-        validate(copy.deepcopy(config))
+        validate(run)
     except (ValueError, KeyError, OSError) as err:
         return str(err).splitlines()[0] if str(err) else type(err).__name__
     return ""
-
-
-def refusal(config: RunConfig) -> str:
-    """Why ``config``'s strategy cannot run ``config`` (``--task link`` with a strategy that does not train link
-    prediction: one sentence naming the task and the reason); empty when it can."""
-    from graphscale.registry import STRATEGIES
-
-    if config.task != "link":
-        return ""
-    why = STRATEGIES.get(config.strategy.name).link_refusal(config)
-    return f"cannot run --task link: it {why}" if why else ""
 
 
 def predict_config(config: RunConfig, machine) -> Prediction:
