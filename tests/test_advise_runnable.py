@@ -103,6 +103,22 @@ def test_the_run_it_line_carries_the_device_predicted_for():
         assert build_config(overrides_from_args(parsed)).device == device
 
 
+def test_more_workers_than_cores_are_priced_and_the_line_oversubscribes(monkeypatch):
+    """advise prices the workers asked for on any machine: beyond this machine's cores the candidate is not refused
+    and its line carries ``--oversubscribe``, which train needs to start them; within the cores it does not."""
+    from graphscale.distributed import launch
+
+    args = build_parser(["advise"]).parse_args(["advise"])
+    config = build_config({"model": {"name": "sage"}, "strategy": {"name": "graph-parallel", "workers": 4}})
+    for cores, expected in ((2, True), (8, False)):
+        monkeypatch.setattr(launch, "cpu_count", lambda: cores)
+        assert refusal(config) == ""
+        words = shlex.split(command_line(config, args))
+        assert ("--oversubscribe" in words) == expected
+        parsed = build_parser(words[1:]).parse_args(words[1:])
+        validate(build_config(overrides_from_args(parsed)))  # train accepts the line on this machine
+
+
 @pytest.mark.parametrize("layers,fanouts", [(3, [10, 10, 10]), (2, None)])
 def test_strategy_auto_runs_the_recommendations_fanouts(monkeypatch, capsys, layers, fanouts):
     """``train --strategy auto`` takes a sampled recommendation's fanouts with its strategy: one per model layer

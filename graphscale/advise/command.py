@@ -194,7 +194,8 @@ def rank(config, workers: int, machine, budget: int, partitions: str = "") -> di
 
 def option_words(config, args: argparse.Namespace) -> list[str]:
     """The ``graphscale train`` flags of ``config`` beyond strategy, workers, model and dataset; always
-    ``--device``, the device the prediction is for."""
+    ``--device``, the device the prediction is for, and ``--oversubscribe`` for more workers than this machine's
+    CPU cores (advise prices the workers asked for)."""
     from graphscale.options.shared import Sampling
 
     sc, words = config.strategy, []
@@ -219,6 +220,10 @@ def option_words(config, args: argparse.Namespace) -> list[str]:
     if list(sc.fanouts) != Sampling().fanouts:  # one per model layer (configs.per_layer_fanouts)
         words += ["--fanouts", ",".join(map(str, sc.fanouts))]
     words += ["--device", config.device]  # the device predicted for: train's default auto picks CUDA where it can
+    from graphscale.distributed.launch import cpu_count
+
+    if sc.workers > cpu_count():  # the workers advised for, more than this machine's cores: train refuses without
+        words.append("--oversubscribe")
     if getattr(args, "host_memory", ""):  # the budget the predictions were made for
         words += ["--host-memory", args.host_memory]
     return words

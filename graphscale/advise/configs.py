@@ -92,6 +92,7 @@ def refusal(config: RunConfig) -> str:
             return f"cannot run --task link: it {why}"
     run = copy.deepcopy(config)
     run.cache_dir = ""  # advise's own (also its profile's), which the run-it line does not carry
+    run.oversubscribe = True  # the workers asked for are priced; the run-it line oversubscribes beyond the cores
     try:
         validate(run)
     except (ValueError, KeyError, OSError) as err:
