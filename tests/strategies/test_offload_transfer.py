@@ -73,6 +73,40 @@ def test_staged_fill_of_next_batch_overlaps_compute():
             assert _first(trace, "fill_start", j + 1) < _first(trace, "compute_end", j)
 
 
+def test_disk_arrays_are_gathered_and_written_in_pieces_with_the_same_rows(monkeypatch):
+    """Arrays read at random from disk are gathered, copied and accumulated in pieces on several threads; the rows
+    and the host arrays equal a single thread's (slots of 4 rows split a batch further; batches below two rows per
+    thread go whole)."""
+    from graphscale.strategies.offload import transfer
+
+    pieces = []
+    whole = transfer.rows_in_parallel
+    monkeypatch.setattr(transfer, "rows_in_parallel", lambda pool, op, n: pieces.append((pool is not None, n))
+                        or whole(pool, op, n))
+    gen = torch.Generator().manual_seed(2)
+    host = torch.randn(400, 3, generator=gen, dtype=torch.float64)
+    batches = [torch.randperm(400, generator=gen)[:n] for n in (5, 40, 300)]
+    results = {}
+    for disk in ((), ("H", "G", "A")):
+        arrays = {"H": host, **{name: torch.zeros(400, 3, dtype=torch.float64) for name in ("G", "A")}}
+        t = Transfers(arrays, "cpu", disk=disk, staging_bytes=200 * 3 * 8)
+        got = []
+        for _, ids, rows in pipelined(t, batches, lambda ids: [Request("x", "H", ids)]):
+            got.append(rows["x"])
+            t.accumulate("G", ids, None, rows["x"] * 2)
+            t.write("A", ids.flip(0), None, rows["x"] + 1)
+        t.close()
+        results[disk] = (got, arrays["G"], arrays["A"])
+        assert t.disk == frozenset(disk)
+    (rows, grads, written), (disk_rows, disk_grads, disk_written) = results[()], results[("H", "G", "A")]
+    for a, b in zip([*rows, grads, written], [*disk_rows, disk_grads, disk_written]):
+        assert torch.equal(a, b)
+    assert all(torch.equal(r, host.index_select(0, ids)) for r, ids in zip(rows, batches))
+    threaded = [n for parallel, n in pieces if parallel]
+    assert {200, 100, 300} <= set(threaded)  # a 300-row gather in slots of 200 + 100 rows; 300-row writes whole
+    assert not any(parallel for parallel, _ in pieces[: len(pieces) // 2])  # no disk arrays: one thread
+
+
 def test_staging_slots_stay_at_their_size_and_stage_large_batches_in_pieces():
     gen = torch.Generator().manual_seed(1)
     host = torch.randn(40, 3, generator=gen, dtype=torch.float64)

@@ -390,7 +390,7 @@ class OffloadStrategy(OffloadPasses, Strategy):
             self._record(H2D_TOPO, self.dplan.setup_bytes)  # once, outside any epoch
             self.tracker.track("topology", *self.dplan.tensors())
         self.transfers = Transfers(self.host.arrays, self.device, self.transfer_mode, device_ids=resident,
-                                   trace=self.trace)
+                                   trace=self.trace, disk=self.host.advised)
         widest = max(t.shape[1] for t in self.host.arrays.values())
         self.transfers.reserve(max((bp.block.num_src + 4 * bp.num_dst for bp in self.plan.batches), default=0)
                                * widest, widest)
