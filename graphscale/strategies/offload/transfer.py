@@ -218,7 +218,8 @@ class Transfers:
                     view = buf[offset: offset + take * w].view(take, w)
                     array, ids = self.arrays[r.array], r.ids[done: done + take]
                     rows_in_parallel(self._disk_pool if r.array in self.disk else None,
-                                     lambda part: torch.index_select(array, 0, ids[part], out=view[part]), take)
+                                     lambda part, a=array, i=ids, v=view: torch.index_select(a, 0, i[part],
+                                                                                             out=v[part]), take)
                     out[done: done + take].copy_(view, non_blocking=True)
                     offset += take * w
                     done += take
