@@ -111,7 +111,7 @@ def test_more_workers_than_cores_are_priced_and_the_line_oversubscribes(monkeypa
     args = build_parser(["advise"]).parse_args(["advise"])
     config = build_config({"model": {"name": "sage"}, "strategy": {"name": "graph-parallel", "workers": 4}})
     for cores, expected in ((2, True), (8, False)):
-        monkeypatch.setattr(launch, "cpu_count", lambda: cores)
+        monkeypatch.setattr(launch, "cpu_count", lambda c=cores: c)
         assert refusal(config) == ""
         words = shlex.split(command_line(config, args))
         assert ("--oversubscribe" in words) == expected
