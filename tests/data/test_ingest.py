@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import gzip
 import json
-import tracemalloc
 from pathlib import Path
 
 import numpy as np
@@ -15,6 +14,7 @@ import scipy.sparse as sp
 from graphscale.data.datasets import load_dataset
 from graphscale.data.formats import save_graph_dir
 from graphscale.data.ingest import ingest, streams
+from graphscale.testing import traced_peak
 
 
 def assert_same_dir(a: Path, b: Path) -> None:
@@ -223,12 +223,7 @@ def _traced_peak(tmp_path: Path, edges: int) -> int:
     pairs = rng.integers(0, 1000, (edges, 2))
     file = tmp_path / f"g{edges}.txt"
     file.write_text("\n".join(f"{a} {b}" for a, b in pairs) + "\n")
-    tracemalloc.start()
-    try:
-        ingest(f"edgelist:{file}", tmp_path / f"out{edges}", chunk_edges=1000)
-        return tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
+    return traced_peak(lambda: ingest(f"edgelist:{file}", tmp_path / f"out{edges}", chunk_edges=1000))
 
 
 def test_memory_does_not_grow_with_the_edges(tmp_path):

@@ -255,14 +255,10 @@ def test_sbm_state_is_13_bytes_per_vertex():
 
 
 def _traced_peak(tmp_path, n: int) -> int:
-    import tracemalloc
+    from graphscale.testing import traced_peak
 
-    tracemalloc.start()
-    try:
-        generate_to_dir(f"sbm:nodes={n},degree=4,features=0", tmp_path / f"g{n}", chunk_nodes=4096)
-        return tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
+    return traced_peak(lambda: generate_to_dir(f"sbm:nodes={n},degree=4,features=0", tmp_path / f"g{n}",
+                                               chunk_nodes=4096))
 
 
 def test_generate_to_dir_holds_a_bounded_number_of_bytes_per_vertex(tmp_path, monkeypatch):

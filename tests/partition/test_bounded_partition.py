@@ -6,7 +6,6 @@ from __future__ import annotations
 import argparse
 import gc
 import math
-import tracemalloc
 
 import numpy as np
 import pytest
@@ -26,6 +25,7 @@ from graphscale.partition.csr_source import GraphEdges
 from graphscale.partition.edge_stream import HDRFPartitioner
 from graphscale.partition.store_writer import write_partition_store
 from graphscale.partition.vertex_stream import FennelPartitioner, RestreamPartitioner
+from graphscale.testing import traced_peak
 
 SPEC = "sbm:nodes=600,degree=8,features=5,classes=4"
 
@@ -89,15 +89,14 @@ def test_store_from_a_graph_directory_in_tiny_chunks_equals_the_in_memory_store(
 def _traced_peak(folder, chunk: int) -> int:
     """Traced (numpy and Python) peak of restreaming a graph directory and writing its store."""
     gc.collect()
-    tracemalloc.start()
-    try:
+
+    def restream_and_write() -> None:
         csr = GraphEdges.from_dir(folder)
         owner = RestreamPartitioner(passes=2).partition_csr(csr, 2, chunk_edges=chunk).numpy()
         write_partition_store(folder.parent / f"{folder.name}-store", csr, owner, 2, chunk_edges=chunk,
                               node_data=node_data_of(csr.graph, folder=folder), feature_chunk_bytes=16 << 10)
-        return tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
+
+    return traced_peak(restream_and_write)
 
 
 @pytest.mark.slow  # tracemalloc traces every allocation: about 10 s

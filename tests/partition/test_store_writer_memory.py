@@ -5,8 +5,6 @@ when the record chunks are fixed; and the book it writes without the two int64 p
 
 from __future__ import annotations
 
-import tracemalloc
-
 import numpy as np
 import torch
 
@@ -14,6 +12,7 @@ from graphscale.data.synthetic import generate
 from graphscale.partition.book import PartitionBook
 from graphscale.partition.store import load_book
 from graphscale.partition.store_writer import _book, write_partition_store
+from graphscale.testing import traced_peak
 
 #: per vertex of the graph: owner (int16) 2, global-id rank 4, degrees 4, halo mark 1, local-id map 4; per local
 #: vertex of the part being built (about 0.97 of the graph here: random owners put almost every vertex in the
@@ -37,13 +36,9 @@ def test_book_without_permutations_equals_the_partition_book(tmp_path):
 def _traced_peak(tmp_path, n: int) -> int:
     graph = generate(f"sbm:nodes={n},degree=4,features=0")
     owner = np.random.default_rng(0).integers(0, 2, n).astype(np.int16)
-    tracemalloc.start()
-    try:
-        write_partition_store(tmp_path / f"store-{n}", graph, owner, 2, chunk_edges=4096, feature_chunk_bytes=1 << 16,
-                              node_data={"y": graph.y, "train_mask": graph.train_mask})
-        return tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
+    return traced_peak(lambda: write_partition_store(tmp_path / f"store-{n}", graph, owner, 2, chunk_edges=4096,
+                                                     feature_chunk_bytes=1 << 16,
+                                                     node_data={"y": graph.y, "train_mask": graph.train_mask}))
 
 
 def test_store_writer_holds_a_bounded_number_of_bytes_per_vertex(tmp_path):
