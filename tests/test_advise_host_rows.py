@@ -113,16 +113,16 @@ def test_misses_are_priced_a_superbatch_at_a_time(tmp_path):
     graph = random_graph(400, avg_degree=4.0, num_features=16, num_classes=3, seed=0)  # float32 rows of 64 bytes
     folder = save_graph_dir(graph, tmp_path / "graph")
     data = DataHandle(HOST_SHARED, graph.summary(), path=str(folder))
-    config = _config("data-parallel", tmp_path, "8KiB")  # a cache of 32 rows, superbatches of 1 KiB
+    config = _config("data-parallel", tmp_path, "8KiB")  # a cache of 32 rows, superbatches of 512 bytes (two held at once)
     price = host_rows.HostRowPrice(data, config, 4)
-    assert price.on_disk and price.capacity == 32 and price.stage_bytes == 1024
+    assert price.on_disk and price.capacity == 32 and price.stage_bytes == 512
     rng = np.random.default_rng(0)
     batches = [torch.from_numpy(rng.integers(0, 400, size)) for size in (6, 3, 9, 40, 2, 2)]
     groups, group, held = [], torch.zeros(0, dtype=torch.int64), 0
     for ids in batches:
         missed = torch.unique(ids)[~price.cached[torch.unique(ids)]]
         union = torch.unique(torch.cat([group, missed]))
-        if held and held + 100 + 64 * union.numel() > 1024:
+        if held and held + 100 + 64 * union.numel() > 512:
             groups.append(group)
             union, held = missed, 0
         group, held = union, held + 100

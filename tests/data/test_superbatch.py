@@ -1,10 +1,12 @@
 """Superbatches: batches sampled ahead in groups bounded by the cache's stage bytes, each group's distinct misses
-read from the file at once; every batch's rows are the file's, in order, and the staged buffer is freed after each
-group."""
+read from the file at once, the next group read while the current one is consumed; every batch's rows are the
+file's, in order, two staged buffers are live at most, and each is freed after its group."""
 
 from __future__ import annotations
 
 import dataclasses
+import gc
+import threading
 
 import numpy as np
 import pytest
@@ -13,7 +15,7 @@ import torch
 from graphscale.data import row_file
 from graphscale.data.row_cache import HotRowCache
 from graphscale.data.row_file import RowFile
-from graphscale.data.superbatch import held_bytes, superbatched
+from graphscale.data.superbatch import SUPERBATCH_BUFFERS, held_bytes, superbatch_bytes, superbatched
 
 ROWS, FEATURES = 400, 3  # float32 rows of 12 bytes
 
@@ -31,7 +33,8 @@ def cache_over(tmp_path, capacity: int, stage_bytes: int) -> tuple[HotRowCache, 
 def test_superbatches_give_each_batch_the_files_rows_in_order(tmp_path, monkeypatch, capacity):
     """Twelve batches of ids with duplicates, within and across batches, read through spans with gaps (gaps up to
     two 12-byte rows, spans up to 48 bytes): several superbatches of several batches, each staging no more than
-    its bound but for a batch that is one on its own, and nothing staged after the last."""
+    its bound but for a batch that is one on its own, two buffers live at most, and nothing staged after the
+    last."""
     monkeypatch.setattr(row_file, "SPAN_GAP", 24)
     monkeypatch.setattr(row_file, "SPAN_BYTES", 48)
     rng = np.random.default_rng(1)
@@ -39,8 +42,15 @@ def test_superbatches_give_each_batch_the_files_rows_in_order(tmp_path, monkeypa
     batches[3] = torch.cat([batches[2][:6], batches[2][:6]])  # a batch made of another's rows, twice
     stage = 2000
     cache, x = cache_over(tmp_path, capacity, stage)
-    staged = []
+    staged, groups = [], []
     cache.on_stage = lambda *t: staged.append(t)
+    stage_rows = cache.stage
+
+    def record(ids):
+        groups.append(ids)
+        return stage_rows(ids)
+
+    cache.stage = record
     sampled = []
 
     def sample(i: int):
@@ -52,8 +62,8 @@ def test_superbatches_give_each_batch_the_files_rows_in_order(tmp_path, monkeypa
     assert [state["batch"] for state, _ in out] == list(range(len(batches)))
     for (state, rows), ids in zip(out, batches):
         assert rows.dtype == torch.float64 and np.array_equal(rows.numpy(), x[ids.numpy()].astype(np.float64))
-    assert staged[-1] == () and cache.staged_rows is None and cache.staged.numel() == 0  # freed at the end
-    groups = [t[0] for t in staged if t]
+    assert staged[-1] == () and cache.staged == ()  # freed at the end
+    assert max(len(t) for t in staged) == 2 * SUPERBATCH_BUFFERS  # (ids, rows) of two buffers at most
     assert len(groups) == cache.superbatches and 1 < len(groups) < len(batches)
     for ids in groups:
         assert torch.equal(ids, torch.unique(ids))  # distinct, ascending
@@ -64,6 +74,28 @@ def test_superbatches_give_each_batch_the_files_rows_in_order(tmp_path, monkeypa
     assert cache.file.rows_read == distinct and cache.staged_hits == cache.misses
     assert cache.file.reads < distinct  # rows read in spans, through the gaps
     assert cache.file.bytes_read > 12 * distinct  # the gaps' bytes read and dropped
+
+
+def test_the_next_superbatch_is_read_while_the_current_one_is_consumed(tmp_path):
+    """With the first batch taken and the rest of its superbatch not, the next superbatch's rows are read (two
+    buffers live); stopping early frees both."""
+    cache, x = cache_over(tmp_path, 0, 150)  # three batches a superbatch: 6 rows of 12 bytes, 16-byte id tensors
+    batches = [torch.tensor([3 * i, 3 * i + 1]) for i in range(6)] + [torch.tensor([0, 1, 2])]
+    two = threading.Event()
+    cache.on_stage = lambda *t: two.set() if len(t) == 4 else None
+    out = superbatched(lambda i: (i, batches[i]), cache.gather, len(batches), cache)
+    state, rows = next(out)  # batch 0 taken; batch 2 (the last of its superbatch) not gathered yet
+    assert state == 0 and np.array_equal(rows.numpy(), x[[0, 1]])
+    assert two.wait(timeout=10)  # batches 3 to 5's superbatch read ahead, beside the first
+    assert [s.ids.tolist() for s in cache.staged] == [[0, 1, 3, 4, 6, 7], [9, 10, 12, 13, 15, 16]]
+    out.close()
+    del out
+    gc.collect()
+    assert cache.staged == ()
+
+
+def test_one_superbatch_takes_half_the_share():
+    assert superbatch_bytes(1000) == 62 and superbatch_bytes(1 << 20, 1.0) == 1 << 19 == (1 << 20) // SUPERBATCH_BUFFERS
 
 
 def test_without_stage_bytes_batches_are_read_one_at_a_time(tmp_path):
