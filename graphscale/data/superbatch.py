@@ -11,12 +11,20 @@ sampled batches it holds fit the cache's ``stage_bytes`` (:func:`superbatch_byte
 turn them into large sequential reads of the file in ascending order, skipping little. Each batch of the group then
 gathers its rows from the cache and the staged buffer; the buffer is freed as the group's last batch is gathered.
 
-**Double buffering.** The next group is sampled and its misses read in a background thread (the **sweep
-thread**) while the current group's batches are gathered and trained, so training waits on a sweep only where
-the sweep takes longer than the group's training. Two groups are held at most (the one in training and the one
-read ahead, :data:`SUPERBATCH_BUFFERS`), each within ``stage_bytes``, plus the first batch of the group after them
-(sampled to learn that it does not fit): the same :data:`SUPERBATCH_SHARE` of the budget as one group of twice the
-bytes. The groups, the order of the sampling calls and each batch's rows are those of one group at a time.
+**Double buffering** (:data:`SUPERBATCH_BUFFERS` ``= 2``). The next group is sampled and its misses read in a
+background thread (the **sweep thread**) while the current group's batches are gathered and trained, so training
+waits on a sweep only where the sweep takes longer than the group's training. Two groups are held at most (the one
+in training and the one read ahead), each within ``stage_bytes`` (half the share), plus the first batch of the
+group after them (sampled to learn that it does not fit): the same :data:`SUPERBATCH_SHARE` of the budget as one
+group of twice the bytes. With one buffer (the default) the sweep thread samples and reads the next group once the
+current group's last batch has gathered its rows, while that batch trains. Either way the groups, the order of the
+sampling calls and each batch's rows are the same for the same ``stage_bytes``.
+
+Why one buffer by default: at 3M vertices with a 20% cache (``docs/large-graphs.md``) halving the groups to hold
+two made each sweep sparser in the file (twice the sweeps, 3.3x the spans: 192,317 against 58,053, 1.8x the
+kernel's CPU time) and the epoch 1.4-1.7x slower on a machine whose cores were busy: the reads are the kernel's CPU
+time on the same cores, which overlapping does not remove. Two buffers of the full share each read what one does
+and gained nothing consistent (0.89-1.52x the one-buffer epoch), with the peak over the budget.
 
 A group takes at least one batch: a batch whose misses alone exceed ``stage_bytes`` is a group of its own (its
 buffer is then the one a batch read on its own would take). The gathers run in the prefetch thread
@@ -39,8 +47,9 @@ from graphscale.data.row_cache import HotRowCache, prefetched
 #: sampled batches), beside the hot-row cache's :data:`~graphscale.data.row_cache.FEATURE_CACHE_SHARE` (the rest:
 #: the worker's own arrays, the batch in training, and the page cache the sampler's reads of the mapped CSR need)
 SUPERBATCH_SHARE = 0.125
-#: superbatches held at once: the one in training and the next one, read ahead (module docstring)
-SUPERBATCH_BUFFERS = 2
+#: superbatches held at once: ``1``, or ``2`` (the one in training and the next one, read ahead while it trains;
+#: each then takes half the share; module docstring)
+SUPERBATCH_BUFFERS = 1
 
 S = TypeVar("S")
 
@@ -48,6 +57,8 @@ S = TypeVar("S")
 def superbatch_bytes(budget: int, share: float = SUPERBATCH_SHARE) -> int:
     """Bytes one superbatch may hold (a cache's ``stage_bytes``): ``share`` of ``budget`` bytes over
     :data:`SUPERBATCH_BUFFERS`."""
+    if SUPERBATCH_BUFFERS not in (1, 2):
+        raise ValueError(f"SUPERBATCH_BUFFERS must be 1 or 2, got {SUPERBATCH_BUFFERS}")
     return int(budget * share) // SUPERBATCH_BUFFERS
 
 
@@ -80,7 +91,8 @@ def superbatched(sample: Callable[[int], tuple[S, torch.Tensor | None]],
 
     With a ``cache`` whose ``stage_bytes`` is positive (it reads its misses from a file; ``gather`` must then be
     its :meth:`~graphscale.data.row_cache.HotRowCache.gather`), the batches are sampled and read in superbatches,
-    the next one in the sweep thread while the current one trains (module docstring); otherwise one at a time."""
+    in the sweep thread (the next one while the current one trains with :data:`SUPERBATCH_BUFFERS` ``= 2``; module
+    docstring); otherwise one at a time."""
     if cache is None or cache.stage_bytes <= 0 or gather is None:
         def one(i: int):
             state, ids = sample(i)
@@ -113,6 +125,7 @@ def _groups(sample, cache: HotRowCache, count: int):
 
 def _superbatches(sample, cache: HotRowCache, count: int):
     groups = _groups(sample, cache, count)
+    double = SUPERBATCH_BUFFERS == 2
 
     def read_next():  # in the sweep thread: the next group sampled, its misses read
         group = next(groups, None)
@@ -122,12 +135,15 @@ def _superbatches(sample, cache: HotRowCache, count: int):
         ahead, current = sweep.submit(read_next), None
         try:
             while (current := ahead.result()) is not None:
-                ahead = sweep.submit(read_next)  # read while this group trains
+                if double:
+                    ahead = sweep.submit(read_next)  # read while this group trains
                 items, staged = current
                 for k, (state, ids) in enumerate(items):
                     rows = None if ids is None else cache.gather(ids, staged)
                     if k == len(items) - 1:
                         cache.unstage(staged)
+                        if not double:
+                            ahead = sweep.submit(read_next)  # read while this group's last batch trains
                     items[k] = None  # the consumer holds what it trains on
                     yield state, rows
         finally:  # stopped early: the buffers held and read ahead are freed
