@@ -14,8 +14,8 @@ the whole table fits that quarter) and reads the others from the mapped file. It
 * **time**: when the table exceeds the cache's share of the budget the misses are read from the file a
   superbatch at a time (:mod:`graphscale.data.superbatch`): each worker's batches are grouped by the run's rule
   (their distinct missed rows and sampled batches within :func:`~graphscale.data.superbatch.superbatch_bytes` of
-  the budget: half of :data:`~graphscale.data.superbatch.SUPERBATCH_SHARE`, the run holding two superbatches at
-  once; the batches' bytes are those of the blocks or splits the predictor samples, a little less than the run
+  the budget: :data:`~graphscale.data.superbatch.SUPERBATCH_SHARE` over the superbatches the run holds at once;
+  the batches' bytes are those of the blocks or splits the predictor samples, a little less than the run
   holds with them, so its groups can be a batch longer), and each group's distinct misses are planned
   into the reader's spans (:func:`~graphscale.data.row_file.plan_spans`): each span priced at
   :data:`DISK_SPAN_READ_S`, its bytes (the rows and the gaps it reads through) at :data:`DISK_READ_BANDWIDTH`,

@@ -132,22 +132,24 @@ def _superbatches(sample, cache: HotRowCache, count: int):
         return None if group is None else (group[0], cache.stage(group[1]))
 
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="graphscale-sweep") as sweep:
-        ahead, current = sweep.submit(read_next), None
+        ahead = sweep.submit(read_next)
         try:
             while (current := ahead.result()) is not None:
                 if double:
                     ahead = sweep.submit(read_next)  # read while this group trains
                 items, staged = current
+                current = None
                 for k, (state, ids) in enumerate(items):
                     rows = None if ids is None else cache.gather(ids, staged)
                     if k == len(items) - 1:
                         cache.unstage(staged)
+                        staged = None  # freed before the next group is read
                         if not double:
                             ahead = sweep.submit(read_next)  # read while this group's last batch trains
                     items[k] = None  # the consumer holds what it trains on
                     yield state, rows
         finally:  # stopped early: the buffers held and read ahead are freed
-            if current is not None:
-                cache.unstage(current[1])
-            if not ahead.cancel() and ahead.exception() is None and ahead.result() is not None:
-                cache.unstage(ahead.result()[1])
+            if not ahead.cancel():
+                ahead.exception()  # waits for a read in flight
+            for left in cache.staged:  # this generator's: the cache stages for one superbatched() at a time
+                cache.unstage(left)

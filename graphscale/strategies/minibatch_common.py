@@ -77,8 +77,8 @@ def host_row_cache(data: DataHandle, graph: Graph, dtype: torch.dtype, config: R
     with an in-memory graph the rows are read from it directly (no cache). A table larger than the cache's share
     is read by rows from its file (``x.npy``, a :class:`~graphscale.data.row_file.RowFile`): the cache's misses are
     positioned reads, not page faults on the mapping, read a superbatch at a time
-    (two at a time within :data:`~graphscale.data.superbatch.SUPERBATCH_SHARE` of ``--host-memory``, the next read
-    while the current one trains, :mod:`graphscale.data.superbatch`);
+    (:data:`~graphscale.data.superbatch.SUPERBATCH_SHARE` of ``--host-memory`` over the superbatches held at once,
+    :func:`~graphscale.data.superbatch.superbatch_bytes`, :mod:`graphscale.data.superbatch`);
     the mapping, read only by the cache's fill (in ascending id
     order), is advised random after it (:func:`~graphscale.data.row_cache.advise_random`)."""
     capacity, fits, file, stage = 0, True, None, 0

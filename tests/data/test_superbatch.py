@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import gc
 import threading
+import weakref
 
 import numpy as np
 import pytest
@@ -48,9 +49,14 @@ def test_superbatches_give_each_batch_the_files_rows_in_order(tmp_path, monkeypa
     cache.on_stage = lambda *t: staged.append(t)
     stage_rows = cache.stage
 
-    def record(ids):
+    refs = []
+
+    def record(ids):  # a buffer freed by the generator is unreachable before the one after the next is read
+        assert sum(ref() is not None for ref in refs) <= buffers - 1
         groups.append(ids)
-        return stage_rows(ids)
+        out = stage_rows(ids)
+        refs.append(weakref.ref(out))
+        return out
 
     cache.stage = record
     sampled = []
