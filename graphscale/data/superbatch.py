@@ -24,7 +24,7 @@ Why one buffer by default: at 3M vertices with a 20% cache (``docs/large-graphs.
 two made each sweep sparser in the file (twice the sweeps, 3.3x the spans: 192,317 against 58,053, 1.8x the
 kernel's CPU time) and the epoch 1.4-1.7x slower on a machine whose cores were busy: the reads are the kernel's CPU
 time on the same cores, which overlapping does not remove. Two buffers of the full share each read what one does
-and gained nothing consistent (0.89-1.52x the one-buffer epoch), with the peak over the budget.
+and gained nothing consistent (0.85-1.52x the one-buffer epoch), with the peak over the budget.
 
 A group takes at least one batch: a batch whose misses alone exceed ``stage_bytes`` is a group of its own (its
 buffer is then the one a batch read on its own would take). The gathers run in the prefetch thread
