@@ -145,6 +145,7 @@ def _superbatches(sample, cache: HotRowCache, count: int):
                         cache.unstage(staged)
                         staged = None  # freed before the next group is read
                         if not double:
+                            ahead = None  # the finished read's future held the buffer too
                             ahead = sweep.submit(read_next)  # read while this group's last batch trains
                     items[k] = None  # the consumer holds what it trains on
                     yield state, rows
