@@ -99,12 +99,15 @@ def test_advise_names_the_cache_and_its_hit_rate(tmp_path, capsys):
     assert "--host-memory 40MiB" in next(line for line in out.splitlines() if line.startswith("run it: "))
 
 
-def test_misses_are_priced_a_superbatch_at_a_time(tmp_path):
-    """Each worker's batches grouped while their distinct misses and held bytes fit the superbatch share (a batch
-    that does not fit opens the next group), each group's misses priced by the reader's spans."""
+@pytest.mark.parametrize("buffers", [1, 2])
+def test_misses_are_priced_a_superbatch_at_a_time(tmp_path, monkeypatch, buffers):
+    """Each worker's batches grouped while their distinct misses and held bytes fit one superbatch's bytes (the
+    share over the buffers held at once; a batch that does not fit opens the next group), each group's misses
+    priced by the reader's spans."""
     import numpy as np
 
     from graphscale.cost import host_rows
+    from graphscale.data import superbatch
     from graphscale.data.formats import save_graph_dir
     from graphscale.data.handle import HOST_SHARED, DataHandle
     from graphscale.data.row_file import plan_spans, span_rows
@@ -113,16 +116,18 @@ def test_misses_are_priced_a_superbatch_at_a_time(tmp_path):
     graph = random_graph(400, avg_degree=4.0, num_features=16, num_classes=3, seed=0)  # float32 rows of 64 bytes
     folder = save_graph_dir(graph, tmp_path / "graph")
     data = DataHandle(HOST_SHARED, graph.summary(), path=str(folder))
-    config = _config("data-parallel", tmp_path, "8KiB")  # a cache of 32 rows, superbatches of 1 KiB
+    monkeypatch.setattr(superbatch, "SUPERBATCH_BUFFERS", buffers)
+    bound = 1024 // buffers
+    config = _config("data-parallel", tmp_path, "8KiB")  # a cache of 32 rows, superbatches of 1 KiB over the buffers
     price = host_rows.HostRowPrice(data, config, 4)
-    assert price.on_disk and price.capacity == 32 and price.stage_bytes == 1024
+    assert price.on_disk and price.capacity == 32 and price.stage_bytes == bound
     rng = np.random.default_rng(0)
     batches = [torch.from_numpy(rng.integers(0, 400, size)) for size in (6, 3, 9, 40, 2, 2)]
     groups, group, held = [], torch.zeros(0, dtype=torch.int64), 0
     for ids in batches:
         missed = torch.unique(ids)[~price.cached[torch.unique(ids)]]
         union = torch.unique(torch.cat([group, missed]))
-        if held and held + 100 + 64 * union.numel() > 1024:
+        if held and held + 100 + 64 * union.numel() > bound:
             groups.append(group)
             union, held = missed, 0
         group, held = union, held + 100

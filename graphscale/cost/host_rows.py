@@ -13,9 +13,10 @@ the whole table fits that quarter) and reads the others from the mapped file. It
   of the replayed epoch's sampled batches (the predictors replay the run's seeded samples; no feature row is read);
 * **time**: when the table exceeds the cache's share of the budget the misses are read from the file a
   superbatch at a time (:mod:`graphscale.data.superbatch`): each worker's batches are grouped by the run's rule
-  (their distinct missed rows and sampled batches within :data:`~graphscale.data.superbatch.SUPERBATCH_SHARE` of
-  the budget; the batches' bytes are those of the blocks or splits the predictor samples, a little less than the
-  run holds with them, so its groups can be a batch longer), and each group's distinct misses are planned
+  (their distinct missed rows and sampled batches within :func:`~graphscale.data.superbatch.superbatch_bytes` of
+  the budget: :data:`~graphscale.data.superbatch.SUPERBATCH_SHARE` over the superbatches the run holds at once;
+  the batches' bytes are those of the blocks or splits the predictor samples, a little less than the run
+  holds with them, so its groups can be a batch longer), and each group's distinct misses are planned
   into the reader's spans (:func:`~graphscale.data.row_file.plan_spans`): each span priced at
   :data:`DISK_SPAN_READ_S`, its bytes (the rows and the gaps it reads through) at :data:`DISK_READ_BANDWIDTH`,
   added to the epoch (the reads are system time on the same cores, so they are not counted as overlapped with the
@@ -30,7 +31,7 @@ import torch
 from graphscale.data.handle import HOST_SHARED
 from graphscale.data.row_cache import FEATURE_CACHE_SHARE, cache_capacity
 from graphscale.data.row_file import plan_spans, span_rows
-from graphscale.data.superbatch import SUPERBATCH_SHARE
+from graphscale.data.superbatch import superbatch_bytes
 from graphscale.metrics.host_memory import resolve_host_memory
 
 #: bytes per vertex a mini-batch worker's resident set holds beyond its hot-row cache (rows and slot map): the
@@ -71,7 +72,7 @@ class HostRowPrice:
             degrees = (graph if graph is not None else data.open_graph()).out_degrees()
             self.cached[hotness_order(degrees)[: self.capacity]] = True
         self.reads = self.hits = 0
-        self.stage_bytes = int(budget * SUPERBATCH_SHARE) if self.on_disk else 0
+        self.stage_bytes = superbatch_bytes(budget) if self.on_disk else 0
         self._groups: dict[int, tuple[torch.Tensor, int]] = {}  # per worker: its open superbatch's misses, held bytes
         self._seconds: dict[int, float] = {}
 

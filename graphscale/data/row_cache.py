@@ -15,8 +15,9 @@ feature table: it reads the rows each mini-batch needs. :class:`HotRowCache` kee
   what :func:`~graphscale.strategies.minibatch_common.host_row_cache` does when the table does not fit the cache's
   share of the budget), is read from the file with positioned reads (sorted by id, read in spans, several reads in
   flight); the mapping is not touched. With ``stage_bytes``, :mod:`graphscale.data.superbatch` reads the distinct
-  misses of several batches at once (:meth:`HotRowCache.stage`) and each batch takes its misses from that buffer
-  (the rows the file holds, the same bytes).
+  misses of several batches at once (:meth:`HotRowCache.stage`, a :class:`Staged` buffer) and each batch takes its
+  misses from that buffer (the rows the file holds, the same bytes); two buffers are live at a time at most (the
+  superbatch in training and the next one being read).
   Without ``file`` a miss is read from the mapped table in ascending id order (the page cache turns nearby ids
   into one read); a table larger than the cache's share is then advised random (:func:`advise_random`,
   ``madvise(MADV_RANDOM)``): a miss reads its own pages, not the kernel's read-around window around each
@@ -35,8 +36,10 @@ order of the results, hence the run, is unchanged.
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import mmap
 import sys
+import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
@@ -52,6 +55,15 @@ FEATURE_CACHE_SHARE = 0.25
 FILL_ROWS = 1 << 16
 
 T = TypeVar("T")
+
+
+@dataclasses.dataclass(frozen=True)
+class Staged:
+    """Rows read from the file ahead of their batches: ``ids`` ascending and distinct, ``rows`` their rows in the
+    file's dtype (:meth:`HotRowCache.stage`)."""
+
+    ids: torch.Tensor
+    rows: torch.Tensor
 
 
 def cache_capacity(budget: int, row_bytes: int, num_rows: int, share: float = FEATURE_CACHE_SHARE) -> int:
@@ -96,9 +108,11 @@ class HotRowCache:
         ids: int64 cached vertex ids, in slot order (hottest first).
         rows: ``[len(ids), F]`` their rows, in ``dtype``.
         hits, misses: rows gathered from the cache and from ``x`` since construction.
-        staged: the rows :meth:`stage` holds (ascending ids, ``staged_rows`` their rows in the file's dtype);
-            ``staged_hits``: misses gathered from them since construction; ``superbatches``: :meth:`stage` calls.
-        on_stage: called with the staged tensors whenever they change (a memory tracker's ``track``), or ``None``.
+        staged: the :class:`Staged` buffers :meth:`stage` read and :meth:`unstage` has not freed, oldest first;
+            ``staged_hits``: misses gathered from staged rows since construction; ``superbatches``: :meth:`stage`
+            calls.
+        on_stage: called with the tensors of every live staged buffer whenever they change (a memory tracker's
+            ``track``; calls are serialised), or ``None``.
     """
 
     def __init__(self, x: torch.Tensor, capacity: int, degrees: torch.Tensor | None = None,
@@ -121,8 +135,8 @@ class HotRowCache:
             raise ValueError(f"a superbatch's stage_bytes must be >= 0, and positive only with a file to read, got "
                              f"{stage_bytes}")
         self.stage_bytes = int(stage_bytes)
-        self.staged = torch.zeros(0, dtype=torch.int64)
-        self.staged_rows: torch.Tensor | None = None
+        self.staged: tuple[Staged, ...] = ()
+        self._staging = threading.Lock()  # stage() and unstage() run on different threads
         self.staged_hits = self.superbatches = 0
         self.on_stage: Callable[..., None] | None = None
         if capacity == 0:
@@ -161,32 +175,37 @@ class HotRowCache:
         ids = torch.unique(torch.as_tensor(ids, dtype=torch.int64).cpu())
         return ids if self.slot is None else ids[self.slot[ids] < 0]
 
-    def stage(self, ids: torch.Tensor) -> None:
-        """Read the rows of the ascending distinct ``ids`` (a superbatch's misses) from the file into memory, in
-        place of what was staged: :meth:`gather` takes its misses among them from there."""
+    def stage(self, ids: torch.Tensor) -> Staged:
+        """Read the rows of the ascending distinct ``ids`` (a superbatch's misses) from the file into memory and
+        return them: :meth:`gather` given the buffer takes its misses among them from there. The buffer stays in
+        :attr:`staged` until :meth:`unstage`."""
         if self.file is None:
             raise ValueError("rows can be staged only by a cache that reads its misses from a file")
-        self.unstage()
         ids = torch.as_tensor(ids, dtype=torch.int64)
-        self.staged_rows = self.file.read(ids)
-        self.staged = ids
-        self.superbatches += 1
-        if self.on_stage is not None:
-            self.on_stage(self.staged, self.staged_rows)
+        staged = Staged(ids, self.file.read(ids))
+        with self._staging:
+            self.staged += (staged,)
+            self.superbatches += 1
+            self._report()
+        return staged
 
-    def unstage(self) -> None:
-        """Free the staged rows."""
-        self.staged, self.staged_rows = torch.zeros(0, dtype=torch.int64), None
-        if self.on_stage is not None:
-            self.on_stage()
+    def unstage(self, staged: Staged) -> None:
+        """Free a buffer :meth:`stage` returned."""
+        with self._staging:
+            self.staged = tuple(s for s in self.staged if s is not staged)
+            self._report()
 
-    def gather(self, ids: torch.Tensor) -> torch.Tensor:
-        """``x[ids]`` in ``dtype``, ``[len(ids), F]`` (a new tensor): cached rows from memory, the others read from
-        ``x`` in ascending id order."""
+    def _report(self) -> None:
+        if self.on_stage is not None:
+            self.on_stage(*(t for s in self.staged for t in (s.ids, s.rows)))
+
+    def gather(self, ids: torch.Tensor, staged: Staged | None = None) -> torch.Tensor:
+        """``x[ids]`` in ``dtype``, ``[len(ids), F]`` (a new tensor): cached rows from memory, the others from
+        ``staged`` where it holds them, else read from the file (or from ``x`` in ascending id order)."""
         ids = torch.as_tensor(ids, dtype=torch.int64).cpu()
         if self.slot is None:
             self.misses += ids.numel()
-            return self._read(ids)
+            return self._read(ids, staged)
         slot = self.slot[ids].long()
         hit = slot >= 0
         out = torch.empty(ids.numel(), self.num_features, dtype=self.dtype)
@@ -194,21 +213,21 @@ class HotRowCache:
         miss_pos = torch.nonzero(~hit).flatten()
         out[hit_pos] = self.rows.index_select(0, slot[hit_pos])
         if miss_pos.numel():
-            out[miss_pos] = self._read(ids[miss_pos])
+            out[miss_pos] = self._read(ids[miss_pos], staged)
         self.hits += hit_pos.numel()
         self.misses += miss_pos.numel()
         return out
 
-    def _read(self, ids: torch.Tensor) -> torch.Tensor:
-        """Rows ``ids`` of ``x`` in ``dtype``: from ``file`` when there is one, else from ``x`` in ascending id
-        order."""
+    def _read(self, ids: torch.Tensor, staged: Staged | None) -> torch.Tensor:
+        """Rows ``ids`` of ``x`` in ``dtype``: from ``staged`` where it holds them, else from ``file`` when there is
+        one, else from ``x`` in ascending id order."""
         if self.file is not None:
-            if self.staged_rows is None:
+            if staged is None:
                 return self.file.read(ids).to(self.dtype)
-            pos = torch.searchsorted(self.staged, ids).clamp_(max=max(self.staged.numel() - 1, 0))
-            found = self.staged[pos] == ids if self.staged.numel() else torch.zeros_like(ids, dtype=torch.bool)
+            pos = torch.searchsorted(staged.ids, ids).clamp_(max=max(staged.ids.numel() - 1, 0))
+            found = staged.ids[pos] == ids if staged.ids.numel() else torch.zeros_like(ids, dtype=torch.bool)
             out = torch.empty(ids.numel(), self.num_features, dtype=self.dtype)
-            out[found] = self.staged_rows.index_select(0, pos[found]).to(self.dtype)
+            out[found] = staged.rows.index_select(0, pos[found]).to(self.dtype)
             rest = torch.nonzero(~found).flatten()
             if rest.numel():
                 out[rest] = self.file.read(ids[rest]).to(self.dtype)

@@ -37,7 +37,7 @@ from graphscale.data.row_cache import FEATURE_CACHE_SHARE, HotRowCache, advise_r
 from graphscale.data.row_file import RowFile
 from graphscale.data.sampler import NeighborSampler
 from graphscale.data.spill import TableMemory
-from graphscale.data.superbatch import SUPERBATCH_SHARE
+from graphscale.data.superbatch import SUPERBATCH_SHARE, superbatch_bytes
 from graphscale.distributed.comm import Comm
 from graphscale.distributed.env import DistEnv
 from graphscale.metrics.host_memory import resolve_host_memory
@@ -77,7 +77,8 @@ def host_row_cache(data: DataHandle, graph: Graph, dtype: torch.dtype, config: R
     with an in-memory graph the rows are read from it directly (no cache). A table larger than the cache's share
     is read by rows from its file (``x.npy``, a :class:`~graphscale.data.row_file.RowFile`): the cache's misses are
     positioned reads, not page faults on the mapping, read a superbatch at a time
-    (:data:`~graphscale.data.superbatch.SUPERBATCH_SHARE` of ``--host-memory``, :mod:`graphscale.data.superbatch`);
+    (:data:`~graphscale.data.superbatch.SUPERBATCH_SHARE` of ``--host-memory`` over the superbatches held at once,
+    :func:`~graphscale.data.superbatch.superbatch_bytes`, :mod:`graphscale.data.superbatch`);
     the mapping, read only by the cache's fill (in ascending id
     order), is advised random after it (:func:`~graphscale.data.row_cache.advise_random`)."""
     capacity, fits, file, stage = 0, True, None, 0
@@ -88,7 +89,7 @@ def host_row_cache(data: DataHandle, graph: Graph, dtype: torch.dtype, config: R
         fits = graph.num_nodes * row_bytes <= budget * FEATURE_CACHE_SHARE
         if not fits:
             file = RowFile(Path(data.path) / "x.npy", tuple(graph.x.shape), graph.x.dtype)
-            stage = int(budget * SUPERBATCH_SHARE)
+            stage = superbatch_bytes(budget, SUPERBATCH_SHARE)
     cache = HotRowCache(graph.x, capacity, graph.out_degrees() if capacity else None, dtype, file, stage)
     if not fits:  # the table does not fit the cache's share: after the fill (in ascending id order, which
         advise_random(graph.x)  # read-around helps), its misses are random reads

@@ -18,6 +18,7 @@ import pytest
 import torch
 
 from graphscale.config import ModelConfig, OptimConfig, RunConfig, StrategyConfig
+from graphscale.data import superbatch
 from graphscale.data.formats import load_graph_dir, save_graph_dir
 from graphscale.data.handle import HOST_SHARED, MEMORY, DataHandle
 from graphscale.data.row_cache import FEATURE_CACHE_SHARE, HotRowCache, advise_random, cache_capacity, prefetched
@@ -216,14 +217,16 @@ def test_single_minibatch_in_superbatches_matches_in_memory(tmp_path, monkeypatc
     config = make_config("single", 1, "sage", "1KiB", tmp_path / "cache")
     memory = train(SingleStrategy(), graph, build_model(config.model, 6, 3, seed=0, dtype=torch.float64), env, config)
     runs, default = {}, minibatch_common.SUPERBATCH_SHARE
-    for share in (default, WIDE_SUPERBATCH_SHARE):
+    for share, buffers in ((default, 1), (WIDE_SUPERBATCH_SHARE, 1), (2 * WIDE_SUPERBATCH_SHARE, 2)):
         monkeypatch.setattr(minibatch_common, "SUPERBATCH_SHARE", share)
+        monkeypatch.setattr(superbatch, "SUPERBATCH_BUFFERS", buffers)  # 2: the next superbatch read ahead
         handle = DataHandle(HOST_SHARED, graph.summary(), path=str(folder), dtype="float64")
-        runs[share] = disk = train(SingleStrategy(), handle,
-                                   build_model(config.model, 6, 3, seed=0, dtype=torch.float64), env, config)
-        assert_same_run(disk, memory, f"share {share}")
+        runs[buffers, share] = disk = train(SingleStrategy(), handle,
+                                            build_model(config.model, 6, 3, seed=0, dtype=torch.float64), env, config)
+        assert_same_run(disk, memory, f"share {share}, {buffers} buffers")
     batches = EPOCHS * -(-int(graph.train_mask.sum()) // 7)
-    one, wide = runs[default], runs[WIDE_SUPERBATCH_SHARE]
+    one, wide = runs[1, default], runs[1, WIDE_SUPERBATCH_SHARE]
+    assert runs[2, 2 * WIDE_SUPERBATCH_SHARE]["superbatches"] == wide["superbatches"]  # the same groups
     assert one["superbatches"][0] == batches  # 256 bytes hold one batch a superbatch
     assert 2 * EPOCHS <= wide["superbatches"][0] < batches  # several superbatches an epoch, several batches each
     assert wide["superbatches"][1] == wide["cache"][4] > 0  # every miss of training taken from the staged rows
@@ -269,8 +272,9 @@ def _worker(env: DistEnv, name: str, folder: str, cache_dir: str) -> list[dict]:
         data = handle if len(out) == 0 else disk_handle(handle, folder)  # first: the in-memory reference
         model = build_model(config.model, 6, 3, seed=0, dtype=torch.float64)
         out.append(train(STRATEGIES.get(name)(), data, model, env, config))
-    share = minibatch_common.SUPERBATCH_SHARE  # superbatches of a few batches each
-    minibatch_common.SUPERBATCH_SHARE = WIDE_SUPERBATCH_SHARE
+    share = minibatch_common.SUPERBATCH_SHARE  # superbatches of a few batches each, the next read ahead
+    minibatch_common.SUPERBATCH_SHARE = 2 * WIDE_SUPERBATCH_SHARE
+    superbatch.SUPERBATCH_BUFFERS = 2
     try:
         config = make_config(name, env.world_size, "sage", "1KiB", cache_dir)
         data = disk_handle(prepare_graph(graph, config, cache_dir), folder)
@@ -278,6 +282,7 @@ def _worker(env: DistEnv, name: str, folder: str, cache_dir: str) -> list[dict]:
         out.append(train(STRATEGIES.get(name)(), data, model, env, config))
     finally:
         minibatch_common.SUPERBATCH_SHARE = share
+        superbatch.SUPERBATCH_BUFFERS = 1
     return out
 
 
@@ -291,7 +296,7 @@ def test_minibatch_strategies_from_disk_match_in_memory(name, tmp_path):
         memory = runs[0]
         assert memory["cache"][0] == 0  # an in-memory graph is read directly
         wide = runs[-1]
-        assert_same_run(wide, memory, f"{name}/rank {rank}/superbatches")
+        assert_same_run(wide, memory, f"{name}/rank {rank}/superbatches, two buffers")
         assert 1 < wide["superbatches"][0] < runs[2]["superbatches"][0]  # fewer than 1 KiB's one-batch ones
         assert wide["superbatches"][1] > 0
         for budget, disk in zip(BUDGETS, runs[1:]):
