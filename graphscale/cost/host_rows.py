@@ -52,10 +52,13 @@ class HostRowPrice:
     """One run's hot-row cache and the rows its epoch reads (module docstring); one per prediction, the same cache
     for every worker (each holds its own copy)."""
 
-    def __init__(self, data, config, elem: int, graph=None, mapped: bool | None = None) -> None:
+    def __init__(self, data, config, elem: int, graph=None, mapped: bool | None = None, reads=None) -> None:
         """``graph``: the graph whose out-degrees rank the rows (default ``data``'s: ``single --task link`` ranks
         its message-passing graph's); ``mapped``: whether the run reads the rows from the mapped graph directory
-        (default: ``data``'s view is host-shared; ``single`` is priced from one whatever view it trains on)."""
+        (default: ``data``'s view is host-shared; ``single`` is priced from one whatever view it trains on);
+        ``reads``: called, only when the misses go to disk and there is a cache, for the rows' read counts over
+        the replayed first epoch that rank the run's cache (as the run's
+        :func:`~graphscale.strategies.minibatch_common.host_row_cache` is given them), or ``None``."""
         n = data.num_nodes
         self.row_bytes = data.num_features * elem
         self.mapped = data.view == HOST_SHARED if mapped is None else mapped
@@ -67,10 +70,11 @@ class HostRowPrice:
         self.slot_bytes = 4 * n if self.capacity else 0
         self.cached = torch.zeros(n, dtype=torch.bool)
         if self.capacity:
-            from graphscale.data.feature_cache import hotness_order
+            from graphscale.data.feature_cache import access_order, hotness_order
 
             degrees = (graph if graph is not None else data.open_graph()).out_degrees()
-            self.cached[hotness_order(degrees)[: self.capacity]] = True
+            ranked = access_order(reads(), degrees) if reads is not None and self.on_disk else hotness_order(degrees)
+            self.cached[ranked[: self.capacity]] = True
         self.reads = self.hits = 0
         self.stage_bytes = superbatch_bytes(budget) if self.on_disk else 0
         self._groups: dict[int, tuple[torch.Tensor, int]] = {}  # per worker: its open superbatch's misses, held bytes

@@ -77,6 +77,14 @@ def hotness_order(degrees: torch.Tensor, candidates: torch.Tensor | None = None)
     return ids[torch.from_numpy(order)]
 
 
+def access_order(reads: torch.Tensor, degrees: torch.Tensor) -> torch.Tensor:
+    """Vertex ids by descending ``reads`` (how often a replayed epoch read each row), ties by descending degree,
+    then ascending id: deterministic whatever the counts."""
+    ids = np.arange(degrees.numel())
+    order = np.lexsort((ids, -degrees.numpy().astype(np.int64), -reads.numpy().astype(np.int64)))
+    return torch.from_numpy(order.astype(np.int64))
+
+
 def cache_rows(cache_fraction: float, num_nodes: int) -> int:
     """``cap = floor(cache_fraction * N)``, the cache rows of one worker."""
     if not 0.0 <= float(cache_fraction) <= 1.0:

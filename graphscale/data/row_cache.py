@@ -6,7 +6,9 @@ feature table: it reads the rows each mini-batch needs. :class:`HotRowCache` kee
 
 * **which rows**: the highest degree in the sampling direction first (a vertex's out-degree: how often it can be
   drawn as a source), ties by ascending id, as the data-parallel device caches rank them
-  (:func:`~graphscale.data.feature_cache.hotness_order`). The set is fixed at setup, so the rows held never exceed
+  (:func:`~graphscale.data.feature_cache.hotness_order`); or, given ``reads`` (each row's read count over a
+  replayed epoch, :func:`count_reads`: Ginex's inspect pass), the most-read rows first, ties by degree then id
+  (:func:`~graphscale.data.feature_cache.access_order`). The set is fixed at setup, so the rows held never exceed
   ``capacity`` and no batch evicts another's rows;
 * **how many**: ``capacity`` rows; :func:`cache_capacity` sizes it from the run's ``--host-memory`` budget: at most
   :data:`FEATURE_CACHE_SHARE` of it, in rows of the model's dtype; none when the whole table fits that share (the
@@ -40,13 +42,13 @@ import dataclasses
 import mmap
 import sys
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
 import torch
 
-from graphscale.data.feature_cache import hotness_order
+from graphscale.data.feature_cache import access_order, hotness_order
 from graphscale.data.row_file import RowFile
 
 #: share of the ``--host-memory`` budget the hot-row feature cache of a mini-batch worker may take
@@ -76,6 +78,15 @@ def cache_capacity(budget: int, row_bytes: int, num_rows: int, share: float = FE
     return int(room // row_bytes)
 
 
+def count_reads(sources: Iterable[torch.Tensor], num_rows: int) -> torch.Tensor:
+    """int64 ``[num_rows]``: how many times the id arrays of ``sources`` (one per batch: its input rows) read each
+    row."""
+    counts = torch.zeros(num_rows, dtype=torch.int64)
+    for ids in sources:
+        counts += torch.bincount(torch.as_tensor(ids, dtype=torch.int64), minlength=num_rows)
+    return counts
+
+
 def advise_random(x: torch.Tensor) -> bool:
     """Advise the kernel that the pages behind ``x`` (a memory-mapped table) are read at random
     (``madvise(MADV_RANDOM)`` over the pages it spans): a page fault reads that page only. Returns whether the
@@ -103,6 +114,7 @@ class HotRowCache:
             (its shape and dtype must be ``x``'s).
         stage_bytes: bytes a superbatch may hold (:mod:`graphscale.data.superbatch`), with ``file`` only; ``0``:
             each batch reads its own misses.
+        reads: int64 ``[N]`` read counts that rank the rows before ``degrees`` (:func:`count_reads`), or ``None``.
 
     Attributes:
         ids: int64 cached vertex ids, in slot order (hottest first).
@@ -116,7 +128,8 @@ class HotRowCache:
     """
 
     def __init__(self, x: torch.Tensor, capacity: int, degrees: torch.Tensor | None = None,
-                 dtype: torch.dtype | None = None, file: RowFile | None = None, stage_bytes: int = 0) -> None:
+                 dtype: torch.dtype | None = None, file: RowFile | None = None, stage_bytes: int = 0,
+                 reads: torch.Tensor | None = None) -> None:
         if x.dim() != 2:
             raise ValueError(f"the feature table must be 2-D [N, F], got shape {tuple(x.shape)}")
         if int(capacity) < 0:
@@ -146,7 +159,10 @@ class HotRowCache:
             return
         if degrees is None or degrees.shape != (n,):
             raise ValueError(f"a feature cache of {capacity} rows needs the [{n}] degrees that rank the rows")
-        self.ids = hotness_order(degrees)[:capacity].clone()
+        if reads is not None and reads.shape != (n,):
+            raise ValueError(f"the read counts that rank the cache's rows must be [{n}], got {tuple(reads.shape)}")
+        order = hotness_order(degrees) if reads is None else access_order(reads, degrees)
+        self.ids = order[:capacity].clone()
         self.slot = torch.full((n,), -1, dtype=torch.int32 if n < 2**31 else torch.int64)
         self.slot[self.ids] = torch.arange(capacity, dtype=self.slot.dtype)
         self.rows = torch.empty(capacity, x.shape[1], dtype=self.dtype)

@@ -25,6 +25,7 @@ per-layer tables through :func:`evaluation_tables`.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -71,7 +72,8 @@ def check_minibatch_data(graph: Graph, strategy: str, task: str = "node") -> Non
         raise ValueError(f"strategy {strategy!r}: the graph has no training vertices")
 
 
-def host_row_cache(data: DataHandle, graph: Graph, dtype: torch.dtype, config: RunConfig) -> HotRowCache:
+def host_row_cache(data: DataHandle, graph: Graph, dtype: torch.dtype, config: RunConfig,
+                   reads: Callable[[], torch.Tensor] | None = None) -> HotRowCache:
     """The worker's host rows of ``graph.x`` in ``dtype``: with a memory-mapped graph directory (``host-shared``),
     a :class:`HotRowCache` of the rows :func:`~graphscale.data.row_cache.cache_capacity` fits in ``--host-memory``;
     with an in-memory graph the rows are read from it directly (no cache). A table larger than the cache's share
@@ -80,7 +82,9 @@ def host_row_cache(data: DataHandle, graph: Graph, dtype: torch.dtype, config: R
     (:data:`~graphscale.data.superbatch.SUPERBATCH_SHARE` of ``--host-memory`` over the superbatches held at once,
     :func:`~graphscale.data.superbatch.superbatch_bytes`, :mod:`graphscale.data.superbatch`);
     the mapping, read only by the cache's fill (in ascending id
-    order), is advised random after it (:func:`~graphscale.data.row_cache.advise_random`)."""
+    order), is advised random after it (:func:`~graphscale.data.row_cache.advise_random`). ``reads``: called, only
+    when the misses go to disk and there is a cache, for the rows' read counts over the run's replayed first epoch
+    (:func:`~graphscale.data.row_cache.count_reads`): the cache then holds the most-read rows."""
     capacity, fits, file, stage = 0, True, None, 0
     if data.view == HOST_SHARED:
         row_bytes = graph.x.shape[1] * torch.empty(0, dtype=dtype).element_size()
@@ -90,7 +94,8 @@ def host_row_cache(data: DataHandle, graph: Graph, dtype: torch.dtype, config: R
         if not fits:
             file = RowFile(Path(data.path) / "x.npy", tuple(graph.x.shape), graph.x.dtype)
             stage = superbatch_bytes(budget, SUPERBATCH_SHARE)
-    cache = HotRowCache(graph.x, capacity, graph.out_degrees() if capacity else None, dtype, file, stage)
+    counts = reads() if reads is not None and capacity and not fits else None
+    cache = HotRowCache(graph.x, capacity, graph.out_degrees() if capacity else None, dtype, file, stage, counts)
     if not fits:  # the table does not fit the cache's share: after the fill (in ascending id order, which
         advise_random(graph.x)  # read-around helps), its misses are random reads
     return cache

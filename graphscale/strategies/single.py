@@ -33,6 +33,7 @@ from graphscale.config import stored_feature_dtype
 from graphscale.data.block import Block
 from graphscale.data.features import learnable_dim
 from graphscale.data.handle import HOST_SHARED, MEMORY
+from graphscale.data.row_cache import count_reads
 from graphscale.data.sampler import MiniBatchLoader, NeighborSampler
 from graphscale.data.superbatch import held_bytes, superbatched
 from graphscale.distributed.comm import Comm
@@ -109,19 +110,6 @@ class SingleStrategy(Strategy):
             split = split_edges(graph, config.link_split, config.seed)
             graph = split.message_graph
             self.link = LinkTask(split, model.link_decoder, config.seed, config.hits_k, device)
-        if self.mapped:  # rows read through the hot-row cache, never the whole table
-            self.graph = graph
-            self.rows = host_row_cache(self.data, graph, self.feature_dtype(), config)
-            self.tracker.track("cache", self.rows.rows, self.rows.slot)
-            self.rows.on_stage = lambda *staged: self.tracker.track("stage", *staged, category="cache")
-        else:
-            if learnable_dim(config.data.features):  # the input is a trainable [N, D] table
-                self.x = self.learnable_table(torch.arange(graph.num_nodes))
-            else:
-                self.x = graph.x.to(device=device, dtype=self.feature_dtype())
-            self.block = Block.full(graph).to(device)
-            self.tracker.track("graph", self.x, self.y, *self.masks.values(), self.block.indptr, self.block.indices,
-                               self.block.src_ids, self.block.src_deg)
         strategy = config.strategy
         if strategy.minibatch:  # the options were checked in the parent (graphscale.validation)
             self.sampler = NeighborSampler(graph, strategy.fanouts, seed=config.seed)
@@ -133,6 +121,21 @@ class SingleStrategy(Strategy):
         elif self.mapped:
             raise ValueError("strategy 'single' trains full-graph on an in-memory graph; a host-shared graph "
                              "directory needs --minibatch")
+        if self.mapped:  # rows read through the hot-row cache, never the whole table (ranked by epoch 0's reads)
+            self.graph = graph
+            self.rows = host_row_cache(self.data, graph, self.feature_dtype(), config,
+                                       lambda: first_epoch_reads(self.sampler, self.loader, self.link is not None,
+                                                                 graph.num_nodes))
+            self.tracker.track("cache", self.rows.rows, self.rows.slot)
+            self.rows.on_stage = lambda *staged: self.tracker.track("stage", *staged, category="cache")
+        else:
+            if learnable_dim(config.data.features):  # the input is a trainable [N, D] table
+                self.x = self.learnable_table(torch.arange(graph.num_nodes))
+            else:
+                self.x = graph.x.to(device=device, dtype=self.feature_dtype())
+            self.block = Block.full(graph).to(device)
+            self.tracker.track("graph", self.x, self.y, *self.masks.values(), self.block.indptr, self.block.indices,
+                               self.block.src_ids, self.block.src_deg)
 
     def train_epoch(self, epoch: int) -> EpochStats:
         run = Epoch(self.model, epoch, self.env, self.tracker)
@@ -184,18 +187,7 @@ class SingleStrategy(Strategy):
     def _minibatch_epoch(self, epoch: int) -> float:
         """One epoch of mini-batches: of training vertices, or (``--task link``) of training edges, whose seeds'
         neighbourhoods are sampled (:mod:`graphscale.tasks.edge_batches`)."""
-        if self.link is None:
-            batches = self.loader.batches(epoch)
-            targets_of = batch_of = None
-        else:
-            edge_ids = self.loader.edge_ids(epoch)
-            batches = [None] * len(edge_ids)
-
-            def batch_of(i: int) -> EdgeBatch:
-                return self.loader.batch(edge_ids[i], epoch)
-
-            def targets_of(batch: EdgeBatch) -> torch.Tensor:
-                return batch.seeds
+        count, sample_batch = epoch_samples(self.sampler, self.loader, self.link is not None, epoch)
         device = self.env.device
 
         # fixed input rows on the host are gathered ahead too; a learnable table's (autograd) and a device's are not
@@ -207,13 +199,11 @@ class SingleStrategy(Strategy):
             ahead = None
 
         def sample(i: int):  # the batch's blocks and input ids: runs ahead, in the prefetch thread
-            batch = batches[i] if batch_of is None else batch_of(i)
-            targets = batch if targets_of is None else targets_of(batch)
-            blocks = self.sampler.sample(targets, batch_key=epoch * len(batches) + i)
+            batch, blocks = sample_batch(i)
             return (batch, blocks), blocks[0].src_ids
 
-        total, count = 0.0, 0
-        for (batch, blocks), x in superbatched(sample, ahead, len(batches), self.rows):
+        total, seen = 0.0, 0
+        for (batch, blocks), x in superbatched(sample, ahead, count, self.rows):
             blocks = [b.to(device) for b in blocks]
             x = self.x[blocks[0].src_ids] if x is None else x.to(device)
             if self.link is not None:
@@ -223,8 +213,8 @@ class SingleStrategy(Strategy):
                 size = batch.numel()
                 every = torch.ones(size, dtype=torch.bool, device=device)
                 total += self._step(blocks, x, every, size) * size
-            count += size
-        return total / max(count, 1)
+            seen += size
+        return total / max(seen, 1)
 
     def _sampled_evaluation(self) -> dict[str, float]:
         """``--eval-fanouts`` (:mod:`graphscale.strategies.sampled_evaluation`): the splits' vertices,
@@ -306,6 +296,33 @@ def predict(data, model, config, machine, epoch: int = 0):
                       exact=True, semantics="exact (the full-graph reference)", notes=["bytes: none (one worker)"])
 
 
+def epoch_samples(sampler: NeighborSampler, loader, link: bool, epoch: int):
+    """``(count, sample)``: epoch ``epoch``'s batch count and ``sample(i)``, its ``i``-th ``(batch, blocks)`` as
+    the run draws them: the loader's seeded batch (``link``: an :class:`EdgeBatch`, its seeds sampled) and the
+    sampler's blocks under the batch's key."""
+    if not link:
+        batches = loader.batches(epoch)
+        count = len(batches)
+
+        def sample(i: int):
+            return batches[i], sampler.sample(batches[i], batch_key=epoch * count + i)
+    else:
+        edge_ids = loader.edge_ids(epoch)
+        count = len(edge_ids)
+
+        def sample(i: int):
+            batch: EdgeBatch = loader.batch(edge_ids[i], epoch)
+            return batch, sampler.sample(batch.seeds, batch_key=epoch * count + i)
+    return count, sample
+
+
+def first_epoch_reads(sampler: NeighborSampler, loader, link: bool, num_rows: int) -> torch.Tensor:
+    """int64 ``[num_rows]``: how many times epoch 0's batches read each host row (their input rows), replayed
+    with the run's seeded loader and sampler (:func:`epoch_samples`; no feature row is read)."""
+    count, sample = epoch_samples(sampler, loader, link, 0)
+    return count_reads((sample(i)[1][0].src_ids for i in range(count)), num_rows)
+
+
 def predict_minibatch(data, model, config, machine, epoch: int = 0):
     """The prediction of a ``single --minibatch`` run, by replaying epoch ``epoch``'s seeded loader and sampler as
     the run does (:meth:`SingleStrategy._minibatch_epoch`; no feature row is read); no bytes move.
@@ -342,15 +359,13 @@ def predict_minibatch(data, model, config, machine, epoch: int = 0):
     if link:  # edge batches over the split's message-passing graph, their seeds sampled (tasks.edge_batches)
         split = split_edges(graph, config.link_split, config.seed)
         graph, loader = split.message_graph, EdgeBatchLoader(split, sc.batch_size, config.seed)
-        edge_ids = loader.edge_ids(epoch)
-        count = len(edge_ids)
     else:
         loader = MiniBatchLoader(torch.nonzero(graph.train_mask).flatten(), sc.batch_size, seed=config.seed)
-        batches = loader.batches(epoch)
-        count = len(batches)
-    mapped = SingleStrategy.data_view_for(config) == HOST_SHARED
-    host = HostRowPrice(data, config, elem, graph=graph, mapped=mapped)
     sampler = NeighborSampler(graph, sc.fanouts, seed=config.seed)
+    count, sample_batch = epoch_samples(sampler, loader, link, epoch)
+    mapped = SingleStrategy.data_view_for(config) == HOST_SHARED
+    host = HostRowPrice(data, config, elem, graph=graph, mapped=mapped,
+                        reads=lambda: first_epoch_reads(sampler, loader, link, graph.num_nodes))
     compute, sampled, inputs, busiest, most_pairs = 0.0, 0, 0, 0, 0
     width = 0
     if link:
@@ -359,14 +374,10 @@ def predict_minibatch(data, model, config, machine, epoch: int = 0):
 
         width = embedding_width(model, config)
     for i in range(count):
+        batch, blocks = sample_batch(i)
         if link:
-            batch = loader.batch(edge_ids[i], epoch)
-            blocks = sampler.sample(batch.seeds, batch_key=epoch * count + i)
             most_pairs = max(most_pairs, batch.num_pairs)
             compute += head_seconds(machine, batch.num_pairs, width, config.decoder)
-        else:
-            batch = batches[i]
-            blocks = sampler.sample(batch, batch_key=epoch * count + i)
         src = blocks[0].src_ids
         host.read(src, 0, held_bytes((batch, blocks)))  # a superbatch holds the run's (batch, blocks)
         inputs += src.numel()

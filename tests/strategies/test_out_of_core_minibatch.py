@@ -209,6 +209,32 @@ def test_single_minibatch_from_disk_matches_in_memory(tmp_path):
     assert SingleStrategy.data_view_for(config) == MEMORY
 
 
+def test_a_cache_whose_misses_go_to_disk_holds_the_first_epochs_most_read_rows(tmp_path):
+    """With misses read from disk the cache holds the rows epoch 0's seeded batches read most (ties by degree,
+    then id), counted here one read at a time; on this graph that set is not the highest-degree one."""
+    from graphscale.data.feature_cache import hotness_order
+    from graphscale.data.sampler import MiniBatchLoader, NeighborSampler
+
+    graph = make_graph()
+    folder = save_graph_dir(graph, tmp_path / "graph")
+    config = make_config("single", 1, "sage", "1KiB", tmp_path / "cache")
+    handle = DataHandle(HOST_SHARED, graph.summary(), path=str(folder), dtype="float64")
+    strategy = SingleStrategy()
+    strategy.setup(handle, build_model(config.model, 6, 3, seed=0, dtype=torch.float64), DistEnv.local(), config)
+    assert strategy.rows.file is not None and strategy.rows.capacity == 5  # misses from disk, five rows cached
+    loader = MiniBatchLoader(torch.nonzero(graph.train_mask).flatten(), 7, seed=0)
+    sampler = NeighborSampler(graph, [3, 3], seed=0)
+    batches = loader.batches(0)
+    reads = {}
+    for i, batch in enumerate(batches):
+        for v in sampler.sample(batch, batch_key=i)[0].src_ids.tolist():
+            reads[v] = reads.get(v, 0) + 1
+    degrees = graph.out_degrees().tolist()
+    expected = sorted(range(graph.num_nodes), key=lambda v: (-reads.get(v, 0), -degrees[v], v))[:5]
+    assert strategy.rows.ids.tolist() == expected
+    assert set(expected) != set(hotness_order(graph.out_degrees())[:5].tolist())
+
+
 def test_single_minibatch_in_superbatches_matches_in_memory(tmp_path, monkeypatch):
     """Batches sampled ahead in superbatches of a few batches each, their misses read together: the same run."""
     graph = make_graph()
