@@ -1,8 +1,9 @@
 """The price of a mini-batch worker's host rows: the hot-row cache under ``--host-memory`` and the misses it reads
 from disk (``single --minibatch``, ``data-parallel``, ``split-parallel``; :mod:`graphscale.data.row_cache`).
 
-A mini-batch worker on a memory-mapped graph directory keeps the ``capacity`` highest out-degree feature rows in
-its own memory (:func:`~graphscale.data.row_cache.cache_capacity` of the budget: at most a quarter of it, none when
+A mini-batch worker on a memory-mapped graph directory keeps ``capacity`` feature rows in its own memory (the
+highest out-degree ones; ``single --minibatch`` whose misses go to disk: the ones its replayed first epoch reads
+most, ``reads``) (:func:`~graphscale.data.row_cache.cache_capacity` of the budget: at most a quarter of it, none when
 the whole table fits that quarter) and reads the others from the mapped file. Its prediction holds:
 
 * **memory**: the cache's rows and its ``[N]`` int32 slot map (the run tracks both as ``host_cache``), plus

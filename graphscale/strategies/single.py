@@ -16,7 +16,8 @@ graph's embeddings (layer-wise on a mapped graph directory).
 in the run's dtype) the run's data is the host-shared view (:meth:`SingleStrategy.data_view_for`): the memory-mapped
 graph directory the multi-worker strategies get, never loaded whole. The sampler reads the mapped CSR; the input
 rows of each batch come through a :class:`~graphscale.data.row_cache.HotRowCache` sized from ``--host-memory`` (its
-misses read from the file a superbatch at a time, :mod:`graphscale.data.superbatch`), the next batch sampled and
+misses read from the file a superbatch at a time, :mod:`graphscale.data.superbatch`; the cache then holds the rows
+epoch 0's batches read most, counted at setup by :func:`first_epoch_reads`), the next batch sampled and
 gathered in a background thread while the current one trains; evaluation is the layer-wise
 inference of :class:`~graphscale.strategies.evaluation.LayerwiseEvaluator` (one worker owning every vertex), its
 per-layer tables in a temporary file when they exceed their share of ``--host-memory``. The blocks, losses and
