@@ -53,7 +53,9 @@ _libc = ctypes.CDLL(None, use_errno=True)
 _pread = _libc.pread
 _pread.argtypes = (ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int64)
 _pread.restype = ctypes.c_ssize_t
-_fadvise = _libc.posix_fadvise
+#: ``posix_fadvise`` where the C library has one (Linux); elsewhere ``_DONTNEED`` is 0 and it is never called, and a
+#: fresh handle of ``pread`` (also four arguments) stands in so that the compiled reader has a function to type
+_fadvise = _libc["posix_fadvise" if hasattr(_libc, "posix_fadvise") else "pread"]
 _fadvise.argtypes = (ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_int)
 _fadvise.restype = ctypes.c_int
 _memcpy = _libc.memcpy
