@@ -113,12 +113,12 @@ def _groups(sample, cache: HotRowCache, count: int):
             pending = None
             _, ids = item
             union = missed if ids is None else torch.unique(torch.cat([missed, cache.missed(ids)]))
-            size = held + held_bytes(item) + union.numel() * cache.file_row_bytes
-            if group and size > cache.stage_bytes:
+            size = held + held_bytes(item)
+            if group and size + union.numel() * cache.file_row_bytes > cache.stage_bytes:
                 pending = item  # the next group's first batch
                 break
             group.append(item)
-            missed, held = union, held + held_bytes(item)
+            missed, held = union, size
         i += len(group)
         yield group, missed
 
